@@ -1,0 +1,31 @@
+#pragma once
+// coordinator: one per job. Serves the rendezvous store, gathers the ranks'
+// step reports into one record per step, and keeps the job state:
+// pending -> running -> completed | failed. Tells `listener` when the job
+// ends with (job_done_atom, ok, message, final eval loss).
+
+#include <caf/actor.hpp>
+
+#include "tutti/actors/interfaces.hpp"
+#include "tutti/protocol/job_config.hpp"
+
+namespace tutti {
+
+enum class job_state { pending, running, completed, failed };
+
+const char* to_string(job_state s);
+
+struct coordinator_args {
+  job_config cfg;
+  caf::actor listener;
+  bool quiet = false; // no progress lines on the terminal
+};
+
+coordinator_actor spawn_coordinator(caf::actor_system& sys,
+                                    coordinator_args args);
+
+// Merges the reports of all ranks for one step: global values from rank 0,
+// times averaged, step time the slowest rank's.
+step_report merge_reports(const std::vector<step_report>& reports);
+
+} // namespace tutti

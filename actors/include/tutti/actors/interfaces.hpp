@@ -1,0 +1,45 @@
+#pragma once
+// Typed handles of tutti's actors: what each one answers to.
+
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tutti/protocol/type_ids.hpp"
+
+namespace tutti {
+
+// Owns one rank's experts (weights, gradients, AdamW state) and computes
+// them on the rows its rank dispatched to it.
+using expert_shard_actor = caf::typed_actor<
+  caf::replies_to<expert_fwd_atom, expert_task_ptr>::with<caf::ok_atom>,
+  caf::replies_to<expert_bwd_atom, expert_task_ptr>::with<caf::ok_atom>,
+  caf::replies_to<grads_atom>::with<grad_view>,
+  caf::replies_to<optimize_atom, optimizer_args>::with<caf::ok_atom>>;
+
+// Hands one rank its batches, deterministically from (seed, step, rank),
+// prefetching ahead.
+using data_loader_actor = caf::typed_actor<
+  caf::replies_to<next_batch_atom, int64_t>::with<token_batch_ptr>,
+  caf::replies_to<eval_batch_atom, int64_t>::with<token_batch_ptr>,
+  caf::reacts_to<prefetch_atom>>;
+
+// Writes metrics.jsonl and the terminal progress line.
+using metrics_writer_actor = caf::typed_actor<caf::reacts_to<step_report>>;
+
+// Membership, rendezvous store, job state; one per job.
+using coordinator_actor = caf::typed_actor<
+  caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,
+  caf::replies_to<store_get_atom, std::string>::with<std::string>,
+  caf::replies_to<store_wait_atom, std::vector<std::string>>::with<caf::ok_atom>,
+  caf::reacts_to<step_report>,
+  caf::reacts_to<rank_done_atom, int32_t, double>,
+  caf::reacts_to<rank_fail_atom, int32_t, std::string>,
+  caf::reacts_to<escalate_atom, std::string>>;
+
+} // namespace tutti

@@ -1,0 +1,21 @@
+#pragma once
+// The project's logger (CAF's own log is compiled out in Debian's build):
+// JSON lines to the run's log file; warnings and errors also to stderr as
+// one readable line. Thread-safe.
+
+#include <string>
+
+namespace tutti {
+
+// Opens (appends to) the log file; until then only stderr is written.
+void log_open(const std::string& path, const std::string& node);
+void log_close();
+
+void log_info(const std::string& actor, const std::string& event);
+void log_warn(const std::string& actor, const std::string& event);
+void log_error(const std::string& actor, const std::string& event);
+
+// Escapes a string for a JSON string literal.
+std::string json_escape(const std::string& text);
+
+} // namespace tutti

@@ -1,0 +1,190 @@
+#include "tutti/actors/coordinator.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "tutti/actors/log.hpp"
+#include "tutti/actors/metrics_writer.hpp"
+
+namespace tutti {
+
+const char* to_string(job_state s) {
+  switch (s) {
+    case job_state::pending: return "pending";
+    case job_state::running: return "running";
+    case job_state::completed: return "completed";
+    case job_state::failed: return "failed";
+  }
+  return "unknown";
+}
+
+step_report merge_reports(const std::vector<step_report>& reports) {
+  step_report out = reports.front();
+  for (const auto& r : reports)
+    if (r.rank == 0)
+      out = r;
+  double compute = 0, a2a = 0, ar = 0, other = 0, slowest = 0;
+  for (const auto& r : reports) {
+    compute += r.time_compute_s;
+    a2a += r.time_alltoall_s;
+    ar += r.time_allreduce_s;
+    other += r.time_other_s;
+    slowest = std::max(slowest, r.step_time_s);
+  }
+  const double n = static_cast<double>(reports.size());
+  out.time_compute_s = compute / n;
+  out.time_alltoall_s = a2a / n;
+  out.time_allreduce_s = ar / n;
+  out.time_other_s = other / n;
+  out.step_time_s = slowest;
+  return out;
+}
+
+namespace {
+
+struct pending_wait {
+  std::vector<std::string> keys;
+  caf::typed_response_promise<caf::ok_atom> promise;
+};
+
+struct coordinator_state {
+  static inline const char* name = "coordinator";
+
+  job_config cfg;
+  caf::actor listener;
+  job_state state = job_state::pending;
+  metrics_writer_actor writer;
+  std::map<std::string, std::string> store;
+  std::multimap<std::string, caf::typed_response_promise<std::string>> gets;
+  std::vector<pending_wait> waits;
+  std::map<int64_t, std::vector<step_report>> steps;
+  std::set<int32_t> done;
+  double final_eval_loss = std::numeric_limits<double>::quiet_NaN();
+  std::string failure;
+
+  bool has_all(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const auto& k) { return store.count(k) > 0; });
+  }
+};
+
+using coordinator_pointer =
+  coordinator_actor::stateful_pointer<coordinator_state>;
+
+// Ends the job: stop the metrics writer, and once it has flushed (its down
+// message), tell the listener.
+void finish(coordinator_pointer self, job_state outcome, std::string message) {
+  auto& st = self->state;
+  if (st.state == job_state::completed || st.state == job_state::failed)
+    return;
+  st.state = outcome;
+  st.failure = std::move(message);
+  if (outcome == job_state::failed)
+    log_error("coordinator", "job failed: " + st.failure);
+  else
+    log_info("coordinator", "job completed");
+  self->send_exit(st.writer, caf::exit_reason::user_shutdown);
+}
+
+coordinator_actor::behavior_type coordinator(coordinator_pointer self,
+                                             coordinator_args args) {
+  auto& st = self->state;
+  st.cfg = std::move(args.cfg);
+  st.listener = std::move(args.listener);
+  st.writer = spawn_metrics_writer(self->system(), st.cfg, args.quiet);
+  self->monitor(st.writer);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source != st.writer.address())
+      return;
+    if (st.state != job_state::completed && st.state != job_state::failed) {
+      st.state = job_state::failed;
+      st.failure = "metrics writer stopped: " + self->system().render(dm.reason);
+    }
+    caf::anon_send(st.listener, job_done_atom_v,
+               st.state == job_state::completed, st.failure,
+               st.final_eval_loss);
+    self->quit();
+  });
+  st.state = job_state::running;
+  log_info("coordinator", "job running: world " + std::to_string(st.cfg.cluster.world_size));
+  return {
+    [self](store_set_atom, const std::string& key,
+           const std::string& value) -> caf::ok_atom {
+      auto& st = self->state;
+      st.store[key] = value;
+      auto range = st.gets.equal_range(key);
+      for (auto i = range.first; i != range.second; ++i)
+        i->second.deliver(value);
+      st.gets.erase(range.first, range.second);
+      auto ready = std::partition(st.waits.begin(), st.waits.end(),
+                                  [&](const pending_wait& w) {
+                                    return !st.has_all(w.keys);
+                                  });
+      for (auto i = ready; i != st.waits.end(); ++i)
+        i->promise.deliver(caf::ok_atom_v);
+      st.waits.erase(ready, st.waits.end());
+      return caf::ok_atom_v;
+    },
+    [self](store_get_atom, const std::string& key) -> caf::result<std::string> {
+      auto& st = self->state;
+      if (auto i = st.store.find(key); i != st.store.end())
+        return i->second;
+      // Not there yet: answer when it is set (the requester's timeout
+      // bounds the wait).
+      auto promise = self->make_response_promise<std::string>();
+      st.gets.emplace(key, promise);
+      return promise;
+    },
+    [self](store_wait_atom,
+           const std::vector<std::string>& keys) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (st.has_all(keys))
+        return caf::ok_atom_v;
+      auto promise = self->make_response_promise<caf::ok_atom>();
+      st.waits.push_back({keys, promise});
+      return promise;
+    },
+    [self](const step_report& r) {
+      auto& st = self->state;
+      auto& reports = st.steps[r.step];
+      reports.push_back(r);
+      if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
+        self->send(st.writer, merge_reports(reports));
+        st.steps.erase(r.step);
+      }
+    },
+    [self](rank_done_atom, int32_t rank, double eval_loss) {
+      auto& st = self->state;
+      st.done.insert(rank);
+      if (rank == 0)
+        st.final_eval_loss = eval_loss;
+      if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size)
+        finish(self, job_state::completed, "");
+    },
+    [self](rank_fail_atom, int32_t rank, const std::string& why) {
+      finish(self, job_state::failed,
+             "rank " + std::to_string(rank) + ": " + why);
+    },
+    [self](escalate_atom, const std::string& why) {
+      finish(self, job_state::failed, why);
+    },
+  };
+}
+
+} // namespace
+
+coordinator_actor spawn_coordinator(caf::actor_system& sys,
+                                    coordinator_args args) {
+  return sys.spawn(coordinator, std::move(args));
+}
+
+} // namespace tutti

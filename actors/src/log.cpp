@@ -1,0 +1,97 @@
+#include "tutti/actors/log.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+namespace tutti {
+
+namespace {
+
+std::mutex log_mutex;
+std::FILE* log_file = nullptr;
+std::string log_node = "0";
+
+std::string now_iso8601() {
+  using namespace std::chrono;
+  auto now = system_clock::now();
+  auto secs = system_clock::to_time_t(now);
+  auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof(out), "%s.%03lldZ", buf,
+                static_cast<long long>(ms));
+  return out;
+}
+
+void write(const char* level, const std::string& actor,
+           const std::string& event) {
+  std::lock_guard<std::mutex> guard(log_mutex);
+  auto time = now_iso8601();
+  if (log_file) {
+    std::fprintf(log_file,
+                 "{\"time\":\"%s\",\"level\":\"%s\",\"node\":\"%s\","
+                 "\"actor\":\"%s\",\"event\":\"%s\"}\n",
+                 time.c_str(), level, json_escape(log_node).c_str(),
+                 json_escape(actor).c_str(), json_escape(event).c_str());
+    std::fflush(log_file);
+  }
+  if (level[0] != 'i')
+    std::fprintf(stderr, "tutti: %s: %s: %s\n", level, actor.c_str(),
+                 event.c_str());
+}
+
+} // namespace
+
+void log_open(const std::string& path, const std::string& node) {
+  std::lock_guard<std::mutex> guard(log_mutex);
+  if (log_file)
+    std::fclose(log_file);
+  log_file = std::fopen(path.c_str(), "a");
+  log_node = node;
+}
+
+void log_close() {
+  std::lock_guard<std::mutex> guard(log_mutex);
+  if (log_file)
+    std::fclose(log_file);
+  log_file = nullptr;
+}
+
+void log_info(const std::string& actor, const std::string& event) {
+  write("info", actor, event);
+}
+void log_warn(const std::string& actor, const std::string& event) {
+  write("warn", actor, event);
+}
+void log_error(const std::string& actor, const std::string& event) {
+  write("error", actor, event);
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+} // namespace tutti

@@ -1,0 +1,161 @@
+#include "tutti/actors/metrics_writer.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "tutti/actors/log.hpp"
+
+namespace tutti {
+
+std::string human_count(double value) {
+  char buf[32];
+  if (value >= 1e6)
+    std::snprintf(buf, sizeof(buf), "%.2fM", value / 1e6);
+  else if (value >= 1e3)
+    std::snprintf(buf, sizeof(buf), "%.1fk", value / 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f", value);
+  return buf;
+}
+
+double load_imbalance(const std::vector<int64_t>& counts, int64_t experts) {
+  double worst = 0;
+  for (size_t l = 0; l + experts <= counts.size(); l += experts) {
+    double sum = 0, max = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      sum += counts[l + e];
+      max = std::max(max, static_cast<double>(counts[l + e]));
+    }
+    if (sum > 0)
+      worst = std::max(worst, max / (sum / experts));
+  }
+  return worst;
+}
+
+namespace {
+
+std::string number(double x) {
+  if (!std::isfinite(x))
+    return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.9g", x);
+  return buf;
+}
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  auto s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
+  return buf;
+}
+
+} // namespace
+
+std::string metrics_json(const step_report& r, int64_t experts) {
+  std::ostringstream out;
+  out << "{\"step\":" << r.step << ",\"loss\":" << number(r.loss)
+      << ",\"aux_loss\":" << number(r.aux_loss)
+      << ",\"z_loss\":" << number(r.z_loss) << ",\"lr\":" << number(r.lr)
+      << ",\"grad_norm\":" << number(r.grad_norm)
+      << ",\"tokens\":" << r.tokens
+      << ",\"tokens_per_s\":" << number(r.tokens / r.step_time_s)
+      << ",\"dropped_tokens\":" << r.dropped_tokens
+      << ",\"load_imbalance\":" << number(load_imbalance(r.expert_counts,
+                                                         experts))
+      << ",\"expert_counts\":[";
+  for (size_t l = 0; l < r.expert_counts.size(); l += experts) {
+    out << (l ? ",[" : "[");
+    for (int64_t e = 0; e < experts; ++e)
+      out << (e ? "," : "") << r.expert_counts[l + e];
+    out << "]";
+  }
+  out << "],\"step_time_s\":" << number(r.step_time_s)
+      << ",\"time_compute_s\":" << number(r.time_compute_s)
+      << ",\"time_alltoall_s\":" << number(r.time_alltoall_s)
+      << ",\"time_allreduce_s\":" << number(r.time_allreduce_s)
+      << ",\"time_other_s\":" << number(r.time_other_s);
+  if (std::isfinite(r.eval_loss))
+    out << ",\"eval_loss\":" << number(r.eval_loss);
+  out << "}";
+  return out.str();
+}
+
+namespace {
+
+struct metrics_writer_state {
+  static inline const char* name = "metrics_writer";
+  job_config cfg;
+  bool quiet = false;
+  std::FILE* file = nullptr;
+  double elapsed = 0;
+  int64_t steps_seen = 0;
+
+  ~metrics_writer_state() {
+    if (file)
+      std::fclose(file);
+  }
+
+  void print(const step_report& r) {
+    const auto& t = cfg.train;
+    const bool last = r.step == t.steps;
+    if (quiet || (r.step % t.log_interval != 0 && !last
+                  && !std::isfinite(r.eval_loss)))
+      return;
+    const double eta = elapsed / steps_seen * (t.steps - r.step);
+    std::printf("step %*lld/%lld  loss %.4f", 5,
+                static_cast<long long>(r.step), static_cast<long long>(t.steps),
+                r.loss);
+    if (std::isfinite(r.eval_loss))
+      std::printf("  eval %.4f", r.eval_loss);
+    std::printf("  tok/s %s  load max/mean %.2f  dropped %lld  eta %s\n",
+                human_count(r.tokens / r.step_time_s).c_str(),
+                load_imbalance(r.expert_counts, cfg.moe.num_experts),
+                static_cast<long long>(r.dropped_tokens),
+                duration_text(eta).c_str());
+    std::fflush(stdout);
+  }
+};
+
+using writer_pointer =
+  metrics_writer_actor::stateful_pointer<metrics_writer_state>;
+
+metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
+                                                   job_config cfg, bool quiet) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.quiet = quiet;
+  auto path = std::filesystem::path(st.cfg.run.dir) / "metrics.jsonl";
+  st.file = std::fopen(path.c_str(), "w");
+  if (!st.file)
+    log_error("metrics_writer", "cannot write " + path.string());
+  return {
+    [self](const step_report& r) {
+      auto& st = self->state;
+      st.elapsed += r.step_time_s;
+      st.steps_seen += 1;
+      if (st.file) {
+        auto line = metrics_json(r, st.cfg.moe.num_experts);
+        std::fprintf(st.file, "%s\n", line.c_str());
+        std::fflush(st.file);
+      }
+      st.print(r);
+    },
+  };
+}
+
+} // namespace
+
+metrics_writer_actor spawn_metrics_writer(caf::actor_system& sys,
+                                          job_config cfg, bool quiet) {
+  return sys.spawn<caf::detached>(metrics_writer, std::move(cfg), quiet);
+}
+
+} // namespace tutti

@@ -1,0 +1,105 @@
+#include "tutti/actors/node_supervisor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <map>
+
+#include "tutti/actors/data_loader.hpp"
+#include "tutti/actors/expert_shard.hpp"
+#include "tutti/actors/log.hpp"
+#include "tutti/actors/rank.hpp"
+
+namespace tutti {
+
+namespace {
+
+struct child {
+  std::string kind; // "rank", "expert_shard", "data_loader"
+  int32_t rank = 0;
+};
+
+struct node_supervisor_state {
+  static inline const char* name = "node_supervisor";
+  node_supervisor_args args;
+  std::map<caf::actor_addr, child> children;
+  std::map<int32_t, std::vector<caf::actor>> helpers; // loader, shard per rank
+  int64_t ranks_running = 0;
+};
+
+using supervisor_pointer =
+  node_supervisor_actor::stateful_pointer<node_supervisor_state>;
+
+void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
+  auto& st = self->state;
+  auto i = st.children.find(dm.source);
+  if (i == st.children.end())
+    return;
+  auto who = i->second;
+  st.children.erase(i);
+  const bool failed = dm.reason && dm.reason != caf::exit_reason::normal
+                      && dm.reason != caf::exit_reason::user_shutdown;
+  if (failed) {
+    auto why = "node " + std::to_string(st.args.node_rank) + ": " + who.kind
+               + " of rank " + std::to_string(who.rank)
+               + " failed: " + self->system().render(dm.reason);
+    log_error("node_supervisor", why);
+    self->send(st.args.coordinator, escalate_atom_v, why);
+  }
+  if (who.kind == "rank") {
+    // The rank is done (or gone): its loader and shard are no longer needed.
+    for (auto& h : st.helpers[who.rank])
+      self->send_exit(h, caf::exit_reason::user_shutdown);
+    st.helpers.erase(who.rank);
+    if (--st.ranks_running == 0)
+      self->quit();
+  }
+}
+
+node_supervisor_actor::behavior_type
+node_supervisor(supervisor_pointer self, node_supervisor_args args) {
+  auto& st = self->state;
+  st.args = std::move(args);
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_child_down(self, dm); });
+  const auto& cfg = st.args.cfg;
+  auto& sys = self->system();
+  for (int64_t local = 0; local < cfg.cluster.nproc_per_node; ++local) {
+    const auto rank = static_cast<int32_t>(
+      st.args.node_rank * cfg.cluster.nproc_per_node + local);
+    auto loader = spawn_data_loader(sys, {cfg, rank});
+    auto shard = spawn_expert_shard(sys, {cfg, rank});
+    auto r = spawn_rank(sys, {cfg, rank, st.args.coordinator, loader, shard});
+    for (auto& [handle, kind] :
+         std::vector<std::pair<caf::actor, std::string>>{
+           {caf::actor_cast<caf::actor>(loader), "data_loader"},
+           {caf::actor_cast<caf::actor>(shard), "expert_shard"},
+           {r, "rank"}}) {
+      self->monitor(handle);
+      st.children[handle.address()] = {kind, rank};
+    }
+    st.helpers[rank] = {caf::actor_cast<caf::actor>(loader),
+                        caf::actor_cast<caf::actor>(shard)};
+    ++st.ranks_running;
+  }
+  log_info("node_supervisor", "node " + std::to_string(st.args.node_rank)
+                                + " started "
+                                + std::to_string(st.ranks_running) + " ranks");
+  return {
+    [self](stop_atom) {
+      for (auto& [addr, c] : self->state.children)
+        if (auto h = caf::actor_cast<caf::actor>(addr))
+          self->send_exit(h, caf::exit_reason::user_shutdown);
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+node_supervisor_actor spawn_node_supervisor(caf::actor_system& sys,
+                                            node_supervisor_args args) {
+  return sys.spawn(node_supervisor, std::move(args));
+}
+
+} // namespace tutti

@@ -1,0 +1,235 @@
+#include "tutti/actors/rank.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/blocking_actor.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "shard_executor.hpp"
+#include "tutti/actors/coordinator_store.hpp"
+#include "tutti/actors/log.hpp"
+#include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/rank_model.hpp"
+#include "tutti/protocol/errors.hpp"
+
+namespace tutti {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// The communicators of one rank: world, its EP group (a block of ep_size
+// consecutive ranks) and its expert-data-parallel group (the ranks that
+// hold the same experts).
+struct rank_comms {
+  std::unique_ptr<comm::communicator> world, ep, expert_dp;
+
+  model::comm_groups groups() const {
+    return {world.get(), ep ? ep.get() : world.get(), expert_dp.get()};
+  }
+};
+
+status connect(caf::actor_system& sys, const rank_args& a, rank_comms& out) {
+  const auto& cl = a.cfg.cluster;
+  const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
+  coordinator_store store(sys, a.coordinator, timeout);
+  comm::gloo_options opts{cl.host, "world", timeout};
+  const int world = static_cast<int>(cl.world_size);
+  const int ep = static_cast<int>(a.cfg.ep_size());
+  TUTTI_RETURN_IF_ERROR(
+    comm::make_gloo_communicator(store, a.rank, world, opts, out.world));
+  if (ep < world) {
+    opts.group = "ep" + std::to_string(a.rank / ep);
+    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(store, a.rank % ep, ep,
+                                                       opts, out.ep));
+    opts.group = "edp" + std::to_string(a.rank % ep);
+    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(
+      store, a.rank / ep, world / ep, opts, out.expert_dp));
+  }
+  return {};
+}
+
+template <class Atom>
+status fetch_batch(caf::blocking_actor* self, const data_loader_actor& loader,
+                   Atom atom, int64_t index, std::chrono::milliseconds timeout,
+                   token_batch_ptr& out) {
+  status result;
+  self->request(loader, timeout, atom, index)
+    .receive([&](token_batch_ptr& b) { out = std::move(b); },
+             [&](caf::error& err) {
+               result = status::error("data loader: "
+                                      + self->system().render(err));
+             });
+  return result;
+}
+
+class step_loop {
+public:
+  step_loop(caf::blocking_actor* self, rank_args& a)
+    : self_(self), a_(a),
+      timeout_(std::chrono::milliseconds(a.cfg.cluster.collective_timeout_ms)) {}
+
+  status run() {
+    TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, comms_));
+    shard_executor experts(self_, a_.shard, timeout_);
+    model::rank_model model(a_.cfg, comms_.groups(), experts);
+    const auto& t = a_.cfg.train;
+    for (int64_t step = 1; step <= t.steps; ++step) {
+      step_report report;
+      TUTTI_RETURN_IF_ERROR(train(model, step, report));
+      const bool eval = step == t.steps
+                        || (t.eval_interval > 0 && step % t.eval_interval == 0);
+      if (eval && t.eval_sequences > 0)
+        TUTTI_RETURN_IF_ERROR(evaluate(model, report.eval_loss));
+      final_eval_loss_ = report.eval_loss;
+      self_->send(a_.coordinator, std::move(report));
+    }
+    return {};
+  }
+
+  double final_eval_loss() const { return final_eval_loss_; }
+
+private:
+  status train(model::rank_model& model, int64_t step, step_report& r) {
+    const auto t0 = clock_type::now();
+    token_batch_ptr batch;
+    TUTTI_RETURN_IF_ERROR(
+      fetch_batch(self_, a_.loader, next_batch_atom_v, step, timeout_, batch));
+    const auto work_start = clock_type::now();
+    model::step_stats stats;
+    TUTTI_RETURN_IF_ERROR(model.train_step(batch->inputs.data(),
+                                           batch->targets.data(), batch->seqs,
+                                           stats));
+    double dense_sq = 0, expert_sq = 0;
+    TUTTI_RETURN_IF_ERROR(model.reduce_dense_grads(dense_sq, stats.time));
+    TUTTI_RETURN_IF_ERROR(reduce_expert_grads(expert_sq, stats.time));
+    stats.grad_norm = std::sqrt(dense_sq + expert_sq);
+    const double clip = a_.cfg.train.grad_clip;
+    const double scale = clip > 0 && stats.grad_norm > clip
+                           ? clip / (stats.grad_norm + 1e-6)
+                           : 1.0;
+    stats.lr = model::learning_rate(a_.cfg.train, step);
+    model.apply_optimizer(step, stats.lr, scale);
+    TUTTI_RETURN_IF_ERROR(optimize_experts(step, stats.lr, scale));
+    const double work = seconds_since(work_start);
+    const double total = seconds_since(t0);
+
+    r.step = step;
+    r.rank = a_.rank;
+    r.loss = stats.loss;
+    r.aux_loss = stats.aux_loss;
+    r.z_loss = stats.z_loss;
+    r.grad_norm = stats.grad_norm;
+    r.lr = stats.lr;
+    r.tokens = stats.tokens;
+    r.dropped_tokens = stats.dropped_tokens;
+    r.expert_counts = std::move(stats.expert_counts);
+    r.time_alltoall_s = stats.time.alltoall_s;
+    r.time_allreduce_s = stats.time.allreduce_s;
+    r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
+                                       - stats.time.allreduce_s);
+    r.time_other_s = std::max(0.0, total - work);
+    r.step_time_s = total;
+    return {};
+  }
+
+  status reduce_expert_grads(double& sum_squares, model::step_timers& time) {
+    grad_view grads;
+    status result;
+    self_->request(a_.shard, timeout_, grads_atom_v)
+      .receive([&](grad_view g) { grads = g; },
+               [&](caf::error& err) {
+                 result = status::error("expert shard: "
+                                        + self_->system().render(err));
+               });
+    TUTTI_RETURN_IF_ERROR(result);
+    // The shard is idle until our next request: its buffer is ours to
+    // reduce in place.
+    if (comms_.expert_dp) {
+      model::scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(
+        comms_.expert_dp->all_reduce_sum(grads.data, grads.size));
+    }
+    sum_squares = kernels::sum_squares(kernels::cpu_stream(), grads.data,
+                                       grads.size);
+    auto* ep = comms_.groups().ep;
+    if (ep->size() > 1) {
+      model::scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(ep->all_reduce_sum(&sum_squares, 1));
+    }
+    return {};
+  }
+
+  status optimize_experts(int64_t step, double lr, double scale) {
+    status result;
+    self_->request(a_.shard, timeout_, optimize_atom_v,
+                   optimizer_args{step, lr, scale})
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& err) {
+                 result = status::error("expert shard: "
+                                        + self_->system().render(err));
+               });
+    return result;
+  }
+
+  status evaluate(model::rank_model& model, double& eval_loss) {
+    const auto& t = a_.cfg.train;
+    const int64_t per_rank = t.eval_sequences / a_.cfg.cluster.world_size;
+    const int64_t chunk = t.global_batch_size / a_.cfg.cluster.world_size;
+    double loss_sum = 0;
+    int64_t tokens = 0;
+    model::step_timers unused;
+    for (int64_t c = 0; c * chunk < per_rank; ++c) {
+      token_batch_ptr batch;
+      TUTTI_RETURN_IF_ERROR(
+        fetch_batch(self_, a_.loader, eval_batch_atom_v, c, timeout_, batch));
+      double sum = 0;
+      int64_t n = 0;
+      TUTTI_RETURN_IF_ERROR(model.evaluate(batch->inputs.data(),
+                                           batch->targets.data(), batch->seqs,
+                                           sum, n, unused));
+      loss_sum += sum;
+      tokens += n;
+    }
+    eval_loss = tokens > 0 ? loss_sum / static_cast<double>(tokens)
+                           : std::numeric_limits<double>::quiet_NaN();
+    return {};
+  }
+
+  caf::blocking_actor* self_;
+  rank_args& a_;
+  std::chrono::milliseconds timeout_;
+  rank_comms comms_;
+  double final_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+void rank_main(caf::blocking_actor* self, rank_args args) {
+  kernels::use_single_threaded_blas();
+  step_loop loop(self, args);
+  auto result = loop.run();
+  if (!result.ok()) {
+    log_error("rank", "rank " + std::to_string(args.rank) + " failed: "
+                        + result.message());
+    self->send(args.coordinator, rank_fail_atom_v, args.rank,
+               result.message());
+    self->fail_state(caf::make_error(errc::rank_failed, result.message()));
+    return;
+  }
+  self->send(args.coordinator, rank_done_atom_v, args.rank,
+             loop.final_eval_loss());
+}
+
+} // namespace
+
+caf::actor spawn_rank(caf::actor_system& sys, rank_args args) {
+  return sys.spawn<caf::detached>(rank_main, std::move(args));
+}
+
+} // namespace tutti

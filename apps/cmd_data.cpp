@@ -1,0 +1,120 @@
+// tutti data synth | prepare
+
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "tutti/data/dataset.hpp"
+#include "tutti/data/synth.hpp"
+
+namespace po = boost::program_options;
+
+namespace tutti::cli {
+
+int fail(int status, const std::string& what) {
+  std::fprintf(stderr, "tutti: %s\n", what.c_str());
+  return status;
+}
+
+namespace {
+
+// Parses `args` against `desc`; returns false (after printing) on error or
+// --help, with `status` set to what the process should return.
+bool parse(const std::vector<std::string>& args,
+           const po::options_description& desc, po::variables_map& vm,
+           const char* name, int& status) {
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: tutti " << name << " [options]\n" << desc;
+      status = 0;
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& ex) {
+    status = fail(2, std::string(name) + ": " + ex.what());
+    return false;
+  }
+  return true;
+}
+
+int synth(const std::vector<std::string>& args) {
+  std::string out;
+  uint32_t vocab = 0, order = 2, shards = 2;
+  uint64_t seed = 0, tokens = 0;
+  double val_fraction = 0.1;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this text")(
+    "out", po::value(&out)->required(), "output directory")(
+    "vocab", po::value(&vocab)->required(), "vocabulary size")(
+    "order", po::value(&order)->default_value(2), "Markov order (2)")(
+    "seed", po::value(&seed)->required(), "random seed")(
+    "tokens", po::value(&tokens)->required(), "tokens in total")(
+    "val-fraction", po::value(&val_fraction)->default_value(0.1),
+    "share held out")("shards", po::value(&shards)->default_value(2),
+                      "train shards");
+  po::variables_map vm;
+  int status = 0;
+  if (!parse(args, desc, vm, "data synth", status))
+    return status;
+  if (auto err = data::synth_dataset(out, vocab, order, seed, tokens,
+                                     val_fraction, shards))
+    return fail(2, "data synth: " + *err);
+  auto meta = data::read_meta(out);
+  if (!meta.ok())
+    return fail(1, "data synth: " + meta.error);
+  std::printf("wrote %s: %llu train + %llu held-out tokens, vocab %u, "
+              "entropy rate %.6f nats/token\n",
+              out.c_str(),
+              static_cast<unsigned long long>(meta.value.train_tokens),
+              static_cast<unsigned long long>(meta.value.val_tokens),
+              meta.value.vocab_size, meta.value.entropy_rate_nats.value_or(0));
+  return 0;
+}
+
+int prepare(const std::vector<std::string>& args) {
+  std::vector<std::string> inputs;
+  std::string out;
+  uint32_t shards = 2;
+  double val_fraction = 0.1;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this text")(
+    "input", po::value(&inputs)->multitoken()->required(), "text files")(
+    "out", po::value(&out)->required(), "output directory")(
+    "val-fraction", po::value(&val_fraction)->default_value(0.1),
+    "share held out")("shards", po::value(&shards)->default_value(2),
+                      "train shards");
+  po::variables_map vm;
+  int status = 0;
+  if (!parse(args, desc, vm, "data prepare", status))
+    return status;
+  std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
+  if (auto err = data::prepare_dataset(paths, out, val_fraction, shards))
+    return fail(2, "data prepare: " + *err);
+  auto meta = data::read_meta(out);
+  if (!meta.ok())
+    return fail(1, "data prepare: " + meta.error);
+  std::printf("wrote %s: %llu train + %llu held-out byte tokens\n",
+              out.c_str(),
+              static_cast<unsigned long long>(meta.value.train_tokens),
+              static_cast<unsigned long long>(meta.value.val_tokens));
+  return 0;
+}
+
+} // namespace
+
+int data_command(const std::vector<std::string>& args) {
+  if (args.empty())
+    return fail(2, "data: missing subcommand (synth or prepare)");
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "synth")
+    return synth(rest);
+  if (args[0] == "prepare")
+    return prepare(rest);
+  return fail(2, "data: unknown subcommand '" + args[0]
+                   + "' (synth or prepare)");
+}
+
+} // namespace tutti::cli

@@ -1,0 +1,117 @@
+// tutti run CONFIG: the whole job in this process.
+
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "tutti/actors/local_job.hpp"
+#include "tutti/actors/log.hpp"
+#include "tutti/data/dataset.hpp"
+#include "tutti/protocol/job_config.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+std::atomic<bool> interrupted{false};
+
+void on_signal(int) {
+  interrupted.store(true);
+}
+
+// Checks the data directory before any actor starts, so bad data is one
+// clear line and nothing is written.
+int check_data(const job_config& cfg, data::dataset_meta& meta) {
+  auto m = data::read_meta(cfg.data.dir);
+  if (!m.ok())
+    return fail(2, "run: data.dir: " + m.error);
+  meta = m.value;
+  if (meta.vocab_size > cfg.model.vocab_size)
+    return fail(2, "run: model.vocab_size: " + std::to_string(cfg.model.vocab_size)
+                     + " is smaller than the data's vocabulary ("
+                     + std::to_string(meta.vocab_size) + " in " + cfg.data.dir
+                     + "/meta.json)");
+  for (const char* split : {"train", "val"}) {
+    if (std::string(split) == "val" && cfg.train.eval_sequences == 0)
+      continue;
+    auto shards = data::load_split(cfg.data.dir, split);
+    if (!shards.ok())
+      return fail(2, "run: " + shards.error);
+  }
+  return 0;
+}
+
+} // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  std::string path;
+  bool quiet = false;
+  for (const auto& a : args) {
+    if (a == "--quiet")
+      quiet = true;
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: tutti run CONFIG [--quiet]\n");
+      return 0;
+    } else if (!a.empty() && a[0] == '-')
+      return fail(2, "run: unknown option '" + a + "'");
+    else if (path.empty())
+      path = a;
+    else
+      return fail(2, "run: more than one config given");
+  }
+  if (path.empty())
+    return fail(2, "run: missing CONFIG (usage: tutti run CONFIG)");
+
+  job_config cfg;
+  try {
+    cfg = load_job_config(path);
+  } catch (const config_error& ex) {
+    return fail(2, std::string("config: ") + ex.what());
+  }
+  data::dataset_meta meta;
+  if (int status = check_data(cfg, meta))
+    return status;
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.run.dir, ec);
+  if (ec)
+    return fail(1, "run: run.dir: cannot create " + cfg.run.dir + ": "
+                     + ec.message());
+  log_open((std::filesystem::path(cfg.run.dir) / "tutti.log.jsonl").string(),
+           "0");
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  if (!quiet)
+    std::printf("tutti run %s: world %lld (ep %lld), %lld experts top-%lld, "
+                "%lld steps\n",
+                path.c_str(), static_cast<long long>(cfg.cluster.world_size),
+                static_cast<long long>(cfg.ep_size()),
+                static_cast<long long>(cfg.moe.num_experts),
+                static_cast<long long>(cfg.moe.router_top_k),
+                static_cast<long long>(cfg.train.steps));
+  auto result = run_local_job(cfg, quiet, interrupted);
+  if (!result.ok) {
+    fail(1, "run: " + result.message);
+    std::fflush(nullptr);
+    log_close();
+    std::_Exit(interrupted.load() ? 130 : 1);
+  }
+  if (std::isfinite(result.final_eval_loss)) {
+    std::printf("final held-out loss %.4f nats/token", result.final_eval_loss);
+    if (meta.entropy_rate_nats) {
+      const double gap = result.final_eval_loss - *meta.entropy_rate_nats;
+      std::printf(" | data entropy rate %.4f nats/token | gap %.4f (%s 0.05)",
+                  *meta.entropy_rate_nats, gap,
+                  gap <= 0.05 ? "within" : "NOT within");
+    }
+    std::printf("\n");
+  }
+  std::printf("metrics: %s/metrics.jsonl\n", cfg.run.dir.c_str());
+  log_close();
+  return 0;
+}
+
+} // namespace tutti::cli

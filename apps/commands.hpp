@@ -1,0 +1,16 @@
+#pragma once
+// The subcommands of the `tutti` command line. Each returns the process
+// exit status: 0 success, 1 failure at run time, 2 bad input.
+
+#include <string>
+#include <vector>
+
+namespace tutti::cli {
+
+int run_command(const std::vector<std::string>& args);
+int data_command(const std::vector<std::string>& args);
+
+// Prints "tutti: <what>" to stderr and returns `status`.
+int fail(int status, const std::string& what);
+
+} // namespace tutti::cli

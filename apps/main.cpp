@@ -1,0 +1,43 @@
+// tutti: run an MoE training job, prepare its data.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+namespace {
+
+const char* usage =
+  "usage: tutti <command> [args]\n"
+  "\n"
+  "commands:\n"
+  "  run CONFIG [--quiet]        train in this process (coordinator + one node)\n"
+  "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
+  "  data prepare --input F... --out DIR\n"
+  "                              byte-level tokens from text files\n"
+  "\n"
+  "'tutti <command> --help' describes each command.\n";
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(usage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const auto command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "run")
+      return tutti::cli::run_command(args);
+    if (command == "data")
+      return tutti::cli::data_command(args);
+  } catch (const std::exception& ex) {
+    return tutti::cli::fail(1, command + ": " + ex.what());
+  }
+  return tutti::cli::fail(2, "unknown command '" + command
+                               + "' (try: run, data; see tutti --help)");
+}

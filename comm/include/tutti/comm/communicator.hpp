@@ -1,0 +1,46 @@
+#pragma once
+// The data-plane communicator: the collectives an MoE step needs, on raw
+// pointers. Gloo implements it on CPU (TCP), NCCL on GPU. Tensors never
+// travel as actor messages between nodes; they travel through this.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tutti/comm/status.hpp"
+
+namespace tutti::comm {
+
+class communicator {
+public:
+  virtual ~communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In-place sum over all members. Every member gets the same bits.
+  virtual status all_reduce_sum(float* data, size_t count) = 0;
+  virtual status all_reduce_sum(double* data, size_t count) = 0;
+  virtual status all_reduce_sum(int64_t* data, size_t count) = 0;
+
+  // Each member sends send_counts[p] elements to member p and receives
+  // recv_counts[p] elements from it; blocks are packed in member order.
+  virtual status all_to_all_v(const void* send,
+                              const std::vector<int64_t>& send_counts,
+                              void* recv,
+                              const std::vector<int64_t>& recv_counts,
+                              size_t element_bytes) = 0;
+
+  // Fixed-size exchange: `per_member` int64 values to and from each member.
+  virtual status all_to_all(const int64_t* send, int64_t* recv,
+                            size_t per_member) = 0;
+
+  virtual status barrier() = 0;
+
+  // Name for logs: backend, group, epoch.
+  virtual std::string describe() const = 0;
+};
+
+} // namespace tutti::comm

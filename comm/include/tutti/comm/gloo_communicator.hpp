@@ -1,0 +1,30 @@
+#pragma once
+// Gloo (TCP) implementation of the communicator. Rendezvous goes through a
+// gloo::rendezvous::Store supplied by the caller: in tutti, one served by
+// the coordinator actor, so no shared file system is needed.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "tutti/comm/communicator.hpp"
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace tutti::comm {
+
+struct gloo_options {
+  std::string host = "127.0.0.1";             // interface to bind
+  std::string group = "world";                // key prefix for rendezvous
+  std::chrono::milliseconds timeout{60000};   // collective and connect
+};
+
+// Connects `size` members through `store`; blocks until all have joined or
+// the timeout passes. The store must outlive the call only.
+status make_gloo_communicator(gloo::rendezvous::Store& store, int rank,
+                              int size, const gloo_options& options,
+                              std::unique_ptr<communicator>& out);
+
+} // namespace tutti::comm

@@ -1,0 +1,124 @@
+#include "tutti/comm/gloo_communicator.hpp"
+
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+
+#include "gloo_check.hpp"
+
+namespace tutti::comm {
+namespace {
+
+class gloo_communicator final : public communicator {
+public:
+  gloo_communicator(std::shared_ptr<gloo::Context> context,
+                    gloo_options options)
+    : context_(std::move(context)), options_(std::move(options)) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+
+  status all_reduce_sum(float* data, size_t count) override {
+    return reduce(data, count);
+  }
+  status all_reduce_sum(double* data, size_t count) override {
+    return reduce(data, count);
+  }
+  status all_reduce_sum(int64_t* data, size_t count) override {
+    return reduce(data, count);
+  }
+
+  status all_to_all_v(const void* send,
+                      const std::vector<int64_t>& send_counts, void* recv,
+                      const std::vector<int64_t>& recv_counts,
+                      size_t element_bytes) override {
+    if (size() == 1) {
+      std::memcpy(recv, send, send_counts[0] * element_bytes);
+      return {};
+    }
+    // Gloo refuses null buffers even for empty exchanges.
+    static char empty[16];
+    auto* in = const_cast<void*>(send ? send : static_cast<const void*>(empty));
+    auto* out = recv ? recv : static_cast<void*>(empty);
+    // Gloo counts in elements of a type; use bytes as the element type.
+    std::vector<int64_t> send_bytes(send_counts.size());
+    std::vector<int64_t> recv_bytes(recv_counts.size());
+    for (size_t p = 0; p < send_counts.size(); ++p) {
+      send_bytes[p] = send_counts[p] * static_cast<int64_t>(element_bytes);
+      recv_bytes[p] = recv_counts[p] * static_cast<int64_t>(element_bytes);
+    }
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(in), send_bytes);
+    opts.setOutput(static_cast<uint8_t*>(out), recv_bytes);
+    opts.setTag(next_tag());
+    opts.setTimeout(options_.timeout);
+    TUTTI_GLOO_CHECK(gloo::alltoallv(opts));
+    return {};
+  }
+
+  status all_to_all(const int64_t* send, int64_t* recv,
+                    size_t per_member) override {
+    std::vector<int64_t> counts(size(), static_cast<int64_t>(per_member));
+    return all_to_all_v(send, counts, recv, counts, sizeof(int64_t));
+  }
+
+  status barrier() override {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(next_tag());
+    opts.setTimeout(options_.timeout);
+    TUTTI_GLOO_CHECK(gloo::barrier(opts));
+    return {};
+  }
+
+  std::string describe() const override {
+    return "gloo/" + options_.group + " rank " + std::to_string(rank()) + "/"
+           + std::to_string(size());
+  }
+
+private:
+  template <class T>
+  status reduce(T* data, size_t count) {
+    if (size() == 1 || count == 0)
+      return {};
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*,
+                                                const void*, size_t)>(
+      &gloo::sum<T>));
+    opts.setTag(next_tag());
+    opts.setTimeout(options_.timeout);
+    TUTTI_GLOO_CHECK(gloo::allreduce(opts));
+    return {};
+  }
+
+  uint32_t next_tag() { return tag_++; }
+
+  std::shared_ptr<gloo::Context> context_;
+  gloo_options options_;
+  uint32_t tag_ = 1;
+};
+
+} // namespace
+
+status make_gloo_communicator(gloo::rendezvous::Store& store, int rank,
+                              int size, const gloo_options& options,
+                              std::unique_ptr<communicator>& out) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.host;
+  std::shared_ptr<gloo::transport::Device> device;
+  TUTTI_GLOO_CHECK(device = gloo::transport::tcp::CreateDevice(attr));
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(options.timeout);
+  gloo::rendezvous::PrefixStore prefixed(options.group, store);
+  TUTTI_GLOO_CHECK(context->connectFullMesh(prefixed, device));
+  out = std::make_unique<gloo_communicator>(std::move(context), options);
+  return {};
+}
+
+} // namespace tutti::comm

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what tutti needs to build and test, from Debian packages only.
+# Idempotent: apt-get update runs only when a package is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libcaf-dev libgloo-dev libopenblas-dev librocksdb-dev libmsgpack-cxx-dev
+  libboost-program-options-dev libyaml-cpp-dev libxxhash-dev catch2
+  python3 iperf3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"

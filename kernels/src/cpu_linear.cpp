@@ -1,0 +1,78 @@
+// Dense and grouped (per-expert) linear layers on OpenBLAS.
+//
+// Every product goes through cblas_?gemm with row-major layout. With BLAS
+// pinned to one thread (use_single_threaded_blas) the blocking and the
+// summation order depend only on the sizes, so results are reproducible.
+
+#include "tutti/kernels/ops.hpp"
+
+#include <cblas.h>
+
+#include "cpu_blas.hpp"
+
+namespace tutti::kernels {
+
+using detail::gemm;
+
+void use_single_threaded_blas() { openblas_set_num_threads(1); }
+
+template <class T>
+void linear_forward(const stream&, const T* x, const T* w, T* y, int64_t m,
+                    int64_t k, int64_t n) {
+  // y[m,n] = x[m,k] * w[n,k]^T
+  gemm(false, true, m, n, k, T(1), x, k, w, k, T(0), y, n);
+}
+
+template <class T>
+void linear_backward(const stream&, const T* x, const T* w, const T* dy, T* dx,
+                     T* dw, int64_t m, int64_t k, int64_t n) {
+  // dx[m,k] = dy[m,n] * w[n,k]   (overwrite; skipped for the first layer)
+  if (dx != nullptr) gemm(false, false, m, k, n, T(1), dy, n, w, k, T(0), dx, k);
+  // dw[n,k] += dy^T[n,m] * x[m,k]   (beta = 1: weight grads accumulate)
+  gemm(true, false, n, k, m, T(1), dy, n, x, k, T(1), dw, k);
+}
+
+template <class T>
+void grouped_linear_forward(const stream& s, const T* x, const T* w,
+                            const int64_t* rows, int64_t groups, T* y,
+                            int64_t k, int64_t n) {
+  int64_t offset = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    // Experts that received no rows are common; gemm skips m == 0.
+    linear_forward(s, x + offset * k, w + g * n * k, y + offset * n, rows[g], k,
+                   n);
+    offset += rows[g];
+  }
+}
+
+template <class T>
+void grouped_linear_backward(const stream& s, const T* x, const T* w,
+                             const T* dy, const int64_t* rows, int64_t groups,
+                             T* dx, T* dw, int64_t k, int64_t n) {
+  int64_t offset = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    linear_backward(s, x + offset * k, w + g * n * k, dy + offset * n,
+                    dx != nullptr ? dx + offset * k : nullptr, dw + g * n * k,
+                    rows[g], k, n);
+    offset += rows[g];
+  }
+}
+
+#define TUTTI_INSTANTIATE(T)                                                   \
+  template void linear_forward<T>(const stream&, const T*, const T*, T*,       \
+                                  int64_t, int64_t, int64_t);                  \
+  template void linear_backward<T>(const stream&, const T*, const T*,          \
+                                   const T*, T*, T*, int64_t, int64_t,         \
+                                   int64_t);                                   \
+  template void grouped_linear_forward<T>(const stream&, const T*, const T*,   \
+                                          const int64_t*, int64_t, T*,         \
+                                          int64_t, int64_t);                   \
+  template void grouped_linear_backward<T>(                                    \
+      const stream&, const T*, const T*, const T*, const int64_t*, int64_t,    \
+      T*, T*, int64_t, int64_t);
+
+TUTTI_INSTANTIATE(float)
+TUTTI_INSTANTIATE(double)
+#undef TUTTI_INSTANTIATE
+
+} // namespace tutti::kernels

@@ -1,0 +1,87 @@
+// Cross-entropy loss and the AdamW optimizer step.
+//
+// The loss and the per-row logsumexp are computed in double (max-subtracted)
+// and returned or rounded once; AdamW does each element's arithmetic in
+// double so float parameters see a single rounding per update.
+
+#include "tutti/kernels/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tutti::kernels {
+
+// A negative target (e.g. -100, Hugging Face's ignore_index for padding)
+// marks a row that contributes no loss and gets a zero gradient.
+template <class T>
+double cross_entropy_forward(const stream&, const T* logits,
+                             const int32_t* targets, T* lse, int64_t n,
+                             int64_t vocab) {
+  double loss = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const T* row = logits + i * vocab;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, double(row[j]));
+    double acc = 0.0;
+    for (int64_t j = 0; j < vocab; ++j) acc += std::exp(double(row[j]) - mx);
+    const double l = mx + std::log(acc);
+    lse[i] = T(l);
+    if (targets[i] >= 0) loss += l - double(row[targets[i]]);
+  }
+  return loss;
+}
+
+template <class T>
+void cross_entropy_backward(const stream&, const T* logits,
+                            const int32_t* targets, const T* lse, T* dlogits,
+                            int64_t n, int64_t vocab, T scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* row = logits + i * vocab;
+    T* d = dlogits + i * vocab;
+    if (targets[i] < 0) {
+      std::fill(d, d + vocab, T(0));
+      continue;
+    }
+    const double l = double(lse[i]), sc = double(scale);
+    for (int64_t j = 0; j < vocab; ++j) d[j] = T(sc * std::exp(double(row[j]) - l));
+    d[targets[i]] = T(sc * (std::exp(double(row[targets[i]]) - l) - 1.0));
+  }
+}
+
+// PyTorch AdamW: param *= 1 - lr * wd (decoupled decay on the old value),
+// then param -= lr * mhat / (sqrt(vhat) + eps).
+template <class T>
+void adamw_step(const stream&, T* param, const T* grad, T* m, T* v, int64_t n,
+                double lr, double beta1, double beta2, double eps,
+                double weight_decay, int64_t step, double grad_scale) {
+  const double bc1 = 1.0 - std::pow(beta1, double(step));
+  const double bc2 = 1.0 - std::pow(beta2, double(step));
+  const double decay = 1.0 - lr * weight_decay;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = double(grad[i]) * grad_scale;
+    const double mi = beta1 * double(m[i]) + (1.0 - beta1) * g;
+    const double vi = beta2 * double(v[i]) + (1.0 - beta2) * g * g;
+    m[i] = T(mi);
+    v[i] = T(vi);
+    const double p = double(param[i]) * decay;
+    param[i] = T(p - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps));
+  }
+}
+
+#define TUTTI_INSTANTIATE(T)                                                   \
+  template double cross_entropy_forward<T>(const stream&, const T*,            \
+                                           const int32_t*, T*, int64_t,        \
+                                           int64_t);                           \
+  template void cross_entropy_backward<T>(const stream&, const T*,             \
+                                          const int32_t*, const T*, T*,        \
+                                          int64_t, int64_t, T);                \
+  template void adamw_step<T>(const stream&, T*, const T*, T*, T*, int64_t,    \
+                              double, double, double, double, double, int64_t, \
+                              double);
+
+TUTTI_INSTANTIATE(float)
+TUTTI_INSTANTIATE(double)
+#undef TUTTI_INSTANTIATE
+
+} // namespace tutti::kernels

@@ -1,0 +1,48 @@
+#pragma once
+// The SwiGLU experts of one shard: y = w2 (silu(w1 x) * (w3 x)), each expert
+// on its own contiguous block of rows (the grouped GEMM of the MoE block).
+// Keeps what backward needs, per layer, between forward and backward.
+
+#include <cstdint>
+#include <vector>
+
+#include "tutti/kernels/stream.hpp"
+#include "tutti/model/param_layout.hpp"
+
+namespace tutti::model {
+
+// Views into the shard's flat buffers for one layer.
+struct expert_block {
+  const float* w1; // [experts, F, D]
+  const float* w3; // [experts, F, D]
+  const float* w2; // [experts, D, F]
+  float* dw1;
+  float* dw3;
+  float* dw2;
+};
+
+class expert_ffn {
+public:
+  expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
+             int64_t intermediate);
+
+  // rows[j] rows of x belong to local expert j, in order. y is [sum rows, D].
+  void forward(const kernels::stream& s, int64_t layer, const expert_block& w,
+               const float* x, const int64_t* rows, float* y);
+
+  // Gradients of the last forward of `layer`: dx overwritten, weight
+  // gradients accumulated.
+  void backward(const kernels::stream& s, int64_t layer,
+                const expert_block& w, const float* dy, float* dx);
+
+private:
+  struct saved {
+    std::vector<int64_t> rows;
+    std::vector<float> x, a, b, h;
+  };
+  int64_t experts_, hidden_, intermediate_;
+  std::vector<saved> saved_;
+  std::vector<float> dh_, da_, db_, dx_tmp_;
+};
+
+} // namespace tutti::model

@@ -1,0 +1,102 @@
+#pragma once
+// One rank's share of the Mixtral model: the replicated dense weights with
+// their gradients and AdamW state, the activations of the current step, and
+// the MoE plumbing (route, dispatch over the EP group, experts through an
+// expert_executor, combine). Blocking: runs on the rank's own thread.
+
+#include <cstdint>
+#include <vector>
+
+#include "tutti/comm/communicator.hpp"
+#include "tutti/kernels/stream.hpp"
+#include "tutti/model/expert_executor.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/model/step_stats.hpp"
+#include "tutti/protocol/job_config.hpp"
+
+namespace tutti::model {
+
+// The communicators one rank takes part in. ep may equal world;
+// expert_dp (ranks holding the same experts) is null when it has one member.
+struct comm_groups {
+  comm::communicator* world = nullptr;
+  comm::communicator* ep = nullptr;
+  comm::communicator* expert_dp = nullptr;
+};
+
+// Learning rate at 1-based `step`: linear warmup, then cosine to min_lr.
+double learning_rate(const train_config& t, int64_t step);
+
+class rank_model {
+public:
+  rank_model(const job_config& cfg, comm_groups comms,
+             expert_executor& experts);
+
+  // Forward and backward of one local batch ([seqs, seq_len] inputs and
+  // targets); accumulates gradients. Fills loss, aux, z, tokens, dropped,
+  // expert counts and timers of `stats` (global values).
+  status train_step(const int32_t* inputs, const int32_t* targets,
+                    int64_t seqs, step_stats& stats);
+
+  // Forward only; returns global cross-entropy sum and token count.
+  status evaluate(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                  double& loss_sum, int64_t& tokens, step_timers& time);
+
+  // All-reduces dense gradients over world; returns their squared norm.
+  status reduce_dense_grads(double& sum_squares, step_timers& time);
+
+  // AdamW on the dense weights with the clipping factor; zeroes gradients;
+  // applies the router-bias update from this step's global counts.
+  void apply_optimizer(int64_t step, double lr, double grad_scale);
+
+  const param_layout& layout() const { return layout_; }
+  std::vector<float>& params() { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  std::vector<float>& adam_m() { return m_; }
+  std::vector<float>& adam_v() { return v_; }
+  std::vector<float>& router_bias() { return router_bias_; }
+
+private:
+  struct layer_acts {
+    std::vector<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2,
+      rstd2, logits, rprobs, gate, y_rows;
+    std::vector<int32_t> topk_orig, topk_kept, slot_of_row;
+    std::vector<int64_t> send_counts, recv_counts, recv_expert_counts,
+      rows_per_expert, src_index, counts_global;
+    int64_t rows = 0, recv_rows = 0;
+    std::vector<double> fraction_d;
+    std::vector<float> fraction;
+  };
+
+  status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                 double& ce_sum, step_stats* stats, step_timers& time);
+  status backward(const int32_t* targets, int64_t seqs, step_timers& time);
+
+  status attention_forward(int64_t l, int64_t seqs);
+  void attention_backward(int64_t l, int64_t seqs, std::vector<float>& dx);
+  status moe_forward(int64_t l, int64_t n, step_stats* stats,
+                     step_timers& time);
+  status moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
+                      step_timers& time);
+
+  float* param(const std::string& name);
+  float* grad(const std::string& name);
+  std::string layer_name(int64_t l, const char* suffix) const;
+
+  job_config cfg_;
+  comm_groups comms_;
+  expert_executor& experts_;
+  kernels::stream stream_;
+  param_layout layout_;
+  std::vector<float> params_, grads_, m_, v_;
+  std::vector<float> router_bias_; // [layers, experts]; selection only
+  std::vector<layer_acts> acts_;
+  std::vector<int32_t> inputs_;
+  std::vector<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
+  // backward scratch
+  std::vector<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_,
+    drows_, drecv_, dgate_, dexp_in_, dexp_out_;
+  int64_t global_tokens_ = 0;
+};
+
+} // namespace tutti::model

@@ -1,0 +1,42 @@
+#pragma once
+// What one step measured, before it is reported.
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace tutti::model {
+
+struct step_timers {
+  double compute_s = 0, alltoall_s = 0, allreduce_s = 0;
+};
+
+// Adds the wall time of its scope to one of the step_timers' fields.
+class scoped_timer {
+public:
+  explicit scoped_timer(double& sink)
+    : sink_(sink), start_(std::chrono::steady_clock::now()) {}
+  ~scoped_timer() {
+    sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                           - start_)
+               .count();
+  }
+
+private:
+  double& sink_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+struct step_stats {
+  double loss = 0;      // mean cross-entropy over the global batch
+  double aux_loss = 0;  // Switch loss, summed over layers
+  double z_loss = 0;    // router z-loss, summed over layers
+  double grad_norm = 0; // before clipping
+  double lr = 0;
+  int64_t tokens = 0;          // global tokens this step
+  int64_t dropped_tokens = 0;  // global (token, expert) assignments dropped
+  std::vector<int64_t> expert_counts; // [layer][expert], global, pre-drop
+  step_timers time;
+};
+
+} // namespace tutti::model

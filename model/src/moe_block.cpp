@@ -1,0 +1,220 @@
+// The MoE half of a decoder layer: route, dispatch over the EP group,
+// experts (through the expert_executor), combine. Expert-parallel layout:
+// EP member p holds experts [p*L, (p+1)*L), L = experts / ep_size.
+
+#include <numeric>
+
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/rank_model.hpp"
+
+namespace tutti::model {
+
+namespace k = tutti::kernels;
+
+namespace {
+
+// Rows of the dispatch buffers are hidden-size vectors of float.
+std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
+  std::vector<int64_t> out(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    out[i] = counts[i] * d;
+  return out;
+}
+
+} // namespace
+
+status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
+                               step_timers& time) {
+  const auto& m = cfg_.model;
+  const auto& e = cfg_.moe;
+  auto& a = acts_[l];
+  const int64_t d = m.hidden_size, E = e.num_experts, K = e.router_top_k;
+  const int64_t P = comms_.ep->size(), L = E / P;
+  float* out = l + 1 < m.num_hidden_layers ? acts_[l + 1].x_in.data()
+                                           : x_final_.data();
+  const float temperature = static_cast<float>(e.router_temperature);
+
+  k::rmsnorm_forward(stream_, a.x_mid.data(),
+                     param(layer_name(l, "post_attention_layernorm.weight")),
+                     a.xn2.data(), a.rstd2.data(), n, d,
+                     static_cast<float>(m.rms_norm_eps));
+  k::linear_forward(stream_, a.xn2.data(),
+                    param(layer_name(l, "block_sparse_moe.gate.weight")),
+                    a.logits.data(), n, d, E);
+  k::router_topk_forward(stream_, a.logits.data(), router_bias_.data() + l * E,
+                         a.topk_orig.data(), a.gate.data(), a.rprobs.data(), n,
+                         E, K, temperature);
+
+  if (stats) {
+    // Global pre-drop counts: the f_i of the Switch loss and the load that
+    // bias balancing reacts to, over the whole global batch (so the loss
+    // does not depend on how the batch is split over ranks).
+    std::fill(a.counts_global.begin(), a.counts_global.end(), 0);
+    for (int64_t i = 0; i < n * K; ++i)
+      a.counts_global[a.topk_orig[i]] += 1;
+    {
+      scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(
+        comms_.world->all_reduce_sum(a.counts_global.data(), E));
+    }
+    for (int64_t i = 0; i < E; ++i) {
+      a.fraction[i] = static_cast<float>(
+        static_cast<double>(a.counts_global[i])
+        / (static_cast<double>(global_tokens_) * K));
+      stats->expert_counts[l * E + i] = a.counts_global[i];
+    }
+    if (e.aux_loss_coeff > 0)
+      stats->aux_loss += k::switch_loss_forward(stream_, a.rprobs.data(),
+                                                a.fraction.data(), n, E,
+                                                e.aux_loss_coeff,
+                                                global_tokens_);
+    if (e.z_loss_coeff > 0)
+      stats->z_loss += k::z_loss_forward(stream_, a.logits.data(), n, E,
+                                         e.z_loss_coeff, global_tokens_);
+  }
+
+  // Capacity is per rank and expert, over this rank's tokens.
+  a.topk_kept = a.topk_orig;
+  std::vector<int64_t> kept(E);
+  const int64_t capacity = k::expert_capacity(e.capacity_factor, n, K, E);
+  const int64_t dropped = k::apply_capacity(stream_, a.topk_kept.data(),
+                                            a.gate.data(), kept.data(), n, E,
+                                            K, capacity);
+  if (stats)
+    stats->dropped_tokens += dropped;
+  a.rows = k::permute_plan(stream_, a.topk_kept.data(), n, E, K,
+                           a.slot_of_row.data(), kept.data());
+
+  // Exchange the per-expert counts, then the rows.
+  a.recv_expert_counts.assign(P * L, 0);
+  {
+    scoped_timer t(time.alltoall_s);
+    TUTTI_RETURN_IF_ERROR(
+      comms_.ep->all_to_all(kept.data(), a.recv_expert_counts.data(), L));
+  }
+  a.send_counts.assign(P, 0);
+  a.recv_counts.assign(P, 0);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < L; ++j) {
+      a.send_counts[p] += kept[p * L + j];
+      a.recv_counts[p] += a.recv_expert_counts[p * L + j];
+    }
+  a.recv_rows = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(),
+                                int64_t{0});
+
+  drows_.resize(std::max<int64_t>(a.rows, 1) * d);
+  drecv_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
+                  a.rows, K, d);
+  {
+    scoped_timer t(time.alltoall_s);
+    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
+      drows_.data(), times(a.send_counts, d), drecv_.data(),
+      times(a.recv_counts, d), sizeof(float)));
+  }
+
+  // Regroup the received rows from source-major to expert-major.
+  a.src_index.resize(a.recv_rows);
+  a.rows_per_expert.assign(L, 0);
+  std::vector<int64_t> source_start(P, 0);
+  for (int64_t p = 1; p < P; ++p)
+    source_start[p] = source_start[p - 1] + a.recv_counts[p - 1];
+  int64_t i = 0;
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t start = source_start[p];
+      for (int64_t jj = 0; jj < j; ++jj)
+        start += a.recv_expert_counts[p * L + jj];
+      const int64_t count = a.recv_expert_counts[p * L + j];
+      for (int64_t r = 0; r < count; ++r)
+        a.src_index[i++] = start + r;
+      a.rows_per_expert[j] += count;
+    }
+  dexp_in_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_out_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
+                 a.recv_rows, d);
+  TUTTI_RETURN_IF_ERROR(experts_.forward(l, dexp_in_.data(),
+                                         a.rows_per_expert.data(), a.recv_rows,
+                                         dexp_out_.data()));
+  k::scatter_rows(stream_, dexp_out_.data(), a.src_index.data(), drecv_.data(),
+                  a.recv_rows, d);
+  a.y_rows.resize(std::max<int64_t>(a.rows, 1) * d);
+  {
+    scoped_timer t(time.alltoall_s);
+    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
+      drecv_.data(), times(a.recv_counts, d), a.y_rows.data(),
+      times(a.send_counts, d), sizeof(float)));
+  }
+  k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(),
+                       a.gate.data(), out, a.rows, n, K, d);
+  k::axpy(stream_, 1.0f, a.x_mid.data(), out, n * d);
+  return {};
+}
+
+// dx: gradient of the layer's output in, gradient of x_mid out.
+status rank_model::moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
+                                step_timers& time) {
+  const auto& m = cfg_.model;
+  const auto& e = cfg_.moe;
+  auto& a = acts_[l];
+  const int64_t d = m.hidden_size, E = e.num_experts, K = e.router_top_k;
+  const float temperature = static_cast<float>(e.router_temperature);
+  dgate_.resize(n * K);
+  drows_.resize(std::max<int64_t>(a.rows, 1) * d);
+  drecv_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_in_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_out_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+
+  k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
+                                a.slot_of_row.data(), a.gate.data(),
+                                drows_.data(), dgate_.data(), a.rows, n, K, d);
+  {
+    scoped_timer t(time.alltoall_s);
+    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
+      drows_.data(), times(a.send_counts, d), drecv_.data(),
+      times(a.recv_counts, d), sizeof(float)));
+  }
+  k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
+                 a.recv_rows, d);
+  TUTTI_RETURN_IF_ERROR(
+    experts_.backward(l, dexp_out_.data(), a.recv_rows, dexp_in_.data()));
+  k::scatter_rows(stream_, dexp_in_.data(), a.src_index.data(), drecv_.data(),
+                  a.recv_rows, d);
+  {
+    scoped_timer t(time.alltoall_s);
+    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
+      drecv_.data(), times(a.recv_counts, d), drows_.data(),
+      times(a.send_counts, d), sizeof(float)));
+  }
+
+  dtmp_.assign(n * d, 0.0f);
+  dtmp2_.resize(n * d);
+  k::permute_rows_backward(stream_, drows_.data(), a.slot_of_row.data(),
+                           dtmp_.data(), a.rows, K, d);
+  dlogits_.resize(n * E);
+  k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
+                          dgate_.data(), dlogits_.data(), n, E, K, temperature);
+  if (e.aux_loss_coeff > 0)
+    k::switch_loss_backward(stream_, a.rprobs.data(), a.fraction.data(),
+                            dlogits_.data(), n, E, e.aux_loss_coeff,
+                            global_tokens_, temperature);
+  if (e.z_loss_coeff > 0)
+    k::z_loss_backward(stream_, a.logits.data(), dlogits_.data(), n, E,
+                       e.z_loss_coeff, global_tokens_);
+  k::linear_backward(stream_, a.xn2.data(),
+                     param(layer_name(l, "block_sparse_moe.gate.weight")),
+                     dlogits_.data(), dtmp2_.data(),
+                     grad(layer_name(l, "block_sparse_moe.gate.weight")), n, d,
+                     E);
+  k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
+  k::rmsnorm_backward(stream_, a.x_mid.data(),
+                      param(layer_name(l, "post_attention_layernorm.weight")),
+                      a.rstd2.data(), dtmp_.data(), dtmp2_.data(),
+                      grad(layer_name(l, "post_attention_layernorm.weight")), n,
+                      d);
+  k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
+  return {};
+}
+
+} // namespace tutti::model

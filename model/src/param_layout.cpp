@@ -1,0 +1,126 @@
+#include "tutti/model/param_layout.hpp"
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+namespace tutti::model {
+
+const tensor_spec& param_layout::add(std::string name,
+                                     std::vector<int64_t> shape) {
+  int64_t numel = 1;
+  for (auto d : shape)
+    numel *= d;
+  tensors_.push_back({std::move(name), std::move(shape), total_, numel});
+  total_ += numel;
+  return tensors_.back();
+}
+
+const tensor_spec& param_layout::at(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name)
+      return t;
+  throw std::out_of_range("no tensor named " + name);
+}
+
+param_layout dense_layout(const model_config& m, const moe_config& e) {
+  param_layout p;
+  const int64_t d = m.hidden_size, hd = m.head_dim();
+  p.add("model.embed_tokens.weight", {m.vocab_size, d});
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    auto pre = "model.layers." + std::to_string(l) + ".";
+    p.add(pre + "input_layernorm.weight", {d});
+    p.add(pre + "self_attn.q_proj.weight", {m.num_attention_heads * hd, d});
+    p.add(pre + "self_attn.k_proj.weight", {m.num_key_value_heads * hd, d});
+    p.add(pre + "self_attn.v_proj.weight", {m.num_key_value_heads * hd, d});
+    p.add(pre + "self_attn.o_proj.weight", {d, m.num_attention_heads * hd});
+    p.add(pre + "post_attention_layernorm.weight", {d});
+    p.add(pre + "block_sparse_moe.gate.weight", {e.num_experts, d});
+  }
+  p.add("model.norm.weight", {d});
+  p.add("lm_head.weight", {m.vocab_size, d});
+  return p;
+}
+
+std::string expert_block_name(int64_t layer, const char* which) {
+  return "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts."
+         + which;
+}
+
+param_layout expert_layout(const model_config& m, int64_t first_expert,
+                           int64_t count) {
+  (void) first_expert;
+  param_layout p;
+  const int64_t d = m.hidden_size, f = m.intermediate_size;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    p.add(expert_block_name(l, "w1"), {count, f, d});
+    p.add(expert_block_name(l, "w3"), {count, f, d});
+    p.add(expert_block_name(l, "w2"), {count, d, f});
+  }
+  return p;
+}
+
+namespace {
+
+// FNV-1a: a stable per-name seed on every platform.
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Box-Muller over mt19937_64 bits: the same numbers on every standard
+// library (std::normal_distribution is implementation-defined).
+void fill_normal(float* out, int64_t n, uint64_t seed, double std) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return ((rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = uniform(), u2 = uniform();
+    double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = static_cast<float>(std * r * std::cos(2 * M_PI * u2));
+    if (i + 1 < n)
+      out[i + 1] = static_cast<float>(std * r * std::sin(2 * M_PI * u2));
+  }
+}
+
+bool is_norm(const std::string& name) {
+  return name.find("norm") != std::string::npos;
+}
+
+} // namespace
+
+void init_params(const param_layout& layout, float* values, uint64_t seed,
+                 double std) {
+  for (const auto& t : layout.tensors()) {
+    if (is_norm(t.name)) {
+      for (int64_t i = 0; i < t.numel; ++i)
+        values[t.offset + i] = 1.0f;
+    } else {
+      fill_normal(values + t.offset, t.numel, name_seed(seed, t.name), std);
+    }
+  }
+}
+
+void init_expert_params(const param_layout& layout, float* values,
+                        const model_config& m, int64_t first_expert,
+                        int64_t count, uint64_t seed, double std) {
+  const int64_t per = m.intermediate_size * m.hidden_size;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    for (const char* which : {"w1", "w3", "w2"}) {
+      const auto& block = layout.at(expert_block_name(l, which));
+      for (int64_t j = 0; j < count; ++j) {
+        auto name = "model.layers." + std::to_string(l)
+                    + ".block_sparse_moe.experts."
+                    + std::to_string(first_expert + j) + "." + which
+                    + ".weight";
+        fill_normal(values + block.offset + j * per, per,
+                    name_seed(seed, name), std);
+      }
+    }
+  }
+}
+
+} // namespace tutti::model

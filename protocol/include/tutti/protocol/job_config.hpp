@@ -1,0 +1,101 @@
+#pragma once
+// The job spec: everything a cluster agrees on before a step runs. Parsed
+// from YAML by load_job_config(); every key is checked (unknown keys, wrong
+// types and impossible combinations are refused with one line naming the key).
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tutti {
+
+struct cluster_config {
+  int64_t world_size = 1;
+  int64_t nnodes = 1;
+  int64_t nproc_per_node = 1;
+  std::string communication_backend = "gloo"; // gloo | nccl
+  int64_t ep_size = 0;                        // 0 = world_size
+  int64_t tensor_model_parallel_size = 1;     // only 1 for now
+  int64_t pipeline_model_parallel_size = 1;   // only 1 for now
+  std::string host = "127.0.0.1";             // address the data plane binds to
+  int64_t collective_timeout_ms = 60000;
+};
+
+struct model_config {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  double rope_theta = 10000.0;
+  int64_t max_seq_len = 0;
+  double rms_norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+struct moe_config {
+  int64_t num_experts = 0;
+  int64_t router_top_k = 0;
+  double router_temperature = 1.0;
+  double capacity_factor = 0.0; // 0 = dropless
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  double bias_update_rate = 0.0; // 0 = off
+};
+
+struct train_config {
+  int64_t steps = 0;
+  int64_t global_batch_size = 0; // sequences per step, over all ranks
+  int64_t seq_len = 0;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0; // 0 = off
+  uint64_t seed = 1234;
+  int64_t eval_interval = 0; // 0 = only at the end
+  int64_t eval_sequences = 0; // held-out sequences per evaluation
+  int64_t log_interval = 1;
+};
+
+struct data_config {
+  std::string dir;
+  bool shard_per_rank = false;
+  int64_t prefetch = 2;
+};
+
+struct run_config {
+  std::string dir;
+};
+
+struct job_config {
+  cluster_config cluster;
+  model_config model;
+  moe_config moe;
+  train_config train;
+  data_config data;
+  run_config run;
+  std::string source_path; // the file it came from, for messages
+
+  int64_t ep_size() const { return cluster.ep_size; }
+  int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
+};
+
+// A refused config: what() is one line naming the key and why.
+struct config_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Loads and validates; throws config_error. Relative paths in data.dir and
+// run.dir are kept as written (relative to the working directory).
+job_config load_job_config(const std::string& path);
+job_config parse_job_config(const std::string& yaml_text,
+                            const std::string& source_name);
+
+} // namespace tutti

@@ -1,0 +1,52 @@
+#pragma once
+// Messages that never leave their process: they carry pointers to buffers
+// owned by the sender, valid until the receiver replies.
+
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace tutti {
+
+// One call into an expert shard: forward (x -> y) or backward (dy -> dx)
+// of one layer's local experts on rows in expert-major order.
+struct expert_task {
+  int64_t layer = 0;
+  const float* input = nullptr;
+  float* output = nullptr;
+  const int64_t* rows_per_expert = nullptr; // forward only
+  int64_t rows = 0;
+};
+using expert_task_ptr = std::shared_ptr<expert_task>;
+
+// The shard's gradient buffer, lent to its rank for the collective.
+struct grad_view {
+  float* data = nullptr;
+  int64_t size = 0;
+};
+
+// AdamW arguments for the shard's experts.
+struct optimizer_args {
+  int64_t step = 0;
+  double lr = 0;
+  double grad_scale = 1;
+};
+
+// A batch from a data loader: [seqs, seq_len] inputs and targets.
+struct token_batch {
+  int64_t step = 0;
+  int64_t seqs = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+using token_batch_ptr = std::shared_ptr<const token_batch>;
+
+} // namespace tutti
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::expert_task_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::grad_view)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::optimizer_args)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::token_batch_ptr)

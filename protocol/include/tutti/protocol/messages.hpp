@@ -1,0 +1,44 @@
+#pragma once
+// Messages that can cross a node boundary: plain structs with an inspect
+// overload each (CAF serialises them through it).
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+// One rank's account of one finished step. Loss, aux/z loss, grad norm,
+// tokens, dropped and expert counts are global (identical on all ranks);
+// the times are this rank's.
+struct step_report {
+  int64_t step = 0;
+  int32_t rank = 0;
+  double loss = 0;
+  double aux_loss = 0;
+  double z_loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  int64_t tokens = 0;
+  int64_t dropped_tokens = 0;
+  std::vector<int64_t> expert_counts; // [layer][expert]
+  double time_compute_s = 0;
+  double time_alltoall_s = 0;
+  double time_allreduce_s = 0;
+  double time_other_s = 0;
+  double step_time_s = 0;
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_report& x) {
+  return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
+           x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
+           x.expert_counts, x.time_compute_s, x.time_alltoall_s,
+           x.time_allreduce_s, x.time_other_s, x.step_time_s, x.eval_loss);
+}
+
+} // namespace tutti

@@ -1,0 +1,44 @@
+#pragma once
+// The one CAF type ID block of tutti: every message type and atom.
+
+#include <caf/type_id.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tutti/protocol/local_messages.hpp"
+#include "tutti/protocol/messages.hpp"
+
+CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
+
+  CAF_ADD_TYPE_ID(tutti, (tutti::step_report))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<std::string>))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
+
+  // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
+  CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
+  CAF_ADD_ATOM(tutti, tutti, store_get_atom, "store_get")
+  CAF_ADD_ATOM(tutti, tutti, store_wait_atom, "store_wait")
+
+  // Job lifecycle.
+  CAF_ADD_ATOM(tutti, tutti, rank_done_atom, "rank_done")
+  CAF_ADD_ATOM(tutti, tutti, rank_fail_atom, "rank_fail")
+  CAF_ADD_ATOM(tutti, tutti, job_done_atom, "job_done")
+  CAF_ADD_ATOM(tutti, tutti, escalate_atom, "escalate")
+  CAF_ADD_ATOM(tutti, tutti, stop_atom, "stop")
+
+  // Rank <-> expert shard (local).
+  CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")
+  CAF_ADD_ATOM(tutti, tutti, expert_bwd_atom, "expert_bwd")
+  CAF_ADD_ATOM(tutti, tutti, grads_atom, "grads")
+  CAF_ADD_ATOM(tutti, tutti, optimize_atom, "optimize")
+
+  // Rank <-> data loader (local).
+  CAF_ADD_ATOM(tutti, tutti, next_batch_atom, "next_batch")
+  CAF_ADD_ATOM(tutti, tutti, eval_batch_atom, "eval_batch")
+  CAF_ADD_ATOM(tutti, tutti, prefetch_atom, "prefetch")
+
+  // Metrics.
+  CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
+
+CAF_END_TYPE_ID_BLOCK(tutti)

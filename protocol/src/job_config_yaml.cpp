@@ -1,0 +1,315 @@
+// YAML -> job_config, strictly: every key known, every value of its type,
+// every combination possible. One line per refusal, naming the key.
+
+#include "tutti/protocol/job_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tutti {
+namespace {
+
+[[noreturn]] void refuse(const std::string& key, const std::string& why) {
+  throw config_error(key + ": " + why);
+}
+
+// Reads one mapping section and remembers which keys were read, so that
+// whatever is left over can be refused as unknown.
+class section {
+public:
+  section(const YAML::Node& root, std::string name, bool required)
+    : name_(std::move(name)) {
+    node_ = root[name_];
+    if (!node_ || node_.IsNull()) {
+      if (required)
+        refuse(name_, "missing section");
+      return;
+    }
+    if (!node_.IsMap())
+      refuse(name_, "expected a mapping of keys");
+  }
+
+  template <class T>
+  void read(const std::string& key, T& out, bool required = false) {
+    seen_.insert(key);
+    if (!node_ || !node_.IsMap())
+      return;
+    auto value = node_[key];
+    if (!value || value.IsNull()) {
+      if (required)
+        refuse(path(key), "missing");
+      return;
+    }
+    if (!value.IsScalar())
+      refuse(path(key), "expected " + type_name<T>() + ", got a "
+                          + (value.IsMap() ? "mapping" : "list"));
+    try {
+      out = convert<T>(value);
+    } catch (const YAML::Exception&) {
+      refuse(path(key), "expected " + type_name<T>() + ", got '"
+                          + value.Scalar() + "'");
+    }
+  }
+
+  // Refuses the first key that was never read.
+  void finish() const {
+    if (!node_ || !node_.IsMap())
+      return;
+    for (const auto& kv : node_) {
+      auto key = kv.first.as<std::string>();
+      if (!seen_.count(key))
+        refuse(path(key), "unknown key");
+    }
+  }
+
+  std::string path(const std::string& key) const { return name_ + "." + key; }
+
+private:
+  template <class T>
+  static T convert(const YAML::Node& value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return value.as<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      // yaml-cpp accepts "1.5" as an integer by truncation in some versions;
+      // refuse anything that is not written as a whole number.
+      const auto& text = value.Scalar();
+      if (text.find_first_of(".eE") != std::string::npos)
+        throw YAML::TypedBadConversion<T>(value.Mark());
+      return value.as<T>();
+    } else {
+      return value.as<T>();
+    }
+  }
+
+  template <class T>
+  static std::string type_name() {
+    if constexpr (std::is_same_v<T, bool>)
+      return "true or false";
+    else if constexpr (std::is_integral_v<T>)
+      return "an integer";
+    else if constexpr (std::is_floating_point_v<T>)
+      return "a number";
+    else
+      return "a string";
+  }
+
+  std::string name_;
+  YAML::Node node_;
+  std::set<std::string> seen_;
+};
+
+void require(bool ok, const std::string& key, const std::string& why) {
+  if (!ok)
+    refuse(key, why);
+}
+
+void validate(const job_config& c) {
+  const auto& cl = c.cluster;
+  const auto& m = c.model;
+  const auto& e = c.moe;
+  const auto& t = c.train;
+  require(cl.world_size >= 1, "cluster_config.world_size", "must be >= 1");
+  require(cl.nnodes >= 1, "cluster_config.nnodes", "must be >= 1");
+  require(cl.nproc_per_node >= 1, "cluster_config.nproc_per_node",
+          "must be >= 1");
+  require(cl.world_size == cl.nnodes * cl.nproc_per_node,
+          "cluster_config.world_size",
+          "must equal nnodes * nproc_per_node ("
+            + std::to_string(cl.nnodes) + " * "
+            + std::to_string(cl.nproc_per_node) + " = "
+            + std::to_string(cl.nnodes * cl.nproc_per_node) + "), got "
+            + std::to_string(cl.world_size));
+  require(cl.communication_backend == "gloo"
+            || cl.communication_backend == "nccl",
+          "cluster_config.communication_backend",
+          "must be gloo or nccl, got '" + cl.communication_backend + "'");
+  require(cl.tensor_model_parallel_size == 1,
+          "cluster_config.tensor_model_parallel_size",
+          "tensor parallelism is not supported yet; must be 1");
+  require(cl.pipeline_model_parallel_size == 1,
+          "cluster_config.pipeline_model_parallel_size",
+          "pipeline parallelism is not supported yet; must be 1");
+  require(cl.ep_size >= 1 && cl.world_size % cl.ep_size == 0,
+          "cluster_config.ep_size",
+          "must divide world_size " + std::to_string(cl.world_size)
+            + ", got " + std::to_string(cl.ep_size));
+  require(cl.collective_timeout_ms > 0, "cluster_config.collective_timeout_ms",
+          "must be > 0");
+
+  require(m.vocab_size >= 2, "model.vocab_size", "must be >= 2");
+  require(m.hidden_size >= 1, "model.hidden_size", "must be >= 1");
+  require(m.intermediate_size >= 1, "model.intermediate_size", "must be >= 1");
+  require(m.num_hidden_layers >= 1, "model.num_hidden_layers", "must be >= 1");
+  require(m.num_attention_heads >= 1, "model.num_attention_heads",
+          "must be >= 1");
+  require(m.num_key_value_heads >= 1, "model.num_key_value_heads",
+          "must be >= 1");
+  require(m.num_attention_heads % m.num_key_value_heads == 0,
+          "model.num_attention_heads",
+          "must be a multiple of num_key_value_heads ("
+            + std::to_string(m.num_attention_heads) + " % "
+            + std::to_string(m.num_key_value_heads) + " != 0)");
+  require(m.hidden_size % m.num_attention_heads == 0, "model.hidden_size",
+          "must be a multiple of num_attention_heads");
+  require(m.head_dim() % 2 == 0, "model.hidden_size",
+          "head dimension (hidden_size / num_attention_heads) must be even "
+          "for rotary embedding");
+  require(m.rope_theta > 0, "model.rope_theta", "must be > 0");
+  require(m.max_seq_len >= 1, "model.max_seq_len", "must be >= 1");
+  require(m.rms_norm_eps > 0, "model.rms_norm_eps", "must be > 0");
+  require(m.init_std > 0, "model.init_std", "must be > 0");
+
+  require(e.num_experts >= 1, "moe_config.num_experts", "must be >= 1");
+  require(e.router_top_k >= 1, "moe_config.router_top_k", "must be >= 1");
+  require(e.router_top_k <= e.num_experts, "moe_config.router_top_k",
+          "must be <= num_experts (" + std::to_string(e.router_top_k) + " > "
+            + std::to_string(e.num_experts) + ")");
+  require(e.num_experts % cl.ep_size == 0, "moe_config.num_experts",
+          "must be divisible by ep_size (" + std::to_string(e.num_experts)
+            + " % " + std::to_string(cl.ep_size) + " != 0)");
+  require(e.router_temperature > 0, "moe_config.router_temperature",
+          "must be > 0");
+  require(e.capacity_factor >= 0, "moe_config.capacity_factor",
+          "must be >= 0 (0 = dropless)");
+  require(e.aux_loss_coeff >= 0, "moe_config.aux_loss_coeff", "must be >= 0");
+  require(e.z_loss_coeff >= 0, "moe_config.z_loss_coeff", "must be >= 0");
+  require(e.bias_update_rate >= 0, "moe_config.bias_update_rate",
+          "must be >= 0 (0 = off)");
+
+  require(t.steps >= 1, "train.steps", "must be >= 1");
+  require(t.seq_len >= 1, "train.seq_len", "must be >= 1");
+  require(t.seq_len <= m.max_seq_len, "train.seq_len",
+          "must be <= model.max_seq_len");
+  require(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1");
+  require(t.global_batch_size % cl.world_size == 0, "train.global_batch_size",
+          "must be divisible by world_size ("
+            + std::to_string(t.global_batch_size) + " % "
+            + std::to_string(cl.world_size) + " != 0)");
+  require(t.lr > 0, "train.lr", "must be > 0");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr",
+          "must be in [0, lr]");
+  require(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
+  require(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)");
+  require(t.eps > 0, "train.eps", "must be > 0");
+  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
+  require(t.eval_interval >= 0, "train.eval_interval", "must be >= 0");
+  require(t.eval_sequences >= 0 && t.eval_sequences % cl.world_size == 0,
+          "train.eval_sequences",
+          "must be >= 0 and divisible by world_size");
+  require(t.log_interval >= 1, "train.log_interval", "must be >= 1");
+
+  require(!c.data.dir.empty(), "data.dir", "missing");
+  require(c.data.prefetch >= 1, "data.prefetch", "must be >= 1");
+  require(!c.run.dir.empty(), "run.dir", "missing");
+}
+
+} // namespace
+
+job_config parse_job_config(const std::string& yaml_text,
+                            const std::string& source_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& ex) {
+    throw config_error(source_name + ": not valid YAML: " + ex.what());
+  }
+  if (!root.IsMap())
+    throw config_error(source_name + ": expected a mapping of sections");
+
+  job_config c;
+  c.source_path = source_name;
+  static const std::set<std::string> sections{
+    "cluster_config", "model", "moe_config", "train", "data", "run"};
+  for (const auto& kv : root) {
+    auto name = kv.first.as<std::string>();
+    if (!sections.count(name))
+      refuse(name, "unknown section");
+  }
+
+  section cl(root, "cluster_config", false);
+  cl.read("world_size", c.cluster.world_size);
+  cl.read("nnodes", c.cluster.nnodes);
+  cl.read("nproc_per_node", c.cluster.nproc_per_node);
+  cl.read("communication_backend", c.cluster.communication_backend);
+  cl.read("ep_size", c.cluster.ep_size);
+  cl.read("tensor_model_parallel_size", c.cluster.tensor_model_parallel_size);
+  cl.read("pipeline_model_parallel_size",
+          c.cluster.pipeline_model_parallel_size);
+  cl.read("host", c.cluster.host);
+  cl.read("collective_timeout_ms", c.cluster.collective_timeout_ms);
+  cl.finish();
+  if (c.cluster.ep_size == 0)
+    c.cluster.ep_size = c.cluster.world_size;
+
+  section m(root, "model", true);
+  m.read("vocab_size", c.model.vocab_size, true);
+  m.read("hidden_size", c.model.hidden_size, true);
+  m.read("intermediate_size", c.model.intermediate_size, true);
+  m.read("num_hidden_layers", c.model.num_hidden_layers, true);
+  m.read("num_attention_heads", c.model.num_attention_heads, true);
+  m.read("num_key_value_heads", c.model.num_key_value_heads, true);
+  m.read("rope_theta", c.model.rope_theta);
+  m.read("max_seq_len", c.model.max_seq_len, true);
+  m.read("rms_norm_eps", c.model.rms_norm_eps);
+  m.read("init_std", c.model.init_std);
+  m.finish();
+
+  section e(root, "moe_config", true);
+  e.read("num_experts", c.moe.num_experts, true);
+  e.read("router_top_k", c.moe.router_top_k, true);
+  e.read("router_temperature", c.moe.router_temperature);
+  e.read("capacity_factor", c.moe.capacity_factor);
+  e.read("aux_loss_coeff", c.moe.aux_loss_coeff);
+  e.read("z_loss_coeff", c.moe.z_loss_coeff);
+  e.read("bias_update_rate", c.moe.bias_update_rate);
+  e.finish();
+
+  section t(root, "train", true);
+  t.read("steps", c.train.steps, true);
+  t.read("global_batch_size", c.train.global_batch_size, true);
+  t.read("seq_len", c.train.seq_len, true);
+  t.read("lr", c.train.lr);
+  t.read("min_lr", c.train.min_lr);
+  t.read("warmup_steps", c.train.warmup_steps);
+  t.read("weight_decay", c.train.weight_decay);
+  t.read("beta1", c.train.beta1);
+  t.read("beta2", c.train.beta2);
+  t.read("eps", c.train.eps);
+  t.read("grad_clip", c.train.grad_clip);
+  t.read("seed", c.train.seed);
+  t.read("eval_interval", c.train.eval_interval);
+  t.read("eval_sequences", c.train.eval_sequences);
+  t.read("log_interval", c.train.log_interval);
+  t.finish();
+
+  section d(root, "data", true);
+  d.read("dir", c.data.dir, true);
+  d.read("shard_per_rank", c.data.shard_per_rank);
+  d.read("prefetch", c.data.prefetch);
+  d.finish();
+
+  section r(root, "run", true);
+  r.read("dir", c.run.dir, true);
+  r.finish();
+
+  validate(c);
+  return c;
+}
+
+job_config load_job_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw config_error(path + ": cannot open config file");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return parse_job_config(buf.str(), path);
+}
+
+} // namespace tutti

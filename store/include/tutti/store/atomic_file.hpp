@@ -1,0 +1,25 @@
+#pragma once
+// Crash-safe whole-file writes: a reader sees either the old file or the
+// complete new one, never a prefix, and the new one survives power loss once
+// this returns success.
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tutti/store/expected.hpp"
+
+namespace tutti::store {
+
+// Writes `bytes` to `path`.tmp, fsyncs it, renames it over `path`, then
+// fsyncs the parent directory so the rename itself is durable. On failure the
+// temporary file is removed and the message names the path and errno text.
+status write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
+status write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+
+// Reads a whole file; the error names the path and errno text.
+expected<std::string> read_file(const std::filesystem::path& path);
+
+} // namespace tutti::store
