@@ -106,8 +106,8 @@ store::expected<shard> decode_shard(std::string_view bytes, std::string_view nam
     if (count > follow / width)
       return failure<shard>(file + ": truncated at offset " + std::to_string(size) + ": " + claim + " but " +
                             std::to_string(follow) + " bytes follow");
-    return refuse(shard_header_size + count * width,
-                  "trailing garbage: " + claim + " but " + std::to_string(follow) + " bytes follow");
+    return failure<shard>(file + ": trailing garbage at offset " + std::to_string(shard_header_size + count * width) +
+                          ": " + claim + " but " + std::to_string(follow) + " bytes follow");
   }
 
   const std::string_view body = bytes.substr(shard_header_size);
