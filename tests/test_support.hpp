@@ -1,0 +1,114 @@
+#pragma once
+// Helpers for tests that run the real `tutti` binary as a subprocess.
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tutti::testing {
+
+inline std::string source_dir() {
+  const char* s = std::getenv("TUTTI_SOURCE_DIR");
+  return s ? s : TUTTI_SOURCE_DIR_DEFAULT;
+}
+
+inline std::string binary_dir() {
+  const char* s = std::getenv("TUTTI_BINARY_DIR");
+  return s ? s : TUTTI_BINARY_DIR_DEFAULT;
+}
+
+inline std::string tutti_bin() {
+  return binary_dir() + "/apps/tutti";
+}
+
+// A fresh scratch directory under the build tree.
+inline std::filesystem::path scratch(const std::string& name) {
+  auto dir = std::filesystem::path(binary_dir()) / "test-scratch" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+struct command_result {
+  int status = -1;
+  std::string output; // stdout and stderr together
+};
+
+// Runs `command` through the shell with a deadline (coreutils timeout kills
+// it and its children past `seconds`).
+inline command_result run(const std::string& command, int seconds = 300) {
+  command_result r;
+  auto full = "timeout -k 5 " + std::to_string(seconds) + " " + command
+              + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe)
+    return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe))
+    r.output.append(buf, n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+inline void write_text(const std::filesystem::path& path,
+                       const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// The value of a numeric field in each line of a metrics.jsonl.
+inline std::vector<double> metric_series(const std::filesystem::path& path,
+                                         const std::string& field) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  std::string line;
+  std::regex re("\"" + field + "\":([-0-9.eE+]+)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re))
+      out.push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+// A small job config; `overrides` replaces whole lines by key prefix.
+inline std::string small_config(const std::string& data_dir,
+                                 const std::string& run_dir, int world,
+                                 int steps, double capacity_factor = 0,
+                                 int global_batch = 8) {
+  std::ostringstream c;
+  c << "cluster_config:\n  world_size: " << world
+    << "\n  nnodes: 1\n  nproc_per_node: " << world
+    << "\n  ep_size: " << world
+    << "\n  collective_timeout_ms: 30000\n"
+       "model:\n  vocab_size: 32\n  hidden_size: 32\n  intermediate_size: 64\n"
+       "  num_hidden_layers: 2\n  num_attention_heads: 4\n"
+       "  num_key_value_heads: 2\n  max_seq_len: 32\n"
+       "moe_config:\n  num_experts: 4\n  router_top_k: 2\n"
+       "  capacity_factor: "
+    << capacity_factor
+    << "\n  aux_loss_coeff: 0.01\n  z_loss_coeff: 0.001\n"
+       "  bias_update_rate: 0.001\n"
+       "train:\n  steps: "
+    << steps << "\n  global_batch_size: " << global_batch
+    << "\n  seq_len: 32\n  lr: 0.003\n  warmup_steps: 5\n  seed: 99\n"
+       "  eval_sequences: 8\n  log_interval: 10\n"
+       "data:\n  dir: "
+    << data_dir << "\nrun:\n  dir: " << run_dir << "\n";
+  return c.str();
+}
+
+} // namespace tutti::testing
