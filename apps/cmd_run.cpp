@@ -9,6 +9,7 @@
 #include "tutti/actors/local_job.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/data/dataset.hpp"
+#include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti::cli {
@@ -70,6 +71,10 @@ int run_command(const std::vector<std::string>& args) {
   } catch (const config_error& ex) {
     return fail(2, std::string("config: ") + ex.what());
   }
+  if (cfg.cluster.communication_backend != "gloo")
+    return fail(2, "run: cluster_config.communication_backend: '"
+                     + cfg.cluster.communication_backend
+                     + "' is not available in this build (gloo)");
   data::dataset_meta meta;
   if (int status = check_data(cfg, meta))
     return status;
@@ -84,7 +89,11 @@ int run_command(const std::vector<std::string>& args) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
-  if (!quiet)
+  // Counted from the layouts the ranks and shards allocate.
+  const auto dense = model::dense_layout(cfg.model, cfg.moe).total();
+  const auto experts =
+    model::expert_layout(cfg.model, 0, cfg.moe.num_experts).total();
+  if (!quiet) {
     std::printf("tutti run %s: world %lld (ep %lld), %lld experts top-%lld, "
                 "%lld steps\n",
                 path.c_str(), static_cast<long long>(cfg.cluster.world_size),
@@ -92,13 +101,20 @@ int run_command(const std::vector<std::string>& args) {
                 static_cast<long long>(cfg.moe.num_experts),
                 static_cast<long long>(cfg.moe.router_top_k),
                 static_cast<long long>(cfg.train.steps));
+    std::printf("parameters: %lld (dense %lld, experts %lld)\n",
+                static_cast<long long>(dense + experts),
+                static_cast<long long>(dense),
+                static_cast<long long>(experts));
+  }
   auto result = run_local_job(cfg, quiet, interrupted);
   if (!result.ok) {
     fail(1, "run: " + result.message);
     std::fflush(nullptr);
     log_close();
-    std::_Exit(interrupted.load() ? 130 : 1);
+    std::_Exit(1);
   }
+  if (!result.message.empty())
+    std::printf("%s\n", result.message.c_str()); // e.g. stopped at step N
   if (std::isfinite(result.final_eval_loss)) {
     std::printf("final held-out loss %.4f nats/token", result.final_eval_loss);
     if (meta.entropy_rate_nats) {

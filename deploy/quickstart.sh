@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 ./deploy/build.sh
 data=runs/quickstart/data
 if [ ! -f "$data/meta.json" ]; then
-  ./build/apps/tutti data synth --out "$data" --vocab 32 --seed 7 --tokens 4000000
+  ./build/apps/tutti data synth --out "$data" --vocab 16 --seed 7 --tokens 4000000
 fi
 exec ./build/apps/tutti run configs/quickstart.yaml

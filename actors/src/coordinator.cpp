@@ -13,6 +13,7 @@
 
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/metrics_writer.hpp"
+#include "tutti/protocol/errors.hpp"
 
 namespace tutti {
 
@@ -22,6 +23,7 @@ const char* to_string(job_state s) {
     case job_state::running: return "running";
     case job_state::completed: return "completed";
     case job_state::failed: return "failed";
+    case job_state::stopped: return "stopped";
   }
   return "unknown";
 }
@@ -55,10 +57,19 @@ struct pending_wait {
   caf::typed_response_promise<caf::ok_atom> promise;
 };
 
+struct member {
+  node_registration info;
+  node_supervisor_actor supervisor;
+};
+
 struct coordinator_state {
   static inline const char* name = "coordinator";
 
   job_config cfg;
+  std::string fingerprint;
+  std::map<int64_t, member> nodes; // by node rank
+  int64_t last_step = 0;
+  bool stopped_early = false;
   caf::actor listener;
   job_state state = job_state::pending;
   metrics_writer_actor writer;
@@ -83,15 +94,91 @@ using coordinator_pointer =
 // message), tell the listener.
 void finish(coordinator_pointer self, job_state outcome, std::string message) {
   auto& st = self->state;
-  if (st.state == job_state::completed || st.state == job_state::failed)
+  if (st.state == job_state::completed || st.state == job_state::failed
+      || st.state == job_state::stopped)
     return;
   st.state = outcome;
   st.failure = std::move(message);
   if (outcome == job_state::failed)
     log_error("coordinator", "job failed: " + st.failure);
   else
-    log_info("coordinator", "job completed");
+    log_info("coordinator", "job " + std::string(to_string(outcome)));
   self->send_exit(st.writer, caf::exit_reason::user_shutdown);
+}
+
+std::string missing_nodes(const coordinator_state& st) {
+  std::string out;
+  for (int64_t n = 0; n < st.cfg.cluster.nnodes; ++n)
+    if (!st.nodes.count(n)) {
+      auto a = st.cfg.cluster.node(n);
+      out += (out.empty() ? "" : ", ") + std::to_string(n) + " (" + a.host
+             + ":" + std::to_string(a.port) + ")";
+    }
+  return out;
+}
+
+caf::result<caf::ok_atom> on_register(coordinator_pointer self,
+                                      const node_registration& reg,
+                                      const caf::actor& handle) {
+  auto& st = self->state;
+  const auto& cl = st.cfg.cluster;
+  auto refuse = [&](const std::string& why) {
+    log_error("coordinator", "refused node " + std::to_string(reg.node_rank)
+                               + " from " + reg.host + ": " + why);
+    return caf::make_error(errc::config_refused, why);
+  };
+  if (st.state != job_state::pending)
+    return refuse("the job is already " + std::string(to_string(st.state)));
+  if (reg.node_rank < 0 || reg.node_rank >= cl.nnodes)
+    return refuse("node rank " + std::to_string(reg.node_rank)
+                  + " is outside 0.." + std::to_string(cl.nnodes - 1));
+  if (st.nodes.count(reg.node_rank))
+    return refuse("node rank " + std::to_string(reg.node_rank)
+                  + " has already joined");
+  if (reg.config_fingerprint != st.fingerprint)
+    return refuse("config differs from the coordinator's: "
+                  + first_difference(reg.config_fingerprint, st.fingerprint));
+  auto supervisor = caf::actor_cast<node_supervisor_actor>(handle);
+  st.nodes[reg.node_rank] = {reg, supervisor};
+  self->monitor(supervisor);
+  log_info("coordinator", "node " + std::to_string(reg.node_rank) + " joined ("
+                            + reg.host + ", rack '" + reg.rack + "', "
+                            + std::to_string(reg.devices) + " ranks)");
+  if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
+    st.state = job_state::running;
+    log_info("coordinator", "all " + std::to_string(cl.nnodes)
+                              + " nodes joined; job running");
+    for (auto& [rank, m] : st.nodes)
+      self->send(m.supervisor, start_atom_v);
+  }
+  return caf::ok_atom_v;
+}
+
+void on_down(coordinator_pointer self, caf::down_msg& dm) {
+  auto& st = self->state;
+  if (dm.source == st.writer.address()) {
+    if (st.state == job_state::pending || st.state == job_state::running) {
+      st.state = job_state::failed;
+      st.failure = "metrics writer stopped: "
+                   + self->system().render(dm.reason);
+    }
+    caf::anon_send(st.listener, job_done_atom_v,
+                   st.state != job_state::failed, st.failure,
+                   st.final_eval_loss);
+    self->quit();
+    return;
+  }
+  for (auto& [rank, m] : st.nodes)
+    if (dm.source == m.supervisor.address()) {
+      auto why = "node " + std::to_string(rank) + " (" + m.info.host
+                 + ") left: " + self->system().render(dm.reason);
+      st.nodes.erase(rank);
+      if (st.state == job_state::running)
+        finish(self, job_state::failed, why);
+      else
+        log_warn("coordinator", why);
+      return;
+    }
 }
 
 coordinator_actor::behavior_type coordinator(coordinator_pointer self,
@@ -101,22 +188,26 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   st.listener = std::move(args.listener);
   st.writer = spawn_metrics_writer(self->system(), st.cfg, args.quiet);
   self->monitor(st.writer);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& st = self->state;
-    if (dm.source != st.writer.address())
-      return;
-    if (st.state != job_state::completed && st.state != job_state::failed) {
-      st.state = job_state::failed;
-      st.failure = "metrics writer stopped: " + self->system().render(dm.reason);
-    }
-    caf::anon_send(st.listener, job_done_atom_v,
-               st.state == job_state::completed, st.failure,
-               st.final_eval_loss);
-    self->quit();
-  });
-  st.state = job_state::running;
-  log_info("coordinator", "job running: world " + std::to_string(st.cfg.cluster.world_size));
+  st.fingerprint = fingerprint_text(st.cfg);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  self->delayed_send(self, std::chrono::seconds(st.cfg.cluster.join_timeout_s),
+                     join_deadline_atom_v);
+  log_info("coordinator", "waiting for " + std::to_string(st.cfg.cluster.nnodes)
+                            + " nodes");
   return {
+    [self](register_atom, const node_registration& reg,
+           const caf::actor& handle) -> caf::result<caf::ok_atom> {
+      return on_register(self, reg, handle);
+    },
+    [self](join_deadline_atom) {
+      auto& st = self->state;
+      if (st.state == job_state::pending)
+        finish(self, job_state::failed,
+               "nodes did not join within "
+                 + std::to_string(st.cfg.cluster.join_timeout_s)
+                 + " s (cluster_config.join_timeout_s): missing node "
+                 + missing_nodes(st));
+    },
     [self](store_set_atom, const std::string& key,
            const std::string& value) -> caf::ok_atom {
       auto& st = self->state;
@@ -162,13 +253,20 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         st.steps.erase(r.step);
       }
     },
-    [self](rank_done_atom, int32_t rank, double eval_loss) {
+    [self](rank_done_atom, int32_t rank, double eval_loss, int64_t step) {
       auto& st = self->state;
       st.done.insert(rank);
+      st.last_step = std::max(st.last_step, step);
       if (rank == 0)
         st.final_eval_loss = eval_loss;
-      if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size)
-        finish(self, job_state::completed, "");
+      if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size) {
+        if (st.last_step < st.cfg.train.steps)
+          finish(self, job_state::stopped,
+                 "stopped at step " + std::to_string(st.last_step) + " of "
+                   + std::to_string(st.cfg.train.steps));
+        else
+          finish(self, job_state::completed, "");
+      }
     },
     [self](rank_fail_atom, int32_t rank, const std::string& why) {
       finish(self, job_state::failed,

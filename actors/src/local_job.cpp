@@ -1,39 +1,16 @@
 #include "tutti/actors/local_job.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include <chrono>
 
 #include "tutti/actors/coordinator.hpp"
+#include "tutti/actors/log.hpp"
 #include "tutti/actors/node_supervisor.hpp"
-#include "tutti/protocol/errors.hpp"
+#include "tutti/actors/system_config.hpp"
 
 namespace tutti {
-
-namespace {
-
-struct tutti_system_config : caf::actor_system_config {
-  tutti_system_config() {
-    add_message_types<caf::id_block::tutti>();
-    // (CAF 0.17.6's add_error_category<T> does not compile; give the
-    // renderer explicitly.)
-    add_error_category(caf::atom("tutti"),
-                       [](uint8_t code, caf::atom_value,
-                          const caf::message& context) {
-                         std::string out = "tutti: ";
-                         out += to_string(static_cast<errc>(code));
-                         if (!context.empty())
-                           out += " " + caf::to_string(context);
-                         return out;
-                       });
-    // Actors log through the project's logger; keep CAF quiet on stdout.
-    set("logger.console", caf::atom("none"));
-  }
-};
-
-} // namespace
 
 job_result run_local_job(const job_config& cfg, bool quiet,
                          const std::atomic<bool>& interrupt) {
@@ -41,9 +18,14 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   auto coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, quiet});
-  auto supervisor = spawn_node_supervisor(sys, {cfg, 0, coordinator});
+  // Every node of the config in this process: the same ranks, groups and
+  // data as the same config on nnodes daemons.
+  std::vector<node_supervisor_actor> nodes;
+  for (int64_t n = 0; n < cfg.cluster.nnodes; ++n)
+    nodes.push_back(spawn_node_supervisor(sys, {cfg, n, coordinator}));
   job_result result;
-  bool finished = false;
+  bool finished = false, stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
   while (!finished) {
     self->receive(
       [&](job_done_atom, bool ok, const std::string& why, double eval_loss) {
@@ -51,8 +33,18 @@ job_result run_local_job(const job_config& cfg, bool quiet,
         finished = true;
       },
       caf::after(std::chrono::milliseconds(200)) >> [&] {
-        if (interrupt.load()) {
-          result = {false, "interrupted", 0};
+        if (interrupt.load() && !stopping) {
+          log_info("local_job", "interrupted: stopping at the next step");
+          for (auto& n : nodes)
+            self->send(n, stop_atom_v);
+          stopping = true;
+          stop_deadline = std::chrono::steady_clock::now()
+                          + std::chrono::milliseconds(
+                            2 * cfg.cluster.collective_timeout_ms);
+        }
+        if (std::chrono::steady_clock::now() > stop_deadline) {
+          result = {false, "interrupted, and the ranks did not stop in time",
+                    0};
           finished = true;
         }
       });
@@ -62,7 +54,8 @@ job_result run_local_job(const job_config& cfg, bool quiet,
     // exits the process rather than waiting for them.
     return result;
   }
-  self->send(supervisor, stop_atom_v);
+  for (auto& n : nodes)
+    self->send(n, stop_atom_v);
   return result;
 }
 

@@ -68,6 +68,7 @@ std::string metrics_json(const step_report& r, int64_t experts) {
       << ",\"tokens\":" << r.tokens
       << ",\"tokens_per_s\":" << number(r.tokens / r.step_time_s)
       << ",\"dropped_tokens\":" << r.dropped_tokens
+      << ",\"alltoall_bytes\":" << r.alltoall_bytes
       << ",\"load_imbalance\":" << number(load_imbalance(r.expert_counts,
                                                          experts))
       << ",\"expert_counts\":[";

@@ -1,6 +1,7 @@
 #include "tutti/actors/node_supervisor.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include <map>
@@ -9,6 +10,7 @@
 #include "tutti/actors/expert_shard.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/rank.hpp"
+#include "tutti/protocol/errors.hpp"
 
 namespace tutti {
 
@@ -24,7 +26,13 @@ struct node_supervisor_state {
   node_supervisor_args args;
   std::map<caf::actor_addr, child> children;
   std::map<int32_t, std::vector<caf::actor>> helpers; // loader, shard per rank
+  std::vector<caf::actor> ranks;
   int64_t ranks_running = 0;
+  bool started = false;
+
+  std::string who() const {
+    return "node " + std::to_string(args.node_rank);
+  }
 };
 
 using supervisor_pointer =
@@ -32,6 +40,23 @@ using supervisor_pointer =
 
 void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
   auto& st = self->state;
+  if (dm.source == st.args.coordinator.address()) {
+    if (!dm.reason || dm.reason == caf::exit_reason::normal) {
+      // The job ended; our ranks have reported their last step.
+      if (st.ranks_running == 0)
+        self->quit();
+      return;
+    }
+    // Recovery from a lost coordinator comes with the supervision issue;
+    // until then the node cannot go on.
+    log_error("node_supervisor", st.who() + " lost the coordinator: "
+                                   + self->system().render(dm.reason));
+    for (auto& [addr, c] : st.children)
+      if (auto h = caf::actor_cast<caf::actor>(addr))
+        self->send_exit(h, caf::exit_reason::user_shutdown);
+    self->quit(caf::make_error(errc::rank_failed, "coordinator lost"));
+    return;
+  }
   auto i = st.children.find(dm.source);
   if (i == st.children.end())
     return;
@@ -40,8 +65,8 @@ void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
   const bool failed = dm.reason && dm.reason != caf::exit_reason::normal
                       && dm.reason != caf::exit_reason::user_shutdown;
   if (failed) {
-    auto why = "node " + std::to_string(st.args.node_rank) + ": " + who.kind
-               + " of rank " + std::to_string(who.rank)
+    auto why = st.who() + ": " + who.kind + " of rank "
+               + std::to_string(who.rank)
                + " failed: " + self->system().render(dm.reason);
     log_error("node_supervisor", why);
     self->send(st.args.coordinator, escalate_atom_v, why);
@@ -56,12 +81,11 @@ void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
   }
 }
 
-node_supervisor_actor::behavior_type
-node_supervisor(supervisor_pointer self, node_supervisor_args args) {
+void start_ranks(supervisor_pointer self) {
   auto& st = self->state;
-  st.args = std::move(args);
-  self->set_down_handler(
-    [self](caf::down_msg& dm) { on_child_down(self, dm); });
+  if (st.started)
+    return;
+  st.started = true;
   const auto& cfg = st.args.cfg;
   auto& sys = self->system();
   for (int64_t local = 0; local < cfg.cluster.nproc_per_node; ++local) {
@@ -80,17 +104,51 @@ node_supervisor(supervisor_pointer self, node_supervisor_args args) {
     }
     st.helpers[rank] = {caf::actor_cast<caf::actor>(loader),
                         caf::actor_cast<caf::actor>(shard)};
+    st.ranks.push_back(r);
     ++st.ranks_running;
   }
-  log_info("node_supervisor", "node " + std::to_string(st.args.node_rank)
-                                + " started "
+  log_info("node_supervisor", st.who() + " started "
                                 + std::to_string(st.ranks_running) + " ranks");
+}
+
+node_supervisor_actor::behavior_type
+node_supervisor(supervisor_pointer self, node_supervisor_args args) {
+  auto& st = self->state;
+  st.args = std::move(args);
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_child_down(self, dm); });
+  self->monitor(st.args.coordinator);
+  const auto& cfg = st.args.cfg;
+  auto address = cfg.cluster.node(st.args.node_rank);
+  if (!st.args.rack.empty())
+    address.rack = st.args.rack;
+  node_registration reg{st.args.node_rank, address.host, address.port,
+                        address.rack, cfg.cluster.nproc_per_node,
+                        fingerprint_text(cfg)};
+  self
+    ->request(st.args.coordinator,
+              std::chrono::seconds(cfg.cluster.join_timeout_s), register_atom_v,
+              reg, caf::actor_cast<caf::actor>(self))
+    .then([self](caf::ok_atom) {
+            log_info("node_supervisor", self->state.who() + " joined the job");
+          },
+          [self](caf::error& err) {
+            auto why = self->state.who() + " was not admitted: "
+                       + self->system().render(err);
+            log_error("node_supervisor", why);
+            self->quit(caf::make_error(errc::config_refused, why));
+          });
   return {
+    [self](start_atom) { start_ranks(self); },
     [self](stop_atom) {
-      for (auto& [addr, c] : self->state.children)
-        if (auto h = caf::actor_cast<caf::actor>(addr))
-          self->send_exit(h, caf::exit_reason::user_shutdown);
-      self->quit();
+      auto& st = self->state;
+      if (!st.started) {
+        self->quit();
+        return;
+      }
+      // Ranks agree on the step to stop at through their next collective.
+      for (auto& r : st.ranks)
+        caf::anon_send(r, stop_atom_v);
     },
   };
 }

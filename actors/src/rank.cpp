@@ -82,28 +82,47 @@ public:
     model::rank_model model(a_.cfg, comms_.groups(), experts);
     const auto& t = a_.cfg.train;
     for (int64_t step = 1; step <= t.steps; ++step) {
+      poll_mailbox();
       step_report report;
-      TUTTI_RETURN_IF_ERROR(train(model, step, report));
-      const bool eval = step == t.steps
+      bool stop = false;
+      TUTTI_RETURN_IF_ERROR(train(model, step, report, stop));
+      const bool eval = step == t.steps || stop
                         || (t.eval_interval > 0 && step % t.eval_interval == 0);
       if (eval && t.eval_sequences > 0)
         TUTTI_RETURN_IF_ERROR(evaluate(model, report.eval_loss));
       final_eval_loss_ = report.eval_loss;
+      last_step_ = step;
       self_->send(a_.coordinator, std::move(report));
+      if (stop)
+        break;
     }
     return {};
   }
 
   double final_eval_loss() const { return final_eval_loss_; }
+  int64_t last_step() const { return last_step_; }
 
 private:
-  status train(model::rank_model& model, int64_t step, step_report& r) {
+  // Takes control messages without waiting: a stop request becomes this
+  // rank's vote in the next step's all-reduce.
+  void poll_mailbox() {
+    bool more = true;
+    while (more)
+      self_->receive([&](stop_atom) { stop_requested_ = true; },
+                     caf::after(std::chrono::seconds(0)) >> [&] {
+                       more = false;
+                     });
+  }
+
+  status train(model::rank_model& model, int64_t step, step_report& r,
+               bool& stop) {
     const auto t0 = clock_type::now();
     token_batch_ptr batch;
     TUTTI_RETURN_IF_ERROR(
       fetch_batch(self_, a_.loader, next_batch_atom_v, step, timeout_, batch));
     const auto work_start = clock_type::now();
     model::step_stats stats;
+    stats.stop_votes = stop_requested_ ? 1 : 0;
     TUTTI_RETURN_IF_ERROR(model.train_step(batch->inputs.data(),
                                            batch->targets.data(), batch->seqs,
                                            stats));
@@ -118,6 +137,7 @@ private:
     stats.lr = model::learning_rate(a_.cfg.train, step);
     model.apply_optimizer(step, stats.lr, scale);
     TUTTI_RETURN_IF_ERROR(optimize_experts(step, stats.lr, scale));
+    stop = stats.stop_votes > 0;
     const double work = seconds_since(work_start);
     const double total = seconds_since(t0);
 
@@ -130,6 +150,7 @@ private:
     r.lr = stats.lr;
     r.tokens = stats.tokens;
     r.dropped_tokens = stats.dropped_tokens;
+    r.alltoall_bytes = stats.alltoall_bytes;
     r.expert_counts = std::move(stats.expert_counts);
     r.time_alltoall_s = stats.time.alltoall_s;
     r.time_allreduce_s = stats.time.allreduce_s;
@@ -208,6 +229,8 @@ private:
   std::chrono::milliseconds timeout_;
   rank_comms comms_;
   double final_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t last_step_ = 0;
+  bool stop_requested_ = false;
 };
 
 void rank_main(caf::blocking_actor* self, rank_args args) {
@@ -223,7 +246,7 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
     return;
   }
   self->send(args.coordinator, rank_done_atom_v, args.rank,
-             loop.final_eval_loss());
+             loop.final_eval_loss(), loop.last_step());
 }
 
 } // namespace

@@ -7,7 +7,7 @@
 // full S x S product and the upper triangle is then masked: for the short
 // sequences here (S ~ 64-128) that is cheaper than a triangular loop.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #include "cpu_blas.hpp"
 
-namespace tutti::kernels {
+namespace tutti::kernels::cpu {
 
 using detail::gemm;
 
@@ -114,4 +114,4 @@ TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
 
-} // namespace tutti::kernels
+} // namespace tutti::kernels::cpu

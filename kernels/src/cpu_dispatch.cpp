@@ -5,13 +5,13 @@
 // i.e. stable. Each op walks its rows in index order, so every row that
 // adds into the same token does so in the same order on every run.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-namespace tutti::kernels {
+namespace tutti::kernels::cpu {
 
 int64_t permute_plan(const stream&, const int32_t* topk_idx, int64_t n,
                      int64_t experts, int64_t k, int32_t* slot_of_row,
@@ -116,4 +116,4 @@ TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
 
-} // namespace tutti::kernels
+} // namespace tutti::kernels::cpu

@@ -4,14 +4,14 @@
 // Per-row reductions are accumulated in double and the result rounded once,
 // so float and double agree closely and the loop order is fixed.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-namespace tutti::kernels {
+namespace tutti::kernels::cpu {
 
 // -- embedding ----------------------------------------------------------------
 
@@ -195,4 +195,4 @@ TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
 
-} // namespace tutti::kernels
+} // namespace tutti::kernels::cpu

@@ -4,7 +4,7 @@
 // pinned to one thread (use_single_threaded_blas) the blocking and the
 // summation order depend only on the sizes, so results are reproducible.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <cblas.h>
 
@@ -12,9 +12,14 @@
 
 namespace tutti::kernels {
 
-using detail::gemm;
-
+// Device-independent (stream.hpp): it configures the CPU backend only.
 void use_single_threaded_blas() { openblas_set_num_threads(1); }
+
+} // namespace tutti::kernels
+
+namespace tutti::kernels::cpu {
+
+using detail::gemm;
 
 template <class T>
 void linear_forward(const stream&, const T* x, const T* w, T* y, int64_t m,
@@ -39,8 +44,8 @@ void grouped_linear_forward(const stream& s, const T* x, const T* w,
   int64_t offset = 0;
   for (int64_t g = 0; g < groups; ++g) {
     // Experts that received no rows are common; gemm skips m == 0.
-    linear_forward(s, x + offset * k, w + g * n * k, y + offset * n, rows[g], k,
-                   n);
+    cpu::linear_forward(s, x + offset * k, w + g * n * k, y + offset * n,
+                        rows[g], k, n);
     offset += rows[g];
   }
 }
@@ -51,9 +56,9 @@ void grouped_linear_backward(const stream& s, const T* x, const T* w,
                              T* dx, T* dw, int64_t k, int64_t n) {
   int64_t offset = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    linear_backward(s, x + offset * k, w + g * n * k, dy + offset * n,
-                    dx != nullptr ? dx + offset * k : nullptr, dw + g * n * k,
-                    rows[g], k, n);
+    cpu::linear_backward(s, x + offset * k, w + g * n * k, dy + offset * n,
+                         dx != nullptr ? dx + offset * k : nullptr,
+                         dw + g * n * k, rows[g], k, n);
     offset += rows[g];
   }
 }
@@ -75,4 +80,4 @@ TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
 
-} // namespace tutti::kernels
+} // namespace tutti::kernels::cpu

@@ -4,13 +4,13 @@
 // and returned or rounded once; AdamW does each element's arithmetic in
 // double so float parameters see a single rounding per update.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace tutti::kernels {
+namespace tutti::kernels::cpu {
 
 // A negative target (e.g. -100, Hugging Face's ignore_index for padding)
 // marks a row that contributes no loss and gets a zero gradient.
@@ -84,4 +84,4 @@ TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
 
-} // namespace tutti::kernels
+} // namespace tutti::kernels::cpu

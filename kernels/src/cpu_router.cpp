@@ -5,7 +5,7 @@
 // fixed order, and ties are broken by index, so the routing decision is a
 // pure function of the inputs.
 
-#include "tutti/kernels/ops.hpp"
+#include "backends.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-namespace tutti::kernels {
+namespace tutti::kernels::cpu {
 
 namespace {
 
@@ -160,18 +160,6 @@ void z_loss_backward(const stream&, const T* logits, T* dlogits, int64_t n,
 
 // -- capacity and balancing ----------------------------------------------------------
 
-int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t k,
-                        int64_t experts) {
-  if (capacity_factor <= 0.0) return std::numeric_limits<int64_t>::max();
-  const double c = capacity_factor * double(tokens * k) / double(experts);
-  // A factor like 1.1 is not exact in binary: 1.1 * 10 = 11.000000000000002
-  // must give 11, not 12. Values within 1e-9 (relative) of an integer snap.
-  const double r = std::round(c);
-  if (std::abs(c - r) <= 1e-9 * std::max(1.0, std::abs(c)))
-    return static_cast<int64_t>(r);
-  return static_cast<int64_t>(std::ceil(c));
-}
-
 template <class T>
 int64_t apply_capacity(const stream&, int32_t* topk_idx, const T* topk_gate,
                        int64_t* counts, int64_t n, int64_t experts, int64_t k,
@@ -236,5 +224,22 @@ void bias_update(const stream&, T* bias, const int64_t* global_counts,
 TUTTI_INSTANTIATE(float)
 TUTTI_INSTANTIATE(double)
 #undef TUTTI_INSTANTIATE
+
+} // namespace tutti::kernels::cpu
+
+namespace tutti::kernels {
+
+// Pure arithmetic on sizes, the same for every backend: not routed.
+int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t k,
+                        int64_t experts) {
+  if (capacity_factor <= 0.0) return std::numeric_limits<int64_t>::max();
+  const double c = capacity_factor * double(tokens * k) / double(experts);
+  // A factor like 1.1 is not exact in binary: 1.1 * 10 = 11.000000000000002
+  // must give 11, not 12. Values within 1e-9 (relative) of an integer snap.
+  const double r = std::round(c);
+  if (std::abs(c - r) <= 1e-9 * std::max(1.0, std::abs(c)))
+    return static_cast<int64_t>(r);
+  return static_cast<int64_t>(std::ceil(c));
+}
 
 } // namespace tutti::kernels

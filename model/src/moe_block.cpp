@@ -112,6 +112,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
       drows_.data(), times(a.send_counts, d), drecv_.data(),
       times(a.recv_counts, d), sizeof(float)));
   }
+  alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
 
   // Regroup the received rows from source-major to expert-major.
   a.src_index.resize(a.recv_rows);
@@ -146,6 +147,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
       drecv_.data(), times(a.recv_counts, d), a.y_rows.data(),
       times(a.send_counts, d), sizeof(float)));
   }
+  alltoall_bytes_ += a.recv_rows * d * static_cast<int64_t>(sizeof(float));
   k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(),
                        a.gate.data(), out, a.rows, n, K, d);
   k::axpy(stream_, 1.0f, a.x_mid.data(), out, n * d);
@@ -175,6 +177,7 @@ status rank_model::moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
       drows_.data(), times(a.send_counts, d), drecv_.data(),
       times(a.recv_counts, d), sizeof(float)));
   }
+  alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   TUTTI_RETURN_IF_ERROR(
@@ -187,6 +190,7 @@ status rank_model::moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
       drecv_.data(), times(a.recv_counts, d), drows_.data(),
       times(a.send_counts, d), sizeof(float)));
   }
+  alltoall_bytes_ += a.recv_rows * d * static_cast<int64_t>(sizeof(float));
 
   dtmp_.assign(n * d, 0.0f);
   dtmp2_.resize(n * d);

@@ -135,18 +135,22 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.expert_counts.assign(cfg_.model.num_hidden_layers * e.num_experts, 0);
   stats.aux_loss = stats.z_loss = 0;
   stats.dropped_tokens = 0;
+  alltoall_bytes_ = 0;
   double ce_sum = 0;
   TUTTI_RETURN_IF_ERROR(forward(inputs, targets, seqs, ce_sum, &stats,
                                 stats.time));
   TUTTI_RETURN_IF_ERROR(backward(targets, seqs, stats.time));
   // One all-reduce for the scalars every rank reports identically.
-  double sums[4] = {ce_sum, stats.aux_loss, stats.z_loss,
-                    static_cast<double>(stats.dropped_tokens)};
+  double sums[5] = {ce_sum, stats.aux_loss, stats.z_loss,
+                    static_cast<double>(stats.dropped_tokens),
+                    stats.stop_votes};
   {
     scoped_timer t(stats.time.allreduce_s);
-    TUTTI_RETURN_IF_ERROR(comms_.world->all_reduce_sum(sums, 4));
+    TUTTI_RETURN_IF_ERROR(comms_.world->all_reduce_sum(sums, 5));
   }
+  stats.stop_votes = sums[4];
   stats.tokens = global_tokens_;
+  stats.alltoall_bytes = alltoall_bytes_;
   stats.loss = sums[0] / static_cast<double>(global_tokens_);
   stats.aux_loss = sums[1];
   stats.z_loss = sums[2];

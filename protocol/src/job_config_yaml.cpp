@@ -22,9 +22,10 @@ namespace {
 // whatever is left over can be refused as unknown.
 class section {
 public:
+  // node_ is copy-constructed: yaml-cpp's operator= on a missing (zombie)
+  // node throws instead of rebinding.
   section(const YAML::Node& root, std::string name, bool required)
-    : name_(std::move(name)) {
-    node_ = root[name_];
+    : name_(std::move(name)), node_(root[name_]) {
     if (!node_ || node_.IsNull()) {
       if (required)
         refuse(name_, "missing section");
@@ -54,6 +55,52 @@ public:
       refuse(path(key), "expected " + type_name<T>() + ", got '"
                           + value.Scalar() + "'");
     }
+  }
+
+  // `nodes:` is a list of {host, port, rack} mappings.
+  void read_nodes(const std::string& key, std::vector<node_address>& out) {
+    seen_.insert(key);
+    if (!node_ || !node_.IsMap() || !node_[key] || node_[key].IsNull())
+      return;
+    auto list = node_[key];
+    if (!list.IsSequence())
+      refuse(path(key), "expected a list of {host, port, rack}");
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto item = list[i];
+      auto where = path(key) + "[" + std::to_string(i) + "]";
+      if (!item.IsMap())
+        refuse(where, "expected a mapping with host, port, rack");
+      node_address a;
+      for (const auto& kv : item) {
+        auto k = kv.first.as<std::string>();
+        try {
+          if (k == "host")
+            a.host = kv.second.as<std::string>();
+          else if (k == "port")
+            a.port = convert<int64_t>(kv.second);
+          else if (k == "rack")
+            a.rack = kv.second.as<std::string>();
+          else
+            refuse(where + "." + k, "unknown key");
+        } catch (const YAML::Exception&) {
+          refuse(where + "." + k, "wrong type");
+        }
+      }
+      out.push_back(std::move(a));
+    }
+  }
+
+  // The seed's `communication_buffer_size: "auto"`, or a byte count.
+  void read_size_or_auto(const std::string& key, int64_t& out) {
+    seen_.insert(key);
+    if (!node_ || !node_.IsMap() || !node_[key] || node_[key].IsNull())
+      return;
+    auto value = node_[key];
+    if (value.IsScalar() && value.Scalar() == "auto") {
+      out = 0;
+      return;
+    }
+    read(key, out);
   }
 
   // Refuses the first key that was never read.
@@ -124,10 +171,30 @@ void validate(const job_config& c) {
             + std::to_string(cl.nproc_per_node) + " = "
             + std::to_string(cl.nnodes * cl.nproc_per_node) + "), got "
             + std::to_string(cl.world_size));
-  require(cl.communication_backend == "gloo"
-            || cl.communication_backend == "nccl",
-          "cluster_config.communication_backend",
-          "must be gloo or nccl, got '" + cl.communication_backend + "'");
+  require(!cl.communication_backend.empty(),
+          "cluster_config.communication_backend", "must not be empty");
+  require(cl.coordinator_port() > 0 && cl.coordinator_port() < 65536
+            && !cl.coordinator_host().empty(),
+          "cluster_config.coordinator",
+          "must be host:port, got '" + cl.coordinator + "'");
+  require(cl.join_timeout_s > 0, "cluster_config.join_timeout_s",
+          "must be > 0");
+  require(cl.nodes.empty()
+            || static_cast<int64_t>(cl.nodes.size()) == cl.nnodes,
+          "cluster_config.nodes",
+          "lists " + std::to_string(cl.nodes.size())
+            + " nodes but nnodes is " + std::to_string(cl.nnodes));
+  for (size_t i = 0; i < cl.nodes.size(); ++i)
+    require(!cl.nodes[i].host.empty() && cl.nodes[i].port > 0
+              && cl.nodes[i].port < 65536,
+            "cluster_config.nodes[" + std::to_string(i) + "]",
+            "needs host and a port in 1..65535");
+  require(cl.device_memory_gb >= 0, "cluster_config.device_memory_gb",
+          "must be >= 0");
+  require(c.diag.min_fraction > 0 && c.diag.min_fraction <= 1,
+          "diag.min_fraction", "must be in (0, 1]");
+  require(c.diag.on_start == "warn" || c.diag.on_start == "refuse",
+          "diag.on_start", "must be warn or refuse");
   require(cl.tensor_model_parallel_size == 1,
           "cluster_config.tensor_model_parallel_size",
           "tensor parallelism is not supported yet; must be 1");
@@ -180,6 +247,16 @@ void validate(const job_config& c) {
   require(e.z_loss_coeff >= 0, "moe_config.z_loss_coeff", "must be >= 0");
   require(e.bias_update_rate >= 0, "moe_config.bias_update_rate",
           "must be >= 0 (0 = off)");
+  require(e.all_to_all_communication == "enabled"
+            || e.all_to_all_communication == "disabled",
+          "moe_config.all_to_all_communication",
+          "must be enabled or disabled, got '" + e.all_to_all_communication
+            + "'");
+  require(e.all_to_all_communication == "enabled" || cl.ep_size == 1,
+          "moe_config.all_to_all_communication",
+          "is disabled, which needs ep_size 1 (experts cannot be spread)");
+  require(e.communication_buffer_size >= 0,
+          "moe_config.communication_buffer_size", "must be auto or >= 0");
 
   require(t.steps >= 1, "train.steps", "must be >= 1");
   require(t.seq_len >= 1, "train.seq_len", "must be >= 1");
@@ -226,7 +303,7 @@ job_config parse_job_config(const std::string& yaml_text,
   job_config c;
   c.source_path = source_name;
   static const std::set<std::string> sections{
-    "cluster_config", "model", "moe_config", "train", "data", "run"};
+    "cluster_config", "model", "moe_config", "train", "data", "run", "diag"};
   for (const auto& kv : root) {
     auto name = kv.first.as<std::string>();
     if (!sections.count(name))
@@ -244,6 +321,11 @@ job_config parse_job_config(const std::string& yaml_text,
           c.cluster.pipeline_model_parallel_size);
   cl.read("host", c.cluster.host);
   cl.read("collective_timeout_ms", c.cluster.collective_timeout_ms);
+  cl.read("coordinator", c.cluster.coordinator);
+  cl.read("join_timeout_s", c.cluster.join_timeout_s);
+  cl.read("device_memory_gb", c.cluster.device_memory_gb);
+  cl.read("expected_bandwidth_gbps", c.cluster.expected_bandwidth_gbps);
+  cl.read_nodes("nodes", c.cluster.nodes);
   cl.finish();
   if (c.cluster.ep_size == 0)
     c.cluster.ep_size = c.cluster.world_size;
@@ -269,6 +351,9 @@ job_config parse_job_config(const std::string& yaml_text,
   e.read("aux_loss_coeff", c.moe.aux_loss_coeff);
   e.read("z_loss_coeff", c.moe.z_loss_coeff);
   e.read("bias_update_rate", c.moe.bias_update_rate);
+  e.read("all_to_all_communication", c.moe.all_to_all_communication);
+  e.read_size_or_auto("communication_buffer_size",
+                      c.moe.communication_buffer_size);
   e.finish();
 
   section t(root, "train", true);
@@ -299,8 +384,38 @@ job_config parse_job_config(const std::string& yaml_text,
   r.read("dir", c.run.dir, true);
   r.finish();
 
+  section dg(root, "diag", false);
+  dg.read("min_fraction", c.diag.min_fraction);
+  dg.read("on_start", c.diag.on_start);
+  dg.finish();
+
   validate(c);
   return c;
+}
+
+std::string cluster_config::coordinator_host() const {
+  auto colon = coordinator.rfind(':');
+  return colon == std::string::npos ? "" : coordinator.substr(0, colon);
+}
+
+int64_t cluster_config::coordinator_port() const {
+  auto colon = coordinator.rfind(':');
+  if (colon == std::string::npos)
+    return 0;
+  try {
+    size_t used = 0;
+    auto text = coordinator.substr(colon + 1);
+    auto port = std::stoll(text, &used);
+    return used == text.size() ? port : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+node_address cluster_config::node(int64_t rank) const {
+  if (rank >= 0 && rank < static_cast<int64_t>(nodes.size()))
+    return nodes[rank];
+  return {host, coordinator_port() + 1 + rank, ""};
 }
 
 job_config load_job_config(const std::string& path) {

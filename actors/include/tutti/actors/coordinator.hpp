@@ -1,8 +1,10 @@
 #pragma once
-// coordinator: one per job. Serves the rendezvous store, gathers the ranks'
-// step reports into one record per step, and keeps the job state:
-// pending -> running -> completed | failed. Tells `listener` when the job
-// ends with (job_done_atom, ok, message, final eval loss).
+// coordinator: one per job. Admits nodes (same config, within the join
+// timeout), starts them once all have joined, serves the rendezvous store,
+// gathers the ranks' step reports into one record per step, and keeps the
+// job state: pending -> running -> completed | stopped | failed. Tells
+// `listener` when the job ends with (job_done_atom, ok, message, final eval
+// loss).
 
 #include <caf/actor.hpp>
 
@@ -11,7 +13,7 @@
 
 namespace tutti {
 
-enum class job_state { pending, running, completed, failed };
+enum class job_state { pending, running, completed, stopped, failed };
 
 const char* to_string(job_state s);
 

@@ -1,17 +1,32 @@
 #pragma once
 // Where a kernel runs. The CPU backend runs inline on the calling thread and
-// ignores the handle; the CUDA backend passes a cudaStream_t in `handle`.
+// ignores the handle; the CUDA backend passes a cudaStream_t in `handle`
+// (nullptr: the legacy default stream) and runs on the calling thread's
+// current device (cudaSetDevice).
 
 namespace tutti::kernels {
 
 enum class device_kind { cpu, cuda };
 
+// Input precision of the GEMMs in linear_* and grouped_linear_* on CUDA with
+// T = float. fp32 is the reference. bf16 rounds the GEMM inputs to bfloat16
+// and accumulates and writes in fp32: weights stay fp32 masters, gradients
+// are fp32. The CPU backend and T = double ignore it (always exact T).
+enum class gemm_precision { fp32, bf16 };
+
 struct stream {
   device_kind device = device_kind::cpu;
   void* handle = nullptr;
+  gemm_precision gemm = gemm_precision::fp32;
 };
 
 inline stream cpu_stream() { return {}; }
+
+// A CUDA stream as a kernel stream; `cuda_stream_handle` is a cudaStream_t.
+inline stream cuda_stream(void* cuda_stream_handle,
+                          gemm_precision gemm = gemm_precision::fp32) {
+  return {device_kind::cuda, cuda_stream_handle, gemm};
+}
 
 // Makes the calling thread's BLAS single-threaded: one rank, one core, and
 // results that do not depend on scheduling (DESIGN.md §8).

@@ -97,6 +97,7 @@ private:
   std::vector<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_,
     drows_, drecv_, dgate_, dexp_in_, dexp_out_;
   int64_t global_tokens_ = 0;
+  int64_t alltoall_bytes_ = 0; // payload this rank sent this step
 };
 
 } // namespace tutti::model

@@ -6,19 +6,47 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tutti {
+
+// One daemon's place in the cluster: where it listens and which rack it is
+// in (for rack-aware placement and the capacity plan).
+struct node_address {
+  std::string host;
+  int64_t port = 0;
+  std::string rack;
+};
 
 struct cluster_config {
   int64_t world_size = 1;
   int64_t nnodes = 1;
   int64_t nproc_per_node = 1;
-  std::string communication_backend = "gloo"; // gloo | nccl
+  // gloo | nccl run; any other name is accepted (the plan works on it) and
+  // refused when a job would start.
+  std::string communication_backend = "gloo";
   int64_t ep_size = 0;                        // 0 = world_size
   int64_t tensor_model_parallel_size = 1;     // only 1 for now
   int64_t pipeline_model_parallel_size = 1;   // only 1 for now
   std::string host = "127.0.0.1";             // address the data plane binds to
   int64_t collective_timeout_ms = 60000;
+  std::string coordinator = "127.0.0.1:7100"; // host:port, hosted by node 0
+  int64_t join_timeout_s = 60;                // all nodes must register by then
+  std::vector<node_address> nodes;            // optional; index = node rank
+  double device_memory_gb = 0;                // for `tutti plan`; 0 = unknown
+  double expected_bandwidth_gbps = 0;         // for `tutti diag`; 0 = median
+
+  std::string coordinator_host() const;
+  int64_t coordinator_port() const;
+  // Where node `rank` listens: nodes[rank] if given, else `host` and
+  // coordinator port + 1 + rank.
+  node_address node(int64_t rank) const;
+};
+
+struct diag_config {
+  double min_fraction = 0.9;        // below this share of the reference: straggler
+  std::string on_start = "warn";    // warn | refuse
 };
 
 struct model_config {
@@ -44,6 +72,8 @@ struct moe_config {
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
   double bias_update_rate = 0.0; // 0 = off
+  std::string all_to_all_communication = "enabled"; // the seed's key
+  int64_t communication_buffer_size = 0;            // bytes; 0 = auto
 };
 
 struct train_config {
@@ -81,11 +111,24 @@ struct job_config {
   train_config train;
   data_config data;
   run_config run;
+  diag_config diag;
   std::string source_path; // the file it came from, for messages
 
   int64_t ep_size() const { return cluster.ep_size; }
   int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
 };
+
+// The config as sorted "section.key" = value pairs: what every node of a job
+// must agree on. Its hash identifies the config; comparing two lists names
+// the first key that differs.
+std::vector<std::pair<std::string, std::string>>
+config_fingerprint(const job_config& c);
+std::string fingerprint_text(const job_config& c);
+
+// The first differing key of two fingerprints ("" if equal), as
+// "model.hidden_size: 64 here, 128 there".
+std::string first_difference(const std::string& ours,
+                             const std::string& theirs);
 
 // A refused config: what() is one line naming the key and why.
 struct config_error : std::runtime_error {

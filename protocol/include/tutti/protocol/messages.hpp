@@ -24,6 +24,7 @@ struct step_report {
   double lr = 0;
   int64_t tokens = 0;
   int64_t dropped_tokens = 0;
+  int64_t alltoall_bytes = 0; // this rank's dispatch + combine payload
   std::vector<int64_t> expert_counts; // [layer][expert]
   double time_compute_s = 0;
   double time_alltoall_s = 0;
@@ -37,8 +38,24 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_report& x) {
   return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
-           x.expert_counts, x.time_compute_s, x.time_alltoall_s,
+           x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
            x.time_allreduce_s, x.time_other_s, x.step_time_s, x.eval_loss);
+}
+
+// A node daemon's request to join the job.
+struct node_registration {
+  int64_t node_rank = 0;
+  std::string host;
+  int64_t port = 0;
+  std::string rack;
+  int64_t devices = 0;          // ranks it hosts
+  std::string config_fingerprint; // fingerprint_text() of its config
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_registration& x) {
+  return f(caf::meta::type_name("node_registration"), x.node_rank, x.host,
+           x.port, x.rack, x.devices, x.config_fingerprint);
 }
 
 } // namespace tutti

@@ -12,6 +12,7 @@
 CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
 
   CAF_ADD_TYPE_ID(tutti, (tutti::step_report))
+  CAF_ADD_TYPE_ID(tutti, (tutti::node_registration))
   CAF_ADD_TYPE_ID(tutti, (std::vector<std::string>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
 
@@ -26,6 +27,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, job_done_atom, "job_done")
   CAF_ADD_ATOM(tutti, tutti, escalate_atom, "escalate")
   CAF_ADD_ATOM(tutti, tutti, stop_atom, "stop")
+  CAF_ADD_ATOM(tutti, tutti, register_atom, "register")
+  CAF_ADD_ATOM(tutti, tutti, start_atom, "start")
+  CAF_ADD_ATOM(tutti, tutti, join_deadline_atom, "join_dl")
 
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")

@@ -1,0 +1,35 @@
+#include "tutti/actors/system_config.hpp"
+
+#include <caf/io/middleman.hpp>
+#include <caf/message.hpp>
+
+#include "tutti/protocol/errors.hpp"
+#include "tutti/protocol/type_ids.hpp"
+
+namespace tutti {
+
+tutti_system_config::tutti_system_config(const system_options& options) {
+  add_message_types<caf::id_block::tutti>();
+  // (CAF 0.17.6's add_error_category<T> does not compile; give the renderer
+  // explicitly.)
+  add_error_category(caf::atom("tutti"),
+                     [](uint8_t code, caf::atom_value,
+                        const caf::message& context) {
+                       std::string out = "tutti: ";
+                       out += to_string(static_cast<errc>(code));
+                       if (!context.empty())
+                         out += " " + caf::to_string(context);
+                       return out;
+                     });
+  set("logger.console", caf::atom("none"));
+  if (options.network) {
+    load<caf::io::middleman>();
+    set("middleman.heartbeat-interval", caf::timespan{options.heartbeat});
+    set("middleman.connection-timeout",
+        caf::timespan{options.connection_timeout});
+    // Peers that are not tutti are refused at the handshake.
+    set("middleman.app-identifiers", std::vector<std::string>{"tutti-1"});
+  }
+}
+
+} // namespace tutti

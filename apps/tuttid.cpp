@@ -1,0 +1,195 @@
+// tuttid --config FILE --node-rank N [--data-dir DIR]: one node daemon.
+// Hosts the node's actor tree; node 0 also hosts the coordinator. Exits 0
+// when the job completes or is stopped (SIGTERM/SIGINT stop it at a step
+// boundary), 1 when it fails, 2 on bad input.
+
+#include <boost/program_options.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "tutti/actors/coordinator.hpp"
+#include "tutti/actors/log.hpp"
+#include "tutti/actors/node_supervisor.hpp"
+#include "tutti/actors/system_config.hpp"
+#include "tutti/protocol/job_config.hpp"
+
+namespace po = boost::program_options;
+using namespace tutti;
+
+namespace {
+
+std::atomic<bool> interrupted{false};
+void on_signal(int) { interrupted.store(true); }
+
+int fail(int status, const std::string& what) {
+  std::fprintf(stderr, "tuttid: %s\n", what.c_str());
+  return status;
+}
+
+// Connects to the coordinator, retrying until the join timeout: daemons
+// may start in any order.
+caf::expected<coordinator_actor> connect(caf::actor_system& sys,
+                                         const job_config& cfg) {
+  auto& mm = sys.middleman();
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::seconds(cfg.cluster.join_timeout_s);
+  caf::error last;
+  while (std::chrono::steady_clock::now() < deadline && !interrupted) {
+    auto handle = mm.remote_actor<coordinator_actor>(
+      cfg.cluster.coordinator_host(),
+      static_cast<uint16_t>(cfg.cluster.coordinator_port()));
+    if (handle)
+      return handle;
+    last = handle.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return last;
+}
+
+struct daemon_options {
+  std::string config;
+  int64_t node_rank = -1;
+  std::string data_dir;
+  std::string rack;
+};
+
+int serve(const job_config& cfg, const daemon_options& opt) {
+  const auto address = cfg.cluster.node(opt.node_rank);
+  system_options sys_opt;
+  sys_opt.network = true;
+  tutti_system_config sys_cfg{sys_opt};
+  caf::actor_system sys{sys_cfg};
+  caf::scoped_actor self{sys};
+
+  coordinator_actor coordinator;
+  if (opt.node_rank == 0) {
+    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false});
+    // Bind only to the address the config gives.
+    auto port = sys.middleman().publish(
+      coordinator, static_cast<uint16_t>(cfg.cluster.coordinator_port()),
+      cfg.cluster.coordinator_host().c_str(), true);
+    if (!port)
+      return fail(1, "cannot listen on " + cfg.cluster.coordinator + ": "
+                       + sys.render(port.error()));
+    log_info("tuttid", "coordinator listening on " + cfg.cluster.coordinator);
+  } else {
+    auto handle = connect(sys, cfg);
+    if (!handle)
+      return fail(1, "cannot reach the coordinator at "
+                       + cfg.cluster.coordinator + " within "
+                       + std::to_string(cfg.cluster.join_timeout_s)
+                       + " s: " + sys.render(handle.error()));
+    coordinator = *handle;
+  }
+  auto supervisor = spawn_node_supervisor(sys, {cfg, opt.node_rank,
+                                                coordinator, opt.rack});
+  auto port = sys.middleman().publish(supervisor,
+                                      static_cast<uint16_t>(address.port),
+                                      address.host.c_str(), true);
+  if (!port)
+    return fail(1, "cannot listen on " + address.host + ":"
+                     + std::to_string(address.port) + ": "
+                     + sys.render(port.error()));
+  log_info("tuttid", "node " + std::to_string(opt.node_rank) + " listening on "
+                       + address.host + ":" + std::to_string(address.port));
+  self->monitor(supervisor);
+
+  // Node 0 waits for the job's end (from its coordinator) and its node;
+  // other nodes for their node supervisor only.
+  bool job_over = opt.node_rank != 0, node_over = false, stopping = false;
+  int status = 0;
+  while (!job_over || !node_over) {
+    self->receive(
+      [&](job_done_atom, bool ok, const std::string& why, double) {
+        job_over = true;
+        if (!ok) {
+          status = 1;
+          log_error("tuttid", "job failed: " + why);
+        } else if (!why.empty()) {
+          log_info("tuttid", why);
+        }
+      },
+      [&](caf::down_msg& dm) {
+        node_over = true;
+        if (dm.reason && dm.reason != caf::exit_reason::normal) {
+          status = 1;
+          log_error("tuttid", "node ended: " + sys.render(dm.reason));
+          job_over = true;
+        }
+      },
+      caf::after(std::chrono::milliseconds(200)) >> [&] {
+        if (interrupted && !stopping) {
+          log_info("tuttid", "signal: stopping at the next step boundary");
+          self->send(supervisor, stop_atom_v);
+          stopping = true;
+        }
+      });
+  }
+  std::fflush(nullptr);
+  if (status != 0) {
+    // Ranks of a failed job may sit in collectives; do not wait for them.
+    log_close();
+    std::_Exit(status);
+  }
+  return status;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  daemon_options opt;
+  po::options_description desc("usage: tuttid --config FILE --node-rank N");
+  desc.add_options()("help,h", "this text")(
+    "config", po::value(&opt.config)->required(), "cluster config (YAML)")(
+    "node-rank", po::value(&opt.node_rank)->required(), "this node's rank")(
+    "data-dir", po::value(&opt.data_dir), "daemon state (default run.dir)")(
+    "rack", po::value(&opt.rack), "rack label (overrides the config's)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& ex) {
+    return fail(2, ex.what());
+  }
+  job_config cfg;
+  try {
+    cfg = load_job_config(opt.config);
+  } catch (const config_error& ex) {
+    return fail(2, std::string("config: ") + ex.what());
+  }
+  if (opt.node_rank < 0 || opt.node_rank >= cfg.cluster.nnodes)
+    return fail(2, "--node-rank " + std::to_string(opt.node_rank)
+                     + " is outside 0.." + std::to_string(cfg.cluster.nnodes - 1)
+                     + " (cluster_config.nnodes)");
+  if (cfg.cluster.communication_backend != "gloo")
+    return fail(2, "cluster_config.communication_backend: '"
+                     + cfg.cluster.communication_backend
+                     + "' is not available in this build (gloo)");
+  auto dir = opt.data_dir.empty() ? cfg.run.dir : opt.data_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (opt.node_rank == 0)
+    std::filesystem::create_directories(cfg.run.dir, ec);
+  log_open((std::filesystem::path(dir)
+            / ("tuttid-" + std::to_string(opt.node_rank) + ".log.jsonl"))
+             .string(),
+           std::to_string(opt.node_rank));
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  int status = serve(cfg, opt);
+  log_close();
+  return status;
+}

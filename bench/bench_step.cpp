@@ -1,0 +1,382 @@
+// Framework overhead per step. The quickstart model trained by `tutti run`
+// (rank, expert-shard, data-loader and coordinator actors) against the same
+// steps done in this process with no actors: one thread per rank calling
+// rank_model and an expert_ffn directly over Gloo, i.e. the step's kernels
+// and collectives timed alone. Runs alternate between the two, for world
+// size 2 (the quickstart as written) and 1; medians over repetitions.
+
+#include <gloo/rendezvous/hash_store.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/data/batch_sampler.hpp"
+#include "tutti/data/dataset.hpp"
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/expert_ffn.hpp"
+#include "tutti/model/rank_model.hpp"
+
+namespace fs = std::filesystem;
+namespace k = tutti::kernels;
+using namespace tutti;
+using namespace tutti::bench;
+
+namespace {
+
+constexpr int steps = 40, warmup = 5, reps = 4; // reps even: both orders equally
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "bench_step: %s\n", what.c_str());
+  std::_Exit(1);
+}
+
+void check(const status& s) {
+  if (!s.ok())
+    die(s.message());
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// Replaces the value of `key` in the YAML block `block` (two-space indent).
+std::string set_key(const std::string& yaml, const std::string& block,
+                    const std::string& key, const std::string& value) {
+  std::regex re("(\\n" + block + ":\\n(?:  [^\\n]*\\n)*?  " + key
+                + ":)[^\\n]*");
+  if (!std::regex_search(yaml, re))
+    die("quickstart.yaml has no " + block + "." + key);
+  return std::regex_replace(yaml, re, "$1 " + value,
+                            std::regex_constants::format_first_only);
+}
+
+// Mean per-step times over the steps after warm-up, in seconds.
+struct split {
+  double step = 0, compute = 0, a2a = 0, ar = 0, other = 0;
+};
+
+split median_of(const std::vector<split>& v) {
+  auto col = [&](double split::*f) {
+    std::vector<double> x;
+    for (const auto& s : v)
+      x.push_back(s.*f);
+    return median(x);
+  };
+  return {col(&split::step), col(&split::compute), col(&split::a2a),
+          col(&split::ar), col(&split::other)};
+}
+
+// -- the figure: a real job --------------------------------------------------
+
+split from_metrics(const fs::path& path) {
+  split sum;
+  int n = 0;
+  std::ifstream in(path);
+  std::string line;
+  auto field = [&](const char* name) {
+    std::smatch m;
+    std::regex re(std::string("\"") + name + "\":([-0-9.eE+]+)");
+    if (!std::regex_search(line, m, re))
+      die(path.string() + ": no " + name);
+    return std::stod(m[1]);
+  };
+  while (std::getline(in, line)) {
+    if (field("step") <= warmup)
+      continue;
+    sum.step += field("step_time_s");
+    sum.compute += field("time_compute_s");
+    sum.a2a += field("time_alltoall_s");
+    sum.ar += field("time_allreduce_s");
+    sum.other += field("time_other_s");
+    ++n;
+  }
+  if (n != steps - warmup)
+    die(path.string() + ": expected " + std::to_string(steps) + " steps");
+  return {sum.step / n, sum.compute / n, sum.a2a / n, sum.ar / n,
+          sum.other / n};
+}
+
+split run_tutti(const std::string& tutti, const fs::path& cfg,
+                const fs::path& run_dir) {
+  fs::remove_all(run_dir);
+  const std::string cmd =
+    "timeout 300 " + tutti + " run " + cfg.string() + " --quiet 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p))
+    out.append(buf, n);
+  if (pclose(p) != 0)
+    die("tutti run failed:\n" + out);
+  return from_metrics(run_dir / "metrics.jsonl");
+}
+
+// -- the anchor: the same step, no actors ----------------------------------
+
+// What the expert shard actor does, called directly.
+class local_experts final : public model::expert_executor {
+public:
+  local_experts(const job_config& c, int rank) : cfg_(c) {
+    const int64_t count = c.experts_per_rank();
+    const int64_t first = (rank % c.ep_size()) * count;
+    layout_ = model::expert_layout(c.model, first, count);
+    params_.resize(layout_.total());
+    model::init_expert_params(layout_, params_.data(), c.model, first, count,
+                              c.train.seed, c.model.init_std);
+    grads_.assign(layout_.total(), 0.0f);
+    m_.assign(layout_.total(), 0.0f);
+    v_.assign(layout_.total(), 0.0f);
+    ffn_ = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,
+                                               count, c.model.hidden_size,
+                                               c.model.intermediate_size);
+  }
+
+  status forward(int64_t layer, const float* x, const int64_t* rows,
+                 int64_t m, float* y) override {
+    ffn_->forward(s_, layer, block(layer), x, rows, y);
+    return {};
+  }
+  status backward(int64_t layer, const float* dy, int64_t m,
+                  float* dx) override {
+    ffn_->backward(s_, layer, block(layer), dy, dx);
+    return {};
+  }
+
+  double grad_sum_squares() const {
+    return k::sum_squares(s_, grads_.data(),
+                          static_cast<int64_t>(grads_.size()));
+  }
+
+  void optimize(int64_t step, double lr, double scale) {
+    const auto& t = cfg_.train;
+    for (const auto& sp : layout_.tensors())
+      k::adamw_step(s_, params_.data() + sp.offset, grads_.data() + sp.offset,
+                    m_.data() + sp.offset, v_.data() + sp.offset, sp.numel,
+                    lr, t.beta1, t.beta2, t.eps, t.weight_decay, step, scale);
+    k::fill_zero(s_, grads_.data(), static_cast<int64_t>(grads_.size()));
+  }
+
+private:
+  model::expert_block block(int64_t layer) {
+    auto at = [&](const char* w) {
+      return layout_.at(model::expert_block_name(layer, w)).offset;
+    };
+    return {params_.data() + at("w1"), params_.data() + at("w3"),
+            params_.data() + at("w2"), grads_.data() + at("w1"),
+            grads_.data() + at("w3"), grads_.data() + at("w2")};
+  }
+
+  job_config cfg_;
+  k::stream s_;
+  model::param_layout layout_;
+  std::vector<float> params_, grads_, m_, v_;
+  std::unique_ptr<model::expert_ffn> ffn_;
+};
+
+// One rank's steps, as actors/src/rank.cpp's step_loop does them, minus the
+// actors. time[step][0..2] = total, all-to-all, all-reduce seconds.
+void in_process_rank(const job_config& cfg, int rank,
+                     const data::batch_sampler& sampler,
+                     gloo::rendezvous::Store& store,
+                     std::vector<std::vector<double>>& time) {
+  k::use_single_threaded_blas();
+  const int W = static_cast<int>(cfg.cluster.world_size);
+  const auto& t = cfg.train;
+  std::unique_ptr<comm::communicator> world;
+  check(comm::make_gloo_communicator(
+    store, rank, W,
+    {cfg.cluster.host, "world",
+     std::chrono::milliseconds(cfg.cluster.collective_timeout_ms)},
+    world));
+  local_experts experts(cfg, rank);
+  model::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
+  for (int64_t step = 1; step <= steps; ++step) {
+    // The batch is ready before the clock starts: data loading is the
+    // loader actor's job, counted as "other" in the real run.
+    auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
+                                  W, cfg.data.shard_per_rank);
+    if (!ids.ok())
+      die(ids.error);
+    auto b = sampler.materialize(ids.value);
+    const double t0 = now_s();
+    model::step_stats stats;
+    check(m.train_step(b.inputs.data(), b.targets.data(),
+                       static_cast<int64_t>(b.rows), stats));
+    double dense_sq = 0;
+    check(m.reduce_dense_grads(dense_sq, stats.time));
+    double expert_sq = experts.grad_sum_squares();
+    if (W > 1) {
+      model::scoped_timer timer(stats.time.allreduce_s);
+      check(world->all_reduce_sum(&expert_sq, 1));
+    }
+    const double norm = std::sqrt(dense_sq + expert_sq);
+    const double scale =
+      t.grad_clip > 0 && norm > t.grad_clip ? t.grad_clip / (norm + 1e-6) : 1;
+    const double lr = model::learning_rate(t, step);
+    m.apply_optimizer(step, lr, scale);
+    experts.optimize(step, lr, scale);
+    time[step - 1] = {now_s() - t0, stats.time.alltoall_s,
+                      stats.time.allreduce_s};
+  }
+}
+
+// Merged as the coordinator merges reports: the step takes its slowest
+// rank's time; the parts are means over ranks.
+split run_in_process(const job_config& cfg,
+                     const data::batch_sampler& sampler) {
+  const int W = static_cast<int>(cfg.cluster.world_size);
+  if (cfg.ep_size() != W)
+    die("the in-process anchor assumes ep_size == world_size");
+  std::vector<std::vector<std::vector<double>>> time(
+    W, std::vector<std::vector<double>>(steps));
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < W; ++r)
+    ranks.emplace_back(
+      [&, r] { in_process_rank(cfg, r, sampler, store, time[r]); });
+  for (auto& th : ranks)
+    th.join();
+  split sum;
+  for (int s = warmup; s < steps; ++s) {
+    double slowest = 0;
+    for (int r = 0; r < W; ++r) {
+      const auto& x = time[r][s];
+      slowest = std::max(slowest, x[0]);
+      sum.compute += (x[0] - x[1] - x[2]) / W;
+      sum.a2a += x[1] / W;
+      sum.ar += x[2] / W;
+    }
+    sum.step += slowest;
+  }
+  const double n = steps - warmup;
+  return {sum.step / n, sum.compute / n, sum.a2a / n, sum.ar / n, 0};
+}
+
+int run() {
+  const std::string src = env_or("TUTTI_SOURCE_DIR", TUTTI_SOURCE_DIR_DEFAULT);
+  const std::string tutti =
+    env_or("TUTTI_BINARY_DIR", TUTTI_BINARY_DIR_DEFAULT) + "/apps/tutti";
+  char tmpl[] = "/tmp/tutti-bench-step-XXXXXX";
+  if (!mkdtemp(tmpl))
+    die("mkdtemp failed");
+  const fs::path dir = tmpl, data = dir / "data";
+  // The quickstart as written (world 2, EP 2), and the same model and global
+  // batch on one rank; evaluation only after the last step.
+  const fs::path quickstart = fs::path(src) / "configs/quickstart.yaml";
+  std::string base = read_text(quickstart);
+  const auto vocab = parse_job_config(base, quickstart.string()).model.vocab_size;
+  if (std::system((tutti + " data synth --out " + data.string() + " --vocab "
+                   + std::to_string(vocab)
+                   + " --seed 7 --tokens 200000 >/dev/null")
+                    .c_str())
+      != 0)
+    die("tutti data synth failed");
+  base = set_key(base, "train", "steps", std::to_string(steps));
+  base = set_key(base, "train", "eval_interval", "0");
+  base = set_key(base, "data", "dir", data.string());
+  struct world_case {
+    int world;
+    fs::path cfg_path, run_dir;
+    job_config cfg;
+    std::vector<split> tutti, inproc;
+  };
+  std::vector<world_case> cases;
+  for (int w : {2, 1}) {
+    world_case c{w, dir / ("w" + std::to_string(w) + ".yaml"),
+                 dir / ("run-w" + std::to_string(w)), {}, {}, {}};
+    std::string y = set_key(base, "run", "dir", c.run_dir.string());
+    for (const char* key : {"world_size", "nproc_per_node", "ep_size"})
+      y = set_key(y, "cluster_config", key, std::to_string(w));
+    std::ofstream(c.cfg_path) << y;
+    c.cfg = parse_job_config(y, c.cfg_path.string());
+    cases.push_back(std::move(c));
+  }
+
+  auto train = data::load_split(data, "train");
+  if (!train.ok())
+    die(train.error);
+  auto sampler = data::batch_sampler::create(
+    std::move(train.value),
+    static_cast<uint32_t>(cases[0].cfg.train.seq_len));
+  if (!sampler.ok())
+    die(sampler.error);
+
+  // Each run on stderr too, to see the spread behind the medians.
+  auto note = [](const char* what, int world, const split& s) {
+    std::fprintf(stderr,
+                 "  %-10s world %d: step %.1f ms = compute %.1f + a2a %.1f + "
+                 "ar %.1f + other %.1f\n",
+                 what, world, s.step * 1e3, s.compute * 1e3, s.a2a * 1e3,
+                 s.ar * 1e3, s.other * 1e3);
+    return s;
+  };
+  for (int rep = 0; rep < reps; ++rep)
+    for (auto& c : cases)
+      for (int i = 0; i < 2; ++i) // alternate which of the pair goes first
+        if ((rep + i) % 2 == 0)
+          c.tutti.push_back(
+            note("tutti run", c.world, run_tutti(tutti, c.cfg_path, c.run_dir)));
+        else
+          c.inproc.push_back(
+            note("in-process", c.world, run_in_process(c.cfg, sampler.value)));
+
+  std::printf("quickstart model (D64 F128, 2 layers, 4 experts top-2, 32 x 64 "
+              "tokens per step); mean of steps %d..%d, median of %d runs each\n\n",
+              warmup + 1, steps, reps);
+  table t;
+  auto ms = [](double s) { return fmt("%.1f ms", s * 1e3); };
+  for (auto& c : cases) {
+    const split a = median_of(c.tutti), b = median_of(c.inproc);
+    const std::string w = ", world " + std::to_string(c.world);
+    const std::string anchor = "same steps in-process, no actors";
+    t.add("step time, tutti run" + w, ms(a.step), anchor, ms(b.step),
+          a.step / b.step);
+    t.add("  compute (incl. expert-shard messages)" + w, ms(a.compute),
+          anchor + ": compute", ms(b.compute), a.compute / b.compute);
+    if (c.world > 1) {
+      t.add("  all-to-all" + w, ms(a.a2a), anchor + ": all-to-all", ms(b.a2a),
+            a.a2a / b.a2a);
+      t.add("  all-reduce" + w, ms(a.ar), anchor + ": all-reduce", ms(b.ar),
+            a.ar / b.ar);
+    }
+    t.add("  other (batch fetch)" + w, ms(a.other), "tutti step time",
+          ms(a.step), a.other / a.step);
+    const double by_metrics = a.step - (a.compute + a.a2a + a.ar);
+    t.add("overhead by metrics: step - (compute + a2a + ar)" + w,
+          ms(by_metrics), "tutti step time", ms(a.step), by_metrics / a.step);
+    t.add("overhead per step: tutti - in-process" + w, ms(a.step - b.step),
+          anchor, ms(b.step), (a.step - b.step) / b.step);
+  }
+  t.print();
+  fs::remove_all(dir);
+  return 0;
+}
+
+} // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) { // a refused config, say
+    die(e.what());
+  }
+}

@@ -1,0 +1,429 @@
+// protocol/: parse_job_config is strict. A valid config parses with its
+// defaults filled in; every refusal is a config_error whose what() is one
+// line naming the offending key (or, for YAML syntax, the source).
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "tutti/protocol/job_config.hpp"
+
+using namespace tutti;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+// Every section, only the required keys plus a few common ones.
+const std::string base =
+  "cluster_config:\n"
+  "  world_size: 2\n"
+  "  nnodes: 1\n"
+  "  nproc_per_node: 2\n"
+  "  ep_size: 0\n"
+  "model:\n"
+  "  vocab_size: 32\n"
+  "  hidden_size: 32\n"
+  "  intermediate_size: 64\n"
+  "  num_hidden_layers: 2\n"
+  "  num_attention_heads: 4\n"
+  "  num_key_value_heads: 2\n"
+  "  max_seq_len: 32\n"
+  "moe_config:\n"
+  "  num_experts: 4\n"
+  "  router_top_k: 2\n"
+  "  capacity_factor: 0\n"
+  "train:\n"
+  "  steps: 10\n"
+  "  global_batch_size: 8\n"
+  "  seq_len: 32\n"
+  "data:\n"
+  "  dir: some/data\n"
+  "run:\n"
+  "  dir: some/run\n";
+
+// `base` with the line `from` (without its newline) replaced by `to`; `to`
+// may span lines or be empty (the line is then removed).
+std::string with(const std::string& from, const std::string& to,
+                 const std::string& text = base) {
+  const auto needle = from + "\n";
+  const auto at = text.find(needle);
+  REQUIRE(at != std::string::npos); // the edit must apply, or it tests nothing
+  REQUIRE(text.find(needle, at + 1) == std::string::npos);
+  auto out = text;
+  out.replace(at, needle.size(), to.empty() ? std::string() : to + "\n");
+  return out;
+}
+
+job_config parse(const std::string& yaml) {
+  return parse_job_config(yaml, "test.yaml");
+}
+
+// The message of the config_error that `yaml` is refused with; fails the
+// test if it parses or throws anything else.
+std::string refusal(const std::string& yaml) {
+  try {
+    parse(yaml);
+  } catch (const config_error& ex) {
+    std::string what = ex.what();
+    INFO(what);
+    CHECK(what.find('\n') == std::string::npos); // one line
+    CHECK_FALSE(what.empty());
+    return what;
+  } catch (const std::exception& ex) {
+    FAIL("threw something other than config_error: " << ex.what());
+  }
+  FAIL("config was accepted:\n" << yaml);
+  return {};
+}
+
+} // namespace
+
+TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
+  const auto c = parse(base);
+  CHECK(c.source_path == "test.yaml");
+  CHECK(c.cluster.world_size == 2);
+  CHECK(c.cluster.nnodes == 1);
+  CHECK(c.cluster.nproc_per_node == 2);
+  // ep_size 0 means "all ranks".
+  CHECK(c.cluster.ep_size == 2);
+  CHECK(c.ep_size() == 2);
+  CHECK(c.experts_per_rank() == 2);
+  CHECK(c.cluster.communication_backend == "gloo");
+  CHECK(c.cluster.tensor_model_parallel_size == 1);
+  CHECK(c.cluster.pipeline_model_parallel_size == 1);
+  CHECK(c.cluster.host == "127.0.0.1");
+  CHECK(c.cluster.collective_timeout_ms == 60000);
+
+  CHECK(c.model.vocab_size == 32);
+  CHECK(c.model.hidden_size == 32);
+  CHECK(c.model.intermediate_size == 64);
+  CHECK(c.model.num_hidden_layers == 2);
+  CHECK(c.model.num_attention_heads == 4);
+  CHECK(c.model.num_key_value_heads == 2);
+  CHECK(c.model.max_seq_len == 32);
+  CHECK(c.model.head_dim() == 8);
+  CHECK(c.model.rope_theta == 10000.0);
+  CHECK(c.model.rms_norm_eps == 1e-5);
+  CHECK(c.model.init_std == 0.02);
+
+  CHECK(c.moe.num_experts == 4);
+  CHECK(c.moe.router_top_k == 2);
+  CHECK(c.moe.capacity_factor == 0.0);
+  CHECK(c.moe.router_temperature == 1.0);
+  CHECK(c.moe.aux_loss_coeff == 0.0);
+  CHECK(c.moe.z_loss_coeff == 0.0);
+  CHECK(c.moe.bias_update_rate == 0.0);
+
+  CHECK(c.train.steps == 10);
+  CHECK(c.train.global_batch_size == 8);
+  CHECK(c.train.seq_len == 32);
+  CHECK(c.train.lr == 1e-3);
+  CHECK(c.train.min_lr == 1e-4);
+  CHECK(c.train.warmup_steps == 0);
+  CHECK(c.train.grad_clip == 1.0);
+  CHECK(c.train.seed == 1234u);
+  CHECK(c.train.eval_interval == 0);
+  CHECK(c.train.eval_sequences == 0);
+  CHECK(c.train.log_interval == 1);
+
+  CHECK(c.data.dir == "some/data");
+  CHECK(c.data.shard_per_rank == false);
+  CHECK(c.data.prefetch == 2);
+  CHECK(c.run.dir == "some/run"); // relative paths kept as written
+}
+
+TEST_CASE("explicit values override defaults", "[unit]") {
+  auto yaml = with("  ep_size: 0",
+                   "  ep_size: 1\n  communication_backend: nccl\n"
+                   "  collective_timeout_ms: 1234");
+  yaml = with("  capacity_factor: 0",
+              "  capacity_factor: 1.25\n  router_temperature: 0.5", yaml);
+  yaml = with("  seq_len: 32",
+              "  seq_len: 16\n  seed: 18446744073709551615\n"
+              "  log_interval: 7\n  eval_sequences: 4",
+              yaml);
+  yaml = with("  dir: some/data", "  dir: d\n  shard_per_rank: true", yaml);
+  const auto c = parse(yaml);
+  CHECK(c.cluster.ep_size == 1);
+  CHECK(c.experts_per_rank() == 4);
+  CHECK(c.cluster.communication_backend == "nccl");
+  CHECK(c.cluster.collective_timeout_ms == 1234);
+  CHECK(c.moe.capacity_factor == 1.25);
+  CHECK(c.moe.router_temperature == 0.5);
+  CHECK(c.train.seq_len == 16);
+  CHECK(c.train.seed == 18446744073709551615ull);
+  CHECK(c.train.log_interval == 7);
+  CHECK(c.train.eval_sequences == 4);
+  CHECK(c.data.shard_per_rank == true);
+}
+
+TEST_CASE("cluster_config is optional and defaults to one rank", "[unit]") {
+  auto yaml = base.substr(base.find("model:"));
+  // The default world is 1, so the batch (8) divides it.
+  const auto c = parse(yaml);
+  CHECK(c.cluster.world_size == 1);
+  CHECK(c.cluster.ep_size == 1);
+  CHECK(c.experts_per_rank() == 4);
+}
+
+TEST_CASE("load_job_config names a missing file", "[unit]") {
+  REQUIRE_THROWS_AS(load_job_config("/nonexistent/tutti/job.yaml"),
+                    config_error);
+  REQUIRE_THROWS_WITH(load_job_config("/nonexistent/tutti/job.yaml"),
+                      Contains("/nonexistent/tutti/job.yaml"));
+}
+
+TEST_CASE("unknown keys and sections are refused by name", "[unit]") {
+  SECTION("typo in a model key") {
+    auto msg = refusal(with("  hidden_size: 32",
+                            "  hidden_size: 32\n  hiden_size: 32"));
+    CHECK_THAT(msg, StartsWith("model.hiden_size"));
+    CHECK_THAT(msg, Contains("unknown key"));
+  }
+  SECTION("unknown key in cluster_config") {
+    auto msg = refusal(with("  ep_size: 0", "  ep_size: 0\n  gpus: 8"));
+    CHECK_THAT(msg, Contains("cluster_config.gpus"));
+    CHECK_THAT(msg, Contains("unknown key"));
+  }
+  SECTION("unknown key in run") {
+    auto msg = refusal(with("  dir: some/run", "  dir: some/run\n  name: x"));
+    CHECK_THAT(msg, Contains("run.name"));
+  }
+  SECTION("unknown section") {
+    auto msg = refusal(base + "optimizer:\n  lr: 0.1\n");
+    CHECK_THAT(msg, StartsWith("optimizer"));
+    CHECK_THAT(msg, Contains("unknown section"));
+  }
+  SECTION("misspelled section") {
+    auto msg = refusal(with("moe_config:", "moe:"));
+    CHECK_THAT(msg, Contains("moe"));
+  }
+}
+
+TEST_CASE("values of the wrong type are refused by name", "[unit]") {
+  SECTION("a string for an integer") {
+    auto msg = refusal(with("  hidden_size: 32", "  hidden_size: \"abc\""));
+    CHECK_THAT(msg, StartsWith("model.hidden_size"));
+    CHECK_THAT(msg, Contains("integer"));
+    CHECK_THAT(msg, Contains("abc"));
+  }
+  SECTION("a fraction for an integer") {
+    auto msg = refusal(with("  hidden_size: 32", "  hidden_size: 1.5"));
+    CHECK_THAT(msg, StartsWith("model.hidden_size"));
+    CHECK_THAT(msg, Contains("1.5"));
+  }
+  SECTION("exponent notation for an integer") {
+    auto msg = refusal(with("  steps: 10", "  steps: 1e3"));
+    CHECK_THAT(msg, StartsWith("train.steps"));
+  }
+  SECTION("a negative number for the unsigned seed") {
+    auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n  seed: -1"));
+    CHECK_THAT(msg, StartsWith("train.seed"));
+  }
+  SECTION("a list for a number") {
+    auto msg = refusal(with("  capacity_factor: 0",
+                            "  capacity_factor: [1, 2]"));
+    CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
+    CHECK_THAT(msg, Contains("list"));
+  }
+  SECTION("a mapping for a string") {
+    auto msg = refusal(with("  dir: some/run", "  dir: {a: 1}"));
+    CHECK_THAT(msg, StartsWith("run.dir"));
+    CHECK_THAT(msg, Contains("mapping"));
+  }
+  SECTION("a word for a number") {
+    auto msg = refusal(with("  capacity_factor: 0", "  capacity_factor: lots"));
+    CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
+    CHECK_THAT(msg, Contains("number"));
+  }
+  SECTION("a word for a boolean") {
+    auto msg = refusal(with("  dir: some/data",
+                            "  dir: some/data\n  shard_per_rank: maybe"));
+    CHECK_THAT(msg, StartsWith("data.shard_per_rank"));
+  }
+  SECTION("a section that is not a mapping") {
+    auto msg = refusal(with("run:\n  dir: some/run", "run: 5"));
+    CHECK_THAT(msg, StartsWith("run"));
+    CHECK_THAT(msg, Contains("mapping"));
+  }
+}
+
+TEST_CASE("missing required keys and sections are refused by name",
+          "[unit]") {
+  SECTION("model.hidden_size") {
+    auto msg = refusal(with("  hidden_size: 32", ""));
+    CHECK_THAT(msg, StartsWith("model.hidden_size"));
+    CHECK_THAT(msg, Contains("missing"));
+  }
+  SECTION("train.steps") {
+    auto msg = refusal(with("  steps: 10", ""));
+    CHECK_THAT(msg, StartsWith("train.steps"));
+    CHECK_THAT(msg, Contains("missing"));
+  }
+  SECTION("moe_config.router_top_k, given as null") {
+    auto msg = refusal(with("  router_top_k: 2", "  router_top_k:"));
+    CHECK_THAT(msg, StartsWith("moe_config.router_top_k"));
+  }
+  SECTION("data.dir given empty") {
+    auto msg = refusal(with("  dir: some/data", "  dir: \"\""));
+    CHECK_THAT(msg, StartsWith("data.dir"));
+  }
+  SECTION("the run section") {
+    auto msg = refusal(with("run:\n  dir: some/run", ""));
+    CHECK_THAT(msg, StartsWith("run"));
+    CHECK_THAT(msg, Contains("missing section"));
+  }
+}
+
+TEST_CASE("text that is not a YAML mapping is refused", "[unit]") {
+  SECTION("invalid YAML") {
+    auto msg = refusal("model: [1, 2\ntrain: {steps: 3\n");
+    CHECK_THAT(msg, Contains("test.yaml"));
+    CHECK_THAT(msg, Contains("not valid YAML"));
+  }
+  SECTION("bad indentation") {
+    auto msg = refusal(with("  vocab_size: 32", "   vocab_size: 32"));
+    CHECK_THAT(msg, Contains("test.yaml"));
+  }
+  SECTION("a scalar document") {
+    auto msg = refusal("hello\n");
+    CHECK_THAT(msg, Contains("test.yaml"));
+    CHECK_THAT(msg, Contains("mapping"));
+  }
+  SECTION("an empty document") {
+    auto msg = refusal("");
+    CHECK_THAT(msg, Contains("test.yaml"));
+  }
+}
+
+TEST_CASE("impossible combinations are refused by name", "[unit]") {
+  SECTION("router_top_k > num_experts") {
+    auto msg = refusal(with("  router_top_k: 2", "  router_top_k: 5"));
+    CHECK_THAT(msg, StartsWith("moe_config.router_top_k"));
+    CHECK_THAT(msg, Contains("num_experts"));
+  }
+  SECTION("world_size != nnodes * nproc_per_node") {
+    auto msg = refusal(with("  world_size: 2", "  world_size: 4"));
+    CHECK_THAT(msg, StartsWith("cluster_config.world_size"));
+    CHECK_THAT(msg, Contains("nnodes"));
+  }
+  SECTION("num_experts not divisible by ep_size") {
+    auto yaml = with("  num_experts: 4", "  num_experts: 3");
+    yaml = with("  router_top_k: 2", "  router_top_k: 1", yaml);
+    auto msg = refusal(yaml);
+    CHECK_THAT(msg, StartsWith("moe_config.num_experts"));
+    CHECK_THAT(msg, Contains("ep_size"));
+  }
+  SECTION("ep_size that does not divide world_size") {
+    auto yaml = with("  world_size: 2\n  nnodes: 1\n  nproc_per_node: 2\n"
+                     "  ep_size: 0",
+                     "  world_size: 4\n  nnodes: 1\n  nproc_per_node: 4\n"
+                     "  ep_size: 3");
+    auto msg = refusal(yaml);
+    CHECK_THAT(msg, StartsWith("cluster_config.ep_size"));
+  }
+  SECTION("num_attention_heads not a multiple of num_key_value_heads") {
+    auto msg = refusal(with("  num_key_value_heads: 2",
+                            "  num_key_value_heads: 3"));
+    CHECK_THAT(msg, StartsWith("model.num_attention_heads"));
+    CHECK_THAT(msg, Contains("num_key_value_heads"));
+  }
+  SECTION("hidden_size not a multiple of num_attention_heads") {
+    auto msg = refusal(with("  hidden_size: 32", "  hidden_size: 30"));
+    CHECK_THAT(msg, StartsWith("model.hidden_size"));
+  }
+  SECTION("odd head dimension") {
+    // 36 / 4 = 9: rotary embedding needs pairs.
+    auto msg = refusal(with("  hidden_size: 32", "  hidden_size: 36"));
+    CHECK_THAT(msg, StartsWith("model.hidden_size"));
+    CHECK_THAT(msg, Contains("even"));
+  }
+  SECTION("tensor parallelism") {
+    auto msg = refusal(with("  ep_size: 0",
+                            "  ep_size: 0\n  tensor_model_parallel_size: 2"));
+    CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
+  }
+  SECTION("pipeline parallelism") {
+    auto msg = refusal(with("  ep_size: 0",
+                            "  ep_size: 0\n  pipeline_model_parallel_size: 2"));
+    CHECK_THAT(msg,
+               StartsWith("cluster_config.pipeline_model_parallel_size"));
+  }
+  SECTION("global_batch_size not divisible by world_size") {
+    auto msg = refusal(with("  global_batch_size: 8",
+                            "  global_batch_size: 7"));
+    CHECK_THAT(msg, StartsWith("train.global_batch_size"));
+    CHECK_THAT(msg, Contains("world_size"));
+  }
+  SECTION("eval_sequences not divisible by world_size") {
+    auto msg = refusal(with("  seq_len: 32",
+                            "  seq_len: 32\n  eval_sequences: 3"));
+    CHECK_THAT(msg, StartsWith("train.eval_sequences"));
+  }
+  SECTION("negative capacity_factor") {
+    auto msg = refusal(with("  capacity_factor: 0",
+                            "  capacity_factor: -0.5"));
+    CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
+  }
+  SECTION("NaN capacity_factor") {
+    auto msg = refusal(with("  capacity_factor: 0",
+                            "  capacity_factor: .nan"));
+    CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
+  }
+  SECTION("seq_len > max_seq_len") {
+    auto msg = refusal(with("  seq_len: 32", "  seq_len: 33"));
+    CHECK_THAT(msg, StartsWith("train.seq_len"));
+    CHECK_THAT(msg, Contains("max_seq_len"));
+  }
+  SECTION("min_lr above lr") {
+    auto msg = refusal(with("  seq_len: 32",
+                            "  seq_len: 32\n  lr: 0.001\n  min_lr: 0.01"));
+    CHECK_THAT(msg, StartsWith("train.min_lr"));
+  }
+  SECTION("zero steps") {
+    auto msg = refusal(with("  steps: 10", "  steps: 0"));
+    CHECK_THAT(msg, StartsWith("train.steps"));
+  }
+  SECTION("zero log_interval") {
+    auto msg = refusal(with("  seq_len: 32",
+                            "  seq_len: 32\n  log_interval: 0"));
+    CHECK_THAT(msg, StartsWith("train.log_interval"));
+  }
+  SECTION("beta2 of 1") {
+    auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n  beta2: 1"));
+    CHECK_THAT(msg, StartsWith("train.beta2"));
+  }
+}
+
+// Known gaps in the strict parser (see the report that came with this file).
+// Hidden from the default run; enable with `test_job_config "[known-bug]"`.
+
+TEST_CASE("a non-scalar key is refused as config_error", "[.][known-bug]") {
+  // Today this escapes as YAML::BadConversion (exit 1, no key named).
+  auto msg = refusal(with("  hidden_size: 32", "  ? [x]\n  : 3\n"
+                                               "  hidden_size: 32"));
+  CHECK_THAT(msg, StartsWith("model"));
+}
+
+TEST_CASE("a duplicate key is refused", "[.][known-bug]") {
+  auto msg = refusal(with("  hidden_size: 32",
+                          "  hidden_size: 32\n  hidden_size: 48"));
+  CHECK_THAT(msg, StartsWith("model.hidden_size"));
+}
+
+TEST_CASE("non-finite numbers are refused", "[.][known-bug]") {
+  CHECK_THAT(refusal(with("  capacity_factor: 0", "  capacity_factor: .inf")),
+             StartsWith("moe_config.capacity_factor"));
+  CHECK_THAT(refusal(with("  seq_len: 32", "  seq_len: 32\n  lr: .inf")),
+             StartsWith("train.lr"));
+}
+
+TEST_CASE("nnodes * nproc_per_node overflow is refused", "[.][known-bug]") {
+  // 4611686018427387905 * 4 wraps to 4 in 64 bits.
+  auto msg = refusal(with("  world_size: 2\n  nnodes: 1\n  nproc_per_node: 2",
+                          "  world_size: 4\n  nnodes: 4611686018427387905\n"
+                          "  nproc_per_node: 4"));
+  CHECK_THAT(msg, StartsWith("cluster_config"));
+}
