@@ -40,6 +40,21 @@ int check_data(const job_config& cfg, data::dataset_meta& meta) {
     auto shards = data::load_split(cfg.data.dir, split);
     if (!shards.ok())
       return fail(2, "run: " + shards.error);
+    // The sampler cuts shards into windows of seq_len + 1 tokens.
+    const uint64_t window = static_cast<uint64_t>(cfg.train.seq_len) + 1;
+    uint64_t windows = 0;
+    for (const auto& shard : shards.value)
+      windows += shard.size() / window;
+    if (std::string(split) == "train" && windows == 0)
+      return fail(2, "run: train.seq_len: " + std::to_string(cfg.train.seq_len)
+                       + " is longer than every training shard in "
+                       + cfg.data.dir);
+    if (std::string(split) == "val"
+        && windows < static_cast<uint64_t>(cfg.train.eval_sequences))
+      return fail(2, "run: train.eval_sequences: "
+                       + std::to_string(cfg.train.eval_sequences)
+                       + " held-out sequences asked for, " + cfg.data.dir
+                       + " holds " + std::to_string(windows));
   }
   return 0;
 }

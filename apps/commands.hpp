@@ -10,6 +10,7 @@ namespace tutti::cli {
 int run_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
+int diag_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

@@ -15,6 +15,7 @@ const char* usage =
   "commands:\n"
   "  run CONFIG [--quiet]        train in this process (coordinator + one node)\n"
   "  plan CONFIG [--json]        capacity plan: memory, FLOPs, traffic per rank\n"
+  "  diag CONFIG                 interconnect check across the config's daemons\n"
   "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
   "  data prepare --input F... --out DIR\n"
   "                              byte-level tokens from text files\n"
@@ -38,9 +39,11 @@ int main(int argc, char** argv) {
       return tutti::cli::data_command(args);
     if (command == "plan")
       return tutti::cli::plan_command(args);
+    if (command == "diag")
+      return tutti::cli::diag_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(2, "unknown command '" + command
-                               + "' (try: run, plan, data; see tutti --help)");
+                               + "' (try: run, plan, diag, data; see tutti --help)");
 }

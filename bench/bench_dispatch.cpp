@@ -10,6 +10,8 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -34,10 +36,11 @@ namespace {
 
 constexpr int64_t experts = 8, top_k = 2, hidden = 256;
 const std::vector<int64_t> sizes = {1024, 4096, 16384}; // tokens per rank
-// More repetitions of the short exchanges: each size gets about the same
-// wall time, and a scheduler hiccup on the shared cores moves the median less.
-int reps_of(size_t si) { return static_cast<int>(9 * 16384 / sizes[si]); }
-constexpr int max_reps = 9 * 16;
+// Many repetitions of the short exchanges (a scheduler hiccup on the shared
+// cores is as long as one of them); the long ones get 15, ~10 s in all.
+const std::vector<int> reps_by_size = {144, 48, 15};
+int reps_of(size_t si) { return reps_by_size[si]; }
+constexpr int max_reps = 144;
 const auto timeout = std::chrono::milliseconds(60000);
 
 [[noreturn]] void die(const std::string& what) {
@@ -65,6 +68,13 @@ struct results {
 void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
   const int W = res.world;
   const int64_t per = experts / W; // experts per rank, contiguous blocks
+  // One core per rank (and its Gloo threads, created below): left alone, the
+  // scheduler of a small shared VM stacks ranks on one core and the figures
+  // measure that instead. Both methods run on the same threads, alike.
+  cpu_set_t core;
+  CPU_ZERO(&core);
+  CPU_SET(rank % std::thread::hardware_concurrency(), &core);
+  pthread_setaffinity_np(pthread_self(), sizeof(core), &core);
   std::unique_ptr<comm::communicator> comm;
   check(comm::make_gloo_communicator(store, rank, W,
                                     {"127.0.0.1", "tutti", timeout}, comm));
@@ -238,7 +248,7 @@ int main() {
   std::printf("dispatch + combine, %lld experts top-%lld, hidden %lld fp32, "
               "random routing; GB/s = payload bytes that leave their rank "
               "(both directions, all ranks) / slowest rank's time; median of "
-              "144/36/9 repetitions by size, methods rotated\n",
+              "144/48/15 repetitions by size, methods rotated\n",
               (long long)experts, (long long)top_k, (long long)hidden);
   for (double g : tcp)
     std::printf("iperf3 loopback probe: %.2f GB/s\n", g);

@@ -4,9 +4,15 @@
 // rank_model and an expert_ffn directly over Gloo, i.e. the step's kernels
 // and collectives timed alone. Runs alternate between the two, for world
 // size 2 (the quickstart as written) and 1; medians over repetitions.
+// The anchor pins each rank thread to its own core: on a small shared VM the
+// scheduler otherwise stacks the ranks on one core and every collective
+// waits for it. The unpinned loop is reported too, to show that effect.
 
 #include <gloo/rendezvous/hash_store.h>
+#include <pthread.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,7 +40,7 @@ using namespace tutti::bench;
 
 namespace {
 
-constexpr int steps = 40, warmup = 5, reps = 4; // reps even: both orders equally
+constexpr int steps = 40, warmup = 5, reps = 3;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "bench_step: %s\n", what.c_str());
@@ -74,15 +80,11 @@ struct split {
   double step = 0, compute = 0, a2a = 0, ar = 0, other = 0;
 };
 
-split median_of(const std::vector<split>& v) {
-  auto col = [&](double split::*f) {
-    std::vector<double> x;
-    for (const auto& s : v)
-      x.push_back(s.*f);
-    return median(x);
-  };
-  return {col(&split::step), col(&split::compute), col(&split::a2a),
-          col(&split::ar), col(&split::other)};
+// The run with the median step time, whole, so that its parts add up.
+split median_of(std::vector<split> v) {
+  std::sort(v.begin(), v.end(),
+            [](const split& a, const split& b) { return a.step < b.step; });
+  return v[v.size() / 2];
 }
 
 // -- the figure: a real job --------------------------------------------------
@@ -196,9 +198,15 @@ private:
 // actors. time[step][0..2] = total, all-to-all, all-reduce seconds.
 void in_process_rank(const job_config& cfg, int rank,
                      const data::batch_sampler& sampler,
-                     gloo::rendezvous::Store& store,
+                     gloo::rendezvous::Store& store, bool pin,
                      std::vector<std::vector<double>>& time) {
   k::use_single_threaded_blas();
+  if (pin) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(rank % std::thread::hardware_concurrency(), &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+  }
   const int W = static_cast<int>(cfg.cluster.world_size);
   const auto& t = cfg.train;
   std::unique_ptr<comm::communicator> world;
@@ -241,8 +249,8 @@ void in_process_rank(const job_config& cfg, int rank,
 
 // Merged as the coordinator merges reports: the step takes its slowest
 // rank's time; the parts are means over ranks.
-split run_in_process(const job_config& cfg,
-                     const data::batch_sampler& sampler) {
+split run_in_process(const job_config& cfg, const data::batch_sampler& sampler,
+                     bool pin) {
   const int W = static_cast<int>(cfg.cluster.world_size);
   if (cfg.ep_size() != W)
     die("the in-process anchor assumes ep_size == world_size");
@@ -252,7 +260,7 @@ split run_in_process(const job_config& cfg,
   std::vector<std::thread> ranks;
   for (int r = 0; r < W; ++r)
     ranks.emplace_back(
-      [&, r] { in_process_rank(cfg, r, sampler, store, time[r]); });
+      [&, r] { in_process_rank(cfg, r, sampler, store, pin, time[r]); });
   for (auto& th : ranks)
     th.join();
   split sum;
@@ -297,12 +305,12 @@ int run() {
     int world;
     fs::path cfg_path, run_dir;
     job_config cfg;
-    std::vector<split> tutti, inproc;
+    std::vector<split> tutti, pinned, unpinned;
   };
   std::vector<world_case> cases;
   for (int w : {2, 1}) {
     world_case c{w, dir / ("w" + std::to_string(w) + ".yaml"),
-                 dir / ("run-w" + std::to_string(w)), {}, {}, {}};
+                 dir / ("run-w" + std::to_string(w)), {}, {}, {}, {}};
     std::string y = set_key(base, "run", "dir", c.run_dir.string());
     for (const char* key : {"world_size", "nproc_per_node", "ep_size"})
       y = set_key(y, "cluster_config", key, std::to_string(w));
@@ -323,31 +331,47 @@ int run() {
   // Each run on stderr too, to see the spread behind the medians.
   auto note = [](const char* what, int world, const split& s) {
     std::fprintf(stderr,
-                 "  %-10s world %d: step %.1f ms = compute %.1f + a2a %.1f + "
+                 "  %-9s world %d: step %.1f ms = compute %.1f + a2a %.1f + "
                  "ar %.1f + other %.1f\n",
                  what, world, s.step * 1e3, s.compute * 1e3, s.a2a * 1e3,
                  s.ar * 1e3, s.other * 1e3);
     return s;
   };
   for (int rep = 0; rep < reps; ++rep)
-    for (auto& c : cases)
-      for (int i = 0; i < 2; ++i) // alternate which of the pair goes first
-        if ((rep + i) % 2 == 0)
-          c.tutti.push_back(
-            note("tutti run", c.world, run_tutti(tutti, c.cfg_path, c.run_dir)));
-        else
-          c.inproc.push_back(
-            note("in-process", c.world, run_in_process(c.cfg, sampler.value)));
+    for (auto& c : cases) {
+      // Rotate the order, so no method always runs first. Pinning cannot
+      // matter with one rank: world 1 runs only the pinned anchor.
+      const int methods = c.world > 1 ? 3 : 2;
+      for (int i = 0; i < methods; ++i)
+        switch ((rep + i) % methods) {
+          case 0:
+            c.tutti.push_back(note("tutti run", c.world,
+                                   run_tutti(tutti, c.cfg_path, c.run_dir)));
+            break;
+          case 1:
+            c.pinned.push_back(note("pinned", c.world,
+                                    run_in_process(c.cfg, sampler.value, true)));
+            break;
+          default:
+            c.unpinned.push_back(note(
+              "unpinned", c.world, run_in_process(c.cfg, sampler.value, false)));
+        }
+    }
 
-  std::printf("quickstart model (D64 F128, 2 layers, 4 experts top-2, 32 x 64 "
-              "tokens per step); mean of steps %d..%d, median of %d runs each\n\n",
-              warmup + 1, steps, reps);
+  const auto& q = cases[0].cfg;
+  std::printf("quickstart model (D%lld F%lld, %lld layers, %lld experts top-%lld, "
+              "%lld x %lld tokens per step): mean over steps %d..%d of the "
+              "run with the median step time of %d\n\n",
+              (long long)q.model.hidden_size, (long long)q.model.intermediate_size,
+              (long long)q.model.num_hidden_layers, (long long)q.moe.num_experts,
+              (long long)q.moe.router_top_k, (long long)q.train.global_batch_size,
+              (long long)q.train.seq_len, warmup + 1, steps, reps);
   table t;
   auto ms = [](double s) { return fmt("%.1f ms", s * 1e3); };
   for (auto& c : cases) {
-    const split a = median_of(c.tutti), b = median_of(c.inproc);
+    const split a = median_of(c.tutti), b = median_of(c.pinned);
     const std::string w = ", world " + std::to_string(c.world);
-    const std::string anchor = "same steps in-process, no actors";
+    const std::string anchor = "same steps in-process, no actors, pinned";
     t.add("step time, tutti run" + w, ms(a.step), anchor, ms(b.step),
           a.step / b.step);
     t.add("  compute (incl. expert-shard messages)" + w, ms(a.compute),
@@ -365,6 +389,11 @@ int run() {
           ms(by_metrics), "tutti step time", ms(a.step), by_metrics / a.step);
     t.add("overhead per step: tutti - in-process" + w, ms(a.step - b.step),
           anchor, ms(b.step), (a.step - b.step) / b.step);
+    if (c.world > 1) {
+      const split u = median_of(c.unpinned);
+      t.add("step time, same steps in-process unpinned" + w, ms(u.step),
+            anchor, ms(b.step), u.step / b.step);
+    }
   }
   t.print();
   fs::remove_all(dir);

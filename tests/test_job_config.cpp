@@ -397,30 +397,28 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
   }
 }
 
-// Known gaps in the strict parser (see the report that came with this file).
-// Hidden from the default run; enable with `test_job_config "[known-bug]"`.
+// Refusals of malformed YAML structure and numbers.
 
-TEST_CASE("a non-scalar key is refused as config_error", "[.][known-bug]") {
-  // Today this escapes as YAML::BadConversion (exit 1, no key named).
+TEST_CASE("a non-scalar key is refused as config_error", "[config]") {
   auto msg = refusal(with("  hidden_size: 32", "  ? [x]\n  : 3\n"
                                                "  hidden_size: 32"));
   CHECK_THAT(msg, StartsWith("model"));
 }
 
-TEST_CASE("a duplicate key is refused", "[.][known-bug]") {
+TEST_CASE("a duplicate key is refused", "[config]") {
   auto msg = refusal(with("  hidden_size: 32",
                           "  hidden_size: 32\n  hidden_size: 48"));
   CHECK_THAT(msg, StartsWith("model.hidden_size"));
 }
 
-TEST_CASE("non-finite numbers are refused", "[.][known-bug]") {
+TEST_CASE("non-finite numbers are refused", "[config]") {
   CHECK_THAT(refusal(with("  capacity_factor: 0", "  capacity_factor: .inf")),
              StartsWith("moe_config.capacity_factor"));
   CHECK_THAT(refusal(with("  seq_len: 32", "  seq_len: 32\n  lr: .inf")),
              StartsWith("train.lr"));
 }
 
-TEST_CASE("nnodes * nproc_per_node overflow is refused", "[.][known-bug]") {
+TEST_CASE("nnodes * nproc_per_node overflow is refused", "[config]") {
   // 4611686018427387905 * 4 wraps to 4 in 64 bits.
   auto msg = refusal(with("  world_size: 2\n  nnodes: 1\n  nproc_per_node: 2",
                           "  world_size: 4\n  nnodes: 4611686018427387905\n"

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "tutti/actors/diag_prober.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/metrics_writer.hpp"
 #include "tutti/protocol/errors.hpp"
@@ -69,7 +70,12 @@ struct coordinator_state {
   std::string fingerprint;
   std::map<int64_t, member> nodes; // by node rank
   int64_t last_step = 0;
-  bool stopped_early = false;
+  // tutti diag rounds: rows collected, who is waiting, and whether this
+  // round is the pre-flight check that gates the job's start.
+  int64_t diag_round = 0;
+  bool diag_running = false, diag_preflight = false;
+  std::vector<diag_row> diag_rows;
+  std::vector<caf::typed_response_promise<diag_report>> diag_waiting;
   caf::actor listener;
   job_state state = job_state::pending;
   metrics_writer_actor writer;
@@ -117,6 +123,57 @@ std::string missing_nodes(const coordinator_state& st) {
   return out;
 }
 
+void start_job(coordinator_pointer self) {
+  auto& st = self->state;
+  st.state = job_state::running;
+  log_info("coordinator", "job running");
+  for (auto& [rank, m] : st.nodes)
+    self->send(m.supervisor, start_atom_v);
+}
+
+void start_diag(coordinator_pointer self) {
+  auto& st = self->state;
+  if (st.diag_running)
+    return;
+  st.diag_running = true;
+  st.diag_rows.clear();
+  ++st.diag_round;
+  log_info("coordinator", "diag round " + std::to_string(st.diag_round));
+  for (auto& [rank, m] : st.nodes)
+    self->send(m.supervisor, diag_atom_v, st.diag_round);
+}
+
+void on_diag_row(coordinator_pointer self, const diag_row& row) {
+  auto& st = self->state;
+  st.diag_rows.push_back(row);
+  if (static_cast<int64_t>(st.diag_rows.size()) < st.cfg.cluster.nnodes)
+    return;
+  st.diag_running = false;
+  auto report = make_diag_report(st.cfg, st.diag_rows);
+  log_info("coordinator", "diag:\n" + report.text);
+  for (auto& p : st.diag_waiting)
+    p.deliver(report);
+  st.diag_waiting.clear();
+  if (!st.diag_preflight)
+    return;
+  st.diag_preflight = false;
+  std::string named;
+  for (auto n : report.stragglers)
+    named += (named.empty() ? "" : ", ") + std::to_string(n);
+  if (!report.ok) {
+    finish(self, job_state::failed, "pre-flight check failed:\n" + report.text);
+  } else if (!named.empty() && st.cfg.diag.on_start == "refuse") {
+    finish(self, job_state::failed,
+           "pre-flight check: straggler node " + named
+             + "; not starting (diag.on_start: refuse)\n" + report.text);
+  } else {
+    if (!named.empty())
+      log_warn("coordinator", "pre-flight check: straggler node " + named
+                                + "; starting anyway (diag.on_start: warn)");
+    start_job(self);
+  }
+}
+
 caf::result<caf::ok_atom> on_register(coordinator_pointer self,
                                       const node_registration& reg,
                                       const caf::actor& handle) {
@@ -145,11 +202,14 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
                             + reg.host + ", rack '" + reg.rack + "', "
                             + std::to_string(reg.devices) + " ranks)");
   if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
-    st.state = job_state::running;
     log_info("coordinator", "all " + std::to_string(cl.nnodes)
-                              + " nodes joined; job running");
-    for (auto& [rank, m] : st.nodes)
-      self->send(m.supervisor, start_atom_v);
+                              + " nodes joined");
+    if (st.cfg.diag.on_start != "off" && cl.nnodes > 1) {
+      st.diag_preflight = true;
+      start_diag(self);
+    } else {
+      start_job(self);
+    }
   }
   return caf::ok_atom_v;
 }
@@ -199,6 +259,18 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
            const caf::actor& handle) -> caf::result<caf::ok_atom> {
       return on_register(self, reg, handle);
     },
+    [self](diag_atom) -> caf::result<diag_report> {
+      auto& st = self->state;
+      if (static_cast<int64_t>(st.nodes.size()) < st.cfg.cluster.nnodes)
+        return caf::make_error(errc::rendezvous_failed,
+                               "not all nodes have joined: missing node "
+                                 + missing_nodes(st));
+      auto promise = self->make_response_promise<diag_report>();
+      st.diag_waiting.push_back(promise);
+      start_diag(self);
+      return promise;
+    },
+    [self](const diag_row& row) { on_diag_row(self, row); },
     [self](join_deadline_atom) {
       auto& st = self->state;
       if (st.state == job_state::pending)

@@ -83,7 +83,7 @@ std::string metrics_json(const step_report& r, int64_t experts) {
       << ",\"time_alltoall_s\":" << number(r.time_alltoall_s)
       << ",\"time_allreduce_s\":" << number(r.time_allreduce_s)
       << ",\"time_other_s\":" << number(r.time_other_s);
-  if (std::isfinite(r.eval_loss))
+  if (r.evaluated)
     out << ",\"eval_loss\":" << number(r.eval_loss);
   out << "}";
   return out.str();
@@ -108,13 +108,13 @@ struct metrics_writer_state {
     const auto& t = cfg.train;
     const bool last = r.step == t.steps;
     if (quiet || (r.step % t.log_interval != 0 && !last
-                  && !std::isfinite(r.eval_loss)))
+                  && !r.evaluated))
       return;
     const double eta = elapsed / steps_seen * (t.steps - r.step);
     std::printf("step %*lld/%lld  loss %.4f", 5,
                 static_cast<long long>(r.step), static_cast<long long>(t.steps),
                 r.loss);
-    if (std::isfinite(r.eval_loss))
+    if (r.evaluated)
       std::printf("  eval %.4f", r.eval_loss);
     std::printf("  tok/s %s  load max/mean %.2f  dropped %lld  eta %s\n",
                 human_count(r.tokens / r.step_time_s).c_str(),

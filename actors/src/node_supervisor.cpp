@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tutti/actors/data_loader.hpp"
+#include "tutti/actors/diag_prober.hpp"
 #include "tutti/actors/expert_shard.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/rank.hpp"
@@ -140,6 +141,11 @@ node_supervisor(supervisor_pointer self, node_supervisor_args args) {
           });
   return {
     [self](start_atom) { start_ranks(self); },
+    [self](diag_atom, int64_t round) {
+      auto& st = self->state;
+      spawn_diag_prober(self->system(), {st.args.cfg, st.args.node_rank, round,
+                                         st.args.coordinator});
+    },
     [self](stop_atom) {
       auto& st = self->state;
       if (!st.started) {

@@ -88,9 +88,11 @@ public:
       TUTTI_RETURN_IF_ERROR(train(model, step, report, stop));
       const bool eval = step == t.steps || stop
                         || (t.eval_interval > 0 && step % t.eval_interval == 0);
-      if (eval && t.eval_sequences > 0)
+      if (eval && t.eval_sequences > 0) {
         TUTTI_RETURN_IF_ERROR(evaluate(model, report.eval_loss));
-      final_eval_loss_ = report.eval_loss;
+        report.evaluated = true;
+        final_eval_loss_ = report.eval_loss;
+      }
       last_step_ = step;
       self_->send(a_.coordinator, std::move(report));
       if (stop)

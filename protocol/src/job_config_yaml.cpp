@@ -55,6 +55,10 @@ public:
       refuse(path(key), "expected " + type_name<T>() + ", got '"
                           + value.Scalar() + "'");
     }
+    if constexpr (std::is_floating_point_v<T>)
+      if (!std::isfinite(out))
+        refuse(path(key), "must be a finite number, got '" + value.Scalar()
+                            + "'");
   }
 
   // `nodes:` is a list of {host, port, rack} mappings.
@@ -72,7 +76,9 @@ public:
         refuse(where, "expected a mapping with host, port, rack");
       node_address a;
       for (const auto& kv : item) {
-        auto k = kv.first.as<std::string>();
+        if (!kv.first.IsScalar())
+          refuse(where, "keys must be plain names");
+        auto k = kv.first.Scalar();
         try {
           if (k == "host")
             a.host = kv.second.as<std::string>();
@@ -107,8 +113,13 @@ public:
   void finish() const {
     if (!node_ || !node_.IsMap())
       return;
+    std::set<std::string> keys;
     for (const auto& kv : node_) {
-      auto key = kv.first.as<std::string>();
+      if (!kv.first.IsScalar())
+        refuse(name_, "keys must be plain names, not lists or mappings");
+      auto key = kv.first.Scalar();
+      if (!keys.insert(key).second)
+        refuse(path(key), "duplicate key");
       if (!seen_.count(key))
         refuse(path(key), "unknown key");
     }
@@ -150,6 +161,13 @@ private:
   std::set<std::string> seen_;
 };
 
+// A mapping key as text: keys must be plain names.
+std::string key_text(const YAML::Node& key, const std::string& where) {
+  if (!key.IsScalar())
+    refuse(where, "keys must be plain names, not lists or mappings");
+  return key.Scalar();
+}
+
 void require(bool ok, const std::string& key, const std::string& why) {
   if (!ok)
     refuse(key, why);
@@ -164,6 +182,11 @@ void validate(const job_config& c) {
   require(cl.nnodes >= 1, "cluster_config.nnodes", "must be >= 1");
   require(cl.nproc_per_node >= 1, "cluster_config.nproc_per_node",
           "must be >= 1");
+  // Bounded first, so the product below cannot overflow.
+  require(cl.nnodes <= (int64_t{1} << 24), "cluster_config.nnodes",
+          "must be <= 16777216");
+  require(cl.nproc_per_node <= 1024, "cluster_config.nproc_per_node",
+          "must be <= 1024");
   require(cl.world_size == cl.nnodes * cl.nproc_per_node,
           "cluster_config.world_size",
           "must equal nnodes * nproc_per_node ("
@@ -193,8 +216,9 @@ void validate(const job_config& c) {
           "must be >= 0");
   require(c.diag.min_fraction > 0 && c.diag.min_fraction <= 1,
           "diag.min_fraction", "must be in (0, 1]");
-  require(c.diag.on_start == "warn" || c.diag.on_start == "refuse",
-          "diag.on_start", "must be warn or refuse");
+  require(c.diag.on_start == "off" || c.diag.on_start == "warn"
+            || c.diag.on_start == "refuse",
+          "diag.on_start", "must be off, warn or refuse");
   require(cl.tensor_model_parallel_size == 1,
           "cluster_config.tensor_model_parallel_size",
           "tensor parallelism is not supported yet; must be 1");
@@ -304,8 +328,11 @@ job_config parse_job_config(const std::string& yaml_text,
   c.source_path = source_name;
   static const std::set<std::string> sections{
     "cluster_config", "model", "moe_config", "train", "data", "run", "diag"};
+  std::set<std::string> names;
   for (const auto& kv : root) {
-    auto name = kv.first.as<std::string>();
+    auto name = key_text(kv.first, source_name);
+    if (!names.insert(name).second)
+      refuse(name, "duplicate section");
     if (!sections.count(name))
       refuse(name, "unknown section");
   }

@@ -34,13 +34,16 @@ using metrics_writer_actor = caf::typed_actor<caf::reacts_to<step_report>>;
 
 // The root of one node's actor tree.
 using node_supervisor_actor =
-  caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<stop_atom>>;
+  caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<stop_atom>,
+                   caf::reacts_to<diag_atom, int64_t>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_registration, caf::actor>::with<
     caf::ok_atom>,
   caf::reacts_to<join_deadline_atom>,
+  caf::replies_to<diag_atom>::with<diag_report>,
+  caf::reacts_to<diag_row>,
   caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,
   caf::replies_to<store_get_atom, std::string>::with<std::string>,
   caf::replies_to<store_wait_atom, std::vector<std::string>>::with<caf::ok_atom>,

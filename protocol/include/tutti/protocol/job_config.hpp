@@ -46,7 +46,7 @@ struct cluster_config {
 
 struct diag_config {
   double min_fraction = 0.9;        // below this share of the reference: straggler
-  std::string on_start = "warn";    // warn | refuse
+  std::string on_start = "off";     // off | warn | refuse: pre-flight check
 };
 
 struct model_config {

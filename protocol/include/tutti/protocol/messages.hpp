@@ -31,7 +31,9 @@ struct step_report {
   double time_allreduce_s = 0;
   double time_other_s = 0;
   double step_time_s = 0;
-  double eval_loss = std::numeric_limits<double>::quiet_NaN();
+  // CAF 0.17's serializer turns NaN into -1, so "not evaluated" is a flag.
+  bool evaluated = false;
+  double eval_loss = 0;
 };
 
 template <class Inspector>
@@ -39,7 +41,8 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
   return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
            x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
-           x.time_allreduce_s, x.time_other_s, x.step_time_s, x.eval_loss);
+           x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
+           x.eval_loss);
 }
 
 // A node daemon's request to join the job.
@@ -56,6 +59,38 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_registration& x) {
   return f(caf::meta::type_name("node_registration"), x.node_rank, x.host,
            x.port, x.rack, x.devices, x.config_fingerprint);
+}
+
+// One node's interconnect measurements (tutti diag): directional
+// point-to-point bandwidth and latency to each peer (NaN for itself), and
+// all-to-all bus bandwidth at several sizes, through tutti's communicator
+// and through raw Gloo for comparison.
+struct diag_row {
+  int64_t node_rank = 0;
+  std::vector<double> send_gbps;
+  std::vector<double> latency_us;
+  std::vector<int64_t> sizes;       // bytes per peer
+  std::vector<double> busbw_gbps;   // nccl-tests busbw, tutti communicator
+  std::vector<double> raw_busbw_gbps; // same sizes, gloo::alltoall directly
+  std::string error;                // non-empty if the probe failed
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, diag_row& x) {
+  return f(caf::meta::type_name("diag_row"), x.node_rank, x.send_gbps,
+           x.latency_us, x.sizes, x.busbw_gbps, x.raw_busbw_gbps, x.error);
+}
+
+// The cluster's diag: the printed report and the nodes named as stragglers.
+struct diag_report {
+  std::string text;
+  std::vector<int64_t> stragglers;
+  bool ok = true; // false if the probe itself failed
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, diag_report& x) {
+  return f(caf::meta::type_name("diag_report"), x.text, x.stragglers, x.ok);
 }
 
 } // namespace tutti

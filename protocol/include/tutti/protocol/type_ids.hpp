@@ -13,6 +13,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
 
   CAF_ADD_TYPE_ID(tutti, (tutti::step_report))
   CAF_ADD_TYPE_ID(tutti, (tutti::node_registration))
+  CAF_ADD_TYPE_ID(tutti, (tutti::diag_row))
+  CAF_ADD_TYPE_ID(tutti, (tutti::diag_report))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<double>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<std::string>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
 
@@ -30,6 +33,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, register_atom, "register")
   CAF_ADD_ATOM(tutti, tutti, start_atom, "start")
   CAF_ADD_ATOM(tutti, tutti, join_deadline_atom, "join_dl")
+  CAF_ADD_ATOM(tutti, tutti, diag_atom, "diag")
 
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")
