@@ -1,0 +1,140 @@
+// tutti diag on 2 loopback daemons: the point-to-point matrix and the
+// all-to-all busbw next to raw Gloo; a node throttled by the test hook
+// (TUTTI_DIAG_THROTTLE_GBPS) is named as a straggler, and with
+// diag.on_start: refuse the job does not start.
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_support.hpp"
+
+using namespace tutti::testing;
+
+namespace {
+
+// tuttid in the background with an optional environment variable; killed
+// and reaped when the test ends.
+class daemon_process {
+public:
+  daemon_process(const std::string& config, int node_rank,
+                 const std::filesystem::path& log, const char* env = nullptr) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (env)
+        putenv(const_cast<char*>(env));
+      auto fd = fopen(log.c_str(), "w");
+      dup2(fileno(fd), 1);
+      dup2(fileno(fd), 2);
+      auto bin = binary_dir() + "/apps/tuttid";
+      auto rank = std::to_string(node_rank);
+      execl(bin.c_str(), bin.c_str(), "--config", config.c_str(),
+            "--node-rank", rank.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  ~daemon_process() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int wait(int seconds) {
+    for (int i = 0; i < seconds * 10; ++i) {
+      int raw = 0;
+      if (waitpid(pid_, &raw, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+      }
+      usleep(100000);
+    }
+    return -1;
+  }
+  void terminate() { kill(pid_, SIGTERM); }
+
+private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+std::string two_node_config(const std::string& data, const std::string& run,
+                            int port, int steps, const std::string& on_start) {
+  auto text = small_config(data, run, 4, steps);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+  };
+  replace("  nnodes: 1\n  nproc_per_node: 4\n",
+          "  nnodes: 2\n  nproc_per_node: 2\n  coordinator: 127.0.0.1:"
+            + std::to_string(port) + "\n  join_timeout_s: 20\n");
+  text += "diag:\n  on_start: " + on_start + "\n";
+  return text;
+}
+
+} // namespace
+
+TEST_CASE("tutti diag names a throttled node", "[integration]") {
+  auto dir = scratch("diag");
+  auto data = dir / "data";
+  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
+              + " --vocab 32 --seed 5 --tokens 60000")
+            .status
+          == 0);
+  const int port = 23000 + (getpid() % 1000) * 5;
+  auto cfg = dir / "c.yaml";
+  write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
+                                  100000, "off"));
+  daemon_process node0(cfg.string(), 0, dir / "node0.log");
+  daemon_process node1(cfg.string(), 1, dir / "node1.log",
+                       "TUTTI_DIAG_THROTTLE_GBPS=0.05");
+  // Retry until both nodes have joined (the coordinator says which are
+  // missing until then).
+  command_result r;
+  for (int i = 0; i < 40; ++i) {
+    r = run(tutti_bin() + " diag " + cfg.string(), 120);
+    if (r.status != 1)
+      break;
+    usleep(500000);
+  }
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK(r.output.find("point-to-point bandwidth") != std::string::npos);
+  CHECK(r.output.find("raw gloo") != std::string::npos);
+  CHECK(r.output.find("node 1 (127.0.0.1") != std::string::npos);
+  auto line = r.output.substr(r.output.find("  node 1 ("));
+  CHECK(line.substr(0, line.find('\n')).find("STRAGGLER")
+        != std::string::npos);
+  auto line0 = r.output.substr(r.output.find("  node 0 ("));
+  CHECK(line0.substr(0, line0.find('\n')).find("ok") != std::string::npos);
+  node0.terminate();
+  node1.terminate();
+  CHECK(node0.wait(60) == 0);
+  CHECK(node1.wait(30) == 0);
+}
+
+TEST_CASE("diag.on_start: refuse does not start with a straggler",
+          "[integration]") {
+  auto dir = scratch("diag_refuse");
+  auto data = dir / "data";
+  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
+              + " --vocab 32 --seed 5 --tokens 60000")
+            .status
+          == 0);
+  const int port = 23000 + (getpid() % 1000) * 5 + 3;
+  auto cfg = dir / "c.yaml";
+  write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
+                                  20, "refuse"));
+  daemon_process node0(cfg.string(), 0, dir / "node0.log");
+  daemon_process node1(cfg.string(), 1, dir / "node1.log",
+                       "TUTTI_DIAG_THROTTLE_GBPS=0.05");
+  int s0 = node0.wait(120);
+  auto log0 = read_text(dir / "node0.log");
+  INFO(log0);
+  CHECK(s0 == 1);
+  CHECK(log0.find("straggler node 1") != std::string::npos);
+  const bool no_steps = !std::filesystem::exists(dir / "run" / "metrics.jsonl")
+                        || read_text(dir / "run" / "metrics.jsonl").empty();
+  CHECK(no_steps);
+  CHECK(node1.wait(60) != -1);
+}
