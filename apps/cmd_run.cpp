@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "commands.hpp"
+#include "job_start.hpp"
 #include "tutti/actors/local_job.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/data/dataset.hpp"
@@ -63,12 +64,19 @@ int check_data(const job_config& cfg, data::dataset_meta& meta) {
 
 int run_command(const std::vector<std::string>& args) {
   std::string path;
-  bool quiet = false;
+  bool quiet = false, fresh = false, yes = false;
   for (const auto& a : args) {
     if (a == "--quiet")
       quiet = true;
+    else if (a == "--fresh")
+      fresh = true;
+    else if (a == "--yes")
+      yes = true;
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: tutti run CONFIG [--quiet]\n");
+      std::printf("usage: tutti run CONFIG [--quiet] [--fresh [--yes]]\n"
+                  "  continues an unfinished job in run.dir from its newest "
+                  "verified checkpoint;\n  --fresh starts over (asks first "
+                  "unless --yes)\n");
       return 0;
     } else if (!a.empty() && a[0] == '-')
       return fail(2, "run: unknown option '" + a + "'");
@@ -103,6 +111,13 @@ int run_command(const std::vector<std::string>& args) {
            "0");
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  auto start = open_job(cfg, path,
+                        (std::filesystem::path(cfg.run.dir) / "state").string(),
+                        fresh, yes, "tutti");
+  if (start.status != 0)
+    return start.status;
+  if (start.completed)
+    return 0;
 
   // Counted from the layouts the ranks and shards allocate.
   const auto dense = model::dense_layout(cfg.model, cfg.moe).total();
@@ -121,7 +136,8 @@ int run_command(const std::vector<std::string>& args) {
                 static_cast<long long>(dense),
                 static_cast<long long>(experts));
   }
-  auto result = run_local_job(cfg, quiet, interrupted);
+  auto result = run_local_job(cfg, quiet, interrupted, start.db,
+                              start.resume_step);
   if (!result.ok) {
     fail(1, "run: " + result.message);
     std::fflush(nullptr);

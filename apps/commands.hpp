@@ -11,6 +11,8 @@ int run_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int diag_command(const std::vector<std::string>& args);
+int ckpt_command(const std::vector<std::string>& args);
+int export_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

@@ -13,9 +13,15 @@ const char* usage =
   "usage: tutti <command> [args]\n"
   "\n"
   "commands:\n"
-  "  run CONFIG [--quiet]        train in this process (coordinator + one node)\n"
+  "  run CONFIG [--quiet] [--fresh [--yes]]\n"
+  "                              train in this process; resumes by itself\n"
   "  plan CONFIG [--json]        capacity plan: memory, FLOPs, traffic per rank\n"
   "  diag CONFIG                 interconnect check across the config's daemons\n"
+  "  ckpt list RUN_DIR           committed checkpoints (step, size, time)\n"
+  "  ckpt verify CKPT_DIR        check every hash of a checkpoint\n"
+  "  ckpt show CKPT_DIR|SHARD    a shard's tensors (name, shape, dtype, hash)\n"
+  "  export CKPT_DIR --format hf --out DIR\n"
+  "                              Hugging Face MixtralForCausalLM safetensors\n"
   "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
   "  data prepare --input F... --out DIR\n"
   "                              byte-level tokens from text files\n"
@@ -41,9 +47,13 @@ int main(int argc, char** argv) {
       return tutti::cli::plan_command(args);
     if (command == "diag")
       return tutti::cli::diag_command(args);
+    if (command == "ckpt")
+      return tutti::cli::ckpt_command(args);
+    if (command == "export")
+      return tutti::cli::export_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(2, "unknown command '" + command
-                               + "' (try: run, plan, diag, data; see tutti --help)");
+                               + "' (try: run, plan, diag, ckpt, export, data; see tutti --help)");
 }

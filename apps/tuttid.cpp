@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "tutti/actors/coordinator.hpp"
+#include "tutti/actors/journal.hpp"
 #include "tutti/actors/log.hpp"
+#include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
 #include "tutti/protocol/job_config.hpp"
@@ -60,6 +62,7 @@ struct daemon_options {
   int64_t node_rank = -1;
   std::string data_dir;
   std::string rack;
+  bool fresh = false, yes = false;
 };
 
 int serve(const job_config& cfg, const daemon_options& opt) {
@@ -71,8 +74,19 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   caf::scoped_actor self{sys};
 
   coordinator_actor coordinator;
+  journal_actor journal;
   if (opt.node_rank == 0) {
-    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false});
+    auto start = cli::open_job(
+      cfg, opt.config,
+      (std::filesystem::path(opt.data_dir.empty() ? cfg.run.dir : opt.data_dir)
+       / "state")
+        .string(),
+      opt.fresh, opt.yes, "tuttid");
+    if (start.status != 0 || start.completed)
+      return start.status;
+    journal = spawn_journal(sys, cfg, start.db);
+    coordinator = spawn_coordinator(
+      sys, {cfg, caf::actor{self}, false, journal, start.resume_step});
     // Bind only to the address the config gives.
     auto port = sys.middleman().publish(
       coordinator, static_cast<uint16_t>(cfg.cluster.coordinator_port()),
@@ -134,6 +148,8 @@ int serve(const job_config& cfg, const daemon_options& opt) {
         }
       });
   }
+  if (journal)
+    self->send_exit(journal, caf::exit_reason::user_shutdown);
   std::fflush(nullptr);
   if (status != 0) {
     // Ranks of a failed job may sit in collectives; do not wait for them.
@@ -152,7 +168,9 @@ int main(int argc, char** argv) {
     "config", po::value(&opt.config)->required(), "cluster config (YAML)")(
     "node-rank", po::value(&opt.node_rank)->required(), "this node's rank")(
     "data-dir", po::value(&opt.data_dir), "daemon state (default run.dir)")(
-    "rack", po::value(&opt.rack), "rack label (overrides the config's)");
+    "rack", po::value(&opt.rack), "rack label (overrides the config's)")(
+    "fresh", po::bool_switch(&opt.fresh), "node 0: forget the job, start over")(
+    "yes", po::bool_switch(&opt.yes), "with --fresh: do not ask");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);

@@ -36,10 +36,9 @@ namespace {
 
 constexpr int64_t experts = 8, top_k = 2, hidden = 256;
 const std::vector<int64_t> sizes = {1024, 4096, 16384}; // tokens per rank
-// Many repetitions of the short exchanges (a scheduler hiccup on the shared
-// cores is as long as one of them); the long ones get 15, ~10 s in all.
-const std::vector<int> reps_by_size = {144, 48, 15};
-int reps_of(size_t si) { return reps_by_size[si]; }
+// More repetitions of the short exchanges: a scheduler hiccup on the shared
+// cores lasts as long as one of them, and they are cheap.
+const std::vector<int> reps_of = {144, 48, 15};
 constexpr int max_reps = 144;
 const auto timeout = std::chrono::milliseconds(60000);
 
@@ -70,7 +69,7 @@ void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
   const int64_t per = experts / W; // experts per rank, contiguous blocks
   // One core per rank (and its Gloo threads, created below): left alone, the
   // scheduler of a small shared VM stacks ranks on one core and the figures
-  // measure that instead. Both methods run on the same threads, alike.
+  // measure that instead. All three methods run on these same threads.
   cpu_set_t core;
   CPU_ZERO(&core);
   CPU_SET(rank % std::thread::hardware_concurrency(), &core);
@@ -172,7 +171,7 @@ void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
     res.bytes[si * W + rank] = moved;
     raw();
 
-    for (int rep = 0; rep < reps_of(si); ++rep)
+    for (int rep = 0; rep < reps_of[si]; ++rep)
       for (int i = 0; i < 3; ++i) {
         const int method = (rep + i) % 3; // rotate which goes first
         check(comm->barrier());
@@ -247,7 +246,7 @@ int main() {
 
   std::printf("dispatch + combine, %lld experts top-%lld, hidden %lld fp32, "
               "random routing; GB/s = payload bytes that leave their rank "
-              "(both directions, all ranks) / slowest rank's time; median of "
+              "(dispatch and combine, all ranks) / slowest rank's time; median of "
               "144/48/15 repetitions by size, methods rotated\n",
               (long long)experts, (long long)top_k, (long long)hidden);
   for (double g : tcp)
@@ -266,7 +265,7 @@ int main() {
       }
       if (err > 1e-5)
         die("round trip changed the tokens: max error " + fmt("%g", err));
-      for (int rep = 0; rep < reps_of(si); ++rep) {
+      for (int rep = 0; rep < reps_of[si]; ++rep) {
         double o = 0, a = 0, w = 0; // a collective takes its slowest rank's time
         for (int r = 0; r < res.world; ++r) {
           o = std::max(o, res.at(si, rep, 0, r));

@@ -40,10 +40,20 @@ using namespace tutti::bench;
 
 namespace {
 
-constexpr int steps = 40, warmup = 5, reps = 3;
+constexpr int steps = 40, warmup = 5;
+// Three runs of each keep the benchmark near a minute; set TUTTI_BENCH_REPS
+// for more on a machine as noisy as the one in RESULTS.md.
+const int reps = std::max(1, std::atoi(std::getenv("TUTTI_BENCH_REPS")
+                                         ? std::getenv("TUTTI_BENCH_REPS")
+                                         : "3"));
+
+fs::path scratch; // removed on the way out, failing or not
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "bench_step: %s\n", what.c_str());
+  std::error_code ignored;
+  if (!scratch.empty())
+    fs::remove_all(scratch, ignored);
   std::_Exit(1);
 }
 
@@ -286,7 +296,8 @@ int run() {
   char tmpl[] = "/tmp/tutti-bench-step-XXXXXX";
   if (!mkdtemp(tmpl))
     die("mkdtemp failed");
-  const fs::path dir = tmpl, data = dir / "data";
+  scratch = tmpl;
+  const fs::path dir = scratch, data = dir / "data";
   // The quickstart as written (world 2, EP 2), and the same model and global
   // batch on one rank; evaluation only after the last step.
   const fs::path quickstart = fs::path(src) / "configs/quickstart.yaml";
@@ -339,8 +350,8 @@ int run() {
   };
   for (int rep = 0; rep < reps; ++rep)
     for (auto& c : cases) {
-      // Rotate the order, so no method always runs first. Pinning cannot
-      // matter with one rank: world 1 runs only the pinned anchor.
+      // Rotate the order, so no method always runs first. With one rank
+      // there is nothing to stack, so world 1 runs only the pinned anchor.
       const int methods = c.world > 1 ? 3 : 2;
       for (int i = 0; i < methods; ++i)
         switch ((rep + i) % methods) {
@@ -361,19 +372,27 @@ int run() {
   const auto& q = cases[0].cfg;
   std::printf("quickstart model (D%lld F%lld, %lld layers, %lld experts top-%lld, "
               "%lld x %lld tokens per step): mean over steps %d..%d of the "
-              "run with the median step time of %d\n\n",
+              "run with the median step time of %d (range over runs in brackets)\n\n",
               (long long)q.model.hidden_size, (long long)q.model.intermediate_size,
               (long long)q.model.num_hidden_layers, (long long)q.moe.num_experts,
               (long long)q.moe.router_top_k, (long long)q.train.global_batch_size,
               (long long)q.train.seq_len, warmup + 1, steps, reps);
   table t;
   auto ms = [](double s) { return fmt("%.1f ms", s * 1e3); };
+  // Step times with the range over runs, so the noise is in the table.
+  auto ms_range = [](const std::vector<split>& v) {
+    auto [lo, hi] = std::minmax_element(
+      v.begin(), v.end(),
+      [](const split& a, const split& b) { return a.step < b.step; });
+    return fmt("%.1f ms", median_of(v).step * 1e3)
+           + fmt(" (%.0f", lo->step * 1e3) + fmt("-%.0f)", hi->step * 1e3);
+  };
   for (auto& c : cases) {
     const split a = median_of(c.tutti), b = median_of(c.pinned);
     const std::string w = ", world " + std::to_string(c.world);
     const std::string anchor = "same steps in-process, no actors, pinned";
-    t.add("step time, tutti run" + w, ms(a.step), anchor, ms(b.step),
-          a.step / b.step);
+    t.add("step time, tutti run" + w, ms_range(c.tutti), anchor,
+          ms_range(c.pinned), a.step / b.step);
     t.add("  compute (incl. expert-shard messages)" + w, ms(a.compute),
           anchor + ": compute", ms(b.compute), a.compute / b.compute);
     if (c.world > 1) {
@@ -391,8 +410,8 @@ int run() {
           anchor, ms(b.step), (a.step - b.step) / b.step);
     if (c.world > 1) {
       const split u = median_of(c.unpinned);
-      t.add("step time, same steps in-process unpinned" + w, ms(u.step),
-            anchor, ms(b.step), u.step / b.step);
+      t.add("step time, same steps in-process unpinned" + w,
+            ms_range(c.unpinned), anchor, ms(b.step), u.step / b.step);
     }
   }
   t.print();

@@ -68,6 +68,7 @@ fi
 ld=$carry/lib
 for d in "${libdirs[@]}"; do ld=$ld:$d; done
 export LD_LIBRARY_PATH=$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN} # NCCL says why when it fails
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 for b in "$carry"/bin/*; do
   if ldd "$b" | grep -q "not found"; then
@@ -79,8 +80,12 @@ for b in "$carry"/bin/*; do
 done
 
 say "device"
-nvidia-smi -L 2>&1 | head -8 || true
-nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | head -3 || true
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L 2>&1 | head -8
+  nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | head -3
+else
+  echo "(no nvidia-smi here)"
+fi
 
 # -- 1, 2: correctness ---------------------------------------------------------------
 run_test() { # run_test NAME SECONDS

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tutti/actors/diag_prober.hpp"
@@ -70,6 +71,15 @@ struct coordinator_state {
   std::string fingerprint;
   std::map<int64_t, member> nodes; // by node rank
   int64_t last_step = 0;
+  journal_actor journal;
+  int64_t resume_step = 0;
+  // Checkpoints: ranks whose shard is on disk, per step; steps whose commit
+  // is under way; what ended the job, held until those are settled.
+  std::map<int64_t, std::set<int32_t>> saved;
+  std::set<int64_t> committing;
+  std::set<int64_t> failed_steps;
+  int64_t last_committed = 0;
+  std::optional<std::pair<job_state, std::string>> outcome;
   // tutti diag rounds: rows collected, who is waiting, and whether this
   // round is the pre-flight check that gates the job's start.
   int64_t diag_round = 0;
@@ -126,9 +136,62 @@ std::string missing_nodes(const coordinator_state& st) {
 void start_job(coordinator_pointer self) {
   auto& st = self->state;
   st.state = job_state::running;
-  log_info("coordinator", "job running");
+  log_info("coordinator", st.resume_step > 0
+                            ? "job running, resumed after step "
+                                + std::to_string(st.resume_step)
+                            : std::string("job running"));
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, start_atom_v);
+    self->send(m.supervisor, start_atom_v, st.resume_step);
+}
+
+// The job ends once its outcome is known and no checkpoint is in flight.
+void settle(coordinator_pointer self) {
+  auto& st = self->state;
+  if (!st.outcome || !st.committing.empty())
+    return;
+  // Ranks checkpoint their last step; wait until it is committed or failed.
+  if (st.outcome->first != job_state::failed
+      && st.last_committed < st.last_step && !st.failed_steps.count(st.last_step))
+    return;
+  auto [state, why] = *st.outcome;
+  self->send(st.journal, job_done_atom_v, std::string(to_string(state)),
+             st.last_step);
+  finish(self, state, why);
+}
+
+void commit_checkpoint(coordinator_pointer self, int64_t step) {
+  auto& st = self->state;
+  st.committing.insert(step);
+  const auto t0 = std::chrono::steady_clock::now();
+  self
+    ->request(st.journal, std::chrono::seconds(120), ckpt_commit_atom_v, step,
+              st.cfg.cluster.world_size, int64_t{0})
+    .then(
+      [self, step, t0](int64_t bytes) {
+        auto& st = self->state;
+        st.committing.erase(step);
+        st.last_committed = std::max(st.last_committed, step);
+        log_info("coordinator",
+                 "checkpoint step " + std::to_string(step) + " committed ("
+                   + std::to_string(bytes) + " bytes, "
+                   + std::to_string(std::chrono::duration<double>(
+                                      std::chrono::steady_clock::now() - t0)
+                                      .count())
+                   + " s to commit)");
+        settle(self);
+      },
+      [self, step](caf::error& err) {
+        auto& st = self->state;
+        st.committing.erase(step);
+        st.failed_steps.insert(step);
+        log_error("coordinator", "ALERT critical: checkpoint step "
+                                   + std::to_string(step) + " failed: "
+                                   + self->system().render(err)
+                                   + "; training goes on, step "
+                                   + std::to_string(st.last_committed)
+                                   + " stays the latest");
+        settle(self);
+      });
 }
 
 void start_diag(coordinator_pointer self) {
@@ -230,6 +293,12 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
   }
   for (auto& [rank, m] : st.nodes)
     if (dm.source == m.supervisor.address()) {
+      if (!dm.reason || dm.reason == caf::exit_reason::normal) {
+        // Its ranks are done and its writer has flushed.
+        log_info("coordinator", "node " + std::to_string(rank) + " finished");
+        st.nodes.erase(rank);
+        return;
+      }
       auto why = "node " + std::to_string(rank) + " (" + m.info.host
                  + ") left: " + self->system().render(dm.reason);
       st.nodes.erase(rank);
@@ -246,9 +315,14 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
   st.listener = std::move(args.listener);
-  st.writer = spawn_metrics_writer(self->system(), st.cfg, args.quiet);
+  st.writer = spawn_metrics_writer(self->system(), st.cfg, args.quiet,
+                                   args.resume_step);
   self->monitor(st.writer);
   st.fingerprint = fingerprint_text(st.cfg);
+  st.journal = std::move(args.journal);
+  st.resume_step = args.resume_step;
+  st.last_step = args.resume_step;
+  st.last_committed = args.resume_step;
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   self->delayed_send(self, std::chrono::seconds(st.cfg.cluster.join_timeout_s),
                      join_deadline_atom_v);
@@ -333,12 +407,40 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         st.final_eval_loss = eval_loss;
       if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size) {
         if (st.last_step < st.cfg.train.steps)
-          finish(self, job_state::stopped,
-                 "stopped at step " + std::to_string(st.last_step) + " of "
-                   + std::to_string(st.cfg.train.steps));
+          st.outcome = {job_state::stopped,
+                        "stopped at step " + std::to_string(st.last_step)
+                          + " of " + std::to_string(st.cfg.train.steps)};
         else
-          finish(self, job_state::completed, "");
+          st.outcome = {job_state::completed, ""};
+        settle(self);
       }
+    },
+    [self](ckpt_saved_atom, int64_t step, int32_t rank, int64_t) {
+      auto& st = self->state;
+      if (st.failed_steps.count(step))
+        return;
+      auto& ranks = st.saved[step];
+      ranks.insert(rank);
+      if (static_cast<int64_t>(ranks.size()) == st.cfg.cluster.world_size) {
+        st.saved.erase(step);
+        commit_checkpoint(self, step);
+      }
+    },
+    [self](ckpt_failed_atom, int64_t step, int32_t rank,
+           const std::string& why) {
+      auto& st = self->state;
+      st.saved.erase(step);
+      if (!st.failed_steps.insert(step).second)
+        return; // already reported for another rank
+      auto text = "checkpoint step " + std::to_string(step) + ", rank "
+                  + std::to_string(rank) + ": " + why;
+      log_error("coordinator", "ALERT critical: " + text
+                                 + "; training goes on, step "
+                                 + std::to_string(st.last_committed)
+                                 + " stays the latest");
+      self->send(st.journal, event_atom_v, std::string("checkpoint_failed"),
+                 text, -1.0);
+      settle(self);
     },
     [self](rank_fail_atom, int32_t rank, const std::string& why) {
       finish(self, job_state::failed,

@@ -74,6 +74,50 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       auto& st = self->state;
       return {st.grads.data(), static_cast<int64_t>(st.grads.size())};
     },
+    [self](snapshot_atom, int64_t step) -> rank_snapshot_ptr {
+      auto& st = self->state;
+      auto snap = std::make_shared<rank_snapshot>();
+      snap->step = step;
+      snap->ints["first_expert"] = st.first_expert;
+      snap->ints["expert_count"] = st.count;
+      for (const auto& spec : st.layout.tensors()) {
+        auto copy = [&](const std::string& name, const std::vector<float>& v) {
+          snap->tensors.push_back(
+            {name, spec.shape,
+             std::vector<float>(v.begin() + spec.offset,
+                                v.begin() + spec.offset + spec.numel)});
+        };
+        copy(spec.name, st.params);
+        copy("adam_m/" + spec.name, st.m);
+        copy("adam_v/" + spec.name, st.v);
+      }
+      return snap;
+    },
+    [self](restore_atom,
+           rank_snapshot_ptr snap) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      auto find = [&](const std::string& name) -> const owned_tensor* {
+        for (const auto& t : snap->tensors)
+          if (t.name == name)
+            return &t;
+        return nullptr;
+      };
+      for (const auto& spec : st.layout.tensors())
+        for (auto [prefix, target] :
+             {std::pair{std::string(), &st.params},
+              std::pair{std::string("adam_m/"), &st.m},
+              std::pair{std::string("adam_v/"), &st.v}}) {
+          auto* t = find(prefix + spec.name);
+          if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
+            return caf::make_error(errc::expert_failed,
+                                   "checkpoint lacks " + prefix + spec.name
+                                     + " for experts from "
+                                     + std::to_string(st.first_expert));
+          std::copy(t->data.begin(), t->data.end(),
+                    target->begin() + spec.offset);
+        }
+      return caf::ok_atom_v;
+    },
     [self](optimize_atom, optimizer_args a) -> caf::ok_atom {
       auto& st = self->state;
       const auto& t = st.cfg.train;

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "tutti/actors/coordinator.hpp"
+#include "tutti/actors/journal.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
@@ -13,11 +14,15 @@
 namespace tutti {
 
 job_result run_local_job(const job_config& cfg, bool quiet,
-                         const std::atomic<bool>& interrupt) {
+                         const std::atomic<bool>& interrupt,
+                         std::shared_ptr<store::job_store> db,
+                         int64_t resume_step) {
   tutti_system_config sys_cfg;
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
-  auto coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, quiet});
+  auto journal = spawn_journal(sys, cfg, std::move(db));
+  auto coordinator = spawn_coordinator(
+    sys, {cfg, caf::actor{self}, quiet, journal, resume_step});
   // Every node of the config in this process: the same ranks, groups and
   // data as the same config on nnodes daemons.
   std::vector<node_supervisor_actor> nodes;
@@ -56,6 +61,7 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   }
   for (auto& n : nodes)
     self->send(n, stop_atom_v);
+  self->send_exit(journal, caf::exit_reason::user_shutdown);
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/store/atomic_file.hpp"
 
 namespace tutti {
 
@@ -42,8 +43,9 @@ namespace {
 std::string number(double x) {
   if (!std::isfinite(x))
     return "null";
+  // Round-trip precision: resumed runs are compared bit for bit.
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.9g", x);
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
   return buf;
 }
 
@@ -128,13 +130,34 @@ struct metrics_writer_state {
 using writer_pointer =
   metrics_writer_actor::stateful_pointer<metrics_writer_state>;
 
+// The lines of steps up to `keep_until` of an existing metrics file.
+std::string kept_lines(const std::filesystem::path& path, int64_t keep_until) {
+  std::string out;
+  std::FILE* in = std::fopen(path.c_str(), "r");
+  if (!in)
+    return out;
+  char line[1 << 16];
+  while (std::fgets(line, sizeof(line), in)) {
+    long long step = 0;
+    if (std::sscanf(line, "{\"step\":%lld", &step) == 1 && step <= keep_until)
+      out += line;
+  }
+  std::fclose(in);
+  return out;
+}
+
 metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
-                                                   job_config cfg, bool quiet) {
+                                                   job_config cfg, bool quiet,
+                                                   int64_t resume_step) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.quiet = quiet;
   auto path = std::filesystem::path(st.cfg.run.dir) / "metrics.jsonl";
-  st.file = std::fopen(path.c_str(), "w");
+  // Rewritten atomically, so a crash here loses no line already kept.
+  auto kept = resume_step > 0 ? kept_lines(path, resume_step) : std::string();
+  if (auto err = store::write_file_atomic(path, kept))
+    log_error("metrics_writer", *err);
+  st.file = std::fopen(path.c_str(), "a");
   if (!st.file)
     log_error("metrics_writer", "cannot write " + path.string());
   return {
@@ -155,8 +178,10 @@ metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
 } // namespace
 
 metrics_writer_actor spawn_metrics_writer(caf::actor_system& sys,
-                                          job_config cfg, bool quiet) {
-  return sys.spawn<caf::detached>(metrics_writer, std::move(cfg), quiet);
+                                          job_config cfg, bool quiet,
+                                          int64_t resume_step) {
+  return sys.spawn<caf::detached>(metrics_writer, std::move(cfg), quiet,
+                                  resume_step);
 }
 
 } // namespace tutti

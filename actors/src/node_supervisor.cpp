@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "tutti/actors/checkpoint_writer.hpp"
 #include "tutti/actors/data_loader.hpp"
 #include "tutti/actors/diag_prober.hpp"
 #include "tutti/actors/expert_shard.hpp"
@@ -28,6 +29,7 @@ struct node_supervisor_state {
   std::map<caf::actor_addr, child> children;
   std::map<int32_t, std::vector<caf::actor>> helpers; // loader, shard per rank
   std::vector<caf::actor> ranks;
+  checkpoint_writer_actor writer;
   int64_t ranks_running = 0;
   bool started = false;
 
@@ -77,24 +79,39 @@ void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
     for (auto& h : st.helpers[who.rank])
       self->send_exit(h, caf::exit_reason::user_shutdown);
     st.helpers.erase(who.rank);
-    if (--st.ranks_running == 0)
-      self->quit();
+    if (--st.ranks_running == 0) {
+      // The writer drains its queue (the last checkpoint) before it exits:
+      // the exit message queues behind the snapshots.
+      self->send_exit(st.writer, caf::exit_reason::user_shutdown);
+    }
+  }
+  if (who.kind == "checkpoint_writer" && st.ranks_running == 0)
+    self->quit();
+  if (who.kind == "checkpoint_writer" && st.ranks_running > 0) {
+    // Without a writer no checkpoint can be saved; say so. (Restarting it
+    // comes with the supervision issue.)
+    self->send(st.args.coordinator, escalate_atom_v,
+               st.who() + ": checkpoint writer stopped");
   }
 }
 
-void start_ranks(supervisor_pointer self) {
+void start_ranks(supervisor_pointer self, int64_t resume_step) {
   auto& st = self->state;
   if (st.started)
     return;
   st.started = true;
   const auto& cfg = st.args.cfg;
   auto& sys = self->system();
+  st.writer = spawn_checkpoint_writer(sys, st.args.coordinator);
+  self->monitor(st.writer);
+  st.children[st.writer.address()] = {"checkpoint_writer", -1};
   for (int64_t local = 0; local < cfg.cluster.nproc_per_node; ++local) {
     const auto rank = static_cast<int32_t>(
       st.args.node_rank * cfg.cluster.nproc_per_node + local);
     auto loader = spawn_data_loader(sys, {cfg, rank});
     auto shard = spawn_expert_shard(sys, {cfg, rank});
-    auto r = spawn_rank(sys, {cfg, rank, st.args.coordinator, loader, shard});
+    auto r = spawn_rank(sys, {cfg, rank, st.args.coordinator, loader, shard,
+                              st.writer, resume_step});
     for (auto& [handle, kind] :
          std::vector<std::pair<caf::actor, std::string>>{
            {caf::actor_cast<caf::actor>(loader), "data_loader"},
@@ -140,7 +157,7 @@ node_supervisor(supervisor_pointer self, node_supervisor_args args) {
             self->quit(caf::make_error(errc::config_refused, why));
           });
   return {
-    [self](start_atom) { start_ranks(self); },
+    [self](start_atom, int64_t resume_step) { start_ranks(self, resume_step); },
     [self](diag_atom, int64_t round) {
       auto& st = self->state;
       spawn_diag_prober(self->system(), {st.args.cfg, st.args.node_rank, round,

@@ -5,15 +5,19 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
+#include "rank_checkpoint.hpp"
 #include "shard_executor.hpp"
 #include "tutti/actors/coordinator_store.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/kernels/ops.hpp"
+#include "tutti/model/capacity_plan.hpp"
 #include "tutti/model/rank_model.hpp"
 #include "tutti/protocol/errors.hpp"
+#include "tutti/store/checkpoint_files.hpp"
 
 namespace tutti {
 
@@ -80,8 +84,31 @@ public:
     TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, comms_));
     shard_executor experts(self_, a_.shard, timeout_);
     model::rank_model model(a_.cfg, comms_.groups(), experts);
+    if (a_.rank == 0) {
+      const auto& e = a_.cfg.moe;
+      const auto bytes = e.communication_buffer_size > 0
+                           ? e.communication_buffer_size
+                           : model::dispatch_buffer_rows(a_.cfg)
+                               * a_.cfg.model.hidden_size
+                               * static_cast<int64_t>(sizeof(float));
+      log_info("rank", "dispatch buffers: " + std::to_string(bytes)
+                         + " bytes per rank ("
+                         + (e.communication_buffer_size > 0 ? "configured"
+                            : e.capacity_factor > 0
+                              ? "auto: from capacity"
+                              : "auto: dropless worst case")
+                         + ")");
+    }
+    if (a_.resume_step > 0) {
+      TUTTI_RETURN_IF_ERROR(
+        restore_snapshot(self_, a_, model, a_.resume_step));
+      if (a_.rank == 0)
+        log_info("rank", "resumed from the checkpoint of step "
+                           + std::to_string(a_.resume_step));
+    }
     const auto& t = a_.cfg.train;
-    for (int64_t step = 1; step <= t.steps; ++step) {
+    last_step_ = a_.resume_step;
+    for (int64_t step = a_.resume_step + 1; step <= t.steps; ++step) {
       poll_mailbox();
       step_report report;
       bool stop = false;
@@ -94,6 +121,21 @@ public:
         final_eval_loss_ = report.eval_loss;
       }
       last_step_ = step;
+      const auto& ck = a_.cfg.checkpoint;
+      if (step == t.steps || stop
+          || (ck.interval_steps > 0 && step % ck.interval_steps == 0)) {
+        // The copy to host memory is the only stall; the writer persists
+        // it while training goes on.
+        const auto t0 = clock_type::now();
+        rank_snapshot_ptr snap;
+        TUTTI_RETURN_IF_ERROR(take_snapshot(self_, a_, model, step, snap));
+        auto dir = std::filesystem::path(ck.root(a_.cfg.run))
+                   / store::checkpoint_dir_name(step);
+        self_->send(a_.writer, ckpt_write_atom_v, std::move(snap),
+                    dir.string());
+        report.time_other_s += seconds_since(t0);
+        report.step_time_s += seconds_since(t0);
+      }
       self_->send(a_.coordinator, std::move(report));
       if (stop)
         break;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tutti/kernels/ops.hpp"
+#include "tutti/model/capacity_plan.hpp"
 
 namespace tutti::model {
 
@@ -62,6 +63,15 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.counts_global.resize(e);
     a.fraction.resize(e);
   }
+  // communication_buffer_size: auto sizes the receive side of dispatch from
+  // capacity (or the dropless worst case) up front, so steps do not grow it.
+  const int64_t rows = cfg.moe.communication_buffer_size > 0
+                         ? cfg.moe.communication_buffer_size
+                             / static_cast<int64_t>(d * sizeof(float))
+                         : dispatch_buffer_rows(cfg);
+  for (auto* buf : {&drecv_, &dexp_in_, &dexp_out_})
+    buf->reserve(rows * d);
+  drows_.reserve(n * kk * d);
   x_final_.resize(n * d);
   xnf_.resize(n * d);
   rstdf_.resize(n);

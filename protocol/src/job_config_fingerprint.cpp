@@ -82,6 +82,7 @@ config_fingerprint(const job_config& c) {
   add("train.eval_interval", t.eval_interval);
   add("train.eval_sequences", t.eval_sequences);
   add("data.shard_per_rank", c.data.shard_per_rank);
+  add("checkpoint.interval_steps", c.checkpoint.interval_steps);
   return out;
 }
 

@@ -309,6 +309,9 @@ void validate(const job_config& c) {
   require(!c.data.dir.empty(), "data.dir", "missing");
   require(c.data.prefetch >= 1, "data.prefetch", "must be >= 1");
   require(!c.run.dir.empty(), "run.dir", "missing");
+  require(c.checkpoint.interval_steps >= 0, "checkpoint.interval_steps",
+          "must be >= 0 (0 = only at the end)");
+  require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", "must be >= 1");
 }
 
 } // namespace
@@ -327,7 +330,7 @@ job_config parse_job_config(const std::string& yaml_text,
   job_config c;
   c.source_path = source_name;
   static const std::set<std::string> sections{
-    "cluster_config", "model", "moe_config", "train", "data", "run", "diag"};
+    "cluster_config", "model", "moe_config", "train", "data", "run", "checkpoint", "diag"};
   std::set<std::string> names;
   for (const auto& kv : root) {
     auto name = key_text(kv.first, source_name);
@@ -410,6 +413,12 @@ job_config parse_job_config(const std::string& yaml_text,
   section r(root, "run", true);
   r.read("dir", c.run.dir, true);
   r.finish();
+
+  section ck(root, "checkpoint", false);
+  ck.read("interval_steps", c.checkpoint.interval_steps);
+  ck.read("keep_last", c.checkpoint.keep_last);
+  ck.read("dir", c.checkpoint.dir);
+  ck.finish();
 
   section dg(root, "diag", false);
   dg.read("min_fraction", c.diag.min_fraction);

@@ -34,17 +34,12 @@ status write_all(int fd, const std::byte* data, std::size_t size, const std::fil
   return std::nullopt;
 }
 
-status fsync_directory(const std::filesystem::path& dir) {
-  fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0) return errno_message("cannot open directory", dir, errno);
-  if (::fsync(d.fd) != 0) return errno_message("cannot fsync directory", dir, errno);
-  return std::nullopt;
-}
-
-status write_and_sync(const std::filesystem::path& tmp, std::span<const std::byte> bytes) {
+status write_and_sync(const std::filesystem::path& tmp,
+                      std::span<const std::span<const std::byte>> parts) {
   fd_guard f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) return errno_message("cannot create", tmp, errno);
-  if (auto err = write_all(f.fd, bytes.data(), bytes.size(), tmp)) return err;
+  for (auto bytes : parts)
+    if (auto err = write_all(f.fd, bytes.data(), bytes.size(), tmp)) return err;
   if (::fsync(f.fd) != 0) return errno_message("cannot fsync", tmp, errno);
   int fd = f.fd;
   f.fd = -1;
@@ -55,10 +50,22 @@ status write_and_sync(const std::filesystem::path& tmp, std::span<const std::byt
 
 } // namespace
 
+status fsync_directory(const std::filesystem::path& dir) {
+  fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) return errno_message("cannot open directory", dir, errno);
+  if (::fsync(d.fd) != 0) return errno_message("cannot fsync directory", dir, errno);
+  return std::nullopt;
+}
+
 status write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  return write_file_atomic_parts(path, std::span(&bytes, 1));
+}
+
+status write_file_atomic_parts(const std::filesystem::path& path,
+                               std::span<const std::span<const std::byte>> parts) {
   std::filesystem::path tmp = path;
   tmp += ".tmp";
-  if (auto err = write_and_sync(tmp, bytes)) {
+  if (auto err = write_and_sync(tmp, parts)) {
     ::unlink(tmp.c_str());
     return err;
   }
@@ -73,6 +80,20 @@ status write_file_atomic(const std::filesystem::path& path, std::span<const std:
 
 status write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
   return write_file_atomic(path, std::as_bytes(std::span(bytes.data(), bytes.size())));
+}
+
+status create_directories_durable(const std::filesystem::path& dir) {
+  if (dir.empty()) return std::nullopt;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  std::filesystem::path parent = dir.parent_path();
+  if (auto err = create_directories_durable(parent)) return err;
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    if (errno != EEXIST) return errno_message("cannot create directory", dir, errno);
+    if (!std::filesystem::is_directory(dir, ec)) return errno_message("cannot create directory", dir, ENOTDIR);
+  }
+  // The new entry lives in the parent; only its fsync makes it durable.
+  return fsync_directory(parent.empty() ? std::filesystem::path(".") : parent);
 }
 
 expected<std::string> read_file(const std::filesystem::path& path) {

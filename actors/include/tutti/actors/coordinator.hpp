@@ -20,7 +20,9 @@ const char* to_string(job_state s);
 struct coordinator_args {
   job_config cfg;
   caf::actor listener;
-  bool quiet = false; // no progress lines on the terminal
+  bool quiet = false;      // no progress lines on the terminal
+  journal_actor journal;   // the daemon's RocksDB
+  int64_t resume_step = 0; // the verified checkpoint to continue from
 };
 
 coordinator_actor spawn_coordinator(caf::actor_system& sys,

@@ -20,7 +20,21 @@ using expert_shard_actor = caf::typed_actor<
   caf::replies_to<expert_fwd_atom, expert_task_ptr>::with<caf::ok_atom>,
   caf::replies_to<expert_bwd_atom, expert_task_ptr>::with<caf::ok_atom>,
   caf::replies_to<grads_atom>::with<grad_view>,
-  caf::replies_to<optimize_atom, optimizer_args>::with<caf::ok_atom>>;
+  caf::replies_to<optimize_atom, optimizer_args>::with<caf::ok_atom>,
+  caf::replies_to<snapshot_atom, int64_t>::with<rank_snapshot_ptr>,
+  caf::replies_to<restore_atom, rank_snapshot_ptr>::with<caf::ok_atom>>;
+
+// Persists rank snapshots as shard files of a checkpoint directory and tells
+// the coordinator (ckpt_saved / ckpt_failed).
+using checkpoint_writer_actor = caf::typed_actor<
+  caf::reacts_to<ckpt_write_atom, rank_snapshot_ptr, std::string>>;
+
+// Owns the daemon's RocksDB: commits checkpoints (MANIFEST, record,
+// retention) and appends events.
+using journal_actor = caf::typed_actor<
+  caf::replies_to<ckpt_commit_atom, int64_t, int64_t, int64_t>::with<int64_t>,
+  caf::reacts_to<event_atom, std::string, std::string, double>,
+  caf::reacts_to<job_done_atom, std::string, int64_t>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
 // prefetching ahead.
@@ -34,7 +48,8 @@ using metrics_writer_actor = caf::typed_actor<caf::reacts_to<step_report>>;
 
 // The root of one node's actor tree.
 using node_supervisor_actor =
-  caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<stop_atom>,
+  caf::typed_actor<caf::reacts_to<start_atom, int64_t>,
+                   caf::reacts_to<stop_atom>,
                    caf::reacts_to<diag_atom, int64_t>>;
 
 // Membership, rendezvous store, job state; one per job.
@@ -50,6 +65,8 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<step_report>,
   caf::reacts_to<rank_done_atom, int32_t, double, int64_t>,
   caf::reacts_to<rank_fail_atom, int32_t, std::string>,
-  caf::reacts_to<escalate_atom, std::string>>;
+  caf::reacts_to<escalate_atom, std::string>,
+  caf::reacts_to<ckpt_saved_atom, int64_t, int32_t, int64_t>,
+  caf::reacts_to<ckpt_failed_atom, int64_t, int32_t, std::string>>;
 
 } // namespace tutti

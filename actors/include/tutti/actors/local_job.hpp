@@ -4,9 +4,14 @@
 // `tutti run`).
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "tutti/protocol/job_config.hpp"
+
+namespace tutti::store {
+class job_store;
+}
 
 namespace tutti {
 
@@ -19,6 +24,8 @@ struct job_result {
 // Blocks until the job ends or `interrupt` becomes true (then returns a
 // failed result saying so).
 job_result run_local_job(const job_config& cfg, bool quiet,
-                         const std::atomic<bool>& interrupt);
+                         const std::atomic<bool>& interrupt,
+                         std::shared_ptr<store::job_store> db,
+                         int64_t resume_step);
 
 } // namespace tutti

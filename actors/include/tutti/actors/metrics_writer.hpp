@@ -7,8 +7,11 @@
 
 namespace tutti {
 
+// On resume (resume_step > 0) the lines of steps after resume_step are
+// dropped, since those steps run again; from scratch the file starts empty.
 metrics_writer_actor spawn_metrics_writer(caf::actor_system& sys,
-                                          job_config cfg, bool quiet);
+                                          job_config cfg, bool quiet,
+                                          int64_t resume_step);
 
 // The JSON line written for one (merged) step report, without newline.
 std::string metrics_json(const step_report& r, int64_t experts_per_layer);

@@ -16,6 +16,8 @@ struct rank_args {
   coordinator_actor coordinator;
   data_loader_actor loader;
   expert_shard_actor shard;
+  checkpoint_writer_actor writer;
+  int64_t resume_step = 0; // 0 = from scratch; else load that checkpoint
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);

@@ -104,6 +104,16 @@ struct run_config {
   std::string dir;
 };
 
+struct checkpoint_config {
+  int64_t interval_steps = 0; // 0 = only at the end of the job
+  int64_t keep_last = 3;      // retention; the newest verified is always kept
+  std::string dir;            // default RUN_DIR/checkpoints
+
+  std::string root(const run_config& run) const {
+    return dir.empty() ? run.dir + "/checkpoints" : dir;
+  }
+};
+
 struct job_config {
   cluster_config cluster;
   model_config model;
@@ -111,6 +121,7 @@ struct job_config {
   train_config train;
   data_config data;
   run_config run;
+  checkpoint_config checkpoint;
   diag_config diag;
   std::string source_path; // the file it came from, for messages
 

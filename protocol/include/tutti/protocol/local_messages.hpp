@@ -5,6 +5,8 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -34,6 +36,26 @@ struct optimizer_args {
   double grad_scale = 1;
 };
 
+// A tensor copied out of its owner at a step boundary.
+struct owned_tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// One rank's state at a step boundary, in host memory: what its shard file
+// of a checkpoint holds. Training goes on while the checkpoint writer
+// persists it.
+struct rank_snapshot {
+  int64_t step = 0;
+  int64_t rank = 0;
+  int64_t epoch = 0;
+  std::vector<owned_tensor> tensors;
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, std::string> strings;
+};
+using rank_snapshot_ptr = std::shared_ptr<const rank_snapshot>;
+
 // A batch from a data loader: [seqs, seq_len] inputs and targets.
 struct token_batch {
   int64_t step = 0;
@@ -50,3 +72,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::expert_task_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::grad_view)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::optimizer_args)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::token_batch_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::rank_snapshot_ptr)

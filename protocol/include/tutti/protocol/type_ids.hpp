@@ -35,6 +35,15 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, join_deadline_atom, "join_dl")
   CAF_ADD_ATOM(tutti, tutti, diag_atom, "diag")
 
+  // Checkpoints.
+  CAF_ADD_ATOM(tutti, tutti, snapshot_atom, "snapshot")
+  CAF_ADD_ATOM(tutti, tutti, restore_atom, "restore")
+  CAF_ADD_ATOM(tutti, tutti, ckpt_write_atom, "ckpt_write")
+  CAF_ADD_ATOM(tutti, tutti, ckpt_saved_atom, "ckpt_saved")
+  CAF_ADD_ATOM(tutti, tutti, ckpt_failed_atom, "ckpt_fail")
+  CAF_ADD_ATOM(tutti, tutti, ckpt_commit_atom, "ckpt_cmt")
+  CAF_ADD_ATOM(tutti, tutti, event_atom, "event")
+
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")
   CAF_ADD_ATOM(tutti, tutti, expert_bwd_atom, "expert_bwd")

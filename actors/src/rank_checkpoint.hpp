@@ -1,0 +1,23 @@
+#pragma once
+// A rank's side of checkpoints: what goes into its shard file at a step
+// boundary, and how it comes back on resume. Rank 0 holds the replicated
+// dense weights, their AdamW moments and the router biases; the ranks of the
+// first expert-data-parallel replica (rank < ep_size) hold their experts.
+
+#include <caf/blocking_actor.hpp>
+
+#include "tutti/actors/rank.hpp"
+#include "tutti/model/rank_model.hpp"
+
+namespace tutti {
+
+// Copies the rank's state (and its expert shard's) to host memory.
+status take_snapshot(caf::blocking_actor* self, const rank_args& a,
+                     model::rank_model& model, int64_t step,
+                     rank_snapshot_ptr& out);
+
+// Loads checkpoint `step` into the model and the expert shard.
+status restore_snapshot(caf::blocking_actor* self, const rank_args& a,
+                        model::rank_model& model, int64_t step);
+
+} // namespace tutti

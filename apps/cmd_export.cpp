@@ -1,0 +1,138 @@
+// tutti export CHECKPOINT --format hf --out DIR: the weights of a checkpoint
+// as Hugging Face MixtralForCausalLM (config.json + model.safetensors).
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "commands.hpp"
+#include "tutti/store/atomic_file.hpp"
+#include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/safetensors.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string config_json(const store::shard_meta& m) {
+  auto i = [&](const char* k) { return m.ints.count(k) ? m.ints.at(k) : 0; };
+  auto s = [&](const char* k) {
+    return m.strings.count(k) ? m.strings.at(k) : std::string("0");
+  };
+  std::ostringstream out;
+  out << "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n"
+      << "  \"model_type\": \"mixtral\",\n"
+      << "  \"vocab_size\": " << i("vocab_size") << ",\n"
+      << "  \"hidden_size\": " << i("hidden_size") << ",\n"
+      << "  \"intermediate_size\": " << i("intermediate_size") << ",\n"
+      << "  \"num_hidden_layers\": " << i("num_hidden_layers") << ",\n"
+      << "  \"num_attention_heads\": " << i("num_attention_heads") << ",\n"
+      << "  \"num_key_value_heads\": " << i("num_key_value_heads") << ",\n"
+      << "  \"head_dim\": "
+      << i("hidden_size") / std::max<int64_t>(1, i("num_attention_heads"))
+      << ",\n"
+      << "  \"max_position_embeddings\": " << i("max_seq_len") << ",\n"
+      << "  \"rope_theta\": " << s("rope_theta") << ",\n"
+      << "  \"rms_norm_eps\": " << s("rms_norm_eps") << ",\n"
+      << "  \"num_local_experts\": " << i("num_experts") << ",\n"
+      << "  \"num_experts_per_tok\": " << i("router_top_k") << ",\n"
+      << "  \"hidden_act\": \"silu\",\n"
+      << "  \"tie_word_embeddings\": false,\n"
+      << "  \"torch_dtype\": \"float32\",\n"
+      << "  \"tutti_step\": " << m.step << "\n}\n";
+  return out.str();
+}
+
+} // namespace
+
+int export_command(const std::vector<std::string>& args) {
+  std::string checkpoint, format, out;
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (args[a] == "--format" && a + 1 < args.size())
+      format = args[++a];
+    else if (args[a] == "--out" && a + 1 < args.size())
+      out = args[++a];
+    else if (!args[a].empty() && args[a][0] != '-' && checkpoint.empty())
+      checkpoint = args[a];
+    else
+      return fail(2, "export: unexpected '" + args[a]
+                       + "' (usage: tutti export CHECKPOINT --format hf --out "
+                         "DIR)");
+  }
+  if (checkpoint.empty() || out.empty())
+    return fail(2, "export: usage: tutti export CHECKPOINT --format hf --out "
+                   "DIR");
+  if (format != "hf")
+    return fail(2, "export: --format: only hf is supported, got '" + format
+                     + "'");
+  if (auto err = store::verify_checkpoint(checkpoint))
+    return fail(2, "export: " + *err);
+  auto manifest = store::read_manifest(checkpoint);
+  if (!manifest.ok())
+    return fail(2, "export: " + manifest.error);
+
+  std::vector<store::named_tensor> tensors;
+  store::shard_meta meta0;
+  for (const auto& entry : manifest.value.shards) {
+    auto shard = store::read_shard_file(fs::path(checkpoint) / entry.file);
+    if (!shard.ok())
+      return fail(2, "export: " + shard.error);
+    if (shard.value.meta.rank == 0)
+      meta0 = shard.value.meta;
+    const auto& ints = shard.value.meta.ints;
+    const int64_t first = ints.count("first_expert") ? ints.at("first_expert") : 0;
+    for (auto& t : shard.value.tensors) {
+      if (t.name.rfind("adam_", 0) == 0)
+        continue; // optimizer state stays with tutti
+      if (t.name == "router_bias") {
+        // Selection-only biases, under DeepSeek-V3's Hugging Face name;
+        // transformers' Mixtral ignores them (they are 0 without bias
+        // balancing).
+        const int64_t experts = t.shape[1];
+        for (int64_t l = 0; l < t.shape[0]; ++l)
+          tensors.push_back(
+            {"model.layers." + std::to_string(l)
+               + ".block_sparse_moe.gate.e_score_correction_bias",
+             {experts},
+             std::vector<float>(t.data.begin() + l * experts,
+                                t.data.begin() + (l + 1) * experts)});
+        continue;
+      }
+      const auto experts = t.name.find(".block_sparse_moe.experts.");
+      if (experts == std::string::npos) {
+        tensors.push_back({t.name, t.shape, std::move(t.data)});
+        continue;
+      }
+      // A block [count, out, in] of this shard's experts: one HF tensor
+      // per expert, named by its global index.
+      const auto which = t.name.substr(t.name.rfind('.') + 1); // w1|w2|w3
+      const auto prefix = t.name.substr(0, t.name.rfind('.'));
+      const int64_t count = t.shape[0], per = t.shape[1] * t.shape[2];
+      for (int64_t j = 0; j < count; ++j)
+        tensors.push_back(
+          {prefix + "." + std::to_string(first + j) + "." + which + ".weight",
+           {t.shape[1], t.shape[2]},
+           std::vector<float>(t.data.begin() + j * per,
+                              t.data.begin() + (j + 1) * per)});
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec)
+    return fail(1, "export: cannot create " + out + ": " + ec.message());
+  if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
+                                          config_json(meta0)))
+    return fail(1, "export: " + *err);
+  if (auto err = store::write_safetensors(fs::path(out) / "model.safetensors",
+                                          tensors, {{"format", "pt"}}))
+    return fail(1, "export: " + *err);
+  std::printf("exported step %lld: %zu tensors to %s (config.json, "
+              "model.safetensors)\n",
+              static_cast<long long>(meta0.step), tensors.size(), out.c_str());
+  return 0;
+}
+
+} // namespace tutti::cli

@@ -1,0 +1,77 @@
+#include "job_start.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+#include "tutti/actors/log.hpp"
+#include "tutti/actors/resume.hpp"
+#include "tutti/store/atomic_file.hpp"
+#include "tutti/store/job_store.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+job_start refuse(const char* program, int status, const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n", program, why.c_str());
+  job_start out;
+  out.status = status;
+  return out;
+}
+
+// --fresh deletes checkpoints: confirm unless told --yes.
+bool confirmed(const job_config& cfg) {
+  if (!isatty(STDIN_FILENO))
+    return false;
+  std::printf("--fresh deletes the job state and checkpoints under %s. "
+              "Type yes to go on: ",
+              cfg.run.dir.c_str());
+  std::fflush(stdout);
+  std::string answer;
+  std::getline(std::cin, answer);
+  return answer == "yes";
+}
+
+} // namespace
+
+job_start open_job(const job_config& cfg, const std::string& config_path,
+                   const std::string& state_dir, bool fresh, bool yes,
+                   const char* program) {
+  auto opened = store::job_store::open(state_dir);
+  if (!opened.ok())
+    return refuse(program, 1, opened.error);
+  job_start out;
+  out.db = std::shared_ptr<store::job_store>(std::move(opened.value));
+  if (fresh) {
+    if (!yes && !confirmed(cfg))
+      return refuse(program, 2,
+                    "--fresh not confirmed (answer yes on a terminal, or add "
+                    "--yes)");
+    if (auto err = forget_job(*out.db, cfg); !err.empty())
+      return refuse(program, 1, err);
+  }
+  auto yaml = store::read_file(config_path);
+  auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value : "");
+  switch (point.what) {
+    case resume_point::refused:
+      return refuse(program, 2, point.message);
+    case resume_point::completed:
+      std::printf("%s\n", point.message.c_str());
+      out.completed = true;
+      out.resume_step = point.step;
+      return out;
+    case resume_point::resume:
+      std::printf("%s\n", point.message.c_str());
+      log_info("job_start", point.message);
+      out.resume_step = point.step;
+      return out;
+    case resume_point::fresh:
+      if (point.message != "" && point.message.find("skipped") != std::string::npos)
+        std::printf("%s\n", point.message.c_str());
+      return out;
+  }
+  return out;
+}
+
+} // namespace tutti::cli

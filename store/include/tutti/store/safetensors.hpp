@@ -1,0 +1,44 @@
+#pragma once
+// Hugging Face safetensors, the file `tutti export --format hf` writes so a
+// model can leave tutti for the tools people already use.
+//
+// Layout: u64 little-endian header length N; N bytes of UTF-8 JSON
+//   {"__metadata__": {string: string}, name: {"dtype": "F32", "shape": [..],
+//    "data_offsets": [begin, end]}, ...}
+// padded with spaces so the data starts 8-byte aligned; then the data. The
+// offsets are relative to the data start, cover it exactly and without
+// overlap (this writer emits them contiguous in the given order). Only F32
+// is written and read.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tutti/store/expected.hpp"
+
+namespace tutti::store {
+
+struct named_tensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  // [] is a scalar
+  std::vector<float> data;          // product(shape) elements, row-major
+};
+
+// Writes atomically (tmp + fsync + rename + directory fsync), creating the
+// directory if missing. Names must be unique, non-empty, not "__metadata__";
+// names and metadata must be valid UTF-8; data.size() must match the shape.
+status write_safetensors(const std::filesystem::path& file, const std::vector<named_tensor>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates by the format rules: header length within the file and
+// at most 100 MB (the reference implementation's limit), header is strict
+// JSON (an object; duplicate keys refused), every tensor F32 with
+// product(shape) * 4 == end - begin, offsets starting at 0, contiguous, and
+// ending exactly at the end of the file. Tensors come back in header order.
+// `metadata`, when given, receives "__metadata__" (empty if absent).
+expected<std::vector<named_tensor>> read_safetensors(const std::filesystem::path& file,
+                                                     std::map<std::string, std::string>* metadata = nullptr);
+
+} // namespace tutti::store

@@ -1,0 +1,316 @@
+#pragma once
+// Helpers for tests that start `tuttid` daemons (and other programs) as
+// child processes and talk to their ports. Every child is killed with
+// SIGKILL and reaped when its handle goes out of scope, and also dies with
+// the test process (PR_SET_PDEATHSIG), so no test leaves a daemon behind.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace tutti::testing {
+
+inline std::string tuttid_bin() {
+  return binary_dir() + "/apps/tuttid";
+}
+
+// A program in the background with stdout and stderr in `log`.
+class child_process {
+public:
+  child_process(const std::vector<std::string>& argv,
+                const std::filesystem::path& log) {
+    std::vector<char*> args;
+    for (const auto& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      // Die with the test, even when it is killed without unwinding.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(127);
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int null = open("/dev/null", O_RDONLY);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      if (null >= 0)
+        dup2(null, 0);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+  }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+  ~child_process() { kill_and_reap(); }
+
+  pid_t pid() const { return pid_; }
+
+  // Exit status (128 + signal when signalled), or -1 if it is still running
+  // after `seconds`.
+  int wait(double seconds) {
+    if (status_)
+      return *status_;
+    auto deadline = std::chrono::steady_clock::now()
+                    + std::chrono::duration<double>(seconds);
+    while (true) {
+      if (poll_exit())
+        return *status_;
+      if (std::chrono::steady_clock::now() >= deadline)
+        return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  bool running() { return pid_ > 0 && !poll_exit(); }
+
+  void signal(int sig) {
+    if (pid_ > 0 && !status_)
+      ::kill(pid_, sig);
+  }
+
+  void kill_and_reap() {
+    if (pid_ > 0 && !status_) {
+      ::kill(pid_, SIGKILL);
+      int raw = 0;
+      waitpid(pid_, &raw, 0);
+      status_ = decode(raw);
+    }
+  }
+
+private:
+  static int decode(int raw) {
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  }
+  bool poll_exit() {
+    if (status_)
+      return true;
+    int raw = 0;
+    if (pid_ > 0 && waitpid(pid_, &raw, WNOHANG) == pid_) {
+      status_ = decode(raw);
+      return true;
+    }
+    return false;
+  }
+
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// tuttid --config CONFIG --node-rank N, optionally behind a prefix such as
+// {"ip", "netns", "exec", "NS"} (which execs tuttid in place, same pid).
+inline std::unique_ptr<child_process>
+start_daemon(const std::filesystem::path& config, int node_rank,
+             const std::filesystem::path& log,
+             const std::vector<std::string>& prefix = {}) {
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {tuttid_bin(), "--config", config.string(),
+                           "--node-rank", std::to_string(node_rank)});
+  return std::make_unique<child_process>(argv, log);
+}
+
+// Polls `done` every 50 ms until it holds or `seconds` pass.
+inline bool wait_until(const std::function<bool()>& done, double seconds) {
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Complete lines of a file (a metrics.jsonl being written counts only the
+// lines that have their newline).
+inline int count_lines(const std::filesystem::path& path) {
+  auto text = read_text(path);
+  int n = 0;
+  for (char c : text)
+    n += c == '\n';
+  return n;
+}
+
+// True if `port` can be bound on 127.0.0.1 right now.
+inline bool port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// `count` consecutive free ports, derived from the pid and `salt` (so tests
+// of one file and concurrent runs differ). 10000..19999: below the
+// ephemeral range and away from test_daemons' 20000..39999.
+inline int port_block(int salt, int count = 3) {
+  int slot = static_cast<int>((getpid() * 7 + salt * 131) % 1000);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    int base = 10000 + ((slot + attempt) % 1000) * 10;
+    bool ok = true;
+    for (int p = base; p < base + count && ok; ++p)
+      ok = port_free(p);
+    if (ok)
+      return base;
+  }
+  return 10000 + slot * 10;
+}
+
+// A 2-node (world 4, 2 ranks per node, EP 4) daemon config on the tiny
+// model of small_config. `hosts` gives each node's address (and so its
+// Gloo bind address); the coordinator runs on hosts[0]:port and node N
+// listens on hosts[N]:port + 1 + N.
+inline std::string daemon_config(const std::string& data_dir,
+                                 const std::string& run_dir, int port,
+                                 int steps,
+                                 const std::vector<std::string>& hosts =
+                                   {"127.0.0.1", "127.0.0.1"},
+                                 int join_timeout_s = 20) {
+  auto text = small_config(data_dir, run_dir, 4, steps);
+  const int nnodes = static_cast<int>(hosts.size());
+  std::string cluster = "  nnodes: " + std::to_string(nnodes)
+                        + "\n  nproc_per_node: " + std::to_string(4 / nnodes)
+                        + "\n  coordinator: " + hosts[0] + ":"
+                        + std::to_string(port) + "\n  join_timeout_s: "
+                        + std::to_string(join_timeout_s) + "\n  nodes:\n";
+  for (int n = 0; n < nnodes; ++n)
+    cluster += "    - {host: " + hosts[n] + ", port: "
+               + std::to_string(port + 1 + n) + ", rack: r"
+               + std::to_string(n) + "}\n";
+  const std::string from = "  nnodes: 1\n  nproc_per_node: 4\n";
+  text.replace(text.find(from), from.size(), cluster);
+  return text;
+}
+
+// The same job in one process (`tutti run`): 4 ranks on one node.
+inline std::string one_process_config(const std::string& data_dir,
+                                      const std::string& run_dir, int steps) {
+  return small_config(data_dir, run_dir, 4, steps);
+}
+
+// -- raw TCP clients for poking at daemon ports -----------------------------
+
+// Connects within `timeout_ms`; -1 on failure.
+inline int tcp_connect(const std::string& host, int port,
+                       int timeout_ms = 2000) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    close(fd);
+    return -1;
+  }
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  if (rc != 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  if (rc != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (poll(&p, 1, timeout_ms) != 1
+        || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+// Sends all of `data` within `timeout_ms`; false if the peer closed or the
+// deadline passed (a peer that stops reading is not our problem here).
+inline bool send_bytes(int fd, const std::string& data,
+                       int timeout_ms = 2000) {
+  size_t done = 0;
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(timeout_ms);
+  while (done < data.size()) {
+    ssize_t n = ::send(fd, data.data() + done, data.size() - done,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      return false;
+    pollfd p{fd, POLLOUT, 0};
+    poll(&p, 1, static_cast<int>(left));
+  }
+  return true;
+}
+
+// Reads what arrives within `timeout_ms` (stops at EOF or `max` bytes).
+inline std::string recv_for(int fd, int timeout_ms, size_t max = 1 << 16) {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(timeout_ms);
+  char buf[4096];
+  while (out.size() < max) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) != 1)
+      break;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0)
+      break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// A socket closed when it goes out of scope.
+struct socket_guard {
+  int fd = -1;
+  explicit socket_guard(int f = -1) : fd(f) {}
+  socket_guard(socket_guard&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  socket_guard& operator=(socket_guard&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  socket_guard(const socket_guard&) = delete;
+  ~socket_guard() {
+    if (fd >= 0)
+      close(fd);
+  }
+};
+
+} // namespace tutti::testing
