@@ -36,7 +36,9 @@ step_report merge_reports(const std::vector<step_report>& reports) {
     if (r.rank == 0)
       out = r;
   double compute = 0, a2a = 0, ar = 0, other = 0, slowest = 0;
+  int64_t bytes = 0;
   for (const auto& r : reports) {
+    bytes += r.alltoall_bytes;
     compute += r.time_compute_s;
     a2a += r.time_alltoall_s;
     ar += r.time_allreduce_s;
@@ -49,6 +51,8 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.time_allreduce_s = ar / n;
   out.time_other_s = other / n;
   out.step_time_s = slowest;
+  // Per rank, averaged: routing makes ranks send unevenly.
+  out.alltoall_bytes = bytes / static_cast<int64_t>(reports.size());
   return out;
 }
 

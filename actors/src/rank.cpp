@@ -44,7 +44,9 @@ status connect(caf::actor_system& sys, const rank_args& a, rank_comms& out) {
   const auto& cl = a.cfg.cluster;
   const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
   coordinator_store store(sys, a.coordinator, timeout);
-  comm::gloo_options opts{cl.host, "world", timeout};
+  // Bind the data plane to this node's own address (nodes[N].host).
+  comm::gloo_options opts{cl.node(a.rank / cl.nproc_per_node).host, "world",
+                          timeout};
   const int world = static_cast<int>(cl.world_size);
   const int ep = static_cast<int>(a.cfg.ep_size());
   TUTTI_RETURN_IF_ERROR(

@@ -234,10 +234,9 @@ int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t k,
                         int64_t experts) {
   if (capacity_factor <= 0.0) return std::numeric_limits<int64_t>::max();
   const double c = capacity_factor * double(tokens * k) / double(experts);
-  // Past every routed slot the capacity never binds (and must not overflow
-  // the cast below).
-  if (!(c < double(tokens * k)))
-    return tokens * k;
+  // The cast below must not overflow (a capacity this large never binds).
+  if (!(c < 9.0e18))
+    return std::numeric_limits<int64_t>::max();
   // A factor like 1.1 is not exact in binary: 1.1 * 10 = 11.000000000000002
   // must give 11, not 12. Values within 1e-9 (relative) of an integer snap.
   const double r = std::round(c);

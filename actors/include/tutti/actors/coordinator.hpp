@@ -29,7 +29,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys,
                                     coordinator_args args);
 
 // Merges the reports of all ranks for one step: global values from rank 0,
-// times averaged, step time the slowest rank's.
+// times and all-to-all bytes averaged, step time the slowest rank's.
 step_report merge_reports(const std::vector<step_report>& reports);
 
 } // namespace tutti
