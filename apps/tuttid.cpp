@@ -16,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "tutti/actors/basp_guard.hpp"
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/journal.hpp"
 #include "tutti/actors/log.hpp"
@@ -57,6 +58,23 @@ caf::expected<coordinator_actor> connect(caf::actor_system& sys,
   return last;
 }
 
+// Publishes `handle` on loopback for the middleman and puts a basp_guard
+// on the public address in front of it.
+template <class Handle>
+status publish_guarded(caf::actor_system& sys, const Handle& handle,
+                       const std::string& host, int64_t port,
+                       std::vector<std::unique_ptr<basp_guard>>& guards) {
+  auto inner = sys.middleman().publish(handle, 0, "127.0.0.1", true);
+  if (!inner)
+    return status::error("cannot listen on loopback: "
+                         + sys.render(inner.error()));
+  std::unique_ptr<basp_guard> guard;
+  TUTTI_RETURN_IF_ERROR(basp_guard::start(host, static_cast<uint16_t>(port),
+                                          *inner, guard));
+  guards.push_back(std::move(guard));
+  return {};
+}
+
 struct daemon_options {
   std::string config;
   int64_t node_rank = -1;
@@ -75,6 +93,7 @@ int serve(const job_config& cfg, const daemon_options& opt) {
 
   coordinator_actor coordinator;
   journal_actor journal;
+  std::vector<std::unique_ptr<basp_guard>> guards; // outlive the system's use
   if (opt.node_rank == 0) {
     auto start = cli::open_job(
       cfg, opt.config,
@@ -88,12 +107,10 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     coordinator = spawn_coordinator(
       sys, {cfg, caf::actor{self}, false, journal, start.resume_step});
     // Bind only to the address the config gives.
-    auto port = sys.middleman().publish(
-      coordinator, static_cast<uint16_t>(cfg.cluster.coordinator_port()),
-      cfg.cluster.coordinator_host().c_str(), true);
-    if (!port)
-      return fail(1, "cannot listen on " + cfg.cluster.coordinator + ": "
-                       + sys.render(port.error()));
+    if (auto s = publish_guarded(sys, coordinator, cfg.cluster.coordinator_host(),
+                                 cfg.cluster.coordinator_port(), guards);
+        !s.ok())
+      return fail(1, "coordinator: " + s.message());
     log_info("tuttid", "coordinator listening on " + cfg.cluster.coordinator);
   } else {
     auto handle = connect(sys, cfg);
@@ -106,13 +123,10 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   }
   auto supervisor = spawn_node_supervisor(sys, {cfg, opt.node_rank,
                                                 coordinator, opt.rack});
-  auto port = sys.middleman().publish(supervisor,
-                                      static_cast<uint16_t>(address.port),
-                                      address.host.c_str(), true);
-  if (!port)
-    return fail(1, "cannot listen on " + address.host + ":"
-                     + std::to_string(address.port) + ": "
-                     + sys.render(port.error()));
+  if (auto s = publish_guarded(sys, supervisor, address.host, address.port,
+                               guards);
+      !s.ok())
+    return fail(1, "node: " + s.message());
   log_info("tuttid", "node " + std::to_string(opt.node_rank) + " listening on "
                        + address.host + ":" + std::to_string(address.port));
   self->monitor(supervisor);

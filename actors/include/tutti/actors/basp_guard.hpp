@@ -1,0 +1,38 @@
+#pragma once
+// basp_guard: the public TCP front door of a daemon's published actor. It
+// accepts on the address the config gives, reads every BASP message header
+// a peer sends (a known operation, a handshake first and never empty, a
+// payload within a cap) and passes the bytes on to the middleman, which
+// listens on loopback only. A peer that breaks the rules loses its
+// connection; the daemon and its job go on.
+//
+// Why: CAF 0.17.6's BASP broker dereferences the payload of a handshake
+// header announcing none (SIGSEGV), and buffers whatever payload size a
+// header announces; both are reachable by anyone who can connect.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tutti/comm/status.hpp"
+
+namespace tutti {
+
+class basp_guard {
+public:
+  // Largest payload one BASP message may announce.
+  static constexpr uint32_t max_payload = 64u << 20;
+
+  // Listens on host:port and forwards to 127.0.0.1:backend_port.
+  static status start(const std::string& host, uint16_t port,
+                      uint16_t backend_port, std::unique_ptr<basp_guard>& out);
+  ~basp_guard(); // stops accepting and closes every connection
+
+  struct impl;
+
+private:
+  explicit basp_guard(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace tutti

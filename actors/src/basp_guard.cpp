@@ -1,0 +1,217 @@
+#include "tutti/actors/basp_guard.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tutti/actors/log.hpp"
+
+namespace tutti {
+
+namespace {
+
+constexpr size_t header_size = 32;  // caf::io::basp::header_size
+constexpr uint8_t last_operation = 6; // heartbeat
+constexpr size_t max_connections = 256;
+
+// Checks the stream of BASP messages from the peer, header by header.
+class basp_reader {
+public:
+  // Feeds received bytes; returns "" or why the peer is refused.
+  std::string feed(const char* data, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+      if (payload_left_ > 0) {
+        size_t take = std::min<size_t>(payload_left_, n - i);
+        payload_left_ -= take;
+        i += take;
+        continue;
+      }
+      size_t take = std::min(header_size - header_.size(), n - i);
+      header_.insert(header_.end(), data + i, data + i + take);
+      i += take;
+      if (header_.size() < header_size)
+        continue;
+      const auto op = static_cast<uint8_t>(header_[0]);
+      uint32_t len = 0;
+      std::memcpy(&len, header_.data() + 4, 4);
+      len = ntohl(len); // CAF serialises in network byte order
+      header_.clear();
+      const bool handshake = op <= 1;
+      if (op > last_operation)
+        return "not a BASP message (operation " + std::to_string(op) + ")";
+      if (first_ && !handshake)
+        return "no handshake first";
+      if (handshake && len == 0)
+        return "handshake without payload";
+      if (len > basp_guard::max_payload)
+        return "payload of " + std::to_string(len) + " bytes announced";
+      first_ = false;
+      payload_left_ = len;
+    }
+    return "";
+  }
+
+private:
+  std::vector<char> header_;
+  uint64_t payload_left_ = 0;
+  bool first_ = true;
+};
+
+bool send_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    auto sent = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (sent <= 0)
+      return false;
+    data += sent;
+    n -= static_cast<size_t>(sent);
+  }
+  return true;
+}
+
+int connect_loopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+} // namespace
+
+struct basp_guard::impl {
+  int listener = -1;
+  uint16_t backend = 0;
+  std::string where;
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> open{0};
+  std::thread acceptor;
+  std::mutex mutex;
+  std::list<std::thread> relays;
+
+  void relay(int peer, std::string from) {
+    int inner = connect_loopback(backend);
+    if (inner >= 0) {
+      basp_reader reader;
+      char buf[64 * 1024];
+      pollfd fds[2] = {{peer, POLLIN, 0}, {inner, POLLIN, 0}};
+      while (!stop) {
+        if (::poll(fds, 2, 200) < 0)
+          break;
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+          auto n = ::recv(peer, buf, sizeof(buf), 0);
+          if (n <= 0)
+            break;
+          auto why = reader.feed(buf, static_cast<size_t>(n));
+          if (!why.empty()) {
+            log_warn("basp_guard", "closed a connection from " + from + " to "
+                                     + where + ": " + why);
+            break;
+          }
+          if (!send_all(inner, buf, static_cast<size_t>(n)))
+            break;
+        }
+        if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+          auto n = ::recv(inner, buf, sizeof(buf), 0);
+          if (n <= 0 || !send_all(peer, buf, static_cast<size_t>(n)))
+            break;
+        }
+      }
+      ::close(inner);
+    }
+    ::close(peer);
+    --open;
+  }
+
+  void accept_loop() {
+    while (!stop) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0)
+        continue;
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      int peer = ::accept(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+      if (peer < 0)
+        continue;
+      if (open >= max_connections) {
+        ::close(peer);
+        continue;
+      }
+      char host[NI_MAXHOST] = "?";
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host,
+                    sizeof(host), nullptr, 0, NI_NUMERICHOST);
+      int one = 1;
+      ::setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      ++open;
+      std::lock_guard<std::mutex> guard(mutex);
+      relays.emplace_back([this, peer, from = std::string(host)] {
+        relay(peer, from);
+      });
+    }
+  }
+};
+
+basp_guard::basp_guard(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+basp_guard::~basp_guard() {
+  impl_->stop = true;
+  if (impl_->acceptor.joinable())
+    impl_->acceptor.join();
+  for (auto& t : impl_->relays)
+    t.join();
+  ::close(impl_->listener);
+}
+
+status basp_guard::start(const std::string& host, uint16_t port,
+                         uint16_t backend_port,
+                         std::unique_ptr<basp_guard>& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  auto where = host + ":" + std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(),
+                             &hints, &found);
+      rc != 0)
+    return status::error("cannot resolve " + where + ": " + gai_strerror(rc));
+  int fd = ::socket(found->ai_family, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0
+      || ::listen(fd, 64) != 0) {
+    auto why = std::string(std::strerror(errno));
+    ::freeaddrinfo(found);
+    ::close(fd);
+    return status::error("cannot listen on " + where + ": " + why);
+  }
+  ::freeaddrinfo(found);
+  auto p = std::make_unique<impl>();
+  p->listener = fd;
+  p->backend = backend_port;
+  p->where = where;
+  auto* raw = p.get();
+  p->acceptor = std::thread([raw] { raw->accept_loop(); });
+  out.reset(new basp_guard(std::move(p)));
+  return {};
+}
+
+} // namespace tutti
