@@ -117,6 +117,21 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   INFO(r.output);
   REQUIRE(r.status == 0);
   auto ckpt = dir / "run" / "checkpoints" / store::checkpoint_dir_name(12);
+
+  // tutti ckpt list | verify | show on what the run committed.
+  auto listed = run(tutti_bin() + " ckpt list " + (dir / "run").string());
+  INFO(listed.output);
+  CHECK(listed.status == 0);
+  CHECK(listed.output.find("step-00000012") != std::string::npos);
+  auto verified = run(tutti_bin() + " ckpt verify " + ckpt.string());
+  CHECK(verified.status == 0);
+  CHECK(verified.output.find("ok (2 shards") != std::string::npos);
+  auto shown = run(tutti_bin() + " ckpt show " + ckpt.string());
+  CHECK(shown.status == 0);
+  CHECK(shown.output.find("model.embed_tokens.weight") != std::string::npos);
+  CHECK(shown.output.find("[32,32]") != std::string::npos);
+  CHECK(shown.output.find("adam_m/lm_head.weight") != std::string::npos);
+
   auto out = dir / "hf";
   auto e = run(tutti_bin() + " export " + ckpt.string() + " --format hf --out "
                + out.string());
@@ -198,4 +213,17 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   auto eval = metric_series(dir / "run" / "metrics.jsonl", "eval_loss");
   REQUIRE(!eval.empty());
   CHECK(std::abs(a - eval.back()) / eval.back() < 1e-5);
+
+  // A flipped byte is named by `ckpt verify` and refused by export.
+  auto shard = ckpt / store::shard_file_name(1);
+  auto bytes1 = read_text(shard);
+  bytes1[bytes1.size() / 2] ^= 0x01;
+  std::ofstream(shard, std::ios::binary) << bytes1;
+  auto bad = run(tutti_bin() + " ckpt verify " + ckpt.string());
+  INFO(bad.output);
+  CHECK(bad.status == 1);
+  CHECK(bad.output.find("shard-00001.ckpt") != std::string::npos);
+  auto refused = run(tutti_bin() + " export " + ckpt.string()
+                     + " --format hf --out " + (dir / "hf2").string());
+  CHECK(refused.status == 2);
 }
