@@ -5,61 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <csignal>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "daemon_support.hpp"
 #include "test_support.hpp"
 
 using namespace tutti::testing;
 
 namespace {
-
-std::string tuttid_bin() {
-  return binary_dir() + "/apps/tuttid";
-}
-
-// A daemon in the background; killed (and reaped) when the test ends.
-class daemon_process {
-public:
-  daemon_process(const std::string& config, int node_rank,
-                 const std::filesystem::path& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      auto fd = fopen(log.c_str(), "w");
-      dup2(fileno(fd), 1);
-      dup2(fileno(fd), 2);
-      auto bin = tuttid_bin();
-      auto rank = std::to_string(node_rank);
-      execl(bin.c_str(), bin.c_str(), "--config", config.c_str(),
-            "--node-rank", rank.c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  ~daemon_process() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Exit status, or -1 if it is still running at the deadline.
-  int wait(int seconds) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      int raw = 0;
-      if (waitpid(pid_, &raw, WNOHANG) == pid_) {
-        reaped_ = true;
-        return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-      }
-      usleep(100000);
-    }
-    return -1;
-  }
-  pid_t pid() const { return pid_; }
-
-private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
 
 int free_port_base() {
   // Spread concurrent test runs over ports; 7100 + pid-derived offset.
@@ -103,9 +55,9 @@ TEST_CASE("2 daemons x 2 ranks train like 4 ranks in one process",
   auto two = dir / "two.yaml";
   write_text(two, cluster_config(data.string(), (dir / "two").string(), port,
                                  2, 30));
-  daemon_process node1(two.string(), 1, dir / "node1.log");
-  daemon_process node0(two.string(), 0, dir / "node0.log");
-  int s0 = node0.wait(300), s1 = node1.wait(60);
+  auto node1 = start_daemon(two, 1, dir / "node1.log");
+  auto node0 = start_daemon(two, 0, dir / "node0.log");
+  int s0 = node0->wait(300), s1 = node1->wait(60);
   INFO("node0: " << read_text(dir / "node0.log"));
   INFO("node1: " << read_text(dir / "node1.log"));
   REQUIRE(s0 == 0);
@@ -136,16 +88,16 @@ TEST_CASE("a daemon with a different config is refused by name",
                                   2, 5));
   write_text(bad, cluster_config(data.string(), (dir / "run").string(), port,
                                  2, 5, 64));
-  daemon_process node0(good.string(), 0, dir / "node0.log");
-  daemon_process node1(bad.string(), 1, dir / "node1.log");
-  int s1 = node1.wait(60);
+  auto node0 = start_daemon(good, 0, dir / "node0.log");
+  auto node1 = start_daemon(bad, 1, dir / "node1.log");
+  int s1 = node1->wait(60);
   auto log1 = read_text(dir / "node1.log");
   INFO(log1);
   CHECK(s1 != 0);
   CHECK(log1.find("model.hidden_size") != std::string::npos);
   // The coordinator keeps waiting for a matching node 1 until its join
   // timeout, then fails the job naming the missing node.
-  int s0 = node0.wait(60);
+  int s0 = node0->wait(60);
   auto log0 = read_text(dir / "node0.log");
   INFO(log0);
   CHECK(s0 == 1);

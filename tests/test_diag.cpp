@@ -6,58 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon_support.hpp"
 #include "test_support.hpp"
 
 using namespace tutti::testing;
 
 namespace {
-
-// tuttid in the background with an optional environment variable; killed
-// and reaped when the test ends.
-class daemon_process {
-public:
-  daemon_process(const std::string& config, int node_rank,
-                 const std::filesystem::path& log, const char* env = nullptr) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      if (env)
-        putenv(const_cast<char*>(env));
-      auto fd = fopen(log.c_str(), "w");
-      dup2(fileno(fd), 1);
-      dup2(fileno(fd), 2);
-      auto bin = binary_dir() + "/apps/tuttid";
-      auto rank = std::to_string(node_rank);
-      execl(bin.c_str(), bin.c_str(), "--config", config.c_str(),
-            "--node-rank", rank.c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  ~daemon_process() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int wait(int seconds) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      int raw = 0;
-      if (waitpid(pid_, &raw, WNOHANG) == pid_) {
-        reaped_ = true;
-        return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-      }
-      usleep(100000);
-    }
-    return -1;
-  }
-  void terminate() { kill(pid_, SIGTERM); }
-
-private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
 
 std::string two_node_config(const std::string& data, const std::string& run,
                             int port, int steps, const std::string& on_start) {
@@ -85,9 +41,10 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
   auto cfg = dir / "c.yaml";
   write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
                                   100000, "off"));
-  daemon_process node0(cfg.string(), 0, dir / "node0.log");
-  daemon_process node1(cfg.string(), 1, dir / "node1.log",
-                       "TUTTI_DIAG_THROTTLE_GBPS=0.05");
+  auto node0 = start_daemon(cfg, 0, dir / "node0.log");
+  // The test hook throttles node 1 like a slow NIC.
+  auto node1 = start_daemon(cfg, 1, dir / "node1.log",
+                            {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
   // Retry until both nodes have joined (the coordinator says which are
   // missing until then).
   command_result r;
@@ -107,10 +64,10 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
         != std::string::npos);
   auto line0 = r.output.substr(r.output.find("  node 0 ("));
   CHECK(line0.substr(0, line0.find('\n')).find("ok") != std::string::npos);
-  node0.terminate();
-  node1.terminate();
-  CHECK(node0.wait(60) == 0);
-  CHECK(node1.wait(30) == 0);
+  node0->signal(SIGTERM);
+  node1->signal(SIGTERM);
+  CHECK(node0->wait(60) == 0);
+  CHECK(node1->wait(30) == 0);
 }
 
 TEST_CASE("diag.on_start: refuse does not start with a straggler",
@@ -125,10 +82,11 @@ TEST_CASE("diag.on_start: refuse does not start with a straggler",
   auto cfg = dir / "c.yaml";
   write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
                                   20, "refuse"));
-  daemon_process node0(cfg.string(), 0, dir / "node0.log");
-  daemon_process node1(cfg.string(), 1, dir / "node1.log",
-                       "TUTTI_DIAG_THROTTLE_GBPS=0.05");
-  int s0 = node0.wait(120);
+  auto node0 = start_daemon(cfg, 0, dir / "node0.log");
+  // The test hook throttles node 1 like a slow NIC.
+  auto node1 = start_daemon(cfg, 1, dir / "node1.log",
+                            {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
+  int s0 = node0->wait(120);
   auto log0 = read_text(dir / "node0.log");
   INFO(log0);
   CHECK(s0 == 1);
@@ -136,5 +94,5 @@ TEST_CASE("diag.on_start: refuse does not start with a straggler",
   const bool no_steps = !std::filesystem::exists(dir / "run" / "metrics.jsonl")
                         || read_text(dir / "run" / "metrics.jsonl").empty();
   CHECK(no_steps);
-  CHECK(node1.wait(60) != -1);
+  CHECK(node1->wait(60) != -1);
 }
