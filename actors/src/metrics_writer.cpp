@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "tutti/actors/log.hpp"
@@ -132,17 +133,14 @@ using writer_pointer =
 
 // The lines of steps up to `keep_until` of an existing metrics file.
 std::string kept_lines(const std::filesystem::path& path, int64_t keep_until) {
-  std::string out;
-  std::FILE* in = std::fopen(path.c_str(), "r");
-  if (!in)
-    return out;
-  char line[1 << 16];
-  while (std::fgets(line, sizeof(line), in)) {
+  std::string out, line;
+  std::ifstream in(path);
+  while (std::getline(in, line)) {
     long long step = 0;
-    if (std::sscanf(line, "{\"step\":%lld", &step) == 1 && step <= keep_until)
-      out += line;
+    if (std::sscanf(line.c_str(), "{\"step\":%lld", &step) == 1
+        && step <= keep_until)
+      out += line + "\n";
   }
-  std::fclose(in);
   return out;
 }
 
