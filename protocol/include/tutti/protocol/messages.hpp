@@ -81,6 +81,19 @@ typename Inspector::result_type inspect(Inspector& f, diag_row& x) {
            x.latency_us, x.sizes, x.busbw_gbps, x.raw_busbw_gbps, x.error);
 }
 
+// One child of a supervisor, as `which_children` reports it.
+struct child_status {
+  std::string id;
+  bool running = false;
+  int64_t restarts = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_status& x) {
+  return f(caf::meta::type_name("child_status"), x.id, x.running,
+           x.restarts);
+}
+
 // The cluster's diag: the printed report and the nodes named as stragglers.
 struct diag_report {
   std::string text;

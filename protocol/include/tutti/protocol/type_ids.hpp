@@ -16,6 +16,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (tutti::diag_row))
   CAF_ADD_TYPE_ID(tutti, (tutti::diag_report))
   CAF_ADD_TYPE_ID(tutti, (std::vector<double>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::child_status))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::child_status>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<std::string>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
 
@@ -43,6 +45,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, ckpt_failed_atom, "ckpt_fail")
   CAF_ADD_ATOM(tutti, tutti, ckpt_commit_atom, "ckpt_cmt")
   CAF_ADD_ATOM(tutti, tutti, event_atom, "event")
+
+  // Supervision.
+  CAF_ADD_ATOM(tutti, tutti, children_atom, "children")
 
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")

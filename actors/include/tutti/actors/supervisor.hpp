@@ -1,0 +1,53 @@
+#pragma once
+// supervisor: Erlang/OTP supervision on CAF monitors. A supervisor starts
+// its children in order, monitors them, and restarts them by its strategy:
+//   one_for_one   only the child that ended;
+//   rest_for_one  that child and every child started after it;
+//   one_for_all   every child.
+// Each child's restart type decides whether it comes back: permanent
+// always, transient only after an abnormal exit, temporary never. More than
+// max_restarts restarts within period_ms and the supervisor gives up: it
+// stops every child (last started first), tells its parent
+// (escalate_atom, why) and ends with an error.
+
+#include <caf/actor.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tutti/actors/interfaces.hpp"
+
+namespace tutti {
+
+enum class restart_strategy { one_for_one, rest_for_one, one_for_all };
+enum class restart_type { permanent, transient, temporary };
+
+const char* to_string(restart_strategy s);
+const char* to_string(restart_type t);
+
+struct child_spec {
+  std::string id; // e.g. "expert_shard/3"
+  restart_type restart = restart_type::permanent;
+  std::function<caf::actor(caf::actor_system&)> start;
+};
+
+struct supervisor_flags {
+  restart_strategy strategy = restart_strategy::one_for_one;
+  int64_t max_restarts = 3;               // restart intensity ...
+  std::chrono::milliseconds period{5000}; // ... within this window
+};
+
+using supervisor_actor = caf::typed_actor<
+  caf::replies_to<children_atom>::with<std::vector<child_status>>,
+  caf::reacts_to<stop_atom>>;
+
+// `parent` receives (escalate_atom, why) when the supervisor gives up.
+// Keep the returned handle: CAF ends an actor that no handle reaches.
+supervisor_actor spawn_supervisor(caf::actor_system& sys, std::string name,
+                                  supervisor_flags flags,
+                                  std::vector<child_spec> children,
+                                  caf::actor parent);
+
+} // namespace tutti
