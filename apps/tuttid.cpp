@@ -10,6 +10,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -137,14 +138,19 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   int status = 0;
   while (!job_over || !node_over) {
     self->receive(
-      [&](job_done_atom, bool ok, const std::string& why, double) {
+      [&](job_done_atom, bool ok, const std::string& why, double eval_loss) {
         job_over = true;
         if (!ok) {
           status = 1;
           log_error("tuttid", "job failed: " + why);
-        } else if (!why.empty()) {
-          log_info("tuttid", why);
+          return;
         }
+        auto done = why.empty() ? std::string("job completed") : why;
+        if (std::isfinite(eval_loss))
+          done += "; final held-out loss " + std::to_string(eval_loss)
+                  + " nats/token";
+        log_info("tuttid", done);
+        std::printf("%s\n", done.c_str());
       },
       [&](caf::down_msg& dm) {
         node_over = true;
