@@ -67,7 +67,8 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
       out.resume_step = point.step;
       return out;
     case resume_point::fresh:
-      if (point.message != "" && point.message.find("skipped") != std::string::npos)
+      // Empty on a first start; otherwise what was skipped and why.
+      if (!point.message.empty())
         std::printf("%s\n", point.message.c_str());
       return out;
   }

@@ -44,10 +44,7 @@ TEST_CASE("a full disk fails checkpoints, not the job", "[fault]") {
     std::exit(77);
   }
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
+  REQUIRE(synth_data(data));
   auto cfg = dir / "c.yaml";
   write_text(cfg, small_config(data.string(), (dir / "run").string(), 2, 12)
                     + "checkpoint:\n  interval_steps: 4\n  dir: "

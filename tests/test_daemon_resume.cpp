@@ -17,10 +17,7 @@ namespace fs = std::filesystem;
 TEST_CASE("a stopped daemon job resumes where it stopped", "[fault]") {
   auto dir = scratch("daemon_resume");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
+  REQUIRE(synth_data(data));
   const int steps = 200;
   auto one = dir / "one.yaml";
   write_text(one, one_process_config(data.string(), (dir / "one").string(),

@@ -11,50 +11,21 @@
 
 using namespace tutti::testing;
 
-namespace {
-
-int free_port_base() {
-  // Spread concurrent test runs over ports; 7100 + pid-derived offset.
-  return 20000 + (getpid() % 2000) * 10;
-}
-
-std::string cluster_config(const std::string& data, const std::string& run,
-                           int port, int nnodes, int steps,
-                           int hidden = 32) {
-  auto text = small_config(data, run, 4, steps);
-  auto replace = [&](const std::string& from, const std::string& to) {
-    text.replace(text.find(from), from.size(), to);
-  };
-  replace("  nnodes: 1\n  nproc_per_node: 4\n",
-          "  nnodes: " + std::to_string(nnodes) + "\n  nproc_per_node: "
-            + std::to_string(4 / nnodes) + "\n  coordinator: 127.0.0.1:"
-            + std::to_string(port) + "\n  join_timeout_s: 20\n");
-  replace("hidden_size: 32", "hidden_size: " + std::to_string(hidden));
-  return text;
-}
-
-} // namespace
-
 TEST_CASE("2 daemons x 2 ranks train like 4 ranks in one process",
           "[integration]") {
   auto dir = scratch("daemons");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
-  const int port = free_port_base();
+  REQUIRE(synth_data(data));
+  const int port = port_block(11);
 
   auto one = dir / "one.yaml";
-  write_text(one, cluster_config(data.string(), (dir / "one").string(), port,
-                                 1, 30));
+  write_text(one, one_process_config(data.string(), (dir / "one").string(), 30));
   auto single = run(tutti_bin() + " run " + one.string() + " --quiet", 300);
   INFO(single.output);
   REQUIRE(single.status == 0);
 
   auto two = dir / "two.yaml";
-  write_text(two, cluster_config(data.string(), (dir / "two").string(), port,
-                                 2, 30));
+  write_text(two, daemon_config(data.string(), (dir / "two").string(), port, 30));
   auto node1 = start_daemon(two, 1, dir / "node1.log");
   auto node0 = start_daemon(two, 0, dir / "node0.log");
   int s0 = node0->wait(300), s1 = node1->wait(60);
@@ -77,17 +48,14 @@ TEST_CASE("a daemon with a different config is refused by name",
           "[integration]") {
   auto dir = scratch("daemons_mismatch");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
-  const int port = free_port_base() + 5;
+  REQUIRE(synth_data(data));
+  const int port = port_block(12);
   auto good = dir / "good.yaml";
   auto bad = dir / "bad.yaml";
-  write_text(good, cluster_config(data.string(), (dir / "run").string(), port,
-                                  2, 5));
-  write_text(bad, cluster_config(data.string(), (dir / "run").string(), port,
-                                 2, 5, 64));
+  auto text = daemon_config(data.string(), (dir / "run").string(), port, 5);
+  write_text(good, text);
+  text.replace(text.find("hidden_size: 32"), 15, "hidden_size: 64");
+  write_text(bad, text);
   auto node0 = start_daemon(good, 0, dir / "node0.log");
   auto node1 = start_daemon(bad, 1, dir / "node1.log");
   int s1 = node1->wait(60);

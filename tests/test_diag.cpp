@@ -15,17 +15,11 @@ using namespace tutti::testing;
 
 namespace {
 
+// The 2-node daemon config with the pre-flight check set.
 std::string two_node_config(const std::string& data, const std::string& run,
                             int port, int steps, const std::string& on_start) {
-  auto text = small_config(data, run, 4, steps);
-  auto replace = [&](const std::string& from, const std::string& to) {
-    text.replace(text.find(from), from.size(), to);
-  };
-  replace("  nnodes: 1\n  nproc_per_node: 4\n",
-          "  nnodes: 2\n  nproc_per_node: 2\n  coordinator: 127.0.0.1:"
-            + std::to_string(port) + "\n  join_timeout_s: 20\n");
-  text += "diag:\n  on_start: " + on_start + "\n";
-  return text;
+  return daemon_config(data, run, port, steps) + "diag:\n  on_start: "
+         + on_start + "\n";
 }
 
 } // namespace
@@ -33,11 +27,8 @@ std::string two_node_config(const std::string& data, const std::string& run,
 TEST_CASE("tutti diag names a throttled node", "[integration]") {
   auto dir = scratch("diag");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
-  const int port = 23000 + (getpid() % 1000) * 5;
+  REQUIRE(synth_data(data));
+  const int port = port_block(21);
   auto cfg = dir / "c.yaml";
   write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
                                   100000, "off"));
@@ -74,11 +65,8 @@ TEST_CASE("diag.on_start: refuse does not start with a straggler",
           "[integration]") {
   auto dir = scratch("diag_refuse");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
-  const int port = 23000 + (getpid() % 1000) * 5 + 3;
+  REQUIRE(synth_data(data));
+  const int port = port_block(22);
   auto cfg = dir / "c.yaml";
   write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
                                   20, "refuse"));

@@ -106,10 +106,7 @@ double loss_of(const job_config& world1,
 TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   auto dir = scratch("export");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 60000")
-            .status
-          == 0);
+  REQUIRE(synth_data(data));
   auto cfg_path = dir / "c.yaml";
   write_text(cfg_path, small_config(data.string(), (dir / "run").string(), 2,
                                     12));

@@ -44,10 +44,22 @@ int last_step(const fs::path& metrics) {
   return s.empty() ? 0 : static_cast<int>(s.back());
 }
 
-// Runs `tutti run CFG --quiet` until it ends or metrics reach `kill_at`,
-// then kill -9. Returns the exit status (or -9 when killed).
+// The step of the newest checkpoint with a MANIFEST (committed), or 0.
+int newest_committed(const fs::path& run_dir) {
+  int newest = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec))
+    if (fs::exists(e.path() / "MANIFEST"))
+      newest = std::max(newest, std::stoi(e.path().filename().string().substr(5)));
+  return newest;
+}
+
+// Runs `tutti run CFG --quiet` until it ends or metrics reach `kill_at`
+// (and, when commit_after >= 0, a checkpoint newer than that step is
+// committed), then kill -9. Returns the exit status (or -9 when killed).
 int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
-              const fs::path& log, const char* write_delay_ms = "700") {
+              const fs::path& log, const char* write_delay_ms = "700",
+              int commit_after = -1) {
   pid_t pid = fork();
   if (pid == 0) {
     auto fd = fopen(log.c_str(), "a");
@@ -62,7 +74,9 @@ int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
     int raw = 0;
     if (waitpid(pid, &raw, WNOHANG) == pid)
       return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw);
-    if (kill_at > 0 && last_step(metrics) >= kill_at) {
+    if (kill_at > 0 && last_step(metrics) >= kill_at
+        && (commit_after < 0
+            || newest_committed(metrics.parent_path()) > commit_after)) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       return -9;
@@ -92,10 +106,7 @@ std::map<std::string, uint64_t> final_hashes(const fs::path& run, int step) {
 TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
   auto dir = scratch("resume");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 16 --seed 7 --tokens 200000")
-            .status
-          == 0);
+  REQUIRE(synth_data(data, 16, 200000, 7));
   const int steps = 60, interval = 10;
   auto a_cfg = dir / "a.yaml";
   write_text(a_cfg, quickstart_like(data, dir / "a", steps, interval));
@@ -107,7 +118,9 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
   const unsigned seed = rd();
   std::mt19937 rng(seed);
   // One kill lands right after a checkpoint step (its shards are held by
-  // the writer's delay, so it is not committed yet); two anywhere.
+  // the writer's delay, so it is not committed yet); two anywhere once a
+  // newer checkpoint than the life started from is committed, so that the
+  // restart after them resumes rather than starting over.
   std::vector<int> kills{interval * std::uniform_int_distribution<int>(1, 4)(rng),
                          std::uniform_int_distribution<int>(5, 55)(rng),
                          std::uniform_int_distribution<int>(5, 55)(rng)};
@@ -121,7 +134,9 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
     // Each life must get further than the last resume point.
     if (last_step(b_metrics) >= k)
       k = last_step(b_metrics) + 2;
-    int status = run_until(b_cfg, b_metrics, k, dir / "b.log");
+    const bool mid_checkpoint = k % interval == 0;
+    int status = run_until(b_cfg, b_metrics, k, dir / "b.log", "700",
+                           mid_checkpoint ? -1 : newest_committed(dir / "b"));
     INFO(read_text(dir / "b.log"));
     REQUIRE((status == -9 || status == 0));
   }
@@ -143,10 +158,7 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
 TEST_CASE("a corrupt newest checkpoint is named and skipped", "[fault]") {
   auto dir = scratch("resume_corrupt");
   auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 16 --seed 7 --tokens 200000")
-            .status
-          == 0);
+  REQUIRE(synth_data(data, 16, 200000, 7));
   for (std::string damage : {"flip", "manifest"}) {
     auto run_dir = dir / damage;
     auto cfg = dir / (damage + ".yaml");

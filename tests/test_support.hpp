@@ -56,6 +56,17 @@ inline command_result run(const std::string& command, int seconds = 300) {
   return r;
 }
 
+// Synthetic order-2 Markov data for a test; true when `tutti data synth`
+// succeeded.
+inline bool synth_data(const std::filesystem::path& out, int vocab = 32,
+                       int tokens = 60000, int seed = 5) {
+  return run(tutti_bin() + " data synth --out " + out.string() + " --vocab "
+             + std::to_string(vocab) + " --seed " + std::to_string(seed)
+             + " --tokens " + std::to_string(tokens))
+           .status
+         == 0;
+}
+
 inline void write_text(const std::filesystem::path& path,
                        const std::string& text) {
   std::ofstream out(path);
