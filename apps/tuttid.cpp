@@ -24,6 +24,7 @@
 #include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
+#include "tutti/protocol/errors.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace po = boost::program_options;
@@ -39,13 +40,13 @@ int fail(int status, const std::string& what) {
   return status;
 }
 
-// Connects to the coordinator, retrying until the join timeout: daemons
-// may start in any order.
+// Connects to the coordinator, retrying until `patience` has passed:
+// daemons may start in any order, and a coordinator may restart.
 caf::expected<coordinator_actor> connect(caf::actor_system& sys,
-                                         const job_config& cfg) {
+                                         const job_config& cfg,
+                                         std::chrono::seconds patience) {
   auto& mm = sys.middleman();
-  auto deadline = std::chrono::steady_clock::now()
-                  + std::chrono::seconds(cfg.cluster.join_timeout_s);
+  auto deadline = std::chrono::steady_clock::now() + patience;
   caf::error last;
   while (std::chrono::steady_clock::now() < deadline && !interrupted) {
     auto handle = mm.remote_actor<coordinator_actor>(
@@ -76,6 +77,12 @@ status publish_guarded(caf::actor_system& sys, const Handle& handle,
   return {};
 }
 
+struct daemon_options;
+int run_node(caf::actor_system& sys, caf::scoped_actor& self,
+             const job_config& cfg, const daemon_options& opt,
+             const coordinator_actor& coordinator,
+             std::unique_ptr<basp_guard>& node_guard);
+
 struct daemon_options {
   std::string config;
   int64_t node_rank = -1;
@@ -85,9 +92,13 @@ struct daemon_options {
 };
 
 int serve(const job_config& cfg, const daemon_options& opt) {
-  const auto address = cfg.cluster.node(opt.node_rank);
   system_options sys_opt;
   sys_opt.network = true;
+  // The middleman notices a silent peer as fast as the coordinator does.
+  sys_opt.heartbeat =
+    std::chrono::milliseconds(cfg.recovery.heartbeat_interval_ms);
+  sys_opt.connection_timeout =
+    std::chrono::milliseconds(cfg.recovery.heartbeat_timeout_ms);
   tutti_system_config sys_cfg{sys_opt};
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
@@ -113,21 +124,63 @@ int serve(const job_config& cfg, const daemon_options& opt) {
         !s.ok())
       return fail(1, "coordinator: " + s.message());
     log_info("tuttid", "coordinator listening on " + cfg.cluster.coordinator);
-  } else {
-    auto handle = connect(sys, cfg);
-    if (!handle)
-      return fail(1, "cannot reach the coordinator at "
-                       + cfg.cluster.coordinator + " within "
-                       + std::to_string(cfg.cluster.join_timeout_s)
-                       + " s: " + sys.render(handle.error()));
-    coordinator = *handle;
   }
+  auto patience = std::chrono::seconds(cfg.cluster.join_timeout_s);
+  std::unique_ptr<basp_guard> node_guard;
+  int status = 0;
+  for (;;) {
+    if (opt.node_rank != 0) {
+      auto handle = connect(sys, cfg, patience);
+      if (!handle)
+        return fail(1, "cannot reach the coordinator at "
+                         + cfg.cluster.coordinator + " within "
+                         + std::to_string(patience.count())
+                         + " s: " + sys.render(handle.error()));
+      coordinator = *handle;
+    }
+    auto lost = run_node(sys, self, cfg, opt, coordinator, node_guard);
+    if (lost < 0 && !interrupted) {
+      // The coordinator went away mid-job: wait for it to come back (its
+      // daemon restarts and resumes the job from its store).
+      log_warn("tuttid", "coordinator lost; reconnecting for up to "
+                           + std::to_string(static_cast<int64_t>(
+                             cfg.recovery.max_wait_s))
+                           + " s (recovery.max_wait_s)");
+      patience = std::chrono::seconds(
+        static_cast<int64_t>(cfg.recovery.max_wait_s));
+      continue;
+    }
+    status = lost < 0 ? 1 : lost;
+    break;
+  }
+  if (journal)
+    self->send_exit(journal, caf::exit_reason::user_shutdown);
+  std::fflush(nullptr);
+  if (status != 0) {
+    // Ranks of a failed job may sit in collectives; do not wait for them.
+    log_close();
+    std::_Exit(status);
+  }
+  return status;
+}
+
+// One node supervisor's life: publish it on the node's address, wait for
+// the job's end (node 0 also for its coordinator). Returns the exit status,
+// or -1 when the coordinator was lost.
+int run_node(caf::actor_system& sys, caf::scoped_actor& self,
+             const job_config& cfg, const daemon_options& opt,
+             const coordinator_actor& coordinator,
+             std::unique_ptr<basp_guard>& node_guard) {
+  const auto address = cfg.cluster.node(opt.node_rank);
   auto supervisor = spawn_node_supervisor(sys, {cfg, opt.node_rank,
                                                 coordinator, opt.rack});
+  node_guard.reset(); // the previous supervisor's, if any
+  std::vector<std::unique_ptr<basp_guard>> published;
   if (auto s = publish_guarded(sys, supervisor, address.host, address.port,
-                               guards);
+                               published);
       !s.ok())
     return fail(1, "node: " + s.message());
+  node_guard = std::move(published.front());
   log_info("tuttid", "node " + std::to_string(opt.node_rank) + " listening on "
                        + address.host + ":" + std::to_string(address.port));
   self->monitor(supervisor);
@@ -153,8 +206,13 @@ int serve(const job_config& cfg, const daemon_options& opt) {
         std::printf("%s\n", done.c_str());
       },
       [&](caf::down_msg& dm) {
+        if (dm.source != supervisor.address())
+          return;
         node_over = true;
-        if (dm.reason && dm.reason != caf::exit_reason::normal) {
+        if (dm.reason == caf::make_error(errc::coordinator_lost)) {
+          status = -1;
+          job_over = true;
+        } else if (dm.reason && dm.reason != caf::exit_reason::normal) {
           status = 1;
           log_error("tuttid", "node ended: " + sys.render(dm.reason));
           job_over = true;
@@ -167,14 +225,6 @@ int serve(const job_config& cfg, const daemon_options& opt) {
           stopping = true;
         }
       });
-  }
-  if (journal)
-    self->send_exit(journal, caf::exit_reason::user_shutdown);
-  std::fflush(nullptr);
-  if (status != 0) {
-    // Ranks of a failed job may sit in collectives; do not wait for them.
-    log_close();
-    std::_Exit(status);
   }
   return status;
 }

@@ -137,7 +137,7 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
 TEST_CASE("explicit values override defaults", "[unit]") {
   auto yaml = with("  ep_size: 0",
                    "  ep_size: 1\n  communication_backend: nccl\n"
-                   "  collective_timeout_ms: 1234");
+                   "  collective_timeout_ms: 12345");
   yaml = with("  capacity_factor: 0",
               "  capacity_factor: 1.25\n  router_temperature: 0.5", yaml);
   yaml = with("  seq_len: 32",
@@ -149,7 +149,7 @@ TEST_CASE("explicit values override defaults", "[unit]") {
   CHECK(c.cluster.ep_size == 1);
   CHECK(c.experts_per_rank() == 4);
   CHECK(c.cluster.communication_backend == "nccl");
-  CHECK(c.cluster.collective_timeout_ms == 1234);
+  CHECK(c.cluster.collective_timeout_ms == 12345);
   CHECK(c.moe.capacity_factor == 1.25);
   CHECK(c.moe.router_temperature == 0.5);
   CHECK(c.train.seq_len == 16);
@@ -424,4 +424,50 @@ TEST_CASE("nnodes * nproc_per_node overflow is refused", "[config]") {
                           "  world_size: 4\n  nnodes: 4611686018427387905\n"
                           "  nproc_per_node: 4"));
   CHECK_THAT(msg, StartsWith("cluster_config"));
+}
+
+TEST_CASE("supervision and recovery: defaults, values, refusals",
+          "[config]") {
+  SECTION("documented defaults") {
+    auto c = parse(base);
+    CHECK(c.supervision.expert_shard.strategy == "one_for_one");
+    CHECK(c.supervision.expert_shard.restart == "permanent");
+    CHECK(c.supervision.expert_shard.max_restarts == 3);
+    CHECK(c.supervision.checkpoint_writer.period_s == 60);
+    CHECK(c.recovery.heartbeat_interval_ms == 1000);
+    CHECK(c.recovery.heartbeat_timeout_ms == 10000);
+    CHECK(c.recovery.rendezvous_timeout_ms == 120000);
+    CHECK(c.recovery.max_wait_s == 600);
+  }
+  SECTION("per child kind") {
+    auto c = parse(base
+                   + "supervision:\n  expert_shard:\n    strategy: "
+                     "one_for_all\n    restart: transient\n    max_restarts: "
+                     "7\n    period_s: 2.5\n");
+    CHECK(c.supervision.expert_shard.strategy == "one_for_all");
+    CHECK(c.supervision.expert_shard.restart == "transient");
+    CHECK(c.supervision.expert_shard.max_restarts == 7);
+    CHECK(c.supervision.expert_shard.period_s == 2.5);
+    CHECK(c.supervision.data_loader.strategy == "one_for_one");
+  }
+  SECTION("an unknown strategy is named") {
+    auto msg = refusal(base
+                       + "supervision:\n  data_loader:\n    strategy: "
+                         "all_for_one\n");
+    CHECK_THAT(msg, StartsWith("supervision.data_loader.strategy"));
+    CHECK_THAT(msg, Contains("all_for_one"));
+  }
+  SECTION("an unknown child kind is named") {
+    auto msg = refusal(base + "supervision:\n  rank:\n    restart: permanent\n");
+    CHECK_THAT(msg, StartsWith("supervision.rank"));
+  }
+  SECTION("timeouts out of order are refused") {
+    auto msg = refusal(base + "recovery:\n  heartbeat_timeout_ms: 90000\n");
+    CHECK_THAT(msg, StartsWith("recovery.heartbeat_timeout_ms"));
+    CHECK_THAT(msg, Contains("heartbeat < collective < rendezvous"));
+    msg = refusal(base + "recovery:\n  rendezvous_timeout_ms: 1000\n");
+    CHECK_THAT(msg, StartsWith("recovery.rendezvous_timeout_ms"));
+    msg = refusal(base + "recovery:\n  heartbeat_interval_ms: 20000\n");
+    CHECK_THAT(msg, StartsWith("recovery.heartbeat_timeout_ms"));
+  }
 }

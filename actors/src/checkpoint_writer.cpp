@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "tutti/actors/log.hpp"
 #include "tutti/store/atomic_file.hpp"
@@ -21,22 +23,45 @@ struct checkpoint_writer_state {
   checkpoint_writer_state() = default;
   static inline const char* name = "checkpoint_writer";
   coordinator_actor coordinator;
+  std::shared_ptr<checkpoint_in_flight> in_flight;
   int64_t delay_ms = 0;
+  bool crash_next = false;
 };
 
 using writer_pointer =
   checkpoint_writer_actor::stateful_pointer<checkpoint_writer_state>;
 
 checkpoint_writer_actor::behavior_type
-checkpoint_writer(writer_pointer self, coordinator_actor coordinator) {
-  self->state.coordinator = std::move(coordinator);
+checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
+                  std::shared_ptr<checkpoint_in_flight> in_flight) {
+  auto& st = self->state;
+  st.coordinator = std::move(coordinator);
+  st.in_flight = std::move(in_flight);
   if (const char* d = std::getenv("TUTTI_CKPT_WRITE_DELAY_MS"))
-    self->state.delay_ms = std::atoll(d);
+    st.delay_ms = std::atoll(d);
+  {
+    // A predecessor crashed mid-write: that write comes first.
+    std::lock_guard<std::mutex> guard(st.in_flight->mutex);
+    if (auto& w = st.in_flight->write) {
+      log_warn("checkpoint_writer", "restarted; writing again " + w->second);
+      self->send(self, ckpt_write_atom_v, w->first, w->second);
+    }
+  }
   return {
+    [self](chaos_atom, const std::string& fault) {
+      self->state.crash_next = fault == "crash_checkpoint";
+    },
     [self](ckpt_write_atom, rank_snapshot_ptr snap, const std::string& dir) {
       auto& st = self->state;
+      {
+        std::lock_guard<std::mutex> guard(st.in_flight->mutex);
+        st.in_flight->write.emplace(snap, dir);
+      }
       // The directory entries are fsynced too, not only the files.
       auto made = store::create_directories_durable(dir);
+      if (std::exchange(st.crash_next, false))
+        throw std::runtime_error("injected crash during the checkpoint write "
+                                 "of step " + std::to_string(snap->step));
       store::shard_meta meta;
       meta.rank = snap->rank;
       meta.step = snap->step;
@@ -54,6 +79,10 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator) {
       const double took = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
+      {
+        std::lock_guard<std::mutex> guard(st.in_flight->mutex);
+        st.in_flight->write.reset();
+      }
       if (!written.ok()) {
         log_error("checkpoint_writer", written.error);
         self->send(st.coordinator, ckpt_failed_atom_v, snap->step,
@@ -76,9 +105,13 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator) {
 
 } // namespace
 
-checkpoint_writer_actor spawn_checkpoint_writer(caf::actor_system& sys,
-                                                coordinator_actor coordinator) {
-  return sys.spawn<caf::detached>(checkpoint_writer, std::move(coordinator));
+checkpoint_writer_actor
+spawn_checkpoint_writer(caf::actor_system& sys, coordinator_actor coordinator,
+                        std::shared_ptr<checkpoint_in_flight> in_flight) {
+  if (!in_flight)
+    in_flight = std::make_shared<checkpoint_in_flight>();
+  return sys.spawn<caf::detached>(checkpoint_writer, std::move(coordinator),
+                                  std::move(in_flight));
 }
 
 } // namespace tutti

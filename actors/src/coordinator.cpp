@@ -1,9 +1,9 @@
 #include "tutti/actors/coordinator.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/stateful_actor.hpp>
-#include <caf/typed_response_promise.hpp>
 #include <caf/send.hpp>
+
+#include "coordinator_state.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +23,7 @@ const char* to_string(job_state s) {
   switch (s) {
     case job_state::pending: return "pending";
     case job_state::running: return "running";
+    case job_state::recovering: return "recovering";
     case job_state::completed: return "completed";
     case job_state::failed: return "failed";
     case job_state::stopped: return "stopped";
@@ -56,66 +57,11 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   return out;
 }
 
-namespace {
-
-struct pending_wait {
-  std::vector<std::string> keys;
-  caf::typed_response_promise<caf::ok_atom> promise;
-};
-
-struct member {
-  node_registration info;
-  node_supervisor_actor supervisor;
-};
-
-struct coordinator_state {
-  static inline const char* name = "coordinator";
-
-  job_config cfg;
-  std::string fingerprint;
-  std::map<int64_t, member> nodes; // by node rank
-  int64_t last_step = 0;
-  journal_actor journal;
-  int64_t resume_step = 0;
-  // Checkpoints: ranks whose shard is on disk, per step; steps whose commit
-  // is under way; what ended the job, held until those are settled.
-  std::map<int64_t, std::set<int32_t>> saved;
-  std::set<int64_t> committing;
-  std::set<int64_t> failed_steps;
-  int64_t last_committed = 0;
-  std::optional<std::pair<job_state, std::string>> outcome;
-  // tutti diag rounds: rows collected, who is waiting, and whether this
-  // round is the pre-flight check that gates the job's start.
-  int64_t diag_round = 0;
-  bool diag_running = false, diag_preflight = false;
-  std::vector<diag_row> diag_rows;
-  std::vector<caf::typed_response_promise<diag_report>> diag_waiting;
-  caf::actor listener;
-  job_state state = job_state::pending;
-  metrics_writer_actor writer;
-  std::map<std::string, std::string> store;
-  std::multimap<std::string, caf::typed_response_promise<std::string>> gets;
-  std::vector<pending_wait> waits;
-  std::map<int64_t, std::vector<step_report>> steps;
-  std::set<int32_t> done;
-  double final_eval_loss = std::numeric_limits<double>::quiet_NaN();
-  std::string failure;
-
-  bool has_all(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(),
-                       [&](const auto& k) { return store.count(k) > 0; });
-  }
-};
-
-using coordinator_pointer =
-  coordinator_actor::stateful_pointer<coordinator_state>;
-
 // Ends the job: stop the metrics writer, and once it has flushed (its down
 // message), tell the listener.
 void finish(coordinator_pointer self, job_state outcome, std::string message) {
   auto& st = self->state;
-  if (st.state == job_state::completed || st.state == job_state::failed
-      || st.state == job_state::stopped)
+  if (st.ended())
     return;
   st.state = outcome;
   st.failure = std::move(message);
@@ -126,7 +72,7 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
   self->send_exit(st.writer, caf::exit_reason::user_shutdown);
 }
 
-std::string missing_nodes(const coordinator_state& st) {
+static std::string missing_nodes(const coordinator_state& st) {
   std::string out;
   for (int64_t n = 0; n < st.cfg.cluster.nnodes; ++n)
     if (!st.nodes.count(n)) {
@@ -137,6 +83,11 @@ std::string missing_nodes(const coordinator_state& st) {
   return out;
 }
 
+void record_event(coordinator_pointer self, const std::string& kind,
+                  const std::string& text, double seconds) {
+  self->send(self->state.journal, event_atom_v, kind, text, seconds);
+}
+
 void start_job(coordinator_pointer self) {
   auto& st = self->state;
   st.state = job_state::running;
@@ -145,8 +96,10 @@ void start_job(coordinator_pointer self) {
                                 + std::to_string(st.resume_step)
                             : std::string("job running"));
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, start_atom_v, st.resume_step);
+    self->send(m.supervisor, start_atom_v, st.resume_step, st.epoch);
 }
+
+namespace {
 
 // The job ends once its outcome is known and no checkpoint is in flight.
 void settle(coordinator_pointer self) {
@@ -175,6 +128,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
         auto& st = self->state;
         st.committing.erase(step);
         st.last_committed = std::max(st.last_committed, step);
+        check_recovery(self);
         log_info("coordinator",
                  "checkpoint step " + std::to_string(step) + " committed ("
                    + std::to_string(bytes) + " bytes, "
@@ -188,6 +142,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
         auto& st = self->state;
         st.committing.erase(step);
         st.failed_steps.insert(step);
+        check_recovery(self);
         log_error("coordinator", "ALERT critical: checkpoint step "
                                    + std::to_string(step) + " failed: "
                                    + self->system().render(err)
@@ -251,7 +206,8 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
                                + " from " + reg.host + ": " + why);
     return caf::make_error(errc::config_refused, why);
   };
-  if (st.state != job_state::pending)
+  // A node may join at the start, or come back while the job recovers.
+  if (st.state != job_state::pending && st.state != job_state::recovering)
     return refuse("the job is already " + std::string(to_string(st.state)));
   if (reg.node_rank < 0 || reg.node_rank >= cl.nnodes)
     return refuse("node rank " + std::to_string(reg.node_rank)
@@ -263,11 +219,19 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
     return refuse("config differs from the coordinator's: "
                   + first_difference(reg.config_fingerprint, st.fingerprint));
   auto supervisor = caf::actor_cast<node_supervisor_actor>(handle);
-  st.nodes[reg.node_rank] = {reg, supervisor};
+  st.nodes[reg.node_rank] = {reg, supervisor, coordinator_clock::now()};
   self->monitor(supervisor);
   log_info("coordinator", "node " + std::to_string(reg.node_rank) + " joined ("
                             + reg.host + ", rack '" + reg.rack + "', "
                             + std::to_string(reg.devices) + " ranks)");
+  if (st.state == job_state::recovering) {
+    // It runs no ranks of the old epoch.
+    record_event(self, "node_joined",
+                 st.node_name(reg.node_rank) + " is back", 0);
+    st.aborted_nodes.insert(reg.node_rank);
+    check_recovery(self);
+    return caf::ok_atom_v;
+  }
   if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
     log_info("coordinator", "all " + std::to_string(cl.nnodes)
                               + " nodes joined");
@@ -303,13 +267,8 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
         st.nodes.erase(rank);
         return;
       }
-      auto why = "node " + std::to_string(rank) + " (" + m.info.host
-                 + ") left: " + self->system().render(dm.reason);
-      st.nodes.erase(rank);
-      if (st.state == job_state::running)
-        finish(self, job_state::failed, why);
-      else
-        log_warn("coordinator", why);
+      on_node_lost(self, rank, "its daemon's connection ended ("
+                                 + self->system().render(dm.reason) + ")");
       return;
     }
 }
@@ -330,6 +289,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   self->delayed_send(self, std::chrono::seconds(st.cfg.cluster.join_timeout_s),
                      join_deadline_atom_v);
+  self->send(self, tick_atom_v);
   log_info("coordinator", "waiting for " + std::to_string(st.cfg.cluster.nnodes)
                             + " nodes");
   return {
@@ -396,11 +356,28 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     },
     [self](const step_report& r) {
       auto& st = self->state;
+      if (r.epoch != st.epoch || st.state != job_state::running)
+        return; // a rank of an aborted epoch
       auto& reports = st.steps[r.step];
       reports.push_back(r);
       if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
-        self->send(st.writer, merge_reports(reports));
+        auto merged = merge_reports(reports);
+        watch_stragglers(self, reports);
         st.steps.erase(r.step);
+        st.last_step = std::max(st.last_step, r.step);
+        st.last_loss = merged.loss;
+        if (st.awaiting_first_step) {
+          st.awaiting_first_step = false;
+          auto took = std::chrono::duration<double>(coordinator_clock::now()
+                                                    - st.recovery_began)
+                        .count();
+          auto text = "training resumed: step " + std::to_string(r.step)
+                      + " done " + std::to_string(took)
+                      + " s after the failure";
+          log_info("coordinator", text);
+          record_event(self, "resumed", text, took);
+        }
+        self->send(st.writer, std::move(merged));
       }
     },
     [self](rank_done_atom, int32_t rank, double eval_loss, int64_t step) {
@@ -446,13 +423,52 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
                  text, -1.0);
       settle(self);
     },
-    [self](rank_fail_atom, int32_t rank, const std::string& why) {
-      finish(self, job_state::failed,
-             "rank " + std::to_string(rank) + ": " + why);
+    [self](rank_fail_atom, int32_t rank, const std::string& why,
+           int64_t epoch) {
+      auto& st = self->state;
+      if (epoch != st.epoch)
+        return; // the failure of an epoch already given up
+      begin_recovery(self, rank >= 0 ? "rank " + std::to_string(rank) + ": "
+                                         + why
+                                     : why);
     },
     [self](escalate_atom, const std::string& why) {
-      finish(self, job_state::failed, why);
+      begin_recovery(self, why);
     },
+    [self](heartbeat_atom, int64_t node,
+           int64_t) -> caf::result<int64_t> {
+      auto& st = self->state;
+      auto i = st.nodes.find(node);
+      if (i == st.nodes.end())
+        return caf::make_error(errc::config_refused,
+                               "node " + std::to_string(node)
+                                 + " is not a member (dropped)");
+      i->second.last_heartbeat = coordinator_clock::now();
+      return st.epoch;
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      if (st.ended())
+        return;
+      check_heartbeats(self);
+      self->delayed_send(
+        self, std::chrono::milliseconds(st.cfg.recovery.heartbeat_interval_ms),
+        tick_atom_v);
+    },
+    [self](aborted_atom, int64_t node, int64_t epoch) {
+      on_node_aborted(self, node, epoch);
+    },
+    [self](event_atom, const std::string& kind, const std::string& text,
+           double seconds) {
+      auto& st = self->state;
+      if (kind == "restart")
+        ++st.restarts;
+      record_event(self, kind, text, seconds);
+    },
+    [self](chaos_atom, const chaos_request& req) {
+      return route_chaos(self, req);
+    },
+    [self](status_atom) { return describe_job(self->state); },
   };
 }
 

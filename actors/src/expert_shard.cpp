@@ -3,6 +3,11 @@
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "tutti/actors/log.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/param_layout.hpp"
@@ -15,64 +20,144 @@ namespace k = tutti::kernels;
 namespace {
 
 struct expert_shard_state {
+  expert_shard_state() = default; // not an aggregate (CAF would pass `this`)
   static inline const char* name = "expert_shard";
 
   job_config cfg;
+  int32_t rank = 0;
   int64_t first_expert = 0;
   int64_t count = 0;
   model::param_layout layout;
-  std::vector<float> params, grads, m, v;
+  std::shared_ptr<expert_shard_memory> mem;
   std::unique_ptr<model::expert_ffn> ffn;
   k::stream stream;
+  std::string fault; // injected, fires on the next forward
 
   model::expert_block block(int64_t layer) {
     auto at = [&](const char* which) {
       return layout.at(model::expert_block_name(layer, which)).offset;
     };
-    return {params.data() + at("w1"), params.data() + at("w3"),
-            params.data() + at("w2"), grads.data() + at("w1"),
-            grads.data() + at("w3"), grads.data() + at("w2")};
+    auto& p = mem->params;
+    auto& g = mem->grads;
+    return {p.data() + at("w1"), p.data() + at("w3"), p.data() + at("w2"),
+            g.data() + at("w1"), g.data() + at("w3"), g.data() + at("w2")};
+  }
+
+  void save_step_start() {
+    mem->start_params = mem->params;
+    mem->start_m = mem->m;
+    mem->start_v = mem->v;
   }
 };
 
 using shard_pointer =
   expert_shard_actor::stateful_pointer<expert_shard_state>;
 
+// The NaN/Inf guard: a shard that produced a non-finite value fails, and
+// its supervisor restarts it (a one-off fault then passes on the replay; a
+// persistent one exceeds the restart intensity and escalates).
+void require_finite(const float* x, int64_t n, const char* what,
+                    int64_t layer) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      throw std::runtime_error(std::string("non-finite value in the ") + what
+                               + " of layer " + std::to_string(layer)
+                               + " at index " + std::to_string(i));
+}
+
+// Runs one unit of work; an exception ends the shard with the reason (the
+// requester gets the error at once, the supervisor the down message).
+template <class F>
+caf::result<caf::ok_atom> guarded(shard_pointer self, F&& work) {
+  try {
+    work();
+    return caf::ok_atom_v;
+  } catch (const std::exception& ex) {
+    auto err = caf::make_error(errc::expert_failed,
+                               "expert shard of rank "
+                                 + std::to_string(self->state.rank) + ": "
+                                 + ex.what());
+    self->quit(err);
+    return err;
+  }
+}
+
+void initialize(expert_shard_state& st) {
+  const auto& c = st.cfg;
+  auto& mem = *st.mem;
+  if (!mem.initialized) {
+    mem.params.resize(st.layout.total());
+    model::init_expert_params(st.layout, mem.params.data(), c.model,
+                              st.first_expert, st.count, c.train.seed,
+                              c.model.init_std);
+    mem.grads.assign(st.layout.total(), 0.0f);
+    mem.m.assign(st.layout.total(), 0.0f);
+    mem.v.assign(st.layout.total(), 0.0f);
+    st.save_step_start();
+    mem.initialized = true;
+    return;
+  }
+  // A restart: back to the start of the step. Gradients stay: the rank
+  // decides whether to replay them (shard_executor).
+  mem.params = mem.start_params;
+  mem.m = mem.start_m;
+  mem.v = mem.start_v;
+  log_warn("expert_shard", "rank " + std::to_string(st.rank)
+                             + ": expert shard restarted from the snapshot "
+                               "of the start of step "
+                             + std::to_string(mem.optimized_step + 1));
+}
+
 expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                                                expert_shard_args args) {
   k::use_single_threaded_blas();
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
+  st.rank = args.rank;
+  st.mem = std::move(args.memory);
   const auto& c = st.cfg;
   st.count = c.experts_per_rank();
   st.first_expert = (args.rank % c.ep_size()) * st.count;
   st.layout = model::expert_layout(c.model, st.first_expert, st.count);
-  st.params.resize(st.layout.total());
-  model::init_expert_params(st.layout, st.params.data(), c.model,
-                            st.first_expert, st.count, c.train.seed,
-                            c.model.init_std);
-  st.grads.assign(st.layout.total(), 0.0f);
-  st.m.assign(st.layout.total(), 0.0f);
-  st.v.assign(st.layout.total(), 0.0f);
+  initialize(st);
   st.ffn = std::make_unique<model::expert_ffn>(
     c.model.num_hidden_layers, st.count, c.model.hidden_size,
     c.model.intermediate_size);
   return {
-    [self](expert_fwd_atom, expert_task_ptr task) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      st.ffn->forward(st.stream, task->layer, st.block(task->layer),
-                      task->input, task->rows_per_expert, task->output);
+    [self](expert_fwd_atom, expert_task_ptr task) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        auto fault = std::exchange(st.fault, std::string());
+        if (fault == "raise_expert")
+          throw std::runtime_error("injected fault (raise_expert)");
+        st.ffn->forward(st.stream, task->layer, st.block(task->layer),
+                        task->input, task->rows_per_expert, task->output);
+        const auto n = task->rows * st.cfg.model.hidden_size;
+        if (fault == "nan_expert" && n > 0)
+          task->output[0] = std::numeric_limits<float>::quiet_NaN();
+        require_finite(task->output, n, "expert output", task->layer);
+      });
+    },
+    [self](expert_bwd_atom, expert_task_ptr task) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        st.ffn->backward(st.stream, task->layer, st.block(task->layer),
+                         task->input, task->output);
+        require_finite(task->output, task->rows * st.cfg.model.hidden_size,
+                       "input gradient", task->layer);
+      });
+    },
+    [self](zero_grads_atom) -> caf::ok_atom {
+      auto& g = self->state.mem->grads;
+      std::fill(g.begin(), g.end(), 0.0f);
       return caf::ok_atom_v;
     },
-    [self](expert_bwd_atom, expert_task_ptr task) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      st.ffn->backward(st.stream, task->layer, st.block(task->layer),
-                       task->input, task->output);
-      return caf::ok_atom_v;
+    [self](chaos_atom, const std::string& fault) {
+      self->state.fault = fault;
     },
     [self](grads_atom) -> grad_view {
-      auto& st = self->state;
-      return {st.grads.data(), static_cast<int64_t>(st.grads.size())};
+      auto& g = self->state.mem->grads;
+      return {g.data(), static_cast<int64_t>(g.size())};
     },
     [self](snapshot_atom, int64_t step) -> rank_snapshot_ptr {
       auto& st = self->state;
@@ -87,9 +172,9 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
              std::vector<float>(v.begin() + spec.offset,
                                 v.begin() + spec.offset + spec.numel)});
         };
-        copy(spec.name, st.params);
-        copy("adam_m/" + spec.name, st.m);
-        copy("adam_v/" + spec.name, st.v);
+        copy(spec.name, st.mem->params);
+        copy("adam_m/" + spec.name, st.mem->m);
+        copy("adam_v/" + spec.name, st.mem->v);
       }
       return snap;
     },
@@ -104,9 +189,9 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       };
       for (const auto& spec : st.layout.tensors())
         for (auto [prefix, target] :
-             {std::pair{std::string(), &st.params},
-              std::pair{std::string("adam_m/"), &st.m},
-              std::pair{std::string("adam_v/"), &st.v}}) {
+             {std::pair{std::string(), &st.mem->params},
+              std::pair{std::string("adam_m/"), &st.mem->m},
+              std::pair{std::string("adam_v/"), &st.mem->v}}) {
           auto* t = find(prefix + spec.name);
           if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
             return caf::make_error(errc::expert_failed,
@@ -116,19 +201,28 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
           std::copy(t->data.begin(), t->data.end(),
                     target->begin() + spec.offset);
         }
+      st.save_step_start();
+      st.mem->optimized_step = snap->step;
       return caf::ok_atom_v;
     },
-    [self](optimize_atom, optimizer_args a) -> caf::ok_atom {
-      auto& st = self->state;
-      const auto& t = st.cfg.train;
-      for (const auto& spec : st.layout.tensors())
-        k::adamw_step(st.stream, st.params.data() + spec.offset,
-                      st.grads.data() + spec.offset, st.m.data() + spec.offset,
-                      st.v.data() + spec.offset, spec.numel, a.lr, t.beta1,
-                      t.beta2, t.eps, t.weight_decay, a.step, a.grad_scale);
-      k::fill_zero(st.stream, st.grads.data(),
-                   static_cast<int64_t>(st.grads.size()));
-      return caf::ok_atom_v;
+    [self](optimize_atom, optimizer_args a) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        auto& mem = *st.mem;
+        if (mem.optimized_step >= a.step)
+          return; // done before a restart; the retry must not apply it twice
+        const auto& t = st.cfg.train;
+        for (const auto& spec : st.layout.tensors())
+          k::adamw_step(st.stream, mem.params.data() + spec.offset,
+                        mem.grads.data() + spec.offset,
+                        mem.m.data() + spec.offset, mem.v.data() + spec.offset,
+                        spec.numel, a.lr, t.beta1, t.beta2, t.eps,
+                        t.weight_decay, a.step, a.grad_scale);
+        st.save_step_start();
+        mem.optimized_step = a.step;
+        k::fill_zero(st.stream, mem.grads.data(),
+                     static_cast<int64_t>(mem.grads.size()));
+      });
     },
   };
 }
@@ -137,6 +231,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
 
 expert_shard_actor spawn_expert_shard(caf::actor_system& sys,
                                       expert_shard_args args) {
+  if (!args.memory)
+    args.memory = std::make_shared<expert_shard_memory>();
   return sys.spawn<caf::detached>(expert_shard, std::move(args));
 }
 

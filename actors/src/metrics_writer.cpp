@@ -144,21 +144,31 @@ std::string kept_lines(const std::filesystem::path& path, int64_t keep_until) {
   return out;
 }
 
+// Keeps the lines up to `step` (0: none) and appends from there. Rewritten
+// atomically, so a crash here loses no line already kept.
+void rewind(metrics_writer_state& st, int64_t step) {
+  auto path = std::filesystem::path(st.cfg.run.dir) / "metrics.jsonl";
+  if (st.file) {
+    std::fclose(st.file);
+    st.file = nullptr;
+  }
+  auto kept = step > 0 ? kept_lines(path, step) : std::string();
+  if (auto err = store::write_file_atomic(path, kept))
+    log_error("metrics_writer", *err);
+  st.file = std::fopen(path.c_str(), "a");
+  if (!st.file)
+    log_error("metrics_writer", "cannot write " + path.string());
+}
+
 metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
                                                    job_config cfg, bool quiet,
                                                    int64_t resume_step) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.quiet = quiet;
-  auto path = std::filesystem::path(st.cfg.run.dir) / "metrics.jsonl";
-  // Rewritten atomically, so a crash here loses no line already kept.
-  auto kept = resume_step > 0 ? kept_lines(path, resume_step) : std::string();
-  if (auto err = store::write_file_atomic(path, kept))
-    log_error("metrics_writer", *err);
-  st.file = std::fopen(path.c_str(), "a");
-  if (!st.file)
-    log_error("metrics_writer", "cannot write " + path.string());
+  rewind(st, resume_step);
   return {
+    [self](rewind_atom, int64_t step) { rewind(self->state, step); },
     [self](const step_report& r) {
       auto& st = self->state;
       st.elapsed += r.step_time_s;

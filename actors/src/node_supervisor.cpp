@@ -4,6 +4,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <csignal>
 #include <map>
 
 #include "tutti/actors/checkpoint_writer.hpp"
@@ -12,130 +13,233 @@
 #include "tutti/actors/expert_shard.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/rank.hpp"
+#include "tutti/actors/supervisor.hpp"
 #include "tutti/protocol/errors.hpp"
 
 namespace tutti {
 
 namespace {
 
-struct child {
-  std::string kind; // "rank", "expert_shard", "data_loader"
+using clock_type = std::chrono::steady_clock;
+
+struct running_rank {
   int32_t rank = 0;
+  int64_t epoch = 0;
+  caf::actor handle;
+  std::shared_ptr<rank_control> control;
 };
 
 struct node_supervisor_state {
+  node_supervisor_state() = default; // not an aggregate (CAF would pass `this`)
   static inline const char* name = "node_supervisor";
   node_supervisor_args args;
-  std::map<caf::actor_addr, child> children;
-  std::map<int32_t, std::vector<caf::actor>> helpers; // loader, shard per rank
-  std::vector<caf::actor> ranks;
-  checkpoint_writer_actor writer;
-  int64_t ranks_running = 0;
-  bool started = false;
+  int64_t epoch = -1;  // the epoch whose ranks run here; -1: none yet
+  bool registered = false;
+  bool job_over = false; // our ranks finished the job
+  supervisor_actor writers, loaders, experts;
+  caf::actor writer; // monitored while the job drains
+  std::shared_ptr<checkpoint_in_flight> in_flight =
+    std::make_shared<checkpoint_in_flight>();
+  std::map<caf::actor_addr, running_rank> ranks;    // of the current epoch
+  std::map<caf::actor_addr, running_rank> aborting; // of older epochs
+  int64_t abort_epoch = -1;                         // to report when done
+  clock_type::time_point abort_deadline;
+  clock_type::time_point last_heartbeat = clock_type::now();
 
   std::string who() const {
     return "node " + std::to_string(args.node_rank);
   }
+  int32_t first_rank() const {
+    return static_cast<int32_t>(args.node_rank * args.cfg.cluster.nproc_per_node);
+  }
 };
 
-using supervisor_pointer =
+using node_pointer =
   node_supervisor_actor::stateful_pointer<node_supervisor_state>;
 
-void on_child_down(supervisor_pointer self, caf::down_msg& dm) {
+void report(node_pointer self, const std::string& kind,
+            const std::string& text, double seconds = 0) {
+  self->send(self->state.args.coordinator, event_atom_v, kind, text, seconds);
+}
+
+// Ends the ranks of the current epoch: their communicators are aborted, so
+// they leave any collective at once; their helpers stop. The coordinator
+// hears (aborted_atom) once all are gone, or after a grace period (a rank
+// stuck outside a collective is left behind, not waited for).
+void abort_ranks(node_pointer self, int64_t report_epoch) {
   auto& st = self->state;
+  for (auto& [addr, r] : st.ranks) {
+    r.control->abort();
+    st.aborting.emplace(addr, std::move(r));
+  }
+  st.ranks.clear();
+  for (auto* sup : {&st.loaders, &st.experts})
+    if (*sup) {
+      self->demonitor(sup->address());
+      self->send(*sup, stop_atom_v);
+      *sup = nullptr;
+    }
+  if (report_epoch >= 0) {
+    st.abort_epoch = report_epoch;
+    st.abort_deadline = clock_type::now() + std::chrono::seconds(3);
+  }
+}
+
+void maybe_report_aborted(node_pointer self) {
+  auto& st = self->state;
+  if (st.abort_epoch < 0)
+    return;
+  if (!st.aborting.empty() && clock_type::now() < st.abort_deadline)
+    return;
+  if (!st.aborting.empty())
+    log_warn("node_supervisor",
+             st.who() + ": " + std::to_string(st.aborting.size())
+               + " rank thread(s) did not end within 3 s of the abort; "
+                 "going on without them");
+  self->send(st.args.coordinator, aborted_atom_v, st.args.node_rank,
+             st.abort_epoch);
+  st.abort_epoch = -1;
+}
+
+supervisor_actor start_helpers(node_pointer self, const char* label,
+                               const supervision_spec& spec,
+                               std::vector<child_spec> children) {
+  auto sup = spawn_supervisor(self->system(), label, flags_of(spec),
+                              std::move(children),
+                              caf::actor_cast<caf::actor>(self));
+  self->monitor(sup);
+  return sup;
+}
+
+void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
+  auto& st = self->state;
+  if (epoch <= st.epoch)
+    return;
+  if (!st.ranks.empty())
+    abort_ranks(self, -1);
+  st.epoch = epoch;
+  const auto& cfg = st.args.cfg;
+  auto& sys = self->system();
+  if (!st.writers) {
+    auto in_flight = st.in_flight;
+    auto coordinator = st.args.coordinator;
+    st.writers = start_helpers(
+      self, "checkpoint_writers", cfg.supervision.checkpoint_writer,
+      {{"checkpoint_writer", restart_of(cfg.supervision.checkpoint_writer),
+        [coordinator, in_flight](caf::actor_system& sys) {
+          return caf::actor_cast<caf::actor>(
+            spawn_checkpoint_writer(sys, coordinator, in_flight));
+        }}});
+  }
+  std::vector<child_spec> loaders, experts;
+  std::vector<int32_t> local;
+  for (int64_t i = 0; i < cfg.cluster.nproc_per_node; ++i) {
+    const auto rank = static_cast<int32_t>(st.first_rank() + i);
+    local.push_back(rank);
+    loaders.push_back(
+      {"data_loader/" + std::to_string(rank),
+       restart_of(cfg.supervision.data_loader),
+       [cfg, rank](caf::actor_system& sys) {
+         return caf::actor_cast<caf::actor>(spawn_data_loader(sys, {cfg, rank}));
+       }});
+    // Kept across restarts of the shard: its step-start snapshot.
+    auto memory = std::make_shared<expert_shard_memory>();
+    experts.push_back(
+      {"expert_shard/" + std::to_string(rank),
+       restart_of(cfg.supervision.expert_shard),
+       [cfg, rank, memory](caf::actor_system& sys) {
+         return caf::actor_cast<caf::actor>(
+           spawn_expert_shard(sys, {cfg, rank, memory}));
+       }});
+  }
+  const auto e = std::to_string(epoch);
+  st.loaders = start_helpers(self, ("data_loaders/" + e).c_str(),
+                             cfg.supervision.data_loader, std::move(loaders));
+  st.experts = start_helpers(self, ("expert_shards/" + e).c_str(),
+                             cfg.supervision.expert_shard, std::move(experts));
+  for (auto rank : local) {
+    auto control = std::make_shared<rank_control>();
+    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator,
+                              st.loaders, st.experts, st.writers, control,
+                              resume_step});
+    self->monitor(r);
+    st.ranks[r.address()] = {rank, epoch, r, control};
+  }
+  log_info("node_supervisor",
+           st.who() + " started " + std::to_string(local.size())
+             + " ranks (epoch " + e + ", from step "
+             + std::to_string(resume_step) + ")");
+}
+
+// The job is over for this node: let the writer drain, then end.
+void drain(node_pointer self) {
+  auto& st = self->state;
+  st.job_over = true;
+  if (!st.writers) {
+    self->quit();
+    return;
+  }
+  self
+    ->request(st.writers, std::chrono::seconds(5), which_child_atom_v,
+              std::string("checkpoint_writer"))
+    .then(
+      [self](caf::actor& writer) {
+        auto& st = self->state;
+        st.writer = writer;
+        self->monitor(writer);
+        // The exit message queues behind the snapshots still to write.
+        self->demonitor(st.writers.address());
+        self->send(st.writers, stop_atom_v);
+      },
+      [self](caf::error&) { self->quit(); });
+}
+
+void on_down(node_pointer self, caf::down_msg& dm) {
+  auto& st = self->state;
+  const bool normal = !dm.reason || dm.reason == caf::exit_reason::normal;
   if (dm.source == st.args.coordinator.address()) {
-    if (!dm.reason || dm.reason == caf::exit_reason::normal) {
-      // The job ended; our ranks have reported their last step.
-      if (st.ranks_running == 0)
+    if (normal || st.job_over) {
+      if (st.ranks.empty())
         self->quit();
       return;
     }
-    // Recovery from a lost coordinator comes with the supervision issue;
-    // until then the node cannot go on.
     log_error("node_supervisor", st.who() + " lost the coordinator: "
                                    + self->system().render(dm.reason));
-    for (auto& [addr, c] : st.children)
-      if (auto h = caf::actor_cast<caf::actor>(addr))
-        self->send_exit(h, caf::exit_reason::user_shutdown);
-    self->quit(caf::make_error(errc::rank_failed, "coordinator lost"));
+    abort_ranks(self, -1);
+    if (st.writers)
+      self->send(st.writers, stop_atom_v);
+    self->quit(caf::make_error(errc::coordinator_lost));
     return;
   }
-  auto i = st.children.find(dm.source);
-  if (i == st.children.end())
-    return;
-  auto who = i->second;
-  st.children.erase(i);
-  const bool failed = dm.reason && dm.reason != caf::exit_reason::normal
-                      && dm.reason != caf::exit_reason::user_shutdown;
-  if (failed) {
-    auto why = st.who() + ": " + who.kind + " of rank "
-               + std::to_string(who.rank)
-               + " failed: " + self->system().render(dm.reason);
-    log_error("node_supervisor", why);
-    self->send(st.args.coordinator, escalate_atom_v, why);
-  }
-  if (who.kind == "rank") {
-    // The rank is done (or gone): its loader and shard are no longer needed.
-    for (auto& h : st.helpers[who.rank])
-      self->send_exit(h, caf::exit_reason::user_shutdown);
-    st.helpers.erase(who.rank);
-    if (--st.ranks_running == 0) {
-      // The writer drains its queue (the last checkpoint) before it exits:
-      // the exit message queues behind the snapshots.
-      self->send_exit(st.writer, caf::exit_reason::user_shutdown);
-    }
-  }
-  if (who.kind == "checkpoint_writer" && st.ranks_running == 0)
+  if (st.writer && dm.source == st.writer.address()) {
     self->quit();
-  if (who.kind == "checkpoint_writer" && st.ranks_running > 0) {
-    // Without a writer no checkpoint can be saved; say so. (Restarting it
-    // comes with the supervision issue.)
-    self->send(st.args.coordinator, escalate_atom_v,
-               st.who() + ": checkpoint writer stopped");
-  }
-}
-
-void start_ranks(supervisor_pointer self, int64_t resume_step) {
-  auto& st = self->state;
-  if (st.started)
     return;
-  st.started = true;
-  const auto& cfg = st.args.cfg;
-  auto& sys = self->system();
-  st.writer = spawn_checkpoint_writer(sys, st.args.coordinator);
-  self->monitor(st.writer);
-  st.children[st.writer.address()] = {"checkpoint_writer", -1};
-  for (int64_t local = 0; local < cfg.cluster.nproc_per_node; ++local) {
-    const auto rank = static_cast<int32_t>(
-      st.args.node_rank * cfg.cluster.nproc_per_node + local);
-    auto loader = spawn_data_loader(sys, {cfg, rank});
-    auto shard = spawn_expert_shard(sys, {cfg, rank});
-    auto r = spawn_rank(sys, {cfg, rank, st.args.coordinator, loader, shard,
-                              st.writer, resume_step});
-    for (auto& [handle, kind] :
-         std::vector<std::pair<caf::actor, std::string>>{
-           {caf::actor_cast<caf::actor>(loader), "data_loader"},
-           {caf::actor_cast<caf::actor>(shard), "expert_shard"},
-           {r, "rank"}}) {
-      self->monitor(handle);
-      st.children[handle.address()] = {kind, rank};
-    }
-    st.helpers[rank] = {caf::actor_cast<caf::actor>(loader),
-                        caf::actor_cast<caf::actor>(shard)};
-    st.ranks.push_back(r);
-    ++st.ranks_running;
   }
-  log_info("node_supervisor", st.who() + " started "
-                                + std::to_string(st.ranks_running) + " ranks");
+  if (auto i = st.aborting.find(dm.source); i != st.aborting.end()) {
+    st.aborting.erase(i);
+    maybe_report_aborted(self);
+    return;
+  }
+  if (auto i = st.ranks.find(dm.source); i != st.ranks.end()) {
+    auto r = std::move(i->second);
+    st.ranks.erase(i);
+    if (!normal && dm.reason != caf::exit_reason::user_shutdown) {
+      // The rank reports its own errors; a rank killed outright cannot.
+      auto why = st.who() + ": rank " + std::to_string(r.rank)
+                 + " ended: " + self->system().render(dm.reason);
+      log_error("node_supervisor", why);
+      self->send(st.args.coordinator, rank_fail_atom_v, r.rank, why, r.epoch);
+      return;
+    }
+    if (st.ranks.empty() && r.control && !r.control->aborted())
+      drain(self);
+    return;
+  }
+  // A helper supervisor ended on its own: it escalated first.
 }
 
-node_supervisor_actor::behavior_type
-node_supervisor(supervisor_pointer self, node_supervisor_args args) {
+void register_node(node_pointer self) {
   auto& st = self->state;
-  st.args = std::move(args);
-  self->set_down_handler(
-    [self](caf::down_msg& dm) { on_child_down(self, dm); });
-  self->monitor(st.args.coordinator);
   const auto& cfg = st.args.cfg;
   auto address = cfg.cluster.node(st.args.node_rank);
   if (!st.args.rack.empty())
@@ -147,17 +251,85 @@ node_supervisor(supervisor_pointer self, node_supervisor_args args) {
     ->request(st.args.coordinator,
               std::chrono::seconds(cfg.cluster.join_timeout_s), register_atom_v,
               reg, caf::actor_cast<caf::actor>(self))
-    .then([self](caf::ok_atom) {
-            log_info("node_supervisor", self->state.who() + " joined the job");
-          },
-          [self](caf::error& err) {
-            auto why = self->state.who() + " was not admitted: "
-                       + self->system().render(err);
-            log_error("node_supervisor", why);
-            self->quit(caf::make_error(errc::config_refused, why));
-          });
+    .then(
+      [self](caf::ok_atom) {
+        self->state.registered = true;
+        self->state.last_heartbeat = clock_type::now();
+        log_info("node_supervisor", self->state.who() + " joined the job");
+      },
+      [self](caf::error& err) {
+        auto why = self->state.who() + " was not admitted: "
+                   + self->system().render(err);
+        log_error("node_supervisor", why);
+        self->quit(caf::make_error(errc::config_refused, why));
+      });
+}
+
+// Heartbeat: tells the coordinator we live, and learns whether it still
+// counts us in. Unanswered past the timeout: our ranks are cut off, end
+// them (they would wait in collectives).
+void heartbeat(node_pointer self) {
+  auto& st = self->state;
+  const auto& r = st.args.cfg.recovery;
+  self->delayed_send(self, std::chrono::milliseconds(r.heartbeat_interval_ms),
+                     tick_atom_v);
+  maybe_report_aborted(self);
+  if (!st.registered || st.job_over)
+    return;
+  self
+    ->request(st.args.coordinator,
+              std::chrono::milliseconds(r.heartbeat_timeout_ms),
+              heartbeat_atom_v, st.args.node_rank, st.epoch)
+    .then(
+      [self](int64_t) { self->state.last_heartbeat = clock_type::now(); },
+      [self](caf::error& err) {
+        auto& st = self->state;
+        if (err.category() == caf::atom("tutti")) {
+          // The coordinator no longer counts us: end our ranks, join again.
+          log_warn("node_supervisor", st.who() + ": dropped by the "
+                                        "coordinator ("
+                                        + self->system().render(err)
+                                        + "); joining again");
+          abort_ranks(self, -1);
+          st.registered = false;
+          st.epoch = -1;
+          register_node(self);
+          return;
+        }
+        const auto silent = clock_type::now() - st.last_heartbeat;
+        if (silent > std::chrono::milliseconds(
+              st.args.cfg.recovery.heartbeat_timeout_ms)
+            && !st.ranks.empty()) {
+          log_warn("node_supervisor",
+                   st.who() + ": no answer from the coordinator; ending "
+                              "this node's ranks");
+          abort_ranks(self, -1);
+        }
+      });
+}
+
+std::string inject(node_pointer self, const chaos_request& req);
+
+node_supervisor_actor::behavior_type
+node_supervisor(node_pointer self, node_supervisor_args args) {
+  auto& st = self->state;
+  st.args = std::move(args);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  self->monitor(st.args.coordinator);
+  register_node(self);
+  self->send(self, tick_atom_v);
   return {
-    [self](start_atom, int64_t resume_step) { start_ranks(self, resume_step); },
+    [self](start_atom, int64_t resume_step, int64_t epoch) {
+      start_epoch(self, resume_step, epoch);
+    },
+    [self](abort_atom, int64_t epoch) {
+      auto& st = self->state;
+      log_warn("node_supervisor", st.who() + ": aborting ranks for epoch "
+                                    + std::to_string(epoch));
+      abort_ranks(self, epoch);
+      maybe_report_aborted(self);
+    },
+    [self](tick_atom) { heartbeat(self); },
     [self](diag_atom, int64_t round) {
       auto& st = self->state;
       spawn_diag_prober(self->system(), {st.args.cfg, st.args.node_rank, round,
@@ -165,15 +337,100 @@ node_supervisor(supervisor_pointer self, node_supervisor_args args) {
     },
     [self](stop_atom) {
       auto& st = self->state;
-      if (!st.started) {
+      if (st.ranks.empty()) {
         self->quit();
         return;
       }
       // Ranks agree on the step to stop at through their next collective.
-      for (auto& r : st.ranks)
-        caf::anon_send(r, stop_atom_v);
+      for (auto& [addr, r] : st.ranks)
+        caf::anon_send(r.handle, stop_atom_v);
+    },
+    [self](escalate_atom, const std::string& why) {
+      auto& st = self->state;
+      log_error("node_supervisor", st.who() + ": escalated: " + why);
+      self->send(st.args.coordinator, rank_fail_atom_v, int32_t{-1},
+                 st.who() + ": " + why, st.epoch);
+    },
+    [self](restarted_atom, const std::string& id, const std::string& why) {
+      report(self, "restart",
+             self->state.who() + ": " + id + " restarted after " + why);
+    },
+    [self](chaos_atom, const chaos_request& req) -> caf::result<std::string> {
+      auto done = inject(self, req);
+      if (done.rfind("error: ", 0) == 0)
+        return caf::make_error(errc::config_refused, done.substr(7));
+      return done;
     },
   };
+}
+
+// Sends `fault` to (or kills) the running child `id` of `sup`.
+void hit_child(node_pointer self, const supervisor_actor& sup,
+               const std::string& id, const std::string& fault) {
+  self->request(sup, std::chrono::seconds(5), which_child_atom_v, id)
+    .then(
+      [self, fault](caf::actor& h) {
+        if (fault.rfind("kill_", 0) == 0)
+          self->send_exit(h, caf::exit_reason::kill);
+        else
+          caf::anon_send(caf::actor_cast<expert_shard_actor>(h), chaos_atom_v,
+                         fault);
+      },
+      [self, id](caf::error& err) {
+        log_warn("node_supervisor", "chaos: no running " + id + ": "
+                                      + self->system().render(err));
+      });
+}
+
+std::string inject(node_pointer self, const chaos_request& req) {
+  auto& st = self->state;
+  const auto& f = req.fault;
+  log_warn("node_supervisor", st.who() + ": injecting fault " + f + " (rank "
+                                + std::to_string(req.rank) + ")");
+  if (f == "kill_daemon") {
+    // Like kill -9: no goodbye to anyone.
+    std::raise(SIGKILL);
+  }
+  if (f == "crash_checkpoint" || f == "kill_writer") {
+    if (!st.writers)
+      return "error: no checkpoint writer runs yet";
+    if (f == "kill_writer")
+      hit_child(self, st.writers, "checkpoint_writer", f);
+    else
+      self->request(st.writers, std::chrono::seconds(5), which_child_atom_v,
+                    std::string("checkpoint_writer"))
+        .then(
+          [](caf::actor& h) {
+            caf::anon_send(caf::actor_cast<checkpoint_writer_actor>(h),
+                           chaos_atom_v, std::string("crash_checkpoint"));
+          },
+          [](caf::error&) {});
+    return f + " on " + st.who();
+  }
+  const auto local = req.rank - st.first_rank();
+  if (local < 0 || local >= st.args.cfg.cluster.nproc_per_node)
+    return "error: rank " + std::to_string(req.rank) + " is not on "
+           + st.who();
+  const auto r = std::to_string(req.rank);
+  running_rank* target = nullptr;
+  for (auto& [addr, rr] : st.ranks)
+    if (rr.rank == req.rank)
+      target = &rr;
+  if (!target)
+    return "error: rank " + r + " is not running";
+  if (f == "kill_expert" || f == "raise_expert" || f == "nan_expert")
+    hit_child(self, st.experts, "expert_shard/" + r, f);
+  else if (f == "kill_loader")
+    hit_child(self, st.loaders, "data_loader/" + r, f);
+  else if (f == "kill_rank")
+    self->send_exit(target->handle, caf::exit_reason::kill);
+  else if (f == "hang_rank")
+    target->control->hang = true;
+  else if (f == "slow_rank")
+    target->control->slow_s = req.seconds;
+  else
+    return "error: unknown fault '" + f + "'";
+  return f + " on rank " + r;
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "rank_checkpoint.hpp"
 #include "shard_executor.hpp"
@@ -40,37 +41,46 @@ struct rank_comms {
   }
 };
 
+// Rendezvous groups are named by epoch: a rebuilt communicator never
+// meets keys of the one it replaces.
 status connect(caf::actor_system& sys, const rank_args& a, rank_comms& out) {
   const auto& cl = a.cfg.cluster;
   const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
-  coordinator_store store(sys, a.coordinator, timeout);
+  const auto rendezvous =
+    std::chrono::milliseconds(a.cfg.recovery.rendezvous_timeout_ms);
+  coordinator_store store(sys, a.coordinator, rendezvous);
+  const auto epoch = "e" + std::to_string(a.epoch) + "/";
   // Bind the data plane to this node's own address (nodes[N].host).
-  comm::gloo_options opts{cl.node(a.rank / cl.nproc_per_node).host, "world",
-                          timeout};
+  comm::gloo_options opts{cl.node(a.rank / cl.nproc_per_node).host,
+                          epoch + "world", timeout, rendezvous};
   const int world = static_cast<int>(cl.world_size);
   const int ep = static_cast<int>(a.cfg.ep_size());
   TUTTI_RETURN_IF_ERROR(
     comm::make_gloo_communicator(store, a.rank, world, opts, out.world));
+  a.control->add(out.world.get());
   if (ep < world) {
-    opts.group = "ep" + std::to_string(a.rank / ep);
+    opts.group = epoch + "ep" + std::to_string(a.rank / ep);
     TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(store, a.rank % ep, ep,
                                                        opts, out.ep));
-    opts.group = "edp" + std::to_string(a.rank % ep);
+    a.control->add(out.ep.get());
+    opts.group = epoch + "edp" + std::to_string(a.rank % ep);
     TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(
       store, a.rank / ep, world / ep, opts, out.expert_dp));
+    a.control->add(out.expert_dp.get());
   }
   return {};
 }
 
-template <class Atom>
-status fetch_batch(caf::blocking_actor* self, const data_loader_actor& loader,
-                   Atom atom, int64_t index, std::chrono::milliseconds timeout,
-                   token_batch_ptr& out) {
+// The running child `id` of a supervisor (again after a restart).
+template <class Handle>
+status find_child(caf::blocking_actor* self, const supervisor_actor& sup,
+                  const std::string& id, std::chrono::milliseconds timeout,
+                  Handle& out) {
   status result;
-  self->request(loader, timeout, atom, index)
-    .receive([&](token_batch_ptr& b) { out = std::move(b); },
+  self->request(sup, timeout, which_child_atom_v, id)
+    .receive([&](caf::actor& h) { out = caf::actor_cast<Handle>(h); },
              [&](caf::error& err) {
-               result = status::error("data loader: "
+               result = status::error(id + ": "
                                       + self->system().render(err));
              });
   return result;
@@ -82,9 +92,21 @@ public:
     : self_(self), a_(a),
       timeout_(std::chrono::milliseconds(a.cfg.cluster.collective_timeout_ms)) {}
 
+  // The communicators die with the loop: nothing may abort them after.
+  ~step_loop() { a_.control->clear(); }
+
   status run() {
     TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, comms_));
-    shard_executor experts(self_, a_.shard, timeout_);
+    TUTTI_RETURN_IF_ERROR(find_child(self_, a_.loaders, loader_id(), timeout_,
+                                     loader_));
+    shard_executor experts(
+      self_, a_.experts, "expert_shard/" + std::to_string(a_.rank),
+      a_.cfg.model.hidden_size, a_.cfg.experts_per_rank(), timeout_,
+      [this](double seconds, size_t replayed) {
+        on_shard_restart(seconds, replayed);
+      });
+    TUTTI_RETURN_IF_ERROR(experts.connect());
+    experts_ = &experts;
     model::rank_model model(a_.cfg, comms_.groups(), experts);
     if (a_.rank == 0) {
       const auto& e = a_.cfg.moe;
@@ -103,7 +125,7 @@ public:
     }
     if (a_.resume_step > 0) {
       TUTTI_RETURN_IF_ERROR(
-        restore_snapshot(self_, a_, model, a_.resume_step));
+        restore_snapshot(a_, model, experts, a_.resume_step));
       if (a_.rank == 0)
         log_info("rank", "resumed from the checkpoint of step "
                            + std::to_string(a_.resume_step));
@@ -112,7 +134,10 @@ public:
     last_step_ = a_.resume_step;
     for (int64_t step = a_.resume_step + 1; step <= t.steps; ++step) {
       poll_mailbox();
+      TUTTI_RETURN_IF_ERROR(injected_faults());
+      step_ = step;
       step_report report;
+      report.epoch = a_.epoch;
       bool stop = false;
       TUTTI_RETURN_IF_ERROR(train(model, step, report, stop));
       const bool eval = step == t.steps || stop
@@ -130,11 +155,14 @@ public:
         // it while training goes on.
         const auto t0 = clock_type::now();
         rank_snapshot_ptr snap;
-        TUTTI_RETURN_IF_ERROR(take_snapshot(self_, a_, model, step, snap));
+        TUTTI_RETURN_IF_ERROR(take_snapshot(a_, model, experts, step, snap));
         auto dir = std::filesystem::path(ck.root(a_.cfg.run))
                    / store::checkpoint_dir_name(step);
-        self_->send(a_.writer, ckpt_write_atom_v, std::move(snap),
-                    dir.string());
+        checkpoint_writer_actor writer;
+        TUTTI_RETURN_IF_ERROR(find_child(self_, a_.writers,
+                                         "checkpoint_writer", timeout_,
+                                         writer));
+        self_->send(writer, ckpt_write_atom_v, std::move(snap), dir.string());
         report.time_other_s += seconds_since(t0);
         report.step_time_s += seconds_since(t0);
       }
@@ -149,6 +177,61 @@ public:
   int64_t last_step() const { return last_step_; }
 
 private:
+  std::string loader_id() const {
+    return "data_loader/" + std::to_string(a_.rank);
+  }
+
+  // A batch from the loader; a loader that failed is looked up again
+  // (its supervisor restarts it; batches are a pure function of the index).
+  template <class Atom>
+  status fetch_batch(Atom atom, int64_t index, token_batch_ptr& out) {
+    status result;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      result = {};
+      self_->request(loader_, timeout_, atom, index)
+        .receive([&](token_batch_ptr& b) { out = std::move(b); },
+                 [&](caf::error& err) {
+                   result = status::error("data loader: "
+                                          + self_->system().render(err));
+                 });
+      if (result.ok())
+        return result;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto dead = loader_.address();
+      if (!find_child(self_, a_.loaders, loader_id(), timeout_, loader_).ok()
+          || loader_.address() == dead)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return result;
+  }
+
+  void on_shard_restart(double seconds, size_t replayed) {
+    auto text = "rank " + std::to_string(a_.rank)
+                + ": expert shard restarted in place at step "
+                + std::to_string(step_) + ", " + std::to_string(replayed)
+                + " expert calls replayed";
+    log_warn("rank", text + " (" + std::to_string(seconds) + " s)");
+    self_->send(a_.coordinator, event_atom_v, std::string("restart"), text,
+                seconds);
+  }
+
+  // hang_rank: stop before the step's first collective until aborted (the
+  // peers wait in that collective). slow_rank: sleep before each step.
+  status injected_faults() {
+    auto& c = *a_.control;
+    if (c.hang.exchange(false)) {
+      log_warn("rank", "rank " + std::to_string(a_.rank)
+                         + ": hanging (injected) until aborted");
+      while (!c.aborted())
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (c.aborted())
+      return status::error("aborted");
+    if (double s = c.slow_s.load(); s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(s));
+    return {};
+  }
+
   // Takes control messages without waiting: a stop request becomes this
   // rank's vote in the next step's all-reduce.
   void poll_mailbox() {
@@ -164,9 +247,9 @@ private:
                bool& stop) {
     const auto t0 = clock_type::now();
     token_batch_ptr batch;
-    TUTTI_RETURN_IF_ERROR(
-      fetch_batch(self_, a_.loader, next_batch_atom_v, step, timeout_, batch));
+    TUTTI_RETURN_IF_ERROR(fetch_batch(next_batch_atom_v, step, batch));
     const auto work_start = clock_type::now();
+    experts_->begin_step();
     model::step_stats stats;
     stats.stop_votes = stop_requested_ ? 1 : 0;
     TUTTI_RETURN_IF_ERROR(model.train_step(batch->inputs.data(),
@@ -209,14 +292,7 @@ private:
 
   status reduce_expert_grads(double& sum_squares, model::step_timers& time) {
     grad_view grads;
-    status result;
-    self_->request(a_.shard, timeout_, grads_atom_v)
-      .receive([&](grad_view g) { grads = g; },
-               [&](caf::error& err) {
-                 result = status::error("expert shard: "
-                                        + self_->system().render(err));
-               });
-    TUTTI_RETURN_IF_ERROR(result);
+    TUTTI_RETURN_IF_ERROR(experts_->grads(grads));
     // The shard is idle until our next request: its buffer is ours to
     // reduce in place.
     if (comms_.expert_dp) {
@@ -235,15 +311,7 @@ private:
   }
 
   status optimize_experts(int64_t step, double lr, double scale) {
-    status result;
-    self_->request(a_.shard, timeout_, optimize_atom_v,
-                   optimizer_args{step, lr, scale})
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& err) {
-                 result = status::error("expert shard: "
-                                        + self_->system().render(err));
-               });
-    return result;
+    return experts_->optimize(optimizer_args{step, lr, scale});
   }
 
   status evaluate(model::rank_model& model, double& eval_loss) {
@@ -255,8 +323,7 @@ private:
     model::step_timers unused;
     for (int64_t c = 0; c * chunk < per_rank; ++c) {
       token_batch_ptr batch;
-      TUTTI_RETURN_IF_ERROR(
-        fetch_batch(self_, a_.loader, eval_batch_atom_v, c, timeout_, batch));
+      TUTTI_RETURN_IF_ERROR(fetch_batch(eval_batch_atom_v, c, batch));
       double sum = 0;
       int64_t n = 0;
       TUTTI_RETURN_IF_ERROR(model.evaluate(batch->inputs.data(),
@@ -274,6 +341,9 @@ private:
   rank_args& a_;
   std::chrono::milliseconds timeout_;
   rank_comms comms_;
+  data_loader_actor loader_;
+  shard_executor* experts_ = nullptr;
+  int64_t step_ = 0;
   double final_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t last_step_ = 0;
   bool stop_requested_ = false;
@@ -283,11 +353,17 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
   kernels::use_single_threaded_blas();
   step_loop loop(self, args);
   auto result = loop.run();
+  if (!result.ok() && args.control->aborted()) {
+    // Recovery ended this epoch; failing collectives are expected.
+    log_info("rank", "rank " + std::to_string(args.rank) + " of epoch "
+                       + std::to_string(args.epoch) + " aborted");
+    return;
+  }
   if (!result.ok()) {
     log_error("rank", "rank " + std::to_string(args.rank) + " failed: "
                         + result.message());
     self->send(args.coordinator, rank_fail_atom_v, args.rank,
-               result.message());
+               result.message(), args.epoch);
     self->fail_state(caf::make_error(errc::rank_failed, result.message()));
     return;
   }
@@ -296,6 +372,25 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
 }
 
 } // namespace
+
+void rank_control::abort() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  aborted_ = true;
+  for (auto* c : comms_)
+    c->abort();
+}
+
+void rank_control::add(comm::communicator* c) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  comms_.push_back(c);
+  if (aborted_)
+    c->abort();
+}
+
+void rank_control::clear() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  comms_.clear();
+}
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args) {
   return sys.spawn<caf::detached>(rank_main, std::move(args));

@@ -8,10 +8,6 @@ namespace tutti {
 
 namespace {
 
-std::chrono::milliseconds timeout_of(const rank_args& a) {
-  return std::chrono::milliseconds(a.cfg.cluster.collective_timeout_ms);
-}
-
 // The dense tensors: weights, AdamW moments, router biases.
 void add_dense(model::rank_model& model, const model_config& m,
                const moe_config& e, rank_snapshot& snap) {
@@ -31,8 +27,8 @@ void add_dense(model::rank_model& model, const model_config& m,
 
 } // namespace
 
-status take_snapshot(caf::blocking_actor* self, const rank_args& a,
-                     model::rank_model& model, int64_t step,
+status take_snapshot(const rank_args& a, model::rank_model& model,
+                     shard_executor& experts, int64_t step,
                      rank_snapshot_ptr& out) {
   auto snap = std::make_shared<rank_snapshot>();
   snap->step = step;
@@ -59,27 +55,21 @@ status take_snapshot(caf::blocking_actor* self, const rank_args& a,
     snap->strings["rms_norm_eps"] = std::to_string(m.rms_norm_eps);
     snap->strings["router_temperature"] = std::to_string(e.router_temperature);
   }
-  status result;
   if (a.rank < a.cfg.ep_size()) {
-    self->request(a.shard, timeout_of(a), snapshot_atom_v, step)
-      .receive(
-        [&](rank_snapshot_ptr& experts) {
-          for (const auto& t : experts->tensors)
-            snap->tensors.push_back(t);
-          for (const auto& [k, v] : experts->ints)
-            snap->ints[k] = v;
-        },
-        [&](caf::error& err) {
-          result = status::error("expert shard snapshot: "
-                                 + self->system().render(err));
-        });
+    rank_snapshot_ptr shard;
+    TUTTI_RETURN_IF_ERROR(experts.snapshot(step, shard));
+    for (const auto& t : shard->tensors)
+      snap->tensors.push_back(t);
+    for (const auto& [k, v] : shard->ints)
+      snap->ints[k] = v;
   }
+  snap->epoch = a.epoch;
   out = std::move(snap);
-  return result;
+  return {};
 }
 
-status restore_snapshot(caf::blocking_actor* self, const rank_args& a,
-                        model::rank_model& model, int64_t step) {
+status restore_snapshot(const rank_args& a, model::rank_model& model,
+                        shard_executor& experts, int64_t step) {
   const auto dir = std::filesystem::path(a.cfg.checkpoint.root(a.cfg.run))
                    / store::checkpoint_dir_name(step);
   auto dense = store::read_shard_file(dir / store::shard_file_name(0));
@@ -113,23 +103,15 @@ status restore_snapshot(caf::blocking_actor* self, const rank_args& a,
                              static_cast<int64_t>(model.router_bias().size())));
 
   // This rank's experts were written by the first replica's holder.
-  auto experts = store::read_shard_file(
+  auto shard = store::read_shard_file(
     dir / store::shard_file_name(a.rank % a.cfg.ep_size()));
-  if (!experts.ok())
-    return status::error(experts.error);
+  if (!shard.ok())
+    return status::error(shard.error);
   auto snap = std::make_shared<rank_snapshot>();
   snap->step = step;
-  for (auto& t : experts.value.tensors)
+  for (auto& t : shard.value.tensors)
     snap->tensors.push_back({t.name, t.shape, std::move(t.data)});
-  status result;
-  self->request(a.shard, timeout_of(a), restore_atom_v,
-                rank_snapshot_ptr{snap})
-    .receive([](caf::ok_atom) {},
-             [&](caf::error& err) {
-               result = status::error("expert shard restore: "
-                                      + self->system().render(err));
-             });
-  return result;
+  return experts.restore(std::move(snap));
 }
 
 } // namespace tutti

@@ -6,18 +6,19 @@
 
 #include <caf/blocking_actor.hpp>
 
+#include "shard_executor.hpp"
 #include "tutti/actors/rank.hpp"
 #include "tutti/model/rank_model.hpp"
 
 namespace tutti {
 
 // Copies the rank's state (and its expert shard's) to host memory.
-status take_snapshot(caf::blocking_actor* self, const rank_args& a,
-                     model::rank_model& model, int64_t step,
+status take_snapshot(const rank_args& a, model::rank_model& model,
+                     shard_executor& experts, int64_t step,
                      rank_snapshot_ptr& out);
 
 // Loads checkpoint `step` into the model and the expert shard.
-status restore_snapshot(caf::blocking_actor* self, const rank_args& a,
-                        model::rank_model& model, int64_t step);
+status restore_snapshot(const rank_args& a, model::rank_model& model,
+                        shard_executor& experts, int64_t step);
 
 } // namespace tutti

@@ -1,50 +1,76 @@
 #pragma once
 // The rank's side of its expert shard: each MoE block's expert work is one
 // request to the shard actor, answered before the rank goes on.
+//
+// Restart in place: the executor logs the step's expert work (inputs are
+// copied). When the shard fails, its supervisor restarts it from the
+// step-start snapshot; the executor fetches the new handle, replays the
+// logged work into scratch buffers (rebuilding activations and gradients
+// bit for bit) and retries the failed request. The other ranks meanwhile
+// wait in the step's next collective, well inside its timeout.
 
 #include <caf/blocking_actor.hpp>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/actors/supervisor.hpp"
 #include "tutti/model/expert_executor.hpp"
 
 namespace tutti {
 
 class shard_executor final : public model::expert_executor {
 public:
-  shard_executor(caf::blocking_actor* self, expert_shard_actor shard,
-                 std::chrono::milliseconds timeout)
-    : self_(self), shard_(std::move(shard)), timeout_(timeout) {}
+  // `on_restart(seconds, replayed)` is told of each restart survived.
+  shard_executor(caf::blocking_actor* self, supervisor_actor experts,
+                 std::string child_id, int64_t hidden, int64_t local_experts,
+                 std::chrono::milliseconds timeout,
+                 std::function<void(double, size_t)> on_restart);
+
+  // Finds the shard; then a new step: the log starts empty.
+  status connect();
+  void begin_step() { log_.clear(); }
 
   status forward(int64_t layer, const float* x, const int64_t* rows,
-                 int64_t m, float* y) override {
-    auto task = std::make_shared<expert_task>(
-      expert_task{layer, x, y, rows, m});
-    return call(expert_fwd_atom_v, std::move(task));
-  }
-
+                 int64_t m, float* y) override;
   status backward(int64_t layer, const float* dy, int64_t m,
-                  float* dx) override {
-    auto task = std::make_shared<expert_task>(
-      expert_task{layer, dy, dx, nullptr, m});
-    return call(expert_bwd_atom_v, std::move(task));
-  }
+                  float* dx) override;
+  status grads(grad_view& out);
+  status optimize(const optimizer_args& args);
+  status snapshot(int64_t step, rank_snapshot_ptr& out);
+  status restore(rank_snapshot_ptr snap);
+
+  expert_shard_actor handle() const { return shard_; }
 
 private:
-  template <class Atom>
-  status call(Atom atom, expert_task_ptr task) {
-    status result;
-    self_->request(shard_, timeout_, atom, std::move(task))
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& err) {
-                 result = status::error("expert shard: "
-                                        + self_->system().render(err));
-               });
-    return result;
-  }
+  struct logged_task {
+    bool forward = true;
+    int64_t layer = 0;
+    std::vector<float> input;
+    std::vector<int64_t> rows_per_expert;
+    int64_t rows = 0;
+  };
+
+  status run_logged(float* output);
+  status send_task(const logged_task& t, float* output);
+  // Waits for the supervisor's restarted shard, then replays the log but
+  // its last entry. `replay`: false after the backward pass (gradients are
+  // complete and kept; activations are no longer needed).
+  status recover(const std::string& why, bool replay);
+  template <class... Ts>
+  status ask(Ts&&... xs);
 
   caf::blocking_actor* self_;
-  expert_shard_actor shard_;
+  supervisor_actor experts_;
+  std::string child_id_;
   std::chrono::milliseconds timeout_;
+  std::function<void(double, size_t)> on_restart_;
+  expert_shard_actor shard_;
+  std::vector<logged_task> log_;
+  int64_t hidden_ = 0;
+  int64_t local_experts_ = 0;
 };
 
 } // namespace tutti

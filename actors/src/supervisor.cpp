@@ -30,6 +30,23 @@ const char* to_string(restart_type t) {
   return "?";
 }
 
+supervisor_flags flags_of(const supervision_spec& spec) {
+  supervisor_flags f;
+  f.strategy = spec.strategy == "rest_for_one"  ? restart_strategy::rest_for_one
+               : spec.strategy == "one_for_all" ? restart_strategy::one_for_all
+                                                : restart_strategy::one_for_one;
+  f.max_restarts = spec.max_restarts;
+  f.period = std::chrono::milliseconds(
+    static_cast<int64_t>(spec.period_s * 1000.0));
+  return f;
+}
+
+restart_type restart_of(const supervision_spec& spec) {
+  return spec.restart == "transient"   ? restart_type::transient
+         : spec.restart == "temporary" ? restart_type::temporary
+                                       : restart_type::permanent;
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -137,6 +154,8 @@ void on_down(supervisor_pointer self, caf::down_msg& dm) {
   log_warn("supervisor", st.label + ": restarted " + c.spec.id + " after "
                            + why + " (" + to_string(st.flags.strategy)
                            + ", restart " + std::to_string(c.restarts) + ")");
+  if (st.parent)
+    caf::anon_send(st.parent, restarted_atom_v, c.spec.id, why);
 }
 
 supervisor_actor::behavior_type supervisor(supervisor_pointer self,
@@ -159,6 +178,14 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self,
       for (const auto& c : self->state.children)
         out.push_back({c.spec.id, static_cast<bool>(c.handle), c.restarts});
       return out;
+    },
+    [self](which_child_atom,
+           const std::string& id) -> caf::result<caf::actor> {
+      for (const auto& c : self->state.children)
+        if (c.spec.id == id && c.handle)
+          return c.handle;
+      return caf::make_error(errc::expert_failed,
+                             self->state.label + ": no running child " + id);
     },
     [self](stop_atom) {
       auto& st = self->state;

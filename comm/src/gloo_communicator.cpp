@@ -8,8 +8,10 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <atomic>
 #include <cstring>
 
+#include "gloo_abort.hpp"
 #include "gloo_check.hpp"
 
 namespace tutti::comm {
@@ -38,6 +40,7 @@ public:
                       const std::vector<int64_t>& send_counts, void* recv,
                       const std::vector<int64_t>& recv_counts,
                       size_t element_bytes) override {
+    TUTTI_RETURN_IF_ERROR(check_not_aborted());
     if (size() == 1) {
       std::memcpy(recv, send, send_counts[0] * element_bytes);
       return {};
@@ -69,10 +72,17 @@ public:
   }
 
   status barrier() override {
+    TUTTI_RETURN_IF_ERROR(check_not_aborted());
     gloo::BarrierOptions opts(context_);
     opts.setTag(next_tag());
     opts.setTimeout(options_.timeout);
     TUTTI_GLOO_CHECK(gloo::barrier(opts));
+    return {};
+  }
+
+  status abort() override {
+    if (!aborted_.exchange(true))
+      shutdown_gloo_pairs(*context_);
     return {};
   }
 
@@ -84,6 +94,7 @@ public:
 private:
   template <class T>
   status reduce(T* data, size_t count) {
+    TUTTI_RETURN_IF_ERROR(check_not_aborted());
     if (size() == 1 || count == 0)
       return {};
     gloo::AllreduceOptions opts(context_);
@@ -99,8 +110,13 @@ private:
 
   uint32_t next_tag() { return tag_++; }
 
+  status check_not_aborted() const {
+    return aborted_ ? status::error(describe() + ": aborted") : status{};
+  }
+
   std::shared_ptr<gloo::Context> context_;
   gloo_options options_;
+  std::atomic<bool> aborted_{false};
   uint32_t tag_ = 1;
 };
 
@@ -114,9 +130,10 @@ status make_gloo_communicator(gloo::rendezvous::Store& store, int rank,
   std::shared_ptr<gloo::transport::Device> device;
   TUTTI_GLOO_CHECK(device = gloo::transport::tcp::CreateDevice(attr));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(options.timeout);
+  context->setTimeout(options.connect_timeout);
   gloo::rendezvous::PrefixStore prefixed(options.group, store);
   TUTTI_GLOO_CHECK(context->connectFullMesh(prefixed, device));
+  context->setTimeout(options.timeout);
   out = std::make_unique<gloo_communicator>(std::move(context), options);
   return {};
 }

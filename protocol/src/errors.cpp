@@ -13,6 +13,7 @@ const char* to_string(errc code) {
     case errc::data_failed: return "data_failed";
     case errc::rank_failed: return "rank_failed";
     case errc::config_refused: return "config_refused";
+    case errc::coordinator_lost: return "coordinator_lost";
   }
   return "unknown";
 }

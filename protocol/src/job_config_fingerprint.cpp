@@ -83,6 +83,21 @@ config_fingerprint(const job_config& c) {
   add("train.eval_sequences", t.eval_sequences);
   add("data.shard_per_rank", c.data.shard_per_rank);
   add("checkpoint.interval_steps", c.checkpoint.interval_steps);
+  // Every node must detect failures the same way.
+  const auto& r = c.recovery;
+  add("recovery.heartbeat_interval_ms", r.heartbeat_interval_ms);
+  add("recovery.heartbeat_timeout_ms", r.heartbeat_timeout_ms);
+  add("recovery.rendezvous_timeout_ms", r.rendezvous_timeout_ms);
+  for (auto [kind, s] : {std::pair{"expert_shard", &c.supervision.expert_shard},
+                         std::pair{"data_loader", &c.supervision.data_loader},
+                         std::pair{"checkpoint_writer",
+                                   &c.supervision.checkpoint_writer}}) {
+    auto key = std::string("supervision.") + kind;
+    out.emplace_back(key + ".strategy", s->strategy);
+    out.emplace_back(key + ".restart", s->restart);
+    out.emplace_back(key + ".max_restarts", text(s->max_restarts));
+    out.emplace_back(key + ".period_s", text(s->period_s));
+  }
   return out;
 }
 

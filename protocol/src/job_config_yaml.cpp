@@ -35,6 +35,18 @@ public:
       refuse(name_, "expected a mapping of keys");
   }
 
+  // A mapping nested under `key` of `parent`, e.g. supervision.expert_shard.
+  section(section& parent, const std::string& key)
+    : name_(parent.path(key)) {
+    parent.seen_.insert(key);
+    if (parent.node_ && parent.node_.IsMap())
+      node_.reset(parent.node_[key]);
+    if (!node_ || node_.IsNull())
+      return;
+    if (!node_.IsMap())
+      refuse(name_, "expected a mapping of keys");
+  }
+
   template <class T>
   void read(const std::string& key, T& out, bool required = false) {
     seen_.insert(key);
@@ -173,6 +185,49 @@ void require(bool ok, const std::string& key, const std::string& why) {
     refuse(key, why);
 }
 
+void validate_supervision(const std::string& kind, const supervision_spec& s) {
+  const auto key = "supervision." + kind;
+  require(s.strategy == "one_for_one" || s.strategy == "rest_for_one"
+            || s.strategy == "one_for_all",
+          key + ".strategy",
+          "must be one_for_one, rest_for_one or one_for_all, got '"
+            + s.strategy + "'");
+  require(s.restart == "permanent" || s.restart == "transient"
+            || s.restart == "temporary",
+          key + ".restart",
+          "must be permanent, transient or temporary, got '" + s.restart
+            + "'");
+  require(s.max_restarts >= 0, key + ".max_restarts", "must be >= 0");
+  require(s.period_s > 0, key + ".period_s", "must be > 0");
+}
+
+void validate_recovery(const job_config& c) {
+  const auto& r = c.recovery;
+  const auto collective = c.cluster.collective_timeout_ms;
+  require(r.heartbeat_interval_ms > 0, "recovery.heartbeat_interval_ms",
+          "must be > 0");
+  require(r.heartbeat_timeout_ms > r.heartbeat_interval_ms,
+          "recovery.heartbeat_timeout_ms",
+          "must be longer than recovery.heartbeat_interval_ms ("
+            + std::to_string(r.heartbeat_interval_ms) + ")");
+  require(r.heartbeat_timeout_ms < collective,
+          "recovery.heartbeat_timeout_ms",
+          "must be shorter than cluster_config.collective_timeout_ms ("
+            + std::to_string(collective)
+            + "): timeouts are ordered heartbeat < collective < rendezvous");
+  require(collective < r.rendezvous_timeout_ms,
+          "recovery.rendezvous_timeout_ms",
+          "must be longer than cluster_config.collective_timeout_ms ("
+            + std::to_string(collective)
+            + "): timeouts are ordered heartbeat < collective < rendezvous");
+  require(r.max_wait_s > 0, "recovery.max_wait_s", "must be > 0");
+  require(r.straggler_factor > 1, "recovery.straggler_factor", "must be > 1");
+  require(r.straggler_steps >= 1, "recovery.straggler_steps", "must be >= 1");
+  validate_supervision("expert_shard", c.supervision.expert_shard);
+  validate_supervision("data_loader", c.supervision.data_loader);
+  validate_supervision("checkpoint_writer", c.supervision.checkpoint_writer);
+}
+
 void validate(const job_config& c) {
   const auto& cl = c.cluster;
   const auto& m = c.model;
@@ -231,6 +286,7 @@ void validate(const job_config& c) {
             + ", got " + std::to_string(cl.ep_size));
   require(cl.collective_timeout_ms > 0, "cluster_config.collective_timeout_ms",
           "must be > 0");
+  validate_recovery(c);
 
   require(m.vocab_size >= 2, "model.vocab_size", "must be >= 2");
   require(m.hidden_size >= 1, "model.hidden_size", "must be >= 1");
@@ -330,7 +386,8 @@ job_config parse_job_config(const std::string& yaml_text,
   job_config c;
   c.source_path = source_name;
   static const std::set<std::string> sections{
-    "cluster_config", "model", "moe_config", "train", "data", "run", "checkpoint", "diag"};
+    "cluster_config", "model", "moe_config", "train", "data", "run",
+    "checkpoint", "diag", "supervision", "recovery"};
   std::set<std::string> names;
   for (const auto& kv : root) {
     auto name = key_text(kv.first, source_name);
@@ -424,6 +481,29 @@ job_config parse_job_config(const std::string& yaml_text,
   dg.read("min_fraction", c.diag.min_fraction);
   dg.read("on_start", c.diag.on_start);
   dg.finish();
+
+  section sv(root, "supervision", false);
+  for (auto [kind, spec] :
+       {std::pair{"expert_shard", &c.supervision.expert_shard},
+        std::pair{"data_loader", &c.supervision.data_loader},
+        std::pair{"checkpoint_writer", &c.supervision.checkpoint_writer}}) {
+    section k(sv, kind);
+    k.read("strategy", spec->strategy);
+    k.read("restart", spec->restart);
+    k.read("max_restarts", spec->max_restarts);
+    k.read("period_s", spec->period_s);
+    k.finish();
+  }
+  sv.finish();
+
+  section rc(root, "recovery", false);
+  rc.read("heartbeat_interval_ms", c.recovery.heartbeat_interval_ms);
+  rc.read("heartbeat_timeout_ms", c.recovery.heartbeat_timeout_ms);
+  rc.read("rendezvous_timeout_ms", c.recovery.rendezvous_timeout_ms);
+  rc.read("max_wait_s", c.recovery.max_wait_s);
+  rc.read("straggler_factor", c.recovery.straggler_factor);
+  rc.read("straggler_steps", c.recovery.straggler_steps);
+  rc.finish();
 
   validate(c);
   return c;

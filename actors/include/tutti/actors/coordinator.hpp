@@ -2,7 +2,9 @@
 // coordinator: one per job. Admits nodes (same config, within the join
 // timeout), starts them once all have joined, serves the rendezvous store,
 // gathers the ranks' step reports into one record per step, and keeps the
-// job state: pending -> running -> completed | stopped | failed. Tells
+// job state: pending -> running -> completed | stopped | failed, with
+// running -> recovering -> running after a failure it recovers from (see
+// coordinator_recovery.cpp). Tells
 // `listener` when the job ends with (job_done_atom, ok, message, final eval
 // loss).
 
@@ -13,7 +15,14 @@
 
 namespace tutti {
 
-enum class job_state { pending, running, completed, stopped, failed };
+enum class job_state {
+  pending,
+  running,
+  recovering,
+  completed,
+  stopped,
+  failed
+};
 
 const char* to_string(job_state s);
 

@@ -22,12 +22,15 @@ using expert_shard_actor = caf::typed_actor<
   caf::replies_to<grads_atom>::with<grad_view>,
   caf::replies_to<optimize_atom, optimizer_args>::with<caf::ok_atom>,
   caf::replies_to<snapshot_atom, int64_t>::with<rank_snapshot_ptr>,
-  caf::replies_to<restore_atom, rank_snapshot_ptr>::with<caf::ok_atom>>;
+  caf::replies_to<restore_atom, rank_snapshot_ptr>::with<caf::ok_atom>,
+  caf::replies_to<zero_grads_atom>::with<caf::ok_atom>,
+  caf::reacts_to<chaos_atom, std::string>>;
 
 // Persists rank snapshots as shard files of a checkpoint directory and tells
 // the coordinator (ckpt_saved / ckpt_failed).
 using checkpoint_writer_actor = caf::typed_actor<
-  caf::reacts_to<ckpt_write_atom, rank_snapshot_ptr, std::string>>;
+  caf::reacts_to<ckpt_write_atom, rank_snapshot_ptr, std::string>,
+  caf::reacts_to<chaos_atom, std::string>>;
 
 // Owns the daemon's RocksDB: commits checkpoints (MANIFEST, record,
 // retention) and appends events.
@@ -43,14 +46,23 @@ using data_loader_actor = caf::typed_actor<
   caf::replies_to<eval_batch_atom, int64_t>::with<token_batch_ptr>,
   caf::reacts_to<prefetch_atom>>;
 
-// Writes metrics.jsonl and the terminal progress line.
-using metrics_writer_actor = caf::typed_actor<caf::reacts_to<step_report>>;
+// Writes metrics.jsonl and the terminal progress line; rewind_atom drops
+// the lines after a step (the job went back to that checkpoint).
+using metrics_writer_actor =
+  caf::typed_actor<caf::reacts_to<step_report>,
+                   caf::reacts_to<rewind_atom, int64_t>>;
 
-// The root of one node's actor tree.
-using node_supervisor_actor =
-  caf::typed_actor<caf::reacts_to<start_atom, int64_t>,
-                   caf::reacts_to<stop_atom>,
-                   caf::reacts_to<diag_atom, int64_t>>;
+// The root of one node's actor tree. start: resume step, membership epoch.
+// abort: end the ranks of older epochs now (recovery).
+using node_supervisor_actor = caf::typed_actor<
+  caf::reacts_to<start_atom, int64_t, int64_t>,
+  caf::reacts_to<abort_atom, int64_t>,
+  caf::reacts_to<stop_atom>,
+  caf::reacts_to<diag_atom, int64_t>,
+  caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
+  caf::reacts_to<escalate_atom, std::string>,
+  caf::reacts_to<restarted_atom, std::string, std::string>,
+  caf::reacts_to<tick_atom>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<
@@ -64,7 +76,13 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<store_wait_atom, std::vector<std::string>>::with<caf::ok_atom>,
   caf::reacts_to<step_report>,
   caf::reacts_to<rank_done_atom, int32_t, double, int64_t>,
-  caf::reacts_to<rank_fail_atom, int32_t, std::string>,
+  caf::reacts_to<rank_fail_atom, int32_t, std::string, int64_t>,
+  caf::replies_to<heartbeat_atom, int64_t, int64_t>::with<int64_t>,
+  caf::reacts_to<aborted_atom, int64_t, int64_t>,
+  caf::reacts_to<event_atom, std::string, std::string, double>,
+  caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
+  caf::replies_to<status_atom>::with<job_status>,
+  caf::reacts_to<tick_atom>,
   caf::reacts_to<escalate_atom, std::string>,
   caf::reacts_to<ckpt_saved_atom, int64_t, int32_t, int64_t>,
   caf::reacts_to<ckpt_failed_atom, int64_t, int32_t, std::string>>;

@@ -1,10 +1,21 @@
 #pragma once
 // node_supervisor: the root of one node's actor tree. Registers its node
-// with the coordinator; when the coordinator starts the job, spawns, per
-// local rank, its data loader, its expert shard and the rank itself, and
-// monitors all of them; a child that fails is escalated to the coordinator.
-// On stop_atom its ranks end the job at the next step boundary. (Restart
-// strategies come with the supervision issue.)
+// with the coordinator and sends it heartbeats. When the coordinator starts
+// an epoch of the job it spawns, under OTP supervisors configured by
+// `supervision:`, per local rank a data loader and an expert shard, one
+// checkpoint writer for the node, and the ranks themselves:
+//
+//   node_supervisor
+//   ├── checkpoint_writers   (checkpoint_writer)           lives across epochs
+//   ├── data_loaders/E       (data_loader/R per rank)      one per epoch
+//   ├── expert_shards/E      (expert_shard/R per rank)     one per epoch
+//   └── rank R               (monitored; a failure goes to the coordinator)
+//
+// Restarts happen in place; a supervisor that gives up escalates here and
+// on to the coordinator, which recovers the job. abort_atom ends the
+// epoch's ranks at once (their communicators are aborted). On stop_atom its
+// ranks end the job at the next step boundary. Faults are injected here
+// (chaos_atom).
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/protocol/job_config.hpp"

@@ -5,18 +5,51 @@
 
 #include <caf/actor.hpp>
 
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/actors/supervisor.hpp"
+#include "tutti/comm/communicator.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
 
+// What the node supervisor can do to a rank from outside its thread, which
+// may be blocked in a collective: abort it (recovery), or inject a fault.
+class rank_control {
+public:
+  // Aborts the rank's communicators (every collective in flight fails at
+  // once, here and on its peers) and tells the step loop to end quietly.
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+
+  // The rank registers each communicator it builds; one built after
+  // abort() is aborted at once.
+  void add(comm::communicator* c);
+  void clear();
+
+  // Faults: hang at the next step until aborted; sleep per step.
+  std::atomic<bool> hang{false};
+  std::atomic<double> slow_s{0};
+
+private:
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::vector<comm::communicator*> comms_;
+};
+
 struct rank_args {
   job_config cfg;
   int32_t rank = 0; // global
+  int64_t epoch = 0; // membership epoch: names the rendezvous groups
   coordinator_actor coordinator;
-  data_loader_actor loader;
-  expert_shard_actor shard;
-  checkpoint_writer_actor writer;
+  // Where the rank finds its helpers: by child id ("data_loader/3", ...)
+  // in their supervisors, again after a restart.
+  supervisor_actor loaders, experts, writers;
+  std::shared_ptr<rank_control> control;
   int64_t resume_step = 0; // 0 = from scratch; else load that checkpoint
 };
 

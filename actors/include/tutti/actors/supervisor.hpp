@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
 
@@ -39,11 +40,19 @@ struct supervisor_flags {
   std::chrono::milliseconds period{5000}; // ... within this window
 };
 
+// which_child: the running handle of a child by id (an error while it is
+// down for good).
+// The flags and the children's restart type a `supervision:` entry names.
+supervisor_flags flags_of(const supervision_spec& spec);
+restart_type restart_of(const supervision_spec& spec);
+
 using supervisor_actor = caf::typed_actor<
   caf::replies_to<children_atom>::with<std::vector<child_status>>,
+  caf::replies_to<which_child_atom, std::string>::with<caf::actor>,
   caf::reacts_to<stop_atom>>;
 
-// `parent` receives (escalate_atom, why) when the supervisor gives up.
+// `parent` receives (restarted_atom, child id, why) after each restart and
+// (escalate_atom, why) when the supervisor gives up.
 // Keep the returned handle: CAF ends an actor that no handle reaches.
 supervisor_actor spawn_supervisor(caf::actor_system& sys, std::string name,
                                   supervisor_flags flags,

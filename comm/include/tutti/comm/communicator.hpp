@@ -39,6 +39,12 @@ public:
 
   virtual status barrier() = 0;
 
+  // Ends every collective in flight on this member at once, from any
+  // thread: each returns an error, and so do all later calls. Peers waiting
+  // on this member fail too instead of waiting for their timeout. Recovery
+  // then builds a new communicator (new group, new epoch).
+  virtual status abort() = 0;
+
   // Name for logs: backend, group, epoch.
   virtual std::string describe() const = 0;
 };

@@ -40,14 +40,9 @@ struct nccl_options {
   std::chrono::microseconds poll{50};        // sleep between progress polls
 };
 
-// The NCCL communicator adds abort() to the interface: it ends the
-// communicator at once (ncclCommAbort), unblocking a collective stuck on a
-// dead peer from another thread. Every later call returns an error; the
-// recovery path then builds a new communicator with a new group/epoch.
-class nccl_communicator : public communicator {
-public:
-  virtual status abort() = 0;
-};
+// The NCCL communicator's abort() is ncclCommAbort: it unblocks a
+// collective stuck on a dead peer from another thread.
+class nccl_communicator : public communicator {};
 
 // True when tutti was built with NCCL; otherwise `why` says what is missing.
 bool nccl_built(std::string& why);

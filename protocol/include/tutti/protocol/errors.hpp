@@ -19,6 +19,7 @@ enum class errc : uint8_t {
   data_failed,
   rank_failed,
   config_refused,
+  coordinator_lost,
 };
 
 const char* to_string(errc code);

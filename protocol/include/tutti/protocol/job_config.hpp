@@ -114,6 +114,36 @@ struct checkpoint_config {
   }
 };
 
+// How one kind of child is supervised, Erlang/OTP style: its supervisor's
+// strategy and restart intensity (more than max_restarts within period_s
+// escalates to the node, then the coordinator), and the children's restart
+// type.
+struct supervision_spec {
+  std::string strategy = "one_for_one"; // one_for_one | rest_for_one | one_for_all
+  std::string restart = "permanent";    // permanent | transient | temporary
+  int64_t max_restarts = 3;
+  double period_s = 60;
+};
+
+struct supervision_config {
+  supervision_spec expert_shard;
+  supervision_spec data_loader;
+  supervision_spec checkpoint_writer;
+};
+
+// Detecting lost nodes and getting the job back. Timeouts are ordered
+// heartbeat_timeout_ms < cluster_config.collective_timeout_ms <
+// rendezvous_timeout_ms: a dead node is noticed before a collective gives
+// up on it, and a collective before a rendezvous does.
+struct recovery_config {
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t rendezvous_timeout_ms = 120000; // communicator (re)connection
+  double max_wait_s = 600;     // wait for a lost node, then pause the job
+  double straggler_factor = 2; // step time over the median of all ranks ...
+  int64_t straggler_steps = 5; // ... this many steps in a row: an alert
+};
+
 struct job_config {
   cluster_config cluster;
   model_config model;
@@ -123,6 +153,8 @@ struct job_config {
   run_config run;
   checkpoint_config checkpoint;
   diag_config diag;
+  supervision_config supervision;
+  recovery_config recovery;
   std::string source_path; // the file it came from, for messages
 
   int64_t ep_size() const { return cluster.ep_size; }

@@ -34,6 +34,7 @@ struct step_report {
   // CAF 0.17's serializer turns NaN into -1, so "not evaluated" is a flag.
   bool evaluated = false;
   double eval_loss = 0;
+  int64_t epoch = 0; // membership epoch the step ran in
 };
 
 template <class Inspector>
@@ -42,7 +43,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
            x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
            x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
-           x.eval_loss);
+           x.eval_loss, x.epoch);
 }
 
 // A node daemon's request to join the job.
@@ -104,6 +105,49 @@ struct diag_report {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, diag_report& x) {
   return f(caf::meta::type_name("diag_report"), x.text, x.stragglers, x.ok);
+}
+
+} // namespace tutti
+
+namespace tutti {
+
+// A fault to inject into a live job (tutti chaos, tutti drill, tests):
+//   kill_expert, raise_expert, nan_expert, kill_loader, kill_writer,
+//   kill_rank, hang_rank, slow_rank, crash_checkpoint  (on `rank`'s node)
+//   kill_daemon                                         (the node `node`)
+// `seconds`: how long slow_rank sleeps per step.
+struct chaos_request {
+  std::string fault;
+  int64_t rank = -1;
+  int64_t node = -1;
+  double seconds = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chaos_request& x) {
+  return f(caf::meta::type_name("chaos_request"), x.fault, x.rank, x.node,
+           x.seconds);
+}
+
+// The coordinator's view of the job, for tutti status / drill / shell.
+struct job_status {
+  std::string state;          // pending running recovering paused completed ...
+  int64_t step = 0;           // last step every rank finished
+  int64_t steps = 0;          // of the job
+  int64_t epoch = 0;          // membership epoch: +1 per recovery
+  int64_t last_checkpoint = 0;
+  double loss = 0;
+  int64_t recoveries = 0;     // job-level (communicator rebuilt)
+  int64_t restarts = 0;       // in place (actors restarted by supervisors)
+  std::vector<int64_t> nodes; // node ranks connected now
+  std::string message;        // why paused / failed, if so
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_status& x) {
+  return f(caf::meta::type_name("job_status"), x.state, x.step, x.steps,
+           x.epoch, x.last_checkpoint, x.loss, x.recoveries, x.restarts,
+           x.nodes, x.message);
 }
 
 } // namespace tutti

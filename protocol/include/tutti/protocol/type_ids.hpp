@@ -20,6 +20,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::child_status>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<std::string>))
   CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::chaos_request))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_status))
 
   // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
   CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
@@ -46,8 +48,18 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, ckpt_commit_atom, "ckpt_cmt")
   CAF_ADD_ATOM(tutti, tutti, event_atom, "event")
 
-  // Supervision.
+  // Supervision and recovery.
   CAF_ADD_ATOM(tutti, tutti, children_atom, "children")
+  CAF_ADD_ATOM(tutti, tutti, which_child_atom, "which")
+  CAF_ADD_ATOM(tutti, tutti, restarted_atom, "restarted")
+  CAF_ADD_ATOM(tutti, tutti, heartbeat_atom, "heartbeat")
+  CAF_ADD_ATOM(tutti, tutti, tick_atom, "tick")
+  CAF_ADD_ATOM(tutti, tutti, abort_atom, "abort")
+  CAF_ADD_ATOM(tutti, tutti, aborted_atom, "aborted")
+  CAF_ADD_ATOM(tutti, tutti, chaos_atom, "chaos")
+  CAF_ADD_ATOM(tutti, tutti, status_atom, "status")
+  CAF_ADD_ATOM(tutti, tutti, rewind_atom, "rewind")
+  CAF_ADD_ATOM(tutti, tutti, zero_grads_atom, "zero_grads")
 
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")

@@ -1,0 +1,117 @@
+#pragma once
+// The coordinator's state and the parts of its behaviour split across
+// coordinator.cpp (membership, store, steps, checkpoints) and
+// coordinator_recovery.cpp (failures, heartbeats, recovery, stragglers,
+// faults, status).
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <chrono>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "tutti/actors/coordinator.hpp"
+
+namespace tutti {
+
+using coordinator_clock = std::chrono::steady_clock;
+
+struct pending_wait {
+  std::vector<std::string> keys;
+  caf::typed_response_promise<caf::ok_atom> promise;
+};
+
+struct member {
+  node_registration info;
+  node_supervisor_actor supervisor;
+  coordinator_clock::time_point last_heartbeat;
+};
+
+struct coordinator_state {
+  coordinator_state() = default; // not an aggregate (CAF would pass `this`)
+  static inline const char* name = "coordinator";
+
+  job_config cfg;
+  std::string fingerprint;
+  std::map<int64_t, member> nodes; // by node rank
+  int64_t last_step = 0;
+  journal_actor journal;
+  int64_t resume_step = 0;
+  // Checkpoints: ranks whose shard is on disk, per step; steps whose commit
+  // is under way; what ended the job, held until those are settled.
+  std::map<int64_t, std::set<int32_t>> saved;
+  std::set<int64_t> committing;
+  std::set<int64_t> failed_steps;
+  int64_t last_committed = 0;
+  std::optional<std::pair<job_state, std::string>> outcome;
+  // tutti diag rounds: rows collected, who is waiting, and whether this
+  // round is the pre-flight check that gates the job's start.
+  int64_t diag_round = 0;
+  bool diag_running = false, diag_preflight = false;
+  std::vector<diag_row> diag_rows;
+  std::vector<caf::typed_response_promise<diag_report>> diag_waiting;
+  caf::actor listener;
+  job_state state = job_state::pending;
+  metrics_writer_actor writer;
+  std::map<std::string, std::string> store;
+  std::multimap<std::string, caf::typed_response_promise<std::string>> gets;
+  std::vector<pending_wait> waits;
+  std::map<int64_t, std::vector<step_report>> steps;
+  std::set<int32_t> done;
+  double final_eval_loss = std::numeric_limits<double>::quiet_NaN();
+  double last_loss = 0;
+  std::string failure;
+
+  // Recovery: the membership epoch (+1 per recovery), the nodes that have
+  // ended the old epoch's ranks, when it began, whether the job waits past
+  // recovery.max_wait_s for a node (paused), and recoveries in a row that
+  // made no progress (the job fails after a few).
+  int64_t epoch = 0;
+  std::set<int64_t> aborted_nodes;
+  coordinator_clock::time_point recovery_began;
+  std::string recovery_cause;
+  bool paused = false;
+  bool awaiting_first_step = false; // of the new epoch: "training resumed"
+  int64_t recoveries = 0, restarts = 0;
+  int64_t fruitless_recoveries = 0;
+  // Stragglers: steps in a row each rank was slow; ranks alerted.
+  std::map<int32_t, int64_t> slow_streak;
+  std::set<int32_t> stragglers;
+
+  bool has_all(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const auto& k) { return store.count(k) > 0; });
+  }
+  bool ended() const {
+    return state == job_state::completed || state == job_state::failed
+           || state == job_state::stopped;
+  }
+  std::string node_name(int64_t node) const;
+};
+
+using coordinator_pointer =
+  coordinator_actor::stateful_pointer<coordinator_state>;
+
+// coordinator.cpp
+void finish(coordinator_pointer self, job_state outcome, std::string message);
+void start_job(coordinator_pointer self);
+void record_event(coordinator_pointer self, const std::string& kind,
+                  const std::string& text, double seconds);
+
+// coordinator_recovery.cpp
+void begin_recovery(coordinator_pointer self, const std::string& why);
+void check_recovery(coordinator_pointer self);
+void on_node_aborted(coordinator_pointer self, int64_t node, int64_t epoch);
+void on_node_lost(coordinator_pointer self, int64_t node,
+                  const std::string& why);
+void check_heartbeats(coordinator_pointer self);
+void watch_stragglers(coordinator_pointer self,
+                      const std::vector<step_report>& reports);
+caf::result<std::string> route_chaos(coordinator_pointer self,
+                                     const chaos_request& req);
+job_status describe_job(const coordinator_state& st);
+
+} // namespace tutti

@@ -1,0 +1,157 @@
+#include "shard_executor.hpp"
+
+#include <thread>
+
+#include "tutti/actors/log.hpp"
+
+namespace tutti {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Restarts within one request: past this the failure is not transient and
+// the rank gives up (the supervisor normally escalates long before).
+constexpr int max_attempts = 16;
+
+} // namespace
+
+shard_executor::shard_executor(caf::blocking_actor* self,
+                               supervisor_actor experts, std::string child_id,
+                               int64_t hidden, int64_t local_experts,
+                               std::chrono::milliseconds timeout,
+                               std::function<void(double, size_t)> on_restart)
+  : self_(self), experts_(std::move(experts)), child_id_(std::move(child_id)),
+    timeout_(timeout), on_restart_(std::move(on_restart)), hidden_(hidden),
+    local_experts_(local_experts) {}
+
+template <class... Ts>
+status shard_executor::ask(Ts&&... xs) {
+  status result;
+  self_->request(shard_, timeout_, std::forward<Ts>(xs)...)
+    .receive([](caf::ok_atom) {},
+             [&](caf::error& err) {
+               result = status::error(self_->system().render(err));
+             });
+  return result;
+}
+
+status shard_executor::connect() {
+  status result;
+  self_->request(experts_, timeout_, which_child_atom_v, child_id_)
+    .receive(
+      [&](caf::actor& h) { shard_ = caf::actor_cast<expert_shard_actor>(h); },
+      [&](caf::error& err) {
+        result = status::error("expert supervisor: "
+                               + self_->system().render(err));
+      });
+  return result;
+}
+
+status shard_executor::send_task(const logged_task& t, float* output) {
+  auto task = std::make_shared<expert_task>(expert_task{
+    t.layer, t.input.data(), output,
+    t.forward ? t.rows_per_expert.data() : nullptr, t.rows});
+  return t.forward ? ask(expert_fwd_atom_v, std::move(task))
+                   : ask(expert_bwd_atom_v, std::move(task));
+}
+
+status shard_executor::run_logged(float* output) {
+  for (int attempt = 0;; ++attempt) {
+    auto s = send_task(log_.back(), output);
+    if (s.ok() || attempt == max_attempts)
+      return s.ok() ? s : status::error("expert shard: " + s.message());
+    TUTTI_RETURN_IF_ERROR(recover(s.message(), true));
+  }
+}
+
+status shard_executor::forward(int64_t layer, const float* x,
+                               const int64_t* rows, int64_t m, float* y) {
+  log_.push_back({true, layer, std::vector<float>(x, x + m * hidden_),
+                  std::vector<int64_t>(rows, rows + local_experts_), m});
+  return run_logged(y);
+}
+
+status shard_executor::backward(int64_t layer, const float* dy, int64_t m,
+                                float* dx) {
+  log_.push_back(
+    {false, layer, std::vector<float>(dy, dy + m * hidden_), {}, m});
+  return run_logged(dx);
+}
+
+status shard_executor::grads(grad_view& out) {
+  for (int attempt = 0;; ++attempt) {
+    status result;
+    self_->request(shard_, timeout_, grads_atom_v)
+      .receive([&](grad_view g) { out = g; },
+               [&](caf::error& err) {
+                 result = status::error(self_->system().render(err));
+               });
+    if (result.ok() || attempt == max_attempts)
+      return result.ok() ? result
+                         : status::error("expert shard: " + result.message());
+    TUTTI_RETURN_IF_ERROR(recover(result.message(), false));
+  }
+}
+
+status shard_executor::optimize(const optimizer_args& args) {
+  for (int attempt = 0;; ++attempt) {
+    auto s = ask(optimize_atom_v, args);
+    if (s.ok() || attempt == max_attempts)
+      return s.ok() ? s : status::error("expert shard: " + s.message());
+    TUTTI_RETURN_IF_ERROR(recover(s.message(), false));
+  }
+}
+
+status shard_executor::snapshot(int64_t step, rank_snapshot_ptr& out) {
+  status result;
+  self_->request(shard_, timeout_, snapshot_atom_v, step)
+    .receive([&](rank_snapshot_ptr& s) { out = std::move(s); },
+             [&](caf::error& err) {
+               result = status::error("expert shard: "
+                                      + self_->system().render(err));
+             });
+  return result;
+}
+
+status shard_executor::restore(rank_snapshot_ptr snap) {
+  auto s = ask(restore_atom_v, std::move(snap));
+  return s.ok() ? s : status::error("expert shard: " + s.message());
+}
+
+status shard_executor::recover(const std::string& why, bool replay) {
+  const auto t0 = clock_type::now();
+  const auto dead = shard_.address();
+  // The supervisor restarts the shard when it sees the down message, which
+  // may be just after our error: poll briefly for a new handle.
+  const auto deadline = t0 + timeout_;
+  for (;;) {
+    status found = connect();
+    if (!found.ok() && clock_type::now() >= deadline)
+      return status::error("expert shard failed (" + why
+                           + ") and was not restarted: " + found.message());
+    if (found.ok() && shard_.address() != dead)
+      break;
+    if (clock_type::now() >= deadline)
+      return status::error("expert shard failed (" + why
+                           + ") and was not restarted in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  size_t replayed = 0;
+  if (replay) {
+    TUTTI_RETURN_IF_ERROR(ask(zero_grads_atom_v));
+    std::vector<float> scratch;
+    for (size_t i = 0; i + 1 < log_.size(); ++i) {
+      scratch.resize(static_cast<size_t>(log_[i].rows * hidden_));
+      TUTTI_RETURN_IF_ERROR(send_task(log_[i], scratch.data()));
+      ++replayed;
+    }
+  }
+  const double took =
+    std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (on_restart_)
+    on_restart_(took, replayed);
+  return {};
+}
+
+} // namespace tutti
