@@ -13,6 +13,9 @@ int plan_command(const std::vector<std::string>& args);
 int diag_command(const std::vector<std::string>& args);
 int ckpt_command(const std::vector<std::string>& args);
 int export_command(const std::vector<std::string>& args);
+int chaos_command(const std::vector<std::string>& args);
+int status_command(const std::vector<std::string>& args);
+int drill_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

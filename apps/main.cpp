@@ -17,6 +17,12 @@ const char* usage =
   "                              train in this process; resumes by itself\n"
   "  plan CONFIG [--json]        capacity plan: memory, FLOPs, traffic per rank\n"
   "  diag CONFIG                 interconnect check across the config's daemons\n"
+  "  status CONFIG|HOST:PORT [--json]\n"
+  "                              a live job: state, step, loss, recoveries\n"
+  "  chaos CONFIG|HOST:PORT FAULT [--rank R] [--node N] [--seconds S]\n"
+  "                              inject a fault into a live job\n"
+  "  drill DRILL.yaml            run a job under scripted faults; report\n"
+  "                              detection, recovery and the loss curve\n"
   "  ckpt list RUN_DIR           committed checkpoints (step, size, time)\n"
   "  ckpt verify CKPT_DIR        check every hash of a checkpoint\n"
   "  ckpt show CKPT_DIR|SHARD    a shard's tensors (name, shape, dtype, hash)\n"
@@ -51,9 +57,15 @@ int main(int argc, char** argv) {
       return tutti::cli::ckpt_command(args);
     if (command == "export")
       return tutti::cli::export_command(args);
+    if (command == "status")
+      return tutti::cli::status_command(args);
+    if (command == "chaos")
+      return tutti::cli::chaos_command(args);
+    if (command == "drill")
+      return tutti::cli::drill_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(2, "unknown command '" + command
-                               + "' (try: run, plan, diag, ckpt, export, data; see tutti --help)");
+                               + "' (try: run, plan, diag, status, chaos, drill, ckpt, export, data; see tutti --help)");
 }

@@ -98,7 +98,7 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
         std::this_thread::sleep_for(std::chrono::milliseconds(st.delay_ms));
       self->send(st.coordinator, ckpt_saved_atom_v, snap->step,
                  static_cast<int32_t>(snap->rank),
-                 static_cast<int64_t>(written.value));
+                 static_cast<int64_t>(written.value), snap->epoch);
     },
   };
 }

@@ -122,7 +122,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   self
     ->request(st.journal, std::chrono::seconds(120), ckpt_commit_atom_v, step,
-              st.cfg.cluster.world_size, int64_t{0})
+              st.cfg.cluster.world_size, st.epoch)
     .then(
       [self, step, t0](int64_t bytes) {
         auto& st = self->state;
@@ -396,9 +396,12 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         settle(self);
       }
     },
-    [self](ckpt_saved_atom, int64_t step, int32_t rank, int64_t) {
+    [self](ckpt_saved_atom, int64_t step, int32_t rank, int64_t,
+           int64_t epoch) {
       auto& st = self->state;
-      if (st.failed_steps.count(step))
+      // A shard of an aborted epoch's snapshot: its MANIFEST would name
+      // another epoch than the shards of this one.
+      if (st.failed_steps.count(step) || epoch != st.epoch)
         return;
       auto& ranks = st.saved[step];
       ranks.insert(rank);

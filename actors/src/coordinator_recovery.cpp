@@ -36,6 +36,7 @@ void restart_from_checkpoint(coordinator_pointer self) {
   st.saved.clear();
   st.done.clear();
   st.slow_streak.clear();
+  st.failed_steps.erase(st.failed_steps.upper_bound(from), st.failed_steps.end());
   st.last_step = from;
   st.resume_step = from;
   self->send(st.writer, rewind_atom_v, from);

@@ -1,0 +1,380 @@
+// tutti drill DRILL.yaml: runs the drill's job fault-free in this process
+// (the reference), then on real daemons (one tuttid per node, on this
+// machine) while injecting the drill's faults one by one, and reports for
+// each: time to detect it, time until training goes on, steps redone, and
+// whether the loss curve is the reference's bit for bit. Exit 0 when the
+// job completed and every curve matched.
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "child_process.hpp"
+#include "commands.hpp"
+#include "coordinator_client.hpp"
+#include "drill_plan.hpp"
+#include "job_start.hpp"
+#include "tutti/actors/local_job.hpp"
+#include "tutti/actors/system_config.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// step -> the loss exactly as metrics.jsonl wrote it (%.17g).
+std::map<int64_t, std::string> losses(const fs::path& metrics) {
+  std::map<int64_t, std::string> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    long long step = 0;
+    auto at = line.find("\"loss\":");
+    if (std::sscanf(line.c_str(), "{\"step\":%lld", &step) != 1
+        || at == std::string::npos)
+      continue;
+    auto end = line.find(',', at);
+    out[step] = line.substr(at + 7, end - at - 7);
+  }
+  return out;
+}
+
+double median_step_time(const fs::path& metrics) {
+  std::vector<double> times;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find("\"step_time_s\":");
+    if (at != std::string::npos)
+      times.push_back(std::atof(line.c_str() + at + 14));
+  }
+  if (times.empty())
+    return 0;
+  std::nth_element(times.begin(), times.begin() + times.size() / 2,
+                   times.end());
+  return times[times.size() / 2];
+}
+
+// Polls the coordinator's status, reconnecting when it went away.
+class status_probe {
+public:
+  status_probe(caf::actor_system& sys, std::string address)
+    : sys_(sys), self_(sys), address_(std::move(address)) {}
+
+  std::optional<job_status> poll() {
+    if (!coordinator_ && !connect_coordinator(sys_, address_, coordinator_)
+                            .empty())
+      return std::nullopt;
+    std::optional<job_status> out;
+    self_->request(coordinator_, std::chrono::seconds(2), status_atom_v)
+      .receive([&](job_status& s) { out = std::move(s); },
+               [&](caf::error&) { coordinator_ = nullptr; });
+    return out;
+  }
+
+  caf::expected<std::string> chaos(const chaos_request& req) {
+    caf::expected<std::string> out{std::string()};
+    if (!coordinator_)
+      return caf::make_error(caf::sec::invalid_argument, "not connected");
+    self_->request(coordinator_, std::chrono::seconds(10), chaos_atom_v, req)
+      .receive([&](std::string& s) { out = std::move(s); },
+               [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
+private:
+  caf::actor_system& sys_;
+  caf::scoped_actor self_;
+  std::string address_;
+  coordinator_actor coordinator_;
+};
+
+struct fault_result {
+  drill_fault fault;
+  int64_t injected_at = 0;      // last step done when injected
+  double detect_s = NAN;        // injection -> the coordinator knew
+  double resume_s = NAN;        // injection -> a new step done
+  double back_to_training_s = NAN; // kill_daemon: relaunch -> a new step
+  int64_t resumed_from = -1;    // job level: the checkpoint step
+  int64_t redone = 0;
+  bool matched = false;
+  std::string note;
+};
+
+class drill {
+public:
+  explicit drill(drill_plan plan) : plan_(std::move(plan)) {
+    run_dir_ = fs::absolute(plan_.job.run.dir);
+    tuttid_ = fs::read_symlink("/proc/self/exe").parent_path() / "tuttid";
+  }
+
+  int run() {
+    if (!fs::exists(tuttid_))
+      return fail(1, "drill: " + tuttid_.string() + " not found");
+    if (!run_reference())
+      return 1;
+    system_options opt;
+    opt.network = true;
+    tutti_system_config sys_cfg{opt};
+    caf::actor_system sys{sys_cfg};
+    status_probe probe(sys, plan_.job.cluster.coordinator_host() + ":"
+                              + std::to_string(
+                                plan_.job.cluster.coordinator_port()));
+    for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n)
+      launch(n, n == 0);
+    std::printf("drill: %lld daemons started; faults follow\n",
+                static_cast<long long>(plan_.job.cluster.nnodes));
+    std::fflush(stdout);
+    for (const auto& f : plan_.faults) {
+      fault_result r{f};
+      if (!inject(probe, r))
+        return report(false, "the job did not reach step "
+                               + std::to_string(f.at_step) + " in time");
+      results_.push_back(r);
+    }
+    const bool completed = finish(probe);
+    return report(completed, completed ? "" : "the job did not complete");
+  }
+
+private:
+  bool run_reference() {
+    auto cfg = plan_.job;
+    cfg.run.dir = (run_dir_ / "drill-reference").string();
+    cfg.checkpoint.dir = (run_dir_ / "drill-reference" / "checkpoints").string();
+    std::printf("drill: the fault-free reference run (%lld steps)\n",
+                static_cast<long long>(cfg.train.steps));
+    std::fflush(stdout);
+    auto start = open_job(cfg, plan_.config_path,
+                          (run_dir_ / "drill-reference" / "state").string(),
+                          true, true, "tutti drill");
+    if (start.status != 0)
+      return false;
+    std::atomic<bool> never{false};
+    auto result = run_local_job(cfg, true, never, start.db, 0);
+    if (!result.ok) {
+      fail(1, "drill: the reference run failed: " + result.message);
+      // Its ranks may sit in collectives; do not wait for them.
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    reference_ = losses(fs::path(cfg.run.dir) / "metrics.jsonl");
+    step_time_s_ = median_step_time(fs::path(cfg.run.dir) / "metrics.jsonl");
+    return true;
+  }
+
+  void launch(int64_t node, bool fresh) {
+    std::vector<std::string> argv{
+      tuttid_.string(), "--config",  plan_.config_path,
+      "--node-rank",    std::to_string(node), "--data-dir",
+      (run_dir_ / ("drill-node-" + std::to_string(node))).string()};
+    if (fresh)
+      argv.insert(argv.end(), {"--fresh", "--yes"});
+    fs::create_directories(run_dir_);
+    daemons_[node] = std::make_unique<child_process>(
+      argv, run_dir_ / ("drill-node-" + std::to_string(node) + ".out"));
+  }
+
+  // Polls until `done(status)` holds; false past the step timeout.
+  template <class F>
+  bool wait_for(status_probe& probe, F&& done,
+                std::optional<job_status>* last = nullptr) {
+    const auto t0 = clock_type::now();
+    while (since(t0) < plan_.step_timeout_s) {
+      auto s = probe.poll();
+      if (last)
+        *last = s;
+      if (done(s))
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  bool inject(status_probe& probe, fault_result& r) {
+    const auto& f = r.fault;
+    std::optional<job_status> s;
+    if (!wait_for(probe, [&](const auto& st) {
+          return st && st->state == "running" && st->step >= f.at_step;
+        }, &s))
+      return false;
+    const auto before = *s;
+    r.injected_at = before.step;
+    std::printf("drill: step %lld: %s\n",
+                static_cast<long long>(before.step), f.fault.c_str());
+    std::fflush(stdout);
+    const auto t0 = clock_type::now();
+    clock_type::time_point relaunched;
+    if (f.fault == "kill_daemon") {
+      daemons_[f.node]->kill_and_reap();
+      if (f.node == 0) {
+        // The coordinator is gone with it: detection is immediate here.
+        r.detect_s = since(t0);
+      }
+      // Until the daemon comes back, watch the coordinator notice.
+      while (since(t0) < f.restart_after_s) {
+        auto st = f.node == 0 ? std::nullopt : probe.poll();
+        if (st && std::isnan(r.detect_s)
+            && (st->recoveries > before.recoveries || st->state != "running"))
+          r.detect_s = since(t0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      relaunched = clock_type::now();
+      launch(f.node, false);
+    } else {
+      auto done = probe.chaos({f.fault, f.rank, f.node, 0});
+      if (!done) {
+        r.note = "chaos refused";
+        return true;
+      }
+    }
+    if (recovered_in_place(f.fault)) {
+      int64_t at = 0;
+      wait_for(probe, [&](const auto& st) {
+        if (st && st->restarts > before.restarts && std::isnan(r.detect_s)) {
+          r.detect_s = since(t0);
+          at = st->step;
+        }
+        return st && !std::isnan(r.detect_s) && st->step > at;
+      });
+      r.resume_s = since(t0);
+      if (s = probe.poll(); s && s->recoveries > before.recoveries)
+        r.note = "escalated to a job-level recovery";
+    } else {
+      // Job level: the coordinator recovers (a new epoch, or for a lost
+      // coordinator, a restarted one resuming from its store).
+      int64_t resumed_from = -1;
+      wait_for(probe, [&](const auto& st) {
+        if (!daemons_[0]->running())
+          return true; // the job ended (and with it the coordinator)
+        if (!st)
+          return false;
+        const bool recovering = st->recoveries > before.recoveries
+                                || st->state != "running"
+                                || (f.node == 0 && f.fault == "kill_daemon");
+        if (recovering && std::isnan(r.detect_s))
+          r.detect_s = since(t0);
+        if (std::isnan(r.detect_s) || st->state != "running")
+          return false;
+        if (resumed_from < 0)
+          resumed_from = st->step;
+        return st->step > resumed_from;
+      });
+      r.resume_s = since(t0);
+      if (f.fault == "kill_daemon")
+        r.back_to_training_s = since(relaunched);
+      r.resumed_from = resumed_from;
+      if (resumed_from < 0)
+        r.note = "resume not observed before the job ended";
+      else
+        r.redone = std::max<int64_t>(0, r.injected_at - r.resumed_from);
+    }
+    return true;
+  }
+
+  bool finish(status_probe& probe) {
+    const auto deadline = plan_.step_timeout_s * 10;
+    const int code = daemons_[0]->wait(deadline);
+    for (auto& [node, d] : daemons_)
+      if (node != 0)
+        d->wait(30);
+    (void)probe;
+    return code == 0;
+  }
+
+  int report(bool completed, const std::string& why) {
+    auto actual = losses(run_dir_ / "metrics.jsonl");
+    const auto steps = plan_.job.train.steps;
+    bool all_matched = completed && actual == reference_;
+    for (size_t i = 0; i < results_.size(); ++i) {
+      auto& r = results_[i];
+      const int64_t from = r.resumed_from >= 0 ? r.resumed_from + 1
+                                               : r.injected_at;
+      const int64_t to = i + 1 < results_.size()
+                           ? results_[i + 1].injected_at
+                           : steps;
+      r.matched = to >= from;
+      for (int64_t step = from; step <= to; ++step)
+        if (!actual.count(step) || actual[step] != reference_[step])
+          r.matched = false;
+      all_matched = all_matched && r.matched;
+    }
+    std::printf("\n%-17s %-8s %8s %9s %9s %7s  %-10s %s\n", "fault", "target",
+                "at step", "detect s", "resume s", "redone", "loss curve",
+                "notes");
+    for (const auto& r : results_) {
+      const auto& f = r.fault;
+      auto target = f.node >= 0 ? "node " + std::to_string(f.node)
+                                : "rank " + std::to_string(f.rank);
+      auto note = r.note;
+      if (!std::isnan(r.back_to_training_s)) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf),
+                      "back to training %.2f s after its return (target 15)",
+                      r.back_to_training_s);
+        note += (note.empty() ? "" : "; ") + std::string(buf);
+      }
+      if (f.fault == "kill_expert" || f.fault == "raise_expert"
+          || f.fault == "nan_expert") {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf),
+                      "target: one step (%.3f s) + 0.5 s = %.3f s",
+                      step_time_s_, step_time_s_ + 0.5);
+        note += (note.empty() ? "" : "; ") + std::string(buf);
+      }
+      std::printf("%-17s %-8s %8lld %9.3f %9.3f %7lld  %-10s %s\n",
+                  f.fault.c_str(), target.c_str(),
+                  static_cast<long long>(r.injected_at), r.detect_s,
+                  r.resume_s, static_cast<long long>(r.redone),
+                  r.matched ? "matches" : "DIFFERS", note.c_str());
+    }
+    std::printf("\njob: %s; %zu of %lld steps logged; whole loss curve %s "
+                "the fault-free run\n",
+                completed ? "completed" : ("NOT completed: " + why).c_str(),
+                actual.size(), static_cast<long long>(steps),
+                actual == reference_ ? "equal to" : "DIFFERENT from");
+    std::fflush(stdout);
+    return all_matched ? 0 : 1;
+  }
+
+  drill_plan plan_;
+  fs::path run_dir_, tuttid_;
+  std::map<int64_t, std::string> reference_;
+  double step_time_s_ = 0;
+  std::map<int64_t, std::unique_ptr<child_process>> daemons_;
+  std::vector<fault_result> results_;
+};
+
+} // namespace
+
+int drill_command(const std::vector<std::string>& args) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("usage: tutti drill DRILL.yaml\n");
+    return 0;
+  }
+  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
+    return fail(2, "drill: usage: tutti drill DRILL.yaml");
+  drill_plan plan;
+  try {
+    plan = load_drill_plan(args[0]);
+  } catch (const config_error& ex) {
+    return fail(2, std::string("drill: ") + ex.what());
+  }
+  return drill(std::move(plan)).run();
+}
+
+} // namespace tutti::cli

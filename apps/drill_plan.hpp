@@ -1,0 +1,42 @@
+#pragma once
+// A fault-injection drill: the job to run and the faults to inject, in
+// order, each once the job has reached its step.
+//
+//   config: drill-job.yaml      # the job, relative to this file
+//   step_timeout_s: 120         # longest wait for progress (default 300)
+//   faults:
+//     - {fault: kill_expert, rank: 1, at_step: 10}
+//     - {fault: hang_rank, rank: 0, at_step: 30}
+//     - {fault: kill_daemon, node: 1, at_step: 50, restart_after_s: 1}
+//     - {fault: crash_checkpoint, node: 0, at_step: 70}
+
+#include <string>
+#include <vector>
+
+#include "tutti/protocol/job_config.hpp"
+
+namespace tutti::cli {
+
+struct drill_fault {
+  std::string fault;
+  int64_t rank = -1;
+  int64_t node = -1;
+  int64_t at_step = 0;
+  double restart_after_s = 1; // kill_daemon: when the daemon comes back
+};
+
+struct drill_plan {
+  std::string config_path; // absolute
+  job_config job;
+  double step_timeout_s = 300;
+  std::vector<drill_fault> faults;
+};
+
+// Faults that the drill can measure: in place (a supervisor restarts an
+// actor) or job-level (the coordinator recovers from a checkpoint).
+bool recovered_in_place(const std::string& fault);
+
+// Loads and checks a drill file; throws config_error naming the key.
+drill_plan load_drill_plan(const std::string& path);
+
+} // namespace tutti::cli
