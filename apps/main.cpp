@@ -1,5 +1,6 @@
 // tutti: run an MoE training job, prepare its data.
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -23,6 +24,10 @@ const char* usage =
   "                              inject a fault into a live job\n"
   "  drill DRILL.yaml            run a job under scripted faults; report\n"
   "                              detection, recovery and the loss curve\n"
+  "  shell --connect HOST:PORT [-c \"CMD; CMD\"] [--json]\n"
+  "                              watch and steer a live job (any daemon)\n"
+  "  logs CONFIG|HOST:PORT [--node N] [--level L] [--follow]\n"
+  "                              every daemon's log, merged by time\n"
   "  ckpt list RUN_DIR           committed checkpoints (step, size, time)\n"
   "  ckpt verify CKPT_DIR        check every hash of a checkpoint\n"
   "  ckpt show CKPT_DIR|SHARD    a shard's tensors (name, shape, dtype, hash)\n"
@@ -37,6 +42,9 @@ const char* usage =
 } // namespace
 
 int main(int argc, char** argv) {
+  // Closed sockets are errors to handle, not a reason to die (Gloo writes
+  // to peers that may be gone; recovery shuts sockets down on purpose).
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
@@ -63,9 +71,13 @@ int main(int argc, char** argv) {
       return tutti::cli::chaos_command(args);
     if (command == "drill")
       return tutti::cli::drill_command(args);
+    if (command == "shell")
+      return tutti::cli::shell_command(args);
+    if (command == "logs")
+      return tutti::cli::logs_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(2, "unknown command '" + command
-                               + "' (try: run, plan, diag, status, chaos, drill, ckpt, export, data; see tutti --help)");
+                               + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, export, data; see tutti --help)");
 }

@@ -21,9 +21,11 @@
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/journal.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/actors/metrics_board.hpp"
 #include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
+#include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/protocol/job_config.hpp"
 
@@ -81,6 +83,7 @@ struct daemon_options;
 int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              const job_config& cfg, const daemon_options& opt,
              const coordinator_actor& coordinator,
+             std::shared_ptr<metrics_board> board,
              std::unique_ptr<basp_guard>& node_guard);
 
 struct daemon_options {
@@ -106,6 +109,25 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   coordinator_actor coordinator;
   journal_actor journal;
   std::vector<std::unique_ptr<basp_guard>> guards; // outlive the system's use
+  // /metrics: the coordinator's text (node 0) and this node's.
+  auto job_board = std::make_shared<metrics_board>();
+  auto node_board = std::make_shared<metrics_board>();
+  std::unique_ptr<observability::metrics_http_server> metrics_server;
+  if (cfg.metrics.port > 0) {
+    const auto host = cfg.cluster.node(opt.node_rank).host;
+    const auto port = cfg.metrics.port + opt.node_rank;
+    std::string error;
+    metrics_server = observability::metrics_http_server::start(
+      host, static_cast<uint16_t>(port),
+      [job_board, node_board] {
+        return job_board->read() + node_board->read();
+      },
+      error);
+    if (!metrics_server)
+      return fail(1, error + " (metrics.port)");
+    log_info("tuttid", "metrics on http://" + host + ":"
+                         + std::to_string(port) + "/metrics");
+  }
   if (opt.node_rank == 0) {
     auto start = cli::open_job(
       cfg, opt.config,
@@ -116,8 +138,9 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     if (start.status != 0 || start.completed)
       return start.status;
     journal = spawn_journal(sys, cfg, start.db);
-    coordinator = spawn_coordinator(
-      sys, {cfg, caf::actor{self}, false, journal, start.resume_step});
+    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false,
+                                          journal, start.resume_step,
+                                          job_board});
     // Bind only to the address the config gives.
     if (auto s = publish_guarded(sys, coordinator, cfg.cluster.coordinator_host(),
                                  cfg.cluster.coordinator_port(), guards);
@@ -138,7 +161,8 @@ int serve(const job_config& cfg, const daemon_options& opt) {
                          + " s: " + sys.render(handle.error()));
       coordinator = *handle;
     }
-    auto lost = run_node(sys, self, cfg, opt, coordinator, node_guard);
+    auto lost = run_node(sys, self, cfg, opt, coordinator, node_board,
+                         node_guard);
     if (lost < 0 && !interrupted) {
       // The coordinator went away mid-job: wait for it to come back (its
       // daemon restarts and resumes the job from its store).
@@ -170,10 +194,11 @@ int serve(const job_config& cfg, const daemon_options& opt) {
 int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              const job_config& cfg, const daemon_options& opt,
              const coordinator_actor& coordinator,
+             std::shared_ptr<metrics_board> board,
              std::unique_ptr<basp_guard>& node_guard) {
   const auto address = cfg.cluster.node(opt.node_rank);
-  auto supervisor = spawn_node_supervisor(sys, {cfg, opt.node_rank,
-                                                coordinator, opt.rack});
+  auto supervisor = spawn_node_supervisor(
+    sys, {cfg, opt.node_rank, coordinator, opt.rack, std::move(board)});
   node_guard.reset(); // the previous supervisor's, if any
   std::vector<std::unique_ptr<basp_guard>> published;
   if (auto s = publish_guarded(sys, supervisor, address.host, address.port,
@@ -277,6 +302,9 @@ int main(int argc, char** argv) {
            std::to_string(opt.node_rank));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // A peer that went away must be an error on its socket, not the end of
+  // this daemon (aborted communicators shut their sockets down under Gloo).
+  std::signal(SIGPIPE, SIG_IGN);
   int status = serve(cfg, opt);
   log_close();
   return status;

@@ -8,6 +8,7 @@ packages=(
   libcaf-dev libgloo-dev libopenblas-dev librocksdb-dev libmsgpack-cxx-dev
   libboost-program-options-dev libyaml-cpp-dev libxxhash-dev catch2
   python3 iperf3 yamllint iproute2
+  libedit-dev tmux prometheus
 )
 
 missing=()

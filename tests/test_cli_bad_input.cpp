@@ -342,3 +342,47 @@ TEST_CASE("data prepare turns text into byte tokens", "[unit]") {
   // Untrained, the loss is near ln(256).
   CHECK(losses[0] == Approx(std::log(256.0)).margin(0.5));
 }
+
+TEST_CASE("chaos, status and drill on bad input: status 2, one line",
+          "[unit]") {
+  auto dir = scratch("cli_bad_input/faults");
+  SECTION("an unknown fault") {
+    expect_refusal("chaos 127.0.0.1:7100 unplug --rank 1", {"unplug"});
+  }
+  SECTION("a rank fault without --rank") {
+    expect_refusal("chaos 127.0.0.1:7100 kill_expert", {"--rank"});
+  }
+  SECTION("a rank that is not a number") {
+    expect_refusal("chaos 127.0.0.1:7100 kill_expert --rank one", {"--rank"});
+  }
+  SECTION("slow_rank without --seconds") {
+    expect_refusal("chaos 127.0.0.1:7100 slow_rank --rank 0", {"--seconds"});
+  }
+  SECTION("status with an unknown option") {
+    expect_refusal("status 127.0.0.1:7100 --yaml", {"--yaml"});
+  }
+  SECTION("a missing drill file") {
+    auto missing = dir / "no-drill.yaml";
+    expect_refusal("drill " + q(missing), {missing.string()});
+  }
+  SECTION("a drill with an unknown fault, a bad step, an unknown key") {
+    write_text(dir / "job.yaml", small_config((dir / "data").string(),
+                                              (dir / "run").string(), 2, 50));
+    auto drill = [&](const std::string& fault_line) {
+      write_text(dir / "drill.yaml",
+                 "config: job.yaml\nfaults:\n  - " + fault_line + "\n");
+      return "drill " + q(dir / "drill.yaml");
+    };
+    expect_refusal(drill("{fault: unplug, rank: 0, at_step: 5}"),
+                   {"faults[0].fault", "unplug"});
+    expect_refusal(drill("{fault: kill_expert, rank: 0, at_step: 50}"),
+                   {"faults[0].at_step"});
+    expect_refusal(drill("{fault: kill_expert, rank: 7, at_step: 5}"),
+                   {"faults[0].rank"});
+    expect_refusal(drill("{fault: kill_daemon, rank: 0, at_step: 5}"),
+                   {"faults[0].node"});
+    expect_refusal(drill("{fault: kill_expert, rank: 0, at_step: 5, when: 1}"),
+                   {"faults[0].when", "unknown key"});
+    CHECK_FALSE(fs::exists(dir / "run"));
+  }
+}

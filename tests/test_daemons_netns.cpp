@@ -14,7 +14,7 @@
 #include <cmath>
 #include <regex>
 
-#include "daemon_support.hpp"
+#include "fault_support.hpp"
 
 using namespace tutti::testing;
 
@@ -194,6 +194,42 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
     INFO("step " << s + 1 << ": " << b[s] << " vs " << a[s]);
     CHECK(std::abs(b[s] - a[s]) / std::abs(a[s]) <= 1e-4);
   }
+}
+
+TEST_CASE("a node cut off by its link is detected, comes back and the job "
+          "resumes",
+          "[link_cut]") {
+  netns_pair ns{netns_names(getpid())};
+  auto failed = ns.setup();
+  INFO(failed);
+  REQUIRE(failed.empty());
+  fault_job job("netns_link_cut", 100, 93, "",
+                {"10.210.0.1", "10.210.0.2"});
+  auto reference = job.reference();
+  auto node1 = job.daemon(1, "node1.log", ns.exec_in(1));
+  auto node0 = job.daemon(0, "node0.log", ns.exec_in(0));
+  const int at = fault_job::random_step(12, 60);
+  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  const auto& n = ns.names();
+  REQUIRE(sh("ip -n " + n.a + " link set " + n.veth_a + " down").status == 0);
+  // No FIN, no RST: only the missing heartbeats (timeout 1 s) tell.
+  double detect = job.seconds_until("node0.log", "job interrupted", 10);
+  INFO("detected after " << detect << " s");
+  CHECK(detect >= 0);
+  CHECK(detect <= 1.0 + 0.5);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  REQUIRE(sh("ip -n " + n.a + " link set " + n.veth_a + " up").status == 0);
+  double back = job.seconds_until("job/tuttid-0.log.jsonl",
+                                  "training resumed", 30);
+  INFO("training again " << back << " s after the link came back");
+  CHECK(back >= 0);
+  CHECK(back <= 15);
+  int s0 = node0->wait(300), s1 = node1->wait(60);
+  INFO("node0: " << tail(read_text(job.dir / "node0.log")));
+  INFO("node1: " << tail(read_text(job.dir / "node1.log")));
+  CHECK(s0 == 0);
+  CHECK(s1 == 0);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
 }
 
 int main(int argc, char** argv) {

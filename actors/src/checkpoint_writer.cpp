@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/protocol/errors.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
@@ -48,6 +49,9 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
     }
   }
   return {
+    [self](mailbox_atom) -> int64_t {
+      return static_cast<int64_t>(self->mailbox().size());
+    },
     [self](chaos_atom, const std::string& fault) {
       self->state.crash_next = fault == "crash_checkpoint";
     },
@@ -59,9 +63,15 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
       }
       // The directory entries are fsynced too, not only the files.
       auto made = store::create_directories_durable(dir);
-      if (std::exchange(st.crash_next, false))
-        throw std::runtime_error("injected crash during the checkpoint write "
-                                 "of step " + std::to_string(snap->step));
+      if (std::exchange(st.crash_next, false)) {
+        // As if the writer died half-way: the shard file is not there, the
+        // write stays in flight for the restarted writer.
+        auto why = "injected crash during the checkpoint write of step "
+                   + std::to_string(snap->step);
+        log_error("checkpoint_writer", why);
+        self->quit(caf::make_error(errc::rank_failed, why));
+        return;
+      }
       store::shard_meta meta;
       meta.rank = snap->rank;
       meta.step = snap->step;

@@ -126,6 +126,10 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
     .then(
       [self, step, t0](int64_t bytes) {
         auto& st = self->state;
+        observe_commit(self, true,
+                       std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count());
         st.committing.erase(step);
         st.last_committed = std::max(st.last_committed, step);
         check_recovery(self);
@@ -140,6 +144,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
       },
       [self, step](caf::error& err) {
         auto& st = self->state;
+        observe_commit(self, false, 0);
         st.committing.erase(step);
         st.failed_steps.insert(step);
         check_recovery(self);
@@ -278,8 +283,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
   st.listener = std::move(args.listener);
+  st.board = std::move(args.board);
   st.writer = spawn_metrics_writer(self->system(), st.cfg, args.quiet,
-                                   args.resume_step);
+                                   args.resume_step,
+                                   caf::actor_cast<caf::actor>(self));
   self->monitor(st.writer);
   st.fingerprint = fingerprint_text(st.cfg);
   st.journal = std::move(args.journal);
@@ -366,8 +373,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         st.steps.erase(r.step);
         st.last_step = std::max(st.last_step, r.step);
         st.last_loss = merged.loss;
+        observe_step(self, merged);
         if (st.awaiting_first_step) {
           st.awaiting_first_step = false;
+          resolve_alert(self, "job_interrupted");
           auto took = std::chrono::duration<double>(coordinator_clock::now()
                                                     - st.recovery_began)
                         .count();
@@ -416,6 +425,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       st.saved.erase(step);
       if (!st.failed_steps.insert(step).second)
         return; // already reported for another rank
+      observe_commit(self, false, 0);
       auto text = "checkpoint step " + std::to_string(step) + ", rank "
                   + std::to_string(rank) + ": " + why;
       log_error("coordinator", "ALERT critical: " + text
@@ -438,8 +448,8 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     [self](escalate_atom, const std::string& why) {
       begin_recovery(self, why);
     },
-    [self](heartbeat_atom, int64_t node,
-           int64_t) -> caf::result<int64_t> {
+    [self](heartbeat_atom, int64_t node, int64_t,
+           int64_t resident_bytes) -> caf::result<int64_t> {
       auto& st = self->state;
       auto i = st.nodes.find(node);
       if (i == st.nodes.end())
@@ -447,7 +457,19 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
                                "node " + std::to_string(node)
                                  + " is not a member (dropped)");
       i->second.last_heartbeat = coordinator_clock::now();
+      i->second.resident_bytes = resident_bytes;
       return st.epoch;
+    },
+    [self](shell_atom, const std::string& command,
+           const std::vector<std::string>& args) {
+      return run_shell_command(self, command, args);
+    },
+    [self](alert_atom, const std::string& name, const std::string& level,
+           const std::string& text) {
+      if (text.empty())
+        resolve_alert(self, name);
+      else
+        fire_alert(self, name, level, text);
     },
     [self](tick_atom) {
       auto& st = self->state;
@@ -464,8 +486,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     [self](event_atom, const std::string& kind, const std::string& text,
            double seconds) {
       auto& st = self->state;
-      if (kind == "restart")
+      if (kind == "restart") {
         ++st.restarts;
+        observe_restart(self, text);
+      }
       record_event(self, kind, text, seconds);
     },
     [self](chaos_atom, const chaos_request& req) {

@@ -42,6 +42,7 @@ void restart_from_checkpoint(coordinator_pointer self) {
   self->send(st.writer, rewind_atom_v, from);
   st.state = job_state::running;
   st.paused = false;
+  st.user_paused = false; // the new epoch's ranks start unpaused
   st.awaiting_first_step = true;
   const double took = seconds_since(st.recovery_began);
   auto text = "recovered: epoch " + std::to_string(st.epoch)
@@ -91,6 +92,7 @@ void begin_recovery(coordinator_pointer self, const std::string& why) {
                              + "; recovering (epoch "
                              + std::to_string(st.epoch) + ")");
   record_event(self, "failure", why, 0);
+  fire_alert(self, "job_interrupted", "critical", why);
   for (auto& [node, m] : st.nodes)
     self->send(m.supervisor, abort_atom_v, st.epoch);
   check_recovery(self);
@@ -251,7 +253,7 @@ caf::result<std::string> route_chaos(coordinator_pointer self,
 
 job_status describe_job(const coordinator_state& st) {
   job_status s;
-  s.state = st.paused ? "paused" : to_string(st.state);
+  s.state = st.paused || st.user_paused ? "paused" : to_string(st.state);
   s.step = st.last_step;
   s.steps = st.cfg.train.steps;
   s.epoch = st.epoch;
@@ -262,7 +264,10 @@ job_status describe_job(const coordinator_state& st) {
   for (const auto& [node, m] : st.nodes)
     s.nodes.push_back(node);
   s.message = st.state == job_state::recovering ? st.recovery_cause
-                                                 : st.failure;
+              : st.user_paused ? "paused by the shell; resume to go on"
+                               : st.failure;
+  for (const auto& [name, a] : st.seen.alerts)
+    s.alerts.push_back(a.level + " " + name + ": " + a.text);
   return s;
 }
 

@@ -13,7 +13,10 @@
 #include <optional>
 #include <set>
 
+#include <deque>
+
 #include "tutti/actors/coordinator.hpp"
+#include "tutti/actors/metrics_board.hpp"
 
 namespace tutti {
 
@@ -28,6 +31,34 @@ struct member {
   node_registration info;
   node_supervisor_actor supervisor;
   coordinator_clock::time_point last_heartbeat;
+  int64_t resident_bytes = 0; // its daemon's, from the heartbeat
+};
+
+// A rule that fires: since when, and what it said.
+struct firing_alert {
+  std::string level; // critical | important | normal
+  std::string text;
+  int64_t since_step = 0;
+};
+
+// What the coordinator has seen of the job, for status, the shell's
+// experts and metrics commands, /metrics and the alert rules.
+struct job_observations {
+  step_report last;                 // merged, of the last step
+  bool have_last = false;
+  std::vector<double> expert_sum;   // tokens per [layer][expert], summed
+  int64_t expert_steps = 0;
+  int64_t dropped_total = 0;
+  int64_t steps_seen = 0;
+  double elapsed_s = 0;             // sum of step times seen
+  double last_commit_s = 0;         // how long the last checkpoint commit took
+  double last_commit_unix_s = 0;    // when it succeeded
+  int64_t checkpoint_failures_in_row = 0;
+  std::map<std::string, int64_t> restarts_by_kind;
+  std::deque<double> recent_losses; // for the spike rule
+  std::vector<double> comm_samples; // all-to-all seconds, first steps
+  double comm_baseline_s = 0;
+  std::map<std::string, firing_alert> alerts; // by rule name
 };
 
 struct coordinator_state {
@@ -80,6 +111,10 @@ struct coordinator_state {
   // Stragglers: steps in a row each rank was slow; ranks alerted.
   std::map<int32_t, int64_t> slow_streak;
   std::set<int32_t> stragglers;
+  job_observations seen;
+  std::shared_ptr<metrics_board> board; // for /metrics; may be null
+  std::set<int64_t> draining;           // nodes told to leave
+  bool user_paused = false;             // by the shell's pause
 
   bool has_all(const std::vector<std::string>& keys) const {
     return std::all_of(keys.begin(), keys.end(),
@@ -113,5 +148,20 @@ void watch_stragglers(coordinator_pointer self,
 caf::result<std::string> route_chaos(coordinator_pointer self,
                                      const chaos_request& req);
 job_status describe_job(const coordinator_state& st);
+
+// coordinator_observe.cpp
+void observe_step(coordinator_pointer self, const step_report& merged);
+void observe_commit(coordinator_pointer self, bool ok, double seconds);
+void observe_restart(coordinator_pointer self, const std::string& text);
+void fire_alert(coordinator_pointer self, const std::string& name,
+                const std::string& level, const std::string& text);
+void resolve_alert(coordinator_pointer self, const std::string& name);
+void publish_metrics(coordinator_pointer self);
+std::string render_metrics(const coordinator_state& st);
+
+// coordinator_shell.cpp
+caf::result<shell_reply> run_shell_command(coordinator_pointer self,
+                                           const std::string& command,
+                                           const std::vector<std::string>& args);
 
 } // namespace tutti

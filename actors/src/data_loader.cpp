@@ -131,6 +131,9 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
     [self](eval_batch_atom, int64_t chunk) -> token_batch_ptr {
       return self->state.eval_chunk(chunk);
     },
+    [self](mailbox_atom) -> int64_t {
+      return static_cast<int64_t>(self->mailbox().size());
+    },
     [self](prefetch_atom) {
       auto& st = self->state;
       while (static_cast<int64_t>(st.queue.size()) < st.cfg.data.prefetch

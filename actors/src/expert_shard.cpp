@@ -152,6 +152,9 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       std::fill(g.begin(), g.end(), 0.0f);
       return caf::ok_atom_v;
     },
+    [self](mailbox_atom) -> int64_t {
+      return static_cast<int64_t>(self->mailbox().size());
+    },
     [self](chaos_atom, const std::string& fault) {
       self->state.fault = fault;
     },

@@ -1,5 +1,7 @@
 #include "tutti/actors/journal.hpp"
 
+#include <ctime>
+
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 
@@ -109,6 +111,24 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
     },
     [self](event_atom, const std::string& kind, const std::string& detail,
            double duration) { self->state.event(kind, detail, duration); },
+    [self](events_atom, int64_t since_unix_ms) -> std::vector<std::string> {
+      std::vector<std::string> out;
+      auto all = self->state.db->events(since_unix_ms);
+      if (!all.ok())
+        return {"(cannot read the event log: " + all.error + ")"};
+      for (const auto& e : all.value) {
+        auto secs = static_cast<std::time_t>(e.time_unix_ms / 1000);
+        std::tm tm{};
+        gmtime_r(&secs, &tm);
+        char when[32];
+        std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        auto line = std::string(when) + "  " + e.kind + "  " + e.detail;
+        if (e.duration_s >= 0)
+          line += "  (" + std::to_string(e.duration_s) + " s)";
+        out.push_back(std::move(line));
+      }
+      return out;
+    },
     [self](job_done_atom, const std::string& state, int64_t step) {
       if (auto err = self->state.db->put_job_state(state, step))
         log_error("journal", *err);

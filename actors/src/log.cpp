@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <deque>
+#include <fstream>
 #include <mutex>
 
 namespace tutti {
@@ -12,6 +14,14 @@ namespace {
 std::mutex log_mutex;
 std::FILE* log_file = nullptr;
 std::string log_node = "0";
+std::string log_file_path;
+
+int level_rank(const std::string& level) {
+  if (level == "debug") return 0;
+  if (level == "info") return 1;
+  if (level == "warn") return 2;
+  return 3;
+}
 
 std::string now_iso8601() {
   using namespace std::chrono;
@@ -53,6 +63,32 @@ void log_open(const std::string& path, const std::string& node) {
     std::fclose(log_file);
   log_file = std::fopen(path.c_str(), "a");
   log_node = node;
+  log_file_path = path;
+}
+
+std::vector<std::string> read_log_lines(const std::string& min_level,
+                                        int64_t max_lines) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> guard(log_mutex);
+    path = log_file_path;
+  }
+  std::deque<std::string> kept;
+  std::ifstream in(path);
+  std::string line;
+  const int floor = level_rank(min_level);
+  while (std::getline(in, line)) {
+    auto at = line.find("\"level\":\"");
+    if (at == std::string::npos)
+      continue;
+    auto end = line.find('"', at + 9);
+    if (level_rank(line.substr(at + 9, end - at - 9)) < floor)
+      continue;
+    kept.push_back(std::move(line));
+    if (max_lines > 0 && static_cast<int64_t>(kept.size()) > max_lines)
+      kept.pop_front();
+  }
+  return {kept.begin(), kept.end()};
 }
 
 void log_close() {

@@ -1,8 +1,10 @@
 #include "tutti/actors/metrics_writer.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -99,6 +101,8 @@ struct metrics_writer_state {
   job_config cfg;
   bool quiet = false;
   std::FILE* file = nullptr;
+  caf::actor alerts;
+  bool slow_writes = false;
   double elapsed = 0;
   int64_t steps_seen = 0;
 
@@ -162,8 +166,10 @@ void rewind(metrics_writer_state& st, int64_t step) {
 
 metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
                                                    job_config cfg, bool quiet,
-                                                   int64_t resume_step) {
+                                                   int64_t resume_step,
+                                                   caf::actor alerts) {
   auto& st = self->state;
+  st.alerts = std::move(alerts);
   st.cfg = std::move(cfg);
   st.quiet = quiet;
   rewind(st, resume_step);
@@ -175,8 +181,22 @@ metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
       st.steps_seen += 1;
       if (st.file) {
         auto line = metrics_json(r, st.cfg.moe.num_experts);
+        const auto t0 = std::chrono::steady_clock::now();
         std::fprintf(st.file, "%s\n", line.c_str());
         std::fflush(st.file);
+        const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+        const double limit = st.cfg.alerts.slow_log_write_ms;
+        const bool slow = limit > 0 && ms > limit;
+        if (st.alerts && slow != st.slow_writes)
+          caf::anon_send(st.alerts, alert_atom_v, std::string("slow_log_write"),
+                     std::string("normal"),
+                     slow ? "a metrics line took " + std::to_string(ms)
+                              + " ms to write (alerts.slow_log_write_ms "
+                              + std::to_string(limit) + ")"
+                          : std::string());
+        st.slow_writes = slow;
       }
       st.print(r);
     },
@@ -187,9 +207,10 @@ metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
 
 metrics_writer_actor spawn_metrics_writer(caf::actor_system& sys,
                                           job_config cfg, bool quiet,
-                                          int64_t resume_step) {
+                                          int64_t resume_step,
+                                          caf::actor alerts) {
   return sys.spawn<caf::detached>(metrics_writer, std::move(cfg), quiet,
-                                  resume_step);
+                                  resume_step, std::move(alerts));
 }
 
 } // namespace tutti

@@ -1,5 +1,7 @@
 #include "tutti/actors/node_supervisor.hpp"
 
+#include "node_supervisor_state.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -19,43 +21,6 @@
 namespace tutti {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-struct running_rank {
-  int32_t rank = 0;
-  int64_t epoch = 0;
-  caf::actor handle;
-  std::shared_ptr<rank_control> control;
-};
-
-struct node_supervisor_state {
-  node_supervisor_state() = default; // not an aggregate (CAF would pass `this`)
-  static inline const char* name = "node_supervisor";
-  node_supervisor_args args;
-  int64_t epoch = -1;  // the epoch whose ranks run here; -1: none yet
-  bool registered = false;
-  bool job_over = false; // our ranks finished the job
-  supervisor_actor writers, loaders, experts;
-  caf::actor writer; // monitored while the job drains
-  std::shared_ptr<checkpoint_in_flight> in_flight =
-    std::make_shared<checkpoint_in_flight>();
-  std::map<caf::actor_addr, running_rank> ranks;    // of the current epoch
-  std::map<caf::actor_addr, running_rank> aborting; // of older epochs
-  int64_t abort_epoch = -1;                         // to report when done
-  clock_type::time_point abort_deadline;
-  clock_type::time_point last_heartbeat = clock_type::now();
-
-  std::string who() const {
-    return "node " + std::to_string(args.node_rank);
-  }
-  int32_t first_rank() const {
-    return static_cast<int32_t>(args.node_rank * args.cfg.cluster.nproc_per_node);
-  }
-};
-
-using node_pointer =
-  node_supervisor_actor::stateful_pointer<node_supervisor_state>;
 
 void report(node_pointer self, const std::string& kind,
             const std::string& text, double seconds = 0) {
@@ -274,12 +239,14 @@ void heartbeat(node_pointer self) {
   self->delayed_send(self, std::chrono::milliseconds(r.heartbeat_interval_ms),
                      tick_atom_v);
   maybe_report_aborted(self);
+  publish_node_metrics(self);
   if (!st.registered || st.job_over)
     return;
   self
     ->request(st.args.coordinator,
               std::chrono::milliseconds(r.heartbeat_timeout_ms),
-              heartbeat_atom_v, st.args.node_rank, st.epoch)
+              heartbeat_atom_v, st.args.node_rank, st.epoch,
+              resident_memory_bytes())
     .then(
       [self](int64_t) { self->state.last_heartbeat = clock_type::now(); },
       [self](caf::error& err) {
@@ -308,12 +275,11 @@ void heartbeat(node_pointer self) {
       });
 }
 
-std::string inject(node_pointer self, const chaos_request& req);
-
 node_supervisor_actor::behavior_type
 node_supervisor(node_pointer self, node_supervisor_args args) {
   auto& st = self->state;
   st.args = std::move(args);
+  st.board = st.args.board;
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   self->monitor(st.args.coordinator);
   register_node(self);
@@ -348,12 +314,40 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
     [self](escalate_atom, const std::string& why) {
       auto& st = self->state;
       log_error("node_supervisor", st.who() + ": escalated: " + why);
+      report(self, "escalation", st.who() + ": " + why);
       self->send(st.args.coordinator, rank_fail_atom_v, int32_t{-1},
                  st.who() + ": " + why, st.epoch);
     },
     [self](restarted_atom, const std::string& id, const std::string& why) {
+      ++self->state.restarts_by_kind[id.substr(0, id.find('/'))];
       report(self, "restart",
              self->state.who() + ": " + id + " restarted after " + why);
+    },
+    [self](get_coordinator_atom) {
+      return caf::actor_cast<caf::actor>(self->state.args.coordinator);
+    },
+    [self](actors_atom) { return list_actors(self); },
+    [self](logs_atom, const std::string& level, int64_t,
+           int64_t max_lines) -> std::vector<std::string> {
+      // Read on this actor's thread: a bounded file read, on demand.
+      return read_log_lines(level, max_lines);
+    },
+    [self](pause_atom) { request_from_ranks(self, "pause"); },
+    [self](resume_atom) { request_from_ranks(self, "resume"); },
+    [self](checkpoint_now_atom) { request_from_ranks(self, "checkpoint"); },
+    [self](actor_exit_atom, const std::string& path, bool kill) {
+      return exit_actor(self, path, kill);
+    },
+    [self](drain_atom) {
+      // Leave the job for good: its ranks end, the daemon exits and the
+      // coordinator waits for a replacement with this node rank.
+      auto& st = self->state;
+      log_warn("node_supervisor", st.who() + ": drained on request; leaving");
+      st.draining = true;
+      abort_ranks(self, -1);
+      if (st.writers)
+        self->send(st.writers, stop_atom_v);
+      self->quit();
     },
     [self](chaos_atom, const chaos_request& req) -> caf::result<std::string> {
       auto done = inject(self, req);
@@ -362,75 +356,6 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       return done;
     },
   };
-}
-
-// Sends `fault` to (or kills) the running child `id` of `sup`.
-void hit_child(node_pointer self, const supervisor_actor& sup,
-               const std::string& id, const std::string& fault) {
-  self->request(sup, std::chrono::seconds(5), which_child_atom_v, id)
-    .then(
-      [self, fault](caf::actor& h) {
-        if (fault.rfind("kill_", 0) == 0)
-          self->send_exit(h, caf::exit_reason::kill);
-        else
-          caf::anon_send(caf::actor_cast<expert_shard_actor>(h), chaos_atom_v,
-                         fault);
-      },
-      [self, id](caf::error& err) {
-        log_warn("node_supervisor", "chaos: no running " + id + ": "
-                                      + self->system().render(err));
-      });
-}
-
-std::string inject(node_pointer self, const chaos_request& req) {
-  auto& st = self->state;
-  const auto& f = req.fault;
-  log_warn("node_supervisor", st.who() + ": injecting fault " + f + " (rank "
-                                + std::to_string(req.rank) + ")");
-  if (f == "kill_daemon") {
-    // Like kill -9: no goodbye to anyone.
-    std::raise(SIGKILL);
-  }
-  if (f == "crash_checkpoint" || f == "kill_writer") {
-    if (!st.writers)
-      return "error: no checkpoint writer runs yet";
-    if (f == "kill_writer")
-      hit_child(self, st.writers, "checkpoint_writer", f);
-    else
-      self->request(st.writers, std::chrono::seconds(5), which_child_atom_v,
-                    std::string("checkpoint_writer"))
-        .then(
-          [](caf::actor& h) {
-            caf::anon_send(caf::actor_cast<checkpoint_writer_actor>(h),
-                           chaos_atom_v, std::string("crash_checkpoint"));
-          },
-          [](caf::error&) {});
-    return f + " on " + st.who();
-  }
-  const auto local = req.rank - st.first_rank();
-  if (local < 0 || local >= st.args.cfg.cluster.nproc_per_node)
-    return "error: rank " + std::to_string(req.rank) + " is not on "
-           + st.who();
-  const auto r = std::to_string(req.rank);
-  running_rank* target = nullptr;
-  for (auto& [addr, rr] : st.ranks)
-    if (rr.rank == req.rank)
-      target = &rr;
-  if (!target)
-    return "error: rank " + r + " is not running";
-  if (f == "kill_expert" || f == "raise_expert" || f == "nan_expert")
-    hit_child(self, st.experts, "expert_shard/" + r, f);
-  else if (f == "kill_loader")
-    hit_child(self, st.loaders, "data_loader/" + r, f);
-  else if (f == "kill_rank")
-    self->send_exit(target->handle, caf::exit_reason::kill);
-  else if (f == "hang_rank")
-    target->control->hang = true;
-  else if (f == "slow_rank")
-    target->control->slow_s = req.seconds;
-  else
-    return "error: unknown fault '" + f + "'";
-  return f + " on rank " + r;
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 
 #include "rank_checkpoint.hpp"
@@ -25,6 +26,23 @@ namespace tutti {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// Requests ride the step's all-reduce as one sum (exact in a double): a
+// count of stop votes, of checkpoint votes times 2^17 and of pause votes
+// times 2^34 (up to 2^17 ranks each).
+constexpr int64_t checkpoint_vote = int64_t{1} << 17;
+constexpr int64_t pause_vote = int64_t{1} << 34;
+
+struct step_votes {
+  bool stop = false, checkpoint = false, pause = false;
+};
+
+step_votes decode_votes(double sum) {
+  const auto v = static_cast<int64_t>(std::llround(sum));
+  return {(v % checkpoint_vote) > 0,
+          ((v / checkpoint_vote) % (pause_vote / checkpoint_vote)) > 0,
+          (v / pause_vote) > 0};
+}
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -138,8 +156,9 @@ public:
       step_ = step;
       step_report report;
       report.epoch = a_.epoch;
-      bool stop = false;
-      TUTTI_RETURN_IF_ERROR(train(model, step, report, stop));
+      step_votes votes;
+      TUTTI_RETURN_IF_ERROR(train(model, step, report, votes));
+      const bool stop = votes.stop;
       const bool eval = step == t.steps || stop
                         || (t.eval_interval > 0 && step % t.eval_interval == 0);
       if (eval && t.eval_sequences > 0) {
@@ -149,7 +168,7 @@ public:
       }
       last_step_ = step;
       const auto& ck = a_.cfg.checkpoint;
-      if (step == t.steps || stop
+      if (step == t.steps || stop || votes.checkpoint
           || (ck.interval_steps > 0 && step % ck.interval_steps == 0)) {
         // The copy to host memory is the only stall; the writer persists
         // it while training goes on.
@@ -169,6 +188,8 @@ public:
       self_->send(a_.coordinator, std::move(report));
       if (stop)
         break;
+      if (votes.pause)
+        TUTTI_RETURN_IF_ERROR(wait_while_paused());
     }
     return {};
   }
@@ -211,14 +232,18 @@ private:
                 + std::to_string(step_) + ", " + std::to_string(replayed)
                 + " expert calls replayed";
     log_warn("rank", text + " (" + std::to_string(seconds) + " s)");
-    self_->send(a_.coordinator, event_atom_v, std::string("restart"), text,
+    self_->send(a_.coordinator, event_atom_v, std::string("replayed"), text,
                 seconds);
   }
 
+  // kill_rank: an exception ends the rank's thread like a crash would.
   // hang_rank: stop before the step's first collective until aborted (the
-  // peers wait in that collective). slow_rank: sleep before each step.
+  // peers wait in that collective).
   status injected_faults() {
     auto& c = *a_.control;
+    if (c.crash.exchange(false))
+      throw std::runtime_error("rank " + std::to_string(a_.rank)
+                               + " crashed (injected fault kill_rank)");
     if (c.hang.exchange(false)) {
       log_warn("rank", "rank " + std::to_string(a_.rank)
                          + ": hanging (injected) until aborted");
@@ -227,8 +252,6 @@ private:
     }
     if (c.aborted())
       return status::error("aborted");
-    if (double s = c.slow_s.load(); s > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(s));
     return {};
   }
 
@@ -237,21 +260,54 @@ private:
   void poll_mailbox() {
     bool more = true;
     while (more)
-      self_->receive([&](stop_atom) { stop_requested_ = true; },
-                     caf::after(std::chrono::seconds(0)) >> [&] {
-                       more = false;
-                     });
+      self_->receive(
+        [&](stop_atom) { stop_requested_ = true; },
+        [&](mailbox_atom) {
+          return static_cast<int64_t>(self_->mailbox().size());
+        },
+        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  }
+
+  // Every rank stopped after the same step; no collective is in flight, so
+  // no timeout runs. Ends on resume, stop (voted at the next step) or abort.
+  status wait_while_paused() {
+    auto& c = *a_.control;
+    c.paused = true;
+    if (a_.rank == 0)
+      log_info("rank", "paused after step " + std::to_string(step_));
+    while (!c.resume.exchange(false) && !stop_requested_) {
+      if (c.aborted()) {
+        c.paused = false;
+        return status::error("aborted");
+      }
+      poll_mailbox();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    c.paused = false;
+    if (a_.rank == 0)
+      log_info("rank", "resumed after step " + std::to_string(step_));
+    return {};
   }
 
   status train(model::rank_model& model, int64_t step, step_report& r,
-               bool& stop) {
+               step_votes& votes) {
     const auto t0 = clock_type::now();
+    // slow_rank: time this rank loses outside collectives, as a straggler's.
+    if (double s = a_.control->slow_s.load(); s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(s));
     token_batch_ptr batch;
     TUTTI_RETURN_IF_ERROR(fetch_batch(next_batch_atom_v, step, batch));
     const auto work_start = clock_type::now();
     experts_->begin_step();
     model::step_stats stats;
-    stats.stop_votes = stop_requested_ ? 1 : 0;
+    auto& c = *a_.control;
+    stats.stop_votes =
+      static_cast<double>((stop_requested_ ? 1 : 0)
+                          + (c.checkpoint_requested.exchange(false)
+                               ? checkpoint_vote
+                               : 0)
+                          + (c.pause_requested.exchange(false) ? pause_vote
+                                                               : 0));
     TUTTI_RETURN_IF_ERROR(model.train_step(batch->inputs.data(),
                                            batch->targets.data(), batch->seqs,
                                            stats));
@@ -266,7 +322,7 @@ private:
     stats.lr = model::learning_rate(a_.cfg.train, step);
     model.apply_optimizer(step, stats.lr, scale);
     TUTTI_RETURN_IF_ERROR(optimize_experts(step, stats.lr, scale));
-    stop = stats.stop_votes > 0;
+    votes = decode_votes(stats.stop_votes);
     const double work = seconds_since(work_start);
     const double total = seconds_since(t0);
 
@@ -281,6 +337,9 @@ private:
     r.dropped_tokens = stats.dropped_tokens;
     r.alltoall_bytes = stats.alltoall_bytes;
     r.expert_counts = std::move(stats.expert_counts);
+    if (a_.rank == 0)
+      r.router_bias.assign(model.router_bias().begin(),
+                           model.router_bias().end());
     r.time_alltoall_s = stats.time.alltoall_s;
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s

@@ -223,6 +223,25 @@ void validate_recovery(const job_config& c) {
   require(r.max_wait_s > 0, "recovery.max_wait_s", "must be > 0");
   require(r.straggler_factor > 1, "recovery.straggler_factor", "must be > 1");
   require(r.straggler_steps >= 1, "recovery.straggler_steps", "must be >= 1");
+  require(c.metrics.port >= 0
+            && c.metrics.port + c.cluster.nnodes - 1 <= 65535,
+          "metrics.port",
+          "must be 0 (off) or leave room for one port per node below 65536");
+  const auto& a = c.alerts;
+  require(a.checkpoint_failures >= 0, "alerts.checkpoint_failures",
+          "must be >= 0");
+  for (auto [key, v] : {std::pair{"alerts.memory_watermark_gb",
+                                  a.memory_watermark_gb},
+                        std::pair{"alerts.comm_time_factor", a.comm_time_factor},
+                        std::pair{"alerts.expert_imbalance", a.expert_imbalance},
+                        std::pair{"alerts.loss_spike_factor",
+                                  a.loss_spike_factor},
+                        std::pair{"alerts.slow_log_write_ms",
+                                  a.slow_log_write_ms},
+                        std::pair{"alerts.low_utilisation", a.low_utilisation}})
+    require(v >= 0, key, "must be >= 0 (0 = off)");
+  require(a.low_utilisation < 1, "alerts.low_utilisation",
+          "is a share of the step time: must be < 1");
   validate_supervision("expert_shard", c.supervision.expert_shard);
   validate_supervision("data_loader", c.supervision.data_loader);
   validate_supervision("checkpoint_writer", c.supervision.checkpoint_writer);
@@ -387,7 +406,7 @@ job_config parse_job_config(const std::string& yaml_text,
   c.source_path = source_name;
   static const std::set<std::string> sections{
     "cluster_config", "model", "moe_config", "train", "data", "run",
-    "checkpoint", "diag", "supervision", "recovery"};
+    "checkpoint", "diag", "supervision", "recovery", "metrics", "alerts"};
   std::set<std::string> names;
   for (const auto& kv : root) {
     auto name = key_text(kv.first, source_name);
@@ -504,6 +523,20 @@ job_config parse_job_config(const std::string& yaml_text,
   rc.read("straggler_factor", c.recovery.straggler_factor);
   rc.read("straggler_steps", c.recovery.straggler_steps);
   rc.finish();
+
+  section mt(root, "metrics", false);
+  mt.read("port", c.metrics.port);
+  mt.finish();
+
+  section al(root, "alerts", false);
+  al.read("checkpoint_failures", c.alerts.checkpoint_failures);
+  al.read("memory_watermark_gb", c.alerts.memory_watermark_gb);
+  al.read("comm_time_factor", c.alerts.comm_time_factor);
+  al.read("expert_imbalance", c.alerts.expert_imbalance);
+  al.read("loss_spike_factor", c.alerts.loss_spike_factor);
+  al.read("slow_log_write_ms", c.alerts.slow_log_write_ms);
+  al.read("low_utilisation", c.alerts.low_utilisation);
+  al.finish();
 
   validate(c);
   return c;

@@ -10,7 +10,10 @@
 
 #include <caf/actor.hpp>
 
+#include <memory>
+
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/actors/metrics_board.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
@@ -32,6 +35,7 @@ struct coordinator_args {
   bool quiet = false;      // no progress lines on the terminal
   journal_actor journal;   // the daemon's RocksDB
   int64_t resume_step = 0; // the verified checkpoint to continue from
+  std::shared_ptr<metrics_board> board; // /metrics text; null: none served
 };
 
 coordinator_actor spawn_coordinator(caf::actor_system& sys,

@@ -24,27 +24,31 @@ using expert_shard_actor = caf::typed_actor<
   caf::replies_to<snapshot_atom, int64_t>::with<rank_snapshot_ptr>,
   caf::replies_to<restore_atom, rank_snapshot_ptr>::with<caf::ok_atom>,
   caf::replies_to<zero_grads_atom>::with<caf::ok_atom>,
-  caf::reacts_to<chaos_atom, std::string>>;
+  caf::reacts_to<chaos_atom, std::string>,
+  caf::replies_to<mailbox_atom>::with<int64_t>>;
 
 // Persists rank snapshots as shard files of a checkpoint directory and tells
 // the coordinator (ckpt_saved / ckpt_failed).
 using checkpoint_writer_actor = caf::typed_actor<
   caf::reacts_to<ckpt_write_atom, rank_snapshot_ptr, std::string>,
-  caf::reacts_to<chaos_atom, std::string>>;
+  caf::reacts_to<chaos_atom, std::string>,
+  caf::replies_to<mailbox_atom>::with<int64_t>>;
 
 // Owns the daemon's RocksDB: commits checkpoints (MANIFEST, record,
 // retention) and appends events.
 using journal_actor = caf::typed_actor<
   caf::replies_to<ckpt_commit_atom, int64_t, int64_t, int64_t>::with<int64_t>,
   caf::reacts_to<event_atom, std::string, std::string, double>,
-  caf::reacts_to<job_done_atom, std::string, int64_t>>;
+  caf::reacts_to<job_done_atom, std::string, int64_t>,
+  caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
 // prefetching ahead.
 using data_loader_actor = caf::typed_actor<
   caf::replies_to<next_batch_atom, int64_t>::with<token_batch_ptr>,
   caf::replies_to<eval_batch_atom, int64_t>::with<token_batch_ptr>,
-  caf::reacts_to<prefetch_atom>>;
+  caf::reacts_to<prefetch_atom>,
+  caf::replies_to<mailbox_atom>::with<int64_t>>;
 
 // Writes metrics.jsonl and the terminal progress line; rewind_atom drops
 // the lines after a step (the job went back to that checkpoint).
@@ -62,7 +66,16 @@ using node_supervisor_actor = caf::typed_actor<
   caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
   caf::reacts_to<escalate_atom, std::string>,
   caf::reacts_to<restarted_atom, std::string, std::string>,
-  caf::reacts_to<tick_atom>>;
+  caf::reacts_to<tick_atom>,
+  caf::replies_to<get_coordinator_atom>::with<caf::actor>,
+  caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
+  caf::replies_to<logs_atom, std::string, int64_t, int64_t>::with<
+    std::vector<std::string>>,
+  caf::reacts_to<pause_atom>,
+  caf::reacts_to<resume_atom>,
+  caf::reacts_to<checkpoint_now_atom>,
+  caf::replies_to<actor_exit_atom, std::string, bool>::with<std::string>,
+  caf::reacts_to<drain_atom>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<
@@ -77,7 +90,10 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<step_report>,
   caf::reacts_to<rank_done_atom, int32_t, double, int64_t>,
   caf::reacts_to<rank_fail_atom, int32_t, std::string, int64_t>,
-  caf::replies_to<heartbeat_atom, int64_t, int64_t>::with<int64_t>,
+  caf::replies_to<heartbeat_atom, int64_t, int64_t, int64_t>::with<int64_t>,
+  caf::replies_to<shell_atom, std::string, std::vector<std::string>>::with<
+    shell_reply>,
+  caf::reacts_to<alert_atom, std::string, std::string, std::string>,
   caf::reacts_to<aborted_atom, int64_t, int64_t>,
   caf::reacts_to<event_atom, std::string, std::string, double>,
   caf::replies_to<chaos_atom, chaos_request>::with<std::string>,

@@ -3,7 +3,9 @@
 // JSON lines to the run's log file; warnings and errors also to stderr as
 // one readable line. Thread-safe.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tutti {
 
@@ -14,6 +16,11 @@ void log_close();
 void log_info(const std::string& actor, const std::string& event);
 void log_warn(const std::string& actor, const std::string& event);
 void log_error(const std::string& actor, const std::string& event);
+
+// The last `max_lines` lines of this process's log file at `min_level`
+// (debug < info < warn < error) or above, oldest first.
+std::vector<std::string> read_log_lines(const std::string& min_level,
+                                        int64_t max_lines);
 
 // Escapes a string for a JSON string literal.
 std::string json_escape(const std::string& text);

@@ -17,7 +17,10 @@
 // ranks end the job at the next step boundary. Faults are injected here
 // (chaos_atom).
 
+#include <memory>
+
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/actors/metrics_board.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
@@ -27,6 +30,7 @@ struct node_supervisor_args {
   int64_t node_rank = 0;
   coordinator_actor coordinator;
   std::string rack; // overrides the config's rack label when set
+  std::shared_ptr<metrics_board> board; // this node's /metrics; may be null
 };
 
 node_supervisor_actor spawn_node_supervisor(caf::actor_system& sys,

@@ -31,9 +31,18 @@ public:
   void add(comm::communicator* c);
   void clear();
 
-  // Faults: hang at the next step until aborted; sleep per step.
+  // Faults: crash (an exception) at the next step; hang there until
+  // aborted; sleep per step.
+  std::atomic<bool> crash{false};
   std::atomic<bool> hang{false};
   std::atomic<double> slow_s{0};
+
+  // Operator requests (the shell): the ranks agree on the step through its
+  // all-reduce, then pause after it (until resume) or checkpoint it.
+  std::atomic<bool> pause_requested{false};
+  std::atomic<bool> resume{false};
+  std::atomic<bool> checkpoint_requested{false};
+  std::atomic<bool> paused{false}; // for the shell's actors listing
 
 private:
   std::atomic<bool> aborted_{false};

@@ -144,6 +144,27 @@ struct recovery_config {
   int64_t straggler_steps = 5; // ... this many steps in a row: an alert
 };
 
+// Prometheus: node N serves /metrics on its own host at port + N (0 = off).
+struct metrics_config {
+  int64_t port = 0;
+};
+
+// Alert rules, by level. critical: the job interrupted (always on), this
+// many checkpoint failures in a row; important: a daemon's memory over
+// the watermark, all-to-all time over its baseline times a factor, one
+// expert over the mean load times a factor, the loss NaN or over its
+// recent mean times a factor; normal: metrics lines slower to write than
+// a limit, compute under a share of the step time. 0 turns a rule off.
+struct alerts_config {
+  int64_t checkpoint_failures = 2;
+  double memory_watermark_gb = 0;
+  double comm_time_factor = 3;
+  double expert_imbalance = 0;
+  double loss_spike_factor = 3;
+  double slow_log_write_ms = 200;
+  double low_utilisation = 0;
+};
+
 struct job_config {
   cluster_config cluster;
   model_config model;
@@ -155,6 +176,8 @@ struct job_config {
   diag_config diag;
   supervision_config supervision;
   recovery_config recovery;
+  metrics_config metrics;
+  alerts_config alerts;
   std::string source_path; // the file it came from, for messages
 
   int64_t ep_size() const { return cluster.ep_size; }

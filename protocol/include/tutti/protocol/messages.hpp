@@ -35,6 +35,7 @@ struct step_report {
   bool evaluated = false;
   double eval_loss = 0;
   int64_t epoch = 0; // membership epoch the step ran in
+  std::vector<double> router_bias; // [layer][expert], rank 0's (global)
 };
 
 template <class Inspector>
@@ -43,7 +44,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
            x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
            x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
-           x.eval_loss, x.epoch);
+           x.eval_loss, x.epoch, x.router_bias);
 }
 
 // A node daemon's request to join the job.
@@ -141,13 +142,46 @@ struct job_status {
   int64_t restarts = 0;       // in place (actors restarted by supervisors)
   std::vector<int64_t> nodes; // node ranks connected now
   std::string message;        // why paused / failed, if so
+  std::vector<std::string> alerts; // firing now: "level name: text"
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_status& x) {
   return f(caf::meta::type_name("job_status"), x.state, x.step, x.steps,
            x.epoch, x.last_checkpoint, x.loss, x.recoveries, x.restarts,
-           x.nodes, x.message);
+           x.nodes, x.message, x.alerts);
+}
+
+} // namespace tutti
+
+namespace tutti {
+
+// One actor of a node's tree, as the shell's `actors` lists it.
+struct actor_info {
+  std::string path;  // node1/expert_shard/3
+  std::string kind;  // expert_shard, supervisor, rank, ...
+  std::string state; // running, down, busy
+  int64_t restarts = 0;
+  int64_t mailbox = -1; // -1: not known (busy in a long step)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_info& x) {
+  return f(caf::meta::type_name("actor_info"), x.path, x.kind, x.state,
+           x.restarts, x.mailbox);
+}
+
+// The coordinator's answer to a shell command: text for people, JSON for
+// scripts (--json), and whether it succeeded.
+struct shell_reply {
+  bool ok = true;
+  std::string text;
+  std::string json;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shell_reply& x) {
+  return f(caf::meta::type_name("shell_reply"), x.ok, x.text, x.json);
 }
 
 } // namespace tutti

@@ -22,6 +22,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (std::vector<int64_t>))
   CAF_ADD_TYPE_ID(tutti, (tutti::chaos_request))
   CAF_ADD_TYPE_ID(tutti, (tutti::job_status))
+  CAF_ADD_TYPE_ID(tutti, (tutti::actor_info))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::actor_info>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::shell_reply))
 
   // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
   CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
@@ -60,6 +63,20 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, status_atom, "status")
   CAF_ADD_ATOM(tutti, tutti, rewind_atom, "rewind")
   CAF_ADD_ATOM(tutti, tutti, zero_grads_atom, "zero_grads")
+
+  // The shell and observability.
+  CAF_ADD_ATOM(tutti, tutti, shell_atom, "shell")
+  CAF_ADD_ATOM(tutti, tutti, get_coordinator_atom, "get_coord")
+  CAF_ADD_ATOM(tutti, tutti, actors_atom, "actors")
+  CAF_ADD_ATOM(tutti, tutti, logs_atom, "logs")
+  CAF_ADD_ATOM(tutti, tutti, events_atom, "events")
+  CAF_ADD_ATOM(tutti, tutti, pause_atom, "pause")
+  CAF_ADD_ATOM(tutti, tutti, resume_atom, "resume")
+  CAF_ADD_ATOM(tutti, tutti, checkpoint_now_atom, "ckpt_now")
+  CAF_ADD_ATOM(tutti, tutti, actor_exit_atom, "actor_exit")
+  CAF_ADD_ATOM(tutti, tutti, drain_atom, "drain")
+  CAF_ADD_ATOM(tutti, tutti, alert_atom, "alert")
+  CAF_ADD_ATOM(tutti, tutti, mailbox_atom, "mailbox")
 
   // Rank <-> expert shard (local).
   CAF_ADD_ATOM(tutti, tutti, expert_fwd_atom, "expert_fwd")

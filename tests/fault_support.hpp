@@ -1,0 +1,130 @@
+#pragma once
+// A 2-daemon job for fault tests: its config (checkpoints every 10 steps,
+// fast heartbeats, a 3 s collective timeout), its fault-free reference run
+// (`tutti run` of the same config in one process: same ranks, groups and
+// data, so the same bits), and the means to hit it.
+
+#include <random>
+
+#include "tutti/store/job_store.hpp"
+
+#include "daemon_support.hpp"
+#include "test_support.hpp"
+
+namespace tutti::testing {
+
+struct fault_job {
+  std::filesystem::path dir, data, config, metrics;
+  int port = 0, steps = 0;
+
+  // `extra`: YAML sections appended to the config. `hosts`: the nodes'
+  // addresses (the reference runs on loopback; addresses change no bits).
+  fault_job(const std::string& name, int steps_, int salt,
+            const std::string& extra = "",
+            const std::vector<std::string>& hosts = {"127.0.0.1",
+                                                     "127.0.0.1"})
+    : dir(scratch(name)), steps(steps_) {
+    data = dir / "data";
+    port = port_block(salt);
+    config = dir / "job.yaml";
+    metrics = dir / "job" / "metrics.jsonl";
+    write_text(config, text("job", extra, hosts));
+    write_text(dir / "reference.yaml",
+               text("reference", extra, {"127.0.0.1", "127.0.0.1"}));
+  }
+
+  std::string text(const std::string& run, const std::string& extra,
+                   const std::vector<std::string>& hosts) const {
+    auto t = daemon_config(data.string(), (dir / run).string(), port, steps,
+                           hosts);
+    const std::string from = "collective_timeout_ms: 30000";
+    t.replace(t.find(from), from.size(), "collective_timeout_ms: 3000");
+    return t
+           + "checkpoint:\n  interval_steps: 10\n"
+             "recovery:\n  heartbeat_interval_ms: 200\n"
+             "  heartbeat_timeout_ms: 1000\n  rendezvous_timeout_ms: 10000\n"
+             "  max_wait_s: 60\n  straggler_steps: 5\n"
+           + extra;
+  }
+
+  // Data, and the fault-free losses of the same config in one process.
+  std::vector<double> reference() const {
+    REQUIRE(synth_data(data));
+    auto ref = run(tutti_bin() + " run " + (dir / "reference.yaml").string()
+                     + " --quiet --fresh --yes",
+                   300);
+    INFO(ref.output);
+    REQUIRE(ref.status == 0);
+    return metric_series(dir / "reference" / "metrics.jsonl", "loss");
+  }
+
+  std::unique_ptr<child_process>
+  daemon(int node, const std::string& log,
+         const std::vector<std::string>& prefix = {}) {
+    return start_daemon(config, node, dir / log, prefix);
+  }
+
+  int steps_done() const { return count_lines(metrics); }
+
+  // Node 0's event log (once its daemon has exited: the store is locked
+  // while it runs).
+  std::vector<store::event> events() const {
+    auto db = store::job_store::open(dir / "job" / "state");
+    REQUIRE(db.ok());
+    auto all = db.value->events();
+    REQUIRE(all.ok());
+    return all.value;
+  }
+
+  static size_t count(const std::vector<store::event>& events,
+                      const std::string& kind) {
+    size_t n = 0;
+    for (const auto& e : events)
+      n += e.kind == kind;
+    return n;
+  }
+
+  // Replaces `from` by `to` in the job's config.
+  void edit_config(const std::string& from, const std::string& to) const {
+    auto t = read_text(config);
+    t.replace(t.find(from), from.size(), to);
+    write_text(config, t);
+  }
+
+  // A step in [lo, hi], drawn afresh each run (printed for reproduction).
+  static int random_step(int lo, int hi) {
+    std::random_device rd;
+    int s = std::uniform_int_distribution<int>(lo, hi)(rd);
+    WARN("fault injected after step " << s);
+    return s;
+  }
+
+  command_result chaos(const std::string& args) const {
+    return run(tutti_bin() + " chaos " + config.string() + " " + args, 60);
+  }
+
+  // Seconds until `text` appears in `log`, or -1 past `seconds`.
+  double seconds_until(const std::string& log, const std::string& text,
+                       double seconds) const {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!wait_until([&] {
+          return read_text(dir / log).find(text) != std::string::npos;
+        }, seconds))
+      return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                         - t0)
+      .count();
+  }
+};
+
+// Every loss equal, bit for bit, and none missing.
+inline void require_same_losses(const std::vector<double>& reference,
+                                const std::vector<double>& actual) {
+  REQUIRE(actual.size() == reference.size());
+  for (size_t s = 0; s < reference.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(actual[s] == reference[s]);
+  }
+}
+
+} // namespace tutti::testing

@@ -1,0 +1,254 @@
+// Fault tests (label fault): each injects real faults into a live 2-daemon
+// job and checks that it recovers by itself, with the losses of the
+// fault-free run bit for bit. One CTest entry per test case.
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <map>
+#include <sstream>
+
+#include "fault_support.hpp"
+
+using namespace tutti::testing;
+
+TEST_CASE("expert shards killed, raising and producing NaN restart in place",
+          "[expert_restart]") {
+  fault_job job("fault_expert_restart", 120, 81);
+  auto reference = job.reference();
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  int at = fault_job::random_step(5, 30);
+  for (auto [fault, rank] : {std::pair{"kill_expert", 1},
+                             std::pair{"raise_expert", 2},
+                             std::pair{"nan_expert", 3}}) {
+    REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+    auto c = job.chaos(std::string(fault) + " --rank " + std::to_string(rank));
+    INFO(c.output);
+    REQUIRE(c.status == 0);
+    at += 25;
+  }
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  INFO(log);
+  // Three restarts in place, no job-level recovery.
+  size_t restarts = 0;
+  for (auto at = log.find("restarted in place"); at != std::string::npos;
+       at = log.find("restarted in place", at + 1))
+    ++restarts;
+  CHECK(restarts == 3);
+  CHECK(log.find("non-finite value in the expert output") != std::string::npos);
+  CHECK(log.find("injected fault (raise_expert)") != std::string::npos);
+  CHECK(log.find("recovered: epoch") == std::string::npos);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  // Each restart is an event, and so is the rank's replay of the step with
+  // how long it stalled the rank.
+  auto events = job.events();
+  CHECK(fault_job::count(events, "restart") == 3);
+  CHECK(fault_job::count(events, "replayed") == 3);
+  CHECK(fault_job::count(events, "chaos") == 3);
+  CHECK(fault_job::count(events, "recovery") == 0);
+}
+
+TEST_CASE("past the restart intensity the job recovers from its checkpoint",
+          "[escalation]") {
+  fault_job job("fault_escalation", 80, 83,
+                "supervision:\n  expert_shard:\n    max_restarts: 0\n");
+  auto reference = job.reference();
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  const int at = fault_job::random_step(12, 50);
+  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  REQUIRE(job.chaos("kill_expert --rank 2").status == 0);
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  INFO(log);
+  CHECK(log.find("expert_shards/0 gives up: more than 0 restarts")
+        != std::string::npos);
+  CHECK(log.find("escalated") != std::string::npos);
+  CHECK(log.find("recovered: epoch 1 starts from the checkpoint of step")
+        != std::string::npos);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  auto events = job.events();
+  CHECK(fault_job::count(events, "escalation") == 1);
+  CHECK(fault_job::count(events, "failure") == 1);
+  CHECK(fault_job::count(events, "recovery") == 1);
+  CHECK(fault_job::count(events, "resumed") == 1);
+  for (const auto& e : events)
+    if (e.kind == "recovery" || e.kind == "resumed")
+      CHECK(e.duration_s > 0);
+}
+
+TEST_CASE("a killed daemon is detected, rejoins and training resumes",
+          "[node_loss]") {
+  fault_job job("fault_node_loss", 100, 85);
+  auto reference = job.reference();
+  // Past max_wait_s the job is paused, not failed, until the node returns.
+  job.edit_config("max_wait_s: 60", "max_wait_s: 1");
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  const int at = fault_job::random_step(12, 60);
+  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  node1->kill_and_reap(); // kill -9
+  // Within the heartbeat timeout (1 s; the closed connection is faster).
+  double detect = job.seconds_until("node0.log", "job interrupted", 5);
+  INFO("detected after " << detect << " s");
+  CHECK(detect >= 0);
+  CHECK(detect <= 1.0 + 0.2);
+  CHECK(job.seconds_until("node0.log", "node 1 (127.0.0.1:", 5) >= 0);
+  CHECK(job.seconds_until("node0.log", "job paused: waiting for node 1", 5)
+        >= 0);
+  auto status = run(tutti_bin() + " status " + job.config.string()
+                      + " --json",
+                    30);
+  INFO(status.output);
+  CHECK(status.status == 0);
+  CHECK(status.output.find("\"state\":\"paused\"") != std::string::npos);
+  node1 = job.daemon(1, "node1-again.log");
+  double back = job.seconds_until("job/tuttid-0.log.jsonl",
+                                  "training resumed", 30);
+  INFO("training again " << back << " s after the daemon's return");
+  CHECK(back >= 0);
+  CHECK(back <= 15);
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  auto events = job.events();
+  for (auto kind : {"node_lost", "failure", "pause", "node_joined",
+                    "recovery", "resumed"}) {
+    INFO(kind);
+    CHECK(fault_job::count(events, kind) == 1);
+  }
+}
+
+TEST_CASE("a rank hung in a collective is detected and recovered",
+          "[rank_hang]") {
+  fault_job job("fault_rank_hang", 80, 87);
+  auto reference = job.reference();
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  const int at = fault_job::random_step(12, 50);
+  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  REQUIRE(job.chaos("hang_rank --rank 3").status == 0);
+  // Detected at the collective timeout (3 s) and recovered with aborted
+  // communicators: far inside Gloo's own default timeout (30 s).
+  double recovered = job.seconds_until("node0.log", "recovered: epoch 1", 20);
+  INFO("recovered after " << recovered << " s");
+  CHECK(recovered >= 0);
+  CHECK(recovered < 10);
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+}
+
+TEST_CASE("a restarted coordinator daemon resumes the job by itself",
+          "[coordinator_restart]") {
+  fault_job job("fault_coordinator_restart", 100, 89);
+  auto reference = job.reference();
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  const int at = fault_job::random_step(15, 60);
+  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  node0->kill_and_reap();
+  node0 = job.daemon(0, "node0-again.log");
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  auto log = read_text(job.dir / "node0-again.log");
+  INFO(log << read_text(job.dir / "node1.log"));
+  CHECK(log.find("resuming after step") != std::string::npos);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+}
+
+TEST_CASE("tutti drill reports detection, recovery and the loss curve",
+          "[drill]") {
+  fault_job job("fault_drill", 120, 91);
+  REQUIRE(synth_data(job.data));
+  write_text(job.dir / "drill.yaml",
+             "config: job.yaml\nstep_timeout_s: 60\nfaults:\n"
+             "  - {fault: kill_expert, rank: 1, at_step: 15}\n"
+             "  - {fault: hang_rank, rank: 2, at_step: 35}\n"
+             "  - {fault: kill_daemon, node: 1, at_step: 60, "
+             "restart_after_s: 1}\n"
+             "  - {fault: crash_checkpoint, node: 0, at_step: 85}\n");
+  auto r = run(tutti_bin() + " drill " + (job.dir / "drill.yaml").string(),
+               400);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("whole loss curve equal to the fault-free run")
+        != std::string::npos);
+  // One row per fault: fault target at-step detect resume redone matches.
+  std::map<std::string, std::vector<double>> rows;
+  std::istringstream in(r.output);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string fault, kind, target, matched;
+    double at = 0, detect = 0, resume = 0, redone = 0;
+    if (f >> fault >> kind >> target >> at >> detect >> resume >> redone
+          >> matched
+        && matched == "matches")
+      rows[fault] = {detect, resume, redone};
+  }
+  REQUIRE(rows.size() == 4);
+  // Expert restart: training goes on within one step time + 0.5 s (the
+  // drill prints that bound from the reference run's step time).
+  auto bound = r.output.find(" + 0.5 s = ");
+  REQUIRE(bound != std::string::npos);
+  CHECK(rows["kill_expert"][1] <= std::stod(r.output.substr(bound + 11)));
+  CHECK(rows["kill_expert"][2] == 0);
+  auto back = r.output.find("back to training ");
+  REQUIRE(back != std::string::npos);
+  CHECK(std::stod(r.output.substr(back + 17)) <= 15);
+}
+
+TEST_CASE("loader, writer and rank failures: restarts and a recovery",
+          "[helpers]") {
+  fault_job job("fault_helpers", 100, 95);
+  auto reference = job.reference();
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  int at = fault_job::random_step(5, 20);
+  for (auto args : {"kill_loader --rank 0", "kill_writer --node 1",
+                    "crash_checkpoint --node 1", "kill_rank --rank 1"}) {
+    REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+    auto c = job.chaos(args);
+    INFO(args << ": " << c.output);
+    REQUIRE(c.status == 0);
+    at += 18;
+  }
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  INFO(log);
+  CHECK(log.find("restarted data_loader/0") != std::string::npos);
+  CHECK(log.find("restarted checkpoint_writer") != std::string::npos);
+  CHECK(log.find("writing again") != std::string::npos);
+  CHECK(log.find("recovered: epoch 1") != std::string::npos);
+  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  // Every checkpoint of the run was committed, the crashed one included.
+  auto db = tutti::store::job_store::open(job.dir / "job" / "state");
+  REQUIRE(db.ok());
+  auto all = db.value->checkpoints();
+  REQUIRE(all.ok());
+  REQUIRE(!all.value.empty());
+  CHECK(all.value.back().step == 100);
+}
+
+TEST_CASE("a slow rank is named as a straggler", "[straggler]") {
+  fault_job job("fault_straggler", 60, 97,
+                "");
+  job.edit_config("straggler_steps: 5", "straggler_steps: 3");
+  REQUIRE(synth_data(job.data));
+  auto node0 = job.daemon(0, "node0.log");
+  auto node1 = job.daemon(1, "node1.log");
+  REQUIRE(wait_until([&] { return job.steps_done() >= 10; }, 120));
+  REQUIRE(job.chaos("slow_rank --rank 3 --seconds 0.1").status == 0);
+  double named = job.seconds_until(
+    "node0.log", "straggler: rank 3 on node 1 (127.0.0.1:", 60);
+  CHECK(named >= 0);
+  CHECK(node0->wait(300) == 0);
+  CHECK(node1->wait(60) == 0);
+  CHECK(fault_job::count(job.events(), "straggler") == 1);
+}
