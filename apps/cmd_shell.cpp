@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -90,7 +91,9 @@ public:
       auto since = cmd.options.count("since")
                      ? shell::duration_seconds(cmd.options["since"])
                      : std::optional<double>(0);
-      args = {std::to_string(static_cast<int64_t>(since.value_or(0)))};
+      // At most ten years back: the event log is younger than that.
+      const double seconds = std::min(since.value_or(0), 3.2e8);
+      args = {std::to_string(static_cast<int64_t>(seconds))};
     }
     if (cmd.name == "logs") {
       args = {cmd.options["node"], cmd.options["level"], cmd.options["lines"]};

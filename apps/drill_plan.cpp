@@ -69,8 +69,8 @@ drill_fault read_fault(const YAML::Node& item, const std::string& where,
   if (f.at_step < 1 || f.at_step >= job.train.steps)
     refuse(where + ".at_step",
            "must be in 1.." + std::to_string(job.train.steps - 1));
-  if (f.restart_after_s < 0)
-    refuse(where + ".restart_after_s", "must be >= 0");
+  if (!(f.restart_after_s >= 0 && f.restart_after_s < 3600))
+    refuse(where + ".restart_after_s", "must be in [0, 3600) seconds");
   return f;
 }
 
@@ -109,8 +109,8 @@ drill_plan load_drill_plan(const std::string& path) {
   if (root["step_timeout_s"])
     plan.step_timeout_s = scalar<double>(root["step_timeout_s"],
                                          "step_timeout_s");
-  if (plan.step_timeout_s <= 0)
-    refuse("step_timeout_s", "must be > 0");
+  if (!(plan.step_timeout_s > 0 && plan.step_timeout_s < 86400))
+    refuse("step_timeout_s", "must be in (0, 86400) seconds");
   auto faults = root["faults"];
   if (!faults || !faults.IsSequence() || faults.size() == 0)
     refuse("faults", "expected a non-empty list");

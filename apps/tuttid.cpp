@@ -163,7 +163,7 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     }
     auto lost = run_node(sys, self, cfg, opt, coordinator, node_board,
                          node_guard);
-    if (lost < 0 && !interrupted) {
+    if (lost < 0 && opt.node_rank != 0 && !interrupted) {
       // The coordinator went away mid-job: wait for it to come back (its
       // daemon restarts and resumes the job from its store).
       log_warn("tuttid", "coordinator lost; reconnecting for up to "

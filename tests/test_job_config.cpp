@@ -442,13 +442,14 @@ TEST_CASE("supervision and recovery: defaults, values, refusals",
   SECTION("per child kind") {
     auto c = parse(base
                    + "supervision:\n  expert_shard:\n    strategy: "
-                     "one_for_all\n    restart: transient\n    max_restarts: "
-                     "7\n    period_s: 2.5\n");
-    CHECK(c.supervision.expert_shard.strategy == "one_for_all");
+                     "one_for_one\n    restart: transient\n    max_restarts: "
+                     "7\n    period_s: 2.5\n  data_loader:\n    strategy: "
+                     "one_for_all\n");
+    CHECK(c.supervision.data_loader.strategy == "one_for_all");
     CHECK(c.supervision.expert_shard.restart == "transient");
     CHECK(c.supervision.expert_shard.max_restarts == 7);
     CHECK(c.supervision.expert_shard.period_s == 2.5);
-    CHECK(c.supervision.data_loader.strategy == "one_for_one");
+    CHECK(c.supervision.checkpoint_writer.strategy == "one_for_one");
   }
   SECTION("an unknown strategy is named") {
     auto msg = refusal(base
@@ -456,6 +457,12 @@ TEST_CASE("supervision and recovery: defaults, values, refusals",
                          "all_for_one\n");
     CHECK_THAT(msg, StartsWith("supervision.data_loader.strategy"));
     CHECK_THAT(msg, Contains("all_for_one"));
+  }
+  SECTION("expert shards restart one by one") {
+    auto msg = refusal(base
+                       + "supervision:\n  expert_shard:\n    strategy: "
+                         "rest_for_one\n");
+    CHECK_THAT(msg, StartsWith("supervision.expert_shard.strategy"));
   }
   SECTION("an unknown child kind is named") {
     auto msg = refusal(base + "supervision:\n  rank:\n    restart: permanent\n");

@@ -41,11 +41,13 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
   if (const char* d = std::getenv("TUTTI_CKPT_WRITE_DELAY_MS"))
     st.delay_ms = std::atoll(d);
   {
-    // A predecessor crashed mid-write: that write comes first.
+    // A predecessor crashed: what it left undone comes first.
     std::lock_guard<std::mutex> guard(st.in_flight->mutex);
-    if (auto& w = st.in_flight->write) {
-      log_warn("checkpoint_writer", "restarted; writing again " + w->second);
-      self->send(self, ckpt_write_atom_v, w->first, w->second);
+    for (const auto& [snap, dir] : st.in_flight->writes) {
+      log_warn("checkpoint_writer", "restarted; writing again " + dir
+                                      + " (rank " + std::to_string(snap->rank)
+                                      + ")");
+      self->send(self, ckpt_write_atom_v, snap, dir);
     }
   }
   return {
@@ -57,15 +59,11 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
     },
     [self](ckpt_write_atom, rank_snapshot_ptr snap, const std::string& dir) {
       auto& st = self->state;
-      {
-        std::lock_guard<std::mutex> guard(st.in_flight->mutex);
-        st.in_flight->write.emplace(snap, dir);
-      }
       // The directory entries are fsynced too, not only the files.
       auto made = store::create_directories_durable(dir);
       if (std::exchange(st.crash_next, false)) {
         // As if the writer died half-way: the shard file is not there, the
-        // write stays in flight for the restarted writer.
+        // write stays queued for the restarted writer.
         auto why = "injected crash during the checkpoint write of step "
                    + std::to_string(snap->step);
         log_error("checkpoint_writer", why);
@@ -89,14 +87,12 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
       const double took = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
-      {
-        std::lock_guard<std::mutex> guard(st.in_flight->mutex);
-        st.in_flight->write.reset();
-      }
+      st.in_flight->done(snap);
       if (!written.ok()) {
         log_error("checkpoint_writer", written.error);
         self->send(st.coordinator, ckpt_failed_atom_v, snap->step,
-                   static_cast<int32_t>(snap->rank), written.error);
+                   static_cast<int32_t>(snap->rank), written.error,
+                   snap->epoch);
         return;
       }
       // bench/bench_checkpoint.sh reads this line for the save throughput.

@@ -211,15 +211,21 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
                                + " from " + reg.host + ": " + why);
     return caf::make_error(errc::config_refused, why);
   };
+  if (reg.config_fingerprint == st.fingerprint && st.state == job_state::running
+      && st.nodes.count(reg.node_rank)) {
+    // A restarted daemon, before its old incarnation was missed: the old
+    // one is gone for good, and the job recovers with the new one.
+    on_node_lost(self, reg.node_rank, "replaced by a restarted daemon");
+  }
+  if (st.nodes.count(reg.node_rank))
+    return refuse("node rank " + std::to_string(reg.node_rank)
+                  + " has already joined");
   // A node may join at the start, or come back while the job recovers.
   if (st.state != job_state::pending && st.state != job_state::recovering)
     return refuse("the job is already " + std::string(to_string(st.state)));
   if (reg.node_rank < 0 || reg.node_rank >= cl.nnodes)
     return refuse("node rank " + std::to_string(reg.node_rank)
                   + " is outside 0.." + std::to_string(cl.nnodes - 1));
-  if (st.nodes.count(reg.node_rank))
-    return refuse("node rank " + std::to_string(reg.node_rank)
-                  + " has already joined");
   if (reg.config_fingerprint != st.fingerprint)
     return refuse("config differs from the coordinator's: "
                   + first_difference(reg.config_fingerprint, st.fingerprint));
@@ -229,6 +235,7 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
   log_info("coordinator", "node " + std::to_string(reg.node_rank) + " joined ("
                             + reg.host + ", rack '" + reg.rack + "', "
                             + std::to_string(reg.devices) + " ranks)");
+  st.draining.erase(reg.node_rank);
   if (st.state == job_state::recovering) {
     // It runs no ranks of the old epoch.
     record_event(self, "node_joined",
@@ -267,9 +274,14 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
   for (auto& [rank, m] : st.nodes)
     if (dm.source == m.supervisor.address()) {
       if (!dm.reason || dm.reason == caf::exit_reason::normal) {
-        // Its ranks are done and its writer has flushed.
+        // Its ranks are done and its writer has flushed; or it was told to
+        // stop while no ranks ran (pending, recovering): the job stops.
         log_info("coordinator", "node " + std::to_string(rank) + " finished");
         st.nodes.erase(rank);
+        if (st.state == job_state::recovering
+            || st.state == job_state::pending)
+          finish(self, job_state::stopped,
+                 "stopped while " + std::string(to_string(st.state)));
         return;
       }
       on_node_lost(self, rank, "its daemon's connection ended ("
@@ -420,8 +432,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       }
     },
     [self](ckpt_failed_atom, int64_t step, int32_t rank,
-           const std::string& why) {
+           const std::string& why, int64_t epoch) {
       auto& st = self->state;
+      if (epoch != st.epoch)
+        return; // an aborted epoch's write: the step is taken again
       st.saved.erase(step);
       if (!st.failed_steps.insert(step).second)
         return; // already reported for another rank

@@ -28,8 +28,15 @@ constexpr int64_t max_fruitless_recoveries = 3;
 void restart_from_checkpoint(coordinator_pointer self) {
   auto& st = self->state;
   const auto from = st.last_committed;
-  // Keys of the old epoch's rendezvous are never read again.
+  // Keys of the old epoch's rendezvous are never read again; its waiters
+  // (aborted ranks still connecting) get an error instead of a timeout.
   st.store.clear();
+  const auto gone = caf::make_error(errc::rendezvous_failed,
+                                    "the epoch was aborted");
+  for (auto& [key, promise] : st.gets)
+    promise.deliver(gone);
+  for (auto& w : st.waits)
+    w.promise.deliver(gone);
   st.gets.clear();
   st.waits.clear();
   st.steps.clear();
@@ -71,6 +78,12 @@ void begin_recovery(coordinator_pointer self, const std::string& why) {
   }
   if (st.state != job_state::running || st.outcome)
     return;
+  if (!st.done.empty()) {
+    // Some ranks finished the job (their nodes may have left): a new epoch
+    // could not gather everyone. Fail clearly rather than wait forever.
+    finish(self, job_state::failed, why + " (after ranks had finished the job)");
+    return;
+  }
   if (st.last_step <= st.resume_step && st.recoveries > 0)
     ++st.fruitless_recoveries;
   else

@@ -76,6 +76,17 @@ std::vector<std::string> read_log_lines(const std::string& min_level,
   std::deque<std::string> kept;
   std::ifstream in(path);
   std::string line;
+  // Only the newest 4 MiB: a bounded read, so the caller's thread (a node
+  // supervisor that also sends heartbeats) is never held up for long.
+  constexpr std::streamoff window = 4 << 20;
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(in.tellg());
+  if (size > window) {
+    in.seekg(size - window);
+    std::getline(in, line); // a partial line
+  } else {
+    in.seekg(0);
+  }
   const int floor = level_rank(min_level);
   while (std::getline(in, line)) {
     auto at = line.find("\"level\":\"");

@@ -98,6 +98,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
   }
   std::vector<child_spec> loaders, experts;
   std::vector<int32_t> local;
+  std::map<int32_t, std::shared_ptr<expert_shard_memory>> memories;
   for (int64_t i = 0; i < cfg.cluster.nproc_per_node; ++i) {
     const auto rank = static_cast<int32_t>(st.first_rank() + i);
     local.push_back(rank);
@@ -109,6 +110,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
        }});
     // Kept across restarts of the shard: its step-start snapshot.
     auto memory = std::make_shared<expert_shard_memory>();
+    memories[rank] = memory;
     experts.push_back(
       {"expert_shard/" + std::to_string(rank),
        restart_of(cfg.supervision.expert_shard),
@@ -126,7 +128,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     auto control = std::make_shared<rank_control>();
     auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator,
                               st.loaders, st.experts, st.writers, control,
-                              resume_step});
+                              resume_step, memories[rank], st.in_flight});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
@@ -200,7 +202,11 @@ void on_down(node_pointer self, caf::down_msg& dm) {
       drain(self);
     return;
   }
-  // A helper supervisor ended on its own: it escalated first.
+  // A helper supervisor ended on its own (it escalated first): forget it,
+  // so that the next epoch starts a new one.
+  for (auto* sup : {&st.writers, &st.loaders, &st.experts})
+    if (*sup && dm.source == sup->address())
+      *sup = nullptr;
 }
 
 void register_node(node_pointer self) {

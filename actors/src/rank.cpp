@@ -122,7 +122,8 @@ public:
       a_.cfg.model.hidden_size, a_.cfg.experts_per_rank(), timeout_,
       [this](double seconds, size_t replayed) {
         on_shard_restart(seconds, replayed);
-      });
+      },
+      [this] { return a_.control->aborted(); });
     TUTTI_RETURN_IF_ERROR(experts.connect());
     experts_ = &experts;
     model::rank_model model(a_.cfg, comms_.groups(), experts);
@@ -177,10 +178,19 @@ public:
         TUTTI_RETURN_IF_ERROR(take_snapshot(a_, model, experts, step, snap));
         auto dir = std::filesystem::path(ck.root(a_.cfg.run))
                    / store::checkpoint_dir_name(step);
+        // Queued with the node first: a writer that crashes before it gets
+        // to this one leaves it to its successor.
+        a_.checkpoint_writes->add(snap, dir.string());
         checkpoint_writer_actor writer;
-        TUTTI_RETURN_IF_ERROR(find_child(self_, a_.writers,
-                                         "checkpoint_writer", timeout_,
-                                         writer));
+        for (int attempt = 0;; ++attempt) {
+          auto found = find_child(self_, a_.writers, "checkpoint_writer",
+                                  timeout_, writer);
+          if (found.ok())
+            break;
+          if (attempt == 50 || a_.control->aborted())
+            return found;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         self_->send(writer, ckpt_write_atom_v, std::move(snap), dir.string());
         report.time_other_s += seconds_since(t0);
         report.step_time_s += seconds_since(t0);
@@ -215,7 +225,7 @@ private:
                    result = status::error("data loader: "
                                           + self_->system().render(err));
                  });
-      if (result.ok())
+      if (result.ok() || a_.control->aborted())
         return result;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       auto dead = loader_.address();
@@ -323,6 +333,12 @@ private:
     model.apply_optimizer(step, stats.lr, scale);
     TUTTI_RETURN_IF_ERROR(optimize_experts(step, stats.lr, scale));
     votes = decode_votes(stats.stop_votes);
+    // Decided for every rank by this step's vote: a request that reached
+    // this rank too late for it must not act again next step.
+    if (votes.pause)
+      c.pause_requested = false;
+    if (votes.checkpoint)
+      c.checkpoint_requested = false;
     const double work = seconds_since(work_start);
     const double total = seconds_since(t0);
 

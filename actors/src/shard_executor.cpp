@@ -20,19 +20,33 @@ shard_executor::shard_executor(caf::blocking_actor* self,
                                supervisor_actor experts, std::string child_id,
                                int64_t hidden, int64_t local_experts,
                                std::chrono::milliseconds timeout,
-                               std::function<void(double, size_t)> on_restart)
+                               std::function<void(double, size_t)> on_restart,
+                               std::function<bool()> aborted)
   : self_(self), experts_(std::move(experts)), child_id_(std::move(child_id)),
-    timeout_(timeout), on_restart_(std::move(on_restart)), hidden_(hidden),
+    timeout_(timeout), on_restart_(std::move(on_restart)),
+    aborted_(std::move(aborted)), hidden_(hidden),
     local_experts_(local_experts) {}
 
 template <class... Ts>
 status shard_executor::ask(Ts&&... xs) {
   status result;
+  bool timed_out = false;
   self_->request(shard_, timeout_, std::forward<Ts>(xs)...)
     .receive([](caf::ok_atom) {},
              [&](caf::error& err) {
+               timed_out = err == caf::sec::request_timeout;
                result = status::error(self_->system().render(err));
              });
+  if (timed_out) {
+    // The shard may still be working on our buffers: kill it, and go on
+    // only once it is gone (its supervisor starts another).
+    self_->monitor(shard_);
+    self_->send_exit(shard_, caf::exit_reason::kill);
+    bool down = false;
+    while (!down)
+      self_->receive(
+        [&](caf::down_msg& dm) { down = dm.source == shard_.address(); });
+  }
   return result;
 }
 
@@ -104,14 +118,19 @@ status shard_executor::optimize(const optimizer_args& args) {
 }
 
 status shard_executor::snapshot(int64_t step, rank_snapshot_ptr& out) {
-  status result;
-  self_->request(shard_, timeout_, snapshot_atom_v, step)
-    .receive([&](rank_snapshot_ptr& s) { out = std::move(s); },
-             [&](caf::error& err) {
-               result = status::error("expert shard: "
-                                      + self_->system().render(err));
-             });
-  return result;
+  for (int attempt = 0;; ++attempt) {
+    status result;
+    self_->request(shard_, timeout_, snapshot_atom_v, step)
+      .receive([&](rank_snapshot_ptr& s) { out = std::move(s); },
+               [&](caf::error& err) {
+                 result = status::error(self_->system().render(err));
+               });
+    if (result.ok() || attempt == max_attempts)
+      return result.ok() ? result
+                         : status::error("expert shard: " + result.message());
+    // After the optimizer step the snapshot is the live state: no replay.
+    TUTTI_RETURN_IF_ERROR(recover(result.message(), false));
+  }
 }
 
 status shard_executor::restore(rank_snapshot_ptr snap) {
@@ -126,6 +145,8 @@ status shard_executor::recover(const std::string& why, bool replay) {
   // may be just after our error: poll briefly for a new handle.
   const auto deadline = t0 + timeout_;
   for (;;) {
+    if (aborted_ && aborted_())
+      return status::error("aborted while the expert shard restarted");
     status found = connect();
     if (!found.ok() && clock_type::now() >= deadline)
       return status::error("expert shard failed (" + why

@@ -23,11 +23,13 @@ namespace tutti {
 
 class shard_executor final : public model::expert_executor {
 public:
-  // `on_restart(seconds, replayed)` is told of each restart survived.
+  // `on_restart(seconds, replayed)` is told of each restart survived;
+  // `aborted()` ends waiting for one (the rank's epoch is over).
   shard_executor(caf::blocking_actor* self, supervisor_actor experts,
                  std::string child_id, int64_t hidden, int64_t local_experts,
                  std::chrono::milliseconds timeout,
-                 std::function<void(double, size_t)> on_restart);
+                 std::function<void(double, size_t)> on_restart,
+                 std::function<bool()> aborted);
 
   // Finds the shard; then a new step: the log starts empty.
   status connect();
@@ -67,6 +69,7 @@ private:
   std::string child_id_;
   std::chrono::milliseconds timeout_;
   std::function<void(double, size_t)> on_restart_;
+  std::function<bool()> aborted_;
   expert_shard_actor shard_;
   std::vector<logged_task> log_;
   int64_t hidden_ = 0;

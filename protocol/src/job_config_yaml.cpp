@@ -243,6 +243,13 @@ void validate_recovery(const job_config& c) {
   require(a.low_utilisation < 1, "alerts.low_utilisation",
           "is a share of the step time: must be < 1");
   validate_supervision("expert_shard", c.supervision.expert_shard);
+  // A shard restarts from its own step-start snapshot while its rank
+  // replays the step; stopping healthy siblings with it would only make
+  // them redo work (and race the ones still finishing a request).
+  require(c.supervision.expert_shard.strategy == "one_for_one",
+          "supervision.expert_shard.strategy",
+          "must be one_for_one: each expert shard restarts alone from its "
+          "step-start snapshot");
   validate_supervision("data_loader", c.supervision.data_loader);
   validate_supervision("checkpoint_writer", c.supervision.checkpoint_writer);
 }

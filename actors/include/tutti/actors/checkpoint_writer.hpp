@@ -12,6 +12,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,12 +21,27 @@
 
 namespace tutti {
 
-// The write in progress, kept by the node supervisor across restarts of
-// the writer: a writer that crashed mid-write is restarted and writes it
-// again.
+// The node's writes not yet done, kept by the node supervisor across
+// restarts of the writer: ranks add theirs before they message the writer,
+// the writer removes each once written (or failed). A restarted writer
+// starts with whatever its predecessor left, the write it crashed in and
+// the ones queued behind it.
 struct checkpoint_in_flight {
   std::mutex mutex;
-  std::optional<std::pair<rank_snapshot_ptr, std::string>> write;
+  std::deque<std::pair<rank_snapshot_ptr, std::string>> writes;
+
+  void add(rank_snapshot_ptr snap, std::string dir) {
+    std::lock_guard<std::mutex> guard(mutex);
+    writes.emplace_back(std::move(snap), std::move(dir));
+  }
+  void done(const rank_snapshot_ptr& snap) {
+    std::lock_guard<std::mutex> guard(mutex);
+    for (auto i = writes.begin(); i != writes.end(); ++i)
+      if (i->first == snap) {
+        writes.erase(i);
+        return;
+      }
+  }
 };
 
 checkpoint_writer_actor

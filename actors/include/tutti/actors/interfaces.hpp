@@ -101,6 +101,6 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<tick_atom>,
   caf::reacts_to<escalate_atom, std::string>,
   caf::reacts_to<ckpt_saved_atom, int64_t, int32_t, int64_t, int64_t>,
-  caf::reacts_to<ckpt_failed_atom, int64_t, int32_t, std::string>>;
+  caf::reacts_to<ckpt_failed_atom, int64_t, int32_t, std::string, int64_t>>;
 
 } // namespace tutti

@@ -18,7 +18,8 @@ void log_warn(const std::string& actor, const std::string& event);
 void log_error(const std::string& actor, const std::string& event);
 
 // The last `max_lines` lines of this process's log file at `min_level`
-// (debug < info < warn < error) or above, oldest first.
+// (debug < info < warn < error) or above, oldest first, from the file's
+// newest 4 MiB.
 std::vector<std::string> read_log_lines(const std::string& min_level,
                                         int64_t max_lines);
 

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "tutti/actors/checkpoint_writer.hpp"
+#include "tutti/actors/expert_shard.hpp"
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/comm/communicator.hpp"
@@ -60,6 +62,11 @@ struct rank_args {
   supervisor_actor loaders, experts, writers;
   std::shared_ptr<rank_control> control;
   int64_t resume_step = 0; // 0 = from scratch; else load that checkpoint
+  // Shared with the expert shard (its gradients are lent to the rank for
+  // the all-reduce) and with the node's checkpoint writer (writes queue
+  // there first): the rank keeps both alive while it may touch them.
+  std::shared_ptr<expert_shard_memory> shard_memory;
+  std::shared_ptr<checkpoint_in_flight> checkpoint_writes;
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);
