@@ -182,6 +182,8 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   std::fflush(nullptr);
   if (status != 0) {
     // Ranks of a failed job may sit in collectives; do not wait for them.
+    // (A moment first, for the middleman to tell the other daemons.)
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     log_close();
     std::_Exit(status);
   }

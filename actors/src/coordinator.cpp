@@ -66,6 +66,10 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
   st.state = outcome;
   st.failure = std::move(message);
   if (outcome == job_state::failed)
+    // Daemons would otherwise wait for a coordinator to come back.
+    for (auto& [n, m] : st.nodes)
+      self->send(m.supervisor, job_done_atom_v, false, st.failure);
+  if (outcome == job_state::failed)
     log_error("coordinator", "job failed: " + st.failure);
   else
     log_info("coordinator", "job " + std::string(to_string(outcome)));

@@ -344,6 +344,19 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
     [self](actor_exit_atom, const std::string& path, bool kill) {
       return exit_actor(self, path, kill);
     },
+    [self](job_done_atom, bool ok, const std::string& why) {
+      // The job ended (e.g. refused at its pre-flight check): nothing to
+      // wait for, no coordinator to come back to.
+      auto& st = self->state;
+      st.job_over = true;
+      abort_ranks(self, -1);
+      if (st.writers)
+        self->send(st.writers, stop_atom_v);
+      if (ok)
+        self->quit();
+      else
+        self->quit(caf::make_error(errc::rank_failed, "job failed: " + why));
+    },
     [self](drain_atom) {
       // Leave the job for good: its ranks end, the daemon exits and the
       // coordinator waits for a replacement with this node rank.

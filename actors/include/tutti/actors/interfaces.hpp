@@ -75,7 +75,8 @@ using node_supervisor_actor = caf::typed_actor<
   caf::reacts_to<resume_atom>,
   caf::reacts_to<checkpoint_now_atom>,
   caf::replies_to<actor_exit_atom, std::string, bool>::with<std::string>,
-  caf::reacts_to<drain_atom>>;
+  caf::reacts_to<drain_atom>,
+  caf::reacts_to<job_done_atom, bool, std::string>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<
