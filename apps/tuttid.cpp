@@ -180,10 +180,12 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   if (journal)
     self->send_exit(journal, caf::exit_reason::user_shutdown);
   std::fflush(nullptr);
+  if (opt.node_rank == 0) {
+    // A moment for the middleman to tell the other daemons the job is over.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
   if (status != 0) {
     // Ranks of a failed job may sit in collectives; do not wait for them.
-    // (A moment first, for the middleman to tell the other daemons.)
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     log_close();
     std::_Exit(status);
   }

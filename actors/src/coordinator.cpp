@@ -65,10 +65,11 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
     return;
   st.state = outcome;
   st.failure = std::move(message);
-  if (outcome == job_state::failed)
-    // Daemons would otherwise wait for a coordinator to come back.
-    for (auto& [n, m] : st.nodes)
-      self->send(m.supervisor, job_done_atom_v, false, st.failure);
+  // Every daemon learns the job is over, so none takes the coordinator's
+  // exit for a crash and waits for it to come back.
+  for (auto& [n, m] : st.nodes)
+    self->send(m.supervisor, job_done_atom_v, outcome != job_state::failed,
+               st.failure);
   if (outcome == job_state::failed)
     log_error("coordinator", "job failed: " + st.failure);
   else

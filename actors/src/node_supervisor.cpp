@@ -345,8 +345,8 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       return exit_actor(self, path, kill);
     },
     [self](job_done_atom, bool ok, const std::string& why) {
-      // The job ended (e.g. refused at its pre-flight check): nothing to
-      // wait for, no coordinator to come back to.
+      // The job is over (its last checkpoint is committed, or it failed):
+      // nothing to wait for, no coordinator to come back to.
       auto& st = self->state;
       st.job_over = true;
       abort_ranks(self, -1);
