@@ -110,9 +110,21 @@ struct actor_gather {
   }
 };
 
-// A supervisor's label without its epoch: expert_shards/3 -> expert_shards.
-std::string base_label(const std::string& label) {
-  return label.substr(0, label.find('/'));
+// Row `at`'s mailbox size, from the actor's own answer (CAF's inbox is not
+// safe to read from outside); an actor in a long step (a rank answers
+// between steps) shows as busy.
+void ask_mailbox(node_pointer self, std::shared_ptr<actor_gather> g,
+                 size_t at, const caf::actor& h) {
+  self->request(h, std::chrono::milliseconds(500), mailbox_atom_v)
+    .then(
+      [g, at](int64_t n) {
+        g->rows[at].mailbox = n;
+        g->done_one();
+      },
+      [g, at](caf::error&) {
+        g->rows[at].state = "busy";
+        g->done_one();
+      });
 }
 
 void gather_supervisor(node_pointer self, std::shared_ptr<actor_gather> g,
@@ -132,18 +144,7 @@ void gather_supervisor(node_pointer self, std::shared_ptr<actor_gather> g,
           ++g->pending;
           self->request(sup, std::chrono::seconds(1), which_child_atom_v, c.id)
             .then(
-              [self, g, at](caf::actor& h) {
-                self->request(h, std::chrono::milliseconds(500), mailbox_atom_v)
-                  .then(
-                    [g, at](int64_t n) {
-                      g->rows[at].mailbox = n;
-                      g->done_one();
-                    },
-                    [g, at](caf::error&) {
-                      g->rows[at].state = "busy";
-                      g->done_one();
-                    });
-              },
+              [self, g, at](caf::actor& h) { ask_mailbox(self, g, at, h); },
               [g](caf::error&) { g->done_one(); });
         }
         g->done_one();
@@ -172,17 +173,7 @@ caf::result<std::vector<actor_info>> list_actors(node_pointer self) {
     g->rows.push_back({node + "/rank/" + std::to_string(r.rank), "rank",
                        r.control->paused ? "paused" : "running", 0, -1});
     ++g->pending;
-    self->request(r.handle, std::chrono::milliseconds(500), mailbox_atom_v)
-      .then(
-        [g, at](int64_t n) {
-          g->rows[at].mailbox = n;
-          g->done_one();
-        },
-        [g, at](caf::error&) {
-          // A rank answers between steps; in a long step it is busy.
-          g->rows[at].state = "busy";
-          g->done_one();
-        });
+    ask_mailbox(self, g, at, r.handle);
   }
   g->done_one();
   return g->promise;

@@ -62,6 +62,27 @@ status shard_executor::connect() {
   return result;
 }
 
+template <class T, class... Ts>
+status shard_executor::fetch(T& out, Ts&&... xs) {
+  status result;
+  self_->request(shard_, timeout_, std::forward<Ts>(xs)...)
+    .receive([&](T& value) { out = std::move(value); },
+             [&](caf::error& err) {
+               result = status::error(self_->system().render(err));
+             });
+  return result;
+}
+
+template <class F>
+status shard_executor::with_restarts(bool replay, F&& once) {
+  for (int attempt = 0;; ++attempt) {
+    auto s = once();
+    if (s.ok() || attempt == max_attempts)
+      return s.ok() ? s : status::error("expert shard: " + s.message());
+    TUTTI_RETURN_IF_ERROR(recover(s.message(), replay));
+  }
+}
+
 status shard_executor::send_task(const logged_task& t, float* output) {
   auto task = std::make_shared<expert_task>(expert_task{
     t.layer, t.input.data(), output,
@@ -71,12 +92,7 @@ status shard_executor::send_task(const logged_task& t, float* output) {
 }
 
 status shard_executor::run_logged(float* output) {
-  for (int attempt = 0;; ++attempt) {
-    auto s = send_task(log_.back(), output);
-    if (s.ok() || attempt == max_attempts)
-      return s.ok() ? s : status::error("expert shard: " + s.message());
-    TUTTI_RETURN_IF_ERROR(recover(s.message(), true));
-  }
+  return with_restarts(true, [&] { return send_task(log_.back(), output); });
 }
 
 status shard_executor::forward(int64_t layer, const float* x,
@@ -93,44 +109,20 @@ status shard_executor::backward(int64_t layer, const float* dy, int64_t m,
   return run_logged(dx);
 }
 
+// After the backward pass the gradients are complete and kept across a
+// restart, and after the optimizer step the live state is the step-start
+// snapshot: these need no replay.
 status shard_executor::grads(grad_view& out) {
-  for (int attempt = 0;; ++attempt) {
-    status result;
-    self_->request(shard_, timeout_, grads_atom_v)
-      .receive([&](grad_view g) { out = g; },
-               [&](caf::error& err) {
-                 result = status::error(self_->system().render(err));
-               });
-    if (result.ok() || attempt == max_attempts)
-      return result.ok() ? result
-                         : status::error("expert shard: " + result.message());
-    TUTTI_RETURN_IF_ERROR(recover(result.message(), false));
-  }
+  return with_restarts(false, [&] { return fetch(out, grads_atom_v); });
 }
 
 status shard_executor::optimize(const optimizer_args& args) {
-  for (int attempt = 0;; ++attempt) {
-    auto s = ask(optimize_atom_v, args);
-    if (s.ok() || attempt == max_attempts)
-      return s.ok() ? s : status::error("expert shard: " + s.message());
-    TUTTI_RETURN_IF_ERROR(recover(s.message(), false));
-  }
+  return with_restarts(false, [&] { return ask(optimize_atom_v, args); });
 }
 
 status shard_executor::snapshot(int64_t step, rank_snapshot_ptr& out) {
-  for (int attempt = 0;; ++attempt) {
-    status result;
-    self_->request(shard_, timeout_, snapshot_atom_v, step)
-      .receive([&](rank_snapshot_ptr& s) { out = std::move(s); },
-               [&](caf::error& err) {
-                 result = status::error(self_->system().render(err));
-               });
-    if (result.ok() || attempt == max_attempts)
-      return result.ok() ? result
-                         : status::error("expert shard: " + result.message());
-    // After the optimizer step the snapshot is the live state: no replay.
-    TUTTI_RETURN_IF_ERROR(recover(result.message(), false));
-  }
+  return with_restarts(false,
+                       [&] { return fetch(out, snapshot_atom_v, step); });
 }
 
 status shard_executor::restore(rank_snapshot_ptr snap) {

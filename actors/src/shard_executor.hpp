@@ -63,6 +63,12 @@ private:
   status recover(const std::string& why, bool replay);
   template <class... Ts>
   status ask(Ts&&... xs);
+  // A request whose answer is a value (gradients, a snapshot).
+  template <class T, class... Ts>
+  status fetch(T& out, Ts&&... xs);
+  // Runs `once` until it succeeds, a restarted shard between attempts.
+  template <class F>
+  status with_restarts(bool replay, F&& once);
 
   caf::blocking_actor* self_;
   supervisor_actor experts_;
