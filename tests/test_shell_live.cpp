@@ -176,7 +176,13 @@ TEST_CASE("/metrics passes promtool and matches metrics.jsonl",
   CHECK(has(body, "tutti_alert_firing{alert=\"expert_imbalance\",level="
                   "\"important\"} 1"));
   CHECK_FALSE(has(body, "alert=\"loss\""));
-  CHECK(has(scrape(job.metrics_port + 1), "tutti_daemon_ranks_running{node=\"1\"} 2"));
+  // Published when the ranks start and on every heartbeat tick.
+  CHECK(wait_until(
+    [&] {
+      return has(scrape(job.metrics_port + 1),
+                 "tutti_daemon_ranks_running{node=\"1\"} 2");
+    },
+    10));
 }
 
 TEST_CASE("the interactive shell in a real terminal", "[shell_tmux]") {

@@ -132,6 +132,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
+  publish_node_metrics(self); // the gauge is right before the next tick
   log_info("node_supervisor",
            st.who() + " started " + std::to_string(local.size())
              + " ranks (epoch " + e + ", from step "
@@ -190,6 +191,7 @@ void on_down(node_pointer self, caf::down_msg& dm) {
   if (auto i = st.ranks.find(dm.source); i != st.ranks.end()) {
     auto r = std::move(i->second);
     st.ranks.erase(i);
+    publish_node_metrics(self);
     if (!normal && dm.reason != caf::exit_reason::user_shutdown) {
       // The rank reports its own errors; a rank killed outright cannot.
       auto why = st.who() + ": rank " + std::to_string(r.rank)
