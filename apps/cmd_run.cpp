@@ -9,6 +9,7 @@
 #include "job_start.hpp"
 #include "tutti/actors/local_job.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/actors/rank.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/job_config.hpp"
@@ -94,10 +95,8 @@ int run_command(const std::vector<std::string>& args) {
   } catch (const config_error& ex) {
     return fail(2, std::string("config: ") + ex.what());
   }
-  if (cfg.cluster.communication_backend != "gloo")
-    return fail(2, "run: cluster_config.communication_backend: '"
-                     + cfg.cluster.communication_backend
-                     + "' is not available in this build (gloo)");
+  if (auto why = rank_device_problem(cfg); !why.empty())
+    return fail(2, "run: " + why);
   data::dataset_meta meta;
   if (int status = check_data(cfg, meta))
     return status;

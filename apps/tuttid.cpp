@@ -21,6 +21,7 @@
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/journal.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/actors/rank.hpp"
 #include "tutti/actors/metrics_board.hpp"
 #include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
@@ -291,10 +292,8 @@ int main(int argc, char** argv) {
     return fail(2, "--node-rank " + std::to_string(opt.node_rank)
                      + " is outside 0.." + std::to_string(cfg.cluster.nnodes - 1)
                      + " (cluster_config.nnodes)");
-  if (cfg.cluster.communication_backend != "gloo")
-    return fail(2, "cluster_config.communication_backend: '"
-                     + cfg.cluster.communication_backend
-                     + "' is not available in this build (gloo)");
+  if (auto why = rank_device_problem(cfg); !why.empty())
+    return fail(2, why);
   auto dir = opt.data_dir.empty() ? cfg.run.dir : opt.data_dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -25,9 +25,8 @@ nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' \
 [ -n "$nvcc" ] && ! grep -q '^TUTTI_DISABLE_CUDA:BOOL=ON' "$build/CMakeCache.txt" \
   || { echo "collect_gpu_carry: $build has no CUDA backend (no nvcc?)" >&2; exit 1; }
 
-programs=(tests/test_cuda_kernels tests/test_nccl_communicator bench/gpu_bench)
-# Phase 2 (model on device buffers) adds apps/tutti here for the 30-step
-# quickstart run; it is not needed before then.
+programs=(tests/test_cuda_kernels tests/test_nccl_communicator bench/gpu_bench
+  apps/tutti)
 targets=()
 for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
 cmake --build "$build" -j1 --target "${targets[@]}"

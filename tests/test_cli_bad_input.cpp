@@ -12,6 +12,7 @@
 #include "test_support.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/data/shard_format.hpp"
+#include "tutti/kernels/device_memory.hpp"
 
 namespace fs = std::filesystem;
 using namespace tutti::testing;
@@ -120,6 +121,23 @@ TEST_CASE("bad configs: status 2, one line, no run dir", "[unit]") {
       CHECK_FALSE(fs::exists(run_dir));
     }
   }
+}
+
+TEST_CASE("a GPU job where no GPU answers: status 2, one line, no run dir",
+          "[unit]") {
+  std::string why;
+  if (tutti::kernels::cuda_device_available(why)) {
+    WARN("a GPU answers here: the refusal is not exercised");
+    return;
+  }
+  auto dir = scratch("cli_bad_input/no_gpu");
+  auto run_dir = dir / "run";
+  auto cfg = dir / "gpu.yaml";
+  write_text(cfg, replace_line(small_config(pristine_data().string(),
+                                            run_dir.string(), 2, 3),
+                               "  ep_size: 2", "  ep_size: 2\n  device: cuda"));
+  expect_refusal("run " + q(cfg), {"cluster_config.device", "cuda"});
+  CHECK_FALSE(fs::exists(run_dir));
 }
 
 TEST_CASE("command line misuse: status 2, one line", "[unit]") {

@@ -67,7 +67,7 @@ double loss_of(const job_config& world1,
     REQUIRE(tensors.count(spec.name));
     const auto& v = tensors.at(spec.name);
     REQUIRE(static_cast<int64_t>(v.size()) == spec.numel);
-    std::copy(v.begin(), v.end(), m.params().begin() + spec.offset);
+    m.params().upload(m.stream(), v.data(), v.size(), spec.offset);
   }
   const auto& md = world1.model;
   const int64_t per = md.intermediate_size * md.hidden_size;
@@ -89,8 +89,8 @@ double loss_of(const job_config& world1,
     auto name = "model.layers." + std::to_string(l)
                 + ".block_sparse_moe.gate.e_score_correction_bias";
     REQUIRE(tensors.count(name));
-    std::copy(tensors.at(name).begin(), tensors.at(name).end(),
-              m.router_bias().begin() + l * E);
+    const auto& bias = tensors.at(name);
+    m.router_bias().upload(m.stream(), bias.data(), bias.size(), l * E);
   }
   double sum = 0;
   int64_t tokens = 0;

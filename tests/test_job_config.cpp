@@ -91,6 +91,8 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(c.ep_size() == 2);
   CHECK(c.experts_per_rank() == 2);
   CHECK(c.cluster.communication_backend == "gloo");
+  CHECK(c.cluster.device == "cpu");
+  CHECK(c.train.gemm_precision == "fp32");
   CHECK(c.cluster.tensor_model_parallel_size == 1);
   CHECK(c.cluster.pipeline_model_parallel_size == 1);
   CHECK(c.cluster.host == "127.0.0.1");
@@ -137,11 +139,12 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
 TEST_CASE("explicit values override defaults", "[unit]") {
   auto yaml = with("  ep_size: 0",
                    "  ep_size: 1\n  communication_backend: nccl\n"
-                   "  collective_timeout_ms: 12345");
+                   "  device: cuda\n  collective_timeout_ms: 12345");
   yaml = with("  capacity_factor: 0",
               "  capacity_factor: 1.25\n  router_temperature: 0.5", yaml);
   yaml = with("  seq_len: 32",
               "  seq_len: 16\n  seed: 18446744073709551615\n"
+              "  gemm_precision: bf16\n"
               "  log_interval: 7\n  eval_sequences: 4",
               yaml);
   yaml = with("  dir: some/data", "  dir: d\n  shard_per_rank: true", yaml);
@@ -149,6 +152,8 @@ TEST_CASE("explicit values override defaults", "[unit]") {
   CHECK(c.cluster.ep_size == 1);
   CHECK(c.experts_per_rank() == 4);
   CHECK(c.cluster.communication_backend == "nccl");
+  CHECK(c.cluster.device == "cuda");
+  CHECK(c.train.gemm_precision == "bf16");
   CHECK(c.cluster.collective_timeout_ms == 12345);
   CHECK(c.moe.capacity_factor == 1.25);
   CHECK(c.moe.router_temperature == 0.5);
@@ -323,6 +328,22 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
                      "  ep_size: 3");
     auto msg = refusal(yaml);
     CHECK_THAT(msg, StartsWith("cluster_config.ep_size"));
+  }
+  SECTION("a device other than cpu or cuda") {
+    auto msg = refusal(with("  world_size: 2", "  world_size: 2\n  device: tpu"));
+    CHECK_THAT(msg, StartsWith("cluster_config.device"));
+    CHECK_THAT(msg, Contains("tpu"));
+  }
+  SECTION("bf16 GEMMs on the CPU") {
+    auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n  gemm_precision: bf16"));
+    CHECK_THAT(msg, StartsWith("train.gemm_precision"));
+    CHECK_THAT(msg, Contains("device: cuda"));
+  }
+  SECTION("nccl on the CPU") {
+    auto msg = refusal(with("  world_size: 2",
+                            "  world_size: 2\n  communication_backend: nccl"));
+    CHECK_THAT(msg, StartsWith("cluster_config.communication_backend"));
+    CHECK_THAT(msg, Contains("device: cuda"));
   }
   SECTION("num_attention_heads not a multiple of num_key_value_heads") {
     auto msg = refusal(with("  num_key_value_heads: 2",

@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/actors/rank.hpp"
+#include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/param_layout.hpp"
@@ -30,6 +32,9 @@ struct expert_shard_state {
   model::param_layout layout;
   std::shared_ptr<expert_shard_memory> mem;
   std::unique_ptr<model::expert_ffn> ffn;
+  // Its own stream on its rank's GPU (the rank waits for its own work
+  // before asking, the shard for its own before answering), or the CPU.
+  std::unique_ptr<k::device_stream> device_stream;
   k::stream stream;
   std::string fault; // injected, fires on the next forward
 
@@ -44,9 +49,9 @@ struct expert_shard_state {
   }
 
   void save_step_start() {
-    mem->start_params = mem->params;
-    mem->start_m = mem->m;
-    mem->start_v = mem->v;
+    mem->start_params.assign(stream, mem->params);
+    mem->start_m.assign(stream, mem->m);
+    mem->start_v.assign(stream, mem->v);
   }
 };
 
@@ -55,30 +60,41 @@ using shard_pointer =
 
 // The NaN/Inf guard: a shard that produced a non-finite value fails, and
 // its supervisor restarts it (a one-off fault then passes on the replay; a
-// persistent one exceeds the restart intensity and escalates).
-void require_finite(const float* x, int64_t n, const char* what,
-                    int64_t layer) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      throw std::runtime_error(std::string("non-finite value in the ") + what
-                               + " of layer " + std::to_string(layer)
-                               + " at index " + std::to_string(i));
+// persistent one exceeds the restart intensity and escalates). A sum of
+// squares is NaN or Inf exactly when a value is, and runs on the device.
+void require_finite(const k::stream& s, const float* x, int64_t n,
+                    const char* what, int64_t layer) {
+  if (!std::isfinite(k::sum_squares(s, x, n)))
+    throw std::runtime_error(std::string("non-finite value in the ") + what
+                             + " of layer " + std::to_string(layer));
 }
 
-// Runs one unit of work; an exception ends the shard with the reason (the
-// requester gets the error at once, the supervisor the down message).
+// A failed unit of work ends the shard with the reason (the requester gets
+// the error at once, the supervisor the down message). Kernels already
+// queued may still write into the rank's buffers: drain the stream first.
+caf::error shard_failed(shard_pointer self, const std::exception& ex) {
+  try {
+    k::wait(self->state.stream);
+  } catch (const std::exception&) {
+    // The device itself failed: nothing more to drain.
+  }
+  auto err = caf::make_error(errc::expert_failed,
+                             "expert shard of rank "
+                               + std::to_string(self->state.rank) + ": "
+                               + ex.what());
+  self->quit(err);
+  return err;
+}
+
+// Runs one unit of work to completion (the rank reads the results next).
 template <class F>
 caf::result<caf::ok_atom> guarded(shard_pointer self, F&& work) {
   try {
     work();
+    k::wait(self->state.stream);
     return caf::ok_atom_v;
   } catch (const std::exception& ex) {
-    auto err = caf::make_error(errc::expert_failed,
-                               "expert shard of rank "
-                                 + std::to_string(self->state.rank) + ": "
-                                 + ex.what());
-    self->quit(err);
-    return err;
+    return shard_failed(self, ex);
   }
 }
 
@@ -86,26 +102,76 @@ void initialize(expert_shard_state& st) {
   const auto& c = st.cfg;
   auto& mem = *st.mem;
   if (!mem.initialized) {
-    mem.params.resize(st.layout.total());
-    model::init_expert_params(st.layout, mem.params.data(), c.model,
+    std::vector<float> init(st.layout.total());
+    model::init_expert_params(st.layout, init.data(), c.model,
                               st.first_expert, st.count, c.train.seed,
                               c.model.init_std);
-    mem.grads.assign(st.layout.total(), 0.0f);
-    mem.m.assign(st.layout.total(), 0.0f);
-    mem.v.assign(st.layout.total(), 0.0f);
+    mem.params.upload(st.stream, init);
+    mem.grads.zeros(st.stream, st.layout.total());
+    mem.m.zeros(st.stream, st.layout.total());
+    mem.v.zeros(st.stream, st.layout.total());
     st.save_step_start();
+    k::wait(st.stream);
     mem.initialized = true;
     return;
   }
   // A restart: back to the start of the step. Gradients stay: the rank
   // decides whether to replay them (shard_executor).
-  mem.params = mem.start_params;
-  mem.m = mem.start_m;
-  mem.v = mem.start_v;
+  mem.params.assign(st.stream, mem.start_params);
+  mem.m.assign(st.stream, mem.start_m);
+  mem.v.assign(st.stream, mem.start_v);
+  k::wait(st.stream);
   log_warn("expert_shard", "rank " + std::to_string(st.rank)
                              + ": expert shard restarted from the snapshot "
                                "of the start of step "
                              + std::to_string(mem.optimized_step + 1));
+}
+
+// The shard's tensors, copied to the host, for a checkpoint.
+rank_snapshot_ptr take_snapshot(expert_shard_state& st, int64_t step) {
+  auto snap = std::make_shared<rank_snapshot>();
+  snap->step = step;
+  snap->ints["first_expert"] = st.first_expert;
+  snap->ints["expert_count"] = st.count;
+  for (const auto& spec : st.layout.tensors()) {
+    auto copy = [&](const std::string& name,
+                    const expert_shard_memory::tensor& t) {
+      std::vector<float> host(spec.numel);
+      t.download(st.stream, host.data(), spec.numel, spec.offset);
+      snap->tensors.push_back({name, spec.shape, std::move(host)});
+    };
+    copy(spec.name, st.mem->params);
+    copy("adam_m/" + spec.name, st.mem->m);
+    copy("adam_v/" + spec.name, st.mem->v);
+  }
+  return snap;
+}
+
+caf::result<caf::ok_atom> restore(expert_shard_state& st,
+                                  const rank_snapshot& snap) {
+  auto find = [&](const std::string& name) -> const owned_tensor* {
+    for (const auto& t : snap.tensors)
+      if (t.name == name)
+        return &t;
+    return nullptr;
+  };
+  for (const auto& spec : st.layout.tensors())
+    for (auto [prefix, target] :
+         {std::pair{std::string(), &st.mem->params},
+          std::pair{std::string("adam_m/"), &st.mem->m},
+          std::pair{std::string("adam_v/"), &st.mem->v}}) {
+      auto* t = find(prefix + spec.name);
+      if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
+        return caf::make_error(errc::expert_failed,
+                               "checkpoint lacks " + prefix + spec.name
+                                 + " for experts from "
+                                 + std::to_string(st.first_expert));
+      target->upload(st.stream, t->data.data(), t->data.size(), spec.offset);
+    }
+  st.save_step_start();
+  k::wait(st.stream);
+  st.mem->optimized_step = snap.step;
+  return caf::ok_atom_v;
 }
 
 expert_shard_actor::behavior_type expert_shard(shard_pointer self,
@@ -115,6 +181,12 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   st.cfg = std::move(args.cfg);
   st.rank = args.rank;
   st.mem = std::move(args.memory);
+  if (args.device >= 0) {
+    k::cuda_set_device(args.device); // this thread's device, for good
+    st.device_stream =
+      std::make_unique<k::device_stream>(gemm_precision_of(st.cfg));
+    st.stream = st.device_stream->get();
+  }
   const auto& c = st.cfg;
   st.count = c.experts_per_rank();
   st.first_expert = (args.rank % c.ep_size()) * st.count;
@@ -133,9 +205,12 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         st.ffn->forward(st.stream, task->layer, st.block(task->layer),
                         task->input, task->rows_per_expert, task->output);
         const auto n = task->rows * st.cfg.model.hidden_size;
-        if (fault == "nan_expert" && n > 0)
-          task->output[0] = std::numeric_limits<float>::quiet_NaN();
-        require_finite(task->output, n, "expert output", task->layer);
+        if (fault == "nan_expert" && n > 0) {
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          k::upload(st.stream, task->output, &nan, sizeof nan);
+        }
+        require_finite(st.stream, task->output, n, "expert output",
+                       task->layer);
       });
     },
     [self](expert_bwd_atom, expert_task_ptr task) {
@@ -143,14 +218,16 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto& st = self->state;
         st.ffn->backward(st.stream, task->layer, st.block(task->layer),
                          task->input, task->output);
-        require_finite(task->output, task->rows * st.cfg.model.hidden_size,
+        require_finite(st.stream, task->output,
+                       task->rows * st.cfg.model.hidden_size,
                        "input gradient", task->layer);
       });
     },
-    [self](zero_grads_atom) -> caf::ok_atom {
-      auto& g = self->state.mem->grads;
-      std::fill(g.begin(), g.end(), 0.0f);
-      return caf::ok_atom_v;
+    [self](zero_grads_atom) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        st.mem->grads.zeros(st.stream, st.mem->grads.size());
+      });
     },
     [self](mailbox_atom) -> int64_t {
       return static_cast<int64_t>(self->mailbox().size());
@@ -162,51 +239,20 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       auto& g = self->state.mem->grads;
       return {g.data(), static_cast<int64_t>(g.size())};
     },
-    [self](snapshot_atom, int64_t step) -> rank_snapshot_ptr {
-      auto& st = self->state;
-      auto snap = std::make_shared<rank_snapshot>();
-      snap->step = step;
-      snap->ints["first_expert"] = st.first_expert;
-      snap->ints["expert_count"] = st.count;
-      for (const auto& spec : st.layout.tensors()) {
-        auto copy = [&](const std::string& name, const std::vector<float>& v) {
-          snap->tensors.push_back(
-            {name, spec.shape,
-             std::vector<float>(v.begin() + spec.offset,
-                                v.begin() + spec.offset + spec.numel)});
-        };
-        copy(spec.name, st.mem->params);
-        copy("adam_m/" + spec.name, st.mem->m);
-        copy("adam_v/" + spec.name, st.mem->v);
+    [self](snapshot_atom, int64_t step) -> caf::result<rank_snapshot_ptr> {
+      try {
+        return take_snapshot(self->state, step);
+      } catch (const std::exception& ex) {
+        return shard_failed(self, ex);
       }
-      return snap;
     },
     [self](restore_atom,
            rank_snapshot_ptr snap) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      auto find = [&](const std::string& name) -> const owned_tensor* {
-        for (const auto& t : snap->tensors)
-          if (t.name == name)
-            return &t;
-        return nullptr;
-      };
-      for (const auto& spec : st.layout.tensors())
-        for (auto [prefix, target] :
-             {std::pair{std::string(), &st.mem->params},
-              std::pair{std::string("adam_m/"), &st.mem->m},
-              std::pair{std::string("adam_v/"), &st.mem->v}}) {
-          auto* t = find(prefix + spec.name);
-          if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
-            return caf::make_error(errc::expert_failed,
-                                   "checkpoint lacks " + prefix + spec.name
-                                     + " for experts from "
-                                     + std::to_string(st.first_expert));
-          std::copy(t->data.begin(), t->data.end(),
-                    target->begin() + spec.offset);
-        }
-      st.save_step_start();
-      st.mem->optimized_step = snap->step;
-      return caf::ok_atom_v;
+      try {
+        return restore(self->state, *snap);
+      } catch (const std::exception& ex) {
+        return shard_failed(self, ex);
+      }
     },
     [self](optimize_atom, optimizer_args a) {
       return guarded(self, [&] {
@@ -223,8 +269,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                         t.weight_decay, a.step, a.grad_scale);
         st.save_step_start();
         mem.optimized_step = a.step;
-        k::fill_zero(st.stream, mem.grads.data(),
-                     static_cast<int64_t>(mem.grads.size()));
+        mem.grads.zeros(st.stream, mem.grads.size());
       });
     },
   };

@@ -116,7 +116,8 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
        restart_of(cfg.supervision.expert_shard),
        [cfg, rank, memory](caf::actor_system& sys) {
          return caf::actor_cast<caf::actor>(
-           spawn_expert_shard(sys, {cfg, rank, memory}));
+           spawn_expert_shard(sys, {cfg, rank, memory,
+                                    rank_device(cfg, rank)}));
        }});
   }
   const auto e = std::to_string(epoch);

@@ -15,6 +15,8 @@
 #include "tutti/actors/coordinator_store.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/comm/nccl_communicator.hpp"
+#include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/capacity_plan.hpp"
 #include "tutti/model/rank_model.hpp"
@@ -60,8 +62,10 @@ struct rank_comms {
 };
 
 // Rendezvous groups are named by epoch: a rebuilt communicator never
-// meets keys of the one it replaces.
-status connect(caf::actor_system& sys, const rank_args& a, rank_comms& out) {
+// meets keys of the one it replaces. Gloo or NCCL by the config; NCCL's
+// unique id travels through the same coordinator store.
+status connect(caf::actor_system& sys, const rank_args& a, int device,
+               rank_comms& out) {
   const auto& cl = a.cfg.cluster;
   const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
   const auto rendezvous =
@@ -69,22 +73,35 @@ status connect(caf::actor_system& sys, const rank_args& a, rank_comms& out) {
   coordinator_store store(sys, a.coordinator, rendezvous);
   const auto epoch = "e" + std::to_string(a.epoch) + "/";
   // Bind the data plane to this node's own address (nodes[N].host).
-  comm::gloo_options opts{cl.node(a.rank / cl.nproc_per_node).host,
-                          epoch + "world", timeout, rendezvous};
+  const auto host = cl.node(a.rank / cl.nproc_per_node).host;
+  auto make = [&](int member, int size, const std::string& group,
+                  std::unique_ptr<comm::communicator>& c) -> status {
+    if (cl.communication_backend == "nccl") {
+      comm::nccl_options opts;
+      opts.group = epoch + group;
+      opts.device = device;
+      opts.timeout = timeout;
+      std::unique_ptr<comm::nccl_communicator> nccl;
+      TUTTI_RETURN_IF_ERROR(
+        comm::make_nccl_communicator(store, member, size, opts, nccl));
+      c = std::move(nccl);
+    } else {
+      comm::gloo_options opts{host, epoch + group, timeout, rendezvous};
+      TUTTI_RETURN_IF_ERROR(
+        comm::make_gloo_communicator(store, member, size, opts, c));
+    }
+    a.control->add(c.get());
+    return {};
+  };
   const int world = static_cast<int>(cl.world_size);
   const int ep = static_cast<int>(a.cfg.ep_size());
-  TUTTI_RETURN_IF_ERROR(
-    comm::make_gloo_communicator(store, a.rank, world, opts, out.world));
-  a.control->add(out.world.get());
+  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", out.world));
   if (ep < world) {
-    opts.group = epoch + "ep" + std::to_string(a.rank / ep);
-    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(store, a.rank % ep, ep,
-                                                       opts, out.ep));
-    a.control->add(out.ep.get());
-    opts.group = epoch + "edp" + std::to_string(a.rank % ep);
-    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(
-      store, a.rank / ep, world / ep, opts, out.expert_dp));
-    a.control->add(out.expert_dp.get());
+    TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
+                               "ep" + std::to_string(a.rank / ep), out.ep));
+    TUTTI_RETURN_IF_ERROR(make(a.rank / ep, world / ep,
+                               "edp" + std::to_string(a.rank % ep),
+                               out.expert_dp));
   }
   return {};
 }
@@ -113,12 +130,30 @@ public:
   // The communicators die with the loop: nothing may abort them after.
   ~step_loop() { a_.control->clear(); }
 
+  // Device failures (kernels::device_error) end the rank with their
+  // message, like any other error.
   status run() {
-    TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, comms_));
+    try {
+      return run_steps();
+    } catch (const std::exception& ex) {
+      return status::error(ex.what());
+    }
+  }
+
+  status run_steps() {
+    const int device = rank_device(a_.cfg, a_.rank);
+    if (device >= 0) {
+      kernels::cuda_set_device(device); // this thread's, for good
+      device_stream_ =
+        std::make_unique<kernels::device_stream>(gemm_precision_of(a_.cfg));
+      stream_ = device_stream_->get();
+    }
+    collectives_ = std::make_unique<model::staged_collectives>(stream_);
+    TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, device, comms_));
     TUTTI_RETURN_IF_ERROR(find_child(self_, a_.loaders, loader_id(), timeout_,
                                      loader_));
     shard_executor experts(
-      self_, a_.experts, "expert_shard/" + std::to_string(a_.rank),
+      self_, stream_, a_.experts, "expert_shard/" + std::to_string(a_.rank),
       a_.cfg.model.hidden_size, a_.cfg.experts_per_rank(), timeout_,
       [this](double seconds, size_t replayed) {
         on_shard_restart(seconds, replayed);
@@ -126,7 +161,7 @@ public:
       [this] { return a_.control->aborted(); });
     TUTTI_RETURN_IF_ERROR(experts.connect());
     experts_ = &experts;
-    model::rank_model model(a_.cfg, comms_.groups(), experts);
+    model::rank_model model(a_.cfg, comms_.groups(), experts, stream_);
     if (a_.rank == 0) {
       const auto& e = a_.cfg.moe;
       const auto bytes = e.communication_buffer_size > 0
@@ -353,9 +388,10 @@ private:
     r.dropped_tokens = stats.dropped_tokens;
     r.alltoall_bytes = stats.alltoall_bytes;
     r.expert_counts = std::move(stats.expert_counts);
-    if (a_.rank == 0)
-      r.router_bias.assign(model.router_bias().begin(),
-                           model.router_bias().end());
+    if (a_.rank == 0) {
+      const auto bias = model.router_bias().to_host(stream_);
+      r.router_bias.assign(bias.begin(), bias.end());
+    }
     r.time_alltoall_s = stats.time.alltoall_s;
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
@@ -368,15 +404,14 @@ private:
   status reduce_expert_grads(double& sum_squares, model::step_timers& time) {
     grad_view grads;
     TUTTI_RETURN_IF_ERROR(experts_->grads(grads));
-    // The shard is idle until our next request: its buffer is ours to
-    // reduce in place.
+    // The shard is idle until our next request: its buffer (on our
+    // device) is ours to reduce in place.
     if (comms_.expert_dp) {
       model::scoped_timer t(time.allreduce_s);
-      TUTTI_RETURN_IF_ERROR(
-        comms_.expert_dp->all_reduce_sum(grads.data, grads.size));
+      TUTTI_RETURN_IF_ERROR(collectives_->all_reduce_sum(
+        *comms_.expert_dp, grads.data, static_cast<size_t>(grads.size)));
     }
-    sum_squares = kernels::sum_squares(kernels::cpu_stream(), grads.data,
-                                       grads.size);
+    sum_squares = kernels::sum_squares(stream_, grads.data, grads.size);
     auto* ep = comms_.groups().ep;
     if (ep->size() > 1) {
       model::scoped_timer t(time.allreduce_s);
@@ -418,6 +453,10 @@ private:
   rank_comms comms_;
   data_loader_actor loader_;
   shard_executor* experts_ = nullptr;
+  // Where the model computes: the CPU, or this rank's GPU and its stream.
+  std::unique_ptr<kernels::device_stream> device_stream_;
+  kernels::stream stream_ = kernels::cpu_stream();
+  std::unique_ptr<model::staged_collectives> collectives_;
   int64_t step_ = 0;
   double final_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t last_step_ = 0;
@@ -453,6 +492,38 @@ void rank_control::abort() {
   aborted_ = true;
   for (auto* c : comms_)
     c->abort();
+}
+
+int rank_device(const job_config& cfg, int32_t rank) {
+  if (cfg.cluster.device != "cuda")
+    return -1;
+  const int count = kernels::cuda_device_count();
+  const auto local = rank % cfg.cluster.nproc_per_node;
+  return count > 0 ? static_cast<int>(local % count) : 0;
+}
+
+kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
+  return cfg.train.gemm_precision == "bf16" ? kernels::gemm_precision::bf16
+                                            : kernels::gemm_precision::fp32;
+}
+
+std::string rank_device_problem(const job_config& cfg) {
+  const auto& cl = cfg.cluster;
+  if (cl.communication_backend != "gloo" && cl.communication_backend != "nccl")
+    return "cluster_config.communication_backend: '" + cl.communication_backend
+           + "' is not available (gloo, nccl)";
+  std::string why;
+  if (cl.communication_backend == "nccl" && !comm::nccl_built(why))
+    return "cluster_config.communication_backend: nccl: " + why;
+  if (cl.device == "cuda" && !kernels::cuda_device_available(why))
+    return "cluster_config.device: cuda: " + why;
+  // NCCL refuses two members of one communicator on the same GPU.
+  if (cl.communication_backend == "nccl"
+      && cl.nproc_per_node > kernels::cuda_device_count())
+    return "cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
+           + " ranks per node but " + std::to_string(kernels::cuda_device_count())
+           + " GPUs here; nccl needs one GPU per rank (gloo can share)";
+  return {};
 }
 
 void rank_control::add(comm::communicator* c) {

@@ -8,21 +8,23 @@ namespace tutti {
 
 namespace {
 
-// The dense tensors: weights, AdamW moments, router biases.
+// The dense tensors: weights, AdamW moments, router biases (copied to
+// the host from wherever the model computes).
 void add_dense(model::rank_model& model, const model_config& m,
                const moe_config& e, rank_snapshot& snap) {
+  const auto& s = model.stream();
   for (const auto& spec : model.layout().tensors())
     for (auto [prefix, source] :
          {std::pair{std::string(), &model.params()},
           std::pair{std::string("adam_m/"), &model.adam_m()},
-          std::pair{std::string("adam_v/"), &model.adam_v()}})
-      snap.tensors.push_back(
-        {prefix + spec.name, spec.shape,
-         std::vector<float>(source->begin() + spec.offset,
-                            source->begin() + spec.offset + spec.numel)});
+          std::pair{std::string("adam_v/"), &model.adam_v()}}) {
+      std::vector<float> host(spec.numel);
+      source->download(s, host.data(), spec.numel, spec.offset);
+      snap.tensors.push_back({prefix + spec.name, spec.shape, std::move(host)});
+    }
   snap.tensors.push_back({"router_bias",
                           {m.num_hidden_layers, e.num_experts},
-                          model.router_bias()});
+                          model.router_bias().to_host(s)});
 }
 
 } // namespace
@@ -82,25 +84,25 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
         return &t;
     return nullptr;
   };
-  auto load = [&](const std::string& name, float* target, int64_t numel) {
+  auto load = [&](const std::string& name, kernels::tensor<float>& target,
+                  int64_t offset, int64_t numel) {
     auto* t = find(dense.value, name);
     if (!t || static_cast<int64_t>(t->data.size()) != numel)
       return status::error(dir.string() + ": shard 0 lacks " + name);
-    std::copy(t->data.begin(), t->data.end(), target);
+    target.upload(model.stream(), t->data.data(), t->data.size(), offset);
     return status{};
   };
   for (const auto& spec : model.layout().tensors()) {
     TUTTI_RETURN_IF_ERROR(
-      load(spec.name, model.params().data() + spec.offset, spec.numel));
-    TUTTI_RETURN_IF_ERROR(load("adam_m/" + spec.name,
-                               model.adam_m().data() + spec.offset,
-                               spec.numel));
-    TUTTI_RETURN_IF_ERROR(load("adam_v/" + spec.name,
-                               model.adam_v().data() + spec.offset,
-                               spec.numel));
+      load(spec.name, model.params(), spec.offset, spec.numel));
+    TUTTI_RETURN_IF_ERROR(
+      load("adam_m/" + spec.name, model.adam_m(), spec.offset, spec.numel));
+    TUTTI_RETURN_IF_ERROR(
+      load("adam_v/" + spec.name, model.adam_v(), spec.offset, spec.numel));
   }
-  TUTTI_RETURN_IF_ERROR(load("router_bias", model.router_bias().data(),
-                             static_cast<int64_t>(model.router_bias().size())));
+  TUTTI_RETURN_IF_ERROR(
+    load("router_bias", model.router_bias(), 0,
+         static_cast<int64_t>(model.router_bias().size())));
 
   // This rank's experts were written by the first replica's holder.
   auto shard = store::read_shard_file(

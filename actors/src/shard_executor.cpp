@@ -1,5 +1,6 @@
 #include "shard_executor.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "tutti/actors/log.hpp"
@@ -17,12 +18,14 @@ constexpr int max_attempts = 16;
 } // namespace
 
 shard_executor::shard_executor(caf::blocking_actor* self,
+                               kernels::stream stream,
                                supervisor_actor experts, std::string child_id,
                                int64_t hidden, int64_t local_experts,
                                std::chrono::milliseconds timeout,
                                std::function<void(double, size_t)> on_restart,
                                std::function<bool()> aborted)
-  : self_(self), experts_(std::move(experts)), child_id_(std::move(child_id)),
+  : self_(self), stream_(stream), experts_(std::move(experts)),
+    child_id_(std::move(child_id)),
     timeout_(timeout), on_restart_(std::move(on_restart)),
     aborted_(std::move(aborted)), hidden_(hidden),
     local_experts_(local_experts) {}
@@ -91,21 +94,37 @@ status shard_executor::send_task(const logged_task& t, float* output) {
                    : ask(expert_bwd_atom_v, std::move(task));
 }
 
+shard_executor::logged_task& shard_executor::next_entry() {
+  if (logged_ == log_.size())
+    log_.emplace_back();
+  return log_[logged_++];
+}
+
 status shard_executor::run_logged(float* output) {
-  return with_restarts(true, [&] { return send_task(log_.back(), output); });
+  return with_restarts(
+    true, [&] { return send_task(log_[logged_ - 1], output); });
 }
 
 status shard_executor::forward(int64_t layer, const float* x,
                                const int64_t* rows, int64_t m, float* y) {
-  log_.push_back({true, layer, std::vector<float>(x, x + m * hidden_),
-                  std::vector<int64_t>(rows, rows + local_experts_), m});
+  auto& t = next_entry();
+  t.forward = true;
+  t.layer = layer;
+  t.input.assign(stream_, x, static_cast<size_t>(m * hidden_));
+  t.rows_per_expert.assign(rows, rows + local_experts_);
+  t.rows = m;
+  kernels::wait(stream_); // the shard reads it on its own stream
   return run_logged(y);
 }
 
 status shard_executor::backward(int64_t layer, const float* dy, int64_t m,
                                 float* dx) {
-  log_.push_back(
-    {false, layer, std::vector<float>(dy, dy + m * hidden_), {}, m});
+  auto& t = next_entry();
+  t.forward = false;
+  t.layer = layer;
+  t.input.assign(stream_, dy, static_cast<size_t>(m * hidden_));
+  t.rows = m;
+  kernels::wait(stream_);
   return run_logged(dx);
 }
 
@@ -153,9 +172,10 @@ status shard_executor::recover(const std::string& why, bool replay) {
   size_t replayed = 0;
   if (replay) {
     TUTTI_RETURN_IF_ERROR(ask(zero_grads_atom_v));
-    std::vector<float> scratch;
-    for (size_t i = 0; i + 1 < log_.size(); ++i) {
-      scratch.resize(static_cast<size_t>(log_[i].rows * hidden_));
+    kernels::tensor<float> scratch;
+    for (size_t i = 0; i + 1 < logged_; ++i) {
+      scratch.resize(stream_, static_cast<size_t>(
+                                std::max<int64_t>(log_[i].rows, 1) * hidden_));
       TUTTI_RETURN_IF_ERROR(send_task(log_[i], scratch.data()));
       ++replayed;
     }

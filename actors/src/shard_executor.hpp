@@ -17,6 +17,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/supervisor.hpp"
+#include "tutti/kernels/tensor.hpp"
 #include "tutti/model/expert_executor.hpp"
 
 namespace tutti {
@@ -24,8 +25,10 @@ namespace tutti {
 class shard_executor final : public model::expert_executor {
 public:
   // `on_restart(seconds, replayed)` is told of each restart survived;
-  // `aborted()` ends waiting for one (the rank's epoch is over).
-  shard_executor(caf::blocking_actor* self, supervisor_actor experts,
+  // `aborted()` ends waiting for one (the rank's epoch is over). `stream`:
+  // the rank's, where the logged inputs are copied (device memory on a GPU).
+  shard_executor(caf::blocking_actor* self, kernels::stream stream,
+                 supervisor_actor experts,
                  std::string child_id, int64_t hidden, int64_t local_experts,
                  std::chrono::milliseconds timeout,
                  std::function<void(double, size_t)> on_restart,
@@ -33,7 +36,10 @@ public:
 
   // Finds the shard; then a new step: the log starts empty.
   status connect();
-  void begin_step() { log_.clear(); }
+  // Entries (and their device memory) are reused from step to step:
+  // freeing device memory synchronizes the whole device, which must not
+  // happen under a peer's NCCL kernel.
+  void begin_step() { logged_ = 0; }
 
   status forward(int64_t layer, const float* x, const int64_t* rows,
                  int64_t m, float* y) override;
@@ -50,11 +56,12 @@ private:
   struct logged_task {
     bool forward = true;
     int64_t layer = 0;
-    std::vector<float> input;
+    kernels::tensor<float> input;
     std::vector<int64_t> rows_per_expert;
     int64_t rows = 0;
   };
 
+  logged_task& next_entry();
   status run_logged(float* output);
   status send_task(const logged_task& t, float* output);
   // Waits for the supervisor's restarted shard, then replays the log but
@@ -71,13 +78,15 @@ private:
   status with_restarts(bool replay, F&& once);
 
   caf::blocking_actor* self_;
+  kernels::stream stream_;
   supervisor_actor experts_;
   std::string child_id_;
   std::chrono::milliseconds timeout_;
   std::function<void(double, size_t)> on_restart_;
   std::function<bool()> aborted_;
   expert_shard_actor shard_;
-  std::vector<logged_task> log_;
+  std::vector<logged_task> log_; // the step's: the first logged_
+  size_t logged_ = 0;
   int64_t hidden_ = 0;
   int64_t local_experts_ = 0;
 };

@@ -148,6 +148,8 @@ public:
     return reduce(&one, 1, ncclInt64, sizeof(int64_t));
   }
 
+  bool takes_device_memory() const override { return true; }
+
   std::string describe() const override {
     return "nccl/" + options_.group + " rank " + std::to_string(rank_) + "/"
            + std::to_string(size_) + " cuda:" + std::to_string(device_);

@@ -6,12 +6,14 @@
 #include "tutti/kernels/device_memory.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #ifdef TUTTI_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda/cublas_loader.hpp"
 #include "cuda/cuda_check.hpp"
 #endif
 
@@ -30,8 +32,8 @@ void throw_cuda_error(cudaError_t error, const char* call, const char* file,
 
 void throw_cublas_error(cublasStatus_t status, const char* call,
                         const char* file, int line) {
-  throw device_error(std::string("cuBLAS error ") + cublasGetStatusName(status)
-                     + " (" + cublasGetStatusString(status) + ") at " + file
+  throw device_error(std::string("cuBLAS error ") + cublas().status_name(status)
+                     + " (" + cublas().status_string(status) + ") at " + file
                      + ":" + std::to_string(line) + ": " + call);
 }
 
@@ -163,6 +165,12 @@ void copy_device_to_device(const stream& s, void* dst, const void* src,
   TUTTI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, raw(s)));
 }
 
+void zero_device_bytes(const stream& s, void* dst, size_t bytes) {
+  require_cuda(s, "zero_device_bytes");
+  if (bytes == 0) return;
+  TUTTI_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, raw(s)));
+}
+
 void synchronize(const stream& s) {
   require_cuda(s, "synchronize");
   TUTTI_CUDA_CHECK(cudaStreamSynchronize(raw(s)));
@@ -179,6 +187,7 @@ device_stream::~device_stream() {
   // new stream may get this address as soon as it is destroyed.
   if (handle_ == nullptr) return;
   cudaStreamSynchronize(static_cast<cudaStream_t>(handle_));
+  cuda::release_scratch(handle_);
   cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
 }
 
@@ -219,6 +228,9 @@ void copy_to_host(const stream&, void*, const void*, size_t) {
 void copy_device_to_device(const stream&, void*, const void*, size_t) {
   no_cuda("copy_device_to_device");
 }
+void zero_device_bytes(const stream&, void*, size_t) {
+  no_cuda("zero_device_bytes");
+}
 void synchronize(const stream&) { no_cuda("synchronize"); }
 device_stream::device_stream(gemm_precision gemm) : gemm_(gemm) {
   no_cuda("device_stream");
@@ -226,5 +238,39 @@ device_stream::device_stream(gemm_precision gemm) : gemm_(gemm) {
 device_stream::~device_stream() = default;
 
 #endif
+
+// Either kind of stream: on a cpu stream both sides are host memory.
+void upload(const stream& s, void* dst, const void* host_src, size_t bytes) {
+  if (s.device == device_kind::cuda)
+    copy_to_device(s, dst, host_src, bytes);
+  else if (bytes > 0)
+    std::memcpy(dst, host_src, bytes);
+}
+
+void download(const stream& s, void* host_dst, const void* src, size_t bytes) {
+  if (s.device == device_kind::cuda)
+    copy_to_host(s, host_dst, src, bytes);
+  else if (bytes > 0)
+    std::memcpy(host_dst, src, bytes);
+}
+
+void copy_on(const stream& s, void* dst, const void* src, size_t bytes) {
+  if (s.device == device_kind::cuda)
+    copy_device_to_device(s, dst, src, bytes);
+  else if (bytes > 0 && dst != src)
+    std::memmove(dst, src, bytes);
+}
+
+void zero_bytes(const stream& s, void* dst, size_t bytes) {
+  if (s.device == device_kind::cuda)
+    zero_device_bytes(s, dst, bytes);
+  else if (bytes > 0)
+    std::memset(dst, 0, bytes);
+}
+
+void wait(const stream& s) {
+  if (s.device == device_kind::cuda)
+    synchronize(s);
+}
 
 } // namespace tutti::kernels

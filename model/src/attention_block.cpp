@@ -40,18 +40,18 @@ status rank_model::attention_forward(int64_t l, int64_t seqs) {
 
 // dx: gradient of x_mid in, gradient of x_in out.
 void rank_model::attention_backward(int64_t l, int64_t seqs,
-                                    std::vector<float>& dx) {
+                                    tensor<float>& dx) {
   const auto& m = cfg_.model;
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), hq = m.num_attention_heads;
   const int64_t hkv = m.num_key_value_heads;
-  dattn_.resize(n * hq * hd);
-  dq_.resize(n * hq * hd);
-  dk_.resize(n * hkv * hd);
-  dv_.resize(n * hkv * hd);
-  dtmp_.resize(n * d);
-  dtmp2_.resize(n * d);
+  dattn_.resize(stream_, n * hq * hd);
+  dq_.resize(stream_, n * hq * hd);
+  dk_.resize(stream_, n * hkv * hd);
+  dv_.resize(stream_, n * hkv * hd);
+  dtmp_.resize(stream_, n * d);
+  dtmp2_.resize(stream_, n * d);
 
   k::linear_backward(stream_, a.attn.data(),
                      param(layer_name(l, "self_attn.o_proj.weight")), dx.data(),

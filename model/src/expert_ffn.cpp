@@ -22,10 +22,10 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
   auto& sv = saved_[layer];
   sv.rows.assign(rows, rows + experts_);
   const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
-  sv.x.assign(x, x + m * hidden_);
-  sv.a.resize(m * intermediate_);
-  sv.b.resize(m * intermediate_);
-  sv.h.resize(m * intermediate_);
+  sv.x.assign(s, x, m * hidden_);
+  sv.a.resize(s, m * intermediate_);
+  sv.b.resize(s, m * intermediate_);
+  sv.h.resize(s, m * intermediate_);
   k::grouped_linear_forward(s, x, w.w1, rows, experts_, sv.a.data(), hidden_,
                             intermediate_);
   k::grouped_linear_forward(s, x, w.w3, rows, experts_, sv.b.data(), hidden_,
@@ -39,10 +39,10 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
                           const expert_block& w, const float* dy, float* dx) {
   auto& sv = saved_[layer];
   const int64_t m = static_cast<int64_t>(sv.x.size()) / hidden_;
-  dh_.resize(m * intermediate_);
-  da_.resize(m * intermediate_);
-  db_.resize(m * intermediate_);
-  dx_tmp_.resize(m * hidden_);
+  dh_.resize(s, m * intermediate_);
+  da_.resize(s, m * intermediate_);
+  db_.resize(s, m * intermediate_);
+  dx_tmp_.resize(s, m * hidden_);
   const int64_t* rows = sv.rows.data();
   k::grouped_linear_backward(s, sv.h.data(), w.w2, dy, rows, experts_,
                              dh_.data(), w.dw2, intermediate_, hidden_);

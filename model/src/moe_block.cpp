@@ -2,6 +2,7 @@
 // experts (through the expert_executor), combine. Expert-parallel layout:
 // EP member p holds experts [p*L, (p+1)*L), L = experts / ep_size.
 
+#include <algorithm>
 #include <numeric>
 
 #include "tutti/kernels/ops.hpp"
@@ -22,6 +23,46 @@ std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
 }
 
 } // namespace
+
+// The global pre-drop counts: the f_i of the Switch loss and the load that
+// bias balancing reacts to, over the whole global batch (so the loss does
+// not depend on how the batch is split over ranks).
+status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
+                                int64_t l, step_timers& time) {
+  const auto& e = cfg_.moe;
+  const int64_t E = e.num_experts, K = e.router_top_k;
+  const int32_t* topk = a.topk_orig.host_view(stream_, topk_host_);
+  std::fill(a.counts_global.begin(), a.counts_global.end(), 0);
+  for (int64_t i = 0; i < n * K; ++i) {
+    if (topk[i] < 0 || topk[i] >= E) // NaN logits route nowhere
+      return status::error("layer " + std::to_string(l) + ": router chose expert "
+                           + std::to_string(topk[i]) + " of " + std::to_string(E)
+                           + " (non-finite router logits?)");
+    a.counts_global[topk[i]] += 1;
+  }
+  {
+    scoped_timer t(time.allreduce_s);
+    TUTTI_RETURN_IF_ERROR(
+      comms_.world->all_reduce_sum(a.counts_global.data(), E));
+  }
+  std::vector<float> fraction(E);
+  for (int64_t i = 0; i < E; ++i) {
+    fraction[i] = static_cast<float>(
+      static_cast<double>(a.counts_global[i])
+      / (static_cast<double>(global_tokens_) * K));
+    stats.expert_counts[l * E + i] = a.counts_global[i];
+  }
+  a.fraction.upload(stream_, fraction);
+  a.counts_global_dev.upload(stream_, a.counts_global);
+  if (e.aux_loss_coeff > 0)
+    stats.aux_loss += k::switch_loss_forward(stream_, a.rprobs.data(),
+                                             a.fraction.data(), n, E,
+                                             e.aux_loss_coeff, global_tokens_);
+  if (e.z_loss_coeff > 0)
+    stats.z_loss += k::z_loss_forward(stream_, a.logits.data(), n, E,
+                                      e.z_loss_coeff, global_tokens_);
+  return {};
+}
 
 status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                                step_timers& time) {
@@ -44,78 +85,54 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   k::router_topk_forward(stream_, a.logits.data(), router_bias_.data() + l * E,
                          a.topk_orig.data(), a.gate.data(), a.rprobs.data(), n,
                          E, K, temperature);
-
-  if (stats) {
-    // Global pre-drop counts: the f_i of the Switch loss and the load that
-    // bias balancing reacts to, over the whole global batch (so the loss
-    // does not depend on how the batch is split over ranks).
-    std::fill(a.counts_global.begin(), a.counts_global.end(), 0);
-    for (int64_t i = 0; i < n * K; ++i)
-      a.counts_global[a.topk_orig[i]] += 1;
-    {
-      scoped_timer t(time.allreduce_s);
-      TUTTI_RETURN_IF_ERROR(
-        comms_.world->all_reduce_sum(a.counts_global.data(), E));
-    }
-    for (int64_t i = 0; i < E; ++i) {
-      a.fraction[i] = static_cast<float>(
-        static_cast<double>(a.counts_global[i])
-        / (static_cast<double>(global_tokens_) * K));
-      stats->expert_counts[l * E + i] = a.counts_global[i];
-    }
-    if (e.aux_loss_coeff > 0)
-      stats->aux_loss += k::switch_loss_forward(stream_, a.rprobs.data(),
-                                                a.fraction.data(), n, E,
-                                                e.aux_loss_coeff,
-                                                global_tokens_);
-    if (e.z_loss_coeff > 0)
-      stats->z_loss += k::z_loss_forward(stream_, a.logits.data(), n, E,
-                                         e.z_loss_coeff, global_tokens_);
-  }
+  if (stats)
+    TUTTI_RETURN_IF_ERROR(route_counts(a, n, *stats, l, time));
 
   // Capacity is per rank and expert, over this rank's tokens.
-  a.topk_kept = a.topk_orig;
-  std::vector<int64_t> kept(E);
+  a.topk_kept.assign(stream_, a.topk_orig);
   const int64_t capacity = k::expert_capacity(e.capacity_factor, n, K, E);
   const int64_t dropped = k::apply_capacity(stream_, a.topk_kept.data(),
-                                            a.gate.data(), kept.data(), n, E,
+                                            a.gate.data(), a.kept.data(), n, E,
                                             K, capacity);
   if (stats)
     stats->dropped_tokens += dropped;
   a.rows = k::permute_plan(stream_, a.topk_kept.data(), n, E, K,
-                           a.slot_of_row.data(), kept.data());
+                           a.slot_of_row.data(), a.kept.data());
+  a.kept_host.resize(E);
+  a.kept.download(stream_, a.kept_host.data(), E);
 
-  // Exchange the per-expert counts, then the rows.
+  // Exchange the per-expert counts (host memory), then the rows.
   a.recv_expert_counts.assign(P * L, 0);
   {
     scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(
-      comms_.ep->all_to_all(kept.data(), a.recv_expert_counts.data(), L));
+    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all(
+      a.kept_host.data(), a.recv_expert_counts.data(), L));
   }
   a.send_counts.assign(P, 0);
   a.recv_counts.assign(P, 0);
   for (int64_t p = 0; p < P; ++p)
     for (int64_t j = 0; j < L; ++j) {
-      a.send_counts[p] += kept[p * L + j];
+      a.send_counts[p] += a.kept_host[p * L + j];
       a.recv_counts[p] += a.recv_expert_counts[p * L + j];
     }
   a.recv_rows = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(),
                                 int64_t{0});
 
-  drows_.resize(std::max<int64_t>(a.rows, 1) * d);
-  drecv_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
                   a.rows, K, d);
+  k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
-      drows_.data(), times(a.send_counts, d), drecv_.data(),
-      times(a.recv_counts, d), sizeof(float)));
+    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
+      *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
+      times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
 
   // Regroup the received rows from source-major to expert-major.
-  a.src_index.resize(a.recv_rows);
+  std::vector<int64_t> src_index(a.recv_rows);
   a.rows_per_expert.assign(L, 0);
   std::vector<int64_t> source_start(P, 0);
   for (int64_t p = 1; p < P; ++p)
@@ -128,24 +145,27 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
         start += a.recv_expert_counts[p * L + jj];
       const int64_t count = a.recv_expert_counts[p * L + j];
       for (int64_t r = 0; r < count; ++r)
-        a.src_index[i++] = start + r;
+        src_index[i++] = start + r;
       a.rows_per_expert[j] += count;
     }
-  dexp_in_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_out_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  a.src_index.upload(stream_, src_index);
+  dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
                  a.recv_rows, d);
+  k::wait(stream_); // the shard reads them on its own stream
   TUTTI_RETURN_IF_ERROR(experts_.forward(l, dexp_in_.data(),
                                          a.rows_per_expert.data(), a.recv_rows,
                                          dexp_out_.data()));
   k::scatter_rows(stream_, dexp_out_.data(), a.src_index.data(), drecv_.data(),
                   a.recv_rows, d);
-  a.y_rows.resize(std::max<int64_t>(a.rows, 1) * d);
+  a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
-      drecv_.data(), times(a.recv_counts, d), a.y_rows.data(),
-      times(a.send_counts, d), sizeof(float)));
+    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
+      *comms_.ep, drecv_.data(), times(a.recv_counts, d), a.y_rows.data(),
+      times(a.send_counts, d)));
   }
   alltoall_bytes_ += a.recv_rows * d * static_cast<int64_t>(sizeof(float));
   k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(),
@@ -155,48 +175,51 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
 }
 
 // dx: gradient of the layer's output in, gradient of x_mid out.
-status rank_model::moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
+status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                                 step_timers& time) {
   const auto& m = cfg_.model;
   const auto& e = cfg_.moe;
   auto& a = acts_[l];
   const int64_t d = m.hidden_size, E = e.num_experts, K = e.router_top_k;
   const float temperature = static_cast<float>(e.router_temperature);
-  dgate_.resize(n * K);
-  drows_.resize(std::max<int64_t>(a.rows, 1) * d);
-  drecv_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_in_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_out_.resize(std::max<int64_t>(a.recv_rows, 1) * d);
+  dgate_.resize(stream_, n * K);
+  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
 
   k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
                                 a.slot_of_row.data(), a.gate.data(),
                                 drows_.data(), dgate_.data(), a.rows, n, K, d);
+  k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
-      drows_.data(), times(a.send_counts, d), drecv_.data(),
-      times(a.recv_counts, d), sizeof(float)));
+    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
+      *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
+      times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
+  k::wait(stream_); // the shard reads them on its own stream
   TUTTI_RETURN_IF_ERROR(
     experts_.backward(l, dexp_out_.data(), a.recv_rows, dexp_in_.data()));
   k::scatter_rows(stream_, dexp_in_.data(), a.src_index.data(), drecv_.data(),
                   a.recv_rows, d);
+  k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all_v(
-      drecv_.data(), times(a.recv_counts, d), drows_.data(),
-      times(a.send_counts, d), sizeof(float)));
+    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
+      *comms_.ep, drecv_.data(), times(a.recv_counts, d), drows_.data(),
+      times(a.send_counts, d)));
   }
   alltoall_bytes_ += a.recv_rows * d * static_cast<int64_t>(sizeof(float));
 
-  dtmp_.assign(n * d, 0.0f);
-  dtmp2_.resize(n * d);
+  dtmp_.zeros(stream_, n * d);
+  dtmp2_.resize(stream_, n * d);
   k::permute_rows_backward(stream_, drows_.data(), a.slot_of_row.data(),
                            dtmp_.data(), a.rows, K, d);
-  dlogits_.resize(n * E);
+  dlogits_.resize(stream_, n * E);
   k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
                           dgate_.data(), dlogits_.data(), n, E, K, temperature);
   if (e.aux_loss_coeff > 0)

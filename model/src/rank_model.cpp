@@ -25,18 +25,23 @@ double learning_rate(const train_config& t, int64_t step) {
 }
 
 rank_model::rank_model(const job_config& cfg, comm_groups comms,
-                       expert_executor& experts)
+                       expert_executor& experts, kernels::stream where)
   : cfg_(cfg),
     comms_(comms),
     experts_(experts),
-    stream_(k::cpu_stream()),
+    stream_(where),
+    collectives_(where),
     layout_(dense_layout(cfg.model, cfg.moe)) {
-  params_.resize(layout_.total());
-  init_params(layout_, params_.data(), cfg.train.seed, cfg.model.init_std);
-  grads_.assign(layout_.total(), 0.0f);
-  m_.assign(layout_.total(), 0.0f);
-  v_.assign(layout_.total(), 0.0f);
-  router_bias_.assign(cfg.model.num_hidden_layers * cfg.moe.num_experts, 0.0f);
+  {
+    std::vector<float> init(layout_.total());
+    init_params(layout_, init.data(), cfg.train.seed, cfg.model.init_std);
+    params_.upload(stream_, init);
+  }
+  grads_.zeros(stream_, layout_.total());
+  m_.zeros(stream_, layout_.total());
+  v_.zeros(stream_, layout_.total());
+  router_bias_.zeros(stream_,
+                     cfg.model.num_hidden_layers * cfg.moe.num_experts);
   acts_.resize(cfg.model.num_hidden_layers);
 
   const auto& m = cfg.model;
@@ -44,24 +49,27 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   const int64_t s = cfg.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), e = cfg.moe.num_experts;
   const int64_t kk = cfg.moe.router_top_k;
+  const auto& st = stream_;
   for (auto& a : acts_) {
     for (auto* buf : {&a.x_in, &a.xn1, &a.x_mid, &a.xn2})
-      buf->resize(n * d);
-    a.rstd1.resize(n);
-    a.rstd2.resize(n);
-    a.q.resize(n * m.num_attention_heads * hd);
-    a.attn.resize(n * m.num_attention_heads * hd);
-    a.k.resize(n * m.num_key_value_heads * hd);
-    a.v.resize(n * m.num_key_value_heads * hd);
-    a.probs.resize(seqs * m.num_attention_heads * s * s);
-    a.logits.resize(n * e);
-    a.rprobs.resize(n * e);
-    a.gate.resize(n * kk);
-    a.topk_orig.resize(n * kk);
-    a.topk_kept.resize(n * kk);
-    a.slot_of_row.resize(n * kk);
-    a.counts_global.resize(e);
-    a.fraction.resize(e);
+      buf->resize(st, n * d);
+    a.rstd1.resize(st, n);
+    a.rstd2.resize(st, n);
+    a.q.resize(st, n * m.num_attention_heads * hd);
+    a.attn.resize(st, n * m.num_attention_heads * hd);
+    a.k.resize(st, n * m.num_key_value_heads * hd);
+    a.v.resize(st, n * m.num_key_value_heads * hd);
+    a.probs.resize(st, seqs * m.num_attention_heads * s * s);
+    a.logits.resize(st, n * e);
+    a.rprobs.resize(st, n * e);
+    a.gate.resize(st, n * kk);
+    a.topk_orig.resize(st, n * kk);
+    a.topk_kept.resize(st, n * kk);
+    a.slot_of_row.resize(st, n * kk);
+    a.kept.resize(st, e);
+    a.counts_global.assign(e, 0);
+    a.counts_global_dev.zeros(st, e);
+    a.fraction.resize(st, e);
   }
   // communication_buffer_size: auto sizes the receive side of dispatch from
   // capacity (or the dropless worst case) up front, so steps do not grow it.
@@ -70,13 +78,13 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                              / static_cast<int64_t>(d * sizeof(float))
                          : dispatch_buffer_rows(cfg);
   for (auto* buf : {&drecv_, &dexp_in_, &dexp_out_})
-    buf->reserve(rows * d);
-  drows_.reserve(n * kk * d);
-  x_final_.resize(n * d);
-  xnf_.resize(n * d);
-  rstdf_.resize(n);
-  logits_out_.resize(n * m.vocab_size);
-  lse_.resize(n);
+    buf->reserve(st, rows * d);
+  drows_.reserve(st, n * kk * d);
+  x_final_.resize(st, n * d);
+  xnf_.resize(st, n * d);
+  rstdf_.resize(st, n);
+  logits_out_.resize(st, n * m.vocab_size);
+  lse_.resize(st, n);
 }
 
 float* rank_model::param(const std::string& name) {
@@ -97,8 +105,10 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   const auto& m = cfg_.model;
   const int64_t n = seqs * cfg_.train.seq_len, d = m.hidden_size;
   global_tokens_ = n * comms_.world->size();
-  inputs_.assign(inputs, inputs + n);
-  k::embedding_forward(stream_, inputs, param("model.embed_tokens.weight"),
+  inputs_.upload(stream_, inputs, n);
+  targets_.upload(stream_, targets, n);
+  k::embedding_forward(stream_, inputs_.data(),
+                       param("model.embed_tokens.weight"),
                        acts_[0].x_in.data(), n, d);
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     TUTTI_RETURN_IF_ERROR(attention_forward(l, seqs));
@@ -109,19 +119,20 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
                      static_cast<float>(m.rms_norm_eps));
   k::linear_forward(stream_, xnf_.data(), param("lm_head.weight"),
                     logits_out_.data(), n, d, m.vocab_size);
-  ce_sum = k::cross_entropy_forward(stream_, logits_out_.data(), targets,
-                                    lse_.data(), n, m.vocab_size);
+  ce_sum = k::cross_entropy_forward(stream_, logits_out_.data(),
+                                    targets_.data(), lse_.data(), n,
+                                    m.vocab_size);
   return {};
 }
 
-status rank_model::backward(const int32_t* targets, int64_t seqs,
-                            step_timers& time) {
+status rank_model::backward(int64_t seqs, step_timers& time) {
   const auto& m = cfg_.model;
   const int64_t n = seqs * cfg_.train.seq_len, d = m.hidden_size;
-  dlogits_.resize(n * m.vocab_size);
-  dx_.resize(n * d);
-  dtmp_.resize(n * d);
-  k::cross_entropy_backward(stream_, logits_out_.data(), targets, lse_.data(),
+  dlogits_.resize(stream_, n * m.vocab_size);
+  dx_.resize(stream_, n * d);
+  dtmp_.resize(stream_, n * d);
+  k::cross_entropy_backward(stream_, logits_out_.data(), targets_.data(),
+                            lse_.data(),
                             dlogits_.data(), n, m.vocab_size,
                             1.0f / static_cast<float>(global_tokens_));
   k::linear_backward(stream_, xnf_.data(), param("lm_head.weight"),
@@ -149,7 +160,7 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   double ce_sum = 0;
   TUTTI_RETURN_IF_ERROR(forward(inputs, targets, seqs, ce_sum, &stats,
                                 stats.time));
-  TUTTI_RETURN_IF_ERROR(backward(targets, seqs, stats.time));
+  TUTTI_RETURN_IF_ERROR(backward(seqs, stats.time));
   // One all-reduce for the scalars every rank reports identically.
   double sums[5] = {ce_sum, stats.aux_loss, stats.z_loss,
                     static_cast<double>(stats.dropped_tokens),
@@ -183,10 +194,11 @@ status rank_model::evaluate(const int32_t* inputs, const int32_t* targets,
 }
 
 status rank_model::reduce_dense_grads(double& sum_squares, step_timers& time) {
+  k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.allreduce_s);
-    TUTTI_RETURN_IF_ERROR(
-      comms_.world->all_reduce_sum(grads_.data(), grads_.size()));
+    TUTTI_RETURN_IF_ERROR(collectives_.all_reduce_sum(
+      *comms_.world, grads_.data(), grads_.size()));
   }
   sum_squares = k::sum_squares(stream_, grads_.data(),
                                static_cast<int64_t>(grads_.size()));
@@ -208,7 +220,7 @@ void rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
     const int64_t e = cfg_.moe.num_experts;
     for (int64_t l = 0; l < cfg_.model.num_hidden_layers; ++l)
       k::bias_update(stream_, router_bias_.data() + l * e,
-                     acts_[l].counts_global.data(), e,
+                     acts_[l].counts_global_dev.data(), e,
                      cfg_.moe.bias_update_rate);
   }
 }

@@ -32,6 +32,7 @@ config_fingerprint(const job_config& c) {
   add("cluster_config.nnodes", cl.nnodes);
   add("cluster_config.nproc_per_node", cl.nproc_per_node);
   add("cluster_config.communication_backend", cl.communication_backend);
+  add("cluster_config.device", cl.device);
   add("cluster_config.ep_size", cl.ep_size);
   add("cluster_config.tensor_model_parallel_size",
       cl.tensor_model_parallel_size);
@@ -78,6 +79,7 @@ config_fingerprint(const job_config& c) {
   add("train.beta2", t.beta2);
   add("train.eps", t.eps);
   add("train.grad_clip", t.grad_clip);
+  add("train.gemm_precision", t.gemm_precision);
   add("train.seed", t.seed);
   add("train.eval_interval", t.eval_interval);
   add("train.eval_sequences", t.eval_sequences);

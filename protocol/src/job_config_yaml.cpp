@@ -277,6 +277,11 @@ void validate(const job_config& c) {
             + std::to_string(cl.world_size));
   require(!cl.communication_backend.empty(),
           "cluster_config.communication_backend", "must not be empty");
+  require(cl.device == "cpu" || cl.device == "cuda", "cluster_config.device",
+          "must be cpu or cuda, got '" + cl.device + "'");
+  require(cl.communication_backend != "nccl" || cl.device == "cuda",
+          "cluster_config.communication_backend",
+          "nccl needs cluster_config.device: cuda");
   require(cl.coordinator_port() > 0 && cl.coordinator_port() < 65536
             && !cl.coordinator_host().empty(),
           "cluster_config.coordinator",
@@ -382,6 +387,11 @@ void validate(const job_config& c) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)");
   require(t.eps > 0, "train.eps", "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
+  require(t.gemm_precision == "fp32" || t.gemm_precision == "bf16",
+          "train.gemm_precision",
+          "must be fp32 or bf16, got '" + t.gemm_precision + "'");
+  require(t.gemm_precision == "fp32" || c.cluster.device == "cuda",
+          "train.gemm_precision", "bf16 needs cluster_config.device: cuda");
   require(t.eval_interval >= 0, "train.eval_interval", "must be >= 0");
   require(t.eval_sequences >= 0 && t.eval_sequences % cl.world_size == 0,
           "train.eval_sequences",
@@ -428,6 +438,7 @@ job_config parse_job_config(const std::string& yaml_text,
   cl.read("nnodes", c.cluster.nnodes);
   cl.read("nproc_per_node", c.cluster.nproc_per_node);
   cl.read("communication_backend", c.cluster.communication_backend);
+  cl.read("device", c.cluster.device);
   cl.read("ep_size", c.cluster.ep_size);
   cl.read("tensor_model_parallel_size", c.cluster.tensor_model_parallel_size);
   cl.read("pipeline_model_parallel_size",
@@ -481,6 +492,7 @@ job_config parse_job_config(const std::string& yaml_text,
   t.read("beta2", c.train.beta2);
   t.read("eps", c.train.eps);
   t.read("grad_clip", c.train.grad_clip);
+  t.read("gemm_precision", c.train.gemm_precision);
   t.read("seed", c.train.seed);
   t.read("eval_interval", c.train.eval_interval);
   t.read("eval_sequences", c.train.eval_sequences);

@@ -21,6 +21,10 @@ namespace tutti::kernels::cuda {
                                      const char* file, int line);
 [[noreturn]] void throw_usage_error(const char* what, const char* file,
                                     int line);
+// Frees the per-stream scratch memory of a drained stream about to be
+// destroyed: a new stream may reuse its address, and a restarted expert
+// shard makes a new stream each time (cuda_context.cu).
+void release_scratch(void* stream_handle);
 
 } // namespace tutti::kernels::cuda
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "../backends.hpp"
+#include "cublas_loader.hpp"
 #include "cuda_check.hpp"
 
 namespace tutti::kernels::cuda {
@@ -33,6 +34,8 @@ cublasHandle_t blas_handle(const stream& s);
 enum class scratch_slot { main = 0, reduce = 1 };
 void* scratch(const stream& s, size_t bytes,
               scratch_slot slot = scratch_slot::main);
+// Frees the scratch of a stream about to be destroyed (declared for host
+// code in cuda_check.hpp).
 
 // Carves aligned sub-arrays out of one scratch request: first size it
 // (take with base == nullptr counts bytes), then carve for real.

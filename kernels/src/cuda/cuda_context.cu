@@ -5,6 +5,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "cublas_loader.hpp"
 #include "cuda_common.cuh"
 
 namespace tutti::kernels::cuda {
@@ -32,15 +33,15 @@ cublasHandle_t blas_handle(const stream& s) {
   if (it != handles.end()) {
     h = it->second;
   } else {
-    TUTTI_CUBLAS_CHECK(cublasCreate(&h));
+    TUTTI_CUBLAS_CHECK(cublas().create(&h));
     // fp32 means fp32: no TF32 tensor-core shortcut behind the caller's back.
-    TUTTI_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    TUTTI_CUBLAS_CHECK(cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH));
     // Handles are deliberately never destroyed: destroying one after the
     // CUDA context is torn down at process exit fails, and there are few
     // (threads x devices).
     handles.emplace(device, h);
   }
-  TUTTI_CUBLAS_CHECK(cublasSetStream(h, raw(s)));
+  TUTTI_CUBLAS_CHECK(cublas().set_stream(h, raw(s)));
   return h;
 }
 
@@ -74,6 +75,20 @@ void* scratch(const stream& s, size_t bytes, scratch_slot slot) {
   TUTTI_CUDA_CHECK(cudaMalloc(&b.ptr, want));
   b.bytes = want;
   return b.ptr;
+}
+
+void release_scratch(void* stream_handle) {
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  std::lock_guard<std::mutex> lock(scratch_mutex);
+  for (auto it = scratch_blocks.begin(); it != scratch_blocks.end();) {
+    if (std::get<1>(it->first) == stream) {
+      // The stream is drained (its owner synchronized it before this).
+      if (it->second.ptr != nullptr) cudaFree(it->second.ptr);
+      it = scratch_blocks.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 } // namespace tutti::kernels::cuda

@@ -102,7 +102,7 @@ void gemm(const stream& s, const gemm_kind& g, bool ta, bool tb, int64_t m,
     TUTTI_CUDA_LAUNCH_CHECK();
     return;
   }
-  TUTTI_CUBLAS_CHECK(cublasGemmEx(
+  TUTTI_CUBLAS_CHECK(cublas().gemm_ex(
       blas_handle(s), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
       ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(n, "gemm n"), as_int(m, "gemm m"),
       as_int(kk, "gemm k"), &alpha, b, g.in, as_int(ldb, "gemm ldb"), a, g.in,

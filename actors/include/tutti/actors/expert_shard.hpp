@@ -10,16 +10,18 @@
 // (shard_executor), so the step's result is the same bits.
 
 #include <memory>
-#include <vector>
 
 #include "tutti/actors/interfaces.hpp"
+#include "tutti/kernels/tensor.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
 
+// On the shard's device (the rank's GPU, or host memory on a CPU).
 struct expert_shard_memory {
-  std::vector<float> params, grads, m, v;          // live
-  std::vector<float> start_params, start_m, start_v; // at the step's start
+  using tensor = kernels::tensor<float>;
+  tensor params, grads, m, v;                // live
+  tensor start_params, start_m, start_v;     // at the step's start
   int64_t optimized_step = 0; // last step whose update both copies hold
   bool initialized = false;
 };
@@ -28,6 +30,7 @@ struct expert_shard_args {
   job_config cfg;
   int32_t rank = 0; // global rank; its EP rank picks the experts
   std::shared_ptr<expert_shard_memory> memory;
+  int device = -1; // CUDA device ordinal (its rank's); -1: the CPU
 };
 
 expert_shard_actor spawn_expert_shard(caf::actor_system& sys,

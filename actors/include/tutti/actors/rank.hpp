@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "tutti/actors/checkpoint_writer.hpp"
@@ -15,6 +16,7 @@
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/comm/communicator.hpp"
+#include "tutti/kernels/stream.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti {
@@ -70,5 +72,17 @@ struct rank_args {
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);
+
+// The CUDA device a rank (and its expert shard) computes on: local rank i
+// on GPU i % device count; -1 where the config says cluster_config.device:
+// cpu.
+int rank_device(const job_config& cfg, int32_t rank);
+
+// train.gemm_precision, for the rank's and its shard's device streams.
+kernels::gemm_precision gemm_precision_of(const job_config& cfg);
+
+// Why this process cannot run cfg's ranks (communication backend or device
+// not built or not answering), or empty when it can.
+std::string rank_device_problem(const job_config& cfg);
 
 } // namespace tutti

@@ -45,6 +45,11 @@ public:
   // then builds a new communicator (new group, new epoch).
   virtual status abort() = 0;
 
+  // True when the data pointers may be device memory (NCCL: in place);
+  // false when they must be host memory (Gloo): callers holding device
+  // tensors stage them through the host (model/staged_collectives.hpp).
+  virtual bool takes_device_memory() const { return false; }
+
   // Name for logs: backend, group, epoch.
   virtual std::string describe() const = 0;
 };

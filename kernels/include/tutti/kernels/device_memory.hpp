@@ -87,8 +87,23 @@ void copy_to_host(const stream& s, void* host_dst, const void* device_src,
 // Asynchronous on `s`.
 void copy_device_to_device(const stream& s, void* dst, const void* src,
                            size_t bytes);
+// Asynchronous on `s`: cudaMemsetAsync to 0.
+void zero_device_bytes(const stream& s, void* dst, size_t bytes);
 // Waits for everything queued on `s`.
 void synchronize(const stream& s);
+
+// The same on either kind of stream: "device memory" is the memory of the
+// stream's device, which on a cpu stream is host memory (memcpy / memset,
+// no wait). The model and the actors write one code path with these, and
+// the CPU runs that CI makes exercise it.
+//   upload / download: host <-> the stream's memory; complete on return.
+//   copy_on / zero_bytes: within the stream's memory; queued on `s`.
+//   wait: everything queued on `s` is done (no-op on cpu).
+void upload(const stream& s, void* dst, const void* host_src, size_t bytes);
+void download(const stream& s, void* host_dst, const void* src, size_t bytes);
+void copy_on(const stream& s, void* dst, const void* src, size_t bytes);
+void zero_bytes(const stream& s, void* dst, size_t bytes);
+void wait(const stream& s);
 
 // A CUDA stream owned by this object, on the current device, that does not
 // synchronize with the legacy default stream. get() is the kernel stream.

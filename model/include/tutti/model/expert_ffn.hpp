@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tutti/kernels/stream.hpp"
+#include "tutti/kernels/tensor.hpp"
 #include "tutti/model/param_layout.hpp"
 
 namespace tutti::model {
@@ -26,7 +27,8 @@ public:
   expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
              int64_t intermediate);
 
-  // rows[j] rows of x belong to local expert j, in order. y is [sum rows, D].
+  // rows[j] (host memory) rows of x belong to local expert j, in order. y
+  // is [sum rows, D]. x, y and the weights are in s's device memory.
   void forward(const kernels::stream& s, int64_t layer, const expert_block& w,
                const float* x, const int64_t* rows, float* y);
 
@@ -38,11 +40,11 @@ public:
 private:
   struct saved {
     std::vector<int64_t> rows;
-    std::vector<float> x, a, b, h;
+    kernels::tensor<float> x, a, b, h;
   };
   int64_t experts_, hidden_, intermediate_;
   std::vector<saved> saved_;
-  std::vector<float> dh_, da_, db_, dx_tmp_;
+  kernels::tensor<float> dh_, da_, db_, dx_tmp_;
 };
 
 } // namespace tutti::model

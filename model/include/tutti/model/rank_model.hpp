@@ -3,14 +3,21 @@
 // their gradients and AdamW state, the activations of the current step, and
 // the MoE plumbing (route, dispatch over the EP group, experts through an
 // expert_executor, combine). Blocking: runs on the rank's own thread.
+//
+// Where it computes is the stream's device: every weight, moment and
+// activation is a kernels::tensor there. What the host needs (routing
+// counts, the dispatch plan) is copied to it, and the collectives go
+// through staged_collectives, so a GPU model runs over NCCL or Gloo.
 
 #include <cstdint>
 #include <vector>
 
 #include "tutti/comm/communicator.hpp"
 #include "tutti/kernels/stream.hpp"
+#include "tutti/kernels/tensor.hpp"
 #include "tutti/model/expert_executor.hpp"
 #include "tutti/model/param_layout.hpp"
+#include "tutti/model/staged_collectives.hpp"
 #include "tutti/model/step_stats.hpp"
 #include "tutti/protocol/job_config.hpp"
 
@@ -29,11 +36,13 @@ double learning_rate(const train_config& t, int64_t step);
 
 class rank_model {
 public:
+  // `s`: where the model lives and computes (the rank's device stream).
   rank_model(const job_config& cfg, comm_groups comms,
-             expert_executor& experts);
+             expert_executor& experts,
+             kernels::stream s = kernels::cpu_stream());
 
   // Forward and backward of one local batch ([seqs, seq_len] inputs and
-  // targets); accumulates gradients. Fills loss, aux, z, tokens, dropped,
+  // targets, host memory); accumulates gradients. Fills loss, aux, z, tokens, dropped,
   // expert counts and timers of `stats` (global values).
   status train_step(const int32_t* inputs, const int32_t* targets,
                     int64_t seqs, step_stats& stats);
@@ -50,33 +59,40 @@ public:
   void apply_optimizer(int64_t step, double lr, double grad_scale);
 
   const param_layout& layout() const { return layout_; }
-  std::vector<float>& params() { return params_; }
-  std::vector<float>& grads() { return grads_; }
-  std::vector<float>& adam_m() { return m_; }
-  std::vector<float>& adam_v() { return v_; }
-  std::vector<float>& router_bias() { return router_bias_; }
+  const kernels::stream& stream() const { return stream_; }
+  // On the model's device; checkpoints copy them with to_host / upload.
+  kernels::tensor<float>& params() { return params_; }
+  kernels::tensor<float>& grads() { return grads_; }
+  kernels::tensor<float>& adam_m() { return m_; }
+  kernels::tensor<float>& adam_v() { return v_; }
+  kernels::tensor<float>& router_bias() { return router_bias_; }
 
 private:
+  template <class T>
+  using tensor = kernels::tensor<T>;
+
   struct layer_acts {
-    std::vector<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2,
-      rstd2, logits, rprobs, gate, y_rows;
-    std::vector<int32_t> topk_orig, topk_kept, slot_of_row;
-    std::vector<int64_t> send_counts, recv_counts, recv_expert_counts,
-      rows_per_expert, src_index, counts_global;
+    tensor<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2, rstd2,
+      logits, rprobs, gate, y_rows, fraction;
+    tensor<int32_t> topk_orig, topk_kept, slot_of_row;
+    tensor<int64_t> kept, src_index, counts_global_dev;
+    // Host side of the dispatch plan.
+    std::vector<int64_t> kept_host, send_counts, recv_counts,
+      recv_expert_counts, rows_per_expert, counts_global;
     int64_t rows = 0, recv_rows = 0;
-    std::vector<double> fraction_d;
-    std::vector<float> fraction;
   };
 
   status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                  double& ce_sum, step_stats* stats, step_timers& time);
-  status backward(const int32_t* targets, int64_t seqs, step_timers& time);
+  status backward(int64_t seqs, step_timers& time);
 
   status attention_forward(int64_t l, int64_t seqs);
-  void attention_backward(int64_t l, int64_t seqs, std::vector<float>& dx);
+  void attention_backward(int64_t l, int64_t seqs, tensor<float>& dx);
   status moe_forward(int64_t l, int64_t n, step_stats* stats,
                      step_timers& time);
-  status moe_backward(int64_t l, int64_t n, std::vector<float>& dx,
+  status route_counts(layer_acts& a, int64_t n, step_stats& stats,
+                      int64_t l, step_timers& time);
+  status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                       step_timers& time);
 
   float* param(const std::string& name);
@@ -87,15 +103,17 @@ private:
   comm_groups comms_;
   expert_executor& experts_;
   kernels::stream stream_;
+  staged_collectives collectives_;
   param_layout layout_;
-  std::vector<float> params_, grads_, m_, v_;
-  std::vector<float> router_bias_; // [layers, experts]; selection only
+  tensor<float> params_, grads_, m_, v_;
+  tensor<float> router_bias_; // [layers, experts]; selection only
   std::vector<layer_acts> acts_;
-  std::vector<int32_t> inputs_;
-  std::vector<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
+  tensor<int32_t> inputs_, targets_;
+  tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
   // backward scratch
-  std::vector<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_,
-    drows_, drecv_, dgate_, dexp_in_, dexp_out_;
+  tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
+    drecv_, dgate_, dexp_in_, dexp_out_;
+  std::vector<int32_t> topk_host_; // staging
   int64_t global_tokens_ = 0;
   int64_t alltoall_bytes_ = 0; // payload this rank sent this step
 };

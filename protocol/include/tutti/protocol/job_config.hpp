@@ -26,6 +26,10 @@ struct cluster_config {
   // gloo | nccl run; any other name is accepted (the plan works on it) and
   // refused when a job would start.
   std::string communication_backend = "gloo";
+  // Where ranks compute: cpu, or cuda (local rank i on GPU i % count; the
+  // expert shards on their rank's GPU). nccl needs cuda; gloo runs either
+  // (a GPU model stages its collectives through the host).
+  std::string device = "cpu";
   int64_t ep_size = 0;                        // 0 = world_size
   int64_t tensor_model_parallel_size = 1;     // only 1 for now
   int64_t pipeline_model_parallel_size = 1;   // only 1 for now
@@ -88,6 +92,9 @@ struct train_config {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0; // 0 = off
+  // GEMM inputs: fp32, or bf16 (cuda only) with fp32 accumulation, fp32
+  // master weights and fp32 gradients.
+  std::string gemm_precision = "fp32";
   uint64_t seed = 1234;
   int64_t eval_interval = 0; // 0 = only at the end
   int64_t eval_sequences = 0; // held-out sequences per evaluation

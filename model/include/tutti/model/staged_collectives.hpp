@@ -1,0 +1,39 @@
+#pragma once
+// Collectives on float tensors in a stream's memory, through any
+// communicator. In place where that works: host tensors (CPU), or a
+// communicator that takes device memory (NCCL). Otherwise (a GPU model
+// over Gloo) through host staging buffers, kept between calls.
+//
+// On CUDA the stream is waited for first: the communicator runs on its own
+// stream or on the host, after the kernels that produced the data; it
+// returns when the results are in place.
+
+#include <cstdint>
+#include <vector>
+
+#include "tutti/comm/communicator.hpp"
+#include "tutti/kernels/stream.hpp"
+
+namespace tutti::model {
+
+class staged_collectives {
+public:
+  explicit staged_collectives(kernels::stream s) : stream_(s) {}
+
+  status all_reduce_sum(comm::communicator& c, float* data, size_t count);
+
+  // Counts are in floats per member, as comm::communicator::all_to_all_v.
+  status all_to_all_v(comm::communicator& c, const float* send,
+                      const std::vector<int64_t>& send_counts, float* recv,
+                      const std::vector<int64_t>& recv_counts);
+
+  const kernels::stream& stream() const { return stream_; }
+
+private:
+  bool staged(const comm::communicator& c) const;
+
+  kernels::stream stream_;
+  std::vector<float> send_host_, recv_host_;
+};
+
+} // namespace tutti::model
