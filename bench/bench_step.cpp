@@ -163,8 +163,8 @@ public:
   }
 
   status forward(int64_t layer, const float* x, const int64_t* rows,
-                 int64_t m, float* y) override {
-    ffn_->forward(s_, layer, block(layer), x, rows, y);
+                 int64_t m, float* y, bool append) override {
+    ffn_->forward(s_, layer, block(layer), x, rows, y, append);
     return {};
   }
   status backward(int64_t layer, const float* dy, int64_t m,

@@ -42,8 +42,8 @@ struct local_experts : model::expert_executor {
             grads.data() + at("w3"), grads.data() + at("w2")};
   }
   status forward(int64_t l, const float* x, const int64_t* rows, int64_t,
-                 float* y) override {
-    ffn.forward(kernels::cpu_stream(), l, block(l), x, rows, y);
+                 float* y, bool append) override {
+    ffn.forward(kernels::cpu_stream(), l, block(l), x, rows, y, append);
     return {};
   }
   status backward(int64_t, const float*, int64_t, float*) override {

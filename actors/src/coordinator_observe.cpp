@@ -251,6 +251,8 @@ std::string render_metrics(const coordinator_state& st) {
     m.sample("tutti_step_time_seconds", {{"part", "compute"}}, r.time_compute_s);
     m.sample("tutti_step_time_seconds", {{"part", "alltoall"}},
              r.time_alltoall_s);
+    m.sample("tutti_step_time_seconds", {{"part", "alltoall_overlapped"}},
+             r.time_overlap_s);
     m.sample("tutti_step_time_seconds", {{"part", "allreduce"}},
              r.time_allreduce_s);
     m.sample("tutti_step_time_seconds", {{"part", "other"}}, r.time_other_s);

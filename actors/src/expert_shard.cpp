@@ -3,6 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -202,8 +203,14 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto fault = std::exchange(st.fault, std::string());
         if (fault == "raise_expert")
           throw std::runtime_error("injected fault (raise_expert)");
+        const auto t0 = std::chrono::steady_clock::now();
         st.ffn->forward(st.stream, task->layer, st.block(task->layer),
-                        task->input, task->rows_per_expert, task->output);
+                        task->input, task->rows_per_expert, task->output,
+                        task->append);
+        k::wait(st.stream);
+        task->seconds = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
         const auto n = task->rows * st.cfg.model.hidden_size;
         if (fault == "nan_expert" && n > 0) {
           const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -86,6 +86,7 @@ std::string metrics_json(const step_report& r, int64_t experts) {
   out << "],\"step_time_s\":" << number(r.step_time_s)
       << ",\"time_compute_s\":" << number(r.time_compute_s)
       << ",\"time_alltoall_s\":" << number(r.time_alltoall_s)
+      << ",\"time_overlap_s\":" << number(r.time_overlap_s)
       << ",\"time_allreduce_s\":" << number(r.time_allreduce_s)
       << ",\"time_other_s\":" << number(r.time_other_s);
   if (r.evaluated)

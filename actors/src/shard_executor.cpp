@@ -1,6 +1,7 @@
 #include "shard_executor.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <thread>
 
 #include "tutti/actors/log.hpp"
@@ -30,16 +31,15 @@ shard_executor::shard_executor(caf::blocking_actor* self,
     aborted_(std::move(aborted)), hidden_(hidden),
     local_experts_(local_experts) {}
 
-template <class... Ts>
-status shard_executor::ask(Ts&&... xs) {
+template <class Handle>
+status shard_executor::await_reply(Handle& reply) {
   status result;
   bool timed_out = false;
-  self_->request(shard_, timeout_, std::forward<Ts>(xs)...)
-    .receive([](caf::ok_atom) {},
-             [&](caf::error& err) {
-               timed_out = err == caf::sec::request_timeout;
-               result = status::error(self_->system().render(err));
-             });
+  reply.receive([](caf::ok_atom) {},
+                [&](caf::error& err) {
+                  timed_out = err == caf::sec::request_timeout;
+                  result = status::error(self_->system().render(err));
+                });
   if (timed_out) {
     // The shard may still be working on our buffers: kill it, and go on
     // only once it is gone (its supervisor starts another).
@@ -51,6 +51,12 @@ status shard_executor::ask(Ts&&... xs) {
         [&](caf::down_msg& dm) { down = dm.source == shard_.address(); });
   }
   return result;
+}
+
+template <class... Ts>
+status shard_executor::ask(Ts&&... xs) {
+  auto reply = self_->request(shard_, timeout_, std::forward<Ts>(xs)...);
+  return await_reply(reply);
 }
 
 status shard_executor::connect() {
@@ -86,10 +92,20 @@ status shard_executor::with_restarts(bool replay, F&& once) {
   }
 }
 
+expert_task_ptr shard_executor::make_task(const logged_task& t,
+                                          float* output) const {
+  auto task = std::make_shared<expert_task>();
+  task->layer = t.layer;
+  task->input = t.input.data();
+  task->output = output;
+  task->rows_per_expert = t.forward ? t.rows_per_expert.data() : nullptr;
+  task->rows = t.rows;
+  task->append = t.append;
+  return task;
+}
+
 status shard_executor::send_task(const logged_task& t, float* output) {
-  auto task = std::make_shared<expert_task>(expert_task{
-    t.layer, t.input.data(), output,
-    t.forward ? t.rows_per_expert.data() : nullptr, t.rows});
+  auto task = make_task(t, output);
   return t.forward ? ask(expert_fwd_atom_v, std::move(task))
                    : ask(expert_bwd_atom_v, std::move(task));
 }
@@ -105,16 +121,65 @@ status shard_executor::run_logged(float* output) {
     true, [&] { return send_task(log_[logged_ - 1], output); });
 }
 
-status shard_executor::forward(int64_t layer, const float* x,
-                               const int64_t* rows, int64_t m, float* y) {
+void shard_executor::log_forward(int64_t layer, const float* x,
+                                 const int64_t* rows, int64_t m, bool append) {
   auto& t = next_entry();
   t.forward = true;
+  t.append = append;
   t.layer = layer;
   t.input.assign(stream_, x, static_cast<size_t>(m * hidden_));
   t.rows_per_expert.assign(rows, rows + local_experts_);
   t.rows = m;
   kernels::wait(stream_); // the shard reads it on its own stream
+}
+
+status shard_executor::forward(int64_t layer, const float* x,
+                               const int64_t* rows, int64_t m, float* y,
+                               bool append) {
+  log_forward(layer, x, rows, m, append);
   return run_logged(y);
+}
+
+// Chunk c+1 is sent before ready(c) runs, and awaited after it: the shard
+// computes while the rank sends chunk c's outputs. A failed chunk is run
+// again as run_logged would (restart, replay, retry) once the rank's side
+// of the pipeline is done with the buffers.
+status shard_executor::forward_chunks(
+  int64_t layer, const float* x, float* y, int64_t hidden,
+  const std::vector<std::vector<int64_t>>& rows,
+  const std::function<status(size_t)>& ready, double& overlapped_s) {
+  std::vector<int64_t> start(rows.size() + 1, 0);
+  for (size_t c = 0; c < rows.size(); ++c)
+    start[c + 1] = start[c] + std::accumulate(rows[c].begin(), rows[c].end(),
+                                              int64_t{0});
+  auto chunk = [&](size_t c) {
+    log_forward(layer, x + start[c] * hidden, rows[c].data(),
+                start[c + 1] - start[c], c > 0);
+  };
+  chunk(0);
+  TUTTI_RETURN_IF_ERROR(run_logged(y));
+  for (size_t c = 0; c < rows.size(); ++c) {
+    if (c + 1 == rows.size())
+      return ready(c);
+    chunk(c + 1);
+    float* out = y + start[c + 1] * hidden;
+    auto task = make_task(log_[logged_ - 1], out);
+    auto reply = self_->request(shard_, timeout_, expert_fwd_atom_v, task);
+    const auto t0 = clock_type::now();
+    auto sent = ready(c);
+    const double sending =
+      std::chrono::duration<double>(clock_type::now() - t0).count();
+    auto computed = await_reply(reply);
+    // Overlap: the part of the send that the shard spent computing.
+    overlapped_s += std::min(sending, task->seconds);
+    if (!sent.ok())
+      return sent;
+    if (!computed.ok()) {
+      TUTTI_RETURN_IF_ERROR(recover(computed.message(), true));
+      TUTTI_RETURN_IF_ERROR(run_logged(out));
+    }
+  }
+  return {};
 }
 
 status shard_executor::backward(int64_t layer, const float* dy, int64_t m,

@@ -42,7 +42,12 @@ public:
   void begin_step() { logged_ = 0; }
 
   status forward(int64_t layer, const float* x, const int64_t* rows,
-                 int64_t m, float* y) override;
+                 int64_t m, float* y, bool append) override;
+  status forward_chunks(int64_t layer, const float* x, float* y,
+                        int64_t hidden,
+                        const std::vector<std::vector<int64_t>>& rows,
+                        const std::function<status(size_t)>& ready,
+                        double& overlapped_s) override;
   status backward(int64_t layer, const float* dy, int64_t m,
                   float* dx) override;
   status grads(grad_view& out);
@@ -55,6 +60,7 @@ public:
 private:
   struct logged_task {
     bool forward = true;
+    bool append = false;
     int64_t layer = 0;
     kernels::tensor<float> input;
     std::vector<int64_t> rows_per_expert;
@@ -62,7 +68,12 @@ private:
   };
 
   logged_task& next_entry();
+  void log_forward(int64_t layer, const float* x, const int64_t* rows,
+                   int64_t m, bool append);
+  expert_task_ptr make_task(const logged_task& t, float* output) const;
   status run_logged(float* output);
+  template <class Handle>
+  status await_reply(Handle& reply);
   status send_task(const logged_task& t, float* output);
   // Waits for the supervisor's restarted shard, then replays the log but
   // its last entry. `replay`: false after the backward pass (gradients are

@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 
 namespace tutti::model {
@@ -18,21 +19,30 @@ expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
 
 void expert_ffn::forward(const k::stream& s, int64_t layer,
                          const expert_block& w, const float* x,
-                         const int64_t* rows, float* y) {
+                         const int64_t* rows, float* y, bool append) {
   auto& sv = saved_[layer];
-  sv.rows.assign(rows, rows + experts_);
   const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
-  sv.x.assign(s, x, m * hidden_);
-  sv.a.resize(s, m * intermediate_);
-  sv.b.resize(s, m * intermediate_);
-  sv.h.resize(s, m * intermediate_);
-  k::grouped_linear_forward(s, x, w.w1, rows, experts_, sv.a.data(), hidden_,
+  const int64_t m0 =
+    append ? static_cast<int64_t>(sv.x.size()) / hidden_ : int64_t{0};
+  if (!append)
+    sv.rows.assign(experts_, 0);
+  for (int64_t j = 0; j < experts_; ++j)
+    sv.rows[j] += rows[j];
+  // Saved activations grow by the chunk (resize keeps what is there).
+  sv.x.resize(s, (m0 + m) * hidden_);
+  k::copy_on(s, sv.x.data() + m0 * hidden_, x, m * hidden_ * sizeof(float));
+  for (auto* t : {&sv.a, &sv.b, &sv.h})
+    t->resize(s, (m0 + m) * intermediate_);
+  float* a = sv.a.data() + m0 * intermediate_;
+  float* b = sv.b.data() + m0 * intermediate_;
+  float* h = sv.h.data() + m0 * intermediate_;
+  k::grouped_linear_forward(s, x, w.w1, rows, experts_, a, hidden_,
                             intermediate_);
-  k::grouped_linear_forward(s, x, w.w3, rows, experts_, sv.b.data(), hidden_,
+  k::grouped_linear_forward(s, x, w.w3, rows, experts_, b, hidden_,
                             intermediate_);
-  k::swiglu_forward(s, sv.a.data(), sv.b.data(), sv.h.data(), m * intermediate_);
-  k::grouped_linear_forward(s, sv.h.data(), w.w2, rows, experts_, y,
-                            intermediate_, hidden_);
+  k::swiglu_forward(s, a, b, h, m * intermediate_);
+  k::grouped_linear_forward(s, h, w.w2, rows, experts_, y, intermediate_,
+                            hidden_);
 }
 
 void expert_ffn::backward(const k::stream& s, int64_t layer,

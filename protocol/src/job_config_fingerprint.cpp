@@ -67,6 +67,7 @@ config_fingerprint(const job_config& c) {
   add("moe_config.bias_update_rate", e.bias_update_rate);
   add("moe_config.all_to_all_communication", e.all_to_all_communication);
   add("moe_config.communication_buffer_size", e.communication_buffer_size);
+  add("moe_config.combine_chunks", e.combine_chunks);
   const auto& t = c.train;
   add("train.steps", t.steps);
   add("train.global_batch_size", t.global_batch_size);

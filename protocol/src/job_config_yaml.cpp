@@ -368,6 +368,8 @@ void validate(const job_config& c) {
           "is disabled, which needs ep_size 1 (experts cannot be spread)");
   require(e.communication_buffer_size >= 0,
           "moe_config.communication_buffer_size", "must be auto or >= 0");
+  require(e.combine_chunks >= 1, "moe_config.combine_chunks",
+          "must be >= 1 (1 = no overlap)");
 
   require(t.steps >= 1, "train.steps", "must be >= 1");
   require(t.seq_len >= 1, "train.seq_len", "must be >= 1");
@@ -478,6 +480,7 @@ job_config parse_job_config(const std::string& yaml_text,
   e.read("all_to_all_communication", c.moe.all_to_all_communication);
   e.read_size_or_auto("communication_buffer_size",
                       c.moe.communication_buffer_size);
+  e.read("combine_chunks", c.moe.combine_chunks);
   e.finish();
 
   section t(root, "train", true);

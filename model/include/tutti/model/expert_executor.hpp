@@ -4,6 +4,8 @@
 // benchmarks can run an expert_ffn directly.
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "tutti/comm/status.hpp"
 
@@ -14,12 +16,26 @@ public:
   virtual ~expert_executor() = default;
 
   // x: m rows in expert-major order, rows[j] for local expert j; y: [m, D].
+  // `append`: these rows follow the previous forward's of the same layer
+  // (a later chunk; experts in increasing order), and backward covers both.
   virtual status forward(int64_t layer, const float* x, const int64_t* rows,
-                         int64_t m, float* y) = 0;
+                         int64_t m, float* y, bool append) = 0;
 
-  // Gradient of the last forward of `layer`: dy [m, D] -> dx [m, D].
+  // Gradient of the last forward(s) of `layer`: dy [m, D] -> dx [m, D].
   virtual status backward(int64_t layer, const float* dy, int64_t m,
                           float* dx) = 0;
+
+  // The experts on consecutive chunks of x: chunk c holds rows[c][j] rows
+  // of local expert j, after chunk c-1's, and its outputs go to the same
+  // rows of y. `ready(c)` runs on the calling thread once chunk c is in y.
+  // This one runs the chunks one after another; an executor with its own
+  // thread computes chunk c+1 while ready(c) runs, and adds that time to
+  // `overlapped_s`.
+  virtual status forward_chunks(int64_t layer, const float* x, float* y,
+                                int64_t hidden,
+                                const std::vector<std::vector<int64_t>>& rows,
+                                const std::function<status(size_t)>& ready,
+                                double& overlapped_s);
 };
 
 } // namespace tutti::model

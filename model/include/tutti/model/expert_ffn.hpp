@@ -29,8 +29,11 @@ public:
 
   // rows[j] (host memory) rows of x belong to local expert j, in order. y
   // is [sum rows, D]. x, y and the weights are in s's device memory.
+  // `append`: the rows follow the last forward's of this layer (a later
+  // chunk, experts in increasing order); backward then covers all of them.
   void forward(const kernels::stream& s, int64_t layer, const expert_block& w,
-               const float* x, const int64_t* rows, float* y);
+               const float* x, const int64_t* rows, float* y,
+               bool append = false);
 
   // Gradients of the last forward of `layer`: dx overwritten, weight
   // gradients accumulated.

@@ -94,6 +94,9 @@ private:
                       int64_t l, step_timers& time);
   status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                       step_timers& time);
+  // The combine in chunks of local experts (moe_combine.cpp).
+  void plan_combine(const layer_acts& a);
+  status combine_chunk(layer_acts& a, size_t c, step_timers& time);
 
   float* param(const std::string& name);
   float* grad(const std::string& name);
@@ -114,6 +117,17 @@ private:
   tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
     drecv_, dgate_, dexp_in_, dexp_out_;
   std::vector<int32_t> topk_host_; // staging
+  // This layer's combine chunks: local experts [first, last), their rows
+  // in expert-major order, and the rows to and from each EP member.
+  struct combine_plan {
+    int64_t first = 0, last = 0, start = 0, rows = 0;
+    std::vector<int64_t> send, recv;
+    std::vector<int64_t> rows_per_expert; // for the executor
+  };
+  std::vector<combine_plan> combine_;
+  std::vector<int64_t> expert_start_; // dispatch-order row of each expert
+  tensor<float> dsend_, dcombine_;
+  tensor<int64_t> combine_index_;
   int64_t global_tokens_ = 0;
   int64_t alltoall_bytes_ = 0; // payload this rank sent this step
 };

@@ -20,6 +20,8 @@ struct expert_task {
   float* output = nullptr;
   const int64_t* rows_per_expert = nullptr; // forward only
   int64_t rows = 0;
+  bool append = false; // forward: a later chunk of the same layer
+  double seconds = 0;   // out: the shard's time on it (set before replying)
 };
 using expert_task_ptr = std::shared_ptr<expert_task>;
 

@@ -28,6 +28,7 @@ struct step_report {
   std::vector<int64_t> expert_counts; // [layer][expert]
   double time_compute_s = 0;
   double time_alltoall_s = 0;
+  double time_overlap_s = 0; // of time_alltoall_s: while experts computed
   double time_allreduce_s = 0;
   double time_other_s = 0;
   double step_time_s = 0;
@@ -43,7 +44,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
   return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
            x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
-           x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
+           x.time_overlap_s, x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
            x.eval_loss, x.epoch, x.router_bias);
 }
 
