@@ -334,6 +334,11 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("cluster_config.device"));
     CHECK_THAT(msg, Contains("tpu"));
   }
+  SECTION("no combine chunks") {
+    auto msg = refusal(with("  capacity_factor: 0",
+                            "  capacity_factor: 0\n  combine_chunks: 0"));
+    CHECK_THAT(msg, StartsWith("moe_config.combine_chunks"));
+  }
   SECTION("bf16 GEMMs on the CPU") {
     auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n  gemm_precision: bf16"));
     CHECK_THAT(msg, StartsWith("train.gemm_precision"));
