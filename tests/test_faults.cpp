@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "fault_support.hpp"
@@ -15,6 +16,16 @@ using namespace tutti::testing;
 TEST_CASE("expert shards killed, raising and producing NaN restart in place",
           "[expert_restart]") {
   fault_job job("fault_expert_restart", 120, 81);
+  // Two experts per rank (EP groups of 2, expert-data-parallel pairs): the
+  // layer's combine goes in two chunks, and raise_expert fails the second
+  // while the rank is sending the first (shard_executor::forward_chunks).
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    const std::string from = "  ep_size: 4\n";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), "  ep_size: 2\n");
+    write_text(file, text);
+  }
   auto reference = job.reference();
   auto node0 = job.daemon(0, "node0.log");
   auto node1 = job.daemon(1, "node1.log");
@@ -40,6 +51,10 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
   CHECK(restarts == 3);
   CHECK(log.find("non-finite value in the expert output") != std::string::npos);
   CHECK(log.find("injected fault (raise_expert)") != std::string::npos);
+  // The chunk in flight failed: the chunk before it was replayed.
+  CHECK(std::regex_search(
+    log, std::regex("rank 2: expert shard restarted in place at step [0-9]+, "
+                    "[1-9][0-9]* expert calls replayed")));
   CHECK(log.find("recovered: epoch") == std::string::npos);
   require_same_losses(reference, metric_series(job.metrics, "loss"));
   // Each restart is an event, and so is the rank's replay of the step with

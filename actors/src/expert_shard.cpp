@@ -200,9 +200,17 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
     [self](expert_fwd_atom, expert_task_ptr task) {
       return guarded(self, [&] {
         auto& st = self->state;
-        auto fault = std::exchange(st.fault, std::string());
-        if (fault == "raise_expert")
+        // raise_expert waits for a layer's last chunk: with chunks, the
+        // request the rank has in flight while it sends the one before.
+        const int64_t chunks =
+          std::min<int64_t>(st.cfg.moe.combine_chunks, st.count);
+        if (st.fault == "raise_expert" && (task->append || chunks == 1)) {
+          st.fault.clear();
           throw std::runtime_error("injected fault (raise_expert)");
+        }
+        auto fault = st.fault == "raise_expert"
+                       ? std::string()
+                       : std::exchange(st.fault, std::string());
         const auto t0 = std::chrono::steady_clock::now();
         st.ffn->forward(st.stream, task->layer, st.block(task->layer),
                         task->input, task->rows_per_expert, task->output,
