@@ -167,9 +167,9 @@ public:
     ffn_->forward(s_, layer, block(layer), x, rows, y, append);
     return {};
   }
-  status backward(int64_t layer, const float* dy, int64_t m,
-                  float* dx) override {
-    ffn_->backward(s_, layer, block(layer), dy, dx);
+  status backward(int64_t layer, const float* dy, int64_t m, float* dx,
+                  const int64_t* rows, int64_t first_row) override {
+    ffn_->backward(s_, layer, block(layer), dy, dx, rows, first_row);
     return {};
   }
 

@@ -1,7 +1,8 @@
 // The combine in chunks (moe_config.combine_chunks): chunk c's outputs are
-// sent while the expert shard computes chunk c+1. It only moves data, so
-// every chunking gives the same bits as one combine, and the overlap it
-// buys is reported (time_overlap_s).
+// sent while the expert shard computes chunk c+1, and in the backward pass
+// chunk c's input gradients while it computes c+1's. It only moves data,
+// so every chunking gives the same bits as one combine (losses and the
+// gradient norm), and the overlap it buys is reported (time_overlap_s).
 
 #include <catch2/catch.hpp>
 

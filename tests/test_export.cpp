@@ -46,7 +46,8 @@ struct local_experts : model::expert_executor {
     ffn.forward(kernels::cpu_stream(), l, block(l), x, rows, y, append);
     return {};
   }
-  status backward(int64_t, const float*, int64_t, float*) override {
+  status backward(int64_t, const float*, int64_t, float*, const int64_t*,
+                  int64_t) override {
     return status::error("not used");
   }
   model::param_layout layout;

@@ -97,6 +97,18 @@ caf::error shard_failed(shard_pointer self, const std::exception& ex) {
   return err;
 }
 
+// Runs `work` to completion on the shard's stream and records how long it
+// took in the task: the rank's measure of what its sends overlapped.
+template <class F>
+void timed(expert_shard_state& st, expert_task& task, F&& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  k::wait(st.stream);
+  task.seconds =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 // Runs one unit of work to completion (the rank reads the results next).
 template <class F>
 caf::result<caf::ok_atom> guarded(shard_pointer self, F&& work) {
@@ -223,14 +235,11 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto fault = st.fault == "raise_expert"
                        ? std::string()
                        : std::exchange(st.fault, std::string());
-        const auto t0 = std::chrono::steady_clock::now();
-        st.ffn->forward(st.stream, task->layer, st.block(task->layer),
-                        task->input, task->rows_per_expert, task->output,
-                        task->append);
-        k::wait(st.stream);
-        task->seconds = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count();
+        timed(st, *task, [&] {
+          st.ffn->forward(st.stream, task->layer, st.block(task->layer),
+                          task->input, task->rows_per_expert, task->output,
+                          task->append);
+        });
         const auto n = task->rows * st.cfg.model.hidden_size;
         if (fault == "nan_expert" && n > 0) {
           const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -243,8 +252,11 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
     [self](expert_bwd_atom, expert_task_ptr task) {
       return guarded(self, [&] {
         auto& st = self->state;
-        st.ffn->backward(st.stream, task->layer, st.block(task->layer),
-                         task->input, task->output);
+        timed(st, *task, [&] {
+          st.ffn->backward(st.stream, task->layer, st.block(task->layer),
+                           task->input, task->output, task->rows_per_expert,
+                           task->first_row);
+        });
         require_finite(st.stream, task->output,
                        task->rows * st.cfg.model.hidden_size,
                        "input gradient", task->layer);

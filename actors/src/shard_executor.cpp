@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <thread>
+#include <type_traits>
 
 #include "tutti/actors/log.hpp"
 
@@ -98,9 +99,11 @@ expert_task_ptr shard_executor::make_task(const logged_task& t,
   task->layer = t.layer;
   task->input = t.input.data();
   task->output = output;
-  task->rows_per_expert = t.forward ? t.rows_per_expert.data() : nullptr;
+  task->rows_per_expert =
+    t.rows_per_expert.empty() ? nullptr : t.rows_per_expert.data();
   task->rows = t.rows;
   task->append = t.append;
+  task->first_row = t.first_row;
   return task;
 }
 
@@ -121,14 +124,19 @@ status shard_executor::run_logged(float* output) {
     true, [&] { return send_task(log_[logged_ - 1], output); });
 }
 
-void shard_executor::log_forward(int64_t layer, const float* x,
-                                 const int64_t* rows, int64_t m, bool append) {
+void shard_executor::log_task(bool forward, int64_t layer, const float* in,
+                              int64_t m, const int64_t* rows, bool append,
+                              int64_t first_row) {
   auto& t = next_entry();
-  t.forward = true;
+  t.forward = forward;
   t.append = append;
+  t.first_row = first_row;
   t.layer = layer;
-  t.input.assign(stream_, x, static_cast<size_t>(m * hidden_));
-  t.rows_per_expert.assign(rows, rows + local_experts_);
+  t.input.assign(stream_, in, static_cast<size_t>(m * hidden_));
+  if (rows)
+    t.rows_per_expert.assign(rows, rows + local_experts_);
+  else
+    t.rows_per_expert.clear();
   t.rows = m;
   kernels::wait(stream_); // the shard reads it on its own stream
 }
@@ -136,35 +144,41 @@ void shard_executor::log_forward(int64_t layer, const float* x,
 status shard_executor::forward(int64_t layer, const float* x,
                                const int64_t* rows, int64_t m, float* y,
                                bool append) {
-  log_forward(layer, x, rows, m, append);
+  log_task(true, layer, x, m, rows, append, 0);
   return run_logged(y);
 }
 
+status shard_executor::backward(int64_t layer, const float* dy, int64_t m,
+                                float* dx, const int64_t* rows,
+                                int64_t first_row) {
+  log_task(false, layer, dy, m, rows, false, first_row);
+  return run_logged(dx);
+}
+
 // Chunk c+1 is sent before ready(c) runs, and awaited after it: the shard
-// computes while the rank sends chunk c's outputs. A failed chunk is run
+// computes while the rank sends chunk c's results. A failed chunk is run
 // again as run_logged would (restart, replay, retry) once the rank's side
 // of the pipeline is done with the buffers.
-status shard_executor::forward_chunks(
-  int64_t layer, const float* x, float* y, int64_t hidden,
-  const std::vector<std::vector<int64_t>>& rows,
-  const std::function<status(size_t)>& ready, double& overlapped_s) {
-  std::vector<int64_t> start(rows.size() + 1, 0);
-  for (size_t c = 0; c < rows.size(); ++c)
-    start[c + 1] = start[c] + std::accumulate(rows[c].begin(), rows[c].end(),
-                                              int64_t{0});
+template <class Atom>
+status shard_executor::pipeline(Atom atom, int64_t layer, const float* in,
+                                float* out, int64_t hidden,
+                                const std::vector<std::vector<int64_t>>& rows,
+                                const std::function<status(size_t)>& ready,
+                                double& overlapped_s) {
+  const bool forward = std::is_same_v<Atom, expert_fwd_atom>;
+  const auto start = model::chunk_starts(rows);
   auto chunk = [&](size_t c) {
-    log_forward(layer, x + start[c] * hidden, rows[c].data(),
-                start[c + 1] - start[c], c > 0);
+    log_task(forward, layer, in + start[c] * hidden, start[c + 1] - start[c],
+             rows[c].data(), forward && c > 0, start[c]);
+    return out + start[c] * hidden;
   };
-  chunk(0);
-  TUTTI_RETURN_IF_ERROR(run_logged(y));
+  TUTTI_RETURN_IF_ERROR(run_logged(chunk(0)));
   for (size_t c = 0; c < rows.size(); ++c) {
     if (c + 1 == rows.size())
       return ready(c);
-    chunk(c + 1);
-    float* out = y + start[c + 1] * hidden;
-    auto task = make_task(log_[logged_ - 1], out);
-    auto reply = self_->request(shard_, timeout_, expert_fwd_atom_v, task);
+    float* next = chunk(c + 1);
+    auto task = make_task(log_[logged_ - 1], next);
+    auto reply = self_->request(shard_, timeout_, atom, task);
     const auto t0 = clock_type::now();
     auto sent = ready(c);
     const double sending =
@@ -176,21 +190,26 @@ status shard_executor::forward_chunks(
       return sent;
     if (!computed.ok()) {
       TUTTI_RETURN_IF_ERROR(recover(computed.message(), true));
-      TUTTI_RETURN_IF_ERROR(run_logged(out));
+      TUTTI_RETURN_IF_ERROR(run_logged(next));
     }
   }
   return {};
 }
 
-status shard_executor::backward(int64_t layer, const float* dy, int64_t m,
-                                float* dx) {
-  auto& t = next_entry();
-  t.forward = false;
-  t.layer = layer;
-  t.input.assign(stream_, dy, static_cast<size_t>(m * hidden_));
-  t.rows = m;
-  kernels::wait(stream_);
-  return run_logged(dx);
+status shard_executor::forward_chunks(
+  int64_t layer, const float* x, float* y, int64_t hidden,
+  const std::vector<std::vector<int64_t>>& rows,
+  const std::function<status(size_t)>& ready, double& overlapped_s) {
+  return pipeline(expert_fwd_atom_v, layer, x, y, hidden, rows, ready,
+                  overlapped_s);
+}
+
+status shard_executor::backward_chunks(
+  int64_t layer, const float* dy, float* dx, int64_t hidden,
+  const std::vector<std::vector<int64_t>>& rows,
+  const std::function<status(size_t)>& ready, double& overlapped_s) {
+  return pipeline(expert_bwd_atom_v, layer, dy, dx, hidden, rows, ready,
+                  overlapped_s);
 }
 
 // After the backward pass the gradients are complete and kept across a

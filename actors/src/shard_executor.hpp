@@ -48,8 +48,13 @@ public:
                         const std::vector<std::vector<int64_t>>& rows,
                         const std::function<status(size_t)>& ready,
                         double& overlapped_s) override;
-  status backward(int64_t layer, const float* dy, int64_t m,
-                  float* dx) override;
+  status backward(int64_t layer, const float* dy, int64_t m, float* dx,
+                  const int64_t* rows, int64_t first_row) override;
+  status backward_chunks(int64_t layer, const float* dy, float* dx,
+                         int64_t hidden,
+                         const std::vector<std::vector<int64_t>>& rows,
+                         const std::function<status(size_t)>& ready,
+                         double& overlapped_s) override;
   status grads(grad_view& out);
   status optimize(const optimizer_args& args);
   status snapshot(int64_t step, rank_snapshot_ptr& out);
@@ -61,6 +66,7 @@ private:
   struct logged_task {
     bool forward = true;
     bool append = false;
+    int64_t first_row = 0;
     int64_t layer = 0;
     kernels::tensor<float> input;
     std::vector<int64_t> rows_per_expert;
@@ -68,8 +74,13 @@ private:
   };
 
   logged_task& next_entry();
-  void log_forward(int64_t layer, const float* x, const int64_t* rows,
-                   int64_t m, bool append);
+  void log_task(bool forward, int64_t layer, const float* in, int64_t m,
+                const int64_t* rows, bool append, int64_t first_row);
+  template <class Atom>
+  status pipeline(Atom atom, int64_t layer, const float* in, float* out,
+                  int64_t hidden, const std::vector<std::vector<int64_t>>& rows,
+                  const std::function<status(size_t)>& ready,
+                  double& overlapped_s);
   expert_task_ptr make_task(const logged_task& t, float* output) const;
   status run_logged(float* output);
   template <class Handle>

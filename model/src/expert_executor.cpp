@@ -4,18 +4,40 @@
 
 namespace tutti::model {
 
+std::vector<int64_t> chunk_starts(
+  const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> start(rows.size() + 1, 0);
+  for (size_t c = 0; c < rows.size(); ++c)
+    start[c + 1] = start[c] + std::accumulate(rows[c].begin(), rows[c].end(),
+                                              int64_t{0});
+  return start;
+}
+
 status expert_executor::forward_chunks(
   int64_t layer, const float* x, float* y, int64_t hidden,
   const std::vector<std::vector<int64_t>>& rows,
   const std::function<status(size_t)>& ready, double& /*overlapped_s*/) {
-  int64_t start = 0;
+  const auto start = chunk_starts(rows);
   for (size_t c = 0; c < rows.size(); ++c) {
-    const int64_t m =
-      std::accumulate(rows[c].begin(), rows[c].end(), int64_t{0});
-    TUTTI_RETURN_IF_ERROR(forward(layer, x + start * hidden, rows[c].data(), m,
-                                  y + start * hidden, c > 0));
+    TUTTI_RETURN_IF_ERROR(forward(layer, x + start[c] * hidden, rows[c].data(),
+                                  start[c + 1] - start[c],
+                                  y + start[c] * hidden, c > 0));
     TUTTI_RETURN_IF_ERROR(ready(c));
-    start += m;
+  }
+  return {};
+}
+
+status expert_executor::backward_chunks(
+  int64_t layer, const float* dy, float* dx, int64_t hidden,
+  const std::vector<std::vector<int64_t>>& rows,
+  const std::function<status(size_t)>& ready, double& /*overlapped_s*/) {
+  const auto start = chunk_starts(rows);
+  for (size_t c = 0; c < rows.size(); ++c) {
+    TUTTI_RETURN_IF_ERROR(backward(layer, dy + start[c] * hidden,
+                                   start[c + 1] - start[c],
+                                   dx + start[c] * hidden, rows[c].data(),
+                                   start[c]));
+    TUTTI_RETURN_IF_ERROR(ready(c));
   }
   return {};
 }

@@ -46,21 +46,29 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
 }
 
 void expert_ffn::backward(const k::stream& s, int64_t layer,
-                          const expert_block& w, const float* dy, float* dx) {
+                          const expert_block& w, const float* dy, float* dx,
+                          const int64_t* rows, int64_t first_row) {
   auto& sv = saved_[layer];
-  const int64_t m = static_cast<int64_t>(sv.x.size()) / hidden_;
+  if (rows == nullptr) {
+    rows = sv.rows.data();
+    first_row = 0;
+  }
+  const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
+  const float* x = sv.x.data() + first_row * hidden_;
+  const float* a = sv.a.data() + first_row * intermediate_;
+  const float* b = sv.b.data() + first_row * intermediate_;
+  const float* h = sv.h.data() + first_row * intermediate_;
   dh_.resize(s, m * intermediate_);
   da_.resize(s, m * intermediate_);
   db_.resize(s, m * intermediate_);
   dx_tmp_.resize(s, m * hidden_);
-  const int64_t* rows = sv.rows.data();
-  k::grouped_linear_backward(s, sv.h.data(), w.w2, dy, rows, experts_,
-                             dh_.data(), w.dw2, intermediate_, hidden_);
-  k::swiglu_backward(s, sv.a.data(), sv.b.data(), dh_.data(), da_.data(),
-                     db_.data(), m * intermediate_);
-  k::grouped_linear_backward(s, sv.x.data(), w.w1, da_.data(), rows, experts_,
-                             dx, w.dw1, hidden_, intermediate_);
-  k::grouped_linear_backward(s, sv.x.data(), w.w3, db_.data(), rows, experts_,
+  k::grouped_linear_backward(s, h, w.w2, dy, rows, experts_, dh_.data(),
+                             w.dw2, intermediate_, hidden_);
+  k::swiglu_backward(s, a, b, dh_.data(), da_.data(), db_.data(),
+                     m * intermediate_);
+  k::grouped_linear_backward(s, x, w.w1, da_.data(), rows, experts_, dx,
+                             w.dw1, hidden_, intermediate_);
+  k::grouped_linear_backward(s, x, w.w3, db_.data(), rows, experts_,
                              dx_tmp_.data(), w.dw3, hidden_, intermediate_);
   k::axpy(s, 1.0f, dx_tmp_.data(), dx, m * hidden_);
 }

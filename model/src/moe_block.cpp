@@ -157,12 +157,10 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   k::wait(stream_); // the shard reads them on its own stream
   // Experts and combine, chunk by chunk (moe_combine.cpp).
   plan_combine(a);
-  std::vector<std::vector<int64_t>> chunk_rows;
-  for (const auto& ch : combine_)
-    chunk_rows.push_back(ch.rows_per_expert);
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
-    l, dexp_in_.data(), dexp_out_.data(), d, chunk_rows,
-    [&](size_t c) { return combine_chunk(a, c, time); }, time.overlap_s));
+    l, dexp_in_.data(), dexp_out_.data(), d, combine_chunk_rows(),
+    [&](size_t c) { return combine_chunk(a, c, dexp_out_, a.y_rows, time); },
+    time.overlap_s));
   k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(),
                        a.gate.data(), out, a.rows, n, K, d);
   k::axpy(stream_, 1.0f, a.x_mid.data(), out, n * d);
@@ -197,18 +195,13 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream
-  TUTTI_RETURN_IF_ERROR(
-    experts_.backward(l, dexp_out_.data(), a.recv_rows, dexp_in_.data()));
-  k::scatter_rows(stream_, dexp_in_.data(), a.src_index.data(), drecv_.data(),
-                  a.recv_rows, d);
-  k::wait(stream_); // queued kernels count as compute
-  {
-    scoped_timer t(time.alltoall_s);
-    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
-      *comms_.ep, drecv_.data(), times(a.recv_counts, d), drows_.data(),
-      times(a.send_counts, d)));
-  }
-  alltoall_bytes_ += a.recv_rows * d * static_cast<int64_t>(sizeof(float));
+  // The experts' input gradients go back chunk by chunk, into drows_ (its
+  // gradients are sent already), as in the forward pass.
+  plan_combine(a);
+  TUTTI_RETURN_IF_ERROR(experts_.backward_chunks(
+    l, dexp_out_.data(), dexp_in_.data(), d, combine_chunk_rows(),
+    [&](size_t c) { return combine_chunk(a, c, dexp_in_, drows_, time); },
+    time.overlap_s));
 
   dtmp_.zeros(stream_, n * d);
   dtmp2_.resize(stream_, n * d);

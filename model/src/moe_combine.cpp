@@ -1,7 +1,8 @@
 // The combine of the MoE block in chunks of a rank's local experts: chunk
 // c's outputs go back to their ranks while the expert shard computes chunk
-// c+1 (expert_executor::forward_chunks). Data movement only: the result is
-// the same bits as one combine.
+// c+1 (expert_executor::forward_chunks), and in the backward pass chunk c's
+// input gradients while it computes c+1's (backward_chunks). Data movement
+// only: the result is the same bits as one combine.
 //
 // Chunk c holds local experts [first, last). Its rows leave in member order
 // (for each member p, its rows of each expert of the chunk), and from
@@ -46,13 +47,23 @@ void rank_model::plan_combine(const layer_acts& a) {
   }
 }
 
-status rank_model::combine_chunk(layer_acts& a, size_t c, step_timers& time) {
+std::vector<std::vector<int64_t>> rank_model::combine_chunk_rows() const {
+  std::vector<std::vector<int64_t>> rows;
+  for (const auto& ch : combine_)
+    rows.push_back(ch.rows_per_expert);
+  return rows;
+}
+
+status rank_model::combine_chunk(const layer_acts& a, size_t c,
+                                 const tensor<float>& expert_major,
+                                 tensor<float>& dispatch_order,
+                                 step_timers& time) {
   const int64_t d = cfg_.model.hidden_size, P = comms_.ep->size();
   const int64_t L = cfg_.moe.num_experts / P;
   const auto& ch = combine_[c];
   // Send side: expert-major (for each expert, each member's rows) to member
   // order; one expert's rows are in member order already.
-  const float* send = dexp_out_.data() + ch.start * d;
+  const float* send = expert_major.data() + ch.start * d;
   if (ch.last - ch.first > 1) {
     std::vector<int64_t> index;
     index.reserve(ch.rows);
@@ -80,7 +91,7 @@ status rank_model::combine_chunk(layer_acts& a, size_t c, step_timers& time) {
                                       int64_t{0});
   if (!whole)
     dcombine_.resize(stream_, std::max<int64_t>(got, 1) * d);
-  float* recv = whole ? a.y_rows.data() : dcombine_.data();
+  float* recv = whole ? dispatch_order.data() : dcombine_.data();
   k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.alltoall_s);
@@ -96,7 +107,8 @@ status rank_model::combine_chunk(layer_acts& a, size_t c, step_timers& time) {
   if (!whole) {
     int64_t offset = 0;
     for (int64_t q = 0; q < P; ++q) {
-      k::copy_on(stream_, a.y_rows.data() + expert_start_[q * L + ch.first] * d,
+      k::copy_on(stream_,
+                 dispatch_order.data() + expert_start_[q * L + ch.first] * d,
                  dcombine_.data() + offset * d,
                  ch.recv[q] * d * sizeof(float));
       offset += ch.recv[q];

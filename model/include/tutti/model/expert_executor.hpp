@@ -22,8 +22,11 @@ public:
                          int64_t m, float* y, bool append) = 0;
 
   // Gradient of the last forward(s) of `layer`: dy [m, D] -> dx [m, D].
+  // rows == nullptr: all of the forward's rows; else rows[j] of local
+  // expert j, from row `first_row` of the forward's (one chunk).
   virtual status backward(int64_t layer, const float* dy, int64_t m,
-                          float* dx) = 0;
+                          float* dx, const int64_t* rows,
+                          int64_t first_row) = 0;
 
   // The experts on consecutive chunks of x: chunk c holds rows[c][j] rows
   // of local expert j, after chunk c-1's, and its outputs go to the same
@@ -36,6 +39,16 @@ public:
                                 const std::vector<std::vector<int64_t>>& rows,
                                 const std::function<status(size_t)>& ready,
                                 double& overlapped_s);
+
+  // The same for the backward pass: dy -> dx, in the forward's chunks.
+  virtual status backward_chunks(int64_t layer, const float* dy, float* dx,
+                                 int64_t hidden,
+                                 const std::vector<std::vector<int64_t>>& rows,
+                                 const std::function<status(size_t)>& ready,
+                                 double& overlapped_s);
 };
+
+// Row offsets of consecutive chunks: start[c] .. start[c + 1].
+std::vector<int64_t> chunk_starts(const std::vector<std::vector<int64_t>>& rows);
 
 } // namespace tutti::model

@@ -94,9 +94,14 @@ private:
                       int64_t l, step_timers& time);
   status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                       step_timers& time);
-  // The combine in chunks of local experts (moe_combine.cpp).
+  // The combine in chunks of local experts (moe_combine.cpp): chunk c of
+  // `expert_major` rows (the experts' outputs, or their input gradients)
+  // back to the ranks they came from, into `dispatch_order`.
   void plan_combine(const layer_acts& a);
-  status combine_chunk(layer_acts& a, size_t c, step_timers& time);
+  std::vector<std::vector<int64_t>> combine_chunk_rows() const;
+  status combine_chunk(const layer_acts& a, size_t c,
+                       const tensor<float>& expert_major,
+                       tensor<float>& dispatch_order, step_timers& time);
 
   float* param(const std::string& name);
   float* grad(const std::string& name);

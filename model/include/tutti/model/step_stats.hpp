@@ -9,8 +9,8 @@ namespace tutti::model {
 
 struct step_timers {
   double compute_s = 0, alltoall_s = 0, allreduce_s = 0;
-  // Of alltoall_s, the time the combine ran while the expert shard was
-  // computing the next chunk.
+  // Of alltoall_s, the time the combine (forward and backward) ran while
+  // the expert shard was computing the next chunk.
   double overlap_s = 0;
 };
 

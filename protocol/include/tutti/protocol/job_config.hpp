@@ -78,8 +78,9 @@ struct moe_config {
   double bias_update_rate = 0.0; // 0 = off
   std::string all_to_all_communication = "enabled"; // the seed's key
   int64_t communication_buffer_size = 0;            // bytes; 0 = auto
-  // The combine all-to-all in up to this many chunks of a rank's experts,
-  // each sent while the expert shard computes the next (1 = no overlap).
+  // The combine all-to-all (forward, and the input gradients backward) in
+  // up to this many chunks of a rank's experts, each sent while the expert
+  // shard computes the next (1 = no overlap).
   int64_t combine_chunks = 2;
 };
 

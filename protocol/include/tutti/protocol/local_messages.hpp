@@ -18,9 +18,12 @@ struct expert_task {
   int64_t layer = 0;
   const float* input = nullptr;
   float* output = nullptr;
-  const int64_t* rows_per_expert = nullptr; // forward only
+  // Forward: rows of each local expert. Backward: null for all of the
+  // forward's rows, else one chunk's, from the forward's row `first_row`.
+  const int64_t* rows_per_expert = nullptr;
   int64_t rows = 0;
-  bool append = false; // forward: a later chunk of the same layer
+  bool append = false;   // forward: a later chunk of the same layer
+  int64_t first_row = 0; // backward of a chunk
   double seconds = 0;   // out: the shard's time on it (set before replying)
 };
 using expert_task_ptr = std::shared_ptr<expert_task>;
