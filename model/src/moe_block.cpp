@@ -1,6 +1,7 @@
 // The MoE half of a decoder layer: route, dispatch over the EP group,
-// experts (through the expert_executor), combine. Expert-parallel layout:
-// EP member p holds experts [p*L, (p+1)*L), L = experts / ep_size.
+// experts (through the expert_executor) and combine, chunk by chunk
+// (moe_combine.cpp). Expert-parallel layout: EP member p holds experts
+// [p*L, (p+1)*L), L = experts / ep_size.
 
 #include <algorithm>
 #include <numeric>
