@@ -22,6 +22,12 @@ tutti_system_config::tutti_system_config(const system_options& options) {
                        return out;
                      });
   set("logger.console", caf::atom("none"));
+  // An idle CAF worker polls its queue 500 times with 50 us sleeps before
+  // it waits on its condition variable (which a message from outside the
+  // scheduler wakes at once). The ranks and expert shards compute on their
+  // own threads beside the workers: that polling took their cores. Go
+  // straight from the short spin to the wait.
+  set("work-stealing.moderate-poll-attempts", size_t{0});
   if (options.network) {
     load<caf::io::middleman>();
     set("middleman.heartbeat-interval", caf::timespan{options.heartbeat});
