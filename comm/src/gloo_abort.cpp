@@ -5,14 +5,36 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
+#include <mutex>
+#include <thread>
+
 namespace tutti::comm {
 namespace {
 
-// A pointer to the protected member Pair::fd_, taken the one way C++
-// allows: from inside a derived class.
-struct pair_socket : gloo::transport::tcp::Pair {
-  static int gloo::transport::tcp::Pair::*member() { return &pair_socket::fd_; }
+using gloo::transport::tcp::Pair;
+
+// Pointers to the protected members Pair::fd_ and Pair::m_, taken the one
+// way C++ allows: from inside a derived class.
+struct pair_access : Pair {
+  static int Pair::*socket() { return &pair_access::fd_; }
+  static std::mutex Pair::*lock() { return &pair_access::m_; }
 };
+
+// The pair closes its socket (and its number may be reused at once) under
+// its lock: holding it, the number shut down is still the pair's. The lock
+// is held only briefly in Gloo's asynchronous mode; should it stay taken
+// (a synchronous read holds it), the socket is shut down without it after
+// 100 ms rather than the abort waiting on the very read it must end.
+void shutdown_pair(Pair& pair) {
+  std::unique_lock<std::mutex> guard(pair.*pair_access::lock(),
+                                     std::defer_lock);
+  for (int i = 0; i < 100 && !guard.try_lock(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int fd = pair.*pair_access::socket();
+  if (fd >= 0)
+    ::shutdown(fd, SHUT_RDWR);
+}
 
 } // namespace
 
@@ -20,13 +42,8 @@ void shutdown_gloo_pairs(gloo::Context& context) {
   for (int peer = 0; peer < context.size; ++peer) {
     if (peer == context.rank)
       continue;
-    auto* pair =
-      dynamic_cast<gloo::transport::tcp::Pair*>(context.getPair(peer).get());
-    if (!pair)
-      continue;
-    const int fd = pair->*pair_socket::member();
-    if (fd >= 0)
-      ::shutdown(fd, SHUT_RDWR);
+    if (auto* pair = dynamic_cast<Pair*>(context.getPair(peer).get()))
+      shutdown_pair(*pair);
   }
 }
 
