@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -22,6 +21,7 @@
 
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
+#include "tutti/kernels/tensor.hpp"
 
 namespace tutti::testing {
 
@@ -43,12 +43,8 @@ public:
   template <class T>
   T* in(const std::vector<T>& host) {
     auto h = std::make_unique<holder<T>>();
-    h->host = host;
-    if (on_device()) {
-      h->dev = k::device_array<T>(host.size());
-      k::copy_to_device(s, h->dev.data(), host.data(), sizeof(T) * host.size());
-    }
-    T* p = on_device() ? h->dev.data() : h->host.data();
+    h->values.upload(s, host);
+    T* p = h->values.data();
     keep_.push_back(std::move(h));
     return p;
   }
@@ -68,8 +64,6 @@ public:
     return {name, widen(get(p, n)), true};
   }
 
-  bool on_device() const { return s.device == k::device_kind::cuda; }
-
   k::stream s;
 
 private:
@@ -78,8 +72,7 @@ private:
   };
   template <class T>
   struct holder : any_holder {
-    std::vector<T> host;
-    k::device_array<T> dev;
+    k::tensor<T> values; // host or device memory, by the stream
   };
 
   template <class T>
@@ -93,10 +86,7 @@ private:
   template <class T>
   std::vector<T> get(const T* p, size_t n) {
     std::vector<T> h(n);
-    if (on_device())
-      k::copy_to_host(s, h.data(), p, sizeof(T) * n);
-    else
-      std::memcpy(h.data(), p, sizeof(T) * n);
+    k::download(s, h.data(), p, sizeof(T) * n);
     return h;
   }
 

@@ -12,6 +12,7 @@
 #include "tutti/actors/rank.hpp"
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
+#include "tutti/model/expert_executor.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/errors.hpp"
@@ -224,11 +225,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto& st = self->state;
         // raise_expert waits for a layer's last chunk: with chunks, the
         // request the rank has in flight while it sends the one before.
-        const int64_t chunks =
-          st.cfg.ep_size() == 1
-            ? 1
-            : std::min<int64_t>(st.cfg.moe.combine_chunks, st.count);
-        if (st.fault == "raise_expert" && (task->append || chunks == 1)) {
+        if (st.fault == "raise_expert"
+            && (task->append || model::combine_chunk_count(st.cfg) == 1)) {
           st.fault.clear();
           throw std::runtime_error("injected fault (raise_expert)");
         }

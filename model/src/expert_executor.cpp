@@ -1,8 +1,15 @@
 #include "tutti/model/expert_executor.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 namespace tutti::model {
+
+int64_t combine_chunk_count(const job_config& cfg) {
+  if (cfg.ep_size() == 1)
+    return 1;
+  return std::min<int64_t>(cfg.moe.combine_chunks, cfg.experts_per_rank());
+}
 
 std::vector<int64_t> chunk_starts(
   const std::vector<std::vector<int64_t>>& rows) {

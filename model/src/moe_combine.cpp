@@ -20,8 +20,7 @@ namespace k = tutti::kernels;
 
 void rank_model::plan_combine(const layer_acts& a) {
   const int64_t E = cfg_.moe.num_experts, P = comms_.ep->size(), L = E / P;
-  // Alone in its EP group a rank sends nothing: nothing to overlap.
-  const int64_t C = P == 1 ? 1 : std::min<int64_t>(cfg_.moe.combine_chunks, L);
+  const int64_t C = combine_chunk_count(cfg_);
   expert_start_.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e)
     expert_start_[e + 1] = expert_start_[e] + a.kept_host[e];

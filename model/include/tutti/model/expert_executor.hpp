@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tutti/comm/status.hpp"
+#include "tutti/protocol/job_config.hpp"
 
 namespace tutti::model {
 
@@ -47,6 +48,11 @@ public:
                                  const std::function<status(size_t)>& ready,
                                  double& overlapped_s);
 };
+
+// How many chunks a layer's combine goes in: moe_config.combine_chunks, at
+// most one per local expert, and one where a rank is alone in its EP group
+// (it sends nothing, so there is nothing to overlap).
+int64_t combine_chunk_count(const job_config& cfg);
 
 // Row offsets of consecutive chunks: start[c] .. start[c + 1].
 std::vector<int64_t> chunk_starts(const std::vector<std::vector<int64_t>>& rows);
