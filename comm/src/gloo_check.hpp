@@ -5,7 +5,7 @@
 #include <exception>
 #include <string>
 
-#include "tutti/comm/status.hpp"
+#include "tutti/base/status.hpp"
 
 #define TUTTI_GLOO_CHECK(call)                                                 \
   do {                                                                         \

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "tutti/comm/status.hpp"
+#include "tutti/base/status.hpp"
 
 #define TUTTI_NCCL_CHECK(call)                                                 \
   do {                                                                         \

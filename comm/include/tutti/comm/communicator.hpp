@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tutti/comm/status.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::comm {
 

@@ -1,0 +1,82 @@
+#pragma once
+// tutti's one error shape at part boundaries (CAF's expected stays at actor
+// boundaries). A status is ok, or carries one line that says what failed and
+// where (a file and offset, a key, a call and its file:line), so an operator
+// can act on it without a debugger. expected<T> is a value or such a status.
+//
+//   tutti::status s = write_file(...);
+//   if (!s) return s;                        // false means failed, always
+//   tutti::expected<int> n = parse(...);
+//   if (!n) return n.error();                // the failed status
+//   use(*n);
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace tutti {
+
+class [[nodiscard]] status {
+public:
+  status() = default;
+  static status error(std::string message) {
+    status s;
+    s.failed_ = true;
+    s.message_ = std::move(message);
+    return s;
+  }
+  bool ok() const { return !failed_; }
+  explicit operator bool() const { return ok(); }
+  // Empty when ok.
+  const std::string& message() const { return message_; }
+  // The same failure with `prefix` in front ("reading data/x.tok: ...").
+  status with_context(const std::string& prefix) const {
+    return ok() ? *this : error(prefix + message_);
+  }
+
+private:
+  bool failed_ = false;
+  std::string message_;
+};
+
+template <class T>
+class [[nodiscard]] expected {
+public:
+  expected(T value) : value_(std::move(value)) {}
+  // From a failed status only: an ok status carries no value.
+  expected(status failure) : failure_(std::move(failure)) {
+    assert(!failure_.ok());
+  }
+
+  bool ok() const { return value_.has_value(); }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T&& operator*() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+  // The failure (an ok status when there is a value).
+  const status& error() const { return failure_; }
+  const std::string& message() const { return failure_.message(); }
+
+private:
+  std::optional<T> value_;
+  status failure_;
+};
+
+} // namespace tutti
+
+// Returns the status of `expr` from the enclosing function when it failed
+// (the enclosing function returns a status or an expected<T>).
+#define TUTTI_RETURN_IF_ERROR(expr)                                            \
+  do {                                                                         \
+    ::tutti::status tutti_status_ = (expr);                                    \
+    if (!tutti_status_.ok())                                                   \
+      return tutti_status_;                                                    \
+  } while (false)
