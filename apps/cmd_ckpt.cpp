@@ -26,34 +26,34 @@ std::string local_time(int64_t unix_ms) {
 int list(const fs::path& run_dir) {
   auto db = store::job_store::open(run_dir / "state");
   if (!db.ok())
-    return fail(1, "ckpt list: " + db.error);
-  auto all = db.value->checkpoints();
+    return fail(1, "ckpt list: " + db.message());
+  auto all = db.value()->checkpoints();
   if (!all.ok())
-    return fail(1, "ckpt list: " + all.error);
+    return fail(1, "ckpt list: " + all.message());
   std::printf("%10s %14s  %-20s  %s\n", "step", "bytes", "committed", "dir");
-  for (const auto& c : all.value)
+  for (const auto& c : all.value())
     std::printf("%10lld %14lld  %-20s  %s\n", static_cast<long long>(c.step),
                 static_cast<long long>(c.bytes),
                 local_time(c.time_unix_ms).c_str(), c.dir.c_str());
-  if (all.value.empty())
+  if (all.value().empty())
     std::printf("(no committed checkpoint in %s)\n", run_dir.c_str());
   return 0;
 }
 
 int verify(const fs::path& dir) {
-  if (auto err = store::verify_checkpoint(dir))
-    return fail(1, "ckpt verify: " + *err);
+  if (auto err = store::verify_checkpoint(dir); !err)
+    return fail(1, "ckpt verify: " + err.message());
   auto m = store::read_manifest(dir);
   std::printf("%s: ok (%zu shards, every hash verified)\n", dir.c_str(),
-              m.ok() ? m.value.shards.size() : size_t{0});
+              m.ok() ? m.value().shards.size() : size_t{0});
   return 0;
 }
 
 int show_shard(const fs::path& file) {
   auto f = store::read_shard_file(file, true);
   if (!f.ok())
-    return fail(1, "ckpt show: " + f.error);
-  const auto& meta = f.value.meta;
+    return fail(1, "ckpt show: " + f.message());
+  const auto& meta = f.value().meta;
   std::printf("%s: rank %lld, step %lld, epoch %lld\n", file.c_str(),
               static_cast<long long>(meta.rank),
               static_cast<long long>(meta.step),
@@ -63,7 +63,7 @@ int show_shard(const fs::path& file) {
   for (const auto& [k, v] : meta.strings)
     std::printf("  %s = %s\n", k.c_str(), v.c_str());
   std::printf("  %-64s %-18s %-5s %s\n", "tensor", "shape", "dtype", "xxh64");
-  for (const auto& t : f.value.tensors) {
+  for (const auto& t : f.value().tensors) {
     std::string shape = "[";
     for (size_t i = 0; i < t.shape.size(); ++i)
       shape += (i ? "," : "") + std::to_string(t.shape[i]);
@@ -92,9 +92,9 @@ int ckpt_command(const std::vector<std::string>& args) {
     if (fs::is_directory(target)) {
       auto m = store::read_manifest(target);
       if (!m.ok())
-        return fail(1, "ckpt show: " + m.error);
+        return fail(1, "ckpt show: " + m.message());
       int status = 0;
-      for (const auto& s : m.value.shards)
+      for (const auto& s : m.value().shards)
         status |= show_shard(target / s.file);
       return status;
     }

@@ -60,17 +60,17 @@ int synth(const std::vector<std::string>& args) {
   if (!parse(args, desc, vm, "data synth", status))
     return status;
   if (auto err = data::synth_dataset(out, vocab, order, seed, tokens,
-                                     val_fraction, shards))
-    return fail(2, "data synth: " + *err);
+                                     val_fraction, shards); !err)
+    return fail(2, "data synth: " + err.message());
   auto meta = data::read_meta(out);
   if (!meta.ok())
-    return fail(1, "data synth: " + meta.error);
+    return fail(1, "data synth: " + meta.message());
   std::printf("wrote %s: %llu train + %llu held-out tokens, vocab %u, "
               "entropy rate %.6f nats/token\n",
               out.c_str(),
-              static_cast<unsigned long long>(meta.value.train_tokens),
-              static_cast<unsigned long long>(meta.value.val_tokens),
-              meta.value.vocab_size, meta.value.entropy_rate_nats.value_or(0));
+              static_cast<unsigned long long>(meta.value().train_tokens),
+              static_cast<unsigned long long>(meta.value().val_tokens),
+              meta.value().vocab_size, meta.value().entropy_rate_nats.value_or(0));
   return 0;
 }
 
@@ -91,15 +91,15 @@ int prepare(const std::vector<std::string>& args) {
   if (!parse(args, desc, vm, "data prepare", status))
     return status;
   std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
-  if (auto err = data::prepare_dataset(paths, out, val_fraction, shards))
-    return fail(2, "data prepare: " + *err);
+  if (auto err = data::prepare_dataset(paths, out, val_fraction, shards); !err)
+    return fail(2, "data prepare: " + err.message());
   auto meta = data::read_meta(out);
   if (!meta.ok())
-    return fail(1, "data prepare: " + meta.error);
+    return fail(1, "data prepare: " + meta.message());
   std::printf("wrote %s: %llu train + %llu held-out byte tokens\n",
               out.c_str(),
-              static_cast<unsigned long long>(meta.value.train_tokens),
-              static_cast<unsigned long long>(meta.value.val_tokens));
+              static_cast<unsigned long long>(meta.value().train_tokens),
+              static_cast<unsigned long long>(meta.value().val_tokens));
   return 0;
 }
 

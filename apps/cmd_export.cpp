@@ -68,23 +68,23 @@ int export_command(const std::vector<std::string>& args) {
   if (format != "hf")
     return fail(2, "export: --format: only hf is supported, got '" + format
                      + "'");
-  if (auto err = store::verify_checkpoint(checkpoint))
-    return fail(2, "export: " + *err);
+  if (auto err = store::verify_checkpoint(checkpoint); !err)
+    return fail(2, "export: " + err.message());
   auto manifest = store::read_manifest(checkpoint);
   if (!manifest.ok())
-    return fail(2, "export: " + manifest.error);
+    return fail(2, "export: " + manifest.message());
 
   std::vector<store::named_tensor> tensors;
   store::shard_meta meta0;
-  for (const auto& entry : manifest.value.shards) {
+  for (const auto& entry : manifest.value().shards) {
     auto shard = store::read_shard_file(fs::path(checkpoint) / entry.file);
     if (!shard.ok())
-      return fail(2, "export: " + shard.error);
-    if (shard.value.meta.rank == 0)
-      meta0 = shard.value.meta;
-    const auto& ints = shard.value.meta.ints;
+      return fail(2, "export: " + shard.message());
+    if (shard.value().meta.rank == 0)
+      meta0 = shard.value().meta;
+    const auto& ints = shard.value().meta.ints;
     const int64_t first = ints.count("first_expert") ? ints.at("first_expert") : 0;
-    for (auto& t : shard.value.tensors) {
+    for (auto& t : shard.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue; // optimizer state stays with tutti
       if (t.name == "router_bias") {
@@ -124,11 +124,11 @@ int export_command(const std::vector<std::string>& args) {
   if (ec)
     return fail(1, "export: cannot create " + out + ": " + ec.message());
   if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
-                                          config_json(meta0)))
-    return fail(1, "export: " + *err);
+                                          config_json(meta0)); !err)
+    return fail(1, "export: " + err.message());
   if (auto err = store::write_safetensors(fs::path(out) / "model.safetensors",
-                                          tensors, {{"format", "pt"}}))
-    return fail(1, "export: " + *err);
+                                          tensors, {{"format", "pt"}}); !err)
+    return fail(1, "export: " + err.message());
   std::printf("exported step %lld: %zu tensors to %s (config.json, "
               "model.safetensors)\n",
               static_cast<long long>(meta0.step), tensors.size(), out.c_str());

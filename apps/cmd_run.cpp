@@ -29,8 +29,8 @@ void on_signal(int) {
 int check_data(const job_config& cfg, data::dataset_meta& meta) {
   auto m = data::read_meta(cfg.data.dir);
   if (!m.ok())
-    return fail(2, "run: data.dir: " + m.error);
-  meta = m.value;
+    return fail(2, "run: data.dir: " + m.message());
+  meta = m.value();
   if (meta.vocab_size > cfg.model.vocab_size)
     return fail(2, "run: model.vocab_size: " + std::to_string(cfg.model.vocab_size)
                      + " is smaller than the data's vocabulary ("
@@ -41,11 +41,11 @@ int check_data(const job_config& cfg, data::dataset_meta& meta) {
       continue;
     auto shards = data::load_split(cfg.data.dir, split);
     if (!shards.ok())
-      return fail(2, "run: " + shards.error);
+      return fail(2, "run: " + shards.message());
     // The sampler cuts shards into windows of seq_len + 1 tokens.
     const uint64_t window = static_cast<uint64_t>(cfg.train.seq_len) + 1;
     uint64_t windows = 0;
-    for (const auto& shard : shards.value)
+    for (const auto& shard : shards.value())
       windows += shard.size() / window;
     if (std::string(split) == "train" && windows == 0)
       return fail(2, "run: train.seq_len: " + std::to_string(cfg.train.seq_len)

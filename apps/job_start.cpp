@@ -40,9 +40,9 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
                    const char* program) {
   auto opened = store::job_store::open(state_dir);
   if (!opened.ok())
-    return refuse(program, 1, opened.error);
+    return refuse(program, 1, opened.message());
   job_start out;
-  out.db = std::shared_ptr<store::job_store>(std::move(opened.value));
+  out.db = std::shared_ptr<store::job_store>(std::move(opened.value()));
   if (fresh) {
     if (!yes && !confirmed(cfg))
       return refuse(program, 2,
@@ -52,7 +52,7 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
       return refuse(program, 1, err);
   }
   auto yaml = store::read_file(config_path);
-  auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value : "");
+  auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value() : "");
   switch (point.what) {
     case resume_point::refused:
       return refuse(program, 2, point.message);

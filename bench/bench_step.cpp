@@ -233,8 +233,8 @@ void in_process_rank(const job_config& cfg, int rank,
     auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
                                   W, cfg.data.shard_per_rank);
     if (!ids.ok())
-      die(ids.error);
-    auto b = sampler.materialize(ids.value);
+      die(ids.message());
+    auto b = sampler.materialize(ids.value());
     const double t0 = now_s();
     model::step_stats stats;
     check(m.train_step(b.inputs.data(), b.targets.data(),
@@ -332,12 +332,12 @@ int run() {
 
   auto train = data::load_split(data, "train");
   if (!train.ok())
-    die(train.error);
+    die(train.message());
   auto sampler = data::batch_sampler::create(
-    std::move(train.value),
+    std::move(train.value()),
     static_cast<uint32_t>(cases[0].cfg.train.seq_len));
   if (!sampler.ok())
-    die(sampler.error);
+    die(sampler.message());
 
   // Each run on stderr too, to see the spread behind the medians.
   auto note = [](const char* what, int world, const split& s) {
@@ -361,11 +361,11 @@ int run() {
             break;
           case 1:
             c.pinned.push_back(note("pinned", c.world,
-                                    run_in_process(c.cfg, sampler.value, true)));
+                                    run_in_process(c.cfg, sampler.value(), true)));
             break;
           default:
             c.unpinned.push_back(note(
-              "unpinned", c.world, run_in_process(c.cfg, sampler.value, false)));
+              "unpinned", c.world, run_in_process(c.cfg, sampler.value(), false)));
         }
     }
 

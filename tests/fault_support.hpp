@@ -71,9 +71,9 @@ struct fault_job {
   std::vector<store::event> events() const {
     auto db = store::job_store::open(dir / "job" / "state");
     REQUIRE(db.ok());
-    auto all = db.value->events();
+    auto all = db.value()->events();
     REQUIRE(all.ok());
-    return all.value;
+    return all.value();
   }
 
   static size_t count(const std::vector<store::event>& events,

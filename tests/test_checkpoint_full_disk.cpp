@@ -57,14 +57,14 @@ TEST_CASE("a full disk fails checkpoints, not the job", "[fault]") {
 
   auto db = tutti::store::job_store::open(dir / "run" / "state");
   REQUIRE(db.ok());
-  auto events = db.value->events();
+  auto events = db.value()->events();
   REQUIRE(events.ok());
   int failed = 0;
-  for (const auto& e : events.value)
+  for (const auto& e : events.value())
     if (e.kind == "checkpoint_failed")
       ++failed;
   CHECK(failed >= 3); // steps 4, 8 and 12
-  auto committed = db.value->checkpoints();
+  auto committed = db.value()->checkpoints();
   REQUIRE(committed.ok());
-  CHECK(committed.value.empty());
+  CHECK(committed.value().empty());
 }

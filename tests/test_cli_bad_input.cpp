@@ -316,13 +316,13 @@ TEST_CASE("data prepare turns text into byte tokens", "[unit]") {
 
   auto meta = tutti::data::read_meta(out);
   REQUIRE(meta.ok());
-  CHECK(meta.value.vocab_size == 256);
-  CHECK(meta.value.source == "bytes");
-  CHECK_FALSE(meta.value.entropy_rate_nats.has_value());
-  CHECK(meta.value.tokens == a.size() + b.size());
-  CHECK(meta.value.train_tokens + meta.value.val_tokens == meta.value.tokens);
-  CHECK(meta.value.train_shards == 2);
-  CHECK(meta.value.val_shards == 1);
+  CHECK(meta.value().vocab_size == 256);
+  CHECK(meta.value().source == "bytes");
+  CHECK_FALSE(meta.value().entropy_rate_nats.has_value());
+  CHECK(meta.value().tokens == a.size() + b.size());
+  CHECK(meta.value().train_tokens + meta.value().val_tokens == meta.value().tokens);
+  CHECK(meta.value().train_shards == 2);
+  CHECK(meta.value().val_shards == 1);
 
   // The train shards, concatenated, are the first 90% of each input in
   // order; val is the rest of each.
@@ -340,10 +340,10 @@ TEST_CASE("data prepare turns text into byte tokens", "[unit]") {
   };
   auto train = tutti::data::load_split(out, "train");
   REQUIRE(train.ok());
-  CHECK(as_text(train.value) == want_train);
+  CHECK(as_text(train.value()) == want_train);
   auto val = tutti::data::load_split(out, "val");
   REQUIRE(val.ok());
-  CHECK(as_text(val.value) == want_val);
+  CHECK(as_text(val.value()) == want_val);
 
   // And a job trains on it.
   auto run_dir = dir / "run";

@@ -33,10 +33,10 @@ struct temp_dir {
 std::string slurp(const fs::path& p) {
   auto r = store::read_file(p);
   REQUIRE(r.ok());
-  return r.value;
+  return r.value();
 }
 
-void spit(const fs::path& p, const std::string& bytes) { REQUIRE_FALSE(store::write_file_atomic(p, bytes)); }
+void spit(const fs::path& p, const std::string& bytes) { REQUIRE(store::write_file_atomic(p, bytes)); }
 
 std::vector<std::int32_t> iota_tokens(std::size_t n, std::int32_t mod) {
   std::vector<std::int32_t> t(n);
@@ -57,8 +57,8 @@ TEST_CASE("write_file_atomic replaces the file and leaves no temporary", "[store
   CHECK_FALSE(fs::exists(dir.path / "f.bin.tmp"));
 
   auto err = store::write_file_atomic(dir.path / "no_such_dir" / "f.bin", "x");
-  REQUIRE(err);
-  CHECK_THAT(*err, Catch::Contains("no_such_dir/f.bin.tmp") && Catch::Contains("No such file"));
+  REQUIRE_FALSE(err.ok());
+  CHECK_THAT(err.message(), Catch::Contains("no_such_dir/f.bin.tmp") && Catch::Contains("No such file"));
   CHECK(store::xxh64("abc", 3) == store::xxh64("abc", 3, 0));
   CHECK(store::xxh64("abc", 3) != store::xxh64("abc", 3, 1));
 }
@@ -68,31 +68,31 @@ TEST_CASE("shard round-trips with 2- and 4-byte tokens", "[shard]") {
   for (std::uint32_t vocab : {300u, 65536u, 100000u}) {
     const auto tokens = iota_tokens(5000, static_cast<std::int32_t>(vocab));
     const fs::path p = dir.path / "x.tok";
-    REQUIRE_FALSE(write_shard(p, tokens, vocab));
+    REQUIRE(write_shard(p, tokens, vocab));
     auto s = read_shard(p);
     REQUIRE(s.ok());
-    CHECK(s.value.vocab_size == vocab);
-    CHECK(s.value.token_width == (vocab <= 65536 ? 2u : 4u));
-    CHECK(s.value.tokens == tokens);
-    CHECK(fs::file_size(p) == shard_header_size + 5000 * s.value.token_width);
+    CHECK(s.value().vocab_size == vocab);
+    CHECK(s.value().token_width == (vocab <= 65536 ? 2u : 4u));
+    CHECK(s.value().tokens == tokens);
+    CHECK(fs::file_size(p) == shard_header_size + 5000 * s.value().token_width);
   }
-  auto empty = decode_shard(encode_shard({}, 10).value, "empty.tok");
+  auto empty = decode_shard(encode_shard({}, 10).value(), "empty.tok");
   REQUIRE(empty.ok());
-  CHECK(empty.value.tokens.empty());
+  CHECK(empty.value().tokens.empty());
 }
 
 TEST_CASE("the shard writer refuses tokens outside the vocab", "[shard]") {
   temp_dir dir("writer");
   auto err = write_shard(dir.path / "w.tok", {1, 2, 10}, 10);
-  REQUIRE(err);
-  CHECK_THAT(*err, Catch::Contains("w.tok") && Catch::Contains("token 10 at index 2"));
-  CHECK(encode_shard({1}, 100000, 2).error.find("does not fit") != std::string::npos);
+  REQUIRE_FALSE(err.ok());
+  CHECK_THAT(err.message(), Catch::Contains("w.tok") && Catch::Contains("token 10 at index 2"));
+  CHECK(encode_shard({1}, 100000, 2).message().find("does not fit") != std::string::npos);
 }
 
 TEST_CASE("read_shard refuses damaged files, naming file and offset", "[shard]") {
   temp_dir dir("damaged");
   const fs::path p = dir.path / "train-00000.tok";
-  REQUIRE_FALSE(write_shard(p, iota_tokens(4096, 1000), 1000));
+  REQUIRE(write_shard(p, iota_tokens(4096, 1000), 1000));
   const std::string good = slurp(p);
   REQUIRE(good.size() == 48 + 8192);
 
@@ -100,37 +100,37 @@ TEST_CASE("read_shard refuses damaged files, naming file and offset", "[shard]")
     spit(p, good.substr(0, 48 + 1000));
     auto s = read_shard(p);
     REQUIRE_FALSE(s.ok());
-    CHECK(s.error == p.string() +
+    CHECK(s.message() == p.string() +
                          ": truncated at offset 1048: header says 4096 tokens (8192 bytes) but 1000 bytes follow");
   }
   SECTION("truncated header") {
     spit(p, good.substr(0, 20));
     auto s = read_shard(p);
     REQUIRE_FALSE(s.ok());
-    CHECK_THAT(s.error, Catch::StartsWith(p.string() + ": truncated at offset 20"));
+    CHECK_THAT(s.message(), Catch::StartsWith(p.string() + ": truncated at offset 20"));
   }
   SECTION("trailing bytes") {
     spit(p, good + "xy");
-    CHECK(read_shard(p).error ==
+    CHECK(read_shard(p).message() ==
           p.string() + ": trailing garbage at offset 8240: header says 4096 tokens (8192 bytes) but 8194 bytes follow");
   }
   SECTION("flipped byte in the tokens") {
     std::string bad = good;
     bad[48 + 777] ^= 0x01;
     spit(p, bad);
-    CHECK(read_shard(p).error == p.string() + ": checksum mismatch in tokens [offset 48..8240]");
+    CHECK(read_shard(p).message() == p.string() + ": checksum mismatch in tokens [offset 48..8240]");
   }
   SECTION("flipped byte in the header") {
     std::string bad = good;
     bad[25] ^= 0x40;  // token_count
     spit(p, bad);
-    CHECK_THAT(read_shard(p).error, Catch::Contains("header checksum mismatch"));
+    CHECK_THAT(read_shard(p).message(), Catch::Contains("header checksum mismatch"));
   }
   SECTION("bad magic") {
     std::string bad = good;
     bad[3] = 'X';
     spit(p, bad);
-    CHECK(read_shard(p).error == p.string() + ": bad magic (not a TUTTITOK shard) at offset 0");
+    CHECK(read_shard(p).message() == p.string() + ": bad magic (not a TUTTITOK shard) at offset 0");
   }
   SECTION("a token >= vocab_size under valid checksums") {
     // A buggy writer, not bit rot: rewrite vocab_size to 500 and re-seal the header.
@@ -141,10 +141,10 @@ TEST_CASE("read_shard refuses damaged files, naming file and offset", "[shard]")
     std::memcpy(&bad[40], &h, 8);
     spit(p, bad);
     // tokens are i % 1000, so index 500 is the first one >= 500.
-    CHECK(read_shard(p).error == p.string() + ": token 500 (index 500) >= vocab_size 500 at offset 1048");
+    CHECK(read_shard(p).message() == p.string() + ": token 500 (index 500) >= vocab_size 500 at offset 1048");
   }
   SECTION("missing file") {
-    CHECK_THAT(read_shard(dir.path / "nope.tok").error, Catch::Contains("nope.tok") && Catch::Contains("No such file"));
+    CHECK_THAT(read_shard(dir.path / "nope.tok").message(), Catch::Contains("nope.tok") && Catch::Contains("No such file"));
   }
 }
 
@@ -162,9 +162,9 @@ TEST_CASE("entropy rate of a hand-built order-2 chain matches the closed form", 
   auto m = markov_source::from_table(2, table);
   REQUIRE(m.ok());
   const double expected = (r * binary_entropy(p) + (1 - p) * binary_entropy(r)) / (1 - p + r);
-  CHECK(m.value.entropy_rate() == Approx(expected).margin(1e-13));
-  CHECK(m.value.prob(0, 1, 1) == r);
-  CHECK(m.value.prob(0, 1, 5) == 0.0);
+  CHECK(m.value().entropy_rate() == Approx(expected).margin(1e-13));
+  CHECK(m.value().prob(0, 1, 1) == r);
+  CHECK(m.value().prob(0, 1, 5) == 0.0);
 }
 
 TEST_CASE("periodic chains get their entropy rate, reducible ones are refused", "[markov]") {
@@ -185,24 +185,24 @@ TEST_CASE("periodic chains get their entropy rate, reducible ones are refused", 
       {{0, 0.5}, {1, 0.5}}}; // 22
   auto m = markov_source::from_table(3, table);
   REQUIRE(m.ok());
-  CHECK(m.value.entropy_rate() == Approx(0.6 * std::log(2.0)).margin(1e-13));
+  CHECK(m.value().entropy_rate() == Approx(0.6 * std::log(2.0)).margin(1e-13));
 
   // Always emit 1: states 00, 01, 10 are never re-entered.
   std::vector<std::vector<successor>> absorbing = {{{1, 1.0}}, {{1, 1.0}}, {{1, 1.0}}, {{1, 1.0}}};
-  CHECK_THAT(markov_source::from_table(2, absorbing).error, Catch::Contains("not irreducible"));
-  CHECK_THAT(markov_source::random(16, 1, 1).error, Catch::Contains("branching"));
+  CHECK_THAT(markov_source::from_table(2, absorbing).message(), Catch::Contains("not irreducible"));
+  CHECK_THAT(markov_source::random(16, 1, 1).message(), Catch::Contains("branching"));
 }
 
 TEST_CASE("generated text's empirical -log P converges to the exact entropy rate", "[markov]") {
   for (std::uint32_t vocab : {64u, 256u}) {
     auto m = markov_source::random(vocab, 42);
     REQUIRE(m.ok());
-    const double h = m.value.entropy_rate();
+    const double h = m.value().entropy_rate();
     CHECK(h > 0.3);
     CHECK(h < std::log(4.0));
-    const auto tokens = m.value.generate(200000, 7);
+    const auto tokens = m.value().generate(200000, 7);
     double nll = 0.0;
-    for (std::size_t i = 2; i < tokens.size(); ++i) nll -= std::log(m.value.prob(tokens[i - 2], tokens[i - 1], tokens[i]));
+    for (std::size_t i = 2; i < tokens.size(); ++i) nll -= std::log(m.value().prob(tokens[i - 2], tokens[i - 1], tokens[i]));
     const double empirical = nll / double(tokens.size() - 2);
     INFO("vocab " << vocab << " exact " << h << " empirical " << empirical);
     CHECK(std::abs(empirical - h) < 0.01);
@@ -212,19 +212,19 @@ TEST_CASE("generated text's empirical -log P converges to the exact entropy rate
 TEST_CASE("the random source is a pure function of its seed", "[markov]") {
   auto a = markov_source::random(32, 5), b = markov_source::random(32, 5), c = markov_source::random(32, 6);
   REQUIRE((a.ok() && b.ok() && c.ok()));
-  CHECK(a.value.entropy_rate() == b.value.entropy_rate());
-  CHECK(a.value.generate(1000, 1) == b.value.generate(1000, 1));
-  CHECK(a.value.generate(1000, 1) != a.value.generate(1000, 2));
-  CHECK(a.value.entropy_rate() != c.value.entropy_rate());
+  CHECK(a.value().entropy_rate() == b.value().entropy_rate());
+  CHECK(a.value().generate(1000, 1) == b.value().generate(1000, 1));
+  CHECK(a.value().generate(1000, 1) != a.value().generate(1000, 2));
+  CHECK(a.value().entropy_rate() != c.value().entropy_rate());
   for (std::int32_t x = 0; x < 32; ++x)
-    for (std::int32_t y = 0; y < 32; ++y) CHECK(a.value.successors(x, y).size() == 4);
+    for (std::int32_t y = 0; y < 32; ++y) CHECK(a.value().successors(x, y).size() == 4);
 }
 
 TEST_CASE("synth_dataset writes a deterministic, verifiable dataset", "[synth]") {
   temp_dir one("synth1"), two("synth2"), other("synth3");
-  REQUIRE_FALSE(synth_dataset(one.path, 64, 2, 11, 10000, 0.1, 3));
-  REQUIRE_FALSE(synth_dataset(two.path, 64, 2, 11, 10000, 0.1, 3));
-  REQUIRE_FALSE(synth_dataset(other.path, 64, 2, 12, 10000, 0.1, 3));
+  REQUIRE(synth_dataset(one.path, 64, 2, 11, 10000, 0.1, 3));
+  REQUIRE(synth_dataset(two.path, 64, 2, 11, 10000, 0.1, 3));
+  REQUIRE(synth_dataset(other.path, 64, 2, 12, 10000, 0.1, 3));
   for (const char* f : {"train-00000.tok", "train-00001.tok", "train-00002.tok", "val-00000.tok", "meta.json"}) {
     INFO(f);
     CHECK(slurp(one.path / f) == slurp(two.path / f));
@@ -233,47 +233,47 @@ TEST_CASE("synth_dataset writes a deterministic, verifiable dataset", "[synth]")
 
   auto meta = read_meta(one.path);
   REQUIRE(meta.ok());
-  CHECK(meta.value.vocab_size == 64);
-  CHECK(meta.value.order == 2);
-  CHECK(meta.value.seed == 11);
-  CHECK(meta.value.tokens == 10000);
-  CHECK(meta.value.train_tokens == 9000);
-  CHECK(meta.value.val_tokens == 1000);
-  CHECK(meta.value.train_shards == 3);
-  CHECK(meta.value.val_shards == 1);
-  CHECK(meta.value.source == "markov2");
-  REQUIRE(meta.value.entropy_rate_nats);
-  CHECK(*meta.value.entropy_rate_nats == markov_source::random(64, 11).value.entropy_rate());  // bit-exact
+  CHECK(meta.value().vocab_size == 64);
+  CHECK(meta.value().order == 2);
+  CHECK(meta.value().seed == 11);
+  CHECK(meta.value().tokens == 10000);
+  CHECK(meta.value().train_tokens == 9000);
+  CHECK(meta.value().val_tokens == 1000);
+  CHECK(meta.value().train_shards == 3);
+  CHECK(meta.value().val_shards == 1);
+  CHECK(meta.value().source == "markov2");
+  REQUIRE(meta.value().entropy_rate_nats);
+  CHECK(*meta.value().entropy_rate_nats == markov_source::random(64, 11).value().entropy_rate());  // bit-exact
 
   auto train = load_split(one.path, "train");
   auto val = load_split(one.path, "val");
   REQUIRE((train.ok() && val.ok()));
-  REQUIRE(train.value.size() == 3);
-  CHECK(train.value[0].size() + train.value[1].size() + train.value[2].size() == 9000);
-  CHECK(std::vector<std::int32_t>(train.value[0].begin(), train.value[0].begin() + 1000) != val.value[0]);
+  REQUIRE(train.value().size() == 3);
+  CHECK(train.value()[0].size() + train.value()[1].size() + train.value()[2].size() == 9000);
+  CHECK(std::vector<std::int32_t>(train.value()[0].begin(), train.value()[0].begin() + 1000) != val.value()[0]);
 
-  CHECK_THAT(*synth_dataset(one.path, 64, 3, 11, 100), Catch::Contains("only order 2"));
+  CHECK_THAT(synth_dataset(one.path, 64, 3, 11, 100).message(), Catch::Contains("only order 2"));
 }
 
 TEST_CASE("prepare_dataset tokenizes bytes and holds out each file's tail", "[synth]") {
   temp_dir dir("prepare");
   spit(dir.path / "a.txt", std::string(90, 'a') + std::string(10, 'A'));
   spit(dir.path / "b.txt", std::string(45, 'b') + std::string(5, 'B'));
-  REQUIRE_FALSE(prepare_dataset({dir.path / "a.txt", dir.path / "b.txt"}, dir.path / "out", 0.1, 2));
+  REQUIRE(prepare_dataset({dir.path / "a.txt", dir.path / "b.txt"}, dir.path / "out", 0.1, 2));
   auto meta = read_meta(dir.path / "out");
   REQUIRE(meta.ok());
-  CHECK(meta.value.vocab_size == 256);
-  CHECK_FALSE(meta.value.entropy_rate_nats);
-  CHECK(meta.value.source == "bytes");
-  CHECK(meta.value.train_tokens == 135);
+  CHECK(meta.value().vocab_size == 256);
+  CHECK_FALSE(meta.value().entropy_rate_nats);
+  CHECK(meta.value().source == "bytes");
+  CHECK(meta.value().train_tokens == 135);
   auto val = load_split(dir.path / "out", "val");
   REQUIRE(val.ok());
-  const std::string held_out(val.value[0].begin(), val.value[0].end());
+  const std::string held_out(val.value()[0].begin(), val.value()[0].end());
   CHECK(held_out == std::string(10, 'A') + std::string(5, 'B'));
 
   auto err = prepare_dataset({dir.path / "a.txt", dir.path / "missing.txt"}, dir.path / "out2");
-  REQUIRE(err);
-  CHECK_THAT(*err, Catch::Contains("missing.txt"));
+  REQUIRE_FALSE(err.ok());
+  CHECK_THAT(err.message(), Catch::Contains("missing.txt"));
 }
 
 namespace {
@@ -292,7 +292,7 @@ TEST_CASE("batch sampler: windows, determinism and epochs", "[sampler]") {
   // seq_len 7 -> windows of 8 tokens: 12 + 0 + 5 + 3 = 20 windows.
   auto sampler = batch_sampler::create(numbered_shards({100, 5, 40, 31}), 7);
   REQUIRE(sampler.ok());
-  const batch_sampler& s = sampler.value;
+  const batch_sampler& s = sampler.value();
   REQUIRE(s.window_count() == 20);
   CHECK(s.locate(12).shard == 2);
   CHECK(s.locate(12).offset == 0);
@@ -304,7 +304,7 @@ TEST_CASE("batch sampler: windows, determinism and epochs", "[sampler]") {
   for (std::uint64_t step = 0; step < 10; ++step) {
     const auto ids = s.global_batch(99, step, B);
     REQUIRE(ids.size() == B);
-    CHECK(ids == batch_sampler::create(numbered_shards({100, 5, 40, 31}), 7).value.global_batch(99, step, B));
+    CHECK(ids == batch_sampler::create(numbered_shards({100, 5, 40, 31}), 7).value().global_batch(99, step, B));
     CHECK(s.epoch_of(step, B) == step * B / 20);
     stream.insert(stream.end(), ids.begin(), ids.end());
   }
@@ -328,37 +328,37 @@ TEST_CASE("batch sampler: windows, determinism and epochs", "[sampler]") {
 }
 
 TEST_CASE("batch sampler: rank slices concatenate to the global batch", "[sampler]") {
-  auto s = batch_sampler::create(numbered_shards({100, 5, 40, 31}), 7).value;
+  auto s = batch_sampler::create(numbered_shards({100, 5, 40, 31}), 7).value();
   for (std::uint64_t step = 0; step < 5; ++step) {
     const auto global = s.global_batch(3, step, 8);
     std::vector<std::uint64_t> joined;
     for (std::uint32_t r = 0; r < 4; ++r) {
       auto part = s.rank_batch(3, step, 8, r, 4, false);
       REQUIRE(part.ok());
-      CHECK(part.value == rank_slice(global, r, 4).value);
-      joined.insert(joined.end(), part.value.begin(), part.value.end());
+      CHECK(part.value() == rank_slice(global, r, 4).value());
+      joined.insert(joined.end(), part.value().begin(), part.value().end());
     }
     CHECK(joined == global);
   }
-  CHECK_THAT(rank_slice(s.global_batch(3, 0, 6), 0, 4).error, Catch::Contains("not divisible"));
+  CHECK_THAT(rank_slice(s.global_batch(3, 0, 6), 0, 4).message(), Catch::Contains("not divisible"));
   CHECK_FALSE(s.rank_batch(3, 0, 8, 4, 4, false).ok());
 }
 
 TEST_CASE("batch sampler: shard-per-rank touches only the rank's shards", "[sampler]") {
   // 5 shards, world 2: rank 0 owns shards 0, 2, 4; rank 1 owns 1, 3.
-  auto s = batch_sampler::create(numbered_shards({80, 40, 24, 56, 16}), 7).value;  // 10+5+3+7+2 windows
+  auto s = batch_sampler::create(numbered_shards({80, 40, 24, 56, 16}), 7).value();  // 10+5+3+7+2 windows
   const std::uint64_t windows_of_rank[2] = {10 + 3 + 2, 5 + 7};
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
     std::vector<std::uint64_t> stream;
     for (std::uint64_t step = 0; step < 3 * windows_of_rank[rank]; ++step) {
       auto ids = s.own_shard_batch(5, step, 4, rank, 2);  // 2 windows per rank per step
       REQUIRE(ids.ok());
-      CHECK(ids.value == s.rank_batch(5, step, 4, rank, 2, true).value);
-      CHECK(s.own_shard_epoch_of(step, 4, rank, 2).value == step * 2 / windows_of_rank[rank]);
-      for (std::uint64_t id : ids.value) CHECK(s.locate(id).shard % 2 == rank);
-      const batch b = s.materialize(ids.value);
+      CHECK(ids.value() == s.rank_batch(5, step, 4, rank, 2, true).value());
+      CHECK(s.own_shard_epoch_of(step, 4, rank, 2).value() == step * 2 / windows_of_rank[rank]);
+      for (std::uint64_t id : ids.value()) CHECK(s.locate(id).shard % 2 == rank);
+      const batch b = s.materialize(ids.value());
       for (std::int32_t t : b.inputs) CHECK(t / 1000 % 2 == static_cast<std::int32_t>(rank));
-      stream.insert(stream.end(), ids.value.begin(), ids.value.end());
+      stream.insert(stream.end(), ids.value().begin(), ids.value().end());
     }
     // Six epochs of the rank's own windows, each covering them exactly once.
     const std::uint64_t n = windows_of_rank[rank];
@@ -367,8 +367,8 @@ TEST_CASE("batch sampler: shard-per-rank touches only the rank's shards", "[samp
       CHECK(epoch.size() == n);
     }
   }
-  CHECK(s.own_shard_batch(5, 0, 4, 0, 2).value != s.own_shard_batch(5, 0, 4, 1, 2).value);
-  CHECK_THAT(s.own_shard_batch(5, 0, 12, 5, 6).error, Catch::Contains("owns no window"));
+  CHECK(s.own_shard_batch(5, 0, 4, 0, 2).value() != s.own_shard_batch(5, 0, 4, 1, 2).value());
+  CHECK_THAT(s.own_shard_batch(5, 0, 12, 5, 6).message(), Catch::Contains("owns no window"));
 }
 
 TEST_CASE("eval_windows takes the first windows in order", "[sampler]") {

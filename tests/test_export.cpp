@@ -151,11 +151,11 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   CHECK(header.find("block_sparse_moe.experts.3.w2.weight")
         != std::string::npos);
   auto hf = store::read_safetensors(out / "model.safetensors");
-  INFO(hf.error);
+  INFO(hf.message());
   REQUIRE(hf.ok());
   size_t data_bytes = 0;
   std::map<std::string, std::vector<float>> from_hf;
-  for (auto& t : hf.value) {
+  for (auto& t : hf.value()) {
     data_bytes += t.data.size() * 4;
     from_hf[t.name] = t.data;
   }
@@ -167,10 +167,10 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   for (int rank = 0; rank < 2; ++rank) {
     auto f = store::read_shard_file(ckpt / store::shard_file_name(rank));
     REQUIRE(f.ok());
-    const auto first = f.value.meta.ints.count("first_expert")
-                         ? f.value.meta.ints.at("first_expert")
+    const auto first = f.value().meta.ints.count("first_expert")
+                         ? f.value().meta.ints.at("first_expert")
                          : 0;
-    for (auto& t : f.value.tensors) {
+    for (auto& t : f.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue;
       if (t.name == "router_bias") {
@@ -204,7 +204,7 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   world1.train.global_batch_size = 8;
   auto val = data::load_split(data, "val");
   REQUIRE(val.ok());
-  auto batch = data::eval_windows(val.value, 32, 8);
+  auto batch = data::eval_windows(val.value(), 32, 8);
   const double a = loss_of(world1, from_hf, batch);
   const double b = loss_of(world1, from_ckpt, batch);
   CHECK(a == b);

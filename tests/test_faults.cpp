@@ -245,10 +245,10 @@ TEST_CASE("loader, writer and rank failures: restarts and a recovery",
   // Every checkpoint of the run was committed, the crashed one included.
   auto db = tutti::store::job_store::open(job.dir / "job" / "state");
   REQUIRE(db.ok());
-  auto all = db.value->checkpoints();
+  auto all = db.value()->checkpoints();
   REQUIRE(all.ok());
-  REQUIRE(!all.value.empty());
-  CHECK(all.value.back().step == 100);
+  REQUIRE(!all.value().empty());
+  CHECK(all.value().back().step == 100);
 }
 
 TEST_CASE("a slow rank is named as a straggler", "[straggler]") {

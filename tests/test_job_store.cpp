@@ -21,10 +21,10 @@ namespace {
 
 std::unique_ptr<job_store> open_ok(const fs::path& dir) {
   auto s = job_store::open(dir);
-  INFO(s.error);
+  INFO(s.message());
   REQUIRE(s.ok());
-  REQUIRE(s.value != nullptr);
-  return std::move(s.value);
+  REQUIRE(s.value() != nullptr);
+  return std::move(s.value());
 }
 
 std::int64_t now_ms() {
@@ -34,10 +34,10 @@ std::int64_t now_ms() {
 
 std::vector<std::int64_t> steps_of(job_store& s) {
   auto c = s.checkpoints();
-  INFO(c.error);
+  INFO(c.message());
   REQUIRE(c.ok());
   std::vector<std::int64_t> out;
-  for (auto& r : c.value) out.push_back(r.step);
+  for (auto& r : c.value()) out.push_back(r.step);
   return out;
 }
 
@@ -49,84 +49,84 @@ TEST_CASE("job store keeps spec, state, checkpoints and events across reopen", "
   {
     auto s = open_ok(dir);
     CHECK(s->job_spec().ok());
-    CHECK_FALSE(s->job_spec().value.has_value());
-    CHECK_FALSE(s->job_state().value.has_value());
-    CHECK(s->checkpoints().value.empty());
-    REQUIRE_FALSE(s->put_job_spec("fp-123", "model:\n  hidden_size: 32\n"));
-    REQUIRE_FALSE(s->put_job_state("running", 0));
-    REQUIRE_FALSE(s->put_job_state("running", 40));  // replaces
+    CHECK_FALSE(s->job_spec().value().has_value());
+    CHECK_FALSE(s->job_state().value().has_value());
+    CHECK(s->checkpoints().value().empty());
+    REQUIRE(s->put_job_spec("fp-123", "model:\n  hidden_size: 32\n"));
+    REQUIRE(s->put_job_state("running", 0));
+    REQUIRE(s->put_job_state("running", 40));  // replaces
     for (std::int64_t step : {30, 10, 20})           // committed out of order
-      REQUIRE_FALSE(s->commit_checkpoint({step, "/ckpt/" + checkpoint_dir_name(step), step * 100, 1000 + step, 2}));
-    CHECK(s->append_event("job_started", "fresh start").value == 1);
-    CHECK(s->append_event("checkpoint_committed", "step 10", 1.5).value == 2);
+      REQUIRE(s->commit_checkpoint({step, "/ckpt/" + checkpoint_dir_name(step), step * 100, 1000 + step, 2}));
+    CHECK(s->append_event("job_started", "fresh start").value() == 1);
+    CHECK(s->append_event("checkpoint_committed", "step 10", 1.5).value() == 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     before_third = now_ms();
-    CHECK(s->append_event("resume", "from step 30").value == 3);
+    CHECK(s->append_event("resume", "from step 30").value() == 3);
   }
   auto s = open_ok(dir);
   auto spec = s->job_spec();
   REQUIRE(spec.ok());
-  REQUIRE(spec.value.has_value());
-  CHECK(spec.value->first == "fp-123");
-  CHECK(spec.value->second == "model:\n  hidden_size: 32\n");
+  REQUIRE(spec.value().has_value());
+  CHECK(spec.value()->first == "fp-123");
+  CHECK(spec.value()->second == "model:\n  hidden_size: 32\n");
   auto state = s->job_state();
-  REQUIRE(state.value.has_value());
-  CHECK(state.value->first == "running");
-  CHECK(state.value->second == 40);
+  REQUIRE(state.value().has_value());
+  CHECK(state.value()->first == "running");
+  CHECK(state.value()->second == 40);
 
   auto ckpts = s->checkpoints();
   REQUIRE(ckpts.ok());
-  REQUIRE(ckpts.value.size() == 3);
+  REQUIRE(ckpts.value().size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
     std::int64_t step = 10 * static_cast<std::int64_t>(i + 1);  // ascending
-    CHECK(ckpts.value[i].step == step);
-    CHECK(ckpts.value[i].dir == "/ckpt/" + checkpoint_dir_name(step));
-    CHECK(ckpts.value[i].bytes == step * 100);
-    CHECK(ckpts.value[i].time_unix_ms == 1000 + step);
-    CHECK(ckpts.value[i].epoch == 2);
+    CHECK(ckpts.value()[i].step == step);
+    CHECK(ckpts.value()[i].dir == "/ckpt/" + checkpoint_dir_name(step));
+    CHECK(ckpts.value()[i].bytes == step * 100);
+    CHECK(ckpts.value()[i].time_unix_ms == 1000 + step);
+    CHECK(ckpts.value()[i].epoch == 2);
   }
 
   auto ev = s->events();
   REQUIRE(ev.ok());
-  REQUIRE(ev.value.size() == 3);
-  CHECK(ev.value[0].seq == 1);
-  CHECK(ev.value[0].kind == "job_started");
-  CHECK(ev.value[0].detail == "fresh start");
-  CHECK(ev.value[0].duration_s == -1);
-  CHECK(ev.value[1].duration_s == 1.5);
-  CHECK(ev.value[2].seq == 3);
-  CHECK(ev.value[0].time_unix_ms <= ev.value[2].time_unix_ms);
-  CHECK(ev.value[2].time_unix_ms >= before_third);
+  REQUIRE(ev.value().size() == 3);
+  CHECK(ev.value()[0].seq == 1);
+  CHECK(ev.value()[0].kind == "job_started");
+  CHECK(ev.value()[0].detail == "fresh start");
+  CHECK(ev.value()[0].duration_s == -1);
+  CHECK(ev.value()[1].duration_s == 1.5);
+  CHECK(ev.value()[2].seq == 3);
+  CHECK(ev.value()[0].time_unix_ms <= ev.value()[2].time_unix_ms);
+  CHECK(ev.value()[2].time_unix_ms >= before_third);
 
   // Sequence numbers continue after reopen.
-  CHECK(s->append_event("checkpoint_failed", "disk full").value == 4);
+  CHECK(s->append_event("checkpoint_failed", "disk full").value() == 4);
   auto recent = s->events(before_third);
   REQUIRE(recent.ok());
-  REQUIRE(recent.value.size() == 2);
-  CHECK(recent.value[0].kind == "resume");
-  CHECK(recent.value[1].seq == 4);
-  CHECK(s->events(now_ms() + 60'000).value.empty());
+  REQUIRE(recent.value().size() == 2);
+  CHECK(recent.value()[0].kind == "resume");
+  CHECK(recent.value()[1].seq == 4);
+  CHECK(s->events(now_ms() + 60'000).value().empty());
 }
 
 TEST_CASE("job store: checkpoint time defaults to now; negative steps refused", "[job_store]") {
   auto s = open_ok(tutti::testing::scratch("job_store_time"));
   auto t0 = now_ms();
-  REQUIRE_FALSE(s->commit_checkpoint({5, "d", 1, 0, 0}));
+  REQUIRE(s->commit_checkpoint({5, "d", 1, 0, 0}));
   auto c = s->checkpoints();
-  REQUIRE(c.value.size() == 1);
-  CHECK(c.value[0].time_unix_ms >= t0);
+  REQUIRE(c.value().size() == 1);
+  CHECK(c.value()[0].time_unix_ms >= t0);
   auto err = s->commit_checkpoint({-1, "d", 1, 0, 0});
-  REQUIRE(err);
-  CHECK_THAT(*err, Catch::Contains("negative step"));
+  REQUIRE_FALSE(err.ok());
+  CHECK_THAT(err.message(), Catch::Contains("negative step"));
 }
 
 TEST_CASE("job store removes checkpoints durably", "[job_store]") {
   auto dir = tutti::testing::scratch("job_store_remove");
   {
     auto s = open_ok(dir);
-    for (std::int64_t step : {10, 20, 30}) REQUIRE_FALSE(s->commit_checkpoint({step, "d", 1, 1, 0}));
-    REQUIRE_FALSE(s->remove_checkpoint(20));
-    REQUIRE_FALSE(s->remove_checkpoint(999));  // idempotent
+    for (std::int64_t step : {10, 20, 30}) REQUIRE(s->commit_checkpoint({step, "d", 1, 1, 0}));
+    REQUIRE(s->remove_checkpoint(20));
+    REQUIRE(s->remove_checkpoint(999));  // idempotent
     CHECK(steps_of(*s) == std::vector<std::int64_t>{10, 30});
   }
   auto s = open_ok(dir);
@@ -137,22 +137,22 @@ TEST_CASE("job store reset drops everything and restarts event numbering", "[job
   auto dir = tutti::testing::scratch("job_store_reset");
   {
     auto s = open_ok(dir);
-    REQUIRE_FALSE(s->put_job_spec("fp", "yaml"));
-    REQUIRE_FALSE(s->put_job_state("completed", 60));
-    REQUIRE_FALSE(s->commit_checkpoint({60, "d", 1, 1, 0}));
+    REQUIRE(s->put_job_spec("fp", "yaml"));
+    REQUIRE(s->put_job_state("completed", 60));
+    REQUIRE(s->commit_checkpoint({60, "d", 1, 1, 0}));
     for (int i = 0; i < 5; ++i) REQUIRE(s->append_event("e", "x").ok());
-    REQUIRE_FALSE(s->reset());
-    CHECK_FALSE(s->job_spec().value.has_value());
-    CHECK(s->append_event("job_started", "after --fresh").value == 1);
+    REQUIRE(s->reset());
+    CHECK_FALSE(s->job_spec().value().has_value());
+    CHECK(s->append_event("job_started", "after --fresh").value() == 1);
   }
   auto s = open_ok(dir);
-  CHECK_FALSE(s->job_spec().value.has_value());
-  CHECK_FALSE(s->job_state().value.has_value());
-  CHECK(s->checkpoints().value.empty());
+  CHECK_FALSE(s->job_spec().value().has_value());
+  CHECK_FALSE(s->job_state().value().has_value());
+  CHECK(s->checkpoints().value().empty());
   auto ev = s->events();
-  REQUIRE(ev.value.size() == 1);
-  CHECK(ev.value[0].kind == "job_started");
-  CHECK(s->append_event("e", "x").value == 2);
+  REQUIRE(ev.value().size() == 1);
+  CHECK(ev.value()[0].kind == "job_started");
+  CHECK(s->append_event("e", "x").value() == 2);
 }
 
 TEST_CASE("job store refuses a second open in the same process", "[job_store]") {
@@ -160,8 +160,7 @@ TEST_CASE("job store refuses a second open in the same process", "[job_store]") 
   auto first = open_ok(dir);
   auto second = job_store::open(dir);
   REQUIRE_FALSE(second.ok());
-  CHECK(second.value == nullptr);
-  CHECK_THAT(second.error, Catch::Contains("locked") && Catch::Contains(dir.string()));
+  CHECK_THAT(second.message(), Catch::Contains("locked") && Catch::Contains(dir.string()));
   first.reset();
   CHECK(job_store::open(dir).ok());  // released on close
 }
@@ -204,7 +203,7 @@ TEST_CASE("job store refuses a store held by another process", "[job_store]") {
   ::waitpid(pid, &wstatus, 0);
   REQUIRE(ready);
   REQUIRE_FALSE(second.ok());
-  CHECK_THAT(second.error, Catch::Contains("locked by another process") && Catch::Contains(dir.string()));
+  CHECK_THAT(second.message(), Catch::Contains("locked by another process") && Catch::Contains(dir.string()));
   CHECK(WIFEXITED(wstatus));
   CHECK(WEXITSTATUS(wstatus) == 0);
   CHECK(job_store::open(dir).ok());  // the child's exit released the lock
@@ -216,11 +215,11 @@ TEST_CASE("job store reports a corrupt store and an unusable path", "[job_store]
   std::ofstream(dir / "CURRENT", std::ios::trunc) << "MANIFEST-000001";  // no newline
   auto s = job_store::open(dir);
   REQUIRE_FALSE(s.ok());
-  CHECK_THAT(s.error, Catch::Contains("corrupt") && Catch::Contains(dir.string()) && Catch::Contains("rocksdb: "));
+  CHECK_THAT(s.message(), Catch::Contains("corrupt") && Catch::Contains(dir.string()) && Catch::Contains("rocksdb: "));
 
   auto file = tutti::testing::scratch("job_store_not_dir") / "plain-file";
   std::ofstream(file) << "x";
   auto t = job_store::open(file);
   REQUIRE_FALSE(t.ok());
-  CHECK_THAT(t.error, Catch::Contains(file.string()));
+  CHECK_THAT(t.message(), Catch::Contains(file.string()));
 }

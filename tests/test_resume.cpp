@@ -95,7 +95,7 @@ std::map<std::string, uint64_t> final_hashes(const fs::path& run, int step) {
     auto f = tutti::store::read_shard_file(
       dir / tutti::store::shard_file_name(r), false);
     REQUIRE(f.ok());
-    for (const auto& t : f.value.tensors)
+    for (const auto& t : f.value().tensors)
       out[std::to_string(r) + "/" + t.name] = t.xxh64;
   }
   return out;

@@ -50,16 +50,16 @@ TEST_CASE("safetensors round trip", "[safetensors]") {
       {"empty", {0, 2}, {}},
       {"name \"quoted\" é", {1}, {3.f}},
   };
-  REQUIRE_FALSE(write_safetensors(file, tensors, {{"format", "pt"}, {"source", "tutti"}}));
+  REQUIRE(write_safetensors(file, tensors, {{"format", "pt"}, {"source", "tutti"}}));
   std::map<std::string, std::string> meta;
   auto r = read_safetensors(file, &meta);
-  INFO(r.error);
+  INFO(r.message());
   REQUIRE(r.ok());
-  REQUIRE(r.value.size() == tensors.size());
+  REQUIRE(r.value().size() == tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    CHECK(r.value[i].name == tensors[i].name);
-    CHECK(r.value[i].shape == tensors[i].shape);
-    CHECK(r.value[i].data == tensors[i].data);
+    CHECK(r.value()[i].name == tensors[i].name);
+    CHECK(r.value()[i].shape == tensors[i].shape);
+    CHECK(r.value()[i].data == tensors[i].data);
   }
   CHECK(meta == std::map<std::string, std::string>{{"format", "pt"}, {"source", "tutti"}});
 }
@@ -67,7 +67,7 @@ TEST_CASE("safetensors round trip", "[safetensors]") {
 TEST_CASE("written safetensors follow the format rules", "[safetensors]") {
   auto file = tutti::testing::scratch("safetensors_rules") / "model.safetensors";
   std::vector<named_tensor> tensors{{"a", {2, 2}, {1, 2, 3, 4}}, {"b", {3}, {5, 6, 7}}, {"c", {1, 1, 1}, {8}}};
-  REQUIRE_FALSE(write_safetensors(file, tensors, {{"format", "pt"}}));
+  REQUIRE(write_safetensors(file, tensors, {{"format", "pt"}}));
   const std::string raw = bytes_of(file);
   // 8-byte little-endian header length; data starts 8-byte aligned.
   REQUIRE(raw.size() >= 8);
@@ -108,12 +108,12 @@ TEST_CASE("safetensors from another writer: any key order, offsets out of header
                  R"("b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "__metadata__": {"k": "v"}}   )",
                  8);
   auto r = read_safetensors(f);
-  INFO(r.error);
+  INFO(r.message());
   REQUIRE(r.ok());
-  REQUIRE(r.value.size() == 2);
-  CHECK(r.value[0].name == "a");
-  CHECK(r.value[1].name == "b");
-  CHECK(r.value[0].data.size() == 1);
+  REQUIRE(r.value().size() == 2);
+  CHECK(r.value()[0].name == "a");
+  CHECK(r.value()[1].name == "b");
+  CHECK(r.value()[0].data.size() == 1);
 }
 
 TEST_CASE("malformed safetensors are rejected naming the file", "[safetensors]") {
@@ -153,7 +153,7 @@ TEST_CASE("malformed safetensors are rejected naming the file", "[safetensors]")
       auto f = craft(dir, c.name + ".safetensors", c.header, c.data, c.claimed);
       auto r = read_safetensors(f);
       REQUIRE_FALSE(r.ok());
-      CHECK_THAT(r.error, Catch::Contains(f.string()) && Catch::Contains(c.expect));
+      CHECK_THAT(r.message(), Catch::Contains(f.string()) && Catch::Contains(c.expect));
     }
   }
   SECTION("shorter than the length field") {
@@ -161,7 +161,7 @@ TEST_CASE("malformed safetensors are rejected naming the file", "[safetensors]")
     std::ofstream(f, std::ios::binary) << "abc";
     auto r = read_safetensors(f);
     REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error, Catch::Contains(f.string()) && Catch::Contains("truncated"));
+    CHECK_THAT(r.message(), Catch::Contains(f.string()) && Catch::Contains("truncated"));
   }
   SECTION("a valid crafted file still reads (the cases above differ only in the flaw)") {
     auto f = craft(dir, "valid.safetensors", "{" + t1 + "}", 8);
@@ -173,8 +173,8 @@ TEST_CASE("safetensors writer refuses bad input", "[safetensors]") {
   auto dir = tutti::testing::scratch("safetensors_bad_input");
   auto expect = [&](const std::vector<named_tensor>& t, const std::string& what) {
     auto err = write_safetensors(dir / "x.safetensors", t);
-    REQUIRE(err);
-    CHECK_THAT(*err, Catch::Contains("x.safetensors") && Catch::Contains(what));
+    REQUIRE_FALSE(err.ok());
+    CHECK_THAT(err.message(), Catch::Contains("x.safetensors") && Catch::Contains(what));
   };
   expect({{"a", {2}, {1, 2}}, {"a", {1}, {3}}}, "duplicated");
   expect({{"__metadata__", {1}, {1}}}, "reserved");
@@ -186,7 +186,7 @@ TEST_CASE("safetensors writer refuses bad input", "[safetensors]") {
 TEST_CASE("random damage to a safetensors file is refused cleanly", "[safetensors]") {
   auto dir = tutti::testing::scratch("safetensors_fuzz");
   auto file = dir / "m.safetensors";
-  REQUIRE_FALSE(write_safetensors(file, {{"a", {2, 2}, {1, 2, 3, 4}}, {"b", {3}, {5, 6, 7}}}, {{"k", "v"}}));
+  REQUIRE(write_safetensors(file, {{"a", {2, 2}, {1, 2, 3, 4}}, {"b", {3}, {5, 6, 7}}}, {{"k", "v"}}));
   const std::string good = bytes_of(file);
   const std::uint64_t n = le64(good);
   std::mt19937_64 rng(7);
@@ -199,6 +199,6 @@ TEST_CASE("random damage to a safetensors file is refused cleanly", "[safetensor
     }
     std::ofstream(file, std::ios::binary | std::ios::trunc) << s;
     auto r = read_safetensors(file);
-    if (!r.ok()) CHECK_THAT(r.error, Catch::Contains(file.string()));
+    if (!r.ok()) CHECK_THAT(r.message(), Catch::Contains(file.string()));
   }
 }

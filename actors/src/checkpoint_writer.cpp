@@ -82,29 +82,29 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
       auto file = std::filesystem::path(dir)
                   / store::shard_file_name(snap->rank);
       const auto t0 = std::chrono::steady_clock::now();
-      auto written = made ? store::failure<uint64_t>(*made)
-                          : store::write_shard_file(file, meta, views);
+      auto written = made ? store::write_shard_file(file, meta, views)
+                          : expected<uint64_t>(made);
       const double took = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
       st.in_flight->done(snap);
       if (!written.ok()) {
-        log_error("checkpoint_writer", written.error);
+        log_error("checkpoint_writer", written.message());
         self->send(st.coordinator, ckpt_failed_atom_v, snap->step,
-                   static_cast<int32_t>(snap->rank), written.error,
+                   static_cast<int32_t>(snap->rank), written.message(),
                    snap->epoch);
         return;
       }
       // bench/bench_checkpoint.sh reads this line for the save throughput.
       log_info("checkpoint_writer",
                "shard written: " + file.string() + " bytes "
-                 + std::to_string(written.value) + " seconds "
+                 + std::to_string(written.value()) + " seconds "
                  + std::to_string(took));
       if (st.delay_ms > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(st.delay_ms));
       self->send(st.coordinator, ckpt_saved_atom_v, snap->step,
                  static_cast<int32_t>(snap->rank),
-                 static_cast<int64_t>(written.value), snap->epoch);
+                 static_cast<int64_t>(written.value()), snap->epoch);
     },
   };
 }

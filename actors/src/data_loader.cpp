@@ -28,21 +28,21 @@ struct data_loader_state {
     return cfg.train.global_batch_size / cfg.cluster.world_size;
   }
 
-  store::expected<token_batch_ptr> make(int64_t step) const {
+  expected<token_batch_ptr> make(int64_t step) const {
     const auto& t = cfg.train;
     auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
                                   cfg.cluster.world_size,
                                   cfg.data.shard_per_rank);
     if (!ids.ok())
-      return store::failure<token_batch_ptr>(ids.error);
-    auto b = sampler.materialize(ids.value);
+      return status::error(ids.message());
+    auto b = sampler.materialize(ids.value());
     auto out = std::make_shared<token_batch>();
     out->step = step;
     out->seqs = static_cast<int64_t>(b.rows);
     out->seq_len = b.seq_len;
     out->inputs = std::move(b.inputs);
     out->targets = std::move(b.targets);
-    return {std::move(out), {}};
+    return std::move(out);
   }
 
   token_batch_ptr eval_chunk(int64_t chunk) const {
@@ -61,29 +61,29 @@ struct data_loader_state {
     return out;
   }
 
-  store::status load() {
+  status load() {
     auto train = data::load_split(cfg.data.dir, "train");
     if (!train.ok())
-      return train.error;
+      return status::error(train.message());
     auto sampler_or = data::batch_sampler::create(
-      std::move(train.value), static_cast<uint32_t>(cfg.train.seq_len));
+      std::move(train.value()), static_cast<uint32_t>(cfg.train.seq_len));
     if (!sampler_or.ok())
-      return sampler_or.error;
-    sampler = std::move(sampler_or.value);
+      return status::error(sampler_or.message());
+    sampler = std::move(sampler_or.value());
     if (cfg.train.eval_sequences > 0) {
       auto val = data::load_split(cfg.data.dir, "val");
       if (!val.ok())
-        return val.error;
+        return status::error(val.message());
       // Each rank evaluates its own contiguous slice of the held-out set.
       const int64_t per_rank =
         cfg.train.eval_sequences / cfg.cluster.world_size;
-      auto all = data::eval_windows(val.value,
+      auto all = data::eval_windows(val.value(),
                                     static_cast<uint32_t>(cfg.train.seq_len),
                                     cfg.train.eval_sequences);
       if (static_cast<int64_t>(all.rows) < cfg.train.eval_sequences)
-        return "data: " + cfg.data.dir + ": held-out split has "
+        return status::error("data: " + cfg.data.dir + ": held-out split has "
                + std::to_string(all.rows) + " windows, train.eval_sequences "
-               + "asks for " + std::to_string(cfg.train.eval_sequences);
+               + "asks for " + std::to_string(cfg.train.eval_sequences));
       const int64_t s = cfg.train.seq_len, first = rank * per_rank;
       eval.rows = per_rank;
       eval.seq_len = static_cast<uint32_t>(s);
@@ -92,7 +92,7 @@ struct data_loader_state {
       eval.targets.assign(all.targets.begin() + first * s,
                           all.targets.begin() + (first + per_rank) * s);
     }
-    return std::nullopt;
+    return {};
   }
 };
 
@@ -104,11 +104,11 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
   st.rank = args.rank;
-  if (auto err = st.load()) {
+  if (auto err = st.load(); !err) {
     // Quitting here ends the actor before it handles anything; its
     // supervisor sees the reason in the down message.
-    log_error("data_loader", *err);
-    self->quit(caf::make_error(errc::data_failed, *err));
+    log_error("data_loader", err.message());
+    self->quit(caf::make_error(errc::data_failed, err.message()));
   }
   return {
     [self](next_batch_atom, int64_t step) -> caf::result<token_batch_ptr> {
@@ -120,8 +120,8 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
       } else {
         auto made = st.make(step);
         if (!made.ok())
-          return caf::make_error(errc::data_failed, made.error);
-        out = made.value;
+          return caf::make_error(errc::data_failed, made.message());
+        out = made.value();
         st.queue.clear();
         st.next_prefetch = step + 1;
       }
@@ -141,7 +141,7 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
         auto made = st.make(st.next_prefetch);
         if (!made.ok())
           return; // reported when the rank asks for that step
-        st.queue.emplace(st.next_prefetch++, made.value);
+        st.queue.emplace(st.next_prefetch++, made.value());
       }
     },
   };

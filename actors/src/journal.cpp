@@ -29,11 +29,11 @@ struct journal_state {
   void event(const std::string& kind, const std::string& detail,
              double duration = -1) {
     if (auto seq = db->append_event(kind, detail, duration); !seq.ok())
-      log_error("journal", seq.error);
+      log_error("journal", seq.message());
   }
 
   // Hashes every shard, writes the MANIFEST, records the checkpoint.
-  store::expected<int64_t> commit(int64_t step, int64_t world, int64_t epoch) {
+  expected<int64_t> commit(int64_t step, int64_t world, int64_t epoch) {
     const auto dir = fs::path(cfg.checkpoint.root(cfg.run))
                      / store::checkpoint_dir_name(step);
     store::manifest m;
@@ -44,19 +44,19 @@ struct journal_state {
     for (int64_t r = 0; r < world; ++r) {
       auto entry = store::describe_shard(dir / store::shard_file_name(r));
       if (!entry.ok())
-        return store::failure<int64_t>(entry.error);
-      total += static_cast<int64_t>(entry.value.bytes);
-      m.shards.push_back(std::move(entry.value));
+        return status::error(entry.message());
+      total += static_cast<int64_t>(entry.value().bytes);
+      m.shards.push_back(std::move(entry.value()));
     }
-    if (auto err = store::write_manifest(dir, m))
-      return store::failure<int64_t>(*err);
+    if (auto err = store::write_manifest(dir, m); !err)
+      return err;
     const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-    if (auto err = db->commit_checkpoint({step, dir.string(), total, now, epoch}))
-      return store::failure<int64_t>(*err);
+    if (auto err = db->commit_checkpoint({step, dir.string(), total, now, epoch}); !err)
+      return err;
     retain();
-    return {total, {}};
+    return total;
   }
 
   // Keeps the newest keep_last; the one just committed (verified by
@@ -64,14 +64,14 @@ struct journal_state {
   void retain() {
     auto all = db->checkpoints();
     if (!all.ok()) {
-      log_error("journal", all.error);
+      log_error("journal", all.message());
       return;
     }
     const auto keep = static_cast<size_t>(cfg.checkpoint.keep_last);
-    for (size_t i = 0; i + keep < all.value.size(); ++i) {
-      const auto& old = all.value[i];
-      if (auto err = db->remove_checkpoint(old.step)) {
-        log_error("journal", *err);
+    for (size_t i = 0; i + keep < all.value().size(); ++i) {
+      const auto& old = all.value()[i];
+      if (auto err = db->remove_checkpoint(old.step); !err) {
+        log_error("journal", err.message());
         continue;
       }
       std::error_code ec;
@@ -100,14 +100,14 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
                             .count();
       if (!done.ok()) {
         st.event("checkpoint_failed",
-                 "step " + std::to_string(step) + ": " + done.error, took);
-        return caf::make_error(errc::data_failed, done.error);
+                 "step " + std::to_string(step) + ": " + done.message(), took);
+        return caf::make_error(errc::data_failed, done.message());
       }
       st.event("checkpoint_committed",
                "step " + std::to_string(step) + ", "
-                 + std::to_string(done.value) + " bytes",
+                 + std::to_string(done.value()) + " bytes",
                took);
-      return done.value;
+      return done.value();
     },
     [self](event_atom, const std::string& kind, const std::string& detail,
            double duration) { self->state.event(kind, detail, duration); },
@@ -115,8 +115,8 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
       std::vector<std::string> out;
       auto all = self->state.db->events(since_unix_ms);
       if (!all.ok())
-        return {"(cannot read the event log: " + all.error + ")"};
-      for (const auto& e : all.value) {
+        return {"(cannot read the event log: " + all.message() + ")"};
+      for (const auto& e : all.value()) {
         auto secs = static_cast<std::time_t>(e.time_unix_ms / 1000);
         std::tm tm{};
         gmtime_r(&secs, &tm);
@@ -130,8 +130,8 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
       return out;
     },
     [self](job_done_atom, const std::string& state, int64_t step) {
-      if (auto err = self->state.db->put_job_state(state, step))
-        log_error("journal", *err);
+      if (auto err = self->state.db->put_job_state(state, step); !err)
+        log_error("journal", err.message());
     },
   };
 }

@@ -158,8 +158,8 @@ void rewind(metrics_writer_state& st, int64_t step) {
     st.file = nullptr;
   }
   auto kept = step > 0 ? kept_lines(path, step) : std::string();
-  if (auto err = store::write_file_atomic(path, kept))
-    log_error("metrics_writer", *err);
+  if (auto err = store::write_file_atomic(path, kept); !err)
+    log_error("metrics_writer", err.message());
   st.file = std::fopen(path.c_str(), "a");
   if (!st.file)
     log_error("metrics_writer", "cannot write " + path.string());

@@ -76,7 +76,7 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
                    / store::checkpoint_dir_name(step);
   auto dense = store::read_shard_file(dir / store::shard_file_name(0));
   if (!dense.ok())
-    return status::error(dense.error);
+    return status::error(dense.message());
   auto find = [](const store::shard_file& f, const std::string& name)
     -> const store::loaded_tensor* {
     for (const auto& t : f.tensors)
@@ -86,7 +86,7 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
   };
   auto load = [&](const std::string& name, kernels::tensor<float>& target,
                   int64_t offset, int64_t numel) {
-    auto* t = find(dense.value, name);
+    auto* t = find(dense.value(), name);
     if (!t || static_cast<int64_t>(t->data.size()) != numel)
       return status::error(dir.string() + ": shard 0 lacks " + name);
     target.upload(model.stream(), t->data.data(), t->data.size(), offset);
@@ -108,10 +108,10 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
   auto shard = store::read_shard_file(
     dir / store::shard_file_name(a.rank % a.cfg.ep_size()));
   if (!shard.ok())
-    return status::error(shard.error);
+    return status::error(shard.message());
   auto snap = std::make_shared<rank_snapshot>();
   snap->step = step;
-  for (auto& t : shard.value.tensors)
+  for (auto& t : shard.value().tensors)
     snap->tensors.push_back({t.name, t.shape, std::move(t.data)});
   return experts.restore(std::move(snap));
 }

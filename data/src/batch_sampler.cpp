@@ -11,7 +11,6 @@
 
 namespace tutti::data {
 
-using store::failure;
 
 // A stream is the set of windows one sampler draws from: all windows
 // (world == 0) or those of rank `rank`'s shards in shard-per-rank mode.
@@ -66,8 +65,8 @@ struct batch_sampler::state {
   }
 };
 
-store::expected<batch_sampler> batch_sampler::create(token_shards train_shards, std::uint32_t seq_len) {
-  if (seq_len == 0) return failure<batch_sampler>("batch_sampler: seq_len must be > 0");
+expected<batch_sampler> batch_sampler::create(token_shards train_shards, std::uint32_t seq_len) {
+  if (seq_len == 0) return status::error("batch_sampler: seq_len must be > 0");
   batch_sampler s;
   s.seq_len_ = seq_len;
   s.state_ = std::make_shared<state>();
@@ -75,10 +74,10 @@ store::expected<batch_sampler> batch_sampler::create(token_shards train_shards, 
   for (const auto& shard : train_shards)
     s.state_->first_window.push_back(s.state_->first_window.back() + shard.size() / (std::uint64_t{seq_len} + 1));
   if (s.state_->first_window.back() == 0)
-    return failure<batch_sampler>("batch_sampler: no shard holds a window of seq_len + 1 = " +
+    return status::error("batch_sampler: no shard holds a window of seq_len + 1 = " +
                                   std::to_string(std::uint64_t{seq_len} + 1) + " tokens");
   s.state_->shards = std::move(train_shards);
-  return {std::move(s), {}};
+  return s;
 }
 
 std::uint64_t batch_sampler::window_count() const { return state_->first_window.back(); }
@@ -119,44 +118,44 @@ std::uint64_t batch_sampler::epoch_of(std::uint64_t step, std::uint64_t global_b
   return step * global_batch_size / window_count();
 }
 
-store::status batch_sampler::check_rank(std::uint64_t global_batch_size, std::uint32_t rank,
+status batch_sampler::check_rank(std::uint64_t global_batch_size, std::uint32_t rank,
                                         std::uint32_t world) const {
   if (world == 0 || rank >= world)
-    return "batch_sampler: rank " + std::to_string(rank) + " is outside world size " + std::to_string(world);
+    return status::error("batch_sampler: rank " + std::to_string(rank) + " is outside world size " + std::to_string(world));
   if (global_batch_size % world != 0)
-    return "batch_sampler: global batch " + std::to_string(global_batch_size) + " is not divisible by world size " +
-           std::to_string(world);
-  return std::nullopt;
+    return status::error("batch_sampler: global batch " + std::to_string(global_batch_size) + " is not divisible by world size " +
+           std::to_string(world));
+  return {};
 }
 
-store::expected<std::vector<std::uint64_t>> batch_sampler::own_shard_batch(std::uint64_t seed, std::uint64_t step,
+expected<std::vector<std::uint64_t>> batch_sampler::own_shard_batch(std::uint64_t seed, std::uint64_t step,
                                                                            std::uint64_t global_batch_size,
                                                                            std::uint32_t rank,
                                                                            std::uint32_t world) const {
   using ids = std::vector<std::uint64_t>;
   auto epoch = own_shard_epoch_of(step, global_batch_size, rank, world);  // validates
-  if (!epoch.ok()) return failure<ids>(epoch.error);
+  if (!epoch.ok()) return epoch.error();
   const std::uint64_t per_rank = global_batch_size / world;
-  return {positions(rank, world, seed, step * per_rank, per_rank), {}};
+  return positions(rank, world, seed, step * per_rank, per_rank);
 }
 
-store::expected<std::uint64_t> batch_sampler::own_shard_epoch_of(std::uint64_t step, std::uint64_t global_batch_size,
+expected<std::uint64_t> batch_sampler::own_shard_epoch_of(std::uint64_t step, std::uint64_t global_batch_size,
                                                                  std::uint32_t rank, std::uint32_t world) const {
-  if (auto err = check_rank(global_batch_size, rank, world)) return failure<std::uint64_t>(*err);
+  TUTTI_RETURN_IF_ERROR(check_rank(global_batch_size, rank, world));
   const std::uint64_t n = state_->member_count({rank, world});
   if (n == 0)
-    return failure<std::uint64_t>("batch_sampler: shard-per-rank: rank " + std::to_string(rank) + " of " +
+    return status::error("batch_sampler: shard-per-rank: rank " + std::to_string(rank) + " of " +
                                   std::to_string(world) + " owns no window (" + std::to_string(shard_count()) +
                                   " train shards; need at least one non-empty shard per rank)");
-  return {step * (global_batch_size / world) / n, {}};
+  return step * (global_batch_size / world) / n;
 }
 
-store::expected<std::vector<std::uint64_t>> batch_sampler::rank_batch(std::uint64_t seed, std::uint64_t step,
+expected<std::vector<std::uint64_t>> batch_sampler::rank_batch(std::uint64_t seed, std::uint64_t step,
                                                                       std::uint64_t global_batch_size,
                                                                       std::uint32_t rank, std::uint32_t world,
                                                                       bool shard_per_rank) const {
   if (shard_per_rank) return own_shard_batch(seed, step, global_batch_size, rank, world);
-  if (auto err = check_rank(global_batch_size, rank, world)) return failure<std::vector<std::uint64_t>>(*err);
+  if (auto err = check_rank(global_batch_size, rank, world); !err) return err;
   return rank_slice(global_batch(seed, step, global_batch_size), rank, world);
 }
 
@@ -175,17 +174,17 @@ batch batch_sampler::materialize(std::span<const std::uint64_t> windows) const {
   return b;
 }
 
-store::expected<std::vector<std::uint64_t>> rank_slice(std::span<const std::uint64_t> global_ids, std::uint32_t rank,
+expected<std::vector<std::uint64_t>> rank_slice(std::span<const std::uint64_t> global_ids, std::uint32_t rank,
                                                        std::uint32_t world) {
   using ids = std::vector<std::uint64_t>;
   if (world == 0 || rank >= world)
-    return failure<ids>("rank_slice: rank " + std::to_string(rank) + " is outside world size " + std::to_string(world));
+    return status::error("rank_slice: rank " + std::to_string(rank) + " is outside world size " + std::to_string(world));
   if (global_ids.size() % world != 0)
-    return failure<ids>("rank_slice: global batch " + std::to_string(global_ids.size()) +
+    return status::error("rank_slice: global batch " + std::to_string(global_ids.size()) +
                         " is not divisible by world size " + std::to_string(world));
   const std::size_t per_rank = global_ids.size() / world;
   const auto begin = global_ids.begin() + static_cast<std::ptrdiff_t>(rank * per_rank);
-  return {ids(begin, begin + static_cast<std::ptrdiff_t>(per_rank)), {}};
+  return ids(begin, begin + static_cast<std::ptrdiff_t>(per_rank));
 }
 
 batch eval_windows(const token_shards& val_shards, std::uint32_t seq_len, std::uint64_t max_windows) {

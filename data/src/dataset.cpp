@@ -11,7 +11,6 @@
 namespace tutti::data {
 namespace {
 
-using store::failure;
 
 // Shortest text that parses back to the same double.
 std::string exact_double(double x) {
@@ -55,21 +54,21 @@ std::string meta_to_json(const dataset_meta& m) {
   return j + "}\n";
 }
 
-store::status write_meta(const std::filesystem::path& dir, const dataset_meta& meta) {
+status write_meta(const std::filesystem::path& dir, const dataset_meta& meta) {
   return store::write_file_atomic(dir / "meta.json", meta_to_json(meta));
 }
 
-store::expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
+expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "meta.json";
   auto text = store::read_file(path);
-  if (!text.ok()) return failure<dataset_meta>(text.error);
+  if (!text.ok()) return text.error();
   // JSON is YAML, so yaml-cpp reads it; it also gives typed conversions.
   try {
-    const YAML::Node n = YAML::Load(text.value);
-    if (!n.IsMap()) return failure<dataset_meta>(path.string() + ": not a JSON object");
+    const YAML::Node n = YAML::Load(text.value());
+    if (!n.IsMap()) return status::error(path.string() + ": not a JSON object");
     for (const char* key : {"vocab_size", "order", "seed", "tokens", "train_tokens", "val_tokens",
                             "entropy_rate_nats", "train_shards", "val_shards", "source"})
-      if (!n[key]) return failure<dataset_meta>(path.string() + ": missing key \"" + key + "\"");
+      if (!n[key]) return status::error(path.string() + ": missing key \"" + key + "\"");
     dataset_meta m;
     m.vocab_size = n["vocab_size"].as<std::uint32_t>();
     m.order = n["order"].as<std::uint32_t>();
@@ -83,37 +82,37 @@ store::expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
       double x = 0.0;
       auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
       if (ec != std::errc() || end != s.data() + s.size())
-        return failure<dataset_meta>(path.string() + ": entropy_rate_nats is not a number: " + s);
+        return status::error(path.string() + ": entropy_rate_nats is not a number: " + s);
       m.entropy_rate_nats = x;
     }
     m.train_shards = n["train_shards"].as<std::uint32_t>();
     m.val_shards = n["val_shards"].as<std::uint32_t>();
     m.source = n["source"].as<std::string>();
-    return {std::move(m), {}};
+    return m;
   } catch (const YAML::Exception& e) {
-    return failure<dataset_meta>(path.string() + ": " + e.what());
+    return status::error(path.string() + ": " + e.what());
   }
 }
 
-store::expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
+expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
                                                                    std::string_view split) {
   using shards = std::vector<std::vector<std::int32_t>>;
   if (split != "train" && split != "val")
-    return failure<shards>("load_split: split must be \"train\" or \"val\", got \"" + std::string(split) + "\"");
+    return status::error("load_split: split must be \"train\" or \"val\", got \"" + std::string(split) + "\"");
   auto meta = read_meta(dir);
-  if (!meta.ok()) return failure<shards>(meta.error);
-  const std::uint32_t count = split == "train" ? meta.value.train_shards : meta.value.val_shards;
+  if (!meta.ok()) return meta.error();
+  const std::uint32_t count = split == "train" ? meta.value().train_shards : meta.value().val_shards;
   shards out;
   for (std::uint32_t i = 0; i < count; ++i) {
     const auto path = shard_path(dir, split, i);
     auto s = read_shard(path);
-    if (!s.ok()) return failure<shards>(s.error);
-    if (s.value.vocab_size != meta.value.vocab_size)
-      return failure<shards>(path.string() + ": vocab_size " + std::to_string(s.value.vocab_size) +
-                             " differs from meta.json's " + std::to_string(meta.value.vocab_size));
-    out.push_back(std::move(s.value.tokens));
+    if (!s.ok()) return s.error();
+    if (s.value().vocab_size != meta.value().vocab_size)
+      return status::error(path.string() + ": vocab_size " + std::to_string(s.value().vocab_size) +
+                             " differs from meta.json's " + std::to_string(meta.value().vocab_size));
+    out.push_back(std::move(s.value().tokens));
   }
-  return {std::move(out), {}};
+  return out;
 }
 
 } // namespace tutti::data

@@ -10,7 +10,6 @@
 namespace tutti::data {
 namespace {
 
-using store::failure;
 
 // Order-2 de Bruijn sequence over {0..V-1}: a cyclic sequence of length V^2
 // in which every pair (a, b) occurs exactly once. Built as the concatenation,
@@ -31,16 +30,16 @@ std::vector<std::int32_t> de_bruijn_order2(std::int32_t v) {
 
 } // namespace
 
-store::expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t seed,
+expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t seed,
                                                      std::uint32_t branching, double unevenness) {
   // The table holds vocab^2 contexts: 4096 with branching 4 is already ~1.3 GB.
   if (vocab < 2 || vocab > 4096)
-    return failure<markov_source>("markov_source: vocab must be in [2, 4096], got " + std::to_string(vocab));
+    return status::error("markov_source: vocab must be in [2, 4096], got " + std::to_string(vocab));
   if (branching < 2 || branching > vocab)
-    return failure<markov_source>("markov_source: branching must be in [2, vocab=" + std::to_string(vocab) +
+    return status::error("markov_source: branching must be in [2, vocab=" + std::to_string(vocab) +
                                   "], got " + std::to_string(branching));
   if (!(unevenness > 0.0) || !std::isfinite(unevenness))
-    return failure<markov_source>("markov_source: unevenness must be positive");
+    return status::error("markov_source: unevenness must be positive");
 
   std::mt19937_64 rng(detail::derive_seed(seed, {0x6d61726b6f76ULL}));
   const auto v = static_cast<std::int32_t>(vocab);
@@ -90,17 +89,17 @@ store::expected<markov_source> markov_source::random(std::uint32_t vocab, std::u
   }
   m.row_begin_[contexts] = m.successors_.size();
 
-  if (auto err = m.compute_entropy_rate()) return failure<markov_source>(*err);
-  return {std::move(m), {}};
+  TUTTI_RETURN_IF_ERROR(m.compute_entropy_rate());
+  return m;
 }
 
-store::expected<markov_source> markov_source::from_table(std::uint32_t vocab,
+expected<markov_source> markov_source::from_table(std::uint32_t vocab,
                                                          std::vector<std::vector<successor>> table) {
   const std::uint64_t contexts = std::uint64_t{vocab} * vocab;
   if (vocab < 1 || vocab > 65536)
-    return failure<markov_source>("markov_source: vocab must be in [1, 65536], got " + std::to_string(vocab));
+    return status::error("markov_source: vocab must be in [1, 65536], got " + std::to_string(vocab));
   if (table.size() != contexts)
-    return failure<markov_source>("markov_source: table has " + std::to_string(table.size()) +
+    return status::error("markov_source: table has " + std::to_string(table.size()) +
                                   " rows, expected vocab^2 = " + std::to_string(contexts));
   markov_source m;
   m.vocab_ = vocab;
@@ -108,26 +107,26 @@ store::expected<markov_source> markov_source::from_table(std::uint32_t vocab,
   for (std::uint64_t ctx = 0; ctx < contexts; ++ctx) {
     m.row_begin_[ctx] = m.successors_.size();
     if (table[ctx].empty())
-      return failure<markov_source>("markov_source: row " + std::to_string(ctx) + " has no successors");
+      return status::error("markov_source: row " + std::to_string(ctx) + " has no successors");
     double total = 0.0;
     for (const successor& s : table[ctx]) {
       if (s.token < 0 || std::uint32_t(s.token) >= vocab || !(s.prob > 0.0))
-        return failure<markov_source>("markov_source: row " + std::to_string(ctx) +
+        return status::error("markov_source: row " + std::to_string(ctx) +
                                       " has a successor outside the vocab or a non-positive probability");
       for (auto i = m.row_begin_[ctx]; i < m.successors_.size(); ++i)
         if (m.successors_[i].token == s.token)
-          return failure<markov_source>("markov_source: row " + std::to_string(ctx) + " repeats token " +
+          return status::error("markov_source: row " + std::to_string(ctx) + " repeats token " +
                                         std::to_string(s.token));
       total += s.prob;
       m.successors_.push_back(s);
     }
     if (std::abs(total - 1.0) > 1e-9)
-      return failure<markov_source>("markov_source: row " + std::to_string(ctx) + " sums to " +
+      return status::error("markov_source: row " + std::to_string(ctx) + " sums to " +
                                     std::to_string(total) + ", not 1");
   }
   m.row_begin_[contexts] = m.successors_.size();
-  if (auto err = m.compute_entropy_rate()) return failure<markov_source>(*err);
-  return {std::move(m), {}};
+  TUTTI_RETURN_IF_ERROR(m.compute_entropy_rate());
+  return m;
 }
 
 std::span<const successor> markov_source::successors(std::int32_t a, std::int32_t b) const {
@@ -143,7 +142,7 @@ double markov_source::prob(std::int32_t a, std::int32_t b, std::int32_t c) const
 
 // The entropy rate only has one value if every pair state can reach every
 // other (one recurrent class): check with a forward and a backward search.
-store::status markov_source::check_strongly_connected() const {
+status markov_source::check_strongly_connected() const {
   const std::uint64_t states = row_begin_.size() - 1;
   // Reverse edges in compressed form: into[into_begin[t] ..] lists the
   // predecessors of state t.
@@ -174,11 +173,11 @@ store::status markov_source::check_strongly_connected() const {
         for (auto i = into_begin[s]; i < into_begin[s + 1]; ++i) visit(into[i]);
     }
     if (reached != states)
-      return "markov_source: chain is not irreducible: " + std::to_string(states - reached) + " of " +
+      return status::error("markov_source: chain is not irreducible: " + std::to_string(states - reached) + " of " +
              std::to_string(states) + " pair states are " + (forward ? "unreachable from" : "unable to reach") +
-             " state (0,0)";
+             " state (0,0)");
   }
-  return std::nullopt;
+  return {};
 }
 
 // pi over pair states by power iteration of (a,b) -> (b,c) until no entry
@@ -187,8 +186,8 @@ store::status markov_source::check_strongly_connected() const {
 // distribution, but aperiodic, so it converges for every irreducible chain
 // (a periodic one would oscillate forever under P itself). A small laziness
 // barely slows the aperiodic chains that random() builds.
-store::status markov_source::compute_entropy_rate() {
-  if (auto err = check_strongly_connected()) return err;
+status markov_source::compute_entropy_rate() {
+  if (auto err = check_strongly_connected(); !err) return err;
   const std::uint64_t states = row_begin_.size() - 1;
   constexpr double tolerance = 1e-15;
   constexpr int max_iterations = 100000;
@@ -214,8 +213,8 @@ store::status markov_source::compute_entropy_rate() {
     pi.swap(next);
   }
   if (change > tolerance)
-    return "markov_source: stationary distribution did not converge after " + std::to_string(iteration) +
-           " iterations (last change " + std::to_string(change) + ")";
+    return status::error("markov_source: stationary distribution did not converge after " + std::to_string(iteration) +
+           " iterations (last change " + std::to_string(change) + ")");
 
   double h = 0.0;
   for (std::uint64_t ab = 0; ab < states; ++ab) {
@@ -225,7 +224,7 @@ store::status markov_source::compute_entropy_rate() {
     h += pi[ab] * row;
   }
   entropy_rate_ = h;
-  return std::nullopt;
+  return {};
 }
 
 std::vector<std::int32_t> markov_source::generate(std::uint64_t n, std::uint64_t seed) const {

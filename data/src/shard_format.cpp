@@ -6,7 +6,6 @@
 namespace tutti::data {
 namespace {
 
-using store::failure;
 
 // Byte-wise little-endian access: the format is fixed regardless of host.
 void put_le(std::string& out, std::uint64_t v, int width) {
@@ -28,14 +27,14 @@ std::uint32_t token_width_for(std::uint32_t vocab_size) {
   return vocab_size <= 65536 ? 2 : 4;
 }
 
-store::expected<std::string> encode_shard(const std::vector<std::int32_t>& tokens,
+expected<std::string> encode_shard(const std::vector<std::int32_t>& tokens,
                                           std::uint32_t vocab_size, std::uint32_t token_width) {
   if (token_width == 0) token_width = token_width_for(vocab_size);
-  if (vocab_size == 0) return failure<std::string>("encode_shard: vocab_size must be > 0");
+  if (vocab_size == 0) return status::error("encode_shard: vocab_size must be > 0");
   if (token_width != 2 && token_width != 4)
-    return failure<std::string>("encode_shard: token_width must be 2 or 4, got " + std::to_string(token_width));
+    return status::error("encode_shard: token_width must be 2 or 4, got " + std::to_string(token_width));
   if (token_width < token_width_for(vocab_size) || vocab_size > 0x80000000u)
-    return failure<std::string>("encode_shard: vocab_size " + std::to_string(vocab_size) +
+    return status::error("encode_shard: vocab_size " + std::to_string(vocab_size) +
                                 " does not fit in " + std::to_string(token_width) + "-byte tokens");
 
   std::string body;
@@ -43,7 +42,7 @@ store::expected<std::string> encode_shard(const std::vector<std::int32_t>& token
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     std::int32_t t = tokens[i];
     if (t < 0 || static_cast<std::uint32_t>(t) >= vocab_size)
-      return failure<std::string>("encode_shard: token " + std::to_string(t) + " at index " + std::to_string(i) +
+      return status::error("encode_shard: token " + std::to_string(t) + " at index " + std::to_string(i) +
                                   " is outside [0, " + std::to_string(vocab_size) + ")");
     put_le(body, static_cast<std::uint32_t>(t), static_cast<int>(token_width));
   }
@@ -57,24 +56,24 @@ store::expected<std::string> encode_shard(const std::vector<std::int32_t>& token
   put_le(out, store::xxh64(body.data(), body.size()), 8);
   put_le(out, store::xxh64(out.data(), header_hashed_size), 8);
   out += body;
-  return {std::move(out), {}};
+  return out;
 }
 
-store::expected<shard> decode_shard(std::string_view bytes, std::string_view name) {
+expected<shard> decode_shard(std::string_view bytes, std::string_view name) {
   const std::string file(name);
   auto refuse = [&](std::size_t offset, const std::string& what) {
-    return failure<shard>(file + ": " + what + " at offset " + std::to_string(offset));
+    return status::error(file + ": " + what + " at offset " + std::to_string(offset));
   };
   const std::size_t size = bytes.size();
 
   if (size < shard_magic.size() || bytes.substr(0, shard_magic.size()) != shard_magic) {
     if (size < shard_magic.size() && bytes == shard_magic.substr(0, size))
-      return failure<shard>(file + ": truncated at offset " + std::to_string(size) + ": header needs " +
+      return status::error(file + ": truncated at offset " + std::to_string(size) + ": header needs " +
                             std::to_string(shard_header_size) + " bytes but the file has " + std::to_string(size));
     return refuse(0, "bad magic (not a TUTTITOK shard)");
   }
   if (size < shard_header_size)
-    return failure<shard>(file + ": truncated at offset " + std::to_string(size) + ": header needs " +
+    return status::error(file + ": truncated at offset " + std::to_string(size) + ": header needs " +
                           std::to_string(shard_header_size) + " bytes but the file has " + std::to_string(size));
 
   const auto version = static_cast<std::uint32_t>(get_le(bytes, 8, 4));
@@ -82,7 +81,7 @@ store::expected<shard> decode_shard(std::string_view bytes, std::string_view nam
     return refuse(8, "unsupported version " + std::to_string(version) + " (expected " +
                          std::to_string(shard_version) + ")");
   if (get_le(bytes, 40, 8) != store::xxh64(bytes.data(), header_hashed_size))
-    return failure<shard>(file + ": header checksum mismatch [offset 0..40] (stored at offset 40)");
+    return status::error(file + ": header checksum mismatch [offset 0..40] (stored at offset 40)");
 
   shard out;
   out.vocab_size = static_cast<std::uint32_t>(get_le(bytes, 12, 4));
@@ -104,15 +103,15 @@ store::expected<shard> decode_shard(std::string_view bytes, std::string_view nam
     const std::string claim = "header says " + std::to_string(count) + " tokens" +
                               (count <= UINT64_MAX / width ? " (" + std::to_string(count * width) + " bytes)" : "");
     if (count > follow / width)
-      return failure<shard>(file + ": truncated at offset " + std::to_string(size) + ": " + claim + " but " +
+      return status::error(file + ": truncated at offset " + std::to_string(size) + ": " + claim + " but " +
                             std::to_string(follow) + " bytes follow");
-    return failure<shard>(file + ": trailing garbage at offset " + std::to_string(shard_header_size + count * width) +
+    return status::error(file + ": trailing garbage at offset " + std::to_string(shard_header_size + count * width) +
                           ": " + claim + " but " + std::to_string(follow) + " bytes follow");
   }
 
   const std::string_view body = bytes.substr(shard_header_size);
   if (get_le(bytes, 32, 8) != store::xxh64(body.data(), body.size()))
-    return failure<shard>(file + ": checksum mismatch in tokens [offset " + std::to_string(shard_header_size) +
+    return status::error(file + ": checksum mismatch in tokens [offset " + std::to_string(shard_header_size) +
                           ".." + std::to_string(size) + "]");
 
   out.tokens.resize(count);
@@ -123,20 +122,20 @@ store::expected<shard> decode_shard(std::string_view bytes, std::string_view nam
                                                        ") >= vocab_size " + std::to_string(out.vocab_size));
     out.tokens[i] = static_cast<std::int32_t>(t);
   }
-  return {std::move(out), {}};
+  return out;
 }
 
-store::status write_shard(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens,
+status write_shard(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens,
                           std::uint32_t vocab_size, std::uint32_t token_width) {
   auto encoded = encode_shard(tokens, vocab_size, token_width);
-  if (!encoded.ok()) return path.string() + ": " + encoded.error;
-  return store::write_file_atomic(path, encoded.value);
+  if (!encoded.ok()) return status::error(path.string() + ": " + encoded.message());
+  return store::write_file_atomic(path, encoded.value());
 }
 
-store::expected<shard> read_shard(const std::filesystem::path& path) {
+expected<shard> read_shard(const std::filesystem::path& path) {
   auto bytes = store::read_file(path);
-  if (!bytes.ok()) return failure<shard>(bytes.error);
-  return decode_shard(bytes.value, path.string());
+  if (!bytes.ok()) return bytes.error();
+  return decode_shard(bytes.value(), path.string());
 }
 
 } // namespace tutti::data

@@ -40,11 +40,11 @@ std::string at(std::uint64_t offset) { return " at offset " + std::to_string(off
 // Parses and checks everything but the tensor bytes themselves.
 expected<shard_file> read_header(const detail::input_file& in) {
   const std::string name = in.path().string();
-  auto fail = [&](const std::string& what) { return failure<shard_file>(name + ": " + what); };
+  auto fail = [&](const std::string& what) { return status::error(name + ": " + what); };
   if (in.size() < fixed_prefix + 8)
     return fail("truncated: " + std::to_string(in.size()) + " bytes, shorter than the 24-byte fixed header");
   unsigned char prefix[fixed_prefix];
-  if (auto err = in.read_at(0, prefix, fixed_prefix)) return failure<shard_file>(*err);
+  TUTTI_RETURN_IF_ERROR(in.read_at(0, prefix, fixed_prefix));
   if (std::memcmp(prefix, magic, sizeof magic) != 0)
     return fail("bad magic" + at(0) + " (not a tutti checkpoint shard)");
   auto version = static_cast<std::uint32_t>(detail::get_le(prefix + 8, 4));
@@ -58,15 +58,15 @@ expected<shard_file> read_header(const detail::input_file& in) {
     return fail("truncated: header length " + std::to_string(h) + at(12) + " runs past the end of the file (" +
                 std::to_string(in.size()) + " bytes)");
   std::string header(h + 8, '\0');
-  if (auto err = in.read_at(fixed_prefix, header.data(), header.size())) return failure<shard_file>(*err);
+  TUTTI_RETURN_IF_ERROR(in.read_at(fixed_prefix, header.data(), header.size()));
   std::uint64_t stored = detail::get_le(reinterpret_cast<const unsigned char*>(header.data()) + h, 8);
   std::uint64_t computed = xxh64(header.data(), h);
   if (stored != computed)
     return fail("header hash mismatch" + at(fixed_prefix + h) + ": stored " + detail::hex64(stored) +
                 ", computed " + detail::hex64(computed) + " over bytes [16, " + std::to_string(fixed_prefix + h) + ")");
   auto oh = detail::mp::unpack(header.data(), h);
-  if (!oh.ok()) return fail("bad header" + at(fixed_prefix) + ": " + oh.error);
-  const msgpack::object& m = oh.value.get();
+  if (!oh.ok()) return fail("bad header" + at(fixed_prefix) + ": " + oh.message());
+  const msgpack::object& m = oh.value().get();
   auto bad = [&](const std::string& what) { return fail("bad header" + at(fixed_prefix) + ": " + what); };
 
   shard_meta& meta = out.meta;
@@ -127,7 +127,7 @@ expected<shard_file> read_header(const detail::input_file& in) {
   if (out.data_offset + next != in.size())
     return fail(std::to_string(in.size() - out.data_offset - next) + " unexpected bytes after the last tensor" +
                 at(out.data_offset + next));
-  return {std::move(out), {}};
+  return out;
 }
 
 std::string hash_mismatch(const shard_file& s, std::size_t i, std::uint64_t computed, const std::string& file) {
@@ -156,7 +156,7 @@ std::string shard_file_name(std::int64_t rank) {
 
 expected<std::uint64_t> write_shard_file(const std::filesystem::path& file, const shard_meta& meta,
                                          const std::vector<tensor_view>& tensors) {
-  auto fail = [&](const std::string& what) { return failure<std::uint64_t>(file.string() + ": " + what); };
+  auto fail = [&](const std::string& what) { return status::error(file.string() + ": " + what); };
   msgpack::sbuffer header;
   detail::mp::packer pk(header);
   pk.pack_map(6);
@@ -193,42 +193,42 @@ expected<std::uint64_t> write_shard_file(const std::filesystem::path& file, cons
   prefix.append(header.data(), header.size());
   detail::put_le(prefix, xxh64(header.data(), header.size()), 8);
   parts[0] = std::as_bytes(std::span(prefix.data(), prefix.size()));
-  if (auto err = create_directories_durable(file.parent_path())) return failure<std::uint64_t>(*err);
-  if (auto err = write_file_atomic_parts(file, parts)) return failure<std::uint64_t>(*err);
-  return {prefix.size() + offset, {}};
+  TUTTI_RETURN_IF_ERROR(create_directories_durable(file.parent_path()));
+  TUTTI_RETURN_IF_ERROR(write_file_atomic_parts(file, parts));
+  return prefix.size() + offset;
 }
 
 expected<shard_file> read_shard_file(const std::filesystem::path& file, bool load_data) {
   auto in = detail::input_file::open(file);
-  if (!in.ok()) return failure<shard_file>(in.error);
-  auto s = read_header(in.value);
+  if (!in.ok()) return in.error();
+  auto s = read_header(in.value());
   if (!s.ok() || !load_data) return s;
-  for (std::size_t i = 0; i < s.value.tensors.size(); ++i) {
-    auto& t = s.value.tensors[i];
+  for (std::size_t i = 0; i < s.value().tensors.size(); ++i) {
+    auto& t = s.value().tensors[i];
     std::uint64_t bytes = 0;
     f32_bytes(t.shape, bytes);
     t.data.resize(bytes / 4);
-    if (auto err = in.value.read_at(s.value.offsets[i], t.data.data(), bytes)) return failure<shard_file>(*err);
+    TUTTI_RETURN_IF_ERROR(in.value().read_at(s.value().offsets[i], t.data.data(), bytes));
     std::uint64_t computed = xxh64(t.data.data(), bytes);
-    if (computed != t.xxh64) return failure<shard_file>(hash_mismatch(s.value, i, computed, file.string()));
+    if (computed != t.xxh64) return status::error(hash_mismatch(s.value(), i, computed, file.string()));
   }
   return s;
 }
 
 expected<shard_file> verify_shard_file(const std::filesystem::path& file, std::uint64_t* file_xxh64) {
   auto in = detail::input_file::open(file);
-  if (!in.ok()) return failure<shard_file>(in.error);
-  auto s = read_header(in.value);
+  if (!in.ok()) return in.error();
+  auto s = read_header(in.value());
   if (!s.ok()) return s;
   // Tensors are contiguous up to the end of the file (read_header checked).
-  std::vector<std::uint64_t> cuts = s.value.offsets;
-  cuts.push_back(in.value.size());
-  auto h = in.value.hash_file(cuts);
-  if (!h.ok()) return failure<shard_file>(h.error);
-  for (std::size_t i = 0; i < s.value.tensors.size(); ++i)
-    if (h.value.segments[i] != s.value.tensors[i].xxh64)
-      return failure<shard_file>(hash_mismatch(s.value, i, h.value.segments[i], file.string()));
-  if (file_xxh64 != nullptr) *file_xxh64 = h.value.whole;
+  std::vector<std::uint64_t> cuts = s.value().offsets;
+  cuts.push_back(in.value().size());
+  auto h = in.value().hash_file(cuts);
+  if (!h.ok()) return h.error();
+  for (std::size_t i = 0; i < s.value().tensors.size(); ++i)
+    if (h.value().segments[i] != s.value().tensors[i].xxh64)
+      return status::error(hash_mismatch(s.value(), i, h.value().segments[i], file.string()));
+  if (file_xxh64 != nullptr) *file_xxh64 = h.value().whole;
   return s;
 }
 

@@ -44,13 +44,13 @@ expected<input_file> input_file::open(const std::filesystem::path& path) {
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd_ < 0)
-    return failure<input_file>("cannot open " + path.string() + ": " + std::strerror(errno));
+    return status::error("cannot open " + path.string() + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd_, &st) != 0)
-    return failure<input_file>("cannot stat " + path.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return failure<input_file>(path.string() + " is not a regular file");
+    return status::error("cannot stat " + path.string() + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return status::error(path.string() + " is not a regular file");
   f.size_ = static_cast<std::uint64_t>(st.st_size);
-  return {std::move(f), {}};
+  return f;
 }
 
 status input_file::read_at(std::uint64_t offset, void* dst, std::uint64_t n) const {
@@ -60,34 +60,34 @@ status input_file::read_at(std::uint64_t offset, void* dst, std::uint64_t n) con
     ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
-      return io_error("cannot read", path_, offset + done, errno);
+      return status::error(io_error("cannot read", path_, offset + done, errno));
     }
     if (got == 0)
-      return path_.string() + ": truncated at offset " + std::to_string(offset + done) +
+      return status::error(path_.string() + ": truncated at offset " + std::to_string(offset + done) +
              " (needed " + std::to_string(n) + " bytes from offset " + std::to_string(offset) +
-             ")";
+             ")");
     done += static_cast<std::uint64_t>(got);
   }
-  return std::nullopt;
+  return {};
 }
 
 expected<std::uint64_t> input_file::hash_range(std::uint64_t offset, std::uint64_t n) const {
   XXH64_state_t* state = XXH64_createState();
-  if (state == nullptr) return failure<std::uint64_t>("out of memory hashing " + path_.string());
+  if (state == nullptr) return status::error("out of memory hashing " + path_.string());
   XXH64_reset(state, 0);
   std::vector<char> buf(std::min<std::uint64_t>(n, 4u << 20));
   for (std::uint64_t done = 0; done < n;) {
     std::uint64_t chunk = std::min<std::uint64_t>(buf.size(), n - done);
-    if (auto err = read_at(offset + done, buf.data(), chunk)) {
+    if (auto err = read_at(offset + done, buf.data(), chunk); !err) {
       XXH64_freeState(state);
-      return failure<std::uint64_t>(*err);
+      return err;
     }
     XXH64_update(state, buf.data(), chunk);
     done += chunk;
   }
   std::uint64_t h = XXH64_digest(state);
   XXH64_freeState(state);
-  return {h, {}};
+  return h;
 }
 
 expected<input_file::pass_hashes> input_file::hash_file(const std::vector<std::uint64_t>& cuts) const {
@@ -96,7 +96,7 @@ expected<input_file::pass_hashes> input_file::hash_file(const std::vector<std::u
     XXH64_state_t* seg = XXH64_createState();
     ~states() { XXH64_freeState(whole), XXH64_freeState(seg); }
   } st;
-  if (st.whole == nullptr || st.seg == nullptr) return failure<pass_hashes>("out of memory hashing " + path_.string());
+  if (st.whole == nullptr || st.seg == nullptr) return status::error("out of memory hashing " + path_.string());
   XXH64_reset(st.whole, 0);
   XXH64_reset(st.seg, 0);
   pass_hashes out;
@@ -104,7 +104,7 @@ expected<input_file::pass_hashes> input_file::hash_file(const std::vector<std::u
   std::vector<char> buf(std::min<std::uint64_t>(size_, 4u << 20));
   for (std::uint64_t pos = 0; pos < size_;) {
     std::uint64_t end = pos + std::min<std::uint64_t>(buf.size(), size_ - pos);
-    if (auto err = read_at(pos, buf.data(), end - pos)) return failure<pass_hashes>(*err);
+    TUTTI_RETURN_IF_ERROR(read_at(pos, buf.data(), end - pos));
     XXH64_update(st.whole, buf.data(), end - pos);
     for (std::uint64_t p = pos; p < end && seg + 1 < cuts.size();) {
       if (p < cuts[seg]) {  // bytes before the first segment
@@ -128,7 +128,7 @@ expected<input_file::pass_hashes> input_file::hash_file(const std::vector<std::u
     XXH64_reset(st.seg, 0);
   }
   out.whole = XXH64_digest(st.whole);
-  return {std::move(out), {}};
+  return out;
 }
 
 std::string hex64(std::uint64_t v) {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store::detail {
 

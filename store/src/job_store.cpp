@@ -73,7 +73,7 @@ struct job_store::impl {
   status put(cf_index c, const std::string& key, const msgpack::sbuffer& v,
              const rocksdb::WriteOptions& wo) {
     TUTTI_ROCKSDB_CHECK(db->Put(wo, cf[c], key, rocksdb::Slice(v.data(), v.size())));
-    return std::nullopt;
+    return {};
   }
 
   // Reads one key: nullopt value when absent.
@@ -81,8 +81,8 @@ struct job_store::impl {
     std::string v;
     bool found = false;
     TUTTI_ROCKSDB_GET(db->Get(rocksdb::ReadOptions(), cf[c], key, &v), found);
-    if (!found) return {std::nullopt, {}};
-    return {std::move(v), {}};
+    if (!found) return std::nullopt;
+    return v;
   }
 
   // Calls fn(key, value) for every record of a family in key order; fn
@@ -91,19 +91,19 @@ struct job_store::impl {
   status scan(rocksdb::ColumnFamilyHandle* h, F&& fn) {
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
     for (it->SeekToFirst(); it->Valid(); it->Next())
-      if (auto err = fn(it->key(), it->value())) return err;
+      if (auto err = fn(it->key(), it->value()); !err) return err;
     TUTTI_ROCKSDB_CHECK(it->status());
-    return std::nullopt;
+    return {};
   }
 
   // Decodes a stored msgpack map; the error names family and key.
   expected<msgpack::object_handle> decode(cf_index c, const rocksdb::Slice& key,
                                           const rocksdb::Slice& value) const {
     auto oh = detail::mp::unpack(value.data(), value.size());
-    if (!oh.ok() || oh.value.get().type != msgpack::type::MAP)
-      return failure<msgpack::object_handle>(
+    if (!oh.ok() || oh.value().get().type != msgpack::type::MAP)
+      return status::error(
           "corrupt record " + std::string(cf_names[c]) + "/" + key.ToString() + ": " +
-          (oh.ok() ? std::string("not a map") : oh.error));
+          (oh.ok() ? std::string("not a map") : oh.message()));
     return oh;
   }
 
@@ -142,10 +142,10 @@ struct job_store::impl {
     it->SeekToLast();
     std::int64_t last = 0;
     if (it->Valid() && !parse_number_key(it->key(), last))
-      return "job store " + dir.string() + ": corrupt event key " + it->key().ToString(true);
+      return status::error("job store " + dir.string() + ": corrupt event key " + it->key().ToString(true));
     TUTTI_ROCKSDB_CHECK(it->status());
     next_seq = last + 1;
-    return std::nullopt;
+    return {};
   }
 };
 
@@ -155,8 +155,8 @@ const std::filesystem::path& job_store::dir() const { return impl_->dir; }
 
 expected<std::unique_ptr<job_store>> job_store::open(const std::filesystem::path& dir) {
   using result = std::unique_ptr<job_store>;
-  if (auto err = create_directories_durable(dir))
-    return failure<result>("cannot create job store: " + *err);
+  if (auto err = create_directories_durable(dir); !err)
+    return status::error("cannot create job store: " + err.message());
   rocksdb::DBOptions opts;
   opts.create_if_missing = true;
   opts.create_missing_column_families = true;
@@ -164,8 +164,8 @@ expected<std::unique_ptr<job_store>> job_store::open(const std::filesystem::path
   auto p = std::make_unique<impl>();
   p->dir = dir;
   p->commit.sync = true;
-  if (auto err = p->open(opts)) return failure<result>(*err);
-  return {result(new job_store(std::move(p))), {}};
+  TUTTI_RETURN_IF_ERROR(p->open(opts));
+  return result(new job_store(std::move(p)));
 }
 
 status job_store::put_job_spec(const std::string& fingerprint, const std::string& config_yaml) {
@@ -175,23 +175,23 @@ status job_store::put_job_spec(const std::string& fingerprint, const std::string
   detail::mp::key(pk, "fingerprint"), pk.pack(fingerprint);
   detail::mp::key(pk, "config_yaml"), pk.pack(config_yaml);
   detail::mp::key(pk, "time_unix_ms"), pk.pack(now_unix_ms());
-  if (auto err = impl_->put(cf_spec, "spec", buf, impl_->commit))
-    return impl_->context("put_job_spec", *err);
-  return std::nullopt;
+  if (auto err = impl_->put(cf_spec, "spec", buf, impl_->commit); !err)
+    return status::error(impl_->context("put_job_spec", err.message()));
+  return {};
 }
 
 expected<std::optional<std::pair<std::string, std::string>>> job_store::job_spec() {
   using result = std::optional<std::pair<std::string, std::string>>;
   auto v = impl_->get(cf_spec, "spec");
-  if (!v.ok()) return failure<result>(impl_->context("job_spec", v.error));
-  if (!v.value) return {std::nullopt, {}};
-  auto oh = impl_->decode(cf_spec, "spec", *v.value);
-  if (!oh.ok()) return failure<result>(impl_->context("job_spec", oh.error));
+  if (!v.ok()) return status::error(impl_->context("job_spec", v.message()));
+  if (!v.value()) return std::nullopt;
+  auto oh = impl_->decode(cf_spec, "spec", *v.value());
+  if (!oh.ok()) return status::error(impl_->context("job_spec", oh.message()));
   std::pair<std::string, std::string> out;
-  if (!detail::mp::get(oh.value.get(), "fingerprint", out.first) ||
-      !detail::mp::get(oh.value.get(), "config_yaml", out.second))
-    return failure<result>(impl_->context("job_spec", impl_->bad_field(cf_spec, "spec", "fingerprint/config_yaml")));
-  return {std::move(out), {}};
+  if (!detail::mp::get(oh.value().get(), "fingerprint", out.first) ||
+      !detail::mp::get(oh.value().get(), "config_yaml", out.second))
+    return status::error(impl_->context("job_spec", impl_->bad_field(cf_spec, "spec", "fingerprint/config_yaml")));
+  return out;
 }
 
 status job_store::put_job_state(const std::string& state, std::int64_t step) {
@@ -201,27 +201,27 @@ status job_store::put_job_state(const std::string& state, std::int64_t step) {
   detail::mp::key(pk, "state"), pk.pack(state);
   detail::mp::key(pk, "step"), pk.pack(step);
   detail::mp::key(pk, "time_unix_ms"), pk.pack(now_unix_ms());
-  if (auto err = impl_->put(cf_state, "state", buf, impl_->commit))
-    return impl_->context("put_job_state", *err);
-  return std::nullopt;
+  if (auto err = impl_->put(cf_state, "state", buf, impl_->commit); !err)
+    return status::error(impl_->context("put_job_state", err.message()));
+  return {};
 }
 
 expected<std::optional<std::pair<std::string, std::int64_t>>> job_store::job_state() {
   using result = std::optional<std::pair<std::string, std::int64_t>>;
   auto v = impl_->get(cf_state, "state");
-  if (!v.ok()) return failure<result>(impl_->context("job_state", v.error));
-  if (!v.value) return {std::nullopt, {}};
-  auto oh = impl_->decode(cf_state, "state", *v.value);
-  if (!oh.ok()) return failure<result>(impl_->context("job_state", oh.error));
+  if (!v.ok()) return status::error(impl_->context("job_state", v.message()));
+  if (!v.value()) return std::nullopt;
+  auto oh = impl_->decode(cf_state, "state", *v.value());
+  if (!oh.ok()) return status::error(impl_->context("job_state", oh.message()));
   std::pair<std::string, std::int64_t> out;
-  if (!detail::mp::get(oh.value.get(), "state", out.first) ||
-      !detail::mp::get(oh.value.get(), "step", out.second))
-    return failure<result>(impl_->context("job_state", impl_->bad_field(cf_state, "state", "state/step")));
-  return {std::move(out), {}};
+  if (!detail::mp::get(oh.value().get(), "state", out.first) ||
+      !detail::mp::get(oh.value().get(), "step", out.second))
+    return status::error(impl_->context("job_state", impl_->bad_field(cf_state, "state", "state/step")));
+  return out;
 }
 
 status job_store::commit_checkpoint(const checkpoint_record& r) {
-  if (r.step < 0) return impl_->context("commit_checkpoint", "negative step " + std::to_string(r.step));
+  if (r.step < 0) return status::error(impl_->context("commit_checkpoint", "negative step " + std::to_string(r.step)));
   msgpack::sbuffer buf;
   detail::mp::packer pk(buf);
   pk.pack_map(5);
@@ -230,36 +230,36 @@ status job_store::commit_checkpoint(const checkpoint_record& r) {
   detail::mp::key(pk, "bytes"), pk.pack(r.bytes);
   detail::mp::key(pk, "time_unix_ms"), pk.pack(r.time_unix_ms != 0 ? r.time_unix_ms : now_unix_ms());
   detail::mp::key(pk, "epoch"), pk.pack(r.epoch);
-  if (auto err = impl_->put(cf_ckpt, number_key(r.step), buf, impl_->commit))
-    return impl_->context("commit_checkpoint", *err);
-  return std::nullopt;
+  if (auto err = impl_->put(cf_ckpt, number_key(r.step), buf, impl_->commit); !err)
+    return status::error(impl_->context("commit_checkpoint", err.message()));
+  return {};
 }
 
 expected<std::vector<checkpoint_record>> job_store::checkpoints() {
   std::vector<checkpoint_record> out;
   auto err = impl_->scan(impl_->cf[cf_ckpt], [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
     auto oh = impl_->decode(cf_ckpt, k, v);
-    if (!oh.ok()) return oh.error;
-    const auto& m = oh.value.get();
+    if (!oh.ok()) return status::error(oh.message());
+    const auto& m = oh.value().get();
     checkpoint_record r;
     if (!detail::mp::get(m, "step", r.step) || !detail::mp::get(m, "dir", r.dir) ||
         !detail::mp::get(m, "bytes", r.bytes) || !detail::mp::get(m, "time_unix_ms", r.time_unix_ms) ||
         !detail::mp::get(m, "epoch", r.epoch))
-      return impl_->bad_field(cf_ckpt, k, "step/dir/bytes/time_unix_ms/epoch");
+      return status::error(impl_->bad_field(cf_ckpt, k, "step/dir/bytes/time_unix_ms/epoch"));
     out.push_back(std::move(r));
-    return std::nullopt;
+    return {};
   });
-  if (err) return failure<std::vector<checkpoint_record>>(impl_->context("checkpoints", *err));
-  return {std::move(out), {}};
+  if (!err) return status::error(impl_->context("checkpoints", err.message()));
+  return out;
 }
 
 status job_store::remove_checkpoint(std::int64_t step) {
   auto del = [&]() -> status {
     TUTTI_ROCKSDB_CHECK(impl_->db->Delete(impl_->commit, impl_->cf[cf_ckpt], number_key(step)));
-    return std::nullopt;
+    return {};
   };
-  if (auto err = del()) return impl_->context("remove_checkpoint", *err);
-  return std::nullopt;
+  if (auto err = del(); !err) return status::error(impl_->context("remove_checkpoint", err.message()));
+  return {};
 }
 
 expected<std::int64_t> job_store::append_event(const std::string& kind, const std::string& detail,
@@ -274,10 +274,10 @@ expected<std::int64_t> job_store::append_event(const std::string& kind, const st
   detail::mp::key(pk, "kind"), pk.pack(kind);
   detail::mp::key(pk, "detail"), pk.pack(detail);
   detail::mp::key(pk, "duration_s"), pk.pack_double(duration_s);
-  if (auto err = impl_->put(cf_events, number_key(seq), buf, impl_->append))
-    return failure<std::int64_t>(impl_->context("append_event", *err));
+  if (auto err = impl_->put(cf_events, number_key(seq), buf, impl_->append); !err)
+    return status::error(impl_->context("append_event", err.message()));
   ++impl_->next_seq;
-  return {seq, {}};
+  return seq;
 }
 
 expected<std::vector<event>> job_store::events(std::int64_t since_unix_ms) {
@@ -286,18 +286,18 @@ expected<std::vector<event>> job_store::events(std::int64_t since_unix_ms) {
   // and wall clocks can step backwards, so seq order is not time order.
   auto err = impl_->scan(impl_->cf[cf_events], [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
     auto oh = impl_->decode(cf_events, k, v);
-    if (!oh.ok()) return oh.error;
-    const auto& m = oh.value.get();
+    if (!oh.ok()) return status::error(oh.message());
+    const auto& m = oh.value().get();
     event e;
     if (!detail::mp::get(m, "seq", e.seq) || !detail::mp::get(m, "time_unix_ms", e.time_unix_ms) ||
         !detail::mp::get(m, "kind", e.kind) || !detail::mp::get(m, "detail", e.detail) ||
         !detail::mp::get(m, "duration_s", e.duration_s))
-      return impl_->bad_field(cf_events, k, "seq/time_unix_ms/kind/detail/duration_s");
+      return status::error(impl_->bad_field(cf_events, k, "seq/time_unix_ms/kind/detail/duration_s"));
     if (e.time_unix_ms >= since_unix_ms) out.push_back(std::move(e));
-    return std::nullopt;
+    return {};
   });
-  if (err) return failure<std::vector<event>>(impl_->context("events", *err));
-  return {std::move(out), {}};
+  if (!err) return status::error(impl_->context("events", err.message()));
+  return out;
 }
 
 status job_store::reset() {
@@ -308,16 +308,16 @@ status job_store::reset() {
     for (auto* h : impl_->handles) {
       auto err = impl_->scan(h, [&](const rocksdb::Slice& k, const rocksdb::Slice&) -> status {
         TUTTI_ROCKSDB_CHECK(batch.Delete(h, k));
-        return std::nullopt;
+        return {};
       });
-      if (err) return err;
+      if (!err) return err;
     }
     TUTTI_ROCKSDB_CHECK(impl_->db->Write(impl_->commit, &batch));
-    return std::nullopt;
+    return {};
   };
-  if (auto err = drop()) return impl_->context("reset", *err);
+  if (auto err = drop(); !err) return status::error(impl_->context("reset", err.message()));
   impl_->next_seq = 1;
-  return std::nullopt;
+  return {};
 }
 
 } // namespace tutti::store

@@ -231,13 +231,13 @@ bool value::as_uint64(std::uint64_t& out) const {
 expected<value> parse(std::string_view text) {
   parser p{text, 0, {}};
   value v;
-  if (!p.parse_value(v, 0)) return failure<value>(p.error);
+  if (!p.parse_value(v, 0)) return status::error(p.error);
   p.skip_ws();
   if (p.pos != text.size()) {
     p.fail("trailing data after JSON value");
-    return failure<value>(p.error);
+    return status::error(p.error);
   }
-  return {std::move(v), {}};
+  return v;
 }
 
 std::string quote(std::string_view s) {

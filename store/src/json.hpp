@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store::detail::json {
 

@@ -53,8 +53,8 @@ bool hex_field(const detail::json::value* v, std::uint64_t& out) {
 status write_manifest(const std::filesystem::path& ckpt_dir, const manifest& m) {
   for (const auto& e : m.shards)
     if (!plain_file_name(e.file))
-      return (ckpt_dir / "MANIFEST").string() + ": shard name '" + e.file + "' is not a plain file name";
-  if (auto err = write_file_atomic(ckpt_dir / "MANIFEST", encode(m, true))) return err;
+      return status::error((ckpt_dir / "MANIFEST").string() + ": shard name '" + e.file + "' is not a plain file name");
+  if (auto err = write_file_atomic(ckpt_dir / "MANIFEST", encode(m, true)); !err) return err;
   // The MANIFEST is the last file of a checkpoint: also make the checkpoint
   // directory's own entry durable, however it was created, before the caller
   // commits it to the job store.
@@ -65,13 +65,13 @@ status write_manifest(const std::filesystem::path& ckpt_dir, const manifest& m) 
 
 expected<manifest> read_manifest(const std::filesystem::path& ckpt_dir) {
   const auto path = ckpt_dir / "MANIFEST";
-  auto fail = [&](const std::string& what) { return failure<manifest>(path.string() + ": " + what); };
+  auto fail = [&](const std::string& what) { return status::error(path.string() + ": " + what); };
   auto text = read_file(path);
-  if (!text.ok()) return failure<manifest>(text.error);
-  if (text.value.empty()) return fail("empty file (truncated MANIFEST)");
-  auto doc = detail::json::parse(text.value);
-  if (!doc.ok()) return fail("not valid JSON (truncated or corrupt MANIFEST): " + doc.error);
-  const auto& v = doc.value;
+  if (!text.ok()) return text.error();
+  if (text.value().empty()) return fail("empty file (truncated MANIFEST)");
+  auto doc = detail::json::parse(text.value());
+  if (!doc.ok()) return fail("not valid JSON (truncated or corrupt MANIFEST): " + doc.message());
+  const auto& v = doc.value();
   manifest m;
   std::int64_t version = 0;
   const auto* format = v.find("format");
@@ -106,52 +106,52 @@ expected<manifest> read_manifest(const std::filesystem::path& ckpt_dir) {
   if (stored != computed)
     return fail("checksum mismatch (stored " + detail::hex64(stored) + ", computed " + detail::hex64(computed) +
                 "): the MANIFEST was modified or damaged");
-  return {std::move(m), {}};
+  return m;
 }
 
 expected<manifest_entry> describe_shard(const std::filesystem::path& file) {
   auto in = detail::input_file::open(file);
-  if (!in.ok()) return failure<manifest_entry>(in.error);
-  auto h = in.value.hash_range(0, in.value.size());
-  if (!h.ok()) return failure<manifest_entry>(h.error);
-  return {manifest_entry{file.filename().string(), in.value.size(), h.value}, {}};
+  if (!in.ok()) return in.error();
+  auto h = in.value().hash_range(0, in.value().size());
+  if (!h.ok()) return h.error();
+  return manifest_entry{file.filename().string(), in.value().size(), h.value()};
 }
 
 status verify_checkpoint(const std::filesystem::path& ckpt_dir) {
   auto m = read_manifest(ckpt_dir);
-  if (!m.ok()) return m.error;
+  if (!m.ok()) return status::error(m.message());
   const std::string manifest_path = (ckpt_dir / "MANIFEST").string();
-  if (m.value.world_size < 1 || m.value.shards.size() != static_cast<std::size_t>(m.value.world_size))
-    return manifest_path + ": lists " + std::to_string(m.value.shards.size()) + " shards for world_size " +
-           std::to_string(m.value.world_size) + " (one per rank expected)";
+  if (m.value().world_size < 1 || m.value().shards.size() != static_cast<std::size_t>(m.value().world_size))
+    return status::error(manifest_path + ": lists " + std::to_string(m.value().shards.size()) + " shards for world_size " +
+           std::to_string(m.value().world_size) + " (one per rank expected)");
   std::set<std::string> files;
   std::set<std::int64_t> ranks;
-  for (const auto& e : m.value.shards) {
-    if (!files.insert(e.file).second) return manifest_path + ": shard '" + e.file + "' listed twice";
+  for (const auto& e : m.value().shards) {
+    if (!files.insert(e.file).second) return status::error(manifest_path + ": shard '" + e.file + "' listed twice");
     const auto path = ckpt_dir / e.file;
     std::error_code ec;
     auto size = std::filesystem::file_size(path, ec);
-    if (ec) return path.string() + ": listed in MANIFEST but cannot be read: " + ec.message();
+    if (ec) return status::error(path.string() + ": listed in MANIFEST but cannot be read: " + ec.message());
     if (size != e.bytes)
-      return path.string() + ": " + std::to_string(size) + " bytes, MANIFEST says " + std::to_string(e.bytes) +
-             (size < e.bytes ? " (truncated)" : "");
+      return status::error(path.string() + ": " + std::to_string(size) + " bytes, MANIFEST says " + std::to_string(e.bytes) +
+             (size < e.bytes ? " (truncated)" : ""));
     // Structure and tensor hashes first: their errors name the tensor and
     // offset, more useful than "the whole-file hash differs".
     std::uint64_t whole = 0;
     auto shard = verify_shard_file(path, &whole);
-    if (!shard.ok()) return shard.error;
+    if (!shard.ok()) return status::error(shard.message());
     if (whole != e.xxh64)
-      return path.string() + ": whole-file xxh64 " + detail::hex64(whole) + ", MANIFEST says " +
-             detail::hex64(e.xxh64) + " (file replaced or MANIFEST from another write?)";
-    const auto& meta = shard.value.meta;
-    if (meta.step != m.value.step || meta.epoch != m.value.epoch)
-      return path.string() + ": shard is step " + std::to_string(meta.step) + " epoch " + std::to_string(meta.epoch) +
-             ", MANIFEST says step " + std::to_string(m.value.step) + " epoch " + std::to_string(m.value.epoch);
-    if (meta.rank < 0 || meta.rank >= m.value.world_size || !ranks.insert(meta.rank).second)
-      return path.string() + ": rank " + std::to_string(meta.rank) + " is out of range or duplicated for world_size " +
-             std::to_string(m.value.world_size);
+      return status::error(path.string() + ": whole-file xxh64 " + detail::hex64(whole) + ", MANIFEST says " +
+             detail::hex64(e.xxh64) + " (file replaced or MANIFEST from another write?)");
+    const auto& meta = shard.value().meta;
+    if (meta.step != m.value().step || meta.epoch != m.value().epoch)
+      return status::error(path.string() + ": shard is step " + std::to_string(meta.step) + " epoch " + std::to_string(meta.epoch) +
+             ", MANIFEST says step " + std::to_string(m.value().step) + " epoch " + std::to_string(m.value().epoch));
+    if (meta.rank < 0 || meta.rank >= m.value().world_size || !ranks.insert(meta.rank).second)
+      return status::error(path.string() + ": rank " + std::to_string(meta.rank) + " is out of range or duplicated for world_size " +
+             std::to_string(m.value().world_size));
   }
-  return std::nullopt;
+  return {};
 }
 
 } // namespace tutti::store

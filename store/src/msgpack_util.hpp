@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store::detail::mp {
 
@@ -31,11 +31,11 @@ inline expected<msgpack::object_handle> unpack(const char* data, std::size_t siz
     msgpack::unpack_limit limit(size, size, size, size, size, 32);
     msgpack::object_handle oh = msgpack::unpack(data, size, off, nullptr, nullptr, limit);
     if (off != size)
-      return failure<msgpack::object_handle>("msgpack value ends at byte " + std::to_string(off) +
+      return status::error("msgpack value ends at byte " + std::to_string(off) +
                                              " of " + std::to_string(size));
-    return {std::move(oh), {}};
+    return oh;
   } catch (const std::exception& e) {
-    return failure<msgpack::object_handle>(std::string("invalid msgpack: ") + e.what());
+    return status::error(std::string("invalid msgpack: ") + e.what());
   }
 }
 

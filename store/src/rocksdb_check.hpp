@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store::detail {
 
@@ -17,9 +17,9 @@ namespace tutti::store::detail {
 // function returns (status or expected<T>), so one macro serves both.
 struct rocksdb_failure {
   std::string message;
-  operator status() const { return message; }
+  operator status() const { return status::error(message); }
   template <class T>
-  operator expected<T>() const { return failure<T>(message); }
+  operator expected<T>() const { return status::error(message); }
 };
 
 inline std::string_view base_name(std::string_view file) {

@@ -35,7 +35,7 @@ struct entry {
 
 status write_safetensors(const std::filesystem::path& file, const std::vector<named_tensor>& tensors,
                          const std::map<std::string, std::string>& metadata) {
-  auto fail = [&](const std::string& what) -> status { return file.string() + ": " + what; };
+  auto fail = [&](const std::string& what) -> status { return status::error(file.string() + ": " + what); };
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
@@ -62,45 +62,45 @@ status write_safetensors(const std::filesystem::path& file, const std::vector<na
   header += "}";
   // Never write a file we would refuse to read (e.g. a name that is not UTF-8).
   if (auto check = detail::json::parse(header); !check.ok())
-    return fail("tensor names and metadata must be valid UTF-8 text (" + check.error + ")");
+    return fail("tensor names and metadata must be valid UTF-8 text (" + check.message() + ")");
   header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
   std::string prefix;
   detail::put_le(prefix, header.size(), 8);
   prefix += header;
   std::vector<std::span<const std::byte>> parts{std::as_bytes(std::span(prefix.data(), prefix.size()))};
   for (const auto& t : tensors) parts.push_back(std::as_bytes(std::span(t.data)));
-  if (auto err = create_directories_durable(file.parent_path())) return err;
+  if (auto err = create_directories_durable(file.parent_path()); !err) return err;
   return write_file_atomic_parts(file, parts);
 }
 
 expected<std::vector<named_tensor>> read_safetensors(const std::filesystem::path& file,
                                                      std::map<std::string, std::string>* metadata) {
   using result = std::vector<named_tensor>;
-  auto fail = [&](const std::string& what) { return failure<result>(file.string() + ": " + what); };
+  auto fail = [&](const std::string& what) { return status::error(file.string() + ": " + what); };
   auto in = detail::input_file::open(file);
-  if (!in.ok()) return failure<result>(in.error);
-  const std::uint64_t size = in.value.size();
+  if (!in.ok()) return in.error();
+  const std::uint64_t size = in.value().size();
   if (size < 8) return fail("truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   unsigned char len[8];
-  if (auto err = in.value.read_at(0, len, 8)) return failure<result>(*err);
+  TUTTI_RETURN_IF_ERROR(in.value().read_at(0, len, 8));
   const std::uint64_t n = detail::get_le(len, 8);
   if (n > max_header_bytes) return fail("header length " + std::to_string(n) + " at offset 0 exceeds the 100 MB limit");
   if (n > size - 8)
     return fail("header length " + std::to_string(n) + " at offset 0 runs past the end of the file (" +
                 std::to_string(size) + " bytes)");
   std::string header(n, '\0');
-  if (auto err = in.value.read_at(8, header.data(), n)) return failure<result>(*err);
+  TUTTI_RETURN_IF_ERROR(in.value().read_at(8, header.data(), n));
   auto doc = detail::json::parse(header);
-  if (!doc.ok()) return fail("header (file offset 8) is not valid JSON: " + doc.error + " of the header");
-  if (doc.value.type != detail::json::value::kind::object) return fail("header (file offset 8) is not a JSON object");
+  if (!doc.ok()) return fail("header (file offset 8) is not valid JSON: " + doc.message() + " of the header");
+  if (doc.value().type != detail::json::value::kind::object) return fail("header (file offset 8) is not a JSON object");
 
   using kind = detail::json::value::kind;
   const std::uint64_t data_start = 8 + n, data_size = size - data_start;
   std::vector<entry> entries;
   if (metadata != nullptr) metadata->clear();
-  for (std::size_t i = 0; i < doc.value.keys.size(); ++i) {
-    const std::string& name = doc.value.keys[i];
-    const auto& v = doc.value.items[i];
+  for (std::size_t i = 0; i < doc.value().keys.size(); ++i) {
+    const std::string& name = doc.value().keys[i];
+    const auto& v = doc.value().items[i];
     if (name == "__metadata__") {
       if (v.type != kind::object) return fail("\"__metadata__\" is not an object");
       for (std::size_t j = 0; j < v.keys.size(); ++j) {
@@ -152,10 +152,10 @@ expected<std::vector<named_tensor>> read_safetensors(const std::filesystem::path
   result out;
   for (auto& e : entries) {
     named_tensor t{e.name, e.shape, std::vector<float>((e.end - e.begin) / 4)};
-    if (auto err = in.value.read_at(data_start + e.begin, t.data.data(), e.end - e.begin)) return failure<result>(*err);
+    TUTTI_RETURN_IF_ERROR(in.value().read_at(data_start + e.begin, t.data.data(), e.end - e.begin));
     out.push_back(std::move(t));
   }
-  return {std::move(out), {}};
+  return out;
 }
 
 } // namespace tutti::store

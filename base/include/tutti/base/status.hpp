@@ -13,6 +13,7 @@
 #include <cassert>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace tutti {
@@ -41,9 +42,16 @@ private:
 };
 
 template <class T>
-class [[nodiscard]] expected {
+class expected {
 public:
   expected(T value) : value_(std::move(value)) {}
+  // Anything T is built from (a string literal for expected<std::string>,
+  // std::nullopt for expected<std::optional<U>>), as std::expected allows.
+  template <class U>
+    requires(std::is_constructible_v<T, U &&>
+             && !std::is_same_v<std::remove_cvref_t<U>, T>
+             && !std::is_same_v<std::remove_cvref_t<U>, status>)
+  expected(U&& value) : value_(std::in_place, std::forward<U>(value)) {}
   // From a failed status only: an ok status carries no value.
   expected(status failure) : failure_(std::move(failure)) {
     assert(!failure_.ok());

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::data {
 
@@ -39,7 +39,7 @@ class batch_sampler {
  public:
   batch_sampler() = default;  // empty; only create() makes a usable one
   // Fails if seq_len is 0 or no shard holds a whole window.
-  static store::expected<batch_sampler> create(token_shards train_shards, std::uint32_t seq_len);
+  static expected<batch_sampler> create(token_shards train_shards, std::uint32_t seq_len);
 
   std::uint32_t seq_len() const { return seq_len_; }
   std::uint64_t window_count() const;
@@ -56,15 +56,15 @@ class batch_sampler {
   // draws only from shards with index % world == r, global_batch_size / world
   // windows per step, from its own epochs seeded by (seed, rank, epoch).
   // Fails unless global_batch_size % world == 0 and the rank owns a window.
-  store::expected<std::vector<std::uint64_t>> own_shard_batch(std::uint64_t seed, std::uint64_t step,
+  expected<std::vector<std::uint64_t>> own_shard_batch(std::uint64_t seed, std::uint64_t step,
                                                               std::uint64_t global_batch_size,
                                                               std::uint32_t rank, std::uint32_t world) const;
-  store::expected<std::uint64_t> own_shard_epoch_of(std::uint64_t step, std::uint64_t global_batch_size,
+  expected<std::uint64_t> own_shard_epoch_of(std::uint64_t step, std::uint64_t global_batch_size,
                                                     std::uint32_t rank, std::uint32_t world) const;
 
   // What `rank` trains on at `step` in either mode: its rank_slice of the
   // global batch, or own_shard_batch when shard_per_rank.
-  store::expected<std::vector<std::uint64_t>> rank_batch(std::uint64_t seed, std::uint64_t step,
+  expected<std::vector<std::uint64_t>> rank_batch(std::uint64_t seed, std::uint64_t step,
                                                          std::uint64_t global_batch_size, std::uint32_t rank,
                                                          std::uint32_t world, bool shard_per_rank) const;
 
@@ -77,7 +77,7 @@ class batch_sampler {
   // shards, or of all windows when world == 0.
   std::vector<std::uint64_t> positions(std::uint32_t rank, std::uint32_t world, std::uint64_t seed,
                                        std::uint64_t first, std::uint64_t count) const;
-  store::status check_rank(std::uint64_t global_batch_size, std::uint32_t rank, std::uint32_t world) const;
+  status check_rank(std::uint64_t global_batch_size, std::uint32_t rank, std::uint32_t world) const;
 
   std::uint32_t seq_len_ = 0;
   std::shared_ptr<state> state_;
@@ -85,7 +85,7 @@ class batch_sampler {
 
 // Contiguous slice [rank * B / world, (rank + 1) * B / world) of a global
 // batch; fails unless B % world == 0 and rank < world.
-store::expected<std::vector<std::uint64_t>> rank_slice(std::span<const std::uint64_t> global_ids,
+expected<std::vector<std::uint64_t>> rank_slice(std::span<const std::uint64_t> global_ids,
                                                        std::uint32_t rank, std::uint32_t world);
 
 // The first max_windows windows of the val shards, in order (same windowing

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::data {
 
@@ -37,12 +37,12 @@ std::filesystem::path shard_path(const std::filesystem::path& dir, std::string_v
 
 // JSON text of meta; doubles are printed so they read back bit-exact.
 std::string meta_to_json(const dataset_meta& meta);
-store::status write_meta(const std::filesystem::path& dir, const dataset_meta& meta);
-store::expected<dataset_meta> read_meta(const std::filesystem::path& dir);
+status write_meta(const std::filesystem::path& dir, const dataset_meta& meta);
+expected<dataset_meta> read_meta(const std::filesystem::path& dir);
 
 // All shards of `split` ("train" or "val") as listed by meta.json, each
 // verified by read_shard and checked against meta's vocab_size.
-store::expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
+expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
                                                                    std::string_view split);
 
 } // namespace tutti::data

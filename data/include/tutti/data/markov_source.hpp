@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::data {
 
@@ -34,13 +34,13 @@ class markov_source {
   // (normalized Exp(1) draws raised to `unevenness`). The successor sets are
   // built so the chain is irreducible and aperiodic (see the .cpp), which
   // makes the entropy rate well defined and generated text ergodic.
-  static store::expected<markov_source> random(std::uint32_t vocab, std::uint64_t seed,
+  static expected<markov_source> random(std::uint32_t vocab, std::uint64_t seed,
                                                std::uint32_t branching = 4, double unevenness = 2.0);
 
   // Hand-built chain, e.g. for tests: table[a * vocab + b] lists P(. | a, b).
   // Each row's probabilities must be positive and sum to 1 (within 1e-9),
   // and every pair state must reach every other (so H is unique).
-  static store::expected<markov_source> from_table(std::uint32_t vocab,
+  static expected<markov_source> from_table(std::uint32_t vocab,
                                                    std::vector<std::vector<successor>> table);
 
   std::uint32_t vocab() const { return vocab_; }
@@ -54,8 +54,8 @@ class markov_source {
   std::vector<std::int32_t> generate(std::uint64_t n, std::uint64_t seed) const;
 
  private:
-  store::status check_strongly_connected() const;
-  store::status compute_entropy_rate();
+  status check_strongly_connected() const;
+  status compute_entropy_rate();
 
   std::uint32_t vocab_ = 0;
   // Compressed rows: context a * vocab + b owns successors_[row_begin_[ctx],

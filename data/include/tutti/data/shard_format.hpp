@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::data {
 
@@ -41,17 +41,17 @@ std::uint32_t token_width_for(std::uint32_t vocab_size);
 
 // Serializes tokens (each in [0, vocab_size)) into the file format.
 // token_width 0 picks token_width_for(vocab_size).
-store::expected<std::string> encode_shard(const std::vector<std::int32_t>& tokens,
+expected<std::string> encode_shard(const std::vector<std::int32_t>& tokens,
                                           std::uint32_t vocab_size, std::uint32_t token_width = 0);
 
 // Validates and decodes file bytes; `name` appears in error messages.
-store::expected<shard> decode_shard(std::string_view bytes, std::string_view name);
+expected<shard> decode_shard(std::string_view bytes, std::string_view name);
 
 // encode_shard + store::write_file_atomic.
-store::status write_shard(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens,
+status write_shard(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens,
                           std::uint32_t vocab_size, std::uint32_t token_width = 0);
 
 // store::read_file + decode_shard.
-store::expected<shard> read_shard(const std::filesystem::path& path);
+expected<shard> read_shard(const std::filesystem::path& path);
 
 } // namespace tutti::data

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tutti/data/dataset.hpp"
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::data {
 
@@ -16,7 +16,7 @@ namespace tutti::data {
 // size. The val stream is generated separately (its own derived seed), so it
 // is held out rather than a continuation of the train text. Only order 2 is
 // supported. meta.json records the exact entropy rate.
-store::status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab, std::uint32_t order,
+status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab, std::uint32_t order,
                             std::uint64_t seed, std::uint64_t tokens, double val_fraction = 0.1,
                             std::uint32_t shards = 2);
 
@@ -24,7 +24,7 @@ store::status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t 
 // the last val_fraction of its bytes go to validation. All train parts,
 // concatenated in input order, are cut into `shards` train shards; all val
 // parts make val-00000.tok. meta.json has entropy_rate_nats null.
-store::status prepare_dataset(const std::vector<std::filesystem::path>& inputs,
+status prepare_dataset(const std::vector<std::filesystem::path>& inputs,
                               const std::filesystem::path& out_dir, double val_fraction = 0.1,
                               std::uint32_t shards = 2);
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store {
 

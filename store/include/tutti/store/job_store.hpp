@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "tutti/store/expected.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti::store {
 
