@@ -169,30 +169,7 @@ void fill_zero(const stream&, T* x, int64_t n) {
   std::fill(x, x + n, T(0));
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void embedding_forward<T>(const stream&, const int32_t*, const T*,  \
-                                     T*, int64_t, int64_t);                    \
-  template void embedding_backward<T>(const stream&, const int32_t*,           \
-                                      const T*, T*, int64_t, int64_t);         \
-  template void rmsnorm_forward<T>(const stream&, const T*, const T*, T*, T*,  \
-                                   int64_t, int64_t, T);                       \
-  template void rmsnorm_backward<T>(const stream&, const T*, const T*,         \
-                                    const T*, const T*, T*, T*, int64_t,       \
-                                    int64_t);                                  \
-  template void rope_forward<T>(const stream&, T*, int64_t, int64_t, int64_t,  \
-                                int64_t, double);                              \
-  template void rope_backward<T>(const stream&, T*, int64_t, int64_t,          \
-                                 int64_t, int64_t, double);                    \
-  template void swiglu_forward<T>(const stream&, const T*, const T*, T*,       \
-                                  int64_t);                                    \
-  template void swiglu_backward<T>(const stream&, const T*, const T*,          \
-                                   const T*, T*, T*, int64_t);                 \
-  template double sum_squares<T>(const stream&, const T*, int64_t);            \
-  template void axpy<T>(const stream&, T, const T*, T*, int64_t);              \
-  template void fill_zero<T>(const stream&, T*, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_ELEMENTWISE
+#include "instantiate_ops.inc"
 
 } // namespace tutti::kernels::cpu
