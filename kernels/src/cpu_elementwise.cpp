@@ -5,6 +5,7 @@
 // so float and double agree closely and the loop order is fixed.
 
 #include "backends.hpp"
+#include "host_device.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -121,14 +122,7 @@ void rope_backward(const stream&, T* dx, int64_t batch, int64_t seq,
 
 // -- SwiGLU -----------------------------------------------------------------------
 
-namespace {
-// Written so that exp never overflows for large |g|.
-inline double sigmoid(double g) {
-  if (g >= 0.0) return 1.0 / (1.0 + std::exp(-g));
-  const double e = std::exp(g);
-  return e / (1.0 + e);
-}
-} // namespace
+using detail::sigmoid;
 
 template <class T>
 void swiglu_forward(const stream&, const T* gate, const T* up, T* h,

@@ -6,6 +6,7 @@
 // pure function of the inputs.
 
 #include "backends.hpp"
+#include "host_device.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -189,14 +190,7 @@ int64_t apply_capacity(const stream&, int32_t* topk_idx, const T* topk_gate,
 template <class T>
 void bias_update(const stream&, T* bias, const int64_t* global_counts,
                  int64_t experts, double rate) {
-  double mean = 0.0;
-  for (int64_t e = 0; e < experts; ++e) mean += double(global_counts[e]);
-  mean /= double(experts);
-  for (int64_t e = 0; e < experts; ++e) {
-    const double diff = mean - double(global_counts[e]);
-    const double sign = diff > 0.0 ? 1.0 : (diff < 0.0 ? -1.0 : 0.0);
-    bias[e] += T(rate * sign);
-  }
+  detail::balance_bias(bias, global_counts, experts, rate);
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_ROUTER

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "../host_device.hpp"
 #include "cuda_common.cuh"
 
 namespace tutti::kernels::cuda {
@@ -105,11 +106,7 @@ void launch_rope(const stream& s, T* x, int64_t batch, int64_t seq,
 
 // -- SwiGLU ---------------------------------------------------------------------------
 
-__device__ inline double sigmoid(double g) {
-  if (g >= 0.0) return 1.0 / (1.0 + exp(-g));
-  const double e = exp(g);
-  return e / (1.0 + e);
-}
+using detail::sigmoid;
 
 template <class T>
 __global__ void swiglu_fwd(const T* gate, const T* up, T* h, int64_t n) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../host_device.hpp"
 #include "cuda_common.cuh"
 
 namespace tutti::kernels::cuda {
@@ -170,18 +171,11 @@ struct dropped_term {
   }
 };
 
+// A handful of experts: one thread, the CPU's code and order.
 template <class T>
 __global__ void bias_update_kernel(T* bias, const int64_t* counts,
                                    int64_t experts, double rate) {
-  // A handful of experts: one thread, the CPU's exact order.
-  double mean = 0.0;
-  for (int64_t e = 0; e < experts; ++e) mean += double(counts[e]);
-  mean /= double(experts);
-  for (int64_t e = 0; e < experts; ++e) {
-    const double diff = mean - double(counts[e]);
-    const double sign = diff > 0.0 ? 1.0 : (diff < 0.0 ? -1.0 : 0.0);
-    bias[e] += T(rate * sign);
-  }
+  detail::balance_bias(bias, counts, experts, rate);
 }
 
 } // namespace
