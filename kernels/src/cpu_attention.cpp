@@ -102,16 +102,7 @@ void attention_backward(const stream&, const T* q, const T* k, const T* v,
   }
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void attention_forward<T>(const stream&, const T*, const T*,        \
-                                     const T*, T*, T*, int64_t, int64_t,       \
-                                     int64_t, int64_t, int64_t);               \
-  template void attention_backward<T>(                                         \
-      const stream&, const T*, const T*, const T*, const T*, const T*, T*,     \
-      T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_ATTENTION
+#include "instantiate_ops.inc"
 
 } // namespace tutti::kernels::cpu

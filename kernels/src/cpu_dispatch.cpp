@@ -95,25 +95,7 @@ void scatter_rows(const stream&, const T* src, const int64_t* index, T* dst,
     std::memcpy(dst + index[i] * dim, src + i * dim, sizeof(T) * dim);
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void permute_rows<T>(const stream&, const T*, const int32_t*, T*,   \
-                                int64_t, int64_t, int64_t);                    \
-  template void permute_rows_backward<T>(const stream&, const T*,              \
-                                         const int32_t*, T*, int64_t, int64_t, \
-                                         int64_t);                             \
-  template void unpermute_combine<T>(const stream&, const T*, const int32_t*,  \
-                                     const T*, T*, int64_t, int64_t, int64_t,  \
-                                     int64_t);                                 \
-  template void unpermute_combine_backward<T>(                                 \
-      const stream&, const T*, const T*, const int32_t*, const T*, T*, T*,     \
-      int64_t, int64_t, int64_t, int64_t);                                     \
-  template void gather_rows<T>(const stream&, const T*, const int64_t*, T*,    \
-                               int64_t, int64_t);                              \
-  template void scatter_rows<T>(const stream&, const T*, const int64_t*, T*,   \
-                                int64_t, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_DISPATCH
+#include "instantiate_ops.inc"
 
 } // namespace tutti::kernels::cpu

@@ -5,6 +5,7 @@
 // so float and double agree closely and the loop order is fixed.
 
 #include "backends.hpp"
+#include "host_device.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -121,14 +122,7 @@ void rope_backward(const stream&, T* dx, int64_t batch, int64_t seq,
 
 // -- SwiGLU -----------------------------------------------------------------------
 
-namespace {
-// Written so that exp never overflows for large |g|.
-inline double sigmoid(double g) {
-  if (g >= 0.0) return 1.0 / (1.0 + std::exp(-g));
-  const double e = std::exp(g);
-  return e / (1.0 + e);
-}
-} // namespace
+using detail::sigmoid;
 
 template <class T>
 void swiglu_forward(const stream&, const T* gate, const T* up, T* h,
@@ -169,30 +163,7 @@ void fill_zero(const stream&, T* x, int64_t n) {
   std::fill(x, x + n, T(0));
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void embedding_forward<T>(const stream&, const int32_t*, const T*,  \
-                                     T*, int64_t, int64_t);                    \
-  template void embedding_backward<T>(const stream&, const int32_t*,           \
-                                      const T*, T*, int64_t, int64_t);         \
-  template void rmsnorm_forward<T>(const stream&, const T*, const T*, T*, T*,  \
-                                   int64_t, int64_t, T);                       \
-  template void rmsnorm_backward<T>(const stream&, const T*, const T*,         \
-                                    const T*, const T*, T*, T*, int64_t,       \
-                                    int64_t);                                  \
-  template void rope_forward<T>(const stream&, T*, int64_t, int64_t, int64_t,  \
-                                int64_t, double);                              \
-  template void rope_backward<T>(const stream&, T*, int64_t, int64_t,          \
-                                 int64_t, int64_t, double);                    \
-  template void swiglu_forward<T>(const stream&, const T*, const T*, T*,       \
-                                  int64_t);                                    \
-  template void swiglu_backward<T>(const stream&, const T*, const T*,          \
-                                   const T*, T*, T*, int64_t);                 \
-  template double sum_squares<T>(const stream&, const T*, int64_t);            \
-  template void axpy<T>(const stream&, T, const T*, T*, int64_t);              \
-  template void fill_zero<T>(const stream&, T*, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_ELEMENTWISE
+#include "instantiate_ops.inc"
 
 } // namespace tutti::kernels::cpu

@@ -69,19 +69,7 @@ void adamw_step(const stream&, T* param, const T* grad, T* m, T* v, int64_t n,
   }
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template double cross_entropy_forward<T>(const stream&, const T*,            \
-                                           const int32_t*, T*, int64_t,        \
-                                           int64_t);                           \
-  template void cross_entropy_backward<T>(const stream&, const T*,             \
-                                          const int32_t*, const T*, T*,        \
-                                          int64_t, int64_t, T);                \
-  template void adamw_step<T>(const stream&, T*, const T*, T*, T*, int64_t,    \
-                              double, double, double, double, double, int64_t, \
-                              double);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM
+#include "instantiate_ops.inc"
 
 } // namespace tutti::kernels::cpu

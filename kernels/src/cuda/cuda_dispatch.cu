@@ -286,27 +286,14 @@ void scatter_rows(const stream& s, const T* src, const int64_t* index, T* dst,
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void add_rows_by_key<T>(const stream&, const int32_t*, int64_t,     \
-                                   const T*, T*, int64_t, int64_t);            \
-  template void permute_rows<T>(const stream&, const T*, const int32_t*, T*,   \
-                                int64_t, int64_t, int64_t);                    \
-  template void permute_rows_backward<T>(const stream&, const T*,              \
-                                         const int32_t*, T*, int64_t, int64_t, \
-                                         int64_t);                             \
-  template void unpermute_combine<T>(const stream&, const T*, const int32_t*,  \
-                                     const T*, T*, int64_t, int64_t, int64_t,  \
-                                     int64_t);                                 \
-  template void unpermute_combine_backward<T>(                                 \
-      const stream&, const T*, const T*, const int32_t*, const T*, T*, T*,     \
-      int64_t, int64_t, int64_t, int64_t);                                     \
-  template void gather_rows<T>(const stream&, const T*, const int64_t*, T*,    \
-                               int64_t, int64_t);                              \
-  template void scatter_rows<T>(const stream&, const T*, const int64_t*, T*,   \
-                                int64_t, int64_t);
+// add_rows_by_key is this backend's own helper (cuda_common.cuh), not an op.
+template void add_rows_by_key<float>(const stream&, const int32_t*, int64_t,
+                                     const float*, float*, int64_t, int64_t);
+template void add_rows_by_key<double>(const stream&, const int32_t*, int64_t,
+                                      const double*, double*, int64_t,
+                                      int64_t);
 
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_DISPATCH
+#include "../instantiate_ops.inc"
 
 } // namespace tutti::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "../host_device.hpp"
 #include "cuda_common.cuh"
 
 namespace tutti::kernels::cuda {
@@ -91,13 +92,21 @@ __global__ void rope_apply(T* x, int64_t batch, int64_t seq, int64_t heads,
   }
 }
 
+template <class T>
+void launch_rope(const stream& s, T* x, int64_t batch, int64_t seq,
+                 int64_t heads, int64_t head_dim, double theta,
+                 double direction) {
+  const int64_t pairs = batch * seq * heads * (head_dim / 2);
+  if (pairs == 0) return;
+  rope_apply<<<grid_for(pairs), kThreads, 0, raw(s)>>>(x, batch, seq, heads,
+                                                      head_dim, theta,
+                                                      direction);
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
+
 // -- SwiGLU ---------------------------------------------------------------------------
 
-__device__ inline double sigmoid(double g) {
-  if (g >= 0.0) return 1.0 / (1.0 + exp(-g));
-  const double e = exp(g);
-  return e / (1.0 + e);
-}
+using detail::sigmoid;
 
 template <class T>
 __global__ void swiglu_fwd(const T* gate, const T* up, T* h, int64_t n) {
@@ -170,22 +179,14 @@ void rmsnorm_backward(const stream& s, const T* x, const T* w, const T* rstd,
 template <class T>
 void rope_forward(const stream& s, T* x, int64_t batch, int64_t seq,
                   int64_t heads, int64_t head_dim, double theta) {
-  const int64_t pairs = batch * seq * heads * (head_dim / 2);
-  if (pairs == 0) return;
-  rope_apply<<<grid_for(pairs), kThreads, 0, raw(s)>>>(x, batch, seq, heads,
-                                                      head_dim, theta, 1.0);
-  TUTTI_CUDA_LAUNCH_CHECK();
+  launch_rope(s, x, batch, seq, heads, head_dim, theta, 1.0);
 }
 
 template <class T>
 void rope_backward(const stream& s, T* dx, int64_t batch, int64_t seq,
                    int64_t heads, int64_t head_dim, double theta) {
   // The transpose of a rotation is its inverse: rotate by -angle.
-  const int64_t pairs = batch * seq * heads * (head_dim / 2);
-  if (pairs == 0) return;
-  rope_apply<<<grid_for(pairs), kThreads, 0, raw(s)>>>(dx, batch, seq, heads,
-                                                      head_dim, theta, -1.0);
-  TUTTI_CUDA_LAUNCH_CHECK();
+  launch_rope(s, dx, batch, seq, heads, head_dim, theta, -1.0);
 }
 
 template <class T>
@@ -223,30 +224,7 @@ void fill_zero(const stream& s, T* x, int64_t n) {
   TUTTI_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(T) * n, raw(s)));
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void embedding_forward<T>(const stream&, const int32_t*, const T*,  \
-                                     T*, int64_t, int64_t);                    \
-  template void embedding_backward<T>(const stream&, const int32_t*,           \
-                                      const T*, T*, int64_t, int64_t);         \
-  template void rmsnorm_forward<T>(const stream&, const T*, const T*, T*, T*,  \
-                                   int64_t, int64_t, T);                       \
-  template void rmsnorm_backward<T>(const stream&, const T*, const T*,         \
-                                    const T*, const T*, T*, T*, int64_t,       \
-                                    int64_t);                                  \
-  template void rope_forward<T>(const stream&, T*, int64_t, int64_t, int64_t,  \
-                                int64_t, double);                              \
-  template void rope_backward<T>(const stream&, T*, int64_t, int64_t,          \
-                                 int64_t, int64_t, double);                    \
-  template void swiglu_forward<T>(const stream&, const T*, const T*, T*,       \
-                                  int64_t);                                    \
-  template void swiglu_backward<T>(const stream&, const T*, const T*,          \
-                                   const T*, T*, T*, int64_t);                 \
-  template double sum_squares<T>(const stream&, const T*, int64_t);            \
-  template void axpy<T>(const stream&, T, const T*, T*, int64_t);              \
-  template void fill_zero<T>(const stream&, T*, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_ELEMENTWISE
+#include "../instantiate_ops.inc"
 
 } // namespace tutti::kernels::cuda

@@ -190,21 +190,7 @@ void grouped_linear_backward(const stream& s, const T* x, const T* w,
   }
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void linear_forward<T>(const stream&, const T*, const T*, T*,       \
-                                  int64_t, int64_t, int64_t);                  \
-  template void linear_backward<T>(const stream&, const T*, const T*,          \
-                                   const T*, T*, T*, int64_t, int64_t,         \
-                                   int64_t);                                   \
-  template void grouped_linear_forward<T>(const stream&, const T*, const T*,   \
-                                          const int64_t*, int64_t, T*,         \
-                                          int64_t, int64_t);                   \
-  template void grouped_linear_backward<T>(                                    \
-      const stream&, const T*, const T*, const T*, const int64_t*, int64_t,    \
-      T*, T*, int64_t, int64_t);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_LINEAR
+#include "../instantiate_ops.inc"
 
 } // namespace tutti::kernels::cuda

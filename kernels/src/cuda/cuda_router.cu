@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../host_device.hpp"
 #include "cuda_common.cuh"
 
 namespace tutti::kernels::cuda {
@@ -170,18 +171,11 @@ struct dropped_term {
   }
 };
 
+// A handful of experts: one thread, the CPU's code and order.
 template <class T>
 __global__ void bias_update_kernel(T* bias, const int64_t* counts,
                                    int64_t experts, double rate) {
-  // A handful of experts: one thread, the CPU's exact order.
-  double mean = 0.0;
-  for (int64_t e = 0; e < experts; ++e) mean += double(counts[e]);
-  mean /= double(experts);
-  for (int64_t e = 0; e < experts; ++e) {
-    const double diff = mean - double(counts[e]);
-    const double sign = diff > 0.0 ? 1.0 : (diff < 0.0 ? -1.0 : 0.0);
-    bias[e] += T(rate * sign);
-  }
+  detail::balance_bias(bias, counts, experts, rate);
 }
 
 } // namespace
@@ -282,30 +276,7 @@ void bias_update(const stream& s, T* bias, const int64_t* global_counts,
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
-#define TUTTI_INSTANTIATE(T)                                                   \
-  template void router_topk_forward<T>(const stream&, const T*, const T*,      \
-                                       int32_t*, T*, T*, int64_t, int64_t,     \
-                                       int64_t, T);                            \
-  template void router_topk_backward<T>(const stream&, const int32_t*,         \
-                                        const T*, const T*, T*, int64_t,       \
-                                        int64_t, int64_t, T);                  \
-  template double switch_loss_forward<T>(const stream&, const T*, const T*,    \
-                                         int64_t, int64_t, double, int64_t);   \
-  template void switch_loss_backward<T>(const stream&, const T*, const T*,     \
-                                        T*, int64_t, int64_t, double, int64_t, \
-                                        T);                                    \
-  template double z_loss_forward<T>(const stream&, const T*, int64_t, int64_t, \
-                                    double, int64_t);                          \
-  template void z_loss_backward<T>(const stream&, const T*, T*, int64_t,       \
-                                   int64_t, double, int64_t);                  \
-  template int64_t apply_capacity<T>(const stream&, int32_t*, const T*,        \
-                                     int64_t*, int64_t, int64_t, int64_t,      \
-                                     int64_t);                                 \
-  template void bias_update<T>(const stream&, T*, const int64_t*, int64_t,     \
-                               double);
-
-TUTTI_INSTANTIATE(float)
-TUTTI_INSTANTIATE(double)
-#undef TUTTI_INSTANTIATE
+#define TUTTI_OPS_FAMILY TUTTI_OPS_ROUTER
+#include "../instantiate_ops.inc"
 
 } // namespace tutti::kernels::cuda
