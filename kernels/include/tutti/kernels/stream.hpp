@@ -29,7 +29,7 @@ inline stream cuda_stream(void* cuda_stream_handle,
 }
 
 // Makes the calling thread's BLAS single-threaded: one rank, one core, and
-// results that do not depend on scheduling (DESIGN.md §8).
+// results that do not depend on scheduling.
 void use_single_threaded_blas();
 
 } // namespace tutti::kernels

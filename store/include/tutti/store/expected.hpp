@@ -1,5 +1,5 @@
 #pragma once
-// Errors are values at part boundaries (DESIGN.md §8). Two shapes only:
+// Errors are values at part boundaries. Two shapes only:
 //   status       - nullopt on success, else a one-line message.
 //   expected<T>  - a value, or a non-empty message in `error`.
 // Messages name the file (and offset, where there is one) so an operator
