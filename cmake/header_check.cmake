@@ -50,6 +50,15 @@ foreach(include_dir IN LISTS tutti_header_check_parts)
   endforeach()
 endforeach()
 
+# Drop the files of headers that have gone (renamed, moved, deleted).
+file(GLOB tutti_header_check_stale "${PROJECT_BINARY_DIR}/header_check/*.cpp")
+if(tutti_header_check_sources)
+  list(REMOVE_ITEM tutti_header_check_stale ${tutti_header_check_sources})
+endif()
+if(tutti_header_check_stale)
+  file(REMOVE ${tutti_header_check_stale})
+endif()
+
 add_library(tutti_header_check OBJECT ${tutti_header_check_sources})
 list(LENGTH tutti_header_check_sources tutti_header_check_count)
 message(STATUS "tutti: header check covers ${tutti_header_check_count} public headers")
