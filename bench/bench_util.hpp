@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the benchmarks: a clock, medians and the one table format they
-// all print (DESIGN.md §7): every figure next to an anchor measured in the
+// all print: every figure next to an anchor measured in the
 // same run, because these machines are noisy and only ratios travel.
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// GPU benchmark table (DESIGN.md §7), each figure next to an anchor measured
+// GPU benchmark table, each figure next to an anchor measured
 // in the same run on the same GPU:
 //   - experts' grouped GEMM TFLOP/s (fp32, bf16) vs one cuBLAS GEMM of the
 //     same FLOPs (same rows in total, same k and n);

@@ -38,7 +38,7 @@ systemd)
   [ -n "$out" ] && echo "$out"
   [ $rc -eq 0 ] || fail "systemd-analyze verify exited $rc"
   [ -z "$out" ] || fail "systemd-analyze verify reported problems"
-  # What the issue asks of the unit.
+  # What a node daemon's unit must do: restart on failure, know its node rank.
   grep -q '^Restart=on-failure$' "$unit" || fail "no Restart=on-failure"
   grep -q -- '--node-rank' "$unit" || fail "ExecStart passes no --node-rank"
   echo "ok: $unit"

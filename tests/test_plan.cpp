@@ -1,4 +1,4 @@
-// `tutti plan`: the seed's 8192-GPU example prints the whole table and a
+// `tutti plan`: the users' 8192-GPU example prints the whole table and a
 // warning naming cluster_config.device_memory_gb, within a second; on the
 // quickstart model its numbers agree with what `tutti run` reports: the
 // parameter count it prints at start, and the all-to-all bytes it logs at
@@ -55,7 +55,7 @@ std::vector<std::vector<int64_t>> expert_counts(const std::string& line) {
 
 } // namespace
 
-TEST_CASE("tutti plan on the seed's 8192-GPU config: the table, a warning "
+TEST_CASE("tutti plan on the users' 8192-GPU config: the table, a warning "
           "naming device_memory_gb, under a second",
           "[unit]") {
   const auto config = source_dir() + "/configs/seed_8192.yaml";

@@ -1,9 +1,9 @@
-// The coordinator's failure handling (DESIGN.md §5): a failed rank, an
+// The coordinator's failure handling: a failed rank, an
 // escalated supervisor, a lost node or a silent one makes it pause the job,
 // have every node abort its ranks' communicators at once, wait (up to
 // recovery.max_wait_s, then paused until it returns) for every node to be
 // back, and start a new membership epoch from the newest committed
-// checkpoint.
+// checkpoint (docs/ARCHITECTURE.md, "Failures and recovery").
 
 #include <caf/send.hpp>
 

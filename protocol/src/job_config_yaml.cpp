@@ -108,7 +108,7 @@ public:
     }
   }
 
-  // The seed's `communication_buffer_size: "auto"`, or a byte count.
+  // The users' `communication_buffer_size: "auto"`, or a byte count.
   void read_size_or_auto(const std::string& key, int64_t& out) {
     seen_.insert(key);
     if (!node_ || !node_.IsMap() || !node_[key] || node_[key].IsNull())

@@ -76,7 +76,7 @@ struct moe_config {
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
   double bias_update_rate = 0.0; // 0 = off
-  std::string all_to_all_communication = "enabled"; // the seed's key
+  std::string all_to_all_communication = "enabled"; // the users' key
   int64_t communication_buffer_size = 0;            // bytes; 0 = auto
   // The combine all-to-all (forward, and the input gradients backward) in
   // up to this many chunks of a rank's experts, each sent while the expert

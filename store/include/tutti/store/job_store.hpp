@@ -1,5 +1,5 @@
 #pragma once
-// The durable state of one daemon (DESIGN.md §4): job spec, job state,
+// The durable state of one daemon: job spec, job state,
 // committed checkpoints and an append-only event log, in one RocksDB under
 // the daemon's data dir. This header is the whole interface: nothing outside
 // store/ sees RocksDB (pimpl), so the engine never depends on its headers.
