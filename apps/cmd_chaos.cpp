@@ -1,16 +1,13 @@
 // tutti chaos TARGET FAULT [--rank R] [--node N] [--seconds S]: inject a
-// fault into a live job. tutti status TARGET [--json]: the job's state.
-// TARGET is the job's config or the coordinator's HOST:PORT.
-
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
+// fault into a live job. TARGET is the job's config, the coordinator's
+// HOST:PORT or any daemon's.
 
 #include <cstdio>
 #include <set>
 
+#include "command_line.hpp"
 #include "commands.hpp"
-#include "coordinator_client.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/client/job_client.hpp"
 
 namespace tutti::cli {
 
@@ -22,121 +19,65 @@ const std::set<std::string> rank_faults{
 const std::set<std::string> node_faults{"kill_writer", "crash_checkpoint",
                                         "kill_daemon"};
 
-const char* chaos_usage =
-  "usage: tutti chaos CONFIG|HOST:PORT FAULT [--rank R] [--node N] "
-  "[--seconds S]\n"
+const char* fault_list =
   "faults on a rank:  kill_expert raise_expert nan_expert kill_loader\n"
   "                   kill_rank hang_rank slow_rank (--seconds per step)\n"
-  "faults on a node:  kill_writer crash_checkpoint kill_daemon\n";
+  "faults on a node:  kill_writer crash_checkpoint kill_daemon";
 
-bool parse_number(const std::string& text, double& out) {
-  try {
-    size_t used = 0;
-    out = std::stod(text, &used);
-    return used == text.size();
-  } catch (const std::exception&) {
+// --rank and --node: absent (-1) or a whole number >= 0.
+bool whole_or_absent(const po::variables_map& vm, const char* name,
+                     int64_t& out) {
+  if (!vm.count(name))
+    return true;
+  const double value = vm[name].as<double>();
+  if (value < 0 || value != static_cast<double>(static_cast<int64_t>(value)))
     return false;
-  }
+  out = static_cast<int64_t>(value);
+  return true;
 }
 
 } // namespace
 
 int chaos_command(const std::vector<std::string>& args) {
-  std::vector<std::string> positional;
+  command_line cl("chaos",
+                  "CONFIG|HOST:PORT FAULT [--rank R] [--node N] [--seconds S]",
+                  fault_list);
+  cl.options()("rank", po::value<double>(), "the rank to hit")(
+    "node", po::value<double>(), "the node to hit")(
+    "seconds", po::value<double>(), "slow_rank: added seconds per step");
+  cl.positional("target").positional("fault");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("fault"))
+    return cl.bad("usage: tutti chaos CONFIG|HOST:PORT FAULT "
+                  "[--rank R] [--node N] [--seconds S]");
   chaos_request req;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(chaos_usage, stdout);
-      return 0;
-    }
-    if (a == "--rank" || a == "--node" || a == "--seconds") {
-      double value = 0;
-      if (i + 1 >= args.size() || !parse_number(args[i + 1], value))
-        return fail(2, "chaos: " + a + " needs a number");
-      ++i;
-      if (a == "--seconds")
-        req.seconds = value;
-      else if (value < 0 || value != static_cast<int64_t>(value))
-        return fail(2, "chaos: " + a + " must be a whole number >= 0");
-      else
-        (a == "--rank" ? req.rank : req.node) = static_cast<int64_t>(value);
-    } else if (!a.empty() && a[0] == '-') {
-      return fail(2, "chaos: unknown option '" + a + "'");
-    } else {
-      positional.push_back(a);
-    }
-  }
-  if (positional.size() != 2)
-    return fail(2, "chaos: usage: tutti chaos CONFIG|HOST:PORT FAULT "
-                   "[--rank R] [--node N] [--seconds S]");
-  req.fault = positional[1];
+  req.fault = vm["fault"].as<std::string>();
+  for (const char* name : {"rank", "node"})
+    if (!whole_or_absent(vm, name,
+                         std::string(name) == "rank" ? req.rank : req.node))
+      return cl.bad(std::string("--") + name + " must be a whole number >= 0");
+  if (vm.count("seconds"))
+    req.seconds = vm["seconds"].as<double>();
   if (!rank_faults.count(req.fault) && !node_faults.count(req.fault))
-    return fail(2, "chaos: unknown fault '" + req.fault
-                     + "' (see tutti chaos --help)");
+    return cl.bad("unknown fault '" + req.fault
+                  + "' (see tutti chaos --help)");
   if (rank_faults.count(req.fault) && req.rank < 0)
-    return fail(2, "chaos: " + req.fault + " needs --rank");
+    return cl.bad(req.fault + " needs --rank");
   if (node_faults.count(req.fault) && req.node < 0 && req.rank < 0)
-    return fail(2, "chaos: " + req.fault + " needs --node");
+    return cl.bad(req.fault + " needs --node");
   if (req.fault == "slow_rank" && req.seconds <= 0)
-    return fail(2, "chaos: slow_rank needs --seconds > 0");
-  system_options opt;
-  opt.network = true;
-  tutti_system_config sys_cfg{opt};
-  caf::actor_system sys{sys_cfg};
-  coordinator_actor coordinator;
-  if (auto err = connect_coordinator(sys, positional[0], coordinator);
-      !err.empty())
-    return fail(1, "chaos: " + err);
-  caf::scoped_actor self{sys};
-  int status = 1;
-  self->request(coordinator, std::chrono::seconds(15), chaos_atom_v, req)
-    .receive(
-      [&](const std::string& done) {
-        std::printf("%s\n", done.c_str());
-        status = 0;
-      },
-      [&](caf::error& err) { status = fail(1, "chaos: " + sys.render(err)); });
-  return status;
-}
+    return cl.bad("slow_rank needs --seconds > 0");
 
-int status_command(const std::vector<std::string>& args) {
-  std::string target;
-  bool json = false;
-  for (const auto& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::printf("usage: tutti status CONFIG|HOST:PORT [--json]\n");
-      return 0;
-    }
-    if (a == "--json")
-      json = true;
-    else if (!a.empty() && a[0] == '-')
-      return fail(2, "status: unknown option '" + a + "'");
-    else if (target.empty())
-      target = a;
-    else
-      return fail(2, "status: more than one target given");
-  }
-  if (target.empty())
-    return fail(2, "status: usage: tutti status CONFIG|HOST:PORT [--json]");
-  system_options opt;
-  opt.network = true;
-  tutti_system_config sys_cfg{opt};
-  caf::actor_system sys{sys_cfg};
-  coordinator_actor coordinator;
-  if (auto err = connect_coordinator(sys, target, coordinator); !err.empty())
-    return fail(1, "status: " + err);
-  caf::scoped_actor self{sys};
-  int status = 1;
-  self->request(coordinator, std::chrono::seconds(10), status_atom_v)
-    .receive(
-      [&](const job_status& s) {
-        std::fputs((json ? status_json(s) + "\n" : status_text(s)).c_str(),
-                   stdout);
-        status = 0;
-      },
-      [&](caf::error& err) { status = fail(1, "status: " + sys.render(err)); });
-  return status;
+  client::job_client job;
+  if (auto s = job.connect(vm["target"].as<std::string>()); !s)
+    return fail(1, "chaos: " + s.message());
+  auto done = job.chaos(req);
+  if (!done)
+    return fail(1, "chaos: " + done.message());
+  std::printf("%s\n", done->c_str());
+  return 0;
 }
 
 } // namespace tutti::cli

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/job_store.hpp"
@@ -74,32 +75,78 @@ int show_shard(const fs::path& file) {
   return 0;
 }
 
+const char* ckpt_usage =
+  "list RUN_DIR | verify CHECKPOINT_DIR | show CHECKPOINT_DIR|SHARD_FILE";
+
+int show(const fs::path& target) {
+  if (!fs::is_directory(target))
+    return show_shard(target);
+  auto m = store::read_manifest(target);
+  if (!m.ok())
+    return fail(1, "ckpt show: " + m.message());
+  int status = 0;
+  for (const auto& s : m.value().shards)
+    status |= show_shard(target / s.file);
+  return status;
+}
+
+struct subcommand {
+  const char* name;
+  const char* operand;
+  const char* about;
+  int (*act)(const fs::path&);
+  bool must_exist;
+};
+
+const subcommand subcommands[] = {
+  {"list", "RUN_DIR", "committed checkpoints (step, size, time)", list,
+   false},
+  {"verify", "CHECKPOINT_DIR", "check every hash of a checkpoint", verify,
+   true},
+  {"show", "CHECKPOINT_DIR|SHARD_FILE",
+   "a shard's tensors (name, shape, dtype, hash)", show, true},
+};
+
+std::string ckpt_about() {
+  std::string out = "subcommands:\n";
+  for (const auto& sub : subcommands)
+    out += std::string("  ") + sub.name + " " + sub.operand + "\n      "
+           + sub.about + "\n";
+  return out + "'tutti ckpt SUBCOMMAND --help' describes each.";
+}
+
 } // namespace
 
 int ckpt_command(const std::vector<std::string>& args) {
-  if (args.size() != 2)
-    return fail(2, "ckpt: usage: tutti ckpt list RUN_DIR | verify "
-                   "CHECKPOINT_DIR | show CHECKPOINT_DIR|SHARD_FILE");
-  const fs::path target = args[1];
-  if (args[0] == "list")
-    return list(target);
-  if (!fs::exists(target))
-    return fail(2, "ckpt " + args[0] + ": " + target.string()
-                     + ": no such file or directory");
-  if (args[0] == "verify")
-    return verify(target);
-  if (args[0] == "show") {
-    if (fs::is_directory(target)) {
-      auto m = store::read_manifest(target);
-      if (!m.ok())
-        return fail(1, "ckpt show: " + m.message());
-      int status = 0;
-      for (const auto& s : m.value().shards)
-        status |= show_shard(target / s.file);
-      return status;
-    }
-    return show_shard(target);
+  const std::string usage_error =
+    std::string("ckpt: usage: tutti ckpt ") + ckpt_usage;
+  if (args.empty())
+    return fail(2, usage_error);
+  if (args[0] == "--help" || args[0] == "-h") {
+    command_line cl("ckpt", ckpt_usage, ckpt_about());
+    po::variables_map vm;
+    return cl.parse(args, vm).value_or(0);
   }
+  for (const auto& sub : subcommands) {
+    if (args[0] != sub.name)
+      continue;
+    command_line cl(std::string("ckpt ") + sub.name, sub.operand,
+                    sub.about);
+    cl.positional("target");
+    po::variables_map vm;
+    if (auto done = cl.parse({args.begin() + 1, args.end()}, vm))
+      return *done;
+    if (!vm.count("target"))
+      return fail(2, usage_error);
+    const fs::path target = vm["target"].as<std::string>();
+    if (sub.must_exist && !fs::exists(target))
+      return fail(2, "ckpt " + args[0] + ": " + target.string()
+                       + ": no such file or directory");
+    return sub.act(target);
+  }
+  if (!args[0].empty() && args[0][0] == '-')
+    return fail(2, "ckpt: unknown option '" + args[0] + "' ("
+                     + usage_error.substr(6) + ")");
   return fail(2, "ckpt: unknown subcommand '" + args[0]
                    + "' (list, verify or show)");
 }

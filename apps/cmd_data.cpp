@@ -1,53 +1,25 @@
 // tutti data synth | prepare
 
-#include <boost/program_options.hpp>
-
 #include <cstdio>
-#include <iostream>
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/data/synth.hpp"
 
-namespace po = boost::program_options;
-
 namespace tutti::cli {
 
-int fail(int status, const std::string& what) {
-  std::fprintf(stderr, "tutti: %s\n", what.c_str());
-  return status;
-}
-
 namespace {
-
-// Parses `args` against `desc`; returns false (after printing) on error or
-// --help, with `status` set to what the process should return.
-bool parse(const std::vector<std::string>& args,
-           const po::options_description& desc, po::variables_map& vm,
-           const char* name, int& status) {
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: tutti " << name << " [options]\n" << desc;
-      status = 0;
-      return false;
-    }
-    po::notify(vm);
-  } catch (const po::error& ex) {
-    status = fail(2, std::string(name) + ": " + ex.what());
-    return false;
-  }
-  return true;
-}
 
 int synth(const std::vector<std::string>& args) {
   std::string out;
   uint32_t vocab = 0, order = 2, shards = 2;
   uint64_t seed = 0, tokens = 0;
   double val_fraction = 0.1;
-  po::options_description desc("options");
-  desc.add_options()("help,h", "this text")(
-    "out", po::value(&out)->required(), "output directory")(
+  command_line cl("data synth", "--out DIR --vocab V --seed S --tokens N",
+                  "synthetic order-2 Markov token data (its entropy rate is "
+                  "known)");
+  cl.options()("out", po::value(&out)->required(), "output directory")(
     "vocab", po::value(&vocab)->required(), "vocabulary size")(
     "order", po::value(&order)->default_value(2), "Markov order (2)")(
     "seed", po::value(&seed)->required(), "random seed")(
@@ -56,9 +28,8 @@ int synth(const std::vector<std::string>& args) {
     "share held out")("shards", po::value(&shards)->default_value(2),
                       "train shards");
   po::variables_map vm;
-  int status = 0;
-  if (!parse(args, desc, vm, "data synth", status))
-    return status;
+  if (auto done = cl.parse(args, vm))
+    return *done;
   if (auto err = data::synth_dataset(out, vocab, order, seed, tokens,
                                      val_fraction, shards); !err)
     return fail(2, "data synth: " + err.message());
@@ -79,17 +50,17 @@ int prepare(const std::vector<std::string>& args) {
   std::string out;
   uint32_t shards = 2;
   double val_fraction = 0.1;
-  po::options_description desc("options");
-  desc.add_options()("help,h", "this text")(
+  command_line cl("data prepare", "--input FILE... --out DIR",
+                  "byte-level tokens from text files");
+  cl.options()(
     "input", po::value(&inputs)->multitoken()->required(), "text files")(
     "out", po::value(&out)->required(), "output directory")(
     "val-fraction", po::value(&val_fraction)->default_value(0.1),
     "share held out")("shards", po::value(&shards)->default_value(2),
                       "train shards");
   po::variables_map vm;
-  int status = 0;
-  if (!parse(args, desc, vm, "data prepare", status))
-    return status;
+  if (auto done = cl.parse(args, vm))
+    return *done;
   std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
   if (auto err = data::prepare_dataset(paths, out, val_fraction, shards); !err)
     return fail(2, "data prepare: " + err.message());
@@ -113,6 +84,17 @@ int data_command(const std::vector<std::string>& args) {
     return synth(rest);
   if (args[0] == "prepare")
     return prepare(rest);
+  if (args[0] == "--help" || args[0] == "-h") {
+    command_line cl("data", "synth|prepare [options]",
+                    "subcommands:\n"
+                    "  synth --out DIR ...            synthetic order-2 "
+                    "Markov token data\n"
+                    "  prepare --input F... --out DIR byte-level tokens from "
+                    "text files\n"
+                    "'tutti data SUBCOMMAND --help' describes each.");
+    po::variables_map vm;
+    return cl.parse(args, vm).value_or(0);
+  }
   return fail(2, "data: unknown subcommand '" + args[0]
                    + "' (synth or prepare)");
 }

@@ -2,60 +2,48 @@
 // a config. Exit 0 healthy, 3 when stragglers are named, 1 when the check
 // could not run, 2 on bad input.
 
-#include <caf/actor_system.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/scoped_actor.hpp>
-
 #include <cstdio>
 
+#include "command_line.hpp"
 #include "commands.hpp"
-#include "tutti/actors/interfaces.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/client/job_client.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti::cli {
 
 int diag_command(const std::vector<std::string>& args) {
-  if (args.size() != 1 || args[0].empty() || args[0][0] == '-') {
-    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-      std::printf("usage: tutti diag CONFIG\n");
-      return 0;
-    }
-    return fail(2, "diag: usage: tutti diag CONFIG");
-  }
+  command_line cl("diag", "CONFIG",
+                  "exit 0 healthy, 3 when stragglers are named, 1 when the "
+                  "check could not run");
+  cl.positional("config");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("config"))
+    return cl.bad("usage: tutti diag CONFIG");
   job_config cfg;
   try {
-    cfg = load_job_config(args[0]);
+    cfg = load_job_config(vm["config"].as<std::string>());
   } catch (const config_error& ex) {
     return fail(2, std::string("config: ") + ex.what());
   }
-  system_options opt;
-  opt.network = true;
-  tutti_system_config sys_cfg{opt};
-  caf::actor_system sys{sys_cfg};
-  auto coordinator = sys.middleman().remote_actor<coordinator_actor>(
-    cfg.cluster.coordinator_host(),
-    static_cast<uint16_t>(cfg.cluster.coordinator_port()));
-  if (!coordinator)
-    return fail(1, "diag: cannot reach the coordinator at "
-                     + cfg.cluster.coordinator + ": "
-                     + sys.render(coordinator.error()));
-  caf::scoped_actor self{sys};
-  int status = 1;
+  client::job_client job;
+  if (auto s = job.connect(client::endpoint{
+        cfg.cluster.coordinator_host(),
+        static_cast<uint16_t>(cfg.cluster.coordinator_port())});
+      !s)
+    return fail(1, "diag: " + s.message());
   // Each pair and size takes a few collectives; bound the wait by the
   // collective timeout with room for all of them.
-  auto timeout = std::chrono::milliseconds(cfg.cluster.collective_timeout_ms)
-                 + std::chrono::seconds(30 * cfg.cluster.nnodes);
-  self->request(*coordinator, timeout, diag_atom_v)
-    .receive(
-      [&](const diag_report& report) {
-        std::fputs(report.text.c_str(), stdout);
-        status = !report.ok ? 1 : report.stragglers.empty() ? 0 : 3;
-      },
-      [&](caf::error& err) {
-        status = fail(1, "diag: " + sys.render(err));
-      });
-  return status;
+  const auto timeout =
+    std::chrono::milliseconds(cfg.cluster.collective_timeout_ms)
+    + std::chrono::seconds(30 * cfg.cluster.nnodes);
+  auto report = job.diag(
+    std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  if (!report)
+    return fail(1, "diag: " + report.message());
+  std::fputs(report->text.c_str(), stdout);
+  return !report->ok ? 1 : report->stragglers.empty() ? 0 : 3;
 }
 
 } // namespace tutti::cli

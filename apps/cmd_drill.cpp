@@ -5,8 +5,7 @@
 // whether the loss curve is the reference's bit for bit. Exit 0 when the
 // job completed and every curve matched.
 
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -20,11 +19,11 @@
 
 #include "child_process.hpp"
 #include "commands.hpp"
-#include "coordinator_client.hpp"
+#include "command_line.hpp"
 #include "drill_plan.hpp"
 #include "job_start.hpp"
 #include "tutti/actors/local_job.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/client/job_client.hpp"
 
 namespace tutti::cli {
 
@@ -37,32 +36,38 @@ double since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// step -> the loss exactly as metrics.jsonl wrote it (%.17g).
-std::map<int64_t, std::string> losses(const fs::path& metrics) {
-  std::map<int64_t, std::string> out;
+// Each complete line of a metrics.jsonl as a JSON object (a line being
+// written, or a damaged one, is skipped).
+template <class F>
+void for_each_record(const fs::path& metrics, F&& use) {
   std::ifstream in(metrics);
   std::string line;
   while (std::getline(in, line)) {
-    long long step = 0;
-    auto at = line.find("\"loss\":");
-    if (std::sscanf(line.c_str(), "{\"step\":%lld", &step) != 1
-        || at == std::string::npos)
-      continue;
-    auto end = line.find(',', at);
-    out[step] = line.substr(at + 7, end - at - 7);
+    auto record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object())
+      use(record);
   }
+}
+
+// step -> the loss exactly as written (doubles round-trip, so equal text
+// is an equal value bit for bit; a NaN loss is null on both sides).
+std::map<int64_t, std::string> losses(const fs::path& metrics) {
+  std::map<int64_t, std::string> out;
+  for_each_record(metrics, [&](const nlohmann::json& r) {
+    auto step = r.find("step"), loss = r.find("loss");
+    if (step != r.end() && step->is_number_integer() && loss != r.end())
+      out[step->get<int64_t>()] = loss->dump();
+  });
   return out;
 }
 
 double median_step_time(const fs::path& metrics) {
   std::vector<double> times;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto at = line.find("\"step_time_s\":");
-    if (at != std::string::npos)
-      times.push_back(std::atof(line.c_str() + at + 14));
-  }
+  for_each_record(metrics, [&](const nlohmann::json& r) {
+    auto t = r.find("step_time_s");
+    if (t != r.end() && t->is_number())
+      times.push_back(t->get<double>());
+  });
   if (times.empty())
     return 0;
   std::nth_element(times.begin(), times.begin() + times.size() / 2,
@@ -73,35 +78,28 @@ double median_step_time(const fs::path& metrics) {
 // Polls the coordinator's status, reconnecting when it went away.
 class status_probe {
 public:
-  status_probe(caf::actor_system& sys, std::string address)
-    : sys_(sys), self_(sys), address_(std::move(address)) {}
+  explicit status_probe(std::string address) : address_(std::move(address)) {}
 
   std::optional<job_status> poll() {
-    if (!coordinator_ && !connect_coordinator(sys_, address_, coordinator_)
-                            .empty())
+    if (!job_.connected() && !job_.connect(address_))
       return std::nullopt;
-    std::optional<job_status> out;
-    self_->request(coordinator_, std::chrono::seconds(2), status_atom_v)
-      .receive([&](job_status& s) { out = std::move(s); },
-               [&](caf::error&) { coordinator_ = nullptr; });
-    return out;
+    auto s = job_.get_status(std::chrono::seconds(2));
+    if (!s) {
+      job_.disconnect();
+      return std::nullopt;
+    }
+    return std::move(*s);
   }
 
-  caf::expected<std::string> chaos(const chaos_request& req) {
-    caf::expected<std::string> out{std::string()};
-    if (!coordinator_)
-      return caf::make_error(caf::sec::invalid_argument, "not connected");
-    self_->request(coordinator_, std::chrono::seconds(10), chaos_atom_v, req)
-      .receive([&](std::string& s) { out = std::move(s); },
-               [&](caf::error& err) { out = std::move(err); });
-    return out;
+  expected<std::string> chaos(const chaos_request& req) {
+    if (!job_.connected())
+      return status::error("not connected");
+    return job_.chaos(req, std::chrono::seconds(10));
   }
 
 private:
-  caf::actor_system& sys_;
-  caf::scoped_actor self_;
+  client::job_client job_;
   std::string address_;
-  coordinator_actor coordinator_;
 };
 
 struct fault_result {
@@ -128,11 +126,7 @@ public:
       return fail(1, "drill: " + tuttid_.string() + " not found");
     if (!run_reference())
       return 1;
-    system_options opt;
-    opt.network = true;
-    tutti_system_config sys_cfg{opt};
-    caf::actor_system sys{sys_cfg};
-    status_probe probe(sys, plan_.job.cluster.coordinator_host() + ":"
+    status_probe probe(plan_.job.cluster.coordinator_host() + ":"
                               + std::to_string(
                                 plan_.job.cluster.coordinator_port()));
     for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n)
@@ -362,15 +356,19 @@ private:
 } // namespace
 
 int drill_command(const std::vector<std::string>& args) {
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::printf("usage: tutti drill DRILL.yaml\n");
-    return 0;
-  }
-  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
-    return fail(2, "drill: usage: tutti drill DRILL.yaml");
+  command_line cl("drill", "DRILL.yaml",
+                  "runs the drill's job fault-free, then on one tuttid per "
+                  "node while injecting\nits faults; reports detection, "
+                  "recovery and whether the loss curve matches");
+  cl.positional("drill");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("drill"))
+    return cl.bad("usage: tutti drill DRILL.yaml");
   drill_plan plan;
   try {
-    plan = load_drill_plan(args[0]);
+    plan = load_drill_plan(vm["drill"].as<std::string>());
   } catch (const config_error& ex) {
     return fail(2, std::string("drill: ") + ex.what());
   }

@@ -1,11 +1,14 @@
 // tutti export CHECKPOINT --format hf --out DIR: the weights of a checkpoint
 // as Hugging Face MixtralForCausalLM (config.json + model.safetensors).
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <sstream>
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -17,57 +20,61 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Hugging Face's config.json for the checkpoint's model. rope_theta and
+// rms_norm_eps are kept as text in the shard (exactly as configured) and
+// written as numbers.
 std::string config_json(const store::shard_meta& m) {
   auto i = [&](const char* k) { return m.ints.count(k) ? m.ints.at(k) : 0; };
-  auto s = [&](const char* k) {
-    return m.strings.count(k) ? m.strings.at(k) : std::string("0");
+  auto number = [&](const char* k) {
+    auto j = nlohmann::ordered_json::parse(
+      m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr,
+      false);
+    return j.is_number() ? j : nlohmann::ordered_json(0);
   };
-  std::ostringstream out;
-  out << "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n"
-      << "  \"model_type\": \"mixtral\",\n"
-      << "  \"vocab_size\": " << i("vocab_size") << ",\n"
-      << "  \"hidden_size\": " << i("hidden_size") << ",\n"
-      << "  \"intermediate_size\": " << i("intermediate_size") << ",\n"
-      << "  \"num_hidden_layers\": " << i("num_hidden_layers") << ",\n"
-      << "  \"num_attention_heads\": " << i("num_attention_heads") << ",\n"
-      << "  \"num_key_value_heads\": " << i("num_key_value_heads") << ",\n"
-      << "  \"head_dim\": "
-      << i("hidden_size") / std::max<int64_t>(1, i("num_attention_heads"))
-      << ",\n"
-      << "  \"max_position_embeddings\": " << i("max_seq_len") << ",\n"
-      << "  \"rope_theta\": " << s("rope_theta") << ",\n"
-      << "  \"rms_norm_eps\": " << s("rms_norm_eps") << ",\n"
-      << "  \"num_local_experts\": " << i("num_experts") << ",\n"
-      << "  \"num_experts_per_tok\": " << i("router_top_k") << ",\n"
-      << "  \"hidden_act\": \"silu\",\n"
-      << "  \"tie_word_embeddings\": false,\n"
-      << "  \"torch_dtype\": \"float32\",\n"
-      << "  \"tutti_step\": " << m.step << "\n}\n";
-  return out.str();
+  nlohmann::ordered_json j;
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["vocab_size"] = i("vocab_size");
+  j["hidden_size"] = i("hidden_size");
+  j["intermediate_size"] = i("intermediate_size");
+  j["num_hidden_layers"] = i("num_hidden_layers");
+  j["num_attention_heads"] = i("num_attention_heads");
+  j["num_key_value_heads"] = i("num_key_value_heads");
+  j["head_dim"] =
+    i("hidden_size") / std::max<int64_t>(1, i("num_attention_heads"));
+  j["max_position_embeddings"] = i("max_seq_len");
+  j["rope_theta"] = number("rope_theta");
+  j["rms_norm_eps"] = number("rms_norm_eps");
+  j["num_local_experts"] = i("num_experts");
+  j["num_experts_per_tok"] = i("router_top_k");
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = false;
+  j["torch_dtype"] = "float32";
+  j["tutti_step"] = m.step;
+  return j.dump(2) + "\n";
 }
 
 } // namespace
 
 int export_command(const std::vector<std::string>& args) {
-  std::string checkpoint, format, out;
-  for (size_t a = 0; a < args.size(); ++a) {
-    if (args[a] == "--format" && a + 1 < args.size())
-      format = args[++a];
-    else if (args[a] == "--out" && a + 1 < args.size())
-      out = args[++a];
-    else if (!args[a].empty() && args[a][0] != '-' && checkpoint.empty())
-      checkpoint = args[a];
-    else
-      return fail(2, "export: unexpected '" + args[a]
-                       + "' (usage: tutti export CHECKPOINT --format hf --out "
-                         "DIR)");
-  }
-  if (checkpoint.empty() || out.empty())
-    return fail(2, "export: usage: tutti export CHECKPOINT --format hf --out "
-                   "DIR");
+  command_line cl("export", "CHECKPOINT --format hf --out DIR",
+                  "the checkpoint's weights as Hugging Face "
+                  "MixtralForCausalLM\n(config.json + model.safetensors)");
+  cl.options()("format", po::value<std::string>(),
+               "hf (the only one)")(
+    "out", po::value<std::string>(), "output directory");
+  cl.positional("checkpoint");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("checkpoint") || !vm.count("out"))
+    return cl.bad("usage: tutti export CHECKPOINT --format hf --out DIR");
+  const auto checkpoint = vm["checkpoint"].as<std::string>();
+  const auto format =
+    vm.count("format") ? vm["format"].as<std::string>() : std::string();
+  const auto out = vm["out"].as<std::string>();
   if (format != "hf")
-    return fail(2, "export: --format: only hf is supported, got '" + format
-                     + "'");
+    return cl.bad("--format: only hf is supported, got '" + format + "'");
   if (auto err = store::verify_checkpoint(checkpoint); !err)
     return fail(2, "export: " + err.message());
   auto manifest = store::read_manifest(checkpoint);

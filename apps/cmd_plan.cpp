@@ -1,61 +1,70 @@
 // tutti plan CONFIG [--json]: memory, compute and traffic per rank.
 
-#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <cstdio>
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/model/capacity_plan.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti::cli {
 
+namespace {
+
+// Bytes as whole numbers, as an operator reads them.
+int64_t whole(double bytes) {
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+std::string plan_json(const model::capacity_plan& p) {
+  nlohmann::ordered_json j;
+  j["dense_params"] = p.dense_params;
+  j["expert_params_total"] = p.expert_params_total;
+  j["expert_params_per_rank"] = p.expert_params_per_rank;
+  j["active_params_per_token"] = p.active_params_per_token;
+  j["weights_bytes"] = whole(p.weights_bytes);
+  j["grads_bytes"] = whole(p.grads_bytes);
+  j["optimizer_bytes"] = whole(p.optimizer_bytes);
+  j["activation_bytes"] = whole(p.activation_bytes);
+  j["dispatch_buffer_bytes"] = whole(p.dispatch_buffer_bytes);
+  j["total_bytes"] = whole(p.total_bytes);
+  j["flops_per_token"] = p.flops_per_token;
+  j["flops_per_step"] = p.flops_per_step;
+  j["alltoall_bytes"] = whole(p.alltoall_bytes);
+  j["alltoall_cross_node_bytes"] = whole(p.alltoall_cross_node_bytes);
+  j["alltoall_cross_rack_bytes"] = whole(p.alltoall_cross_rack_bytes);
+  j["allreduce_bytes"] = whole(p.allreduce_bytes);
+  j["fits"] = p.warnings.empty();
+  return j.dump();
+}
+
+} // namespace
+
 int plan_command(const std::vector<std::string>& args) {
-  std::string path;
-  bool json = false;
-  for (const auto& a : args) {
-    if (a == "--json")
-      json = true;
-    else if (a == "--help" || a == "-h") {
-      std::printf("usage: tutti plan CONFIG [--json]\n");
-      return 0;
-    } else if (!a.empty() && a[0] == '-')
-      return fail(2, "plan: unknown option '" + a + "'");
-    else if (path.empty())
-      path = a;
-    else
-      return fail(2, "plan: more than one config given");
-  }
-  if (path.empty())
-    return fail(2, "plan: missing CONFIG (usage: tutti plan CONFIG)");
+  command_line cl("plan", "CONFIG [--json]",
+                  "memory, compute and traffic per rank; what does not fit, "
+                  "with the key to change");
+  cl.options()("json", "one JSON object instead of text");
+  cl.positional("config");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("config"))
+    return cl.bad("missing CONFIG (usage: tutti plan CONFIG)");
   job_config cfg;
   try {
-    cfg = load_job_config(path);
+    cfg = load_job_config(vm["config"].as<std::string>());
   } catch (const config_error& ex) {
     return fail(2, std::string("config: ") + ex.what());
   }
   auto p = model::make_capacity_plan(cfg);
-  if (json) {
-    std::printf(
-      "{\"dense_params\":%lld,\"expert_params_total\":%lld,"
-      "\"expert_params_per_rank\":%lld,\"active_params_per_token\":%lld,"
-      "\"weights_bytes\":%.0f,\"grads_bytes\":%.0f,\"optimizer_bytes\":%.0f,"
-      "\"activation_bytes\":%.0f,\"dispatch_buffer_bytes\":%.0f,"
-      "\"total_bytes\":%.0f,\"flops_per_token\":%.6g,\"flops_per_step\":%.6g,"
-      "\"alltoall_bytes\":%.0f,\"alltoall_cross_node_bytes\":%.0f,"
-      "\"alltoall_cross_rack_bytes\":%.0f,\"allreduce_bytes\":%.0f,"
-      "\"fits\":%s}\n",
-      static_cast<long long>(p.dense_params),
-      static_cast<long long>(p.expert_params_total),
-      static_cast<long long>(p.expert_params_per_rank),
-      static_cast<long long>(p.active_params_per_token), p.weights_bytes,
-      p.grads_bytes, p.optimizer_bytes, p.activation_bytes,
-      p.dispatch_buffer_bytes, p.total_bytes, p.flops_per_token,
-      p.flops_per_step, p.alltoall_bytes, p.alltoall_cross_node_bytes,
-      p.alltoall_cross_rack_bytes, p.allreduce_bytes,
-      p.warnings.empty() ? "true" : "false");
-  } else {
+  if (vm.count("json"))
+    std::printf("%s\n", plan_json(p).c_str());
+  else
     std::fputs(model::format_plan(cfg, p).c_str(), stdout);
-  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "job_start.hpp"
 #include "tutti/actors/local_job.hpp"
@@ -64,30 +65,22 @@ int check_data(const job_config& cfg, data::dataset_meta& meta) {
 } // namespace
 
 int run_command(const std::vector<std::string>& args) {
-  std::string path;
-  bool quiet = false, fresh = false, yes = false;
-  for (const auto& a : args) {
-    if (a == "--quiet")
-      quiet = true;
-    else if (a == "--fresh")
-      fresh = true;
-    else if (a == "--yes")
-      yes = true;
-    else if (a == "--help" || a == "-h") {
-      std::printf("usage: tutti run CONFIG [--quiet] [--fresh [--yes]]\n"
-                  "  continues an unfinished job in run.dir from its newest "
-                  "verified checkpoint;\n  --fresh starts over (asks first "
-                  "unless --yes)\n");
-      return 0;
-    } else if (!a.empty() && a[0] == '-')
-      return fail(2, "run: unknown option '" + a + "'");
-    else if (path.empty())
-      path = a;
-    else
-      return fail(2, "run: more than one config given");
-  }
-  if (path.empty())
-    return fail(2, "run: missing CONFIG (usage: tutti run CONFIG)");
+  command_line cl("run", "CONFIG [--quiet] [--fresh [--yes]]",
+                  "continues an unfinished job in run.dir from its newest "
+                  "verified checkpoint;\n--fresh starts over (asks first "
+                  "unless --yes)");
+  cl.options()("quiet", "no progress lines")(
+    "fresh", "forget the job's state and checkpoints, start over")(
+    "yes", "with --fresh: do not ask");
+  cl.positional("config");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("config"))
+    return cl.bad("missing CONFIG (usage: tutti run CONFIG)");
+  const auto path = vm["config"].as<std::string>();
+  const bool quiet = vm.count("quiet") > 0, fresh = vm.count("fresh") > 0,
+             yes = vm.count("yes") > 0;
 
   job_config cfg;
   try {

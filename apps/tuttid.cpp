@@ -26,6 +26,7 @@
 #include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
+#include "tutti/client/coordinator_connect.hpp"
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/protocol/job_config.hpp"
@@ -41,26 +42,6 @@ void on_signal(int) { interrupted.store(true); }
 int fail(int status, const std::string& what) {
   std::fprintf(stderr, "tuttid: %s\n", what.c_str());
   return status;
-}
-
-// Connects to the coordinator, retrying until `patience` has passed:
-// daemons may start in any order, and a coordinator may restart.
-caf::expected<coordinator_actor> connect(caf::actor_system& sys,
-                                         const job_config& cfg,
-                                         std::chrono::seconds patience) {
-  auto& mm = sys.middleman();
-  auto deadline = std::chrono::steady_clock::now() + patience;
-  caf::error last;
-  while (std::chrono::steady_clock::now() < deadline && !interrupted) {
-    auto handle = mm.remote_actor<coordinator_actor>(
-      cfg.cluster.coordinator_host(),
-      static_cast<uint16_t>(cfg.cluster.coordinator_port()));
-    if (handle)
-      return handle;
-    last = handle.error();
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return last;
 }
 
 // Publishes `handle` on loopback for the middleman and puts a basp_guard
@@ -154,12 +135,15 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   int status = 0;
   for (;;) {
     if (opt.node_rank != 0) {
-      auto handle = connect(sys, cfg, patience);
+      // Daemons start in any order, and a coordinator may restart.
+      auto handle = client::connect_coordinator(
+        sys,
+        {cfg.cluster.coordinator_host(),
+         static_cast<uint16_t>(cfg.cluster.coordinator_port())},
+        patience, [] { return interrupted.load(); });
       if (!handle)
-        return fail(1, "cannot reach the coordinator at "
-                         + cfg.cluster.coordinator + " within "
-                         + std::to_string(patience.count())
-                         + " s: " + sys.render(handle.error()));
+        return fail(1, handle.message() + " (waited "
+                         + std::to_string(patience.count()) + " s)");
       coordinator = *handle;
     }
     auto lost = run_node(sys, self, cfg, opt, coordinator, node_board,

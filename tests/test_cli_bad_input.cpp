@@ -1,13 +1,17 @@
 // The `tutti` command line on bad input: exit status 2, exactly one line
 // "tutti: ..." naming what is wrong, and nothing written (no run dir, no
-// output dir). Plus the `data prepare` happy path.
+// output dir). Plus the `data prepare` happy path, and --help on every
+// command.
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "test_support.hpp"
 #include "tutti/data/dataset.hpp"
@@ -403,4 +407,49 @@ TEST_CASE("chaos, status and drill on bad input: status 2, one line",
                    {"faults[0].when", "unknown key"});
     CHECK_FALSE(fs::exists(dir / "run"));
   }
+}
+
+TEST_CASE("every command tutti --help lists answers --help and -h",
+          "[unit]") {
+  auto dir = scratch("cli_bad_input/help");
+  auto overview = run(tutti_bin() + " --help", 30);
+  REQUIRE(overview.status == 0);
+  // "  ckpt list RUN_DIR ..." names `ckpt` and `ckpt list`; continuation
+  // lines are indented further.
+  std::set<std::string> commands;
+  std::istringstream lines(overview.output);
+  std::string line;
+  bool in_list = false;
+  while (std::getline(lines, line)) {
+    in_list = in_list || line == "commands:";
+    if (!in_list || line.size() < 3 || line.compare(0, 2, "  ") != 0
+        || !std::islower(static_cast<unsigned char>(line[2])))
+      continue;
+    std::istringstream words(line);
+    std::string command, sub;
+    words >> command >> sub;
+    commands.insert(command);
+    if (!sub.empty()
+        && std::all_of(sub.begin(), sub.end(),
+                       [](char c) { return c >= 'a' && c <= 'z'; }))
+      commands.insert(command + " " + sub);
+  }
+  for (const char* c :
+       {"run", "plan", "diag", "status", "chaos", "drill", "shell", "logs",
+        "ckpt", "ckpt list", "ckpt verify", "ckpt show", "export", "data",
+        "data synth", "data prepare"})
+    CHECK(commands.count(c) == 1);
+  for (const auto& command : commands)
+    for (const char* flag : {"--help", "-h"}) {
+      const auto out = dir / "stdout.txt";
+      auto r = run(tutti_bin() + " " + command + " " + flag + " >" + q(out),
+                   30);
+      const auto usage = read_text(out);
+      INFO("tutti " << command << " " << flag << "\n--- stdout\n" << usage
+                    << "--- stderr\n" << r.output << "---");
+      CHECK(r.status == 0);
+      CHECK(r.output.empty());
+      CHECK(usage.rfind("usage: tutti " + command, 0) == 0);
+      CHECK_THAT(usage, Catch::Matchers::Contains("--help"));
+    }
 }

@@ -5,7 +5,10 @@
 
 #include <caf/send.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -17,8 +20,22 @@ namespace tutti {
 
 namespace {
 
+using json = nlohmann::ordered_json;
+
+// Compact JSON; bytes that are not UTF-8 (a log line may hold any) become
+// U+FFFD instead of failing the answer.
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// `x` to `digits` decimals, as the text shows it.
+double rounded(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::isfinite(x) ? std::round(x * scale) / scale : x;
+}
+
 shell_reply refuse(const std::string& why) {
-  return {false, why + "\n", "{\"error\":\"" + json_escape(why) + "\"}"};
+  return {false, why + "\n", dump(json{{"error", why}})};
 }
 
 std::string fixed(double x, int digits = 3) {
@@ -27,8 +44,8 @@ std::string fixed(double x, int digits = 3) {
   return buf;
 }
 
-std::string quoted(const std::string& s) {
-  return "\"" + json_escape(s) + "\"";
+std::string json_text(const std::string& s) {
+  return dump(json(s));
 }
 
 bool parse_int(const std::string& text, int64_t& out) {
@@ -65,27 +82,29 @@ shell_reply status_reply(const coordinator_state& st) {
     t << "message      " << s.message << "\n";
   for (const auto& a : s.alerts)
     t << "ALERT        " << a << "\n";
-  std::string alerts;
-  for (const auto& a : s.alerts)
-    alerts += (alerts.empty() ? "" : ",") + quoted(a);
-  auto json = "{\"state\":" + quoted(s.state)
-              + ",\"step\":" + std::to_string(s.step)
-              + ",\"steps\":" + std::to_string(s.steps)
-              + ",\"loss\":" + fixed(s.loss, 6)
-              + ",\"tokens_per_s\":" + fixed(tps, 1)
-              + ",\"eta_s\":" + fixed(eta, 1)
-              + ",\"last_checkpoint\":" + std::to_string(s.last_checkpoint)
-              + ",\"epoch\":" + std::to_string(s.epoch)
-              + ",\"recoveries\":" + std::to_string(s.recoveries)
-              + ",\"restarts\":" + std::to_string(s.restarts)
-              + ",\"message\":" + quoted(s.message) + ",\"alerts\":["
-              + alerts + "]}";
-  return {true, t.str(), json};
+  // The one JSON shape of a job's status (tutti status --json asks for
+  // this reply too). The loss round-trips exactly; NaN is null.
+  json j;
+  j["state"] = s.state;
+  j["step"] = s.step;
+  j["steps"] = s.steps;
+  j["epoch"] = s.epoch;
+  j["last_checkpoint"] = s.last_checkpoint;
+  j["loss"] = s.loss;
+  j["tokens_per_s"] = rounded(tps, 1);
+  j["eta_s"] = rounded(eta, 1);
+  j["recoveries"] = s.recoveries;
+  j["restarts"] = s.restarts;
+  j["nodes"] = s.nodes;
+  j["nnodes"] = st.cfg.cluster.nnodes;
+  j["message"] = s.message;
+  j["alerts"] = s.alerts;
+  return {true, t.str(), dump(j)};
 }
 
 shell_reply nodes_reply(const coordinator_state& st) {
   std::ostringstream t;
-  std::string json = "[";
+  json rows = json::array();
   t << "node  address                 rack      ranks    heartbeat  state\n";
   const auto now = coordinator_clock::now();
   const auto per = st.cfg.cluster.nproc_per_node;
@@ -108,14 +127,15 @@ shell_reply nodes_reply(const coordinator_state& st) {
                   a.rack.c_str(), ranks.c_str(),
                   up ? (fixed(age, 1) + " s").c_str() : "-", state);
     t << line;
-    json += std::string(n ? "," : "") + "{\"node\":" + std::to_string(n)
-            + ",\"address\":" + quoted(a.host + ":" + std::to_string(a.port))
-            + ",\"rack\":" + quoted(a.rack) + ",\"first_rank\":"
-            + std::to_string(n * per) + ",\"ranks\":" + std::to_string(per)
-            + ",\"heartbeat_age_s\":" + fixed(age, 3)
-            + ",\"state\":" + quoted(state) + "}";
+    rows.push_back({{"node", n},
+                    {"address", a.host + ":" + std::to_string(a.port)},
+                    {"rack", a.rack},
+                    {"first_rank", n * per},
+                    {"ranks", per},
+                    {"heartbeat_age_s", rounded(age, 3)},
+                    {"state", state}});
   }
-  return {true, t.str(), json + "]"};
+  return {true, t.str(), dump(rows)};
 }
 
 shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
@@ -128,7 +148,7 @@ shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
     return refuse("experts: LAYER must be below " + std::to_string(layers)
                   + ", got " + std::to_string(layer));
   std::ostringstream t;
-  std::string json = "[";
+  json rows = json::array();
   const int64_t first = layer < 0 ? 0 : layer;
   const int64_t last = layer < 0 ? layers : layer + 1;
   for (int64_t l = first; l < last; ++l) {
@@ -145,11 +165,11 @@ shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
       << fixed(ratio, 2) << "  dropped " << seen.last.dropped_tokens
       << " (total " << seen.dropped_total << ")\n"
       << "expert   tokens   average   bias\n";
-    json += std::string(l > first ? "," : "") + "{\"layer\":"
-            + std::to_string(l) + ",\"step\":" + std::to_string(seen.last.step)
-            + ",\"max_over_mean\":" + fixed(ratio, 4)
-            + ",\"dropped\":" + std::to_string(seen.last.dropped_tokens)
-            + ",\"experts\":[";
+    json layer_row{{"layer", l},
+                   {"step", seen.last.step},
+                   {"max_over_mean", rounded(ratio, 4)},
+                   {"dropped", seen.last.dropped_tokens},
+                   {"experts", json::array()}};
     for (int64_t e = 0; e < experts; ++e) {
       const auto k = static_cast<size_t>(l * experts + e);
       const double avg = seen.expert_sum[k] / seen.expert_steps;
@@ -163,14 +183,15 @@ shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
                     static_cast<long long>(seen.last.expert_counts[k]), avg,
                     bias, std::string(bar, '#').c_str());
       t << line;
-      json += std::string(e ? "," : "") + "{\"expert\":" + std::to_string(e)
-              + ",\"tokens\":" + std::to_string(seen.last.expert_counts[k])
-              + ",\"average\":" + fixed(avg, 3) + ",\"bias\":" + fixed(bias, 6)
-              + "}";
+      layer_row["experts"].push_back(
+        {{"expert", e},
+         {"tokens", seen.last.expert_counts[k]},
+         {"average", rounded(avg, 3)},
+         {"bias", rounded(bias, 6)}});
     }
-    json += "]}";
+    rows.push_back(std::move(layer_row));
   }
-  return {true, t.str(), json + "]"};
+  return {true, t.str(), dump(rows)};
 }
 
 shell_reply metrics_reply(const coordinator_state& st,
@@ -183,16 +204,14 @@ shell_reply metrics_reply(const coordinator_state& st,
   if (text.empty())
     return refuse("metrics: no metric matches '" + name
                   + "' (try metrics without a name)");
-  return {true, text, quoted(text)};
+  return {true, text, json_text(text)};
 }
 
 shell_reply lines_reply(const std::vector<std::string>& lines) {
-  std::string text, json = "[";
-  for (size_t i = 0; i < lines.size(); ++i) {
-    text += lines[i] + "\n";
-    json += (i ? "," : "") + quoted(lines[i]);
-  }
-  return {true, text, json + "]"};
+  std::string text;
+  for (const auto& line : lines)
+    text += line + "\n";
+  return {true, text, dump(json(lines))};
 }
 
 // Sends `msg` to every connected node and answers once they all replied.
@@ -244,7 +263,7 @@ caf::result<shell_reply> actors_reply(coordinator_pointer self,
     std::string text =
       "path                                kind               state     "
       "restarts  mailbox\n";
-    std::string json = "[";
+    json listed = json::array();
     size_t shown = 0;
     for (const auto& r : rows) {
       if (!prefix.empty() && r.path.rfind(prefix, 0) != 0)
@@ -255,16 +274,17 @@ caf::result<shell_reply> actors_reply(coordinator_pointer self,
                     static_cast<long long>(r.restarts),
                     r.mailbox < 0 ? "-" : std::to_string(r.mailbox).c_str());
       text += line;
-      json += std::string(shown++ ? "," : "") + "{\"path\":" + quoted(r.path)
-              + ",\"kind\":" + quoted(r.kind) + ",\"state\":"
-              + quoted(r.state) + ",\"restarts\":"
-              + std::to_string(r.restarts)
-              + ",\"mailbox\":" + std::to_string(r.mailbox) + "}";
+      ++shown;
+      listed.push_back({{"path", r.path},
+                        {"kind", r.kind},
+                        {"state", r.state},
+                        {"restarts", r.restarts},
+                        {"mailbox", r.mailbox}});
     }
     if (shown == 0)
       return refuse("actors: no actor under '" + prefix
                     + "' (try actors to list them all)");
-    return shell_reply{true, text, json + "]"};
+    return shell_reply{true, text, dump(listed)};
   };
   return ask_nodes<std::vector<actor_info>>(self, connected(self->state),
                                             combine, actors_atom_v);
@@ -312,7 +332,7 @@ caf::result<shell_reply> exit_reply(coordinator_pointer self,
               actor_exit_atom_v, path, kill)
     .then(
       [promise](std::string& done) mutable {
-        promise.deliver(shell_reply{true, done + "\n", quoted(done)});
+        promise.deliver(shell_reply{true, done + "\n", json_text(done)});
       },
       [self, promise](caf::error& err) mutable {
         promise.deliver(refuse(self->system().render(err)));
@@ -345,7 +365,7 @@ shell_reply operator_request(coordinator_pointer self,
   auto text = what == "pause"    ? "pausing after the next step"
               : what == "resume" ? "resuming"
                                  : "checkpoint after the next step";
-  return {true, std::string(text) + "\n", quoted(text)};
+  return {true, std::string(text) + "\n", json_text(text)};
 }
 
 } // namespace
@@ -418,14 +438,14 @@ caf::result<shell_reply> run_shell_command(coordinator_pointer self,
     auto text = "node " + std::to_string(node)
                 + " drained; the job waits for a daemon with --node-rank "
                 + std::to_string(node);
-    return shell_reply{true, text + "\n", quoted(text)};
+    return shell_reply{true, text + "\n", json_text(text)};
   }
   if (command == "stop") {
     for (auto& [n, m] : st.nodes)
       self->send(m.supervisor, stop_atom_v);
     record_event(self, "operator", "stop", -1);
     return shell_reply{true, "stopping at the next step boundary\n",
-                       quoted("stopping")};
+                       json_text("stopping")};
   }
   return refuse("unknown command '" + command + "' (try help)");
 }

@@ -1,5 +1,7 @@
 #include "tutti/actors/log.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -43,11 +45,18 @@ void write(const char* level, const std::string& actor,
   std::lock_guard<std::mutex> guard(log_mutex);
   auto time = now_iso8601();
   if (log_file) {
-    std::fprintf(log_file,
-                 "{\"time\":\"%s\",\"level\":\"%s\",\"node\":\"%s\","
-                 "\"actor\":\"%s\",\"event\":\"%s\"}\n",
-                 time.c_str(), level, json_escape(log_node).c_str(),
-                 json_escape(actor).c_str(), json_escape(event).c_str());
+    // "time" first: merged logs sort by line. Bytes that are not UTF-8
+    // become U+FFFD rather than losing the line.
+    const nlohmann::ordered_json line{{"time", time},
+                                      {"level", level},
+                                      {"node", log_node},
+                                      {"actor", actor},
+                                      {"event", event}};
+    std::fprintf(log_file, "%s\n",
+                 line
+                   .dump(-1, ' ', false,
+                         nlohmann::ordered_json::error_handler_t::replace)
+                   .c_str());
     std::fflush(log_file);
   }
   if (level[0] != 'i')
@@ -89,11 +98,10 @@ std::vector<std::string> read_log_lines(const std::string& min_level,
   }
   const int floor = level_rank(min_level);
   while (std::getline(in, line)) {
-    auto at = line.find("\"level\":\"");
-    if (at == std::string::npos)
-      continue;
-    auto end = line.find('"', at + 9);
-    if (level_rank(line.substr(at + 9, end - at - 9)) < floor)
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    const auto level = record.is_object() ? record.find("level") : record.end();
+    if (level == record.end() || !level->is_string()
+        || level_rank(level->get<std::string>()) < floor)
       continue;
     kept.push_back(std::move(line));
     if (max_lines > 0 && static_cast<int64_t>(kept.size()) > max_lines)
@@ -117,28 +125,6 @@ void log_warn(const std::string& actor, const std::string& event) {
 }
 void log_error(const std::string& actor, const std::string& event) {
   write("error", actor, event);
-}
-
-std::string json_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 } // namespace tutti

@@ -4,6 +4,8 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,15 +45,6 @@ double load_imbalance(const std::vector<int64_t>& counts, int64_t experts) {
 
 namespace {
 
-std::string number(double x) {
-  if (!std::isfinite(x))
-    return "null";
-  // Round-trip precision: resumed runs are compared bit for bit.
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  return buf;
-}
-
 std::string duration_text(double seconds) {
   char buf[32];
   auto s = static_cast<long long>(seconds + 0.5);
@@ -65,34 +58,34 @@ std::string duration_text(double seconds) {
 } // namespace
 
 std::string metrics_json(const step_report& r, int64_t experts) {
-  std::ostringstream out;
-  out << "{\"step\":" << r.step << ",\"loss\":" << number(r.loss)
-      << ",\"aux_loss\":" << number(r.aux_loss)
-      << ",\"z_loss\":" << number(r.z_loss) << ",\"lr\":" << number(r.lr)
-      << ",\"grad_norm\":" << number(r.grad_norm)
-      << ",\"tokens\":" << r.tokens
-      << ",\"tokens_per_s\":" << number(r.tokens / r.step_time_s)
-      << ",\"dropped_tokens\":" << r.dropped_tokens
-      << ",\"alltoall_bytes\":" << r.alltoall_bytes
-      << ",\"load_imbalance\":" << number(load_imbalance(r.expert_counts,
-                                                         experts))
-      << ",\"expert_counts\":[";
-  for (size_t l = 0; l < r.expert_counts.size(); l += experts) {
-    out << (l ? ",[" : "[");
-    for (int64_t e = 0; e < experts; ++e)
-      out << (e ? "," : "") << r.expert_counts[l + e];
-    out << "]";
-  }
-  out << "],\"step_time_s\":" << number(r.step_time_s)
-      << ",\"time_compute_s\":" << number(r.time_compute_s)
-      << ",\"time_alltoall_s\":" << number(r.time_alltoall_s)
-      << ",\"time_overlap_s\":" << number(r.time_overlap_s)
-      << ",\"time_allreduce_s\":" << number(r.time_allreduce_s)
-      << ",\"time_other_s\":" << number(r.time_other_s);
+  // Doubles round-trip exactly (resumed runs are compared bit for bit);
+  // NaN and infinities are null. "step" first: readers look for it there.
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = r.loss;
+  j["aux_loss"] = r.aux_loss;
+  j["z_loss"] = r.z_loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["tokens"] = r.tokens;
+  j["tokens_per_s"] = r.tokens / r.step_time_s;
+  j["dropped_tokens"] = r.dropped_tokens;
+  j["alltoall_bytes"] = r.alltoall_bytes;
+  j["load_imbalance"] = load_imbalance(r.expert_counts, experts);
+  auto& counts = j["expert_counts"] = nlohmann::ordered_json::array();
+  for (size_t l = 0; l < r.expert_counts.size(); l += experts)
+    counts.push_back(std::vector<int64_t>(
+      r.expert_counts.begin() + static_cast<std::ptrdiff_t>(l),
+      r.expert_counts.begin() + static_cast<std::ptrdiff_t>(l + experts)));
+  j["step_time_s"] = r.step_time_s;
+  j["time_compute_s"] = r.time_compute_s;
+  j["time_alltoall_s"] = r.time_alltoall_s;
+  j["time_overlap_s"] = r.time_overlap_s;
+  j["time_allreduce_s"] = r.time_allreduce_s;
+  j["time_other_s"] = r.time_other_s;
   if (r.evaluated)
-    out << ",\"eval_loss\":" << number(r.eval_loss);
-  out << "}";
-  return out.str();
+    j["eval_loss"] = r.eval_loss;
+  return j.dump();
 }
 
 namespace {
@@ -141,9 +134,10 @@ std::string kept_lines(const std::filesystem::path& path, int64_t keep_until) {
   std::string out, line;
   std::ifstream in(path);
   while (std::getline(in, line)) {
-    long long step = 0;
-    if (std::sscanf(line.c_str(), "{\"step\":%lld", &step) == 1
-        && step <= keep_until)
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    const auto step = record.is_object() ? record.find("step") : record.end();
+    if (step != record.end() && step->is_number_integer()
+        && step->get<int64_t>() <= keep_until)
       out += line + "\n";
   }
   return out;

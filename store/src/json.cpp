@@ -1,208 +1,117 @@
 #include "json.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
+#include <iterator>
 
 namespace tutti::store::detail::json {
 namespace {
 
 // Deep enough for any file we write, shallow enough that a hostile file
-// cannot exhaust the stack through recursion.
-constexpr int max_depth = 64;
+// cannot exhaust the stack.
+constexpr std::size_t max_depth = 64;
 
-struct parser {
-  std::string_view s;
-  std::size_t pos = 0;
+// Reads `text` for nlohmann's lexer and remembers the last byte read, so
+// that an error the SAX handler finds (a duplicate key) has an offset.
+class tracking_iterator {
+public:
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  tracking_iterator(const char* at, const char** last) : at_(at), last_(last) {}
+  reference operator*() const { return *(*last_ = at_); }
+  tracking_iterator& operator++() { return ++at_, *this; }
+  tracking_iterator operator++(int) {
+    auto before = *this;
+    ++at_;
+    return before;
+  }
+  bool operator==(const tracking_iterator& o) const { return at_ == o.at_; }
+  bool operator!=(const tracking_iterator& o) const { return at_ != o.at_; }
+
+private:
+  const char* at_;
+  const char** last_;
+};
+
+// Builds a `value` from nlohmann's SAX events.
+class builder : public nlohmann::json_sax<nlohmann::json> {
+public:
+  builder(std::string_view text, const char** last) : text_(text), last_(last) {}
+
+  value root;
   std::string error;
 
-  bool fail(const std::string& what) {
-    if (error.empty()) error = what + " at offset " + std::to_string(pos);
+  bool null() override { return leaf(value::kind::null); }
+  bool boolean(bool b) override { return leaf(value::kind::boolean, {}, b); }
+  bool number_integer(number_integer_t n) override { return leaf(value::kind::number, std::to_string(n)); }
+  bool number_unsigned(number_unsigned_t n) override { return leaf(value::kind::number, std::to_string(n)); }
+  bool number_float(number_float_t, const string_t& source) override { return leaf(value::kind::number, source); }
+  bool string(string_t& s) override { return leaf(value::kind::string, s); }
+  bool binary(binary_t&) override { return fail("binary data"); }
+  bool start_object(std::size_t) override { return open(value::kind::object); }
+  bool end_object() override { return stack_.pop_back(), true; }
+  bool start_array(std::size_t) override { return open(value::kind::array); }
+  bool end_array() override { return stack_.pop_back(), true; }
+
+  bool key(string_t& k) override {
+    for (const auto& seen : stack_.back()->keys)
+      if (seen == k) return fail("duplicate key \"" + k + "\"");
+    stack_.back()->keys.push_back(k);
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9:
+    // syntax error while parsing ..." -> "syntax error while parsing ..."
+    // (the bytes of "last read: '...'" may not be text, so they go too).
+    std::string what = ex.what();
+    if (what.rfind("[json.exception.", 0) == 0) what = what.substr(what.find("] ") + 2);
+    if (what.rfind("parse error", 0) == 0) what = what.substr(what.find(": ") + 2);
+    if (auto read = what.find("; last read: '"); read != std::string::npos) {
+      auto end = what.find("'; ", read + 14);
+      what.erase(read, end == std::string::npos ? std::string::npos : end + 1 - read);
+    }
+    if (error.empty()) error = what + " at offset " + std::to_string(position > 0 ? position - 1 : 0);
     return false;
   }
-  void skip_ws() {
-    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\n' || s[pos] == '\r'))
-      ++pos;
+
+private:
+  // The next value's slot: the root, or one more item of the open container
+  // (whose key, for an object, key() has just recorded).
+  value& slot() {
+    if (stack_.empty()) return root;
+    return stack_.back()->items.emplace_back();
   }
-  bool literal(std::string_view word) {
-    if (s.substr(pos, word.size()) != word) return fail("invalid literal");
-    pos += word.size();
+  bool leaf(value::kind type, std::string text = {}, bool b = false) {
+    value& v = slot();
+    v.type = type;
+    v.text = std::move(text);
+    v.boolean = b;
     return true;
   }
-
-  bool parse_value(value& v, int depth) {
-    if (depth > max_depth) return fail("nesting deeper than " + std::to_string(max_depth));
-    skip_ws();
-    if (pos >= s.size()) return fail("unexpected end of input");
-    char c = s[pos];
-    if (c == '{') return parse_object(v, depth);
-    if (c == '[') return parse_array(v, depth);
-    if (c == '"') return v.type = value::kind::string, parse_string(v.text);
-    if (c == 't') return v.type = value::kind::boolean, v.boolean = true, literal("true");
-    if (c == 'f') return v.type = value::kind::boolean, v.boolean = false, literal("false");
-    if (c == 'n') return v.type = value::kind::null, literal("null");
-    if (c == '-' || (c >= '0' && c <= '9')) return parse_number(v);
-    return fail(std::string("unexpected character '") + c + "'");
-  }
-
-  bool parse_object(value& v, int depth) {
-    v.type = value::kind::object;
-    ++pos;  // '{'
-    skip_ws();
-    if (pos < s.size() && s[pos] == '}') return ++pos, true;
-    for (;;) {
-      skip_ws();
-      if (pos >= s.size() || s[pos] != '"') return fail("expected '\"' (object key)");
-      std::size_t key_pos = pos;
-      std::string key;
-      if (!parse_string(key)) return false;
-      for (const auto& k : v.keys)
-        if (k == key) return pos = key_pos, fail("duplicate key \"" + key + "\"");
-      skip_ws();
-      if (pos >= s.size() || s[pos] != ':') return fail("expected ':'");
-      ++pos;
-      v.keys.push_back(std::move(key));
-      v.items.emplace_back();
-      if (!parse_value(v.items.back(), depth + 1)) return false;
-      skip_ws();
-      if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-      if (pos < s.size() && s[pos] == '}') return ++pos, true;
-      return fail("expected ',' or '}'");
-    }
-  }
-
-  bool parse_array(value& v, int depth) {
-    v.type = value::kind::array;
-    ++pos;  // '['
-    skip_ws();
-    if (pos < s.size() && s[pos] == ']') return ++pos, true;
-    for (;;) {
-      v.items.emplace_back();
-      if (!parse_value(v.items.back(), depth + 1)) return false;
-      skip_ws();
-      if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-      if (pos < s.size() && s[pos] == ']') return ++pos, true;
-      return fail("expected ',' or ']'");
-    }
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  bool hex4(std::uint32_t& out) {
-    out = 0;
-    for (int i = 0; i < 4; ++i, ++pos) {
-      if (pos >= s.size()) return fail("truncated \\u escape");
-      char c = s[pos];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-            : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return fail("bad hex digit in \\u escape");
-      out = out * 16 + static_cast<std::uint32_t>(d);
-    }
+  bool open(value::kind type) {
+    if (stack_.size() >= max_depth) return fail("nesting deeper than " + std::to_string(max_depth));
+    value& v = slot();
+    v.type = type;
+    stack_.push_back(&v);
     return true;
   }
-
-  // One raw UTF-8 sequence starting at pos (a byte >= 0x80), validated:
-  // no overlongs, no surrogates, nothing above U+10FFFF.
-  bool utf8_sequence(std::string& out) {
-    auto b = static_cast<unsigned char>(s[pos]);
-    int n = b >= 0xc2 && b <= 0xdf ? 1 : b >= 0xe0 && b <= 0xef ? 2 : b >= 0xf0 && b <= 0xf4 ? 3 : -1;
-    if (n < 0 || pos + static_cast<std::size_t>(n) >= s.size()) return fail("invalid UTF-8");
-    std::uint32_t cp = b & (0x3f >> n);
-    for (int i = 1; i <= n; ++i) {
-      auto c = static_cast<unsigned char>(s[pos + i]);
-      if ((c & 0xc0) != 0x80) return fail("invalid UTF-8");
-      cp = (cp << 6) | (c & 0x3f);
-    }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-        (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-      return fail("invalid UTF-8");
-    out.append(s.substr(pos, n + 1));
-    pos += n + 1;
-    return true;
+  bool fail(const std::string& what) {
+    const std::size_t at = *last_ ? static_cast<std::size_t>(*last_ - text_.data()) : 0;
+    if (error.empty()) error = what + " at offset " + std::to_string(at);
+    return false;
   }
 
-  bool parse_string(std::string& out) {
-    ++pos;  // opening quote
-    for (;;) {
-      if (pos >= s.size()) return fail("unterminated string");
-      auto c = static_cast<unsigned char>(s[pos]);
-      if (c == '"') return ++pos, true;
-      if (c < 0x20) return fail("control character in string");
-      if (c >= 0x80) {
-        if (!utf8_sequence(out)) return false;
-        continue;
-      }
-      if (c != '\\') { out += static_cast<char>(c); ++pos; continue; }
-      if (++pos >= s.size()) return fail("unterminated escape");
-      char e = s[pos++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          std::uint32_t cp = 0;
-          if (!hex4(cp)) return false;
-          if (cp >= 0xdc00 && cp <= 0xdfff) return fail("unpaired low surrogate");
-          if (cp >= 0xd800 && cp <= 0xdbff) {
-            std::uint32_t lo = 0;
-            if (s.substr(pos, 2) != "\\u") return fail("unpaired high surrogate");
-            pos += 2;
-            if (!hex4(lo)) return false;
-            if (lo < 0xdc00 || lo > 0xdfff) return fail("unpaired high surrogate");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: return --pos, fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
-  }
-
-  bool digits() {
-    std::size_t start = pos;
-    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-    return pos > start || fail("expected digit");
-  }
-
-  bool parse_number(value& v) {
-    v.type = value::kind::number;
-    std::size_t start = pos;
-    if (s[pos] == '-') ++pos;
-    if (pos < s.size() && s[pos] == '0') {
-      ++pos;
-      if (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') return fail("leading zero in number");
-    } else if (!digits()) {
-      return false;
-    }
-    if (pos < s.size() && s[pos] == '.' && !(++pos, digits())) return false;
-    if (pos < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
-      ++pos;
-      if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) ++pos;
-      if (!digits()) return false;
-    }
-    v.text = std::string(s.substr(start, pos - start));
-    return true;
-  }
+  std::string_view text_;
+  const char** last_;
+  // Open containers. A parent gains no item while a child is open, so these
+  // pointers stay valid.
+  std::vector<value*> stack_;
 };
 
 template <class T>
@@ -229,31 +138,22 @@ bool value::as_uint64(std::uint64_t& out) const {
 }
 
 expected<value> parse(std::string_view text) {
-  parser p{text, 0, {}};
-  value v;
-  if (!p.parse_value(v, 0)) return status::error(p.error);
-  p.skip_ws();
-  if (p.pos != text.size()) {
-    p.fail("trailing data after JSON value");
-    return status::error(p.error);
-  }
-  return v;
+  const char* last = nullptr;
+  builder b(text, &last);
+  const bool ok = nlohmann::json::sax_parse(tracking_iterator(text.data(), &last),
+                                            tracking_iterator(text.data() + text.size(), &last), &b,
+                                            nlohmann::json::input_format_t::json, true);
+  if (!ok) return status::error(b.error.empty() ? "not valid JSON" : b.error);
+  return std::move(b.root);
 }
 
 std::string quote(std::string_view s) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c < 0x20) out += std::string("\\u00") + digits[c >> 4] + digits[c & 0xf];
-    else out += ch;
+  try {
+    return nlohmann::json(std::string(s)).dump();
+  } catch (const nlohmann::json::exception&) {
+    // Not UTF-8: kept as it is, so that the reader refuses it by name.
+    return "\"" + std::string(s) + "\"";
   }
-  return out + "\"";
 }
 
 } // namespace tutti::store::detail::json

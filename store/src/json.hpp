@@ -1,10 +1,12 @@
 #pragma once
-// Internal: a small strict JSON reader for the two JSON files the store reads
-// (checkpoint MANIFEST, safetensors header). Strict on purpose: these files
-// are integrity-checked formats, so anything RFC 8259 forbids (trailing
-// commas, comments, bad escapes, invalid UTF-8, duplicate keys, leading zeros)
-// is an error with the byte offset, never a guess. Numbers keep their source
-// text: integers are converted exactly by the caller, never via double.
+// Internal: the JSON of the two files the store reads (checkpoint MANIFEST,
+// safetensors header), parsed by nlohmann-json into a small tree that keeps
+// what those formats need and nlohmann's own tree does not: keys in file
+// order, duplicate keys refused, numbers with their exact text (integers are
+// converted exactly by the caller, never via double). Strict on purpose:
+// these files are integrity-checked formats, so anything RFC 8259 forbids
+// (trailing commas, comments, bad escapes, invalid UTF-8, duplicate keys,
+// leading zeros) is an error with the byte offset, never a guess.
 
 #include <cstdint>
 #include <string>

@@ -23,7 +23,4 @@ void log_error(const std::string& actor, const std::string& event);
 std::vector<std::string> read_log_lines(const std::string& min_level,
                                         int64_t max_lines);
 
-// Escapes a string for a JSON string literal.
-std::string json_escape(const std::string& text);
-
 } // namespace tutti

@@ -1,0 +1,79 @@
+#include "tutti/client/job_client.hpp"
+
+#include "tutti/actors/system_config.hpp"
+#include "tutti/client/coordinator_connect.hpp"
+
+namespace tutti::client {
+
+job_client::job_client() {
+  system_options options;
+  options.network = true;
+  config_ = std::make_unique<tutti_system_config>(options);
+  system_ = std::make_unique<caf::actor_system>(*config_);
+  self_ = std::make_unique<caf::scoped_actor>(*system_);
+}
+
+job_client::~job_client() {
+  // The scoped actor and the handle go before the system they live in.
+  coordinator_ = nullptr;
+  self_.reset();
+}
+
+status job_client::connect(const std::string& target) {
+  auto at = resolve_target(target);
+  if (!at)
+    return at.error();
+  return connect(*at);
+}
+
+status job_client::connect(const endpoint& at) {
+  coordinator_ = nullptr;
+  auto direct = connect_coordinator(*system_, at);
+  if (!direct) {
+    // Not the coordinator: perhaps a node daemon, which knows where it is.
+    auto via = coordinator_via_daemon(*system_, at, std::chrono::seconds(5));
+    if (!via)
+      return direct.error();
+    direct = std::move(via);
+  }
+  coordinator_ = *direct;
+  return {};
+}
+
+template <class Reply, class... Ts>
+expected<Reply> job_client::ask(timeout wait, Ts&&... xs) {
+  if (!coordinator_)
+    return tutti::status::error("not connected to a coordinator");
+  expected<Reply> out = tutti::status::error("no answer");
+  (*self_)
+    ->request(coordinator_, wait, std::forward<Ts>(xs)...)
+    .receive([&](Reply& reply) { out = std::move(reply); },
+             [&](caf::error& err) {
+               out = tutti::status::error(system_->render(err));
+             });
+  return out;
+}
+
+expected<job_status> job_client::get_status(timeout wait) {
+  return ask<job_status>(wait, status_atom_v);
+}
+
+expected<std::string> job_client::chaos(const chaos_request& request,
+                                        timeout wait) {
+  return ask<std::string>(wait, chaos_atom_v, request);
+}
+
+expected<diag_report> job_client::diag(timeout wait) {
+  return ask<diag_report>(wait, diag_atom_v);
+}
+
+expected<shell_reply> job_client::shell(const std::string& command,
+                                        const std::vector<std::string>& args,
+                                        timeout wait) {
+  auto reply = ask<shell_reply>(wait, shell_atom_v, command, args);
+  if (!reply)
+    return reply.error().with_context("lost the coordinator: ");
+  return reply;
+}
+
+} // namespace tutti::client

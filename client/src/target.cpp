@@ -1,0 +1,45 @@
+#include "tutti/client/target.hpp"
+
+#include <filesystem>
+
+#include "tutti/protocol/job_config.hpp"
+
+namespace tutti::client {
+
+namespace {
+
+// 1..65535, all of `text` a number; 0 otherwise.
+int64_t parse_port(const std::string& text) {
+  try {
+    size_t used = 0;
+    const auto port = std::stoll(text, &used);
+    return used == text.size() && port > 0 && port <= 65535 ? port : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+} // namespace
+
+expected<endpoint> resolve_target(const std::string& target) {
+  if (std::filesystem::is_regular_file(target)) {
+    try {
+      const auto cfg = load_job_config(target);
+      return endpoint{cfg.cluster.coordinator_host(),
+                      static_cast<uint16_t>(cfg.cluster.coordinator_port())};
+    } catch (const config_error& ex) {
+      return status::error(std::string("config: ") + ex.what());
+    }
+  }
+  const auto colon = target.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return status::error("'" + target
+                         + "' is neither a config file nor HOST:PORT");
+  const auto port = parse_port(target.substr(colon + 1));
+  if (port == 0)
+    return status::error("'" + target
+                         + "': the port must be a number in 1..65535");
+  return endpoint{target.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+} // namespace tutti::client
