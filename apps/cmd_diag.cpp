@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/system_config.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -23,12 +23,10 @@ int diag_command(const std::vector<std::string>& args) {
     }
     return fail(2, "diag: usage: tutti diag CONFIG");
   }
-  job_config cfg;
-  try {
-    cfg = load_job_config(args[0]);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(args[0]);
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  job_config cfg = std::move(*loaded);
   system_options opt;
   opt.network = true;
   tutti_system_config sys_cfg{opt};

@@ -368,13 +368,10 @@ int drill_command(const std::vector<std::string>& args) {
   }
   if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
     return fail(2, "drill: usage: tutti drill DRILL.yaml");
-  drill_plan plan;
-  try {
-    plan = load_drill_plan(args[0]);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("drill: ") + ex.what());
-  }
-  return drill(std::move(plan)).run();
+  auto plan = load_drill_plan(args[0]);
+  if (!plan)
+    return fail(2, "drill: " + plan.message());
+  return drill(std::move(*plan)).run();
 }
 
 } // namespace tutti::cli

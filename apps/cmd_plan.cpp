@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "tutti/model/capacity_plan.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -27,12 +27,10 @@ int plan_command(const std::vector<std::string>& args) {
   }
   if (path.empty())
     return fail(2, "plan: missing CONFIG (usage: tutti plan CONFIG)");
-  job_config cfg;
-  try {
-    cfg = load_job_config(path);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(path);
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  job_config cfg = std::move(*loaded);
   auto p = model::make_capacity_plan(cfg);
   if (json) {
     std::printf(

@@ -12,7 +12,7 @@
 #include "tutti/actors/rank.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/model/param_layout.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -89,12 +89,10 @@ int run_command(const std::vector<std::string>& args) {
   if (path.empty())
     return fail(2, "run: missing CONFIG (usage: tutti run CONFIG)");
 
-  job_config cfg;
-  try {
-    cfg = load_job_config(path);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(path);
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  job_config cfg = std::move(*loaded);
   if (auto why = rank_device_problem(cfg); !why.empty())
     return fail(2, "run: " + why);
   data::dataset_meta meta;

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -15,13 +15,11 @@ std::string connect_coordinator(caf::actor_system& sys,
   std::string host;
   int64_t port = 0;
   if (std::filesystem::is_regular_file(target)) {
-    try {
-      auto cfg = load_job_config(target);
-      host = cfg.cluster.coordinator_host();
-      port = cfg.cluster.coordinator_port();
-    } catch (const config_error& ex) {
-      return std::string("config: ") + ex.what();
-    }
+    auto cfg = load_job_config(target);
+    if (!cfg)
+      return "config: " + cfg.message();
+    host = cfg->cluster.coordinator_host();
+    port = cfg->cluster.coordinator_port();
   } else {
     auto colon = target.rfind(':');
     if (colon == std::string::npos || colon == 0)

@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
-#include "tutti/comm/status.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/base/status.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::model {
 
