@@ -540,11 +540,13 @@ TEST_CASE("enum keys take only their names", "[unit]") {
                  "transient or temporary, got 'always'");
   }
   SECTION("a list for an enum") {
-    auto msg = refusal(with("  world_size: 2", "  world_size: 2\n  device: [cpu]"));
+    auto msg = refusal(with("  world_size: 2",
+                            "  world_size: 2\n  device: [cpu]"));
     CHECK(msg == "cluster_config.device: expected cpu or cuda, got a list");
   }
   SECTION("names are exact") {
-    auto msg = refusal(with("  world_size: 2", "  world_size: 2\n  device: CPU"));
+    auto msg = refusal(with("  world_size: 2",
+                            "  world_size: 2\n  device: CPU"));
     CHECK_THAT(msg, StartsWith("cluster_config.device"));
   }
   SECTION("to_string and from_string are each other's inverse") {
@@ -641,7 +643,8 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
           == "cluster_config.world_size: 2 here, (absent) there");
   }
   SECTION("keys nodes need not agree on leave it unchanged") {
-    auto other = parse(with("  dir: some/data", "  dir: elsewhere\n  prefetch: 7",
+    auto other = parse(with("  dir: some/data",
+                            "  dir: elsewhere\n  prefetch: 7",
                             base + "alerts:\n  loss_spike_factor: 9\n"
                                    "diag:\n  on_start: warn\n"));
     CHECK(fingerprint_text(other) == fingerprint_text(c));

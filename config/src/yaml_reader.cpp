@@ -133,8 +133,8 @@ private:
       try {
         out = convert<T>(value);
       } catch (const YAML::Exception&) {
-        return refusal(path,
-                       "expected " + expected_kind<T>() + ", got '" + text + "'");
+        return refusal(path, "expected " + expected_kind<T>() + ", got '"
+                               + text + "'");
       }
       if constexpr (std::is_floating_point_v<T>)
         if (!std::isfinite(out))

@@ -42,7 +42,8 @@ struct rule {
   const char* message = nullptr; // replaces the generated text
 
   constexpr bool holds(double x) const {
-    return (low_open ? x > low : x >= low) && (high_open ? x < high : x <= high);
+    return (low_open ? x > low : x >= low)
+           && (high_open ? x < high : x <= high);
   }
 
   // "must be ..." without the key.

@@ -66,8 +66,8 @@ struct cluster_config {
 template <class Visitor>
 void visit_fields(Visitor& v, cluster_config& c) {
   using namespace config;
-  v.field("world_size", c.world_size, "ranks in the job: nnodes * nproc_per_node",
-          at_least(1));
+  v.field("world_size", c.world_size,
+          "ranks in the job: nnodes * nproc_per_node", at_least(1));
   v.field("nnodes", c.nnodes, "nodes (daemons)", at_least(1),
           at_most(1 << 24));
   v.field("nproc_per_node", c.nproc_per_node, "ranks per node", at_least(1),
@@ -194,7 +194,8 @@ void visit_fields(Visitor& v, moe_config& c) {
   v.field("router_temperature", c.router_temperature,
           "router softmax temperature", above(0));
   v.field("capacity_factor", c.capacity_factor,
-          "tokens an expert takes, over the even share", at_least(0, "0 = dropless"));
+          "tokens an expert takes, over the even share",
+          at_least(0, "0 = dropless"));
   v.field("aux_loss_coeff", c.aux_loss_coeff, "load-balancing loss weight",
           at_least(0));
   v.field("z_loss_coeff", c.z_loss_coeff, "router z-loss weight",
