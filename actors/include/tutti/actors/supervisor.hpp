@@ -30,11 +30,12 @@ struct child_spec {
   std::function<caf::actor(caf::actor_system&)> start;
 };
 
-// Defaults: those of a `supervision:` entry left out (job_config.hpp).
+// Restart intensity: more than max_restarts within period gives up. The
+// defaults are those of a `supervision:` entry left out (job_config.hpp).
 struct supervisor_flags {
   restart_strategy strategy = supervision_spec{}.strategy;
-  int64_t max_restarts = supervision_spec{}.max_restarts; // restarts ...
-  std::chrono::milliseconds period = supervision_spec{}.period(); // ... within
+  int64_t max_restarts = supervision_spec{}.max_restarts;
+  std::chrono::milliseconds period = supervision_spec{}.period();
 };
 
 // which_child: the running handle of a child by id (an error while it is
