@@ -7,7 +7,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/client/job_client.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -21,12 +21,10 @@ int diag_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("config"))
     return cl.bad("usage: tutti diag CONFIG");
-  job_config cfg;
-  try {
-    cfg = load_job_config(vm["config"].as<std::string>());
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(vm["config"].as<std::string>());
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  const job_config& cfg = *loaded;
   client::job_client job;
   if (auto s = job.connect(client::endpoint{
         cfg.cluster.coordinator_host(),

@@ -366,13 +366,10 @@ int drill_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("drill"))
     return cl.bad("usage: tutti drill DRILL.yaml");
-  drill_plan plan;
-  try {
-    plan = load_drill_plan(vm["drill"].as<std::string>());
-  } catch (const config_error& ex) {
-    return fail(2, std::string("drill: ") + ex.what());
-  }
-  return drill(std::move(plan)).run();
+  auto plan = load_drill_plan(vm["drill"].as<std::string>());
+  if (!plan)
+    return fail(2, "drill: " + plan.message());
+  return drill(std::move(*plan)).run();
 }
 
 } // namespace tutti::cli

@@ -8,7 +8,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/model/capacity_plan.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -54,12 +54,10 @@ int plan_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("config"))
     return cl.bad("missing CONFIG (usage: tutti plan CONFIG)");
-  job_config cfg;
-  try {
-    cfg = load_job_config(vm["config"].as<std::string>());
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(vm["config"].as<std::string>());
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  const job_config& cfg = *loaded;
   auto p = model::make_capacity_plan(cfg);
   if (vm.count("json"))
     std::printf("%s\n", plan_json(p).c_str());

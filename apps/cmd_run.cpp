@@ -13,7 +13,7 @@
 #include "tutti/actors/rank.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/model/param_layout.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -82,12 +82,10 @@ int run_command(const std::vector<std::string>& args) {
   const bool quiet = vm.count("quiet") > 0, fresh = vm.count("fresh") > 0,
              yes = vm.count("yes") > 0;
 
-  job_config cfg;
-  try {
-    cfg = load_job_config(path);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(path);
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  job_config cfg = std::move(*loaded);
   if (auto why = rank_device_problem(cfg); !why.empty())
     return fail(2, "run: " + why);
   data::dataset_meta meta;

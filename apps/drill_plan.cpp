@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 
 namespace tutti::cli {
 
@@ -15,8 +16,13 @@ const std::set<std::string> in_place{"kill_expert", "raise_expert",
 const std::set<std::string> job_level{"kill_rank", "hang_rank",
                                       "kill_daemon"};
 
+// A refused drill file, caught in load_drill_plan: what() is one line.
+struct drill_refusal : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 [[noreturn]] void refuse(const std::string& key, const std::string& why) {
-  throw config_error(key + ": " + why);
+  throw drill_refusal(key + ": " + why);
 }
 
 template <class T>
@@ -80,15 +86,16 @@ bool recovered_in_place(const std::string& fault) {
   return in_place.count(fault) > 0;
 }
 
-drill_plan load_drill_plan(const std::string& path) {
+namespace {
+
+drill_plan read_drill_plan(const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    throw config_error(path + ": cannot open drill file");
+    refuse(path, "cannot open drill file");
   } catch (const YAML::Exception& ex) {
-    throw config_error(path + ": not YAML (line "
-                       + std::to_string(ex.mark.line + 1) + ")");
+    refuse(path, "not YAML (line " + std::to_string(ex.mark.line + 1) + ")");
   }
   if (!root.IsMap())
     refuse(path, "expected a mapping with config and faults");
@@ -105,7 +112,10 @@ drill_plan load_drill_plan(const std::string& path) {
   if (config.is_relative())
     config = std::filesystem::absolute(path).parent_path() / config;
   plan.config_path = config.lexically_normal().string();
-  plan.job = load_job_config(plan.config_path);
+  auto job = load_job_config(plan.config_path);
+  if (!job)
+    throw drill_refusal(job.message());
+  plan.job = std::move(*job);
   if (root["step_timeout_s"])
     plan.step_timeout_s = scalar<double>(root["step_timeout_s"],
                                          "step_timeout_s");
@@ -123,6 +133,16 @@ drill_plan load_drill_plan(const std::string& path) {
     last = plan.faults.back().at_step;
   }
   return plan;
+}
+
+} // namespace
+
+expected<drill_plan> load_drill_plan(const std::string& path) {
+  try {
+    return read_drill_plan(path);
+  } catch (const drill_refusal& ex) {
+    return status::error(ex.what());
+  }
 }
 
 } // namespace tutti::cli

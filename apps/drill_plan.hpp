@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::cli {
 
@@ -36,7 +36,7 @@ struct drill_plan {
 // actor) or job-level (the coordinator recovers from a checkpoint).
 bool recovered_in_place(const std::string& fault);
 
-// Loads and checks a drill file; throws config_error naming the key.
-drill_plan load_drill_plan(const std::string& path);
+// Loads and checks a drill file: the plan, or one line naming the key.
+expected<drill_plan> load_drill_plan(const std::string& path);
 
 } // namespace tutti::cli

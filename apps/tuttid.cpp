@@ -29,7 +29,7 @@
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace po = boost::program_options;
 using namespace tutti;
@@ -266,12 +266,10 @@ int main(int argc, char** argv) {
   } catch (const po::error& ex) {
     return fail(2, ex.what());
   }
-  job_config cfg;
-  try {
-    cfg = load_job_config(opt.config);
-  } catch (const config_error& ex) {
-    return fail(2, std::string("config: ") + ex.what());
-  }
+  auto loaded = load_job_config(opt.config);
+  if (!loaded)
+    return fail(2, "config: " + loaded.message());
+  job_config cfg = std::move(*loaded);
   if (opt.node_rank < 0 || opt.node_rank >= cfg.cluster.nnodes)
     return fail(2, "--node-rank " + std::to_string(opt.node_rank)
                      + " is outside 0.." + std::to_string(cfg.cluster.nnodes - 1)

@@ -302,7 +302,10 @@ int run() {
   // batch on one rank; evaluation only after the last step.
   const fs::path quickstart = fs::path(src) / "configs/quickstart.yaml";
   std::string base = read_text(quickstart);
-  const auto vocab = parse_job_config(base, quickstart.string()).model.vocab_size;
+  const auto quickstart_cfg = parse_job_config(base, quickstart.string());
+  if (!quickstart_cfg)
+    die(quickstart_cfg.message());
+  const auto vocab = quickstart_cfg->model.vocab_size;
   if (std::system((tutti + " data synth --out " + data.string() + " --vocab "
                    + std::to_string(vocab)
                    + " --seed 7 --tokens 200000 >/dev/null")
@@ -326,7 +329,10 @@ int run() {
     for (const char* key : {"world_size", "nproc_per_node", "ep_size"})
       y = set_key(y, "cluster_config", key, std::to_string(w));
     std::ofstream(c.cfg_path) << y;
-    c.cfg = parse_job_config(y, c.cfg_path.string());
+    auto parsed = parse_job_config(y, c.cfg_path.string());
+    if (!parsed)
+      die(parsed.message());
+    c.cfg = std::move(*parsed);
     cases.push_back(std::move(c));
   }
 

@@ -16,7 +16,7 @@
 #include "tutti/data/dataset.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/rank_model.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/safetensors.hpp"
 
@@ -163,7 +163,9 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
 
   // The same model straight from the checkpoint's shards.
   std::map<std::string, std::vector<float>> from_ckpt;
-  auto cfg = load_job_config(cfg_path.string());
+  auto loaded = load_job_config(cfg_path.string());
+  REQUIRE(loaded.ok());
+  const auto& cfg = *loaded;
   for (int rank = 0; rank < 2; ++rank) {
     auto f = store::read_shard_file(ckpt / store::shard_file_name(rank));
     REQUIRE(f.ok());

@@ -196,7 +196,8 @@ void on_diag_row(coordinator_pointer self, const diag_row& row) {
     named += (named.empty() ? "" : ", ") + std::to_string(n);
   if (!report.ok) {
     finish(self, job_state::failed, "pre-flight check failed:\n" + report.text);
-  } else if (!named.empty() && st.cfg.diag.on_start == "refuse") {
+  } else if (!named.empty()
+             && st.cfg.diag.on_start == preflight_check::refuse) {
     finish(self, job_state::failed,
            "pre-flight check: straggler node " + named
              + "; not starting (diag.on_start: refuse)\n" + report.text);
@@ -254,7 +255,7 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
   if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
     log_info("coordinator", "all " + std::to_string(cl.nnodes)
                               + " nodes joined");
-    if (st.cfg.diag.on_start != "off" && cl.nnodes > 1) {
+    if (st.cfg.diag.on_start != preflight_check::off && cl.nnodes > 1) {
       st.diag_preflight = true;
       start_diag(self);
     } else {

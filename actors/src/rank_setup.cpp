@@ -24,7 +24,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const auto host = cl.node(a.rank / cl.nproc_per_node).host;
   auto make = [&](int member, int size, const std::string& group,
                   std::unique_ptr<comm::communicator>& c) -> status {
-    if (cl.communication_backend == "nccl") {
+    if (cl.backend() == backend_kind::nccl) {
       comm::nccl_options opts;
       opts.group = epoch + group;
       opts.device = device;
@@ -55,7 +55,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
 }
 
 int rank_device(const job_config& cfg, int32_t rank) {
-  if (cfg.cluster.device != "cuda")
+  if (cfg.cluster.device != compute_device::cuda)
     return -1;
   const int count = kernels::cuda_device_count();
   const auto local = rank % cfg.cluster.nproc_per_node;
@@ -63,22 +63,24 @@ int rank_device(const job_config& cfg, int32_t rank) {
 }
 
 kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
-  return cfg.train.gemm_precision == "bf16" ? kernels::gemm_precision::bf16
-                                            : kernels::gemm_precision::fp32;
+  return cfg.train.gemm_precision == gemm_precision::bf16
+           ? kernels::gemm_precision::bf16
+           : kernels::gemm_precision::fp32;
 }
 
 std::string rank_device_problem(const job_config& cfg) {
   const auto& cl = cfg.cluster;
-  if (cl.communication_backend != "gloo" && cl.communication_backend != "nccl")
+  if (cl.backend() == backend_kind::other)
     return "cluster_config.communication_backend: '" + cl.communication_backend
            + "' is not available (gloo, nccl)";
   std::string why;
-  if (cl.communication_backend == "nccl" && !comm::nccl_built(why))
+  if (cl.backend() == backend_kind::nccl && !comm::nccl_built(why))
     return "cluster_config.communication_backend: nccl: " + why;
-  if (cl.device == "cuda" && !kernels::cuda_device_available(why))
+  if (cl.device == compute_device::cuda
+      && !kernels::cuda_device_available(why))
     return "cluster_config.device: cuda: " + why;
   // NCCL refuses two members of one communicator on the same GPU.
-  if (cl.communication_backend == "nccl"
+  if (cl.backend() == backend_kind::nccl
       && cl.nproc_per_node > kernels::cuda_device_count())
     return "cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
            + " ranks per node but " + std::to_string(kernels::cuda_device_count())

@@ -12,39 +12,16 @@
 
 namespace tutti {
 
-const char* to_string(restart_strategy s) {
-  switch (s) {
-    case restart_strategy::one_for_one: return "one_for_one";
-    case restart_strategy::rest_for_one: return "rest_for_one";
-    case restart_strategy::one_for_all: return "one_for_all";
-  }
-  return "?";
-}
-
-const char* to_string(restart_type t) {
-  switch (t) {
-    case restart_type::permanent: return "permanent";
-    case restart_type::transient: return "transient";
-    case restart_type::temporary: return "temporary";
-  }
-  return "?";
-}
-
 supervisor_flags flags_of(const supervision_spec& spec) {
   supervisor_flags f;
-  f.strategy = spec.strategy == "rest_for_one"  ? restart_strategy::rest_for_one
-               : spec.strategy == "one_for_all" ? restart_strategy::one_for_all
-                                                : restart_strategy::one_for_one;
+  f.strategy = spec.strategy;
   f.max_restarts = spec.max_restarts;
-  f.period = std::chrono::milliseconds(
-    static_cast<int64_t>(spec.period_s * 1000.0));
+  f.period = spec.period();
   return f;
 }
 
 restart_type restart_of(const supervision_spec& spec) {
-  return spec.restart == "transient"   ? restart_type::transient
-         : spec.restart == "temporary" ? restart_type::temporary
-                                       : restart_type::permanent;
+  return spec.restart;
 }
 
 namespace {

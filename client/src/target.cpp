@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::client {
 
@@ -23,13 +23,11 @@ int64_t parse_port(const std::string& text) {
 
 expected<endpoint> resolve_target(const std::string& target) {
   if (std::filesystem::is_regular_file(target)) {
-    try {
-      const auto cfg = load_job_config(target);
-      return endpoint{cfg.cluster.coordinator_host(),
-                      static_cast<uint16_t>(cfg.cluster.coordinator_port())};
-    } catch (const config_error& ex) {
-      return status::error(std::string("config: ") + ex.what());
-    }
+    const auto cfg = load_job_config(target);
+    if (!cfg)
+      return status::error("config: " + cfg.message());
+    return endpoint{cfg->cluster.coordinator_host(),
+                    static_cast<uint16_t>(cfg->cluster.coordinator_port())};
   }
   const auto colon = target.rfind(':');
   if (colon == std::string::npos || colon == 0)

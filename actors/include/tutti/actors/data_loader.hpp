@@ -3,7 +3,7 @@
 // prepared ahead of the rank in a prefetch queue. Detached: it reads files.
 
 #include "tutti/actors/interfaces.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

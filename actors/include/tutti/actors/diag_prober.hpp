@@ -12,7 +12,7 @@
 #include <caf/actor.hpp>
 
 #include "tutti/actors/interfaces.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

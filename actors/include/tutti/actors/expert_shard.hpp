@@ -13,7 +13,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/kernels/tensor.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "tutti/actors/interfaces.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::store {
 class job_store;

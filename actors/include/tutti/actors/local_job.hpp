@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::store {
 class job_store;

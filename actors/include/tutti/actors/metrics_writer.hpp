@@ -3,7 +3,7 @@
 // progress line on the terminal. Detached: it writes files.
 
 #include "tutti/actors/interfaces.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

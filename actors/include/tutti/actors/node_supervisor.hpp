@@ -21,7 +21,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/metrics_board.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

@@ -17,7 +17,7 @@
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/comm/communicator.hpp"
 #include "tutti/kernels/stream.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 

@@ -18,15 +18,11 @@
 #include <vector>
 
 #include "tutti/actors/interfaces.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti {
 
-enum class restart_strategy { one_for_one, rest_for_one, one_for_all };
-enum class restart_type { permanent, transient, temporary };
-
-const char* to_string(restart_strategy s);
-const char* to_string(restart_type t);
+// restart_strategy, restart_type and their to_string: tutti/config/enums.hpp.
 
 struct child_spec {
   std::string id; // e.g. "expert_shard/3"
@@ -34,10 +30,12 @@ struct child_spec {
   std::function<caf::actor(caf::actor_system&)> start;
 };
 
+// Restart intensity: more than max_restarts within period gives up. The
+// defaults are those of a `supervision:` entry left out (job_config.hpp).
 struct supervisor_flags {
-  restart_strategy strategy = restart_strategy::one_for_one;
-  int64_t max_restarts = 3;               // restart intensity ...
-  std::chrono::milliseconds period{5000}; // ... within this window
+  restart_strategy strategy = supervision_spec{}.strategy;
+  int64_t max_restarts = supervision_spec{}.max_restarts;
+  std::chrono::milliseconds period = supervision_spec{}.period();
 };
 
 // which_child: the running handle of a child by id (an error while it is

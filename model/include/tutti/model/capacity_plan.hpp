@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::model {
 

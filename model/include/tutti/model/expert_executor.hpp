@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::model {
 

@@ -19,7 +19,7 @@
 #include "tutti/model/param_layout.hpp"
 #include "tutti/model/staged_collectives.hpp"
 #include "tutti/model/step_stats.hpp"
-#include "tutti/protocol/job_config.hpp"
+#include "tutti/config/job_config.hpp"
 
 namespace tutti::model {
 

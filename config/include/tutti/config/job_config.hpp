@@ -1,0 +1,510 @@
+#pragma once
+// The job spec: everything a cluster agrees on before a step runs. Each
+// section is a struct whose members carry the defaults, and one
+// visit_fields overload that declares its keys once: name, doc and checks
+// (field.hpp). Parsing, per-key validation, the fingerprint and the README's
+// key reference (tools/config_keys) are all derived from those overloads;
+// checks across keys are in src/cross_checks.cpp.
+//
+// Adding a key: a member with its default, and one v.field(...) line.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+#include "tutti/config/enums.hpp"
+#include "tutti/config/field.hpp"
+
+namespace tutti {
+
+// One daemon's place in the cluster: where it listens and which rack it is
+// in (for rack-aware placement and the capacity plan).
+struct node_address {
+  std::string host;
+  int64_t port = 0;
+  std::string rack;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, node_address& c) {
+  v.field("host", c.host, "address the node's daemon listens on");
+  v.field("port", c.port, "its port");
+  v.field("rack", c.rack, "rack label, for placement and the plan");
+}
+
+struct cluster_config {
+  int64_t world_size = 1;
+  int64_t nnodes = 1;
+  int64_t nproc_per_node = 1;
+  std::string communication_backend = "gloo"; // an open set: enums.hpp
+  compute_device device = compute_device::cpu;
+  int64_t ep_size = 0; // 0 = world_size (filled in by the loader)
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  std::string host = "127.0.0.1";
+  int64_t collective_timeout_ms = 60000;
+  std::string coordinator = "127.0.0.1:7100";
+  int64_t join_timeout_s = 60;
+  std::vector<node_address> nodes; // index = node rank
+  double device_memory_gb = 0;
+  double expected_bandwidth_gbps = 0;
+
+  backend_kind backend() const {
+    return from_string<backend_kind>(communication_backend)
+      .value_or(backend_kind::other);
+  }
+  std::string coordinator_host() const;
+  int64_t coordinator_port() const;
+  // Where node `rank` listens: nodes[rank] if given, else `host` and
+  // coordinator port + 1 + rank.
+  node_address node(int64_t rank) const;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, cluster_config& c) {
+  using namespace config;
+  v.field("world_size", c.world_size,
+          "ranks in the job: nnodes * nproc_per_node", at_least(1));
+  v.field("nnodes", c.nnodes, "nodes (daemons)", at_least(1),
+          at_most(1 << 24));
+  v.field("nproc_per_node", c.nproc_per_node, "ranks per node", at_least(1),
+          at_most(1024));
+  v.field("communication_backend", c.communication_backend,
+          "gloo or nccl (nccl needs device cuda); another name is planned "
+          "but refused when a job starts",
+          not_empty{});
+  v.field("device", c.device,
+          "where ranks compute; cuda: local rank i on GPU i % count, its "
+          "expert shard on the same GPU");
+  v.field("ep_size", c.ep_size,
+          "ranks the experts are spread over (0 = world_size); divides "
+          "world_size");
+  v.field("tensor_model_parallel_size", c.tensor_model_parallel_size,
+          "tensor parallelism (only 1 for now)",
+          with_message(in_range(1, 1, "[]"),
+                       "tensor parallelism is not supported yet; must be 1"));
+  v.field("pipeline_model_parallel_size", c.pipeline_model_parallel_size,
+          "pipeline parallelism (only 1 for now)",
+          with_message(in_range(1, 1, "[]"),
+                       "pipeline parallelism is not supported yet; must be 1"));
+  v.field("host", c.host, "address the data plane binds to without nodes",
+          not_fingerprinted);
+  v.field("collective_timeout_ms", c.collective_timeout_ms,
+          "a collective gives up on a silent peer after this long", above(0));
+  v.field("coordinator", c.coordinator, "host:port of the coordinator, on "
+                                        "node 0");
+  v.field("join_timeout_s", c.join_timeout_s,
+          "all nodes must register within this long", above(0),
+          not_fingerprinted);
+  // Fingerprinted as where each node listens (cluster_config.nodes[i]),
+  // which covers `host` and the coordinator port when the list is empty.
+  v.field("nodes", c.nodes, "where each node listens, index = node rank "
+                            "(default: host, coordinator port + 1 + rank)",
+          not_fingerprinted);
+  v.field("device_memory_gb", c.device_memory_gb,
+          "memory per device, for `tutti plan` (0 = unknown)", at_least(0),
+          not_fingerprinted);
+  v.field("expected_bandwidth_gbps", c.expected_bandwidth_gbps,
+          "link bandwidth `tutti diag` compares to (0 = the median)",
+          not_fingerprinted);
+}
+
+struct diag_config {
+  double min_fraction = 0.9;
+  preflight_check on_start = preflight_check::off;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, diag_config& c) {
+  using namespace config;
+  v.field("min_fraction", c.min_fraction,
+          "a link below this share of the reference is a straggler",
+          in_range(0, 1, "(]"), not_fingerprinted);
+  v.field("on_start", c.on_start,
+          "run the interconnect check before every job start; refuse: do "
+          "not start with a straggler",
+          not_fingerprinted);
+}
+
+struct model_config {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  double rope_theta = 10000.0;
+  int64_t max_seq_len = 0;
+  double rms_norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, model_config& c) {
+  using namespace config;
+  v.field("vocab_size", c.vocab_size, "tokens in the vocabulary", required,
+          at_least(2));
+  v.field("hidden_size", c.hidden_size,
+          "model width; a multiple of num_attention_heads, even per head",
+          required, at_least(1));
+  v.field("intermediate_size", c.intermediate_size, "expert FFN width",
+          required, at_least(1));
+  v.field("num_hidden_layers", c.num_hidden_layers, "transformer layers",
+          required, at_least(1));
+  v.field("num_attention_heads", c.num_attention_heads,
+          "query heads; a multiple of num_key_value_heads", required,
+          at_least(1));
+  v.field("num_key_value_heads", c.num_key_value_heads,
+          "key/value heads (grouped-query attention)", required, at_least(1));
+  v.field("rope_theta", c.rope_theta, "rotary embedding base", above(0));
+  v.field("max_seq_len", c.max_seq_len, "longest sequence", required,
+          at_least(1));
+  v.field("rms_norm_eps", c.rms_norm_eps, "RMSNorm epsilon", above(0));
+  v.field("init_std", c.init_std, "standard deviation of initial weights",
+          above(0));
+}
+
+struct moe_config {
+  int64_t num_experts = 0;
+  int64_t router_top_k = 0;
+  double router_temperature = 1.0;
+  double capacity_factor = 0.0;
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  double bias_update_rate = 0.0;
+  all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
+  int64_t communication_buffer_size = 0; // bytes; 0 = auto
+  int64_t combine_chunks = 2;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, moe_config& c) {
+  using namespace config;
+  v.field("num_experts", c.num_experts,
+          "experts per MoE layer; divisible by ep_size", required,
+          at_least(1));
+  v.field("router_top_k", c.router_top_k,
+          "experts each token is routed to; <= num_experts", required,
+          at_least(1));
+  v.field("router_temperature", c.router_temperature,
+          "router softmax temperature", above(0));
+  v.field("capacity_factor", c.capacity_factor,
+          "tokens an expert takes, over the even share",
+          at_least(0, "0 = dropless"));
+  v.field("aux_loss_coeff", c.aux_loss_coeff, "load-balancing loss weight",
+          at_least(0));
+  v.field("z_loss_coeff", c.z_loss_coeff, "router z-loss weight",
+          at_least(0));
+  v.field("bias_update_rate", c.bias_update_rate,
+          "loss-free balancing: expert bias step per update",
+          at_least(0, "0 = off"));
+  v.field("all_to_all_communication", c.all_to_all_communication,
+          "disabled keeps every expert local (needs ep_size 1)");
+  v.field("communication_buffer_size", c.communication_buffer_size,
+          "all-to-all buffer in bytes, or auto", auto_means_zero,
+          with_message(at_least(0), "must be auto or >= 0"));
+  v.field("combine_chunks", c.combine_chunks,
+          "the combine all-to-all in up to this many chunks of a rank's "
+          "experts, each sent while the next computes",
+          at_least(1, "1 = no overlap"));
+}
+
+struct train_config {
+  int64_t steps = 0;
+  int64_t global_batch_size = 0;
+  int64_t seq_len = 0;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;
+  // The member's name is also the enum's: the type is spelled qualified.
+  tutti::gemm_precision gemm_precision = tutti::gemm_precision::fp32;
+  uint64_t seed = 1234;
+  int64_t eval_interval = 0;
+  int64_t eval_sequences = 0;
+  int64_t log_interval = 1;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, train_config& c) {
+  using namespace config;
+  v.field("steps", c.steps, "training steps", required, at_least(1));
+  v.field("global_batch_size", c.global_batch_size,
+          "sequences per step over all ranks; divisible by world_size",
+          required, at_least(1));
+  v.field("seq_len", c.seq_len, "tokens per sequence; <= model.max_seq_len",
+          required, at_least(1));
+  v.field("lr", c.lr, "peak learning rate", above(0));
+  v.field("min_lr", c.min_lr, "learning rate at the end of the cosine decay; "
+                              "in [0, lr]");
+  v.field("warmup_steps", c.warmup_steps, "linear warmup steps", at_least(0));
+  v.field("weight_decay", c.weight_decay, "AdamW weight decay", at_least(0));
+  v.field("beta1", c.beta1, "AdamW beta1", in_range(0, 1, "[)"));
+  v.field("beta2", c.beta2, "AdamW beta2", in_range(0, 1, "[)"));
+  v.field("eps", c.eps, "AdamW epsilon", above(0));
+  v.field("grad_clip", c.grad_clip, "global gradient norm clip",
+          at_least(0, "0 = off"));
+  v.field("gemm_precision", c.gemm_precision,
+          "GEMM inputs; bf16 (cuda only) accumulates, keeps master weights "
+          "and gradients in fp32");
+  v.field("seed", c.seed, "seed of initialisation and data order");
+  v.field("eval_interval", c.eval_interval,
+          "steps between evaluations (0 = only at the end)", at_least(0));
+  v.field("eval_sequences", c.eval_sequences,
+          "held-out sequences per evaluation; divisible by world_size");
+  v.field("log_interval", c.log_interval, "steps between log lines",
+          at_least(1), not_fingerprinted);
+}
+
+struct data_config {
+  std::string dir;
+  bool shard_per_rank = false;
+  int64_t prefetch = 2;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, data_config& c) {
+  using namespace config;
+  v.field("dir", c.dir, "token shards (relative: to the working directory)",
+          required, not_empty{"missing"}, not_fingerprinted);
+  v.field("shard_per_rank", c.shard_per_rank,
+          "each rank reads its own shard files");
+  v.field("prefetch", c.prefetch, "batches a loader keeps ready",
+          at_least(1), not_fingerprinted);
+}
+
+struct run_config {
+  std::string dir;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, run_config& c) {
+  using namespace config;
+  v.field("dir", c.dir, "the run's logs, metrics, store and checkpoints",
+          required, not_empty{"missing"}, not_fingerprinted);
+}
+
+struct checkpoint_config {
+  int64_t interval_steps = 0;
+  int64_t keep_last = 3;
+  std::string dir;
+
+  std::string root(const run_config& run) const {
+    return dir.empty() ? run.dir + "/checkpoints" : dir;
+  }
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, checkpoint_config& c) {
+  using namespace config;
+  v.field("interval_steps", c.interval_steps, "steps between checkpoints",
+          at_least(0, "0 = only at the end"));
+  v.field("keep_last", c.keep_last,
+          "checkpoints kept; the newest verified one always is", at_least(1),
+          not_fingerprinted);
+  v.field("dir", c.dir, "where checkpoints go (empty: RUN_DIR/checkpoints)",
+          not_fingerprinted);
+}
+
+// How one kind of child is supervised, Erlang/OTP style: its supervisor's
+// strategy and restart intensity (more than max_restarts within period_s
+// escalates to the node, then the coordinator), and the children's restart
+// type. The actors' supervisor takes its defaults from here.
+struct supervision_spec {
+  restart_strategy strategy = restart_strategy::one_for_one;
+  restart_type restart = restart_type::permanent;
+  int64_t max_restarts = 3;
+  double period_s = 60;
+
+  constexpr std::chrono::milliseconds period() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(period_s * 1000.0));
+  }
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, supervision_spec& c) {
+  using namespace config;
+  v.field("strategy", c.strategy,
+          "which children restart with a failed one (expert_shard: "
+          "one_for_one only)");
+  v.field("restart", c.restart, "whether a child that ended comes back");
+  v.field("max_restarts", c.max_restarts,
+          "restarts within period_s before escalating", at_least(0));
+  v.field("period_s", c.period_s, "the restart intensity's window",
+          above(0));
+}
+
+struct supervision_config {
+  supervision_spec expert_shard;
+  supervision_spec data_loader;
+  supervision_spec checkpoint_writer;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, supervision_config& c) {
+  v.field("expert_shard", c.expert_shard, "a rank's expert shard");
+  v.field("data_loader", c.data_loader, "a rank's data loader");
+  v.field("checkpoint_writer", c.checkpoint_writer,
+          "a node's checkpoint writer");
+}
+
+// Detecting lost nodes and getting the job back. Timeouts are ordered
+// heartbeat_timeout_ms < cluster_config.collective_timeout_ms <
+// rendezvous_timeout_ms: a dead node is noticed before a collective gives
+// up on it, and a collective before a rendezvous does.
+struct recovery_config {
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t rendezvous_timeout_ms = 120000;
+  double max_wait_s = 600;
+  double straggler_factor = 2;
+  int64_t straggler_steps = 5;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, recovery_config& c) {
+  using namespace config;
+  v.field("heartbeat_interval_ms", c.heartbeat_interval_ms,
+          "between a daemon's heartbeats", above(0));
+  v.field("heartbeat_timeout_ms", c.heartbeat_timeout_ms,
+          "a daemon silent this long is lost; between heartbeat_interval_ms "
+          "and cluster_config.collective_timeout_ms");
+  v.field("rendezvous_timeout_ms", c.rendezvous_timeout_ms,
+          "communicator (re)connection; over "
+          "cluster_config.collective_timeout_ms");
+  v.field("max_wait_s", c.max_wait_s,
+          "wait this long for a lost node, then pause the job", above(0),
+          not_fingerprinted);
+  v.field("straggler_factor", c.straggler_factor,
+          "a rank's step time over the median times this ...", above(1),
+          not_fingerprinted);
+  v.field("straggler_steps", c.straggler_steps,
+          "... this many steps in a row: a straggler alert", at_least(1),
+          not_fingerprinted);
+}
+
+// Prometheus: node N serves /metrics on its own host at port + N.
+struct metrics_config {
+  int64_t port = 0;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, metrics_config& c) {
+  using namespace config;
+  v.field("port", c.port,
+          "node N serves /metrics at port + N (0 = off); below 65536 for "
+          "every node",
+          not_fingerprinted);
+}
+
+// Alert rules, by level. critical: the job interrupted (always on), this
+// many checkpoint failures in a row; important: a daemon's memory over
+// the watermark, all-to-all time over its baseline times a factor, one
+// expert over the mean load times a factor, the loss NaN or over its
+// recent mean times a factor; normal: metrics lines slower to write than
+// a limit, compute under a share of the step time. 0 turns a rule off.
+struct alerts_config {
+  int64_t checkpoint_failures = 2;
+  double memory_watermark_gb = 0;
+  double comm_time_factor = 3;
+  double expert_imbalance = 0;
+  double loss_spike_factor = 3;
+  double slow_log_write_ms = 200;
+  double low_utilisation = 0;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, alerts_config& c) {
+  using namespace config;
+  v.field("checkpoint_failures", c.checkpoint_failures,
+          "critical: this many failed checkpoints in a row", at_least(0),
+          not_fingerprinted);
+  v.field("memory_watermark_gb", c.memory_watermark_gb,
+          "important: a daemon's memory over this", at_least(0, "0 = off"),
+          not_fingerprinted);
+  v.field("comm_time_factor", c.comm_time_factor,
+          "important: all-to-all time over its baseline times this",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("expert_imbalance", c.expert_imbalance,
+          "important: an expert over the mean load times this",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("loss_spike_factor", c.loss_spike_factor,
+          "important: the loss NaN or over its recent mean times this",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("slow_log_write_ms", c.slow_log_write_ms,
+          "normal: a metrics line slower to write than this",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("low_utilisation", c.low_utilisation,
+          "normal: compute under this share of the step time",
+          at_least(0, "0 = off"),
+          with_message(below(1), "is a share of the step time: must be < 1"),
+          not_fingerprinted);
+}
+
+struct job_config {
+  cluster_config cluster;
+  model_config model;
+  moe_config moe;
+  train_config train;
+  data_config data;
+  run_config run;
+  checkpoint_config checkpoint;
+  diag_config diag;
+  supervision_config supervision;
+  recovery_config recovery;
+  metrics_config metrics;
+  alerts_config alerts;
+  std::string source_path; // the file it came from, for messages
+
+  int64_t ep_size() const { return cluster.ep_size; }
+  int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
+};
+
+// The sections, in the order they are read and checked.
+template <class Visitor>
+void visit_fields(Visitor& v, job_config& c) {
+  using namespace config;
+  v.field("cluster_config", c.cluster, "the nodes, ranks and their links");
+  v.field("model", c.model, "the transformer", required);
+  v.field("moe_config", c.moe, "experts and routing", required);
+  v.field("train", c.train, "optimiser and schedule", required);
+  v.field("data", c.data, "the dataset", required);
+  v.field("run", c.run, "where the run writes", required);
+  v.field("checkpoint", c.checkpoint, "checkpoints and their retention");
+  v.field("diag", c.diag, "the interconnect check");
+  v.field("supervision", c.supervision, "restarts, per kind of child");
+  v.field("recovery", c.recovery, "failure detection and recovery");
+  v.field("metrics", c.metrics, "the Prometheus endpoint");
+  v.field("alerts", c.alerts, "alert rules (0 turns a rule off)");
+}
+
+// Loads and validates: the config, or a status whose message is one line
+// naming the key and why. Relative paths in data.dir and run.dir are kept
+// as written (relative to the working directory).
+expected<job_config> load_job_config(const std::string& path);
+expected<job_config> parse_job_config(const std::string& yaml_text,
+                                      const std::string& source_name);
+
+// The config as "section.key" = value pairs, every key not declared
+// not_fingerprinted: what every node of a job must agree on. Its text
+// identifies the config; comparing two texts names the first key that
+// differs.
+std::vector<std::pair<std::string, std::string>>
+config_fingerprint(const job_config& c);
+std::string fingerprint_text(const job_config& c);
+
+// The first differing key of two fingerprints ("" if equal), as
+// "model.hidden_size: 64 here, 128 there".
+std::string first_difference(const std::string& ours,
+                             const std::string& theirs);
+
+} // namespace tutti

@@ -1,0 +1,39 @@
+// load_job_config: read the YAML, fill in what defaults to another key,
+// check each key, then the keys together.
+
+#include <fstream>
+#include <sstream>
+
+#include "checks.hpp"
+#include "yaml_reader.hpp"
+
+namespace tutti {
+
+expected<job_config> parse_job_config(const std::string& yaml_text,
+                                      const std::string& source_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& ex) {
+    return status::error(source_name + ": not valid YAML: " + ex.what());
+  }
+  job_config c;
+  c.source_path = source_name;
+  TUTTI_RETURN_IF_ERROR(config::read_sections(root, source_name, c));
+  if (c.cluster.ep_size == 0)
+    c.cluster.ep_size = c.cluster.world_size;
+  TUTTI_RETURN_IF_ERROR(config::check_fields(c));
+  TUTTI_RETURN_IF_ERROR(config::check_across_keys(c));
+  return c;
+}
+
+expected<job_config> load_job_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return status::error(path + ": cannot open config file");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return parse_job_config(buf.str(), path);
+}
+
+} // namespace tutti
