@@ -163,9 +163,7 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
     join(0, nodes[0]);
     expect((caf::ok_atom), from(coord).to(nodes[0]).with(_));
     join(1, nodes[1]);
-    for (auto& n : nodes)
-      expect((start_atom, int64_t, int64_t),
-             from(coord).to(n).with(_, int64_t{0}, int64_t{0}));
+    started(0, 0);
     expect((caf::ok_atom), from(coord).to(nodes[1]).with(_));
   }
 
@@ -237,17 +235,41 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
              from(coord).to(journal));
   }
 
-  // A rank of epoch `epoch` fails; every node aborts its ranks and the
-  // coordinator starts epoch + 1 from the newest committed checkpoint.
-  void recover(int64_t epoch, int64_t from_step) {
+  // A shard saved that does not complete a set (or must not count).
+  void saved_without_commit(int64_t step, int32_t rank, int64_t epoch) {
+    saved(step, rank, epoch);
+    no_commit_requested();
+  }
+  int64_t latest_checkpoint() { return status().last_checkpoint; }
+
+  // Every rank saved its shard of `step`: the journal is asked to commit.
+  void all_saved(int64_t step, int64_t epoch) {
+    for (int32_t rank = 0; rank < world; ++rank)
+      saved(step, rank, epoch);
+    commit_requested(step, epoch);
+  }
+  void committed(int64_t step, int64_t epoch) {
+    all_saved(step, epoch);
+    commit_answered(step);
+  }
+
+  // A rank of epoch `epoch` fails, and every node aborts its ranks.
+  void interrupted(int64_t epoch) {
     rank_failed(0, epoch);
     for (auto& n : nodes)
       expect((abort_atom, int64_t), from(coord).to(n).with(_, epoch + 1));
     for (int64_t n = 0; n < world; ++n)
       aborted(n, epoch + 1);
+  }
+  void started(int64_t from_step, int64_t epoch) {
     for (auto& n : nodes)
       expect((start_atom, int64_t, int64_t),
-             from(coord).to(n).with(_, from_step, epoch + 1));
+             from(coord).to(n).with(_, from_step, epoch));
+  }
+  // ... and the coordinator starts epoch + 1 from the newest checkpoint.
+  void recover(int64_t epoch, int64_t from_step) {
+    interrupted(epoch);
+    started(from_step, epoch + 1);
   }
 };
 
@@ -289,9 +311,7 @@ CAF_TEST(the loss of a node starts a new epoch and ignores the old one) {
   disallow((start_atom, int64_t, int64_t), from(coord).to(nodes[0]));
   CAF_CHECK_EQUAL(status().state, "recovering");
   aborted(0, 1);
-  for (auto& n : nodes)
-    expect((start_atom, int64_t, int64_t),
-           from(coord).to(n).with(_, int64_t{0}, int64_t{1}));
+  started(0, 1);
   s = status();
   CAF_CHECK_EQUAL(s.state, "running");
   CAF_CHECK_EQUAL(s.epoch, 1);
@@ -312,41 +332,31 @@ CAF_TEST(a rank failure of an older epoch is ignored) {
 
 CAF_TEST(a checkpoint commits only once every shard of its step is saved) {
   start_job();
-  saved(4, 0, 0);
-  no_commit_requested();
-  CAF_CHECK_EQUAL(status().last_checkpoint, 0);
+  saved_without_commit(4, 0, 0);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 0);
   saved(4, 1, 0);
   commit_requested(4, 0);
   // Latest moves when the journal has committed, not before.
-  CAF_CHECK_EQUAL(status().last_checkpoint, 0);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 0);
   commit_answered(4);
-  CAF_CHECK_EQUAL(status().last_checkpoint, 4);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 4);
   // The next step's checkpoint moves it again.
-  saved(8, 1, 0);
-  saved(8, 0, 0);
-  commit_requested(8, 0);
-  commit_answered(8);
-  CAF_CHECK_EQUAL(status().last_checkpoint, 8);
+  committed(8, 0);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 8);
 }
 
 CAF_TEST(a failed shard or a failed commit leaves the latest checkpoint) {
   start_job();
-  saved(4, 0, 0);
-  saved(4, 1, 0);
-  commit_requested(4, 0);
-  commit_answered(4);
+  committed(4, 0);
   // Step 8: rank 1's shard failed; rank 0's saved shard, before or after,
   // makes no commit.
   saved(8, 0, 0);
   shard_failed(8, 1, 0);
-  saved(8, 1, 0);
-  no_commit_requested();
-  CAF_CHECK_EQUAL(status().last_checkpoint, 4);
+  saved_without_commit(8, 1, 0);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 4);
   // Step 12: every shard saved, but the journal cannot commit.
   failing_commits->insert(12);
-  saved(12, 0, 0);
-  saved(12, 1, 0);
-  commit_requested(12, 0);
+  all_saved(12, 0);
   commit_refused(12);
   auto s = status();
   CAF_CHECK_EQUAL(s.last_checkpoint, 4);
@@ -359,44 +369,31 @@ CAF_TEST(shards of an aborted epoch do not count toward a commit) {
   recover(0, 0);
   // Epoch 1's rank 1 and epoch 0's rank 0 (before the failure, or late)
   // are not a full set.
-  saved(4, 1, 1);
-  no_commit_requested();
-  saved(4, 0, 0);
-  no_commit_requested();
-  CAF_CHECK_EQUAL(status().last_checkpoint, 0);
+  saved_without_commit(4, 1, 1);
+  saved_without_commit(4, 0, 0);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 0);
   saved(4, 0, 1);
   commit_requested(4, 1);
   commit_answered(4);
-  CAF_CHECK_EQUAL(status().last_checkpoint, 4);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 4);
 }
 
 CAF_TEST(a shard failure of an aborted epoch does not fail the step) {
   start_job();
   recover(0, 0);
   shard_failed(4, 0, 0); // epoch 0's write of step 4: taken again
-  saved(4, 0, 1);
-  saved(4, 1, 1);
-  commit_requested(4, 1);
-  commit_answered(4);
-  CAF_CHECK_EQUAL(status().last_checkpoint, 4);
+  committed(4, 1);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 4);
 }
 
 CAF_TEST(recovery waits for a commit under way and resumes from it) {
   start_job();
-  saved(4, 0, 0);
-  saved(4, 1, 0);
-  commit_requested(4, 0);
-  rank_failed(0, 0);
-  for (auto& n : nodes)
-    expect((abort_atom, int64_t), from(coord).to(n).with(_, int64_t{1}));
-  for (int64_t n = 0; n < world; ++n)
-    aborted(n, 1);
+  all_saved(4, 0);
+  interrupted(0);
   for (auto& n : nodes)
     disallow((start_atom, int64_t, int64_t), from(coord).to(n));
   commit_answered(4);
-  for (auto& n : nodes)
-    expect((start_atom, int64_t, int64_t),
-           from(coord).to(n).with(_, int64_t{4}, int64_t{1}));
+  started(4, 1);
   auto s = status();
   CAF_CHECK_EQUAL(s.epoch, 1);
   CAF_CHECK_EQUAL(s.last_checkpoint, 4);
@@ -404,24 +401,13 @@ CAF_TEST(recovery waits for a commit under way and resumes from it) {
 
 CAF_TEST(recovery after a failed commit resumes from the one before) {
   start_job();
-  saved(4, 0, 0);
-  saved(4, 1, 0);
-  commit_requested(4, 0);
-  commit_answered(4);
+  committed(4, 0);
   failing_commits->insert(8);
-  saved(8, 0, 0);
-  saved(8, 1, 0);
-  commit_requested(8, 0);
-  rank_failed(0, 0);
-  for (auto& n : nodes)
-    expect((abort_atom, int64_t), from(coord).to(n).with(_, int64_t{1}));
-  for (int64_t n = 0; n < world; ++n)
-    aborted(n, 1);
+  all_saved(8, 0);
+  interrupted(0);
   commit_refused(8);
-  for (auto& n : nodes)
-    expect((start_atom, int64_t, int64_t),
-           from(coord).to(n).with(_, int64_t{4}, int64_t{1}));
-  CAF_CHECK_EQUAL(status().last_checkpoint, 4);
+  started(4, 1);
+  CAF_CHECK_EQUAL(latest_checkpoint(), 4);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
