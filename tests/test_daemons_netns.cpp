@@ -140,7 +140,6 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
           "one process",
           "[integration]") {
   const int steps = 30;
-  const int port = port_block(9);
   auto dir = scratch("daemons_netns");
   auto data = dir / "data";
   require_synth_data(data);
@@ -154,8 +153,9 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
   REQUIRE(failed.empty());
 
   auto two = dir / "two.yaml";
-  write_text(two, daemon_config(data.string(), (dir / "two").string(), port,
-                                steps, {"10.210.0.1", "10.210.0.2"}));
+  write_text(two, daemon_config(data.string(), (dir / "two").string(),
+                                port_block(9), steps,
+                                {"10.210.0.1", "10.210.0.2"}));
   // The daemons live inside run_two_daemons: on any exit they are killed
   // before the namespaces are deleted.
   run_two_daemons(two, dir, ns.exec_in(0), ns.exec_in(1));
