@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -130,6 +131,50 @@ inline std::string daemon_config(const std::string& data_dir,
 inline std::string one_process_config(const std::string& data_dir,
                                       const std::string& run_dir, int steps) {
   return small_config(data_dir, run_dir, 4, steps);
+}
+
+// Runs the job of `one_process_config` in DIR/one (`tutti run`), which must
+// succeed; returns its metrics.jsonl.
+inline std::filesystem::path
+run_one_process(const std::filesystem::path& dir,
+                const std::filesystem::path& data, int steps) {
+  auto config = dir / "one.yaml";
+  write_text(config,
+             one_process_config(data.string(), (dir / "one").string(), steps));
+  auto r = run(tutti_bin() + " run " + config.string() + " --quiet", 300);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return dir / "one" / "metrics.jsonl";
+}
+
+// Runs a 2-node job to its end, node 1's daemon started first, logs in
+// DIR/node0.log and DIR/node1.log (`prefix`: per node, as start_daemon's);
+// both must exit 0.
+inline void run_two_daemons(const std::filesystem::path& config,
+                            const std::filesystem::path& dir,
+                            const std::vector<std::string>& prefix0 = {},
+                            const std::vector<std::string>& prefix1 = {}) {
+  auto node1 = start_daemon(config, 1, dir / "node1.log", prefix1);
+  auto node0 = start_daemon(config, 0, dir / "node0.log", prefix0);
+  int s0 = node0->wait(300), s1 = node1->wait(60);
+  INFO("node0: " << tail(read_text(dir / "node0.log")));
+  INFO("node1: " << tail(read_text(dir / "node1.log")));
+  REQUIRE(s0 == 0);
+  REQUIRE(s1 == 0);
+}
+
+// Both runs have `steps` losses, each within `relative` of the other's.
+inline void check_losses_close(const std::filesystem::path& reference_metrics,
+                               const std::filesystem::path& metrics,
+                               size_t steps, double relative) {
+  auto a = metric_series(reference_metrics, "loss");
+  auto b = metric_series(metrics, "loss");
+  REQUIRE(a.size() == steps);
+  REQUIRE(b.size() == steps);
+  for (size_t s = 0; s < a.size(); ++s) {
+    INFO("step " << s + 1 << ": " << b[s] << " vs " << a[s]);
+    CHECK(std::abs(b[s] - a[s]) / std::abs(a[s]) <= relative);
+  }
 }
 
 // -- raw TCP clients for poking at daemon ports -----------------------------

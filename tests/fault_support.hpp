@@ -13,9 +13,20 @@
 
 namespace tutti::testing {
 
+// Every loss equal, bit for bit, and none missing.
+inline void require_same_losses(const std::vector<double>& reference,
+                                const std::vector<double>& actual) {
+  REQUIRE(actual.size() == reference.size());
+  for (size_t s = 0; s < reference.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(actual[s] == reference[s]);
+  }
+}
+
 struct fault_job {
   std::filesystem::path dir, data, config, metrics;
   int port = 0, steps = 0;
+  std::vector<double> reference_losses; // run_reference()'s
 
   // `extra`: YAML sections appended to the config. `hosts`: the nodes'
   // addresses (the reference runs on loopback; addresses change no bits).
@@ -58,6 +69,8 @@ struct fault_job {
     return metric_series(dir / "reference" / "metrics.jsonl", "loss");
   }
 
+  void run_reference() { reference_losses = reference(); }
+
   std::unique_ptr<child_process>
   daemon(int node, const std::string& log,
          const std::vector<std::string>& prefix = {}) {
@@ -65,6 +78,42 @@ struct fault_job {
   }
 
   int steps_done() const { return count_lines(metrics); }
+  // The job's losses are the reference run's (run_reference), bit for bit.
+  void check_losses() const {
+    require_same_losses(reference_losses, metric_series(metrics, "loss"));
+  }
+
+  // The job's two daemons, logging to node0.log and node1.log.
+  struct daemons {
+    std::unique_ptr<child_process> node0, node1;
+  };
+  daemons start_daemons() {
+    return {daemon(0, "node0.log"), daemon(1, "node1.log")};
+  }
+  // The fault-free run first, for check_losses().
+  daemons start_after_reference() {
+    run_reference();
+    return start_daemons();
+  }
+  // Both end the job cleanly: node 0 (the coordinator's) within 300 s,
+  // node 1 within 60 s after it.
+  static void check_finished(daemons& d) {
+    CHECK(d.node0->wait(300) == 0);
+    CHECK(d.node1->wait(60) == 0);
+  }
+  std::string node_logs() const {
+    return read_text(dir / "node0.log") + read_text(dir / "node1.log");
+  }
+
+  void wait_for_step(int step) const {
+    REQUIRE(wait_until([&] { return steps_done() >= step; }, 120));
+  }
+  // Waits for a step drawn from [lo, hi] (random_step) and returns it.
+  int wait_for_random_step(int lo, int hi) const {
+    const int step = random_step(lo, hi);
+    wait_for_step(step);
+    return step;
+  }
 
   // Node 0's event log (once its daemon has exited: the store is locked
   // while it runs).
@@ -102,6 +151,12 @@ struct fault_job {
   command_result chaos(const std::string& args) const {
     return run(tutti_bin() + " chaos " + config.string() + " " + args, 60);
   }
+  // `tutti chaos ARGS`, which must be accepted.
+  void inject(const std::string& args) const {
+    auto c = chaos(args);
+    INFO(args << ": " << c.output);
+    REQUIRE(c.status == 0);
+  }
 
   // Seconds until `text` appears in `log`, or -1 past `seconds`.
   double seconds_until(const std::string& log, const std::string& text,
@@ -117,13 +172,13 @@ struct fault_job {
   }
 };
 
-// Every loss equal, bit for bit, and none missing.
-inline void require_same_losses(const std::vector<double>& reference,
-                                const std::vector<double>& actual) {
-  REQUIRE(actual.size() == reference.size());
-  for (size_t s = 0; s < reference.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(actual[s] == reference[s]);
+// How many events of each kind the job's event log must hold.
+inline void check_event_counts(
+  const std::vector<store::event>& events,
+  std::initializer_list<std::pair<const char*, size_t>> expected) {
+  for (auto [kind, n] : expected) {
+    INFO("event kind " << kind);
+    CHECK(fault_job::count(events, kind) == n);
   }
 }
 

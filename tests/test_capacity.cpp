@@ -119,11 +119,7 @@ struct jobs {
       jobs j;
       j.dir = scratch("capacity");
       j.data = j.dir / "data";
-      auto synth = run(tutti_bin() + " data synth --out " + j.data.string()
-                         + " --vocab 32 --seed 5 --tokens 20000",
-                       60);
-      INFO(synth.output);
-      REQUIRE(synth.status == 0);
+      require_synth_data(j.data, 32, 20000);
       j.dropless = run_job(j.dir, j.data, "cf0", 0.0, true, 10);
       j.dropping = run_job(j.dir, j.data, "cf05", 0.5, false, 2);
       // Capacity 4 * n * k / E = 2n per expert and rank: more than the n

@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <cmath>
 
 #include "daemon_support.hpp"
 #include "test_support.hpp"
@@ -15,16 +14,9 @@ using namespace tutti::testing;
 namespace fs = std::filesystem;
 
 TEST_CASE("a stopped daemon job resumes where it stopped", "[fault]") {
-  auto dir = scratch("daemon_resume");
-  auto data = dir / "data";
-  REQUIRE(synth_data(data));
+  auto [dir, data] = scratch_with_data("daemon_resume");
   const int steps = 200;
-  auto one = dir / "one.yaml";
-  write_text(one, one_process_config(data.string(), (dir / "one").string(),
-                                     steps));
-  auto whole = run(tutti_bin() + " run " + one.string() + " --quiet", 300);
-  INFO(whole.output);
-  REQUIRE(whole.status == 0);
+  auto whole = run_one_process(dir, data, steps);
 
   const int port = port_block(71);
   auto cfg = dir / "two.yaml";
@@ -52,12 +44,5 @@ TEST_CASE("a stopped daemon job resumes where it stopped", "[fault]") {
   CHECK(log0.find("resuming after step " + std::to_string(stopped_at))
         != std::string::npos);
 
-  auto a = metric_series(dir / "one" / "metrics.jsonl", "loss");
-  auto b = metric_series(metrics, "loss");
-  REQUIRE(a.size() == steps);
-  REQUIRE(b.size() == steps);
-  for (int s = 0; s < steps; ++s) {
-    INFO("step " << s + 1);
-    CHECK(std::abs(b[s] - a[s]) <= 1e-6 * std::abs(a[s]));
-  }
+  check_losses_close(whole, metrics, steps, 1e-6);
 }

@@ -200,11 +200,7 @@ job_dirs make_job(const std::string& name, int port, int steps) {
   j.data = j.dir / "data";
   j.run = j.dir / "run";
   j.config = j.dir / "cluster.yaml";
-  auto synth = run(tutti_bin() + " data synth --out " + j.data.string()
-                     + " --vocab 32 --seed 5 --tokens 60000",
-                   60);
-  INFO(synth.output);
-  REQUIRE(synth.status == 0);
+  require_synth_data(j.data);
   write_text(j.config,
              daemon_config(j.data.string(), j.run.string(), port, steps));
   return j;
@@ -215,9 +211,28 @@ std::string logs(const job_dirs& j) {
          + "\n--- node1.log\n" + read_text(j.dir / "node1.log");
 }
 
-std::string tail(const std::string& s, size_t n = 3000) {
-  return s.size() > n ? s.substr(s.size() - n) : s;
-}
+// A job whose two daemons (node 1 started first) have trained 5 steps.
+struct training_job {
+  job_dirs j;
+  std::filesystem::path metrics;
+  std::unique_ptr<child_process> node0, node1;
+
+  training_job(const std::string& name, int port, int steps)
+    : j(make_job(name, port, steps)), metrics(j.run / "metrics.jsonl") {
+    node1 = start_daemon(j.config, 1, j.dir / "node1.log");
+    node0 = start_daemon(j.config, 0, j.dir / "node0.log");
+    bool training = wait_until(
+      [&] {
+        return count_lines(metrics) >= 5 || !node0->running()
+               || !node1->running();
+      },
+      60);
+    INFO(tail(logs(j), 3000));
+    REQUIRE(training);
+    REQUIRE(node0->running());
+    REQUIRE(node1->running());
+  }
+};
 
 } // namespace
 
@@ -249,7 +264,7 @@ TEST_CASE("garbage, half-open connections and other protocols on daemon "
     },
     60);
   lingering = socket_guard();
-  INFO(tail(logs(j)));
+  INFO(tail(logs(j), 3000));
   REQUIRE(training);
   REQUIRE(node0->running());
   REQUIRE(node1->running());
@@ -291,21 +306,8 @@ namespace {
 // and checks the stop: both exit 0 in time, metrics end early with no gap.
 void stop_by_signal(const std::string& name, int salt, int target, int sig) {
   const int steps = 100000;
-  const int port = port_block(salt);
-  auto j = make_job(name, port, steps);
-  const auto metrics = j.run / "metrics.jsonl";
-  auto node1 = start_daemon(j.config, 1, j.dir / "node1.log");
-  auto node0 = start_daemon(j.config, 0, j.dir / "node0.log");
-  bool training = wait_until(
-    [&] {
-      return count_lines(metrics) >= 5 || !node0->running()
-             || !node1->running();
-    },
-    60);
-  INFO(tail(logs(j)));
-  REQUIRE(training);
-  REQUIRE(node0->running());
-  REQUIRE(node1->running());
+  training_job job(name, port_block(salt), steps);
+  auto& [j, metrics, node0, node1] = job;
   const int at_signal = count_lines(metrics);
   (target == 0 ? node0 : node1)->signal(sig);
   auto t0 = std::chrono::steady_clock::now();
@@ -346,20 +348,8 @@ void basp_header_probe(const std::string& name, int salt,
                        const std::string& bytes, int target_port_offset) {
   const int steps = 400;
   const int port = port_block(salt);
-  auto j = make_job(name, port, steps);
-  const auto metrics = j.run / "metrics.jsonl";
-  auto node1 = start_daemon(j.config, 1, j.dir / "node1.log");
-  auto node0 = start_daemon(j.config, 0, j.dir / "node0.log");
-  bool training = wait_until(
-    [&] {
-      return count_lines(metrics) >= 5 || !node0->running()
-             || !node1->running();
-    },
-    60);
-  INFO(tail(logs(j)));
-  REQUIRE(training);
-  REQUIRE(node0->running());
-  REQUIRE(node1->running());
+  training_job job(name, port, steps);
+  auto& [j, metrics, node0, node1] = job;
   {
     socket_guard s(tcp_connect("127.0.0.1", port + target_port_offset));
     REQUIRE(s.fd >= 0);

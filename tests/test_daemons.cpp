@@ -4,8 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <cmath>
-
 #include "daemon_support.hpp"
 #include "test_support.hpp"
 
@@ -13,42 +11,18 @@ using namespace tutti::testing;
 
 TEST_CASE("2 daemons x 2 ranks train like 4 ranks in one process",
           "[integration]") {
-  auto dir = scratch("daemons");
-  auto data = dir / "data";
-  REQUIRE(synth_data(data));
+  auto [dir, data] = scratch_with_data("daemons");
   const int port = port_block(11);
-
-  auto one = dir / "one.yaml";
-  write_text(one, one_process_config(data.string(), (dir / "one").string(), 30));
-  auto single = run(tutti_bin() + " run " + one.string() + " --quiet", 300);
-  INFO(single.output);
-  REQUIRE(single.status == 0);
-
+  auto one = run_one_process(dir, data, 30);
   auto two = dir / "two.yaml";
   write_text(two, daemon_config(data.string(), (dir / "two").string(), port, 30));
-  auto node1 = start_daemon(two, 1, dir / "node1.log");
-  auto node0 = start_daemon(two, 0, dir / "node0.log");
-  int s0 = node0->wait(300), s1 = node1->wait(60);
-  INFO("node0: " << read_text(dir / "node0.log"));
-  INFO("node1: " << read_text(dir / "node1.log"));
-  REQUIRE(s0 == 0);
-  REQUIRE(s1 == 0);
-
-  auto a = metric_series(dir / "one" / "metrics.jsonl", "loss");
-  auto b = metric_series(dir / "two" / "metrics.jsonl", "loss");
-  REQUIRE(a.size() == 30);
-  REQUIRE(b.size() == 30);
-  for (size_t s = 0; s < a.size(); ++s) {
-    INFO("step " << s + 1 << ": " << b[s] << " vs " << a[s]);
-    CHECK(std::abs(b[s] - a[s]) / std::abs(a[s]) <= 1e-4);
-  }
+  run_two_daemons(two, dir);
+  check_losses_close(one, dir / "two" / "metrics.jsonl", 30, 1e-4);
 }
 
 TEST_CASE("a daemon with a different config is refused by name",
           "[integration]") {
-  auto dir = scratch("daemons_mismatch");
-  auto data = dir / "data";
-  REQUIRE(synth_data(data));
+  auto [dir, data] = scratch_with_data("daemons_mismatch");
   const int port = port_block(12);
   auto good = dir / "good.yaml";
   auto bad = dir / "bad.yaml";

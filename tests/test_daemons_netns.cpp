@@ -134,32 +134,18 @@ std::string why_not_available() {
   return "";
 }
 
-std::string tail(const std::string& s, size_t n = 4000) {
-  return s.size() > n ? s.substr(s.size() - n) : s;
-}
-
 } // namespace
 
 TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
           "one process",
           "[integration]") {
   const int steps = 30;
-  const int port = port_block(9);
   auto dir = scratch("daemons_netns");
   auto data = dir / "data";
-  auto synth = run(tutti_bin() + " data synth --out " + data.string()
-                     + " --vocab 32 --seed 5 --tokens 60000",
-                   60);
-  INFO(synth.output);
-  REQUIRE(synth.status == 0);
+  require_synth_data(data);
 
   // The reference: one process, 4 ranks, Gloo on 127.0.0.1.
-  auto one = dir / "one.yaml";
-  write_text(one, one_process_config(data.string(), (dir / "one").string(),
-                                     steps));
-  auto single = run(tutti_bin() + " run " + one.string() + " --quiet", 300);
-  INFO(single.output);
-  REQUIRE(single.status == 0);
+  auto one = run_one_process(dir, data, steps);
 
   netns_pair ns{netns_names(getpid())};
   auto failed = ns.setup();
@@ -167,18 +153,12 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
   REQUIRE(failed.empty());
 
   auto two = dir / "two.yaml";
-  write_text(two, daemon_config(data.string(), (dir / "two").string(), port,
-                                steps, {"10.210.0.1", "10.210.0.2"}));
-  std::unique_ptr<child_process> node0, node1;
-  // Daemons go before the namespaces (declared after them): on any exit
-  // from this scope they are killed first, then the namespaces deleted.
-  node1 = start_daemon(two, 1, dir / "node1.log", ns.exec_in(1));
-  node0 = start_daemon(two, 0, dir / "node0.log", ns.exec_in(0));
-  int s0 = node0->wait(300), s1 = node1->wait(60);
-  INFO("node0: " << tail(read_text(dir / "node0.log")));
-  INFO("node1: " << tail(read_text(dir / "node1.log")));
-  REQUIRE(s0 == 0);
-  REQUIRE(s1 == 0);
+  write_text(two, daemon_config(data.string(), (dir / "two").string(),
+                                port_block(9), steps,
+                                {"10.210.0.1", "10.210.0.2"}));
+  // The daemons live inside run_two_daemons: on any exit they are killed
+  // before the namespaces are deleted.
+  run_two_daemons(two, dir, ns.exec_in(0), ns.exec_in(1));
 
   // They really were apart: node 1's namespace has no route to anything
   // but 10.210.0.0/24 (and its own loopback).
@@ -186,14 +166,7 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
   INFO(routes.output);
   CHECK(routes.output.find("default") == std::string::npos);
 
-  auto a = metric_series(dir / "one" / "metrics.jsonl", "loss");
-  auto b = metric_series(dir / "two" / "metrics.jsonl", "loss");
-  REQUIRE(a.size() == static_cast<size_t>(steps));
-  REQUIRE(b.size() == static_cast<size_t>(steps));
-  for (size_t s = 0; s < a.size(); ++s) {
-    INFO("step " << s + 1 << ": " << b[s] << " vs " << a[s]);
-    CHECK(std::abs(b[s] - a[s]) / std::abs(a[s]) <= 1e-4);
-  }
+  check_losses_close(one, dir / "two" / "metrics.jsonl", steps, 1e-4);
 }
 
 TEST_CASE("a node cut off by its link is detected, comes back and the job "
@@ -205,11 +178,10 @@ TEST_CASE("a node cut off by its link is detected, comes back and the job "
   REQUIRE(failed.empty());
   fault_job job("netns_link_cut", 100, 93, "",
                 {"10.210.0.1", "10.210.0.2"});
-  auto reference = job.reference();
+  job.run_reference();
   auto node1 = job.daemon(1, "node1.log", ns.exec_in(1));
   auto node0 = job.daemon(0, "node0.log", ns.exec_in(0));
-  const int at = fault_job::random_step(12, 60);
-  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
+  job.wait_for_random_step(12, 60);
   const auto& n = ns.names();
   REQUIRE(sh("ip -n " + n.a + " link set " + n.veth_a + " down").status == 0);
   // No FIN, no RST: only the missing heartbeats (timeout 1 s) tell.
@@ -229,7 +201,7 @@ TEST_CASE("a node cut off by its link is detected, comes back and the job "
   INFO("node1: " << tail(read_text(job.dir / "node1.log")));
   CHECK(s0 == 0);
   CHECK(s1 == 0);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  job.check_losses();
 }
 
 int main(int argc, char** argv) {

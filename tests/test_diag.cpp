@@ -15,32 +15,35 @@ using namespace tutti::testing;
 
 namespace {
 
-// The 2-node daemon config with the pre-flight check set.
-std::string two_node_config(const std::string& data, const std::string& run,
-                            int port, int steps, const std::string& on_start) {
-  return daemon_config(data, run, port, steps) + "diag:\n  on_start: "
-         + on_start + "\n";
-}
+// Two daemons of a job with the pre-flight check set to `on_start`, node 1
+// throttled by the test hook like a slow NIC.
+struct throttled_pair {
+  std::filesystem::path dir, config;
+  std::unique_ptr<child_process> node0, node1;
+
+  throttled_pair(const std::string& name, int salt, int steps,
+                 const std::string& on_start) {
+    auto [scratch_dir, data] = scratch_with_data(name);
+    dir = scratch_dir;
+    config = dir / "c.yaml";
+    write_text(config, daemon_config(data.string(), (dir / "run").string(),
+                                     port_block(salt), steps)
+                         + "diag:\n  on_start: " + on_start + "\n");
+    node0 = start_daemon(config, 0, dir / "node0.log");
+    node1 = start_daemon(config, 1, dir / "node1.log",
+                         {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
+  }
+};
 
 } // namespace
 
 TEST_CASE("tutti diag names a throttled node", "[integration]") {
-  auto dir = scratch("diag");
-  auto data = dir / "data";
-  REQUIRE(synth_data(data));
-  const int port = port_block(21);
-  auto cfg = dir / "c.yaml";
-  write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
-                                  100000, "off"));
-  auto node0 = start_daemon(cfg, 0, dir / "node0.log");
-  // The test hook throttles node 1 like a slow NIC.
-  auto node1 = start_daemon(cfg, 1, dir / "node1.log",
-                            {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
+  throttled_pair job("diag", 21, 100000, "off");
   // Retry until both nodes have joined (the coordinator says which are
   // missing until then).
   command_result r;
   for (int i = 0; i < 40; ++i) {
-    r = run(tutti_bin() + " diag " + cfg.string(), 120);
+    r = run(tutti_bin() + " diag " + job.config.string(), 120);
     if (r.status != 1)
       break;
     usleep(500000);
@@ -55,32 +58,23 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
         != std::string::npos);
   auto line0 = r.output.substr(r.output.find("  node 0 ("));
   CHECK(line0.substr(0, line0.find('\n')).find("ok") != std::string::npos);
-  node0->signal(SIGTERM);
-  node1->signal(SIGTERM);
-  CHECK(node0->wait(60) == 0);
-  CHECK(node1->wait(30) == 0);
+  job.node0->signal(SIGTERM);
+  job.node1->signal(SIGTERM);
+  CHECK(job.node0->wait(60) == 0);
+  CHECK(job.node1->wait(30) == 0);
 }
 
 TEST_CASE("diag.on_start: refuse does not start with a straggler",
           "[integration]") {
-  auto dir = scratch("diag_refuse");
-  auto data = dir / "data";
-  REQUIRE(synth_data(data));
-  const int port = port_block(22);
-  auto cfg = dir / "c.yaml";
-  write_text(cfg, two_node_config(data.string(), (dir / "run").string(), port,
-                                  20, "refuse"));
-  auto node0 = start_daemon(cfg, 0, dir / "node0.log");
-  // The test hook throttles node 1 like a slow NIC.
-  auto node1 = start_daemon(cfg, 1, dir / "node1.log",
-                            {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
-  int s0 = node0->wait(120);
-  auto log0 = read_text(dir / "node0.log");
+  throttled_pair job("diag_refuse", 22, 20, "refuse");
+  int s0 = job.node0->wait(120);
+  auto log0 = read_text(job.dir / "node0.log");
   INFO(log0);
   CHECK(s0 == 1);
   CHECK(log0.find("straggler node 1") != std::string::npos);
-  const bool no_steps = !std::filesystem::exists(dir / "run" / "metrics.jsonl")
-                        || read_text(dir / "run" / "metrics.jsonl").empty();
+  const auto metrics = job.dir / "run" / "metrics.jsonl";
+  const bool no_steps =
+    !std::filesystem::exists(metrics) || read_text(metrics).empty();
   CHECK(no_steps);
-  CHECK(node1->wait(60) != -1);
+  CHECK(job.node1->wait(60) != -1);
 }

@@ -26,22 +26,17 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
     text.replace(text.find(from), from.size(), "  ep_size: 2\n");
     write_text(file, text);
   }
-  auto reference = job.reference();
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
+  auto nodes = job.start_after_reference();
   int at = fault_job::random_step(5, 30);
   for (auto [fault, rank] : {std::pair{"kill_expert", 1},
                              std::pair{"raise_expert", 2},
                              std::pair{"nan_expert", 3}}) {
-    REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-    auto c = job.chaos(std::string(fault) + " --rank " + std::to_string(rank));
-    INFO(c.output);
-    REQUIRE(c.status == 0);
+    job.wait_for_step(at);
+    job.inject(std::string(fault) + " --rank " + std::to_string(rank));
     at += 25;
   }
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
-  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs();
   INFO(log);
   // Three restarts in place, no job-level recovery.
   size_t restarts = 0;
@@ -56,41 +51,36 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
     log, std::regex("rank 2: expert shard restarted in place at step [0-9]+, "
                     "[1-9][0-9]* expert calls replayed")));
   CHECK(log.find("recovered: epoch") == std::string::npos);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  job.check_losses();
   // Each restart is an event, and so is the rank's replay of the step with
   // how long it stalled the rank.
-  auto events = job.events();
-  CHECK(fault_job::count(events, "restart") == 3);
-  CHECK(fault_job::count(events, "replayed") == 3);
-  CHECK(fault_job::count(events, "chaos") == 3);
-  CHECK(fault_job::count(events, "recovery") == 0);
+  check_event_counts(job.events(), {{"restart", 3},
+                                     {"replayed", 3},
+                                     {"chaos", 3},
+                                     {"recovery", 0}});
 }
 
 TEST_CASE("past the restart intensity the job recovers from its checkpoint",
           "[escalation]") {
   fault_job job("fault_escalation", 80, 83,
                 "supervision:\n  expert_shard:\n    max_restarts: 0\n");
-  auto reference = job.reference();
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
-  const int at = fault_job::random_step(12, 50);
-  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-  REQUIRE(job.chaos("kill_expert --rank 2").status == 0);
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
-  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(12, 50);
+  job.inject("kill_expert --rank 2");
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs();
   INFO(log);
   CHECK(log.find("expert_shards/0 gives up: more than 0 restarts")
         != std::string::npos);
   CHECK(log.find("escalated") != std::string::npos);
   CHECK(log.find("recovered: epoch 1 starts from the checkpoint of step")
         != std::string::npos);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  job.check_losses();
   auto events = job.events();
-  CHECK(fault_job::count(events, "escalation") == 1);
-  CHECK(fault_job::count(events, "failure") == 1);
-  CHECK(fault_job::count(events, "recovery") == 1);
-  CHECK(fault_job::count(events, "resumed") == 1);
+  check_event_counts(events, {{"escalation", 1},
+                              {"failure", 1},
+                              {"recovery", 1},
+                              {"resumed", 1}});
   for (const auto& e : events)
     if (e.kind == "recovery" || e.kind == "resumed")
       CHECK(e.duration_s > 0);
@@ -99,14 +89,12 @@ TEST_CASE("past the restart intensity the job recovers from its checkpoint",
 TEST_CASE("a killed daemon is detected, rejoins and training resumes",
           "[node_loss]") {
   fault_job job("fault_node_loss", 100, 85);
-  auto reference = job.reference();
-  // Past max_wait_s the job is paused, not failed, until the node returns.
+  // Past max_wait_s the job is paused, not failed, until the node returns
+  // (job.yaml only: the reference run has its own config).
   job.edit_config("max_wait_s: 60", "max_wait_s: 1");
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
-  const int at = fault_job::random_step(12, 60);
-  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-  node1->kill_and_reap(); // kill -9
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(12, 60);
+  nodes.node1->kill_and_reap(); // kill -9
   // Within the heartbeat timeout (1 s; the closed connection is faster).
   double detect = job.seconds_until("node0.log", "job interrupted", 5);
   INFO("detected after " << detect << " s");
@@ -121,59 +109,50 @@ TEST_CASE("a killed daemon is detected, rejoins and training resumes",
   INFO(status.output);
   CHECK(status.status == 0);
   CHECK(status.output.find("\"state\":\"paused\"") != std::string::npos);
-  node1 = job.daemon(1, "node1-again.log");
+  nodes.node1 = job.daemon(1, "node1-again.log");
   double back = job.seconds_until("job/tuttid-0.log.jsonl",
                                   "training resumed", 30);
   INFO("training again " << back << " s after the daemon's return");
   CHECK(back >= 0);
   CHECK(back <= 15);
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
-  auto events = job.events();
-  for (auto kind : {"node_lost", "failure", "pause", "node_joined",
-                    "recovery", "resumed"}) {
-    INFO(kind);
-    CHECK(fault_job::count(events, kind) == 1);
-  }
+  fault_job::check_finished(nodes);
+  job.check_losses();
+  check_event_counts(job.events(), {{"node_lost", 1},
+                                     {"failure", 1},
+                                     {"pause", 1},
+                                     {"node_joined", 1},
+                                     {"recovery", 1},
+                                     {"resumed", 1}});
 }
 
 TEST_CASE("a rank hung in a collective is detected and recovered",
           "[rank_hang]") {
   fault_job job("fault_rank_hang", 80, 87);
-  auto reference = job.reference();
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
-  const int at = fault_job::random_step(12, 50);
-  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-  REQUIRE(job.chaos("hang_rank --rank 3").status == 0);
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(12, 50);
+  job.inject("hang_rank --rank 3");
   // Detected at the collective timeout (3 s) and recovered with aborted
   // communicators: far inside Gloo's own default timeout (30 s).
   double recovered = job.seconds_until("node0.log", "recovered: epoch 1", 20);
   INFO("recovered after " << recovered << " s");
   CHECK(recovered >= 0);
   CHECK(recovered < 10);
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  fault_job::check_finished(nodes);
+  job.check_losses();
 }
 
 TEST_CASE("a restarted coordinator daemon resumes the job by itself",
           "[coordinator_restart]") {
   fault_job job("fault_coordinator_restart", 100, 89);
-  auto reference = job.reference();
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
-  const int at = fault_job::random_step(15, 60);
-  REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-  node0->kill_and_reap();
-  node0 = job.daemon(0, "node0-again.log");
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(15, 60);
+  nodes.node0->kill_and_reap();
+  nodes.node0 = job.daemon(0, "node0-again.log");
+  fault_job::check_finished(nodes);
   auto log = read_text(job.dir / "node0-again.log");
   INFO(log << read_text(job.dir / "node1.log"));
   CHECK(log.find("resuming after step") != std::string::npos);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  job.check_losses();
 }
 
 TEST_CASE("tutti drill reports detection, recovery and the loss curve",
@@ -221,27 +200,22 @@ TEST_CASE("tutti drill reports detection, recovery and the loss curve",
 TEST_CASE("loader, writer and rank failures: restarts and a recovery",
           "[helpers]") {
   fault_job job("fault_helpers", 100, 95);
-  auto reference = job.reference();
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
+  auto nodes = job.start_after_reference();
   int at = fault_job::random_step(5, 20);
   for (auto args : {"kill_loader --rank 0", "kill_writer --node 1",
                     "crash_checkpoint --node 1", "kill_rank --rank 1"}) {
-    REQUIRE(wait_until([&] { return job.steps_done() >= at; }, 120));
-    auto c = job.chaos(args);
-    INFO(args << ": " << c.output);
-    REQUIRE(c.status == 0);
+    job.wait_for_step(at);
+    job.inject(args);
     at += 18;
   }
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
-  auto log = read_text(job.dir / "node0.log") + read_text(job.dir / "node1.log");
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs();
   INFO(log);
   CHECK(log.find("restarted data_loader/0") != std::string::npos);
   CHECK(log.find("restarted checkpoint_writer") != std::string::npos);
   CHECK(log.find("writing again") != std::string::npos);
   CHECK(log.find("recovered: epoch 1") != std::string::npos);
-  require_same_losses(reference, metric_series(job.metrics, "loss"));
+  job.check_losses();
   // Every checkpoint of the run was committed, the crashed one included.
   auto db = tutti::store::job_store::open(job.dir / "job" / "state");
   REQUIRE(db.ok());
@@ -256,14 +230,12 @@ TEST_CASE("a slow rank is named as a straggler", "[straggler]") {
                 "");
   job.edit_config("straggler_steps: 5", "straggler_steps: 3");
   REQUIRE(synth_data(job.data));
-  auto node0 = job.daemon(0, "node0.log");
-  auto node1 = job.daemon(1, "node1.log");
-  REQUIRE(wait_until([&] { return job.steps_done() >= 10; }, 120));
-  REQUIRE(job.chaos("slow_rank --rank 3 --seconds 0.1").status == 0);
+  auto nodes = job.start_daemons();
+  job.wait_for_step(10);
+  job.inject("slow_rank --rank 3 --seconds 0.1");
   double named = job.seconds_until(
     "node0.log", "straggler: rank 3 on node 1 (127.0.0.1:", 60);
   CHECK(named >= 0);
-  CHECK(node0->wait(300) == 0);
-  CHECK(node1->wait(60) == 0);
+  fault_job::check_finished(nodes);
   CHECK(fault_job::count(job.events(), "straggler") == 1);
 }

@@ -108,11 +108,7 @@ TEST_CASE("tutti plan's parameter count and all-to-all bytes for the "
           "[unit]") {
   auto dir = scratch("plan_quickstart");
   auto data = dir / "data";
-  auto synth = run(tutti_bin() + " data synth --out " + data.string()
-                     + " --vocab 16 --seed 7 --tokens 100000",
-                   60);
-  INFO(synth.output);
-  REQUIRE(synth.status == 0);
+  require_synth_data(data, 16, 100000, 7);
 
   auto text = read_text(source_dir() + "/configs/quickstart.yaml");
   replace_once(text, "  steps: 1500\n", "  steps: 3\n");

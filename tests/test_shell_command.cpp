@@ -35,6 +35,18 @@ std::string parse_error(const std::string& line) {
   return error;
 }
 
+// NAME [ARG]: no argument, the argument `arg`, and `arg extra` refused.
+void check_one_optional_argument(const std::string& name,
+                                 const std::string& usage,
+                                 const std::string& arg,
+                                 const std::string& extra) {
+  CHECK(parse_ok(name).args.empty());
+  CHECK(parse_ok(name + " " + arg).args == strings{arg});
+  CHECK(parse_error(name + " " + arg + " " + extra)
+        == name + ": unexpected argument '" + extra + "' (usage: " + usage
+             + ")");
+}
+
 const strings actors = {"/job/coordinator", "/job/node0", "/job/node0/rank0", "/job/node0/rank1",
                         "/job/node1/rank0/experts"};
 
@@ -88,11 +100,9 @@ TEST_CASE("commands without arguments", "[shell]") {
 }
 
 TEST_CASE("help [CMD]", "[shell]") {
-  CHECK(parse_ok("help").args.empty());
-  CHECK(parse_ok("help logs").args == strings{"logs"});
+  check_one_optional_argument("help", "help [CMD]", "logs", "nodes");
   CHECK(parse_error("help stauts") ==
         "help: unknown command 'stauts' (did you mean 'status'?) (usage: help [CMD])");
-  CHECK(parse_error("help logs nodes") == "help: unexpected argument 'nodes' (usage: help [CMD])");
 }
 
 TEST_CASE("actors [PATH] and metrics [NAME]", "[shell]") {
@@ -101,9 +111,7 @@ TEST_CASE("actors [PATH] and metrics [NAME]", "[shell]") {
   CHECK(parse_ok("actors \"/job/odd name\"").args == strings{"/job/odd name"});
   CHECK(parse_error("actors /a /b") == "actors: unexpected argument '/b' (usage: actors [PATH])");
   CHECK(parse_error("actors \"\"") == "actors: PATH must be non-empty, got '' (usage: actors [PATH])");
-  CHECK(parse_ok("metrics").args.empty());
-  CHECK(parse_ok("metrics loss").args == strings{"loss"});
-  CHECK(parse_error("metrics loss lr") == "metrics: unexpected argument 'lr' (usage: metrics [NAME])");
+  check_one_optional_argument("metrics", "metrics [NAME]", "loss", "lr");
 }
 
 TEST_CASE("experts [LAYER] wants a whole number", "[shell]") {

@@ -33,6 +33,10 @@ caf::behavior dummy(caf::event_based_actor* self, std::string id,
   };
 }
 
+supervisor_flags flags_of(restart_strategy s, int64_t max = 10) {
+  return {s, max, std::chrono::milliseconds(5000)};
+}
+
 struct fixture {
   tutti_system_config cfg;
   caf::actor_system sys{cfg};
@@ -69,6 +73,27 @@ struct fixture {
     CHECK(quiet);
   }
 
+  // A supervisor of three permanent children a, b and c, all started.
+  // (Keep the handle: CAF ends an actor nobody can reach any more.)
+  supervisor_actor spawn_abc(restart_strategy strategy) {
+    auto sup = spawn_supervisor(sys, "t", flags_of(strategy),
+                                {spec("a", restart_type::permanent),
+                                 spec("b", restart_type::permanent),
+                                 spec("c", restart_type::permanent)},
+                                self);
+    expect_starts(3);
+    return sup;
+  }
+
+  // How many times each child has started in all.
+  void check_starts(
+    std::initializer_list<std::pair<const char*, int>> expected) {
+    for (auto [id, n] : expected) {
+      INFO("child " << id);
+      CHECK(starts[id] == n);
+    }
+  }
+
   std::vector<child_status> children(const supervisor_actor& sup) {
     std::vector<child_status> out;
     self->request(sup, std::chrono::seconds(5), children_atom_v)
@@ -78,20 +103,11 @@ struct fixture {
   }
 };
 
-supervisor_flags flags_of(restart_strategy s, int64_t max = 10) {
-  return {s, max, std::chrono::milliseconds(5000)};
-}
-
 } // namespace
 
 TEST_CASE("one_for_one restarts only the child that failed", "[unit]") {
   fixture f;
-  auto sup = spawn_supervisor(
-    f.sys, "t", flags_of(restart_strategy::one_for_one),
-    {f.spec("a", restart_type::permanent), f.spec("b", restart_type::permanent),
-     f.spec("c", restart_type::permanent)},
-    f.self);
-  f.expect_starts(3);
+  auto sup = f.spawn_abc(restart_strategy::one_for_one);
   auto old_a = f.live["a"];
   f.self->send(f.live["b"], crash_atom::value);
   f.expect_starts(1);
@@ -106,39 +122,32 @@ TEST_CASE("one_for_one restarts only the child that failed", "[unit]") {
   f.self->send(sup, stop_atom_v);
 }
 
-TEST_CASE("rest_for_one restarts the child and those after it", "[unit]") {
+namespace {
+
+// Crashes `child` of a/b/c under `strategy`: `restarted` children start
+// again, and then each has started as often as `expected` says.
+void check_restarts(
+  restart_strategy strategy, const char* child, int restarted,
+  std::initializer_list<std::pair<const char*, int>> expected) {
   fixture f;
-  // Keep the handle: CAF ends an actor nobody can reach any more.
-  auto sup = spawn_supervisor(f.sys, "t", flags_of(restart_strategy::rest_for_one),
-                   {f.spec("a", restart_type::permanent),
-                    f.spec("b", restart_type::permanent),
-                    f.spec("c", restart_type::permanent)},
-                   f.self);
-  f.expect_starts(3);
-  f.self->send(f.live["b"], crash_atom::value);
-  f.expect_starts(2);
+  auto sup = f.spawn_abc(strategy);
+  f.self->send(f.live[child], crash_atom::value);
+  f.expect_starts(restarted);
   f.expect_quiet();
-  CHECK(f.starts["a"] == 1);
-  CHECK(f.starts["b"] == 2);
-  CHECK(f.starts["c"] == 2);
+  f.check_starts(expected);
   f.self->send(sup, stop_atom_v);
 }
 
+} // namespace
+
+TEST_CASE("rest_for_one restarts the child and those after it", "[unit]") {
+  check_restarts(restart_strategy::rest_for_one, "b", 2,
+                 {{"a", 1}, {"b", 2}, {"c", 2}});
+}
+
 TEST_CASE("one_for_all restarts every child", "[unit]") {
-  fixture f;
-  auto sup = spawn_supervisor(f.sys, "t", flags_of(restart_strategy::one_for_all),
-                   {f.spec("a", restart_type::permanent),
-                    f.spec("b", restart_type::permanent),
-                    f.spec("c", restart_type::permanent)},
-                   f.self);
-  f.expect_starts(3);
-  f.self->send(f.live["c"], crash_atom::value);
-  f.expect_starts(3);
-  f.expect_quiet();
-  CHECK(f.starts["a"] == 2);
-  CHECK(f.starts["b"] == 2);
-  CHECK(f.starts["c"] == 2);
-  f.self->send(sup, stop_atom_v);
+  check_restarts(restart_strategy::one_for_all, "c", 3,
+                 {{"a", 2}, {"b", 2}, {"c", 2}});
 }
 
 TEST_CASE("restart types: permanent, transient, temporary", "[unit]") {

@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for tests that run the real `tutti` binary as a subprocess.
 
+#include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -65,6 +67,33 @@ inline bool synth_data(const std::filesystem::path& out, int vocab = 32,
              + " --tokens " + std::to_string(tokens))
            .status
          == 0;
+}
+
+// The same, failing the test with the command's output if it fails.
+inline void require_synth_data(const std::filesystem::path& out,
+                               int vocab = 32, int tokens = 60000,
+                               int seed = 5) {
+  auto r = run(tutti_bin() + " data synth --out " + out.string() + " --vocab "
+                 + std::to_string(vocab) + " --seed " + std::to_string(seed)
+                 + " --tokens " + std::to_string(tokens),
+               60);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+}
+
+// A fresh scratch directory with synthetic data (synth_data's) in DIR/data.
+struct scratch_job {
+  std::filesystem::path dir, data;
+};
+inline scratch_job scratch_with_data(const std::string& name) {
+  auto dir = scratch(name);
+  REQUIRE(synth_data(dir / "data"));
+  return {dir, dir / "data"};
+}
+
+// The end of a log, for a failure's message.
+inline std::string tail(const std::string& text, size_t n = 4000) {
+  return text.size() > n ? text.substr(text.size() - n) : text;
 }
 
 inline void write_text(const std::filesystem::path& path,
