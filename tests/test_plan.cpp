@@ -35,22 +35,10 @@ void replace_once(std::string& text, const std::string& from,
 // Per-step arrays of expert_counts ([layer][expert], global) from a
 // metrics line.
 std::vector<std::vector<int64_t>> expert_counts(const std::string& line) {
-  std::vector<std::vector<int64_t>> out;
-  auto at = line.find("\"expert_counts\":[");
-  if (at == std::string::npos)
-    return out;
-  std::regex row("\\[([0-9,]+)\\]");
-  auto begin = line.begin() + static_cast<long>(at);
-  auto end = line.begin() + static_cast<long>(line.find("]]", at) + 2);
-  for (std::sregex_iterator it(begin, end, row), stop; it != stop; ++it) {
-    std::vector<int64_t> counts;
-    std::stringstream in((*it)[1]);
-    std::string item;
-    while (std::getline(in, item, ','))
-      counts.push_back(std::stoll(item));
-    out.push_back(counts);
-  }
-  return out;
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("expert_counts"))
+    return {};
+  return j["expert_counts"].get<std::vector<std::vector<int64_t>>>();
 }
 
 } // namespace

@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for tests that run the real `tutti` binary as a subprocess.
 
+#include <nlohmann/json.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -115,11 +117,10 @@ inline std::vector<double> metric_series(const std::filesystem::path& path,
   std::vector<double> out;
   std::ifstream in(path);
   std::string line;
-  std::regex re("\"" + field + "\":([-0-9.eE+]+)");
   while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re))
-      out.push_back(std::stod(m[1]));
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains(field) && j[field].is_number())
+      out.push_back(j[field].get<double>());
   }
   return out;
 }

@@ -1,34 +1,13 @@
 #include "tutti/data/dataset.hpp"
 
-#include <charconv>
 #include <cstdio>
 
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "tutti/data/shard_format.hpp"
 #include "tutti/store/atomic_file.hpp"
 
 namespace tutti::data {
-namespace {
-
-
-// Shortest text that parses back to the same double.
-std::string exact_double(double x) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, end);
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-} // namespace
 
 std::filesystem::path shard_path(const std::filesystem::path& dir, std::string_view split, std::uint32_t index) {
   char name[32];
@@ -37,21 +16,21 @@ std::filesystem::path shard_path(const std::filesystem::path& dir, std::string_v
 }
 
 std::string meta_to_json(const dataset_meta& m) {
-  std::string j = "{\n";
-  auto field = [&](std::string_view key, const std::string& value, bool last = false) {
-    j += "  " + json_string(key) + ": " + value + (last ? "\n" : ",\n");
-  };
-  field("vocab_size", std::to_string(m.vocab_size));
-  field("order", std::to_string(m.order));
-  field("seed", std::to_string(m.seed));
-  field("tokens", std::to_string(m.tokens));
-  field("train_tokens", std::to_string(m.train_tokens));
-  field("val_tokens", std::to_string(m.val_tokens));
-  field("entropy_rate_nats", m.entropy_rate_nats ? exact_double(*m.entropy_rate_nats) : "null");
-  field("train_shards", std::to_string(m.train_shards));
-  field("val_shards", std::to_string(m.val_shards));
-  field("source", json_string(m.source), true);
-  return j + "}\n";
+  // Ordered: the file reads in the order a person looks for things. Doubles
+  // print in their shortest exact form, so the entropy rate reads back
+  // bit for bit.
+  nlohmann::ordered_json j;
+  j["vocab_size"] = m.vocab_size;
+  j["order"] = m.order;
+  j["seed"] = m.seed;
+  j["tokens"] = m.tokens;
+  j["train_tokens"] = m.train_tokens;
+  j["val_tokens"] = m.val_tokens;
+  j["entropy_rate_nats"] = m.entropy_rate_nats ? nlohmann::ordered_json(*m.entropy_rate_nats) : nullptr;
+  j["train_shards"] = m.train_shards;
+  j["val_shards"] = m.val_shards;
+  j["source"] = m.source;
+  return j.dump(2) + "\n";
 }
 
 status write_meta(const std::filesystem::path& dir, const dataset_meta& meta) {
@@ -62,35 +41,41 @@ expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "meta.json";
   auto text = store::read_file(path);
   if (!text.ok()) return text.error();
-  // JSON is YAML, so yaml-cpp reads it; it also gives typed conversions.
+  const auto n = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (n.is_discarded()) return status::error(path.string() + ": not valid JSON");
+  if (!n.is_object()) return status::error(path.string() + ": not a JSON object");
+  for (const char* key : {"vocab_size", "order", "seed", "tokens", "train_tokens", "val_tokens",
+                          "entropy_rate_nats", "train_shards", "val_shards", "source"})
+    if (!n.contains(key)) return status::error(path.string() + ": missing key \"" + key + "\"");
+  const char* at = "";
   try {
-    const YAML::Node n = YAML::Load(text.value());
-    if (!n.IsMap()) return status::error(path.string() + ": not a JSON object");
-    for (const char* key : {"vocab_size", "order", "seed", "tokens", "train_tokens", "val_tokens",
-                            "entropy_rate_nats", "train_shards", "val_shards", "source"})
-      if (!n[key]) return status::error(path.string() + ": missing key \"" + key + "\"");
     dataset_meta m;
-    m.vocab_size = n["vocab_size"].as<std::uint32_t>();
-    m.order = n["order"].as<std::uint32_t>();
-    m.seed = n["seed"].as<std::uint64_t>();
-    m.tokens = n["tokens"].as<std::uint64_t>();
-    m.train_tokens = n["train_tokens"].as<std::uint64_t>();
-    m.val_tokens = n["val_tokens"].as<std::uint64_t>();
-    if (!n["entropy_rate_nats"].IsNull()) {
-      // Parse the text ourselves: from_chars is exact, stream parsing may not be.
-      const std::string s = n["entropy_rate_nats"].Scalar();
-      double x = 0.0;
-      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-      if (ec != std::errc() || end != s.data() + s.size())
-        return status::error(path.string() + ": entropy_rate_nats is not a number: " + s);
-      m.entropy_rate_nats = x;
+    at = "vocab_size";
+    m.vocab_size = n[at].get<std::uint32_t>();
+    at = "order";
+    m.order = n[at].get<std::uint32_t>();
+    at = "seed";
+    m.seed = n[at].get<std::uint64_t>();
+    at = "tokens";
+    m.tokens = n[at].get<std::uint64_t>();
+    at = "train_tokens";
+    m.train_tokens = n[at].get<std::uint64_t>();
+    at = "val_tokens";
+    m.val_tokens = n[at].get<std::uint64_t>();
+    at = "entropy_rate_nats";
+    if (!n[at].is_null()) {
+      if (!n[at].is_number()) return status::error(path.string() + ": entropy_rate_nats is not a number: " + n[at].dump());
+      m.entropy_rate_nats = n[at].get<double>();
     }
-    m.train_shards = n["train_shards"].as<std::uint32_t>();
-    m.val_shards = n["val_shards"].as<std::uint32_t>();
-    m.source = n["source"].as<std::string>();
+    at = "train_shards";
+    m.train_shards = n[at].get<std::uint32_t>();
+    at = "val_shards";
+    m.val_shards = n[at].get<std::uint32_t>();
+    at = "source";
+    m.source = n[at].get<std::string>();
     return m;
-  } catch (const YAML::Exception& e) {
-    return status::error(path.string() + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    return status::error(path.string() + ": " + at + ": " + e.what());
   }
 }
 
