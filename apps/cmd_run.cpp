@@ -86,8 +86,8 @@ int run_command(const std::vector<std::string>& args) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   job_config cfg = std::move(*loaded);
-  if (auto why = rank_device_problem(cfg); !why.empty())
-    return fail(2, "run: " + why);
+  if (auto usable = check_rank_device(cfg); !usable)
+    return fail(2, "run: " + usable.message());
   data::dataset_meta meta;
   if (int status = check_data(cfg, meta))
     return status;

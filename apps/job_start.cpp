@@ -48,8 +48,8 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
       return refuse(program, 2,
                     "--fresh not confirmed (answer yes on a terminal, or add "
                     "--yes)");
-    if (auto err = forget_job(*out.db, cfg); !err.empty())
-      return refuse(program, 1, err);
+    if (auto forgot = forget_job(*out.db, cfg); !forgot)
+      return refuse(program, 1, forgot.message());
   }
   auto yaml = store::read_file(config_path);
   auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value() : "");

@@ -274,8 +274,8 @@ int main(int argc, char** argv) {
     return fail(2, "--node-rank " + std::to_string(opt.node_rank)
                      + " is outside 0.." + std::to_string(cfg.cluster.nnodes - 1)
                      + " (cluster_config.nnodes)");
-  if (auto why = rank_device_problem(cfg); !why.empty())
-    return fail(2, why);
+  if (auto usable = check_rank_device(cfg); !usable)
+    return fail(2, usable.message());
   auto dir = opt.data_dir.empty() ? cfg.run.dir : opt.data_dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -561,7 +561,7 @@ TEST_CASE("enum keys take only their names", "[unit]") {
 TEST_CASE("an unknown communication backend is kept for the plan",
           "[unit]") {
   // `tutti plan` works on the users' own backend name; a job start refuses
-  // it (rank_device_problem), naming it: the text must survive.
+  // it (check_rank_device), naming it: the text must survive.
   auto c = parse(with("  world_size: 2",
                       "  world_size: 2\n"
                       "  communication_backend: custom_high_speed"));

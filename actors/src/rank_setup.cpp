@@ -68,23 +68,23 @@ kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
            : kernels::gemm_precision::fp32;
 }
 
-std::string rank_device_problem(const job_config& cfg) {
+status check_rank_device(const job_config& cfg) {
   const auto& cl = cfg.cluster;
   if (cl.backend() == backend_kind::other)
-    return "cluster_config.communication_backend: '" + cl.communication_backend
-           + "' is not available (gloo, nccl)";
+    return status::error("cluster_config.communication_backend: '" + cl.communication_backend
+           + "' is not available (gloo, nccl)");
   std::string why;
   if (cl.backend() == backend_kind::nccl && !comm::nccl_built(why))
-    return "cluster_config.communication_backend: nccl: " + why;
+    return status::error("cluster_config.communication_backend: nccl: " + why);
   if (cl.device == compute_device::cuda
       && !kernels::cuda_device_available(why))
-    return "cluster_config.device: cuda: " + why;
+    return status::error("cluster_config.device: cuda: " + why);
   // NCCL refuses two members of one communicator on the same GPU.
   if (cl.backend() == backend_kind::nccl
       && cl.nproc_per_node > kernels::cuda_device_count())
-    return "cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
+    return status::error("cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
            + " ranks per node but " + std::to_string(kernels::cuda_device_count())
-           + " GPUs here; nccl needs one GPU per rank (gloo can share)";
+           + " GPUs here; nccl needs one GPU per rank (gloo can share)");
   return {};
 }
 

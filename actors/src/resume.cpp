@@ -66,14 +66,13 @@ resume_point find_resume_point(store::job_store& db, const job_config& cfg,
           skipped + "no usable checkpoint; starting from scratch"};
 }
 
-std::string forget_job(store::job_store& db, const job_config& cfg) {
-  if (auto err = db.reset(); !err)
-    return err.message();
+status forget_job(store::job_store& db, const job_config& cfg) {
+  TUTTI_RETURN_IF_ERROR(db.reset());
   std::error_code ec;
   std::filesystem::remove_all(cfg.checkpoint.root(cfg.run), ec);
   std::filesystem::remove(std::filesystem::path(cfg.run.dir) / "metrics.jsonl",
                           ec);
-  return "";
+  return {};
 }
 
 } // namespace tutti

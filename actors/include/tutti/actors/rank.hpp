@@ -81,8 +81,8 @@ int rank_device(const job_config& cfg, int32_t rank);
 // train.gemm_precision, for the rank's and its shard's device streams.
 kernels::gemm_precision gemm_precision_of(const job_config& cfg);
 
-// Why this process cannot run cfg's ranks (communication backend or device
-// not built or not answering), or empty when it can.
-std::string rank_device_problem(const job_config& cfg);
+// Whether this process can run cfg's ranks; if not, why (communication
+// backend or device not built or not answering).
+status check_rank_device(const job_config& cfg);
 
 } // namespace tutti

@@ -27,6 +27,6 @@ resume_point find_resume_point(store::job_store& db, const job_config& cfg,
                                const std::string& config_yaml);
 
 // Forgets the job: clears the store, removes the checkpoints and metrics.
-std::string forget_job(store::job_store& db, const job_config& cfg);
+status forget_job(store::job_store& db, const job_config& cfg);
 
 } // namespace tutti
