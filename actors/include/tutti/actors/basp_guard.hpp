@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "tutti/comm/status.hpp"
+#include "tutti/base/status.hpp"
 
 namespace tutti {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "tutti/comm/status.hpp"
+#include "tutti/base/status.hpp"
 #include "tutti/protocol/job_config.hpp"
 
 namespace tutti::model {
