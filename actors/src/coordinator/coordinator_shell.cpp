@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "coordinator_state.hpp"
+#include "coordinator/coordinator_state.hpp"
 #include "tutti/actors/log.hpp"
 
 namespace tutti {

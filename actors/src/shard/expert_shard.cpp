@@ -1,4 +1,4 @@
-#include "tutti/actors/expert_shard.hpp"
+#include "shard/expert_shard.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>

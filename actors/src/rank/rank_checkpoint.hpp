@@ -6,8 +6,8 @@
 
 #include <caf/blocking_actor.hpp>
 
-#include "shard_executor.hpp"
-#include "tutti/actors/rank.hpp"
+#include "shard/shard_executor.hpp"
+#include "rank/rank_actor.hpp"
 #include "tutti/model/rank_model.hpp"
 
 namespace tutti {

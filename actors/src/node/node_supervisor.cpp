@@ -1,6 +1,6 @@
 #include "tutti/actors/node_supervisor.hpp"
 
-#include "node_supervisor_state.hpp"
+#include "node/node_supervisor_state.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
@@ -9,12 +9,12 @@
 #include <csignal>
 #include <map>
 
-#include "tutti/actors/checkpoint_writer.hpp"
-#include "tutti/actors/data_loader.hpp"
-#include "tutti/actors/diag_prober.hpp"
-#include "tutti/actors/expert_shard.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
+#include "rank/data_loader.hpp"
+#include "diag/diag_prober.hpp"
+#include "shard/expert_shard.hpp"
 #include "tutti/actors/log.hpp"
-#include "tutti/actors/rank.hpp"
+#include "rank/rank_actor.hpp"
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/protocol/errors.hpp"
 

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "coordinator_state.hpp"
+#include "coordinator/coordinator_state.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/protocol/errors.hpp"
 

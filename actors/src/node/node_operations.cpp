@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <csignal>
 
-#include "node_supervisor_state.hpp"
+#include "node/node_supervisor_state.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/observability/prometheus_text.hpp"
 #include "tutti/protocol/errors.hpp"

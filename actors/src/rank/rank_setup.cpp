@@ -1,8 +1,8 @@
 // rank_setup.hpp: the rank's device and communicators.
 
-#include "rank_setup.hpp"
+#include "rank/rank_setup.hpp"
 
-#include "tutti/actors/coordinator_store.hpp"
+#include "coordinator/coordinator_store.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/comm/nccl_communicator.hpp"
 #include "tutti/kernels/device_memory.hpp"

@@ -1,4 +1,4 @@
-#include "tutti/actors/checkpoint_writer.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>

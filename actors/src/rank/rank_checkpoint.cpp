@@ -1,4 +1,4 @@
-#include "rank_checkpoint.hpp"
+#include "rank/rank_checkpoint.hpp"
 
 #include <filesystem>
 

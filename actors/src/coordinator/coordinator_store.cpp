@@ -1,4 +1,4 @@
-#include "tutti/actors/coordinator_store.hpp"
+#include "coordinator/coordinator_store.hpp"
 
 #include <caf/scoped_actor.hpp>
 

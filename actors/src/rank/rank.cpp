@@ -1,4 +1,4 @@
-#include "tutti/actors/rank.hpp"
+#include "rank/rank_actor.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "rank_checkpoint.hpp"
-#include "rank_setup.hpp"
-#include "shard_executor.hpp"
+#include "rank/rank_checkpoint.hpp"
+#include "rank/rank_setup.hpp"
+#include "shard/shard_executor.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tutti/actors/diag_prober.hpp"
+#include "diag/diag_prober.hpp"
 
 namespace tutti {
 

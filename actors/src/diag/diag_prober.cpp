@@ -1,4 +1,4 @@
-#include "tutti/actors/diag_prober.hpp"
+#include "diag/diag_prober.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "tutti/actors/coordinator_store.hpp"
+#include "coordinator/coordinator_store.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 

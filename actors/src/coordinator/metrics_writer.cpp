@@ -1,4 +1,4 @@
-#include "tutti/actors/metrics_writer.hpp"
+#include "coordinator/metrics_writer.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>

@@ -1,4 +1,4 @@
-#include "tutti/actors/data_loader.hpp"
+#include "rank/data_loader.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>

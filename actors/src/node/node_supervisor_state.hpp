@@ -9,10 +9,10 @@
 #include <map>
 #include <memory>
 
-#include "tutti/actors/checkpoint_writer.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
 #include "tutti/actors/metrics_board.hpp"
 #include "tutti/actors/node_supervisor.hpp"
-#include "tutti/actors/rank.hpp"
+#include "rank/rank_actor.hpp"
 #include "tutti/actors/supervisor.hpp"
 
 namespace tutti {

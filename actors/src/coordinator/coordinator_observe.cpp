@@ -7,9 +7,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "coordinator_state.hpp"
+#include "coordinator/coordinator_state.hpp"
 #include "tutti/actors/log.hpp"
-#include "tutti/actors/metrics_writer.hpp"
+#include "coordinator/metrics_writer.hpp"
 #include "tutti/observability/prometheus_text.hpp"
 
 namespace tutti {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "tutti/actors/rank.hpp"
+#include "rank/rank_actor.hpp"
 #include "tutti/comm/communicator.hpp"
 #include "tutti/model/rank_model.hpp"
 

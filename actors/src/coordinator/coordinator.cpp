@@ -3,7 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
-#include "coordinator_state.hpp"
+#include "coordinator/coordinator_state.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,9 +12,9 @@
 #include <optional>
 #include <set>
 
-#include "tutti/actors/diag_prober.hpp"
+#include "diag/diag_prober.hpp"
 #include "tutti/actors/log.hpp"
-#include "tutti/actors/metrics_writer.hpp"
+#include "coordinator/metrics_writer.hpp"
 #include "tutti/protocol/errors.hpp"
 
 namespace tutti {

@@ -1,4 +1,4 @@
-#include "shard_executor.hpp"
+#include "shard/shard_executor.hpp"
 
 #include <algorithm>
 #include <numeric>
