@@ -90,9 +90,9 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
       st.in_flight->done(snap);
       if (!written.ok()) {
         log_error("checkpoint_writer", written.error);
-        self->send(st.coordinator, ckpt_failed_atom_v, snap->step,
-                   static_cast<int32_t>(snap->rank), written.error,
-                   snap->epoch);
+        self->send(st.coordinator,
+                   shard_failed{snap->step, static_cast<int32_t>(snap->rank),
+                                written.error, snap->epoch});
         return;
       }
       // bench/bench_checkpoint.sh reads this line for the save throughput.
@@ -102,9 +102,9 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
                  + std::to_string(took));
       if (st.delay_ms > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(st.delay_ms));
-      self->send(st.coordinator, ckpt_saved_atom_v, snap->step,
-                 static_cast<int32_t>(snap->rank),
-                 static_cast<int64_t>(written.value), snap->epoch);
+      self->send(st.coordinator,
+                 shard_saved{snap->step, static_cast<int32_t>(snap->rank),
+                             static_cast<int64_t>(written.value), snap->epoch});
     },
   };
 }

@@ -90,11 +90,11 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
   self->state.cfg = std::move(cfg);
   self->state.db = std::move(db);
   return {
-    [self](ckpt_commit_atom, int64_t step, int64_t world,
-           int64_t epoch) -> caf::result<int64_t> {
+    [self](const commit_request& req) -> caf::result<int64_t> {
       auto& st = self->state;
+      const auto step = req.step;
       const auto t0 = std::chrono::steady_clock::now();
-      auto done = st.commit(step, world, epoch);
+      auto done = st.commit(step, req.world_size, req.epoch);
       const double took = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
@@ -109,8 +109,7 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
                took);
       return done.value;
     },
-    [self](event_atom, const std::string& kind, const std::string& detail,
-           double duration) { self->state.event(kind, detail, duration); },
+    [self](const job_event& e) { self->state.event(e.kind, e.text, e.seconds); },
     [self](events_atom, int64_t since_unix_ms) -> std::vector<std::string> {
       std::vector<std::string> out;
       auto all = self->state.db->events(since_unix_ms);

@@ -92,7 +92,7 @@ static std::string missing_nodes(const coordinator_state& st) {
 
 void record_event(coordinator_pointer self, const std::string& kind,
                   const std::string& text, double seconds) {
-  self->send(self->state.journal, event_atom_v, kind, text, seconds);
+  self->send(self->state.journal, job_event{kind, text, seconds});
 }
 
 void start_job(coordinator_pointer self) {
@@ -103,7 +103,7 @@ void start_job(coordinator_pointer self) {
                                 + std::to_string(st.resume_step)
                             : std::string("job running"));
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, start_atom_v, st.resume_step, st.epoch);
+    self->send(m.supervisor, epoch_start{st.resume_step, st.epoch});
 }
 
 namespace {
@@ -128,8 +128,8 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
   st.committing.insert(step);
   const auto t0 = std::chrono::steady_clock::now();
   self
-    ->request(st.journal, std::chrono::seconds(120), ckpt_commit_atom_v, step,
-              st.cfg.cluster.world_size, st.epoch)
+    ->request(st.journal, std::chrono::seconds(120),
+              commit_request{step, st.cfg.cluster.world_size, st.epoch})
     .then(
       [self, step, t0](int64_t bytes) {
         auto& st = self->state;
@@ -408,12 +408,12 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         self->send(st.writer, std::move(merged));
       }
     },
-    [self](rank_done_atom, int32_t rank, double eval_loss, int64_t step) {
+    [self](const rank_done& d) {
       auto& st = self->state;
-      st.done.insert(rank);
-      st.last_step = std::max(st.last_step, step);
-      if (rank == 0)
-        st.final_eval_loss = eval_loss;
+      st.done.insert(d.rank);
+      st.last_step = std::max(st.last_step, d.last_step);
+      if (d.rank == 0)
+        st.final_eval_loss = d.final_eval_loss;
       if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size) {
         if (st.last_step < st.cfg.train.steps)
           st.outcome = {job_state::stopped,
@@ -424,73 +424,67 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         settle(self);
       }
     },
-    [self](ckpt_saved_atom, int64_t step, int32_t rank, int64_t,
-           int64_t epoch) {
+    [self](const shard_saved& s) {
       auto& st = self->state;
       // A shard of an aborted epoch's snapshot: its MANIFEST would name
       // another epoch than the shards of this one.
-      if (st.failed_steps.count(step) || epoch != st.epoch)
+      if (st.failed_steps.count(s.step) || s.epoch != st.epoch)
         return;
-      auto& ranks = st.saved[step];
-      ranks.insert(rank);
+      auto& ranks = st.saved[s.step];
+      ranks.insert(s.rank);
       if (static_cast<int64_t>(ranks.size()) == st.cfg.cluster.world_size) {
-        st.saved.erase(step);
-        commit_checkpoint(self, step);
+        st.saved.erase(s.step);
+        commit_checkpoint(self, s.step);
       }
     },
-    [self](ckpt_failed_atom, int64_t step, int32_t rank,
-           const std::string& why, int64_t epoch) {
+    [self](const shard_failed& f) {
       auto& st = self->state;
-      if (epoch != st.epoch)
+      if (f.epoch != st.epoch)
         return; // an aborted epoch's write: the step is taken again
-      st.saved.erase(step);
-      if (!st.failed_steps.insert(step).second)
+      st.saved.erase(f.step);
+      if (!st.failed_steps.insert(f.step).second)
         return; // already reported for another rank
       observe_commit(self, false, 0);
-      auto text = "checkpoint step " + std::to_string(step) + ", rank "
-                  + std::to_string(rank) + ": " + why;
+      auto text = "checkpoint step " + std::to_string(f.step) + ", rank "
+                  + std::to_string(f.rank) + ": " + f.reason;
       log_error("coordinator", "ALERT critical: " + text
                                  + "; training goes on, step "
                                  + std::to_string(st.last_committed)
                                  + " stays the latest");
-      self->send(st.journal, event_atom_v, std::string("checkpoint_failed"),
-                 text, -1.0);
+      self->send(st.journal, job_event{"checkpoint_failed", text, -1.0});
       settle(self);
     },
-    [self](rank_fail_atom, int32_t rank, const std::string& why,
-           int64_t epoch) {
+    [self](const rank_failed& f) {
       auto& st = self->state;
-      if (epoch != st.epoch)
+      if (f.epoch != st.epoch)
         return; // the failure of an epoch already given up
-      begin_recovery(self, rank >= 0 ? "rank " + std::to_string(rank) + ": "
-                                         + why
-                                     : why);
+      begin_recovery(self, f.rank >= 0 ? "rank " + std::to_string(f.rank)
+                                           + ": " + f.reason
+                                       : f.reason);
     },
     [self](escalate_atom, const std::string& why) {
       begin_recovery(self, why);
     },
-    [self](heartbeat_atom, int64_t node, int64_t,
-           int64_t resident_bytes) -> caf::result<int64_t> {
+    [self](const node_heartbeat& beat) -> caf::result<int64_t> {
       auto& st = self->state;
-      auto i = st.nodes.find(node);
+      auto i = st.nodes.find(beat.node);
       if (i == st.nodes.end())
         return caf::make_error(errc::config_refused,
-                               "node " + std::to_string(node)
+                               "node " + std::to_string(beat.node)
                                  + " is not a member (dropped)");
       i->second.last_heartbeat = coordinator_clock::now();
-      i->second.resident_bytes = resident_bytes;
+      i->second.resident_bytes = beat.resident_bytes;
       return st.epoch;
     },
     [self](shell_atom, const std::string& command,
            const std::vector<std::string>& args) {
       return run_shell_command(self, command, args);
     },
-    [self](alert_atom, const std::string& name, const std::string& level,
-           const std::string& text) {
-      if (text.empty())
-        resolve_alert(self, name);
+    [self](const alert_report& a) {
+      if (a.text.empty())
+        resolve_alert(self, a.name);
       else
-        fire_alert(self, name, level, text);
+        fire_alert(self, a.name, a.level, a.text);
     },
     [self](tick_atom) {
       auto& st = self->state;
@@ -501,17 +495,14 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         self, std::chrono::milliseconds(st.cfg.recovery.heartbeat_interval_ms),
         tick_atom_v);
     },
-    [self](aborted_atom, int64_t node, int64_t epoch) {
-      on_node_aborted(self, node, epoch);
-    },
-    [self](event_atom, const std::string& kind, const std::string& text,
-           double seconds) {
+    [self](const node_aborted& a) { on_node_aborted(self, a.node, a.epoch); },
+    [self](const job_event& e) {
       auto& st = self->state;
-      if (kind == "restart") {
+      if (e.kind == "restart") {
         ++st.restarts;
-        observe_restart(self, text);
+        observe_restart(self, e.text);
       }
-      record_event(self, kind, text, seconds);
+      record_event(self, e.kind, e.text, e.seconds);
     },
     [self](chaos_atom, const chaos_request& req) {
       return route_chaos(self, req);

@@ -59,7 +59,7 @@ void restart_from_checkpoint(coordinator_pointer self) {
   log_warn("coordinator", text);
   record_event(self, "recovery", text, took);
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, start_atom_v, from, st.epoch);
+    self->send(m.supervisor, epoch_start{from, st.epoch});
 }
 
 } // namespace

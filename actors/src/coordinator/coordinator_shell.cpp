@@ -290,8 +290,8 @@ caf::result<shell_reply> logs_reply(coordinator_pointer self, int64_t node,
       lines.erase(lines.begin(), lines.end() - max_lines);
     return lines_reply(lines);
   };
-  return ask_nodes<std::vector<std::string>>(self, nodes, combine, logs_atom_v,
-                                             level, int64_t{0}, max_lines);
+  return ask_nodes<std::vector<std::string>>(self, nodes, combine,
+                                             log_query{level, max_lines});
 }
 
 caf::result<shell_reply> exit_reply(coordinator_pointer self,

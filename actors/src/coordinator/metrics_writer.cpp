@@ -191,12 +191,13 @@ metrics_writer_actor::behavior_type metrics_writer(writer_pointer self,
         const double limit = st.cfg.alerts.slow_log_write_ms;
         const bool slow = limit > 0 && ms > limit;
         if (st.alerts && slow != st.slow_writes)
-          caf::anon_send(st.alerts, alert_atom_v, std::string("slow_log_write"),
-                     std::string("normal"),
-                     slow ? "a metrics line took " + std::to_string(ms)
-                              + " ms to write (alerts.slow_log_write_ms "
-                              + std::to_string(limit) + ")"
-                          : std::string());
+          caf::anon_send(
+            st.alerts,
+            alert_report{"slow_log_write", "normal",
+                         slow ? "a metrics line took " + std::to_string(ms)
+                                  + " ms to write (alerts.slow_log_write_ms "
+                                  + std::to_string(limit) + ")"
+                              : std::string()});
         st.slow_writes = slow;
       }
       st.print(r);

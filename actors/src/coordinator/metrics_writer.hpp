@@ -9,7 +9,7 @@ namespace tutti {
 
 // On resume (resume_step > 0) the lines of steps after resume_step are
 // dropped, since those steps run again; from scratch the file starts empty.
-// `alerts` gets (alert_atom, "slow_log_write", "normal", text) when a line
+// `alerts` gets alert_report{"slow_log_write", "normal", text} when a line
 // takes longer than alerts.slow_log_write_ms to write, and the same with an
 // empty text once writes are fast again.
 metrics_writer_actor spawn_metrics_writer(caf::actor_system& sys,

@@ -24,12 +24,12 @@ namespace {
 
 void report(node_pointer self, const std::string& kind,
             const std::string& text, double seconds = 0) {
-  self->send(self->state.args.coordinator, event_atom_v, kind, text, seconds);
+  self->send(self->state.args.coordinator, job_event{kind, text, seconds});
 }
 
 // Ends the ranks of the current epoch: their communicators are aborted, so
 // they leave any collective at once; their helpers stop. The coordinator
-// hears (aborted_atom) once all are gone, or after a grace period (a rank
+// hears (node_aborted) once all are gone, or after a grace period (a rank
 // stuck outside a collective is left behind, not waited for).
 void abort_ranks(node_pointer self, int64_t report_epoch) {
   auto& st = self->state;
@@ -61,8 +61,8 @@ void maybe_report_aborted(node_pointer self) {
              st.who() + ": " + std::to_string(st.aborting.size())
                + " rank thread(s) did not end within 3 s of the abort; "
                  "going on without them");
-  self->send(st.args.coordinator, aborted_atom_v, st.args.node_rank,
-             st.abort_epoch);
+  self->send(st.args.coordinator,
+             node_aborted{st.args.node_rank, st.abort_epoch});
   st.abort_epoch = -1;
 }
 
@@ -198,7 +198,7 @@ void on_down(node_pointer self, caf::down_msg& dm) {
       auto why = st.who() + ": rank " + std::to_string(r.rank)
                  + " ended: " + self->system().render(dm.reason);
       log_error("node_supervisor", why);
-      self->send(st.args.coordinator, rank_fail_atom_v, r.rank, why, r.epoch);
+      self->send(st.args.coordinator, rank_failed{r.rank, why, r.epoch});
       return;
     }
     if (st.ranks.empty() && r.control && !r.control->aborted())
@@ -254,8 +254,8 @@ void heartbeat(node_pointer self) {
   self
     ->request(st.args.coordinator,
               std::chrono::milliseconds(r.heartbeat_timeout_ms),
-              heartbeat_atom_v, st.args.node_rank, st.epoch,
-              resident_memory_bytes())
+              node_heartbeat{st.args.node_rank, st.epoch,
+                             resident_memory_bytes()})
     .then(
       [self](int64_t) { self->state.last_heartbeat = clock_type::now(); },
       [self](caf::error& err) {
@@ -294,8 +294,8 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
   register_node(self);
   self->send(self, tick_atom_v);
   return {
-    [self](start_atom, int64_t resume_step, int64_t epoch) {
-      start_epoch(self, resume_step, epoch);
+    [self](const epoch_start& e) {
+      start_epoch(self, e.resume_step, e.epoch);
     },
     [self](abort_atom, int64_t epoch) {
       auto& st = self->state;
@@ -324,8 +324,8 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       auto& st = self->state;
       log_error("node_supervisor", st.who() + ": escalated: " + why);
       report(self, "escalation", st.who() + ": " + why);
-      self->send(st.args.coordinator, rank_fail_atom_v, int32_t{-1},
-                 st.who() + ": " + why, st.epoch);
+      self->send(st.args.coordinator,
+                 rank_failed{-1, st.who() + ": " + why, st.epoch});
     },
     [self](restarted_atom, const std::string& id, const std::string& why) {
       ++self->state.restarts_by_kind[id.substr(0, id.find('/'))];
@@ -336,10 +336,9 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       return caf::actor_cast<caf::actor>(self->state.args.coordinator);
     },
     [self](actors_atom) { return list_actors(self); },
-    [self](logs_atom, const std::string& level, int64_t,
-           int64_t max_lines) -> std::vector<std::string> {
+    [self](const log_query& q) -> std::vector<std::string> {
       // Read on this actor's thread: a bounded file read, on demand.
-      return read_log_lines(level, max_lines);
+      return read_log_lines(q.level, q.max_lines);
     },
     [self](pause_atom) { request_from_ranks(self, "pause"); },
     [self](resume_atom) { request_from_ranks(self, "resume"); },

@@ -219,8 +219,7 @@ private:
                 + std::to_string(step_) + ", " + std::to_string(replayed)
                 + " expert calls replayed";
     log_warn("rank", text + " (" + std::to_string(seconds) + " s)");
-    self_->send(a_.coordinator, event_atom_v, std::string("replayed"), text,
-                seconds);
+    self_->send(a_.coordinator, job_event{"replayed", text, seconds});
   }
 
   // kill_rank: an exception ends the rank's thread like a crash would.
@@ -419,13 +418,13 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
   if (!result.ok()) {
     log_error("rank", "rank " + std::to_string(args.rank) + " failed: "
                         + result.message());
-    self->send(args.coordinator, rank_fail_atom_v, args.rank,
-               result.message(), args.epoch);
+    self->send(args.coordinator,
+               rank_failed{args.rank, result.message(), args.epoch});
     self->fail_state(caf::make_error(errc::rank_failed, result.message()));
     return;
   }
-  self->send(args.coordinator, rank_done_atom_v, args.rank,
-             loop.final_eval_loss(), loop.last_step());
+  self->send(args.coordinator,
+             rank_done{args.rank, loop.last_step(), loop.final_eval_loss()});
 }
 
 } // namespace
