@@ -26,6 +26,7 @@
 #include "line_editor.hpp"
 #include "shell_command.hpp"
 #include "tutti/actors/system_config.hpp"
+#include "tutti/render/shell.hpp"
 
 namespace tutti::cli {
 
@@ -111,11 +112,8 @@ public:
     shell_reply reply;
     if (request("actors", {}, reply) && reply.ok) {
       paths_.clear();
-      std::istringstream in(reply.text);
-      std::string line;
-      std::getline(in, line); // header
-      while (std::getline(in, line))
-        paths_.push_back(line.substr(0, line.find(' ')));
+      for (const auto& a : reply.actors)
+        paths_.push_back(a.path);
     }
     return paths_;
   }
@@ -132,8 +130,9 @@ private:
           ok = true;
         },
         [&](caf::error& err) {
-          out = {false, "lost the coordinator: " + sys_.render(err) + "\n",
-                 ""};
+          out = shell_reply{};
+          out.ok = false;
+          out.error = "lost the coordinator: " + sys_.render(err);
         });
     return ok;
   }
@@ -142,10 +141,12 @@ private:
     shell_reply reply;
     request(name, args, reply);
     if (!reply.ok) {
-      std::fprintf(stderr, "tutti shell: %s", reply.text.c_str());
+      std::fprintf(stderr, "tutti shell: %s",
+                   render::shell_text(name, reply).c_str());
       return 1;
     }
-    std::fputs(json_ ? (reply.json + "\n").c_str() : reply.text.c_str(),
+    std::fputs(json_ ? (render::shell_json(name, reply) + "\n").c_str()
+                     : render::shell_text(name, reply).c_str(),
                stdout);
     std::fflush(stdout);
     return 0;
@@ -183,12 +184,11 @@ private:
     while (!interrupted) {
       shell_reply reply;
       if (!request("logs", args, reply) || !reply.ok) {
-        std::fprintf(stderr, "tutti shell: %s", reply.text.c_str());
+        std::fprintf(stderr, "tutti shell: %s",
+                     render::shell_text("logs", reply).c_str());
         return 1;
       }
-      std::istringstream in(reply.text);
-      std::string line;
-      while (std::getline(in, line))
+      for (const auto& line : reply.lines)
         if (line > last) {
           std::printf("%s\n", line.c_str());
           last = line;

@@ -1,13 +1,12 @@
 // The shell's commands, answered by the coordinator (tutti shell connects
-// to it, directly or through any daemon). Each answer has a text for
-// people and JSON for scripts; a refused command is ok = false with one
-// line saying why.
+// to it, directly or through any daemon). Each answer is data
+// (protocol/shell_messages.hpp) that the client renders as text or JSON; a
+// refused command is ok = false with one line saying why.
 
 #include <caf/send.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <sstream>
 
 #include "coordinator/coordinator_state.hpp"
@@ -18,17 +17,17 @@ namespace tutti {
 namespace {
 
 shell_reply refuse(const std::string& why) {
-  return {false, why + "\n", "{\"error\":\"" + json_escape(why) + "\"}"};
+  shell_reply r;
+  r.ok = false;
+  r.error = why;
+  return r;
 }
 
-std::string fixed(double x, int digits = 3) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
-  return buf;
-}
-
-std::string quoted(const std::string& s) {
-  return "\"" + json_escape(s) + "\"";
+// The answer of a command that acts: what happens now, in one line.
+shell_reply said(std::string message) {
+  shell_reply r;
+  r.message = std::move(message);
+  return r;
 }
 
 bool parse_int(const std::string& text, int64_t& out) {
@@ -42,51 +41,22 @@ bool parse_int(const std::string& text, int64_t& out) {
 }
 
 shell_reply status_reply(const coordinator_state& st) {
-  auto s = describe_job(st);
+  shell_reply r;
+  auto& v = r.status;
+  v.job = describe_job(st);
+  v.nnodes = st.cfg.cluster.nnodes;
   const auto& seen = st.seen;
-  const double tps = seen.have_last && seen.last.step_time_s > 0
-                       ? seen.last.tokens / seen.last.step_time_s
-                       : 0;
+  v.tokens_per_s = seen.have_last && seen.last.step_time_s > 0
+                     ? seen.last.tokens / seen.last.step_time_s
+                     : 0;
   const double per_step =
     seen.steps_seen > 0 ? seen.elapsed_s / seen.steps_seen : 0;
-  const double eta = per_step * static_cast<double>(s.steps - s.step);
-  std::ostringstream t;
-  t << "state        " << s.state << "\n"
-    << "step         " << s.step << " / " << s.steps << "\n"
-    << "loss         " << fixed(s.loss, 4) << "\n"
-    << "tokens/s     " << fixed(tps, 0) << "\n"
-    << "eta          " << fixed(eta, 0) << " s\n"
-    << "checkpoint   step " << s.last_checkpoint << "\n"
-    << "epoch        " << s.epoch << "  (recoveries " << s.recoveries
-    << ", restarts " << s.restarts << ")\n"
-    << "nodes        " << s.nodes.size() << " of " << st.cfg.cluster.nnodes
-    << " connected\n";
-  if (!s.message.empty())
-    t << "message      " << s.message << "\n";
-  for (const auto& a : s.alerts)
-    t << "ALERT        " << a << "\n";
-  std::string alerts;
-  for (const auto& a : s.alerts)
-    alerts += (alerts.empty() ? "" : ",") + quoted(a);
-  auto json = "{\"state\":" + quoted(s.state)
-              + ",\"step\":" + std::to_string(s.step)
-              + ",\"steps\":" + std::to_string(s.steps)
-              + ",\"loss\":" + fixed(s.loss, 6)
-              + ",\"tokens_per_s\":" + fixed(tps, 1)
-              + ",\"eta_s\":" + fixed(eta, 1)
-              + ",\"last_checkpoint\":" + std::to_string(s.last_checkpoint)
-              + ",\"epoch\":" + std::to_string(s.epoch)
-              + ",\"recoveries\":" + std::to_string(s.recoveries)
-              + ",\"restarts\":" + std::to_string(s.restarts)
-              + ",\"message\":" + quoted(s.message) + ",\"alerts\":["
-              + alerts + "]}";
-  return {true, t.str(), json};
+  v.eta_s = per_step * static_cast<double>(v.job.steps - v.job.step);
+  return r;
 }
 
 shell_reply nodes_reply(const coordinator_state& st) {
-  std::ostringstream t;
-  std::string json = "[";
-  t << "node  address                 rack      ranks    heartbeat  state\n";
+  shell_reply r;
   const auto now = coordinator_clock::now();
   const auto per = st.cfg.cluster.nproc_per_node;
   for (int64_t n = 0; n < st.cfg.cluster.nnodes; ++n) {
@@ -98,24 +68,11 @@ shell_reply nodes_reply(const coordinator_state& st) {
     const double age =
       up ? std::chrono::duration<double>(now - i->second.last_heartbeat).count()
          : -1;
-    const auto state = st.draining.count(n) ? "drained" : up ? "up" : "lost";
-    const auto ranks = std::to_string(n * per) + ".."
-                       + std::to_string(n * per + per - 1);
-    char line[200];
-    std::snprintf(line, sizeof(line), "%-5lld %-23s %-9s %-8s %9s  %s\n",
-                  static_cast<long long>(n),
-                  (a.host + ":" + std::to_string(a.port)).c_str(),
-                  a.rack.c_str(), ranks.c_str(),
-                  up ? (fixed(age, 1) + " s").c_str() : "-", state);
-    t << line;
-    json += std::string(n ? "," : "") + "{\"node\":" + std::to_string(n)
-            + ",\"address\":" + quoted(a.host + ":" + std::to_string(a.port))
-            + ",\"rack\":" + quoted(a.rack) + ",\"first_rank\":"
-            + std::to_string(n * per) + ",\"ranks\":" + std::to_string(per)
-            + ",\"heartbeat_age_s\":" + fixed(age, 3)
-            + ",\"state\":" + quoted(state) + "}";
+    r.nodes.push_back({n, a.host + ":" + std::to_string(a.port), a.rack,
+                       n * per, per, age,
+                       st.draining.count(n) ? "drained" : up ? "up" : "lost"});
   }
-  return {true, t.str(), json + "]"};
+  return r;
 }
 
 shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
@@ -127,72 +84,46 @@ shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
   if (layer >= layers)
     return refuse("experts: LAYER must be below " + std::to_string(layers)
                   + ", got " + std::to_string(layer));
-  std::ostringstream t;
-  std::string json = "[";
+  shell_reply r;
   const int64_t first = layer < 0 ? 0 : layer;
   const int64_t last = layer < 0 ? layers : layer + 1;
   for (int64_t l = first; l < last; ++l) {
-    double max_avg = 0, sum_last = 0, max_last = 0;
+    double sum_last = 0, max_last = 0;
+    layer_load load{l, seen.last.step, 0, seen.last.dropped_tokens,
+                    seen.dropped_total, {}};
     for (int64_t e = 0; e < experts; ++e) {
       const auto k = static_cast<size_t>(l * experts + e);
-      max_avg = std::max(max_avg, seen.expert_sum[k] / seen.expert_steps);
-      sum_last += static_cast<double>(seen.last.expert_counts[k]);
-      max_last = std::max(max_last,
-                          static_cast<double>(seen.last.expert_counts[k]));
+      const auto tokens = seen.last.expert_counts[k];
+      sum_last += static_cast<double>(tokens);
+      max_last = std::max(max_last, static_cast<double>(tokens));
+      load.experts.push_back(
+        {e, tokens, seen.expert_sum[k] / seen.expert_steps,
+         k < seen.last.router_bias.size() ? seen.last.router_bias[k] : 0});
     }
-    const double ratio = sum_last > 0 ? max_last / (sum_last / experts) : 0;
-    t << "layer " << l << "  step " << seen.last.step << "  max/mean "
-      << fixed(ratio, 2) << "  dropped " << seen.last.dropped_tokens
-      << " (total " << seen.dropped_total << ")\n"
-      << "expert   tokens   average   bias\n";
-    json += std::string(l > first ? "," : "") + "{\"layer\":"
-            + std::to_string(l) + ",\"step\":" + std::to_string(seen.last.step)
-            + ",\"max_over_mean\":" + fixed(ratio, 4)
-            + ",\"dropped\":" + std::to_string(seen.last.dropped_tokens)
-            + ",\"experts\":[";
-    for (int64_t e = 0; e < experts; ++e) {
-      const auto k = static_cast<size_t>(l * experts + e);
-      const double avg = seen.expert_sum[k] / seen.expert_steps;
-      const double bias =
-        k < seen.last.router_bias.size() ? seen.last.router_bias[k] : 0;
-      const int bar = max_avg > 0 ? static_cast<int>(30 * avg / max_avg + 0.5)
-                                  : 0;
-      char line[160];
-      std::snprintf(line, sizeof(line), "%6lld %8lld %9.1f %+7.4f  %s\n",
-                    static_cast<long long>(e),
-                    static_cast<long long>(seen.last.expert_counts[k]), avg,
-                    bias, std::string(bar, '#').c_str());
-      t << line;
-      json += std::string(e ? "," : "") + "{\"expert\":" + std::to_string(e)
-              + ",\"tokens\":" + std::to_string(seen.last.expert_counts[k])
-              + ",\"average\":" + fixed(avg, 3) + ",\"bias\":" + fixed(bias, 6)
-              + "}";
-    }
-    json += "]}";
+    load.max_over_mean = sum_last > 0 ? max_last / (sum_last / experts) : 0;
+    r.experts.push_back(std::move(load));
   }
-  return {true, t.str(), json + "]"};
+  return r;
 }
 
 shell_reply metrics_reply(const coordinator_state& st,
                           const std::string& name) {
   std::istringstream in(render_metrics(st));
-  std::string line, text;
+  std::string line;
+  shell_reply r;
   while (std::getline(in, line))
     if (name.empty() || line.find(name) != std::string::npos)
-      text += line + "\n";
-  if (text.empty())
+      r.lines.push_back(line);
+  if (r.lines.empty())
     return refuse("metrics: no metric matches '" + name
                   + "' (try metrics without a name)");
-  return {true, text, quoted(text)};
+  return r;
 }
 
-shell_reply lines_reply(const std::vector<std::string>& lines) {
-  std::string text, json = "[";
-  for (size_t i = 0; i < lines.size(); ++i) {
-    text += lines[i] + "\n";
-    json += (i ? "," : "") + quoted(lines[i]);
-  }
-  return {true, text, json + "]"};
+shell_reply lines_reply(std::vector<std::string> lines) {
+  shell_reply r;
+  r.lines = std::move(lines);
+  return r;
 }
 
 // Sends `msg` to every connected node and answers once they all replied.
@@ -241,30 +172,14 @@ caf::result<shell_reply> actors_reply(coordinator_pointer self,
                                   -1}};
     for (auto& part : all)
       rows.insert(rows.end(), part.begin(), part.end());
-    std::string text =
-      "path                                kind               state     "
-      "restarts  mailbox\n";
-    std::string json = "[";
-    size_t shown = 0;
-    for (const auto& r : rows) {
-      if (!prefix.empty() && r.path.rfind(prefix, 0) != 0)
-        continue;
-      char line[256];
-      std::snprintf(line, sizeof(line), "%-35s %-18s %-9s %8lld  %7s\n",
-                    r.path.c_str(), r.kind.c_str(), r.state.c_str(),
-                    static_cast<long long>(r.restarts),
-                    r.mailbox < 0 ? "-" : std::to_string(r.mailbox).c_str());
-      text += line;
-      json += std::string(shown++ ? "," : "") + "{\"path\":" + quoted(r.path)
-              + ",\"kind\":" + quoted(r.kind) + ",\"state\":"
-              + quoted(r.state) + ",\"restarts\":"
-              + std::to_string(r.restarts)
-              + ",\"mailbox\":" + std::to_string(r.mailbox) + "}";
-    }
-    if (shown == 0)
+    shell_reply r;
+    for (auto& row : rows)
+      if (prefix.empty() || row.path.rfind(prefix, 0) == 0)
+        r.actors.push_back(std::move(row));
+    if (r.actors.empty())
       return refuse("actors: no actor under '" + prefix
                     + "' (try actors to list them all)");
-    return shell_reply{true, text, json + "]"};
+    return r;
   };
   return ask_nodes<std::vector<actor_info>>(self, connected(self->state),
                                             combine, actors_atom_v);
@@ -312,7 +227,7 @@ caf::result<shell_reply> exit_reply(coordinator_pointer self,
               actor_exit_atom_v, path, kill)
     .then(
       [promise](std::string& done) mutable {
-        promise.deliver(shell_reply{true, done + "\n", quoted(done)});
+        promise.deliver(said(done));
       },
       [self, promise](caf::error& err) mutable {
         promise.deliver(refuse(self->system().render(err)));
@@ -345,7 +260,7 @@ shell_reply operator_request(coordinator_pointer self,
   auto text = what == "pause"    ? "pausing after the next step"
               : what == "resume" ? "resuming"
                                  : "checkpoint after the next step";
-  return {true, std::string(text) + "\n", quoted(text)};
+  return said(text);
 }
 
 } // namespace
@@ -418,14 +333,13 @@ caf::result<shell_reply> run_shell_command(coordinator_pointer self,
     auto text = "node " + std::to_string(node)
                 + " drained; the job waits for a daemon with --node-rank "
                 + std::to_string(node);
-    return shell_reply{true, text + "\n", quoted(text)};
+    return said(text);
   }
   if (command == "stop") {
     for (auto& [n, m] : st.nodes)
       self->send(m.supervisor, stop_atom_v);
     record_event(self, "operator", "stop", -1);
-    return shell_reply{true, "stopping at the next step boundary\n",
-                       quoted("stopping")};
+    return said("stopping at the next step boundary");
   }
   return refuse("unknown command '" + command + "' (try help)");
 }

@@ -9,6 +9,7 @@
 #include "tutti/protocol/job_messages.hpp"
 #include "tutti/protocol/local_messages.hpp"
 #include "tutti/protocol/messages.hpp"
+#include "tutti/protocol/shell_messages.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
 
@@ -26,6 +27,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (tutti::actor_info))
   CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::actor_info>))
   CAF_ADD_TYPE_ID(tutti, (tutti::shell_reply))
+  CAF_ADD_TYPE_ID(tutti, (tutti::status_view))
+  CAF_ADD_TYPE_ID(tutti, (tutti::node_view))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::node_view>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::expert_load))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::expert_load>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::layer_load))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::layer_load>))
   CAF_ADD_TYPE_ID(tutti, (tutti::epoch_start))
   CAF_ADD_TYPE_ID(tutti, (tutti::node_aborted))
   CAF_ADD_TYPE_ID(tutti, (tutti::node_heartbeat))
