@@ -1,6 +1,6 @@
 // render/: the shell's answers as text and JSON. Pins the formats `tutti
-// shell` prints (aligned tables, fixed decimals) now that the coordinator
-// answers with data.
+// shell` prints (aligned tables, fixed decimals; JSON numbers rounded as the
+// text shows them) now that the coordinator answers with data.
 
 #include <catch2/catch.hpp>
 
@@ -40,9 +40,9 @@ TEST_CASE("status as text and JSON", "[render]") {
            "ALERT        important expert_imbalance: high\n");
   CHECK(shell_json("status", r)
         == "{\"state\":\"running\",\"step\":12,\"steps\":100,"
-           "\"loss\":2.500000,\"tokens_per_s\":1234.4,\"eta_s\":56.6,"
-           "\"last_checkpoint\":10,\"epoch\":1,\"recoveries\":1,"
-           "\"restarts\":2,\"message\":\"\","
+           "\"epoch\":1,\"last_checkpoint\":10,\"loss\":2.5,"
+           "\"tokens_per_s\":1234.4,\"eta_s\":56.6,\"recoveries\":1,"
+           "\"restarts\":2,\"nodes\":[0,1],\"nnodes\":3,\"message\":\"\","
            "\"alerts\":[\"important expert_imbalance: high\"]}");
 }
 
@@ -57,7 +57,7 @@ TEST_CASE("nodes, actors and experts as aligned tables", "[render]") {
   CHECK_THAT(shell_json("nodes", r),
              Contains("{\"node\":2,\"address\":\"h:1\",\"rack\":\"\","
                       "\"first_rank\":4,\"ranks\":2,"
-                      "\"heartbeat_age_s\":-1.000,\"state\":\"lost\"}"));
+                      "\"heartbeat_age_s\":-1.0,\"state\":\"lost\"}"));
 
   r.actors = {{"coordinator", "coordinator", "running", 0, -1},
               {"node1/expert_shard/3", "expert_shard", "running", 2, 4}};
@@ -76,10 +76,10 @@ TEST_CASE("nodes, actors and experts as aligned tables", "[render]") {
            "     0       30      20.0 +0.1250  ##############################\n"
            "     1       10      10.0 -0.5000  ###############\n");
   CHECK(shell_json("experts", r)
-        == "[{\"layer\":0,\"step\":7,\"max_over_mean\":3.0000,\"dropped\":4,"
-           "\"experts\":[{\"expert\":0,\"tokens\":30,\"average\":20.000,"
-           "\"bias\":0.125000},{\"expert\":1,\"tokens\":10,"
-           "\"average\":10.000,\"bias\":-0.500000}]}]");
+        == "[{\"layer\":0,\"step\":7,\"max_over_mean\":3.0,\"dropped\":4,"
+           "\"experts\":[{\"expert\":0,\"tokens\":30,\"average\":20.0,"
+           "\"bias\":0.125},{\"expert\":1,\"tokens\":10,"
+           "\"average\":10.0,\"bias\":-0.5}]}]");
 }
 
 TEST_CASE("lines, messages and refusals", "[render]") {
@@ -94,6 +94,9 @@ TEST_CASE("lines, messages and refusals", "[render]") {
   r.message = "resuming";
   CHECK(shell_text("resume", r) == "resuming\n");
   CHECK(shell_json("resume", r) == "\"resuming\"");
+  r.message = "stopping at the next step boundary";
+  CHECK(shell_text("stop", r) == "stopping at the next step boundary\n");
+  CHECK(shell_json("stop", r) == "\"stopping\"");
 
   tutti::shell_reply refused;
   refused.ok = false;

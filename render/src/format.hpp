@@ -3,22 +3,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
 namespace tutti::render {
 
-// `x` with `digits` decimals.
+using json = nlohmann::ordered_json;
+
+// `x` with `digits` decimals, as text.
 inline std::string fixed(double x, int digits = 3) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
   return buf;
 }
 
-// `s` as a JSON string (json_string and escaped; invalid UTF-8 replaced).
-inline std::string json_string(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false,
-                                nlohmann::json::error_handler_t::replace);
+// `x` to `digits` decimals, as the text shows it (JSON numbers).
+inline double rounded(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::isfinite(x) ? std::round(x * scale) / scale : x;
+}
+
+// Compact JSON; bytes that are not UTF-8 (a log line may hold any) become
+// U+FFFD instead of failing the answer.
+inline std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 } // namespace tutti::render

@@ -1,5 +1,6 @@
-// Shell answers as JSON for scripts (tutti shell --json): one value per
-// answer, numbers with fixed decimals.
+// Shell answers as JSON for scripts (tutti shell --json, tutti status
+// --json): one value per answer; numbers rounded as the text shows them,
+// except the loss, which round-trips (NaN is null).
 
 #include "tutti/render/shell.hpp"
 
@@ -9,85 +10,94 @@ namespace tutti::render {
 
 namespace {
 
-// [f(x0),f(x1),...]
-template <class T, class F>
-std::string array(const std::vector<T>& xs, F f) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i)
-    out += (i ? "," : "") + f(xs[i]);
-  return out + "]";
-}
-
-std::string status_json(const status_view& v) {
+json status_json(const status_view& v) {
   const auto& s = v.job;
-  return "{\"state\":" + json_string(s.state)
-         + ",\"step\":" + std::to_string(s.step)
-         + ",\"steps\":" + std::to_string(s.steps)
-         + ",\"loss\":" + fixed(s.loss, 6)
-         + ",\"tokens_per_s\":" + fixed(v.tokens_per_s, 1)
-         + ",\"eta_s\":" + fixed(v.eta_s, 1)
-         + ",\"last_checkpoint\":" + std::to_string(s.last_checkpoint)
-         + ",\"epoch\":" + std::to_string(s.epoch)
-         + ",\"recoveries\":" + std::to_string(s.recoveries)
-         + ",\"restarts\":" + std::to_string(s.restarts)
-         + ",\"message\":" + json_string(s.message)
-         + ",\"alerts\":" + array(s.alerts, json_string) + "}";
+  json j;
+  j["state"] = s.state;
+  j["step"] = s.step;
+  j["steps"] = s.steps;
+  j["epoch"] = s.epoch;
+  j["last_checkpoint"] = s.last_checkpoint;
+  j["loss"] = s.loss;
+  j["tokens_per_s"] = rounded(v.tokens_per_s, 1);
+  j["eta_s"] = rounded(v.eta_s, 1);
+  j["recoveries"] = s.recoveries;
+  j["restarts"] = s.restarts;
+  j["nodes"] = s.nodes;
+  j["nnodes"] = v.nnodes;
+  j["message"] = s.message;
+  j["alerts"] = s.alerts;
+  return j;
 }
 
-std::string node_json(const node_view& n) {
-  return "{\"node\":" + std::to_string(n.node)
-         + ",\"address\":" + json_string(n.address) + ",\"rack\":" + json_string(n.rack)
-         + ",\"first_rank\":" + std::to_string(n.first_rank)
-         + ",\"ranks\":" + std::to_string(n.ranks)
-         + ",\"heartbeat_age_s\":" + fixed(n.heartbeat_age_s, 3)
-         + ",\"state\":" + json_string(n.state) + "}";
+json nodes_json(const std::vector<node_view>& nodes) {
+  json rows = json::array();
+  for (const auto& n : nodes)
+    rows.push_back({{"node", n.node},
+                    {"address", n.address},
+                    {"rack", n.rack},
+                    {"first_rank", n.first_rank},
+                    {"ranks", n.ranks},
+                    {"heartbeat_age_s", rounded(n.heartbeat_age_s, 3)},
+                    {"state", n.state}});
+  return rows;
 }
 
-std::string actor_json(const actor_info& r) {
-  return "{\"path\":" + json_string(r.path) + ",\"kind\":" + json_string(r.kind)
-         + ",\"state\":" + json_string(r.state)
-         + ",\"restarts\":" + std::to_string(r.restarts)
-         + ",\"mailbox\":" + std::to_string(r.mailbox) + "}";
+json actors_json(const std::vector<actor_info>& actors) {
+  json rows = json::array();
+  for (const auto& r : actors)
+    rows.push_back({{"path", r.path},
+                    {"kind", r.kind},
+                    {"state", r.state},
+                    {"restarts", r.restarts},
+                    {"mailbox", r.mailbox}});
+  return rows;
 }
 
-std::string expert_json(const expert_load& e) {
-  return "{\"expert\":" + std::to_string(e.expert)
-         + ",\"tokens\":" + std::to_string(e.tokens)
-         + ",\"average\":" + fixed(e.average, 3)
-         + ",\"bias\":" + fixed(e.bias, 6) + "}";
-}
-
-std::string layer_json(const layer_load& l) {
-  return "{\"layer\":" + std::to_string(l.layer)
-         + ",\"step\":" + std::to_string(l.step)
-         + ",\"max_over_mean\":" + fixed(l.max_over_mean, 4)
-         + ",\"dropped\":" + std::to_string(l.dropped)
-         + ",\"experts\":" + array(l.experts, expert_json) + "}";
+json experts_json(const std::vector<layer_load>& layers) {
+  json rows = json::array();
+  for (const auto& l : layers) {
+    json experts = json::array();
+    for (const auto& e : l.experts)
+      experts.push_back({{"expert", e.expert},
+                         {"tokens", e.tokens},
+                         {"average", rounded(e.average, 3)},
+                         {"bias", rounded(e.bias, 6)}});
+    rows.push_back({{"layer", l.layer},
+                    {"step", l.step},
+                    {"max_over_mean", rounded(l.max_over_mean, 4)},
+                    {"dropped", l.dropped},
+                    {"experts", std::move(experts)}});
+  }
+  return rows;
 }
 
 } // namespace
 
 std::string shell_json(const std::string& command, const shell_reply& reply) {
   if (!reply.ok)
-    return "{\"error\":" + json_string(reply.error) + "}";
+    return dump(json{{"error", reply.error}});
   if (command == "status")
-    return status_json(reply.status);
+    return dump(status_json(reply.status));
   if (command == "nodes")
-    return array(reply.nodes, node_json);
+    return dump(nodes_json(reply.nodes));
   if (command == "actors")
-    return array(reply.actors, actor_json);
+    return dump(actors_json(reply.actors));
   if (command == "experts")
-    return array(reply.experts, layer_json);
+    return dump(experts_json(reply.experts));
   if (command == "metrics") {
     // One string: the Prometheus text as the text form shows it.
     std::string text;
     for (const auto& l : reply.lines)
       text += l + "\n";
-    return json_string(text);
+    return dump(json(text));
   }
   if (command == "events" || command == "logs")
-    return array(reply.lines, json_string);
-  return json_string(reply.message);
+    return dump(json(reply.lines));
+  // stop's JSON answer has always been the bare word.
+  if (command == "stop")
+    return dump(json("stopping"));
+  return dump(json(reply.message));
 }
 
 } // namespace tutti::render
