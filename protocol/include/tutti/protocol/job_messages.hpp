@@ -3,6 +3,7 @@
 // a running job, and what the coordinator tells them and the journal. Each
 // message is a struct with named fields and an inspect overload (CAF
 // serialises it through that); the type itself says what the message is.
+// They compare equal field by field (tests match whole messages).
 
 #include <caf/meta/type_name.hpp>
 
@@ -16,6 +17,8 @@ namespace tutti {
 struct epoch_start {
   int64_t resume_step = 0;
   int64_t epoch = 0;
+
+  friend bool operator==(const epoch_start&, const epoch_start&) = default;
 };
 
 template <class Inspector>
@@ -27,6 +30,8 @@ typename Inspector::result_type inspect(Inspector& f, epoch_start& x) {
 struct node_aborted {
   int64_t node = 0;
   int64_t epoch = 0;
+
+  friend bool operator==(const node_aborted&, const node_aborted&) = default;
 };
 
 template <class Inspector>
@@ -41,6 +46,8 @@ struct node_heartbeat {
   int64_t node = 0;
   int64_t epoch = 0;          // whose ranks run on the node; -1: none
   int64_t resident_bytes = 0; // of the node's daemon
+
+  friend bool operator==(const node_heartbeat&, const node_heartbeat&) = default;
 };
 
 template <class Inspector>
@@ -54,6 +61,8 @@ struct rank_done {
   int32_t rank = 0;
   int64_t last_step = 0;
   double final_eval_loss = 0; // rank 0's is the job's
+
+  friend bool operator==(const rank_done&, const rank_done&) = default;
 };
 
 template <class Inspector>
@@ -67,6 +76,8 @@ struct rank_failed {
   int32_t rank = -1;  // -1: not one rank's (a node's supervisor escalated)
   std::string reason;
   int64_t epoch = 0;  // of the failed ranks; older epochs are ignored
+
+  friend bool operator==(const rank_failed&, const rank_failed&) = default;
 };
 
 template <class Inspector>
@@ -81,6 +92,8 @@ struct shard_saved {
   int32_t rank = 0;
   int64_t bytes = 0;
   int64_t epoch = 0;
+
+  friend bool operator==(const shard_saved&, const shard_saved&) = default;
 };
 
 template <class Inspector>
@@ -95,6 +108,8 @@ struct shard_failed {
   int32_t rank = 0;
   std::string reason;
   int64_t epoch = 0;
+
+  friend bool operator==(const shard_failed&, const shard_failed&) = default;
 };
 
 template <class Inspector>
@@ -109,6 +124,8 @@ struct commit_request {
   int64_t step = 0;
   int64_t world_size = 0;
   int64_t epoch = 0;
+
+  friend bool operator==(const commit_request&, const commit_request&) = default;
 };
 
 template <class Inspector>
@@ -122,6 +139,8 @@ struct job_event {
   std::string kind;   // restart, alert, operator, resumed, ...
   std::string text;
   double seconds = 0; // how long it took, where that means something; -1: not
+
+  friend bool operator==(const job_event&, const job_event&) = default;
 };
 
 template <class Inspector>
@@ -135,6 +154,8 @@ struct alert_report {
   std::string name;
   std::string level; // critical | important | normal
   std::string text;  // empty: resolved
+
+  friend bool operator==(const alert_report&, const alert_report&) = default;
 };
 
 template <class Inspector>
@@ -147,6 +168,8 @@ typename Inspector::result_type inspect(Inspector& f, alert_report& x) {
 struct log_query {
   std::string level;
   int64_t max_lines = 0;
+
+  friend bool operator==(const log_query&, const log_query&) = default;
 };
 
 template <class Inspector>
