@@ -128,8 +128,8 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
       }
       return out;
     },
-    [self](job_done_atom, const std::string& state, int64_t step) {
-      if (auto err = self->state.db->put_job_state(state, step))
+    [self](const job_final_state& end) {
+      if (auto err = self->state.db->put_job_state(end.state, end.last_step))
         log_error("journal", *err);
     },
   };

@@ -70,8 +70,8 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
   // Every daemon learns the job is over, so none takes the coordinator's
   // exit for a crash and waits for it to come back.
   for (auto& [n, m] : st.nodes)
-    self->send(m.supervisor, job_done_atom_v, outcome != job_state::failed,
-               st.failure);
+    self->send(m.supervisor, job_outcome{outcome != job_state::failed,
+                                         st.failure, st.final_eval_loss});
   if (outcome == job_state::failed)
     log_error("coordinator", "job failed: " + st.failure);
   else
@@ -118,8 +118,7 @@ void settle(coordinator_pointer self) {
       && st.last_committed < st.last_step && !st.failed_steps.count(st.last_step))
     return;
   auto [state, why] = *st.outcome;
-  self->send(st.journal, job_done_atom_v, std::string(to_string(state)),
-             st.last_step);
+  self->send(st.journal, job_final_state{to_string(state), st.last_step});
   finish(self, state, why);
 }
 
@@ -272,9 +271,8 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
       st.failure = "metrics writer stopped: "
                    + self->system().render(dm.reason);
     }
-    caf::anon_send(st.listener, job_done_atom_v,
-                   st.state != job_state::failed, st.failure,
-                   st.final_eval_loss);
+    caf::anon_send(st.listener, job_outcome{st.state != job_state::failed,
+                                            st.failure, st.final_eval_loss});
     self->quit();
     return;
   }

@@ -327,10 +327,10 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       self->send(st.args.coordinator,
                  rank_failed{-1, st.who() + ": " + why, st.epoch});
     },
-    [self](restarted_atom, const std::string& id, const std::string& why) {
-      ++self->state.restarts_by_kind[id.substr(0, id.find('/'))];
+    [self](const child_restarted& r) {
+      ++self->state.restarts_by_kind[r.id.substr(0, r.id.find('/'))];
       report(self, "restart",
-             self->state.who() + ": " + id + " restarted after " + why);
+             self->state.who() + ": " + r.id + " restarted after " + r.reason);
     },
     [self](get_coordinator_atom) {
       return caf::actor_cast<caf::actor>(self->state.args.coordinator);
@@ -346,7 +346,7 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
     [self](actor_exit_atom, const std::string& path, bool kill) {
       return exit_actor(self, path, kill);
     },
-    [self](job_done_atom, bool ok, const std::string& why) {
+    [self](const job_outcome& outcome) {
       // The job is over (its last checkpoint is committed, or it failed):
       // nothing to wait for, no coordinator to come back to.
       auto& st = self->state;
@@ -354,10 +354,11 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       abort_ranks(self, -1);
       if (st.writers)
         self->send(st.writers, stop_atom_v);
-      if (ok)
+      if (outcome.ok)
         self->quit();
       else
-        self->quit(caf::make_error(errc::rank_failed, "job failed: " + why));
+        self->quit(caf::make_error(errc::rank_failed,
+                                   "job failed: " + outcome.message));
     },
     [self](drain_atom) {
       // Leave the job for good: its ranks end, the daemon exits and the

@@ -33,8 +33,8 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   while (!finished) {
     self->receive(
-      [&](job_done_atom, bool ok, const std::string& why, double eval_loss) {
-        result = {ok, why, eval_loss};
+      [&](const job_outcome& done) {
+        result = {done.ok, done.message, done.final_eval_loss};
         finished = true;
       },
       caf::after(std::chrono::milliseconds(200)) >> [&] {

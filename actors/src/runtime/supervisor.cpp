@@ -155,7 +155,7 @@ void on_down(supervisor_pointer self, caf::down_msg& dm) {
                            + why + " (" + to_string(st.flags.strategy)
                            + ", restart " + std::to_string(c.restarts) + ")");
   if (st.parent)
-    caf::anon_send(st.parent, restarted_atom_v, c.spec.id, why);
+    caf::anon_send(st.parent, child_restarted{c.spec.id, why});
 }
 
 supervisor_actor::behavior_type supervisor(supervisor_pointer self,

@@ -39,7 +39,7 @@ using checkpoint_writer_actor = caf::typed_actor<
 using journal_actor = caf::typed_actor<
   caf::replies_to<commit_request>::with<int64_t>,
   caf::reacts_to<job_event>,
-  caf::reacts_to<job_done_atom, std::string, int64_t>,
+  caf::reacts_to<job_final_state>,
   caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
@@ -65,7 +65,7 @@ using node_supervisor_actor = caf::typed_actor<
   caf::reacts_to<diag_atom, int64_t>,
   caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
   caf::reacts_to<escalate_atom, std::string>,
-  caf::reacts_to<restarted_atom, std::string, std::string>,
+  caf::reacts_to<child_restarted>,
   caf::reacts_to<tick_atom>,
   caf::replies_to<get_coordinator_atom>::with<caf::actor>,
   caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
@@ -75,7 +75,7 @@ using node_supervisor_actor = caf::typed_actor<
   caf::reacts_to<checkpoint_now_atom>,
   caf::replies_to<actor_exit_atom, std::string, bool>::with<std::string>,
   caf::reacts_to<drain_atom>,
-  caf::reacts_to<job_done_atom, bool, std::string>>;
+  caf::reacts_to<job_outcome>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<

@@ -163,6 +163,51 @@ typename Inspector::result_type inspect(Inspector& f, alert_report& x) {
   return f(caf::meta::type_name("alert_report"), x.name, x.level, x.text);
 }
 
+// Coordinator -> every node and the job's listener (tuttid, tutti run): the
+// job is over, its last checkpoint committed or failed.
+struct job_outcome {
+  bool ok = true;             // completed or stopped; false: failed
+  std::string message;        // why it stopped or failed; empty: completed
+  double final_eval_loss = 0; // held-out loss at the end; NaN: none
+
+  friend bool operator==(const job_outcome&, const job_outcome&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_outcome& x) {
+  return f(caf::meta::type_name("job_outcome"), x.ok, x.message,
+           x.final_eval_loss);
+}
+
+// Coordinator -> journal: record how the job ended (the daemon's next start
+// reads it).
+struct job_final_state {
+  std::string state; // completed | stopped | failed
+  int64_t last_step = 0;
+
+  friend bool operator==(const job_final_state&,
+                         const job_final_state&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_final_state& x) {
+  return f(caf::meta::type_name("job_final_state"), x.state, x.last_step);
+}
+
+// OTP supervisor -> its parent: child `id` was restarted after `reason`.
+struct child_restarted {
+  std::string id;
+  std::string reason;
+
+  friend bool operator==(const child_restarted&,
+                         const child_restarted&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_restarted& x) {
+  return f(caf::meta::type_name("child_restarted"), x.id, x.reason);
+}
+
 // Coordinator -> node: the newest `max_lines` lines of the node's log at
 // `level` or above.
 struct log_query {

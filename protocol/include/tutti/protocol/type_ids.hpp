@@ -45,6 +45,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (tutti::job_event))
   CAF_ADD_TYPE_ID(tutti, (tutti::alert_report))
   CAF_ADD_TYPE_ID(tutti, (tutti::log_query))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_outcome))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_final_state))
+  CAF_ADD_TYPE_ID(tutti, (tutti::child_restarted))
 
   // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
   CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
@@ -52,7 +55,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, store_wait_atom, "store_wait")
 
   // Job lifecycle.
-  CAF_ADD_ATOM(tutti, tutti, job_done_atom, "job_done")
   CAF_ADD_ATOM(tutti, tutti, escalate_atom, "escalate")
   CAF_ADD_ATOM(tutti, tutti, stop_atom, "stop")
   CAF_ADD_ATOM(tutti, tutti, register_atom, "register")
@@ -67,7 +69,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   // Supervision and recovery.
   CAF_ADD_ATOM(tutti, tutti, children_atom, "children")
   CAF_ADD_ATOM(tutti, tutti, which_child_atom, "which")
-  CAF_ADD_ATOM(tutti, tutti, restarted_atom, "restarted")
   CAF_ADD_ATOM(tutti, tutti, tick_atom, "tick")
   CAF_ADD_ATOM(tutti, tutti, abort_atom, "abort")
   CAF_ADD_ATOM(tutti, tutti, chaos_atom, "chaos")
