@@ -7,6 +7,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "tutti/render/shell.hpp"
 #include "tutti/client/job_client.hpp"
 
 namespace tutti::cli {
@@ -27,9 +28,10 @@ int status_command(const std::vector<std::string>& args) {
   if (!reply)
     return fail(1, "status: " + reply.message());
   if (!reply->ok)
-    return fail(1, "status: " + reply->text.substr(0, reply->text.find('\n')));
-  std::fputs(vm.count("json") ? (reply->json + "\n").c_str()
-                              : reply->text.c_str(),
+    return fail(1, "status: " + reply->error);
+  std::fputs(vm.count("json")
+               ? (render::shell_json("status", *reply) + "\n").c_str()
+               : render::shell_text("status", *reply).c_str(),
              stdout);
   return 0;
 }

@@ -1,5 +1,8 @@
 #include "shell_session.hpp"
 
+
+#include "tutti/render/shell.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -72,11 +75,8 @@ std::vector<std::string> shell_session::actor_paths() {
   auto reply = job_.shell("actors", {});
   if (reply && reply->ok) {
     paths_.clear();
-    std::istringstream in(reply->text);
-    std::string line;
-    std::getline(in, line); // header
-    while (std::getline(in, line))
-      paths_.push_back(line.substr(0, line.find(' ')));
+    for (const auto& a : reply->actors)
+      paths_.push_back(a.path);
   }
   return paths_;
 }
@@ -89,10 +89,12 @@ int shell_session::ask(const std::string& name,
     return 1;
   }
   if (!reply->ok) {
-    std::fprintf(stderr, "tutti shell: %s", reply->text.c_str());
+    std::fprintf(stderr, "tutti shell: %s",
+                 render::shell_text(name, *reply).c_str());
     return 1;
   }
-  std::fputs(json_ ? (reply->json + "\n").c_str() : reply->text.c_str(),
+  std::fputs(json_ ? (render::shell_json(name, *reply) + "\n").c_str()
+                   : render::shell_text(name, *reply).c_str(),
              stdout);
   std::fflush(stdout);
   return 0;
@@ -130,13 +132,11 @@ int shell_session::follow_logs(const std::vector<std::string>& args) {
     auto reply = job_.shell("logs", args);
     if (!reply || !reply->ok) {
       std::fprintf(stderr, "tutti shell: %s",
-                   reply ? reply->text.c_str()
+                   reply ? render::shell_text("logs", *reply).c_str()
                          : (reply.message() + "\n").c_str());
       return 1;
     }
-    std::istringstream in(reply->text);
-    std::string line;
-    while (std::getline(in, line))
+    for (const auto& line : reply->lines)
       if (line > last) {
         std::printf("%s\n", line.c_str());
         last = line;

@@ -205,7 +205,8 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
   int status = 0;
   while (!job_over || !node_over) {
     self->receive(
-      [&](job_done_atom, bool ok, const std::string& why, double eval_loss) {
+      [&](const job_outcome& outcome) {
+        const auto& [ok, why, eval_loss] = outcome;
         job_over = true;
         if (!ok) {
           status = 1;

@@ -30,9 +30,9 @@ namespace {
 // does nothing; the test reads each message before this actor consumes it.
 caf::behavior silent_node(caf::event_based_actor*) {
   return {
-    [](start_atom, int64_t /*resume_step*/, int64_t /*epoch*/) {},
+    [](const epoch_start&) {},
     [](abort_atom, int64_t /*epoch*/) {},
-    [](job_done_atom, bool, const std::string&) {},
+    [](const job_outcome&) {},
     [](caf::ok_atom) {},       // registered
     [](int64_t /*epoch*/) {},  // heartbeat answered
   };
@@ -54,10 +54,9 @@ journal_stub(caf::stateful_actor<journal_stub_state>* self,
              std::shared_ptr<std::set<int64_t>> failing) {
   self->state.failing = std::move(failing);
   return {
-    [self](ckpt_commit_atom, int64_t step, int64_t,
-           int64_t) -> caf::result<int64_t> {
+    [self](const commit_request& req) -> caf::result<int64_t> {
       auto promise = self->make_response_promise<int64_t>();
-      self->state.commits.emplace(step, promise);
+      self->state.commits.emplace(req.step, promise);
       return promise;
     },
     [self](caf::ok_atom, int64_t step) {
@@ -72,8 +71,8 @@ journal_stub(caf::stateful_actor<journal_stub_state>* self,
         i->second.deliver(int64_t{1024});
       st.commits.erase(i);
     },
-    [](event_atom, const std::string&, const std::string&, double) {},
-    [](job_done_atom, const std::string&, int64_t) {},
+    [](const job_event&) {},
+    [](const job_final_state&) {},
     [](events_atom, int64_t) { return std::vector<std::string>{}; },
   };
 }
@@ -179,43 +178,40 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
   // The journal's events (failures, recoveries, alerts) are not what these
   // tests check; take them so that the next commit request is at the head.
   void skip_journal_events() {
-    while (allow((event_atom, std::string, std::string, double),
-                 from(coord).to(journal)))
+    while (allow((job_event), from(coord).to(journal)))
       ;
   }
 
   void saved(int64_t step, int32_t rank, int64_t epoch) {
-    caf::send_as(nodes[0], coord, ckpt_saved_atom_v, step, rank,
-                 int64_t{1024}, epoch);
-    expect((ckpt_saved_atom, int64_t, int32_t, int64_t, int64_t),
-           from(_).to(coord).with(_, step, rank, _, epoch));
+    const tutti::shard_saved msg{step, rank, 1024, epoch};
+    caf::send_as(nodes[0], coord, msg);
+    expect((tutti::shard_saved), from(_).to(coord).with(msg));
   }
 
   void shard_failed(int64_t step, int32_t rank, int64_t epoch) {
-    caf::send_as(nodes[0], coord, ckpt_failed_atom_v, step, rank,
-                 std::string("no space left on device"), epoch);
-    expect((ckpt_failed_atom, int64_t, int32_t, std::string, int64_t),
-           from(_).to(coord).with(_, step, rank, _, epoch));
+    const tutti::shard_failed msg{step, rank, "no space left on device",
+                                  epoch};
+    caf::send_as(nodes[0], coord, msg);
+    expect((tutti::shard_failed), from(_).to(coord).with(msg));
   }
 
   void rank_failed(int32_t rank, int64_t epoch) {
-    caf::send_as(nodes[0], coord, rank_fail_atom_v, rank,
-                 std::string("communicator timed out"), epoch);
-    expect((rank_fail_atom, int32_t, std::string, int64_t),
-           from(_).to(coord).with(_, rank, _, epoch));
+    const tutti::rank_failed msg{rank, "communicator timed out", epoch};
+    caf::send_as(nodes[0], coord, msg);
+    expect((tutti::rank_failed), from(_).to(coord).with(msg));
   }
 
   void aborted(int64_t node, int64_t epoch) {
-    caf::send_as(nodes[node], coord, aborted_atom_v, node, epoch);
-    expect((aborted_atom, int64_t, int64_t),
-           from(nodes[node]).to(coord).with(_, node, epoch));
+    caf::send_as(nodes[node], coord, node_aborted{node, epoch});
+    expect((node_aborted),
+           from(nodes[node]).to(coord).with(node_aborted{node, epoch}));
   }
 
   // The journal is asked to commit `step` of `epoch`, and answers.
   void commit_requested(int64_t step, int64_t epoch) {
     skip_journal_events();
-    expect((ckpt_commit_atom, int64_t, int64_t, int64_t),
-           from(coord).to(journal).with(_, step, world, epoch));
+    expect((commit_request),
+           from(coord).to(journal).with(commit_request{step, world, epoch}));
   }
   void commit_answered(int64_t step) {
     skip_journal_events();
@@ -231,8 +227,7 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
   }
   void no_commit_requested() {
     skip_journal_events();
-    disallow((ckpt_commit_atom, int64_t, int64_t, int64_t),
-             from(coord).to(journal));
+    disallow((commit_request), from(coord).to(journal));
   }
 
   // A shard saved that does not complete a set (or must not count).
@@ -263,8 +258,8 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
   }
   void started(int64_t from_step, int64_t epoch) {
     for (auto& n : nodes)
-      expect((start_atom, int64_t, int64_t),
-             from(coord).to(n).with(_, from_step, epoch));
+      expect((epoch_start),
+             from(coord).to(n).with(epoch_start{from_step, epoch}));
   }
   // ... and the coordinator starts epoch + 1 from the newest checkpoint.
   void recover(int64_t epoch, int64_t from_step) {
@@ -291,10 +286,9 @@ CAF_TEST(the loss of a node starts a new epoch and ignores the old one) {
   CAF_CHECK_EQUAL(s.recoveries, 1);
   CAF_CHECK_EQUAL(s.nodes, std::vector<int64_t>{0});
   // Heartbeats learn the new epoch.
-  caf::send_as(nodes[0], coord, heartbeat_atom_v, int64_t{0}, int64_t{0},
-               int64_t{0});
-  expect((heartbeat_atom, int64_t, int64_t, int64_t),
-         from(nodes[0]).to(coord).with(_, int64_t{0}, _, _));
+  caf::send_as(nodes[0], coord, node_heartbeat{0, 0, 0});
+  expect((node_heartbeat),
+         from(nodes[0]).to(coord).with(node_heartbeat{0, 0, 0}));
   expect((int64_t), from(coord).to(nodes[0]).with(int64_t{1}));
   // A rank of epoch 0 failing now is the failure already handled: no
   // second recovery, no second abort.
@@ -308,7 +302,7 @@ CAF_TEST(the loss of a node starts a new epoch and ignores the old one) {
   join(1, nodes[1]);
   expect((caf::ok_atom), from(coord).to(nodes[1]).with(_));
   aborted(0, 0);
-  disallow((start_atom, int64_t, int64_t), from(coord).to(nodes[0]));
+  disallow((epoch_start), from(coord).to(nodes[0]));
   CAF_CHECK_EQUAL(status().state, "recovering");
   aborted(0, 1);
   started(0, 1);
@@ -391,7 +385,7 @@ CAF_TEST(recovery waits for a commit under way and resumes from it) {
   all_saved(4, 0);
   interrupted(0);
   for (auto& n : nodes)
-    disallow((start_atom, int64_t, int64_t), from(coord).to(n));
+    disallow((epoch_start), from(coord).to(n));
   commit_answered(4);
   started(4, 1);
   auto s = status();

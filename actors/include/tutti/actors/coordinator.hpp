@@ -5,8 +5,7 @@
 // job state: pending -> running -> completed | stopped | failed, with
 // running -> recovering -> running after a failure it recovers from (see
 // coordinator_recovery.cpp). Tells
-// `listener` when the job ends with (job_done_atom, ok, message, final eval
-// loss).
+// `listener` when the job ends with a job_outcome.
 
 #include <caf/actor.hpp>
 

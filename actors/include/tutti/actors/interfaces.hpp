@@ -37,9 +37,9 @@ using checkpoint_writer_actor = caf::typed_actor<
 // Owns the daemon's RocksDB: commits checkpoints (MANIFEST, record,
 // retention) and appends events.
 using journal_actor = caf::typed_actor<
-  caf::replies_to<ckpt_commit_atom, int64_t, int64_t, int64_t>::with<int64_t>,
-  caf::reacts_to<event_atom, std::string, std::string, double>,
-  caf::reacts_to<job_done_atom, std::string, int64_t>,
+  caf::replies_to<commit_request>::with<int64_t>,
+  caf::reacts_to<job_event>,
+  caf::reacts_to<job_final_state>,
   caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
@@ -56,27 +56,26 @@ using metrics_writer_actor =
   caf::typed_actor<caf::reacts_to<step_report>,
                    caf::reacts_to<rewind_atom, int64_t>>;
 
-// The root of one node's actor tree. start: resume step, membership epoch.
+// The root of one node's actor tree. epoch_start: run an epoch's ranks;
 // abort: end the ranks of older epochs now (recovery).
 using node_supervisor_actor = caf::typed_actor<
-  caf::reacts_to<start_atom, int64_t, int64_t>,
+  caf::reacts_to<epoch_start>,
   caf::reacts_to<abort_atom, int64_t>,
   caf::reacts_to<stop_atom>,
   caf::reacts_to<diag_atom, int64_t>,
   caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
   caf::reacts_to<escalate_atom, std::string>,
-  caf::reacts_to<restarted_atom, std::string, std::string>,
+  caf::reacts_to<child_restarted>,
   caf::reacts_to<tick_atom>,
   caf::replies_to<get_coordinator_atom>::with<caf::actor>,
   caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
-  caf::replies_to<logs_atom, std::string, int64_t, int64_t>::with<
-    std::vector<std::string>>,
+  caf::replies_to<log_query>::with<std::vector<std::string>>,
   caf::reacts_to<pause_atom>,
   caf::reacts_to<resume_atom>,
   caf::reacts_to<checkpoint_now_atom>,
   caf::replies_to<actor_exit_atom, std::string, bool>::with<std::string>,
   caf::reacts_to<drain_atom>,
-  caf::reacts_to<job_done_atom, bool, std::string>>;
+  caf::reacts_to<job_outcome>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<
@@ -89,19 +88,19 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<store_get_atom, std::string>::with<std::string>,
   caf::replies_to<store_wait_atom, std::vector<std::string>>::with<caf::ok_atom>,
   caf::reacts_to<step_report>,
-  caf::reacts_to<rank_done_atom, int32_t, double, int64_t>,
-  caf::reacts_to<rank_fail_atom, int32_t, std::string, int64_t>,
-  caf::replies_to<heartbeat_atom, int64_t, int64_t, int64_t>::with<int64_t>,
+  caf::reacts_to<rank_done>,
+  caf::reacts_to<rank_failed>,
+  caf::replies_to<node_heartbeat>::with<int64_t>,
   caf::replies_to<shell_atom, std::string, std::vector<std::string>>::with<
     shell_reply>,
-  caf::reacts_to<alert_atom, std::string, std::string, std::string>,
-  caf::reacts_to<aborted_atom, int64_t, int64_t>,
-  caf::reacts_to<event_atom, std::string, std::string, double>,
+  caf::reacts_to<alert_report>,
+  caf::reacts_to<node_aborted>,
+  caf::reacts_to<job_event>,
   caf::replies_to<chaos_atom, chaos_request>::with<std::string>,
   caf::replies_to<status_atom>::with<job_status>,
   caf::reacts_to<tick_atom>,
   caf::reacts_to<escalate_atom, std::string>,
-  caf::reacts_to<ckpt_saved_atom, int64_t, int32_t, int64_t, int64_t>,
-  caf::reacts_to<ckpt_failed_atom, int64_t, int32_t, std::string, int64_t>>;
+  caf::reacts_to<shard_saved>,
+  caf::reacts_to<shard_failed>>;
 
 } // namespace tutti

@@ -49,7 +49,7 @@ using supervisor_actor = caf::typed_actor<
   caf::replies_to<which_child_atom, std::string>::with<caf::actor>,
   caf::reacts_to<stop_atom>>;
 
-// `parent` receives (restarted_atom, child id, why) after each restart and
+// `parent` receives child_restarted{child id, why} after each restart and
 // (escalate_atom, why) when the supervisor gives up.
 // Keep the returned handle: CAF ends an actor that no handle reaches.
 supervisor_actor spawn_supervisor(caf::actor_system& sys, std::string name,

@@ -172,17 +172,4 @@ typename Inspector::result_type inspect(Inspector& f, actor_info& x) {
            x.restarts, x.mailbox);
 }
 
-// The coordinator's answer to a shell command: text for people, JSON for
-// scripts (--json), and whether it succeeded.
-struct shell_reply {
-  bool ok = true;
-  std::string text;
-  std::string json;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, shell_reply& x) {
-  return f(caf::meta::type_name("shell_reply"), x.ok, x.text, x.json);
-}
-
 } // namespace tutti

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "tutti/protocol/job_messages.hpp"
 #include "tutti/protocol/local_messages.hpp"
 #include "tutti/protocol/messages.hpp"
+#include "tutti/protocol/shell_messages.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
 
@@ -25,6 +27,27 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(tutti, (tutti::actor_info))
   CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::actor_info>))
   CAF_ADD_TYPE_ID(tutti, (tutti::shell_reply))
+  CAF_ADD_TYPE_ID(tutti, (tutti::status_view))
+  CAF_ADD_TYPE_ID(tutti, (tutti::node_view))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::node_view>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::expert_load))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::expert_load>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::layer_load))
+  CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::layer_load>))
+  CAF_ADD_TYPE_ID(tutti, (tutti::epoch_start))
+  CAF_ADD_TYPE_ID(tutti, (tutti::node_aborted))
+  CAF_ADD_TYPE_ID(tutti, (tutti::node_heartbeat))
+  CAF_ADD_TYPE_ID(tutti, (tutti::rank_done))
+  CAF_ADD_TYPE_ID(tutti, (tutti::rank_failed))
+  CAF_ADD_TYPE_ID(tutti, (tutti::shard_saved))
+  CAF_ADD_TYPE_ID(tutti, (tutti::shard_failed))
+  CAF_ADD_TYPE_ID(tutti, (tutti::commit_request))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_event))
+  CAF_ADD_TYPE_ID(tutti, (tutti::alert_report))
+  CAF_ADD_TYPE_ID(tutti, (tutti::log_query))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_outcome))
+  CAF_ADD_TYPE_ID(tutti, (tutti::job_final_state))
+  CAF_ADD_TYPE_ID(tutti, (tutti::child_restarted))
 
   // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
   CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
@@ -32,13 +55,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, store_wait_atom, "store_wait")
 
   // Job lifecycle.
-  CAF_ADD_ATOM(tutti, tutti, rank_done_atom, "rank_done")
-  CAF_ADD_ATOM(tutti, tutti, rank_fail_atom, "rank_fail")
-  CAF_ADD_ATOM(tutti, tutti, job_done_atom, "job_done")
   CAF_ADD_ATOM(tutti, tutti, escalate_atom, "escalate")
   CAF_ADD_ATOM(tutti, tutti, stop_atom, "stop")
   CAF_ADD_ATOM(tutti, tutti, register_atom, "register")
-  CAF_ADD_ATOM(tutti, tutti, start_atom, "start")
   CAF_ADD_ATOM(tutti, tutti, join_deadline_atom, "join_dl")
   CAF_ADD_ATOM(tutti, tutti, diag_atom, "diag")
 
@@ -46,19 +65,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, snapshot_atom, "snapshot")
   CAF_ADD_ATOM(tutti, tutti, restore_atom, "restore")
   CAF_ADD_ATOM(tutti, tutti, ckpt_write_atom, "ckpt_write")
-  CAF_ADD_ATOM(tutti, tutti, ckpt_saved_atom, "ckpt_saved")
-  CAF_ADD_ATOM(tutti, tutti, ckpt_failed_atom, "ckpt_fail")
-  CAF_ADD_ATOM(tutti, tutti, ckpt_commit_atom, "ckpt_cmt")
-  CAF_ADD_ATOM(tutti, tutti, event_atom, "event")
 
   // Supervision and recovery.
   CAF_ADD_ATOM(tutti, tutti, children_atom, "children")
   CAF_ADD_ATOM(tutti, tutti, which_child_atom, "which")
-  CAF_ADD_ATOM(tutti, tutti, restarted_atom, "restarted")
-  CAF_ADD_ATOM(tutti, tutti, heartbeat_atom, "heartbeat")
   CAF_ADD_ATOM(tutti, tutti, tick_atom, "tick")
   CAF_ADD_ATOM(tutti, tutti, abort_atom, "abort")
-  CAF_ADD_ATOM(tutti, tutti, aborted_atom, "aborted")
   CAF_ADD_ATOM(tutti, tutti, chaos_atom, "chaos")
   CAF_ADD_ATOM(tutti, tutti, status_atom, "status")
   CAF_ADD_ATOM(tutti, tutti, rewind_atom, "rewind")
@@ -68,14 +80,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(tutti, caf::first_custom_type_id)
   CAF_ADD_ATOM(tutti, tutti, shell_atom, "shell")
   CAF_ADD_ATOM(tutti, tutti, get_coordinator_atom, "get_coord")
   CAF_ADD_ATOM(tutti, tutti, actors_atom, "actors")
-  CAF_ADD_ATOM(tutti, tutti, logs_atom, "logs")
   CAF_ADD_ATOM(tutti, tutti, events_atom, "events")
   CAF_ADD_ATOM(tutti, tutti, pause_atom, "pause")
   CAF_ADD_ATOM(tutti, tutti, resume_atom, "resume")
   CAF_ADD_ATOM(tutti, tutti, checkpoint_now_atom, "ckpt_now")
   CAF_ADD_ATOM(tutti, tutti, actor_exit_atom, "actor_exit")
   CAF_ADD_ATOM(tutti, tutti, drain_atom, "drain")
-  CAF_ADD_ATOM(tutti, tutti, alert_atom, "alert")
   CAF_ADD_ATOM(tutti, tutti, mailbox_atom, "mailbox")
 
   // Rank <-> expert shard (local).

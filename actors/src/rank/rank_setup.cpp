@@ -1,0 +1,91 @@
+// rank_setup.hpp: the rank's device and communicators.
+
+#include "rank/rank_setup.hpp"
+
+#include "coordinator/coordinator_store.hpp"
+#include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/comm/nccl_communicator.hpp"
+#include "tutti/kernels/device_memory.hpp"
+
+namespace tutti {
+
+// Rendezvous groups are named by epoch: a rebuilt communicator never
+// meets keys of the one it replaces. Gloo or NCCL by the config; NCCL's
+// unique id travels through the same coordinator store.
+status connect(caf::actor_system& sys, const rank_args& a, int device,
+               rank_comms& out) {
+  const auto& cl = a.cfg.cluster;
+  const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
+  const auto rendezvous =
+    std::chrono::milliseconds(a.cfg.recovery.rendezvous_timeout_ms);
+  coordinator_store store(sys, a.coordinator, rendezvous);
+  const auto epoch = "e" + std::to_string(a.epoch) + "/";
+  // Bind the data plane to this node's own address (nodes[N].host).
+  const auto host = cl.node(a.rank / cl.nproc_per_node).host;
+  auto make = [&](int member, int size, const std::string& group,
+                  std::unique_ptr<comm::communicator>& c) -> status {
+    if (cl.backend() == backend_kind::nccl) {
+      comm::nccl_options opts;
+      opts.group = epoch + group;
+      opts.device = device;
+      opts.timeout = timeout;
+      std::unique_ptr<comm::nccl_communicator> nccl;
+      TUTTI_RETURN_IF_ERROR(
+        comm::make_nccl_communicator(store, member, size, opts, nccl));
+      c = std::move(nccl);
+    } else {
+      comm::gloo_options opts{host, epoch + group, timeout, rendezvous};
+      TUTTI_RETURN_IF_ERROR(
+        comm::make_gloo_communicator(store, member, size, opts, c));
+    }
+    a.control->add(c.get());
+    return {};
+  };
+  const int world = static_cast<int>(cl.world_size);
+  const int ep = static_cast<int>(a.cfg.ep_size());
+  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", out.world));
+  if (ep < world) {
+    TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
+                               "ep" + std::to_string(a.rank / ep), out.ep));
+    TUTTI_RETURN_IF_ERROR(make(a.rank / ep, world / ep,
+                               "edp" + std::to_string(a.rank % ep),
+                               out.expert_dp));
+  }
+  return {};
+}
+
+int rank_device(const job_config& cfg, int32_t rank) {
+  if (cfg.cluster.device != compute_device::cuda)
+    return -1;
+  const int count = kernels::cuda_device_count();
+  const auto local = rank % cfg.cluster.nproc_per_node;
+  return count > 0 ? static_cast<int>(local % count) : 0;
+}
+
+kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
+  return cfg.train.gemm_precision == gemm_precision::bf16
+           ? kernels::gemm_precision::bf16
+           : kernels::gemm_precision::fp32;
+}
+
+status check_rank_device(const job_config& cfg) {
+  const auto& cl = cfg.cluster;
+  if (cl.backend() == backend_kind::other)
+    return status::error("cluster_config.communication_backend: '" + cl.communication_backend
+           + "' is not available (gloo, nccl)");
+  std::string why;
+  if (cl.backend() == backend_kind::nccl && !comm::nccl_built(why))
+    return status::error("cluster_config.communication_backend: nccl: " + why);
+  if (cl.device == compute_device::cuda
+      && !kernels::cuda_device_available(why))
+    return status::error("cluster_config.device: cuda: " + why);
+  // NCCL refuses two members of one communicator on the same GPU.
+  if (cl.backend() == backend_kind::nccl
+      && cl.nproc_per_node > kernels::cuda_device_count())
+    return status::error("cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
+           + " ranks per node but " + std::to_string(kernels::cuda_device_count())
+           + " GPUs here; nccl needs one GPU per rank (gloo can share)");
+  return {};
+}
+
+} // namespace tutti

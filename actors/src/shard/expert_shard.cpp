@@ -1,0 +1,324 @@
+#include "shard/expert_shard.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "tutti/actors/log.hpp"
+#include "tutti/actors/rank.hpp"
+#include "tutti/kernels/device_memory.hpp"
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/expert_executor.hpp"
+#include "tutti/model/expert_ffn.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/protocol/errors.hpp"
+
+namespace tutti {
+
+namespace k = tutti::kernels;
+
+namespace {
+
+struct expert_shard_state {
+  expert_shard_state() = default; // not an aggregate (CAF would pass `this`)
+  static inline const char* name = "expert_shard";
+
+  job_config cfg;
+  int32_t rank = 0;
+  int64_t first_expert = 0;
+  int64_t count = 0;
+  model::param_layout layout;
+  std::shared_ptr<expert_shard_memory> mem;
+  std::unique_ptr<model::expert_ffn> ffn;
+  // Its own stream on its rank's GPU (the rank waits for its own work
+  // before asking, the shard for its own before answering), or the CPU.
+  std::unique_ptr<k::device_stream> device_stream;
+  k::stream stream;
+  std::string fault; // injected, fires on the next forward
+
+  model::expert_block block(int64_t layer) {
+    auto at = [&](const char* which) {
+      return layout.at(model::expert_block_name(layer, which)).offset;
+    };
+    auto& p = mem->params;
+    auto& g = mem->grads;
+    return {p.data() + at("w1"), p.data() + at("w3"), p.data() + at("w2"),
+            g.data() + at("w1"), g.data() + at("w3"), g.data() + at("w2")};
+  }
+
+  void save_step_start() {
+    mem->start_params.assign(stream, mem->params);
+    mem->start_m.assign(stream, mem->m);
+    mem->start_v.assign(stream, mem->v);
+  }
+};
+
+using shard_pointer =
+  expert_shard_actor::stateful_pointer<expert_shard_state>;
+
+// The NaN/Inf guard: a shard that produced a non-finite value fails, and
+// its supervisor restarts it (a one-off fault then passes on the replay; a
+// persistent one exceeds the restart intensity and escalates). On a GPU a
+// sum of squares (NaN or Inf exactly when a value is) runs on the device;
+// on the CPU a plain scan is several times cheaper.
+bool all_finite(const k::stream& s, const float* x, int64_t n) {
+  if (s.device == k::device_kind::cuda)
+    return std::isfinite(k::sum_squares(s, x, n));
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i)
+    finite &= std::isfinite(x[i]);
+  return finite;
+}
+
+void require_finite(const k::stream& s, const float* x, int64_t n,
+                    const char* what, int64_t layer) {
+  if (!all_finite(s, x, n))
+    throw std::runtime_error(std::string("non-finite value in the ") + what
+                             + " of layer " + std::to_string(layer));
+}
+
+// A failed unit of work ends the shard with the reason (the requester gets
+// the error at once, the supervisor the down message). Kernels already
+// queued may still write into the rank's buffers: drain the stream first.
+caf::error shard_failed(shard_pointer self, const std::exception& ex) {
+  try {
+    k::wait(self->state.stream);
+  } catch (const std::exception&) {
+    // The device itself failed: nothing more to drain.
+  }
+  auto err = caf::make_error(errc::expert_failed,
+                             "expert shard of rank "
+                               + std::to_string(self->state.rank) + ": "
+                               + ex.what());
+  self->quit(err);
+  return err;
+}
+
+// Runs `work` to completion on the shard's stream and records how long it
+// took in the task: the rank's measure of what its sends overlapped.
+template <class F>
+void timed(expert_shard_state& st, expert_task& task, F&& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  k::wait(st.stream);
+  task.seconds =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// Runs one unit of work to completion (the rank reads the results next).
+template <class F>
+caf::result<caf::ok_atom> guarded(shard_pointer self, F&& work) {
+  try {
+    work();
+    k::wait(self->state.stream);
+    return caf::ok_atom_v;
+  } catch (const std::exception& ex) {
+    return shard_failed(self, ex);
+  }
+}
+
+void initialize(expert_shard_state& st) {
+  const auto& c = st.cfg;
+  auto& mem = *st.mem;
+  if (!mem.initialized) {
+    std::vector<float> init(st.layout.total());
+    model::init_expert_params(st.layout, init.data(), c.model,
+                              st.first_expert, st.count, c.train.seed,
+                              c.model.init_std);
+    mem.params.upload(st.stream, init);
+    mem.grads.zeros(st.stream, st.layout.total());
+    mem.m.zeros(st.stream, st.layout.total());
+    mem.v.zeros(st.stream, st.layout.total());
+    st.save_step_start();
+    k::wait(st.stream);
+    mem.initialized = true;
+    return;
+  }
+  // A restart: back to the start of the step. Gradients stay: the rank
+  // decides whether to replay them (shard_executor).
+  mem.params.assign(st.stream, mem.start_params);
+  mem.m.assign(st.stream, mem.start_m);
+  mem.v.assign(st.stream, mem.start_v);
+  k::wait(st.stream);
+  log_warn("expert_shard", "rank " + std::to_string(st.rank)
+                             + ": expert shard restarted from the snapshot "
+                               "of the start of step "
+                             + std::to_string(mem.optimized_step + 1));
+}
+
+// The shard's tensors, copied to the host, for a checkpoint.
+rank_snapshot_ptr take_snapshot(expert_shard_state& st, int64_t step) {
+  auto snap = std::make_shared<rank_snapshot>();
+  snap->step = step;
+  snap->ints["first_expert"] = st.first_expert;
+  snap->ints["expert_count"] = st.count;
+  for (const auto& spec : st.layout.tensors()) {
+    auto copy = [&](const std::string& name,
+                    const expert_shard_memory::tensor& t) {
+      std::vector<float> host(spec.numel);
+      t.download(st.stream, host.data(), spec.numel, spec.offset);
+      snap->tensors.push_back({name, spec.shape, std::move(host)});
+    };
+    copy(spec.name, st.mem->params);
+    copy("adam_m/" + spec.name, st.mem->m);
+    copy("adam_v/" + spec.name, st.mem->v);
+  }
+  return snap;
+}
+
+caf::result<caf::ok_atom> restore(expert_shard_state& st,
+                                  const rank_snapshot& snap) {
+  auto find = [&](const std::string& name) -> const owned_tensor* {
+    for (const auto& t : snap.tensors)
+      if (t.name == name)
+        return &t;
+    return nullptr;
+  };
+  for (const auto& spec : st.layout.tensors())
+    for (auto [prefix, target] :
+         {std::pair{std::string(), &st.mem->params},
+          std::pair{std::string("adam_m/"), &st.mem->m},
+          std::pair{std::string("adam_v/"), &st.mem->v}}) {
+      auto* t = find(prefix + spec.name);
+      if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
+        return caf::make_error(errc::expert_failed,
+                               "checkpoint lacks " + prefix + spec.name
+                                 + " for experts from "
+                                 + std::to_string(st.first_expert));
+      target->upload(st.stream, t->data.data(), t->data.size(), spec.offset);
+    }
+  st.save_step_start();
+  k::wait(st.stream);
+  st.mem->optimized_step = snap.step;
+  return caf::ok_atom_v;
+}
+
+expert_shard_actor::behavior_type expert_shard(shard_pointer self,
+                                               expert_shard_args args) {
+  k::use_single_threaded_blas();
+  auto& st = self->state;
+  st.cfg = std::move(args.cfg);
+  st.rank = args.rank;
+  st.mem = std::move(args.memory);
+  if (args.device >= 0) {
+    k::cuda_set_device(args.device); // this thread's device, for good
+    st.device_stream =
+      std::make_unique<k::device_stream>(gemm_precision_of(st.cfg));
+    st.stream = st.device_stream->get();
+  }
+  const auto& c = st.cfg;
+  st.count = c.experts_per_rank();
+  st.first_expert = (args.rank % c.ep_size()) * st.count;
+  st.layout = model::expert_layout(c.model, st.first_expert, st.count);
+  initialize(st);
+  st.ffn = std::make_unique<model::expert_ffn>(
+    c.model.num_hidden_layers, st.count, c.model.hidden_size,
+    c.model.intermediate_size);
+  return {
+    [self](expert_fwd_atom, expert_task_ptr task) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        // raise_expert waits for a layer's last chunk: with chunks, the
+        // request the rank has in flight while it sends the one before.
+        if (st.fault == "raise_expert"
+            && (task->append || model::combine_chunk_count(st.cfg) == 1)) {
+          st.fault.clear();
+          throw std::runtime_error("injected fault (raise_expert)");
+        }
+        auto fault = st.fault == "raise_expert"
+                       ? std::string()
+                       : std::exchange(st.fault, std::string());
+        timed(st, *task, [&] {
+          st.ffn->forward(st.stream, task->layer, st.block(task->layer),
+                          task->input, task->rows_per_expert, task->output,
+                          task->append);
+        });
+        const auto n = task->rows * st.cfg.model.hidden_size;
+        if (fault == "nan_expert" && n > 0) {
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          k::upload(st.stream, task->output, &nan, sizeof nan);
+        }
+        require_finite(st.stream, task->output, n, "expert output",
+                       task->layer);
+      });
+    },
+    [self](expert_bwd_atom, expert_task_ptr task) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        timed(st, *task, [&] {
+          st.ffn->backward(st.stream, task->layer, st.block(task->layer),
+                           task->input, task->output, task->rows_per_expert,
+                           task->first_row);
+        });
+        require_finite(st.stream, task->output,
+                       task->rows * st.cfg.model.hidden_size,
+                       "input gradient", task->layer);
+      });
+    },
+    [self](zero_grads_atom) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        st.mem->grads.zeros(st.stream, st.mem->grads.size());
+      });
+    },
+    [self](mailbox_atom) -> int64_t {
+      return static_cast<int64_t>(self->mailbox().size());
+    },
+    [self](chaos_atom, const std::string& fault) {
+      self->state.fault = fault;
+    },
+    [self](grads_atom) -> grad_view {
+      auto& g = self->state.mem->grads;
+      return {g.data(), static_cast<int64_t>(g.size())};
+    },
+    [self](snapshot_atom, int64_t step) -> caf::result<rank_snapshot_ptr> {
+      try {
+        return take_snapshot(self->state, step);
+      } catch (const std::exception& ex) {
+        return shard_failed(self, ex);
+      }
+    },
+    [self](restore_atom,
+           rank_snapshot_ptr snap) -> caf::result<caf::ok_atom> {
+      try {
+        return restore(self->state, *snap);
+      } catch (const std::exception& ex) {
+        return shard_failed(self, ex);
+      }
+    },
+    [self](optimize_atom, optimizer_args a) {
+      return guarded(self, [&] {
+        auto& st = self->state;
+        auto& mem = *st.mem;
+        if (mem.optimized_step >= a.step)
+          return; // done before a restart; the retry must not apply it twice
+        const auto& t = st.cfg.train;
+        for (const auto& spec : st.layout.tensors())
+          k::adamw_step(st.stream, mem.params.data() + spec.offset,
+                        mem.grads.data() + spec.offset,
+                        mem.m.data() + spec.offset, mem.v.data() + spec.offset,
+                        spec.numel, a.lr, t.beta1, t.beta2, t.eps,
+                        t.weight_decay, a.step, a.grad_scale);
+        st.save_step_start();
+        mem.optimized_step = a.step;
+        mem.grads.zeros(st.stream, mem.grads.size());
+      });
+    },
+  };
+}
+
+} // namespace
+
+expert_shard_actor spawn_expert_shard(caf::actor_system& sys,
+                                      expert_shard_args args) {
+  if (!args.memory)
+    args.memory = std::make_shared<expert_shard_memory>();
+  return sys.spawn<caf::detached>(expert_shard, std::move(args));
+}
+
+} // namespace tutti

@@ -1,0 +1,33 @@
+#pragma once
+// Number and string formatting shared by the text and JSON renderers.
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace tutti::render {
+
+using json = nlohmann::ordered_json;
+
+// `x` with `digits` decimals, as text.
+inline std::string fixed(double x, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+  return buf;
+}
+
+// `x` to `digits` decimals, as the text shows it (JSON numbers).
+inline double rounded(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::isfinite(x) ? std::round(x * scale) / scale : x;
+}
+
+// Compact JSON; bytes that are not UTF-8 (a log line may hold any) become
+// U+FFFD instead of failing the answer.
+inline std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+} // namespace tutti::render
