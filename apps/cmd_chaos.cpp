@@ -61,8 +61,7 @@ int chaos_command(const std::vector<std::string>& args) {
   if (vm.count("seconds"))
     req.seconds = vm["seconds"].as<double>();
   if (!rank_faults.count(req.fault) && !node_faults.count(req.fault))
-    return cl.bad("unknown fault '" + req.fault
-                  + "' (see tutti chaos --help)");
+    return cl.bad("unknown fault '" + req.fault + "' (see tutti chaos --help)");
   if (rank_faults.count(req.fault) && req.rank < 0)
     return cl.bad(req.fault + " needs --rank");
   if (node_faults.count(req.fault) && req.node < 0 && req.rank < 0)

@@ -99,8 +99,7 @@ struct subcommand {
 };
 
 const subcommand subcommands[] = {
-  {"list", "RUN_DIR", "committed checkpoints (step, size, time)", list,
-   false},
+  {"list", "RUN_DIR", "committed checkpoints (step, size, time)", list, false},
   {"verify", "CHECKPOINT_DIR", "check every hash of a checkpoint", verify,
    true},
   {"show", "CHECKPOINT_DIR|SHARD_FILE",
@@ -118,8 +117,8 @@ std::string ckpt_about() {
 } // namespace
 
 int ckpt_command(const std::vector<std::string>& args) {
-  const std::string usage_error =
-    std::string("ckpt: usage: tutti ckpt ") + ckpt_usage;
+  const std::string usage_error = std::string("ckpt: usage: tutti ckpt ")
+                                  + ckpt_usage;
   if (args.empty())
     return fail(2, usage_error);
   if (args[0] == "--help" || args[0] == "-h") {
@@ -130,8 +129,7 @@ int ckpt_command(const std::vector<std::string>& args) {
   for (const auto& sub : subcommands) {
     if (args[0] != sub.name)
       continue;
-    command_line cl(std::string("ckpt ") + sub.name, sub.operand,
-                    sub.about);
+    command_line cl(std::string("ckpt ") + sub.name, sub.operand, sub.about);
     cl.positional("target");
     po::variables_map vm;
     if (auto done = cl.parse({args.begin() + 1, args.end()}, vm))

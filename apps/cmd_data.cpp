@@ -21,8 +21,8 @@ int synth(const std::vector<std::string>& args) {
                   "known)");
   cl.options()("out", po::value(&out)->required(), "output directory")(
     "vocab", po::value(&vocab)->required(), "vocabulary size")(
-    "order", po::value(&order)->default_value(2), "Markov order (2)")(
-    "seed", po::value(&seed)->required(), "random seed")(
+    "order", po::value(&order)->default_value(2),
+    "Markov order (2)")("seed", po::value(&seed)->required(), "random seed")(
     "tokens", po::value(&tokens)->required(), "tokens in total")(
     "val-fraction", po::value(&val_fraction)->default_value(0.1),
     "share held out")("shards", po::value(&shards)->default_value(2),
@@ -31,17 +31,18 @@ int synth(const std::vector<std::string>& args) {
   if (auto done = cl.parse(args, vm))
     return *done;
   if (auto err = data::synth_dataset(out, vocab, order, seed, tokens,
-                                     val_fraction, shards); !err)
+                                     val_fraction, shards);
+      !err)
     return fail(2, "data synth: " + err.message());
   auto meta = data::read_meta(out);
   if (!meta.ok())
     return fail(1, "data synth: " + meta.message());
-  std::printf("wrote %s: %llu train + %llu held-out tokens, vocab %u, "
-              "entropy rate %.6f nats/token\n",
-              out.c_str(),
-              static_cast<unsigned long long>(meta.value().train_tokens),
-              static_cast<unsigned long long>(meta.value().val_tokens),
-              meta.value().vocab_size, meta.value().entropy_rate_nats.value_or(0));
+  std::printf(
+    "wrote %s: %llu train + %llu held-out tokens, vocab %u, "
+    "entropy rate %.6f nats/token\n",
+    out.c_str(), static_cast<unsigned long long>(meta.value().train_tokens),
+    static_cast<unsigned long long>(meta.value().val_tokens),
+    meta.value().vocab_size, meta.value().entropy_rate_nats.value_or(0));
   return 0;
 }
 
@@ -52,9 +53,9 @@ int prepare(const std::vector<std::string>& args) {
   double val_fraction = 0.1;
   command_line cl("data prepare", "--input FILE... --out DIR",
                   "byte-level tokens from text files");
-  cl.options()(
-    "input", po::value(&inputs)->multitoken()->required(), "text files")(
-    "out", po::value(&out)->required(), "output directory")(
+  cl.options()("input", po::value(&inputs)->multitoken()->required(),
+               "text files")("out", po::value(&out)->required(),
+                             "output directory")(
     "val-fraction", po::value(&val_fraction)->default_value(0.1),
     "share held out")("shards", po::value(&shards)->default_value(2),
                       "train shards");
@@ -67,8 +68,7 @@ int prepare(const std::vector<std::string>& args) {
   auto meta = data::read_meta(out);
   if (!meta.ok())
     return fail(1, "data prepare: " + meta.message());
-  std::printf("wrote %s: %llu train + %llu held-out byte tokens\n",
-              out.c_str(),
+  std::printf("wrote %s: %llu train + %llu held-out byte tokens\n", out.c_str(),
               static_cast<unsigned long long>(meta.value().train_tokens),
               static_cast<unsigned long long>(meta.value().val_tokens));
   return 0;
@@ -95,8 +95,8 @@ int data_command(const std::vector<std::string>& args) {
     po::variables_map vm;
     return cl.parse(args, vm).value_or(0);
   }
-  return fail(2, "data: unknown subcommand '" + args[0]
-                   + "' (synth or prepare)");
+  return fail(2,
+              "data: unknown subcommand '" + args[0] + "' (synth or prepare)");
 }
 
 } // namespace tutti::cli

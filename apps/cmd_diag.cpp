@@ -33,9 +33,9 @@ int diag_command(const std::vector<std::string>& args) {
     return fail(1, "diag: " + s.message());
   // Each pair and size takes a few collectives; bound the wait by the
   // collective timeout with room for all of them.
-  const auto timeout =
-    std::chrono::milliseconds(cfg.cluster.collective_timeout_ms)
-    + std::chrono::seconds(30 * cfg.cluster.nnodes);
+  const auto timeout = std::chrono::milliseconds(
+                         cfg.cluster.collective_timeout_ms)
+                       + std::chrono::seconds(30 * cfg.cluster.nnodes);
   auto report = job.diag(
     std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   if (!report)

@@ -104,11 +104,11 @@ private:
 
 struct fault_result {
   drill_fault fault;
-  int64_t injected_at = 0;      // last step done when injected
-  double detect_s = NAN;        // injection -> the coordinator knew
-  double resume_s = NAN;        // injection -> a new step done
+  int64_t injected_at = 0;         // last step done when injected
+  double detect_s = NAN;           // injection -> the coordinator knew
+  double resume_s = NAN;           // injection -> a new step done
   double back_to_training_s = NAN; // kill_daemon: relaunch -> a new step
-  int64_t resumed_from = -1;    // job level: the checkpoint step
+  int64_t resumed_from = -1;       // job level: the checkpoint step
   int64_t redone = 0;
   bool matched = false;
   std::string note;
@@ -127,8 +127,7 @@ public:
     if (!run_reference())
       return 1;
     status_probe probe(plan_.job.cluster.coordinator_host() + ":"
-                              + std::to_string(
-                                plan_.job.cluster.coordinator_port()));
+                       + std::to_string(plan_.job.cluster.coordinator_port()));
     for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n)
       launch(n, n == 0);
     std::printf("drill: %lld daemons started; faults follow\n",
@@ -149,7 +148,8 @@ private:
   bool run_reference() {
     auto cfg = plan_.job;
     cfg.run.dir = (run_dir_ / "drill-reference").string();
-    cfg.checkpoint.dir = (run_dir_ / "drill-reference" / "checkpoints").string();
+    cfg.checkpoint.dir =
+      (run_dir_ / "drill-reference" / "checkpoints").string();
     std::printf("drill: the fault-free reference run (%lld steps)\n",
                 static_cast<long long>(cfg.train.steps));
     std::fflush(stdout);
@@ -173,8 +173,12 @@ private:
 
   void launch(int64_t node, bool fresh) {
     std::vector<std::string> argv{
-      tuttid_.string(), "--config",  plan_.config_path,
-      "--node-rank",    std::to_string(node), "--data-dir",
+      tuttid_.string(),
+      "--config",
+      plan_.config_path,
+      "--node-rank",
+      std::to_string(node),
+      "--data-dir",
       (run_dir_ / ("drill-node-" + std::to_string(node))).string()};
     if (fresh)
       argv.insert(argv.end(), {"--fresh", "--yes"});
@@ -202,14 +206,17 @@ private:
   bool inject(status_probe& probe, fault_result& r) {
     const auto& f = r.fault;
     std::optional<job_status> s;
-    if (!wait_for(probe, [&](const auto& st) {
-          return st && st->state == "running" && st->step >= f.at_step;
-        }, &s))
+    if (!wait_for(
+          probe,
+          [&](const auto& st) {
+            return st && st->state == "running" && st->step >= f.at_step;
+          },
+          &s))
       return false;
     const auto before = *s;
     r.injected_at = before.step;
-    std::printf("drill: step %lld: %s\n",
-                static_cast<long long>(before.step), f.fault.c_str());
+    std::printf("drill: step %lld: %s\n", static_cast<long long>(before.step),
+                f.fault.c_str());
     std::fflush(stdout);
     const auto t0 = clock_type::now();
     clock_type::time_point relaunched;
@@ -298,9 +305,8 @@ private:
       auto& r = results_[i];
       const int64_t from = r.resumed_from >= 0 ? r.resumed_from + 1
                                                : r.injected_at;
-      const int64_t to = i + 1 < results_.size()
-                           ? results_[i + 1].injected_at
-                           : steps;
+      const int64_t to = i + 1 < results_.size() ? results_[i + 1].injected_at
+                                                 : steps;
       r.matched = to >= from;
       for (int64_t step = from; step <= to; ++step)
         if (!actual.count(step) || actual[step] != reference_[step])
@@ -332,8 +338,8 @@ private:
       }
       std::printf("%-17s %-8s %8lld %9.3f %9.3f %7lld  %-10s %s\n",
                   f.fault.c_str(), target.c_str(),
-                  static_cast<long long>(r.injected_at), r.detect_s,
-                  r.resume_s, static_cast<long long>(r.redone),
+                  static_cast<long long>(r.injected_at), r.detect_s, r.resume_s,
+                  static_cast<long long>(r.redone),
                   r.matched ? "matches" : "DIFFERS", note.c_str());
     }
     std::printf("\njob: %s; %zu of %lld steps logged; whole loss curve %s "

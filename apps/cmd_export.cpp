@@ -27,8 +27,7 @@ std::string config_json(const store::shard_meta& m) {
   auto i = [&](const char* k) { return m.ints.count(k) ? m.ints.at(k) : 0; };
   auto number = [&](const char* k) {
     auto j = nlohmann::ordered_json::parse(
-      m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr,
-      false);
+      m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr, false);
     return j.is_number() ? j : nlohmann::ordered_json(0);
   };
   nlohmann::ordered_json j;
@@ -40,8 +39,8 @@ std::string config_json(const store::shard_meta& m) {
   j["num_hidden_layers"] = i("num_hidden_layers");
   j["num_attention_heads"] = i("num_attention_heads");
   j["num_key_value_heads"] = i("num_key_value_heads");
-  j["head_dim"] =
-    i("hidden_size") / std::max<int64_t>(1, i("num_attention_heads"));
+  j["head_dim"] = i("hidden_size")
+                  / std::max<int64_t>(1, i("num_attention_heads"));
   j["max_position_embeddings"] = i("max_seq_len");
   j["rope_theta"] = number("rope_theta");
   j["rms_norm_eps"] = number("rms_norm_eps");
@@ -60,8 +59,7 @@ int export_command(const std::vector<std::string>& args) {
   command_line cl("export", "CHECKPOINT --format hf --out DIR",
                   "the checkpoint's weights as Hugging Face "
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
-  cl.options()("format", po::value<std::string>(),
-               "hf (the only one)")(
+  cl.options()("format", po::value<std::string>(), "hf (the only one)")(
     "out", po::value<std::string>(), "output directory");
   cl.positional("checkpoint");
   po::variables_map vm;
@@ -70,8 +68,8 @@ int export_command(const std::vector<std::string>& args) {
   if (!vm.count("checkpoint") || !vm.count("out"))
     return cl.bad("usage: tutti export CHECKPOINT --format hf --out DIR");
   const auto checkpoint = vm["checkpoint"].as<std::string>();
-  const auto format =
-    vm.count("format") ? vm["format"].as<std::string>() : std::string();
+  const auto format = vm.count("format") ? vm["format"].as<std::string>()
+                                         : std::string();
   const auto out = vm["out"].as<std::string>();
   if (format != "hf")
     return cl.bad("--format: only hf is supported, got '" + format + "'");
@@ -90,7 +88,8 @@ int export_command(const std::vector<std::string>& args) {
     if (shard.value().meta.rank == 0)
       meta0 = shard.value().meta;
     const auto& ints = shard.value().meta.ints;
-    const int64_t first = ints.count("first_expert") ? ints.at("first_expert") : 0;
+    const int64_t first = ints.count("first_expert") ? ints.at("first_expert")
+                                                     : 0;
     for (auto& t : shard.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue; // optimizer state stays with tutti
@@ -131,10 +130,12 @@ int export_command(const std::vector<std::string>& args) {
   if (ec)
     return fail(1, "export: cannot create " + out + ": " + ec.message());
   if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
-                                          config_json(meta0)); !err)
+                                          config_json(meta0));
+      !err)
     return fail(1, "export: " + err.message());
   if (auto err = store::write_safetensors(fs::path(out) / "model.safetensors",
-                                          tensors, {{"format", "pt"}}); !err)
+                                          tensors, {{"format", "pt"}});
+      !err)
     return fail(1, "export: " + err.message());
   std::printf("exported step %lld: %zu tensors to %s (config.json, "
               "model.safetensors)\n",

@@ -33,7 +33,8 @@ int logs_command(const std::vector<std::string>& args) {
   std::string line = "logs";
   for (const char* name : {"node", "level", "lines"})
     if (vm.count(name))
-      line += std::string(" --") + name + " " + quoted(vm[name].as<std::string>());
+      line += std::string(" --") + name + " "
+              + quoted(vm[name].as<std::string>());
   if (vm.count("follow"))
     line += " --follow";
   std::string error;

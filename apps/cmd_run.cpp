@@ -21,9 +21,7 @@ namespace {
 
 std::atomic<bool> interrupted{false};
 
-void on_signal(int) {
-  interrupted.store(true);
-}
+void on_signal(int) { interrupted.store(true); }
 
 // Checks the data directory before any actor starts, so bad data is one
 // clear line and nothing is written.
@@ -33,10 +31,11 @@ int check_data(const job_config& cfg, data::dataset_meta& meta) {
     return fail(2, "run: data.dir: " + m.message());
   meta = m.value();
   if (meta.vocab_size > cfg.model.vocab_size)
-    return fail(2, "run: model.vocab_size: " + std::to_string(cfg.model.vocab_size)
-                     + " is smaller than the data's vocabulary ("
-                     + std::to_string(meta.vocab_size) + " in " + cfg.data.dir
-                     + "/meta.json)");
+    return fail(2,
+                "run: model.vocab_size: " + std::to_string(cfg.model.vocab_size)
+                  + " is smaller than the data's vocabulary ("
+                  + std::to_string(meta.vocab_size) + " in " + cfg.data.dir
+                  + "/meta.json)");
   for (const char* split : {"train", "val"}) {
     if (std::string(split) == "val" && cfg.train.eval_sequences == 0)
       continue;
@@ -123,8 +122,7 @@ int run_command(const std::vector<std::string>& args) {
                 static_cast<long long>(cfg.train.steps));
     std::printf("parameters: %lld (dense %lld, experts %lld)\n",
                 static_cast<long long>(dense + experts),
-                static_cast<long long>(dense),
-                static_cast<long long>(experts));
+                static_cast<long long>(dense), static_cast<long long>(experts));
   }
   auto result = run_local_job(cfg, quiet, interrupted, start.db,
                               start.resume_step);

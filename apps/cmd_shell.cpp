@@ -30,11 +30,10 @@ std::string history_path() {
 }
 
 int repl(shell_session& session) {
-  shell::line_editor editor("tutti", history_path(),
-                            [&](const std::string& before) {
-                              return shell::complete_command_line(
-                                before, session.actor_paths());
-                            });
+  shell::line_editor editor(
+    "tutti", history_path(), [&](const std::string& before) {
+      return shell::complete_command_line(before, session.actor_paths());
+    });
   if (!editor.history_problem().empty())
     std::fprintf(stderr, "tutti shell: history: %s\n",
                  editor.history_problem().c_str());
@@ -69,8 +68,9 @@ std::string command_list() {
 } // namespace
 
 int shell_command(const std::vector<std::string>& args) {
-  command_line cl("shell", "--connect HOST:PORT|CONFIG [-c \"CMD; CMD\"] "
-                           "[--json] [--yes]",
+  command_line cl("shell",
+                  "--connect HOST:PORT|CONFIG [-c \"CMD; CMD\"] "
+                  "[--json] [--yes]",
                   command_list());
   cl.options()("connect", po::value<std::string>(),
                "any daemon of the job, or its config")(

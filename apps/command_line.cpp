@@ -14,18 +14,15 @@ int fail(int status, const std::string& what) {
 
 command_line::command_line(std::string name, std::string usage,
                            std::string about)
-  : name_(std::move(name)), usage_(std::move(usage)),
-    about_(std::move(about)) {
+  : name_(std::move(name)), usage_(std::move(usage)), about_(std::move(about)) {
   shown_.add_options()("help,h", "print this text");
 }
 
-command_line& command_line::positional(const std::string& name,
-                                       int max_count) {
+command_line& command_line::positional(const std::string& name, int max_count) {
   if (max_count == 1)
     hidden_.add_options()(name.c_str(), po::value<std::string>());
   else
-    hidden_.add_options()(name.c_str(),
-                          po::value<std::vector<std::string>>());
+    hidden_.add_options()(name.c_str(), po::value<std::vector<std::string>>());
   positional_.add(name.c_str(), max_count);
   return *this;
 }

@@ -13,8 +13,7 @@ namespace {
 const std::set<std::string> in_place{"kill_expert", "raise_expert",
                                      "nan_expert",  "kill_loader",
                                      "kill_writer", "crash_checkpoint"};
-const std::set<std::string> job_level{"kill_rank", "hang_rank",
-                                      "kill_daemon"};
+const std::set<std::string> job_level{"kill_rank", "hang_rank", "kill_daemon"};
 
 // A refused drill file, caught in load_drill_plan: what() is one line.
 struct drill_refusal : std::runtime_error {

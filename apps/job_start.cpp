@@ -54,23 +54,23 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
   auto yaml = store::read_file(config_path);
   auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value() : "");
   switch (point.what) {
-    case resume_point::refused:
-      return refuse(program, 2, point.message);
-    case resume_point::completed:
+  case resume_point::refused:
+    return refuse(program, 2, point.message);
+  case resume_point::completed:
+    std::printf("%s\n", point.message.c_str());
+    out.completed = true;
+    out.resume_step = point.step;
+    return out;
+  case resume_point::resume:
+    std::printf("%s\n", point.message.c_str());
+    log_info("job_start", point.message);
+    out.resume_step = point.step;
+    return out;
+  case resume_point::fresh:
+    // Empty on a first start; otherwise what was skipped and why.
+    if (!point.message.empty())
       std::printf("%s\n", point.message.c_str());
-      out.completed = true;
-      out.resume_step = point.step;
-      return out;
-    case resume_point::resume:
-      std::printf("%s\n", point.message.c_str());
-      log_info("job_start", point.message);
-      out.resume_step = point.step;
-      return out;
-    case resume_point::fresh:
-      // Empty on a first start; otherwise what was skipped and why.
-      if (!point.message.empty())
-        std::printf("%s\n", point.message.c_str());
-      return out;
+    return out;
   }
   return out;
 }

@@ -16,8 +16,10 @@ const char* usage =
   "commands:\n"
   "  run CONFIG [--quiet] [--fresh [--yes]]\n"
   "                              train in this process; resumes by itself\n"
-  "  plan CONFIG [--json]        capacity plan: memory, FLOPs, traffic per rank\n"
-  "  diag CONFIG                 interconnect check across the config's daemons\n"
+  "  plan CONFIG [--json]        capacity plan: memory, FLOPs, traffic per "
+  "rank\n"
+  "  diag CONFIG                 interconnect check across the config's "
+  "daemons\n"
   "  status CONFIG|HOST:PORT [--json]\n"
   "                              a live job: state, step, loss, recoveries\n"
   "  chaos CONFIG|HOST:PORT FAULT [--rank R] [--node N] [--seconds S]\n"
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
-  return tutti::cli::fail(2, "unknown command '" + command
-                               + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, export, data; see tutti --help)");
+  return tutti::cli::fail(
+    2, "unknown command '" + command
+         + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
+           "export, data; see tutti --help)");
 }

@@ -1,6 +1,5 @@
 #include "shell_session.hpp"
 
-
 #include "tutti/render/shell.hpp"
 
 #include <algorithm>

@@ -14,8 +14,7 @@ namespace tutti::cli {
 class shell_session {
 public:
   // `interactive`: may ask on the terminal before a kill.
-  shell_session(client::job_client& job, bool json, bool yes,
-                bool interactive);
+  shell_session(client::job_client& job, bool json, bool yes, bool interactive);
 
   // 0 ok, 1 refused or failed, 2 malformed; `quit` set by quit/exit.
   int run(const std::string& line, bool& quit);

@@ -55,8 +55,8 @@ status publish_guarded(caf::actor_system& sys, const Handle& handle,
     return status::error("cannot listen on loopback: "
                          + sys.render(inner.error()));
   std::unique_ptr<basp_guard> guard;
-  TUTTI_RETURN_IF_ERROR(basp_guard::start(host, static_cast<uint16_t>(port),
-                                          *inner, guard));
+  TUTTI_RETURN_IF_ERROR(
+    basp_guard::start(host, static_cast<uint16_t>(port), *inner, guard));
   guards.push_back(std::move(guard));
   return {};
 }
@@ -80,10 +80,10 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   system_options sys_opt;
   sys_opt.network = true;
   // The middleman notices a silent peer as fast as the coordinator does.
-  sys_opt.heartbeat =
-    std::chrono::milliseconds(cfg.recovery.heartbeat_interval_ms);
-  sys_opt.connection_timeout =
-    std::chrono::milliseconds(cfg.recovery.heartbeat_timeout_ms);
+  sys_opt.heartbeat = std::chrono::milliseconds(
+    cfg.recovery.heartbeat_interval_ms);
+  sys_opt.connection_timeout = std::chrono::milliseconds(
+    cfg.recovery.heartbeat_timeout_ms);
   tutti_system_config sys_cfg{sys_opt};
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
@@ -98,17 +98,15 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   if (cfg.metrics.port > 0) {
     const auto host = cfg.cluster.node(opt.node_rank).host;
     const auto port = cfg.metrics.port + opt.node_rank;
-    std::string error;
-    metrics_server = observability::metrics_http_server::start(
-      host, static_cast<uint16_t>(port),
-      [job_board, node_board] {
+    auto started = observability::metrics_http_server::start(
+      host, static_cast<uint16_t>(port), [job_board, node_board] {
         return job_board->read() + node_board->read();
-      },
-      error);
-    if (!metrics_server)
-      return fail(1, error + " (metrics.port)");
-    log_info("tuttid", "metrics on http://" + host + ":"
-                         + std::to_string(port) + "/metrics");
+      });
+    if (!started)
+      return fail(1, started.message() + " (metrics.port)");
+    metrics_server = std::move(*started);
+    log_info("tuttid", "metrics on http://" + host + ":" + std::to_string(port)
+                         + "/metrics");
   }
   if (opt.node_rank == 0) {
     auto start = cli::open_job(
@@ -120,11 +118,11 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     if (start.status != 0 || start.completed)
       return start.status;
     journal = spawn_journal(sys, cfg, start.db);
-    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false,
-                                          journal, start.resume_step,
-                                          job_board});
+    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false, journal,
+                                          start.resume_step, job_board});
     // Bind only to the address the config gives.
-    if (auto s = publish_guarded(sys, coordinator, cfg.cluster.coordinator_host(),
+    if (auto s = publish_guarded(sys, coordinator,
+                                 cfg.cluster.coordinator_host(),
                                  cfg.cluster.coordinator_port(), guards);
         !s.ok())
       return fail(1, "coordinator: " + s.message());
@@ -151,10 +149,10 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     if (lost < 0 && opt.node_rank != 0 && !interrupted) {
       // The coordinator went away mid-job: wait for it to come back (its
       // daemon restarts and resumes the job from its store).
-      log_warn("tuttid", "coordinator lost; reconnecting for up to "
-                           + std::to_string(static_cast<int64_t>(
-                             cfg.recovery.max_wait_s))
-                           + " s (recovery.max_wait_s)");
+      log_warn("tuttid",
+               "coordinator lost; reconnecting for up to "
+                 + std::to_string(static_cast<int64_t>(cfg.recovery.max_wait_s))
+                 + " s (recovery.max_wait_s)");
       patience = std::chrono::seconds(
         static_cast<int64_t>(cfg.recovery.max_wait_s));
       continue;
@@ -233,13 +231,14 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
           job_over = true;
         }
       },
-      caf::after(std::chrono::milliseconds(200)) >> [&] {
-        if (interrupted && !stopping) {
-          log_info("tuttid", "signal: stopping at the next step boundary");
-          self->send(supervisor, stop_atom_v);
-          stopping = true;
-        }
-      });
+      caf::after(std::chrono::milliseconds(200)) >>
+        [&] {
+          if (interrupted && !stopping) {
+            log_info("tuttid", "signal: stopping at the next step boundary");
+            self->send(supervisor, stop_atom_v);
+            stopping = true;
+          }
+        });
   }
   return status;
 }
@@ -273,7 +272,8 @@ int main(int argc, char** argv) {
   job_config cfg = std::move(*loaded);
   if (opt.node_rank < 0 || opt.node_rank >= cfg.cluster.nnodes)
     return fail(2, "--node-rank " + std::to_string(opt.node_rank)
-                     + " is outside 0.." + std::to_string(cfg.cluster.nnodes - 1)
+                     + " is outside 0.."
+                     + std::to_string(cfg.cluster.nnodes - 1)
                      + " (cluster_config.nnodes)");
   if (auto usable = check_rank_device(cfg); !usable)
     return fail(2, usable.message());

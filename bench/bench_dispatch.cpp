@@ -55,10 +55,10 @@ void check(const status& s) {
 // What the rank threads of one world size hand back.
 struct results {
   int world;
-  std::vector<double> seconds;  // [size][rep][method][rank]; methods:
-                                // full path, our all_to_all_v only, raw Gloo
-  std::vector<double> bytes;    // [size][rank]: payload that left the rank
-  std::vector<double> max_err;  // [size][rank]: combine(dispatch(x)) vs x
+  std::vector<double> seconds; // [size][rep][method][rank]; methods:
+                               // full path, our all_to_all_v only, raw Gloo
+  std::vector<double> bytes;   // [size][rank]: payload that left the rank
+  std::vector<double> max_err; // [size][rank]: combine(dispatch(x)) vs x
   double& at(size_t s, int rep, int method, int rank) {
     return seconds[((s * max_reps + rep) * 3 + method) * world + rank];
   }
@@ -76,7 +76,7 @@ void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
   pthread_setaffinity_np(pthread_self(), sizeof(core), &core);
   std::unique_ptr<comm::communicator> comm;
   check(comm::make_gloo_communicator(store, rank, W,
-                                    {"127.0.0.1", "tutti", timeout}, comm));
+                                     {"127.0.0.1", "tutti", timeout}, comm));
   // The anchor gets its own context and connections, as a plain Gloo user.
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -131,8 +131,8 @@ void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
       // Identity experts: what arrived goes straight back.
       check(comm->all_to_all_v(recv.data(), recv_n, back.data(), send_n,
                                hidden * sizeof(float)));
-      k::unpermute_combine(s, back.data(), slot.data(), gate.data(),
-                           out.data(), rows, T, top_k, hidden);
+      k::unpermute_combine(s, back.data(), slot.data(), gate.data(), out.data(),
+                           rows, T, top_k, hidden);
     };
     // Our communicator's share alone: the same two exchanges, no kernels.
     auto ours_a2a = [&] {
@@ -213,7 +213,8 @@ std::optional<double> iperf3_gbps(int port) {
     return std::nullopt;
   const std::string p = std::to_string(port);
   // timeout reaps the one-shot server should the client never reach it.
-  std::system(("timeout 20 iperf3 -s -1 -p " + p + " >/dev/null 2>&1 &").c_str());
+  std::system(
+    ("timeout 20 iperf3 -s -1 -p " + p + " >/dev/null 2>&1 &").c_str());
   const std::regex re("\"sum_received\"\\s*:\\s*\\{[^}]*\"bits_per_second\""
                       "\\s*:\\s*([0-9.eE+]+)");
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -244,17 +245,18 @@ int main() {
   all.push_back(run_world(4));
   probe(2);
 
-  std::printf("dispatch + combine, %lld experts top-%lld, hidden %lld fp32, "
-              "random routing; GB/s = payload bytes that leave their rank "
-              "(dispatch and combine, all ranks) / slowest rank's time; median of "
-              "144/48/15 repetitions by size, methods rotated\n",
-              (long long)experts, (long long)top_k, (long long)hidden);
+  std::printf(
+    "dispatch + combine, %lld experts top-%lld, hidden %lld fp32, "
+    "random routing; GB/s = payload bytes that leave their rank "
+    "(dispatch and combine, all ranks) / slowest rank's time; median of "
+    "144/48/15 repetitions by size, methods rotated\n",
+    (long long)experts, (long long)top_k, (long long)hidden);
   for (double g : tcp)
     std::printf("iperf3 loopback probe: %.2f GB/s\n", g);
   std::printf("\n");
   table t, vs_tcp;
-  const std::string tcp_text =
-    tcp.empty() ? "skipped (iperf3 missing)" : fmt("%.2f GB/s", median(tcp));
+  const std::string tcp_text = tcp.empty() ? "skipped (iperf3 missing)"
+                                           : fmt("%.2f GB/s", median(tcp));
   for (auto& res : all)
     for (size_t si = 0; si < sizes.size(); ++si) {
       double bytes = 0, err = 0;
@@ -266,7 +268,8 @@ int main() {
       if (err > 1e-5)
         die("round trip changed the tokens: max error " + fmt("%g", err));
       for (int rep = 0; rep < reps_of[si]; ++rep) {
-        double o = 0, a = 0, w = 0; // a collective takes its slowest rank's time
+        double o = 0, a = 0,
+               w = 0; // a collective takes its slowest rank's time
         for (int r = 0; r < res.world; ++r) {
           o = std::max(o, res.at(si, rep, 0, r));
           a = std::max(a, res.at(si, rep, 1, r));
@@ -280,15 +283,17 @@ int main() {
                    ga = bytes / median(a2a) / 1e9,
                    gr = bytes / median(raw) / 1e9;
       char name[96], name_a2a[96];
-      std::snprintf(name, sizeof(name), "dispatch+combine, %d ranks, %lld tok/rank",
-                    res.world, (long long)sizes[si]);
+      std::snprintf(name, sizeof(name),
+                    "dispatch+combine, %d ranks, %lld tok/rank", res.world,
+                    (long long)sizes[si]);
       std::snprintf(name_a2a, sizeof(name_a2a),
                     "its comm::all_to_all_v x2 alone, %d ranks, %lld tok/rank",
                     res.world, (long long)sizes[si]);
       t.add(name, fmt("%.2f GB/s", go), "raw gloo::alltoallv there and back",
             fmt("%.2f GB/s", gr), go / gr);
-      t.add(name_a2a, fmt("%.2f GB/s", ga), "raw gloo::alltoallv there and back",
-            fmt("%.2f GB/s", gr), ga / gr);
+      t.add(name_a2a, fmt("%.2f GB/s", ga),
+            "raw gloo::alltoallv there and back", fmt("%.2f GB/s", gr),
+            ga / gr);
       vs_tcp.add(name, fmt("%.2f GB/s", go), "loopback TCP, iperf3 1 stream",
                  tcp_text, tcp.empty() ? NAN : go / median(tcp));
     }

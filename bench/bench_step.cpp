@@ -130,8 +130,8 @@ split from_metrics(const fs::path& path) {
 split run_tutti(const std::string& tutti, const fs::path& cfg,
                 const fs::path& run_dir) {
   fs::remove_all(run_dir);
-  const std::string cmd =
-    "timeout 300 " + tutti + " run " + cfg.string() + " --quiet 2>&1";
+  const std::string cmd = "timeout 300 " + tutti + " run " + cfg.string()
+                          + " --quiet 2>&1";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -157,13 +157,13 @@ public:
     grads_.assign(layout_.total(), 0.0f);
     m_.assign(layout_.total(), 0.0f);
     v_.assign(layout_.total(), 0.0f);
-    ffn_ = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,
-                                               count, c.model.hidden_size,
+    ffn_ = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers, count,
+                                               c.model.hidden_size,
                                                c.model.intermediate_size);
   }
 
-  status forward(int64_t layer, const float* x, const int64_t* rows,
-                 int64_t m, float* y, bool append) override {
+  status forward(int64_t layer, const float* x, const int64_t* rows, int64_t m,
+                 float* y, bool append) override {
     ffn_->forward(s_, layer, block(layer), x, rows, y, append);
     return {};
   }
@@ -182,8 +182,8 @@ public:
     const auto& t = cfg_.train;
     for (const auto& sp : layout_.tensors())
       k::adamw_step(s_, params_.data() + sp.offset, grads_.data() + sp.offset,
-                    m_.data() + sp.offset, v_.data() + sp.offset, sp.numel,
-                    lr, t.beta1, t.beta2, t.eps, t.weight_decay, step, scale);
+                    m_.data() + sp.offset, v_.data() + sp.offset, sp.numel, lr,
+                    t.beta1, t.beta2, t.eps, t.weight_decay, step, scale);
     k::fill_zero(s_, grads_.data(), static_cast<int64_t>(grads_.size()));
   }
 
@@ -194,7 +194,7 @@ private:
     };
     return {params_.data() + at("w1"), params_.data() + at("w3"),
             params_.data() + at("w2"), grads_.data() + at("w1"),
-            grads_.data() + at("w3"), grads_.data() + at("w2")};
+            grads_.data() + at("w3"),  grads_.data() + at("w2")};
   }
 
   job_config cfg_;
@@ -247,8 +247,9 @@ void in_process_rank(const job_config& cfg, int rank,
       check(world->all_reduce_sum(&expert_sq, 1));
     }
     const double norm = std::sqrt(dense_sq + expert_sq);
-    const double scale =
-      t.grad_clip > 0 && norm > t.grad_clip ? t.grad_clip / (norm + 1e-6) : 1;
+    const double scale = t.grad_clip > 0 && norm > t.grad_clip
+                           ? t.grad_clip / (norm + 1e-6)
+                           : 1;
     const double lr = model::learning_rate(t, step);
     m.apply_optimizer(step, lr, scale);
     experts.optimize(step, lr, scale);
@@ -291,8 +292,8 @@ split run_in_process(const job_config& cfg, const data::batch_sampler& sampler,
 
 int run() {
   const std::string src = env_or("TUTTI_SOURCE_DIR", TUTTI_SOURCE_DIR_DEFAULT);
-  const std::string tutti =
-    env_or("TUTTI_BINARY_DIR", TUTTI_BINARY_DIR_DEFAULT) + "/apps/tutti";
+  const std::string tutti = env_or("TUTTI_BINARY_DIR", TUTTI_BINARY_DIR_DEFAULT)
+                            + "/apps/tutti";
   char tmpl[] = "/tmp/tutti-bench-step-XXXXXX";
   if (!mkdtemp(tmpl))
     die("mkdtemp failed");
@@ -323,8 +324,13 @@ int run() {
   };
   std::vector<world_case> cases;
   for (int w : {2, 1}) {
-    world_case c{w, dir / ("w" + std::to_string(w) + ".yaml"),
-                 dir / ("run-w" + std::to_string(w)), {}, {}, {}, {}};
+    world_case c{w,
+                 dir / ("w" + std::to_string(w) + ".yaml"),
+                 dir / ("run-w" + std::to_string(w)),
+                 {},
+                 {},
+                 {},
+                 {}};
     std::string y = set_key(base, "run", "dir", c.run_dir.string());
     for (const char* key : {"world_size", "nproc_per_node", "ep_size"})
       y = set_key(y, "cluster_config", key, std::to_string(w));
@@ -361,28 +367,30 @@ int run() {
       const int methods = c.world > 1 ? 3 : 2;
       for (int i = 0; i < methods; ++i)
         switch ((rep + i) % methods) {
-          case 0:
-            c.tutti.push_back(note("tutti run", c.world,
-                                   run_tutti(tutti, c.cfg_path, c.run_dir)));
-            break;
-          case 1:
-            c.pinned.push_back(note("pinned", c.world,
-                                    run_in_process(c.cfg, sampler.value(), true)));
-            break;
-          default:
-            c.unpinned.push_back(note(
-              "unpinned", c.world, run_in_process(c.cfg, sampler.value(), false)));
+        case 0:
+          c.tutti.push_back(note("tutti run", c.world,
+                                 run_tutti(tutti, c.cfg_path, c.run_dir)));
+          break;
+        case 1:
+          c.pinned.push_back(note(
+            "pinned", c.world, run_in_process(c.cfg, sampler.value(), true)));
+          break;
+        default:
+          c.unpinned.push_back(
+            note("unpinned", c.world,
+                 run_in_process(c.cfg, sampler.value(), false)));
         }
     }
 
   const auto& q = cases[0].cfg;
-  std::printf("quickstart model (D%lld F%lld, %lld layers, %lld experts top-%lld, "
-              "%lld x %lld tokens per step): mean over steps %d..%d of the "
-              "run with the median step time of %d (range over runs in brackets)\n\n",
-              (long long)q.model.hidden_size, (long long)q.model.intermediate_size,
-              (long long)q.model.num_hidden_layers, (long long)q.moe.num_experts,
-              (long long)q.moe.router_top_k, (long long)q.train.global_batch_size,
-              (long long)q.train.seq_len, warmup + 1, steps, reps);
+  std::printf(
+    "quickstart model (D%lld F%lld, %lld layers, %lld experts top-%lld, "
+    "%lld x %lld tokens per step): mean over steps %d..%d of the "
+    "run with the median step time of %d (range over runs in brackets)\n\n",
+    (long long)q.model.hidden_size, (long long)q.model.intermediate_size,
+    (long long)q.model.num_hidden_layers, (long long)q.moe.num_experts,
+    (long long)q.moe.router_top_k, (long long)q.train.global_batch_size,
+    (long long)q.train.seq_len, warmup + 1, steps, reps);
   table t;
   auto ms = [](double s) { return fmt("%.1f ms", s * 1e3); };
   // Step times with the range over runs, so the noise is in the table.

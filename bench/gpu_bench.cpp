@@ -53,11 +53,13 @@ double time_ms(const k::stream& s, int iters, const std::function<void()>& fn) {
   cudaEvent_t a, b;
   BENCH_CUDA(cudaEventCreate(&a));
   BENCH_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn(); // warm-up: handles, scratch, clocks
+  for (int i = 0; i < 3; ++i)
+    fn(); // warm-up: handles, scratch, clocks
   std::vector<double> samples;
   for (int rep = 0; rep < 5; ++rep) {
     BENCH_CUDA(cudaEventRecord(a, h));
-    for (int i = 0; i < iters; ++i) fn();
+    for (int i = 0; i < iters; ++i)
+      fn();
     BENCH_CUDA(cudaEventRecord(b, h));
     BENCH_CUDA(cudaEventSynchronize(b));
     float ms = 0;
@@ -73,7 +75,8 @@ k::device_array<float> random_device(const k::stream& s, size_t n, double scale,
                                      std::mt19937_64& rng) {
   std::normal_distribution<float> d(0.0f, float(scale));
   std::vector<float> h(n);
-  for (auto& v : h) v = d(rng);
+  for (auto& v : h)
+    v = d(rng);
   k::device_array<float> out(n);
   k::copy_to_device(s, out.data(), h.data(), out.bytes());
   return out;
@@ -125,17 +128,21 @@ void bench_grouped_gemm(const sizes& z, tutti::bench::table& t,
     const double one = time_ms(s, z.iters, [&] {
       k::linear_forward(s, x.data(), w.data(), y.data(), r.rows, kk, n);
     });
-    const char* p = prec == k::gemm_precision::fp32 ? "fp32" : "bf16 in, fp32 acc";
+    const char* p = prec == k::gemm_precision::fp32 ? "fp32"
+                                                    : "bf16 in, fp32 acc";
     char name[160];
-    std::snprintf(name, sizeof(name),
-                  "grouped GEMM %s, %lld experts, %lld rows x %lld -> %lld (TFLOP/s)",
-                  p, (long long)E, (long long)r.rows, (long long)kk, (long long)n);
-    t.add(name, fmt("%.1f", flop / grouped * 1e-9), "one cuBLAS GEMM, same FLOPs",
-          fmt("%.1f", flop / one * 1e-9), one / grouped);
+    std::snprintf(
+      name, sizeof(name),
+      "grouped GEMM %s, %lld experts, %lld rows x %lld -> %lld (TFLOP/s)", p,
+      (long long)E, (long long)r.rows, (long long)kk, (long long)n);
+    t.add(name, fmt("%.1f", flop / grouped * 1e-9),
+          "one cuBLAS GEMM, same FLOPs", fmt("%.1f", flop / one * 1e-9),
+          one / grouped);
   }
 }
 
-void bench_permute(const sizes& z, tutti::bench::table& t, std::mt19937_64& rng) {
+void bench_permute(const sizes& z, tutti::bench::table& t,
+                   std::mt19937_64& rng) {
   k::device_stream ds;
   const k::stream s = ds.get();
   const int64_t T = z.gemm_tokens, d = z.gemm_dim, kk = z.topk;
@@ -150,8 +157,8 @@ void bench_permute(const sizes& z, tutti::bench::table& t, std::mt19937_64& rng)
   // unpermute-combine: reads rows * d, writes T * d.
   const double ubytes = double(r.rows * d + T * d) * 4;
   const double unperm = time_ms(s, z.iters, [&] {
-    k::unpermute_combine(s, rows.data(), r.slot.data(), r.gate.data(), out.data(),
-                         r.rows, T, kk, d);
+    k::unpermute_combine(s, rows.data(), r.slot.data(), r.gate.data(),
+                         out.data(), r.rows, T, kk, d);
   });
   // Anchors: a device-to-device copy moving the same bytes (read + write).
   k::device_array<char> a(size_t(pbytes / 2)), b(size_t(pbytes / 2));
@@ -167,8 +174,9 @@ void bench_permute(const sizes& z, tutti::bench::table& t, std::mt19937_64& rng)
                 (long long)r.rows, (long long)d);
   t.add(name, fmt("%.0f", pbytes / perm * 1e-6), "cudaMemcpy D2D, same bytes",
         fmt("%.0f", pbytes / copy_p * 1e-6), copy_p / perm);
-  std::snprintf(name, sizeof(name), "unpermute_combine -> %lld tokens x %lld (GB/s)",
-                (long long)T, (long long)d);
+  std::snprintf(name, sizeof(name),
+                "unpermute_combine -> %lld tokens x %lld (GB/s)", (long long)T,
+                (long long)d);
   t.add(name, fmt("%.0f", ubytes / unperm * 1e-6), "cudaMemcpy D2D, same bytes",
         fmt("%.0f", 2.0 * double(ucopy) / copy_u * 1e-6), copy_u / unperm);
 }
@@ -179,18 +187,24 @@ double bench_moe_layer(const sizes& z, std::mt19937_64& rng) {
   k::device_stream ds;
   const k::stream s = ds.get();
   const int64_t T = z.tokens, d = z.dim, F = z.ffn, E = z.experts, kk = z.topk;
-  auto x = random_device(s, T * d, 1.0, rng), dout = random_device(s, T * d, 1.0, rng);
-  auto wr = random_device(s, E * d, 0.03, rng), w1 = random_device(s, E * F * d, 0.03, rng),
-       w3 = random_device(s, E * F * d, 0.03, rng), w2 = random_device(s, E * d * F, 0.02, rng);
-  k::device_array<float> dwr(E * d), dw1(E * F * d), dw3(E * F * d), dw2(E * d * F);
-  k::device_array<float> logits(T * E), gate(T * kk), dgate(T * kk), dlogits(T * E);
+  auto x = random_device(s, T * d, 1.0, rng),
+       dout = random_device(s, T * d, 1.0, rng);
+  auto wr = random_device(s, E * d, 0.03, rng),
+       w1 = random_device(s, E * F * d, 0.03, rng),
+       w3 = random_device(s, E * F * d, 0.03, rng),
+       w2 = random_device(s, E * d * F, 0.02, rng);
+  k::device_array<float> dwr(E * d), dw1(E * F * d), dw3(E * F * d),
+    dw2(E * d * F);
+  k::device_array<float> logits(T * E), gate(T * kk), dgate(T * kk),
+    dlogits(T * E);
   k::device_array<int32_t> idx(T * kk), slot(T * kk);
   k::device_array<int64_t> counts_dev(E);
   std::vector<int64_t> counts(E);
   const int64_t R = T * kk; // rows upper bound (dropless)
-  k::device_array<float> xp(R * d), g(R * F), u(R * F), h(R * F), y(R * d), out(T * d);
+  k::device_array<float> xp(R * d), g(R * F), u(R * F), h(R * F), y(R * d),
+    out(T * d);
   k::device_array<float> dy(R * d), dh(R * F), dg(R * F), du(R * F), dxp(R * d),
-      dxp2(R * d), dx(T * d), dx2(T * d);
+    dxp2(R * d), dx(T * d), dx2(T * d);
   return time_ms(s, 1, [&] {
     k::linear_forward(s, x.data(), wr.data(), logits.data(), T, d, E);
     k::router_topk_forward(s, logits.data(), (const float*)nullptr, idx.data(),
@@ -199,26 +213,33 @@ double bench_moe_layer(const sizes& z, std::mt19937_64& rng) {
                                          counts_dev.data());
     k::copy_to_host(s, counts.data(), counts_dev.data(), 8 * E);
     k::permute_rows(s, x.data(), slot.data(), xp.data(), rows, kk, d);
-    k::grouped_linear_forward(s, xp.data(), w1.data(), counts.data(), E, g.data(), d, F);
-    k::grouped_linear_forward(s, xp.data(), w3.data(), counts.data(), E, u.data(), d, F);
+    k::grouped_linear_forward(s, xp.data(), w1.data(), counts.data(), E,
+                              g.data(), d, F);
+    k::grouped_linear_forward(s, xp.data(), w3.data(), counts.data(), E,
+                              u.data(), d, F);
     k::swiglu_forward(s, g.data(), u.data(), h.data(), rows * F);
-    k::grouped_linear_forward(s, h.data(), w2.data(), counts.data(), E, y.data(), F, d);
-    k::unpermute_combine(s, y.data(), slot.data(), gate.data(), out.data(), rows, T, kk, d);
+    k::grouped_linear_forward(s, h.data(), w2.data(), counts.data(), E,
+                              y.data(), F, d);
+    k::unpermute_combine(s, y.data(), slot.data(), gate.data(), out.data(),
+                         rows, T, kk, d);
     // backward
-    k::unpermute_combine_backward(s, dout.data(), y.data(), slot.data(), gate.data(),
-                                  dy.data(), dgate.data(), rows, T, kk, d);
-    k::grouped_linear_backward(s, h.data(), w2.data(), dy.data(), counts.data(), E,
-                               dh.data(), dw2.data(), F, d);
-    k::swiglu_backward(s, g.data(), u.data(), dh.data(), dg.data(), du.data(), rows * F);
-    k::grouped_linear_backward(s, xp.data(), w1.data(), dg.data(), counts.data(), E,
-                               dxp.data(), dw1.data(), d, F);
-    k::grouped_linear_backward(s, xp.data(), w3.data(), du.data(), counts.data(), E,
-                               dxp2.data(), dw3.data(), d, F);
+    k::unpermute_combine_backward(s, dout.data(), y.data(), slot.data(),
+                                  gate.data(), dy.data(), dgate.data(), rows, T,
+                                  kk, d);
+    k::grouped_linear_backward(s, h.data(), w2.data(), dy.data(), counts.data(),
+                               E, dh.data(), dw2.data(), F, d);
+    k::swiglu_backward(s, g.data(), u.data(), dh.data(), dg.data(), du.data(),
+                       rows * F);
+    k::grouped_linear_backward(s, xp.data(), w1.data(), dg.data(),
+                               counts.data(), E, dxp.data(), dw1.data(), d, F);
+    k::grouped_linear_backward(s, xp.data(), w3.data(), du.data(),
+                               counts.data(), E, dxp2.data(), dw3.data(), d, F);
     k::axpy(s, 1.0f, dxp2.data(), dxp.data(), rows * d);
     k::fill_zero(s, dx.data(), T * d);
-    k::permute_rows_backward(s, dxp.data(), slot.data(), dx.data(), rows, kk, d);
-    k::router_topk_backward(s, idx.data(), gate.data(), dgate.data(), dlogits.data(),
-                            T, E, kk, 1.0f);
+    k::permute_rows_backward(s, dxp.data(), slot.data(), dx.data(), rows, kk,
+                             d);
+    k::router_topk_backward(s, idx.data(), gate.data(), dgate.data(),
+                            dlogits.data(), T, E, kk, 1.0f);
     k::linear_backward(s, x.data(), wr.data(), dlogits.data(), dx2.data(),
                        dwr.data(), T, d, E);
     k::axpy(s, 1.0f, dx2.data(), dx.data(), T * d);
@@ -226,7 +247,8 @@ double bench_moe_layer(const sizes& z, std::mt19937_64& rng) {
 }
 
 bool flag(int& i, int argc, char** argv, const char* name, double& v) {
-  if (std::strcmp(argv[i], name) != 0 || i + 1 >= argc) return false;
+  if (std::strcmp(argv[i], name) != 0 || i + 1 >= argc)
+    return false;
   v = std::atof(argv[++i]);
   return true;
 }
@@ -237,19 +259,37 @@ int main(int argc, char** argv) {
   sizes z;
   for (int i = 1; i < argc; ++i) {
     double v = 0;
-    if (flag(i, argc, argv, "--torch-moe-ms", z.torch_moe_ms)) continue;
-    if (flag(i, argc, argv, "--tokens", v)) { z.tokens = int64_t(v); continue; }
-    if (flag(i, argc, argv, "--dim", v)) { z.dim = int64_t(v); continue; }
-    if (flag(i, argc, argv, "--ffn", v)) { z.ffn = int64_t(v); continue; }
-    if (flag(i, argc, argv, "--experts", v)) { z.experts = int64_t(v); continue; }
-    if (flag(i, argc, argv, "--topk", v)) { z.topk = int64_t(v); continue; }
-    if (flag(i, argc, argv, "--iters", v)) { z.iters = int(v); continue; }
+    if (flag(i, argc, argv, "--torch-moe-ms", z.torch_moe_ms))
+      continue;
+    if (flag(i, argc, argv, "--tokens", v)) {
+      z.tokens = int64_t(v);
+      continue;
+    }
+    if (flag(i, argc, argv, "--dim", v)) {
+      z.dim = int64_t(v);
+      continue;
+    }
+    if (flag(i, argc, argv, "--ffn", v)) {
+      z.ffn = int64_t(v);
+      continue;
+    }
+    if (flag(i, argc, argv, "--experts", v)) {
+      z.experts = int64_t(v);
+      continue;
+    }
+    if (flag(i, argc, argv, "--topk", v)) {
+      z.topk = int64_t(v);
+      continue;
+    }
+    if (flag(i, argc, argv, "--iters", v)) {
+      z.iters = int(v);
+      continue;
+    }
     std::fprintf(stderr, "gpu_bench: unknown argument %s\n", argv[i]);
     return 2;
   }
-  std::string why;
-  if (!k::cuda_device_available(why)) {
-    std::printf("SKIPPED gpu_bench: %s\n", why.c_str());
+  if (auto device = k::cuda_device_available(); !device) {
+    std::printf("SKIPPED gpu_bench: %s\n", device.message().c_str());
     return 77;
   }
   std::printf("device: %s\n", k::cuda_device_description().c_str());
@@ -260,14 +300,16 @@ int main(int argc, char** argv) {
   const double ms = bench_moe_layer(z, rng);
   char name[200];
   std::snprintf(name, sizeof(name),
-                "MoE layer fwd+bwd fp32, %lld tokens, d %lld, ffn %lld, %lld experts, top-%lld (ms)",
+                "MoE layer fwd+bwd fp32, %lld tokens, d %lld, ffn %lld, %lld "
+                "experts, top-%lld (ms)",
                 (long long)z.tokens, (long long)z.dim, (long long)z.ffn,
                 (long long)z.experts, (long long)z.topk);
   if (z.torch_moe_ms > 0)
     t.add(name, fmt("%.2f", ms), "PyTorch, same layer (moe_layer_torch.py)",
           fmt("%.2f", z.torch_moe_ms), z.torch_moe_ms / ms);
   else
-    t.add(name, fmt("%.2f", ms), "PyTorch: not measured (no --torch-moe-ms)", "-", 0.0);
+    t.add(name, fmt("%.2f", ms), "PyTorch: not measured (no --torch-moe-ms)",
+          "-", 0.0);
   t.print();
   return 0;
 }

@@ -131,7 +131,8 @@ void check_backends(const char* op, const k::stream& gpu, double tol,
     }
     // Same GPU, same inputs: the same bits (no atomics, fixed orders).
     CHECK(std::memcmp(got[o].values.data(), again[o].values.data(),
-                      sizeof(double) * got[o].values.size()) == 0);
+                      sizeof(double) * got[o].values.size())
+          == 0);
   }
 }
 
@@ -139,7 +140,8 @@ void check_backends(const char* op, const k::stream& gpu, double tol,
 inline Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
   std::normal_distribution<double> d(0.0, scale);
   Vec v(n);
-  for (auto& x : v) x = double(float(d(rng)));
+  for (auto& x : v)
+    x = double(float(d(rng)));
   return v;
 }
 

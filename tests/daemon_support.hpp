@@ -31,18 +31,16 @@
 
 namespace tutti::testing {
 
-inline std::string tuttid_bin() {
-  return binary_dir() + "/apps/tuttid";
-}
+inline std::string tuttid_bin() { return binary_dir() + "/apps/tuttid"; }
 
 using tutti::child_process;
 
 // tuttid --config CONFIG --node-rank N, optionally behind a prefix such as
 // {"ip", "netns", "exec", "NS"} (which execs tuttid in place, same pid).
-inline std::unique_ptr<child_process>
-start_daemon(const std::filesystem::path& config, int node_rank,
-             const std::filesystem::path& log,
-             const std::vector<std::string>& prefix = {}) {
+inline std::unique_ptr<child_process> start_daemon(
+  const std::filesystem::path& config, int node_rank,
+  const std::filesystem::path& log,
+  const std::vector<std::string>& prefix = {}) {
   std::vector<std::string> argv = prefix;
   argv.insert(argv.end(), {tuttid_bin(), "--config", config.string(),
                            "--node-rank", std::to_string(node_rank)});
@@ -105,12 +103,10 @@ inline int port_block(int salt, int count = 3) {
 // model of small_config. `hosts` gives each node's address (and so its
 // Gloo bind address); the coordinator runs on hosts[0]:port and node N
 // listens on hosts[N]:port + 1 + N.
-inline std::string daemon_config(const std::string& data_dir,
-                                 const std::string& run_dir, int port,
-                                 int steps,
-                                 const std::vector<std::string>& hosts =
-                                   {"127.0.0.1", "127.0.0.1"},
-                                 int join_timeout_s = 20) {
+inline std::string daemon_config(
+  const std::string& data_dir, const std::string& run_dir, int port, int steps,
+  const std::vector<std::string>& hosts = {"127.0.0.1", "127.0.0.1"},
+  int join_timeout_s = 20) {
   auto text = small_config(data_dir, run_dir, 4, steps);
   const int nnodes = static_cast<int>(hosts.size());
   std::string cluster = "  nnodes: " + std::to_string(nnodes)
@@ -119,8 +115,8 @@ inline std::string daemon_config(const std::string& data_dir,
                         + std::to_string(port) + "\n  join_timeout_s: "
                         + std::to_string(join_timeout_s) + "\n  nodes:\n";
   for (int n = 0; n < nnodes; ++n)
-    cluster += "    - {host: " + hosts[n] + ", port: "
-               + std::to_string(port + 1 + n) + ", rack: r"
+    cluster += "    - {host: " + hosts[n]
+               + ", port: " + std::to_string(port + 1 + n) + ", rack: r"
                + std::to_string(n) + "}\n";
   const std::string from = "  nnodes: 1\n  nproc_per_node: 4\n";
   text.replace(text.find(from), from.size(), cluster);
@@ -135,9 +131,9 @@ inline std::string one_process_config(const std::string& data_dir,
 
 // Runs the job of `one_process_config` in DIR/one (`tutti run`), which must
 // succeed; returns its metrics.jsonl.
-inline std::filesystem::path
-run_one_process(const std::filesystem::path& dir,
-                const std::filesystem::path& data, int steps) {
+inline std::filesystem::path run_one_process(const std::filesystem::path& dir,
+                                             const std::filesystem::path& data,
+                                             int steps) {
   auto config = dir / "one.yaml";
   write_text(config,
              one_process_config(data.string(), (dir / "one").string(), steps));
@@ -212,8 +208,7 @@ inline int tcp_connect(const std::string& host, int port,
 
 // Sends all of `data` within `timeout_ms`; false if the peer closed or the
 // deadline passed (a peer that stops reading is not our problem here).
-inline bool send_bytes(int fd, const std::string& data,
-                       int timeout_ms = 2000) {
+inline bool send_bytes(int fd, const std::string& data, int timeout_ms = 2000) {
   size_t done = 0;
   auto deadline = std::chrono::steady_clock::now()
                   + std::chrono::milliseconds(timeout_ms);

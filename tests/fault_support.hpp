@@ -32,8 +32,7 @@ struct fault_job {
   // addresses (the reference runs on loopback; addresses change no bits).
   fault_job(const std::string& name, int steps_, int salt,
             const std::string& extra = "",
-            const std::vector<std::string>& hosts = {"127.0.0.1",
-                                                     "127.0.0.1"})
+            const std::vector<std::string>& hosts = {"127.0.0.1", "127.0.0.1"})
     : dir(scratch(name)), steps(steps_) {
     data = dir / "data";
     port = port_block(salt);
@@ -71,9 +70,9 @@ struct fault_job {
 
   void run_reference() { reference_losses = reference(); }
 
-  std::unique_ptr<child_process>
-  daemon(int node, const std::string& log,
-         const std::vector<std::string>& prefix = {}) {
+  std::unique_ptr<child_process> daemon(
+    int node, const std::string& log,
+    const std::vector<std::string>& prefix = {}) {
     return start_daemon(config, node, dir / log, prefix);
   }
 
@@ -162,12 +161,11 @@ struct fault_job {
   double seconds_until(const std::string& log, const std::string& text,
                        double seconds) const {
     auto t0 = std::chrono::steady_clock::now();
-    if (!wait_until([&] {
-          return read_text(dir / log).find(text) != std::string::npos;
-        }, seconds))
+    if (!wait_until(
+          [&] { return read_text(dir / log).find(text) != std::string::npos; },
+          seconds))
       return -1;
-    return std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                         - t0)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
       .count();
   }
 };

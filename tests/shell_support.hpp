@@ -22,8 +22,7 @@ struct live_job {
     config = dir / "job.yaml";
     metrics = dir / "job" / "metrics.jsonl";
     write_text(config,
-               daemon_config(data.string(), (dir / "job").string(), port,
-                             20000)
+               daemon_config(data.string(), (dir / "job").string(), port, 20000)
                  + "checkpoint:\n  interval_steps: 50\n"
                    "metrics:\n  port: "
                  + std::to_string(metrics_port)
@@ -49,8 +48,8 @@ struct live_job {
                        const std::string& flags = "",
                        const std::string& via = "") const {
     return run(tutti_bin() + " shell --connect "
-                 + (via.empty() ? node1_address() : via) + " " + flags
-                 + " -c '" + commands + "'",
+                 + (via.empty() ? node1_address() : via) + " " + flags + " -c '"
+                 + commands + "'",
                60);
   }
 };

@@ -37,8 +37,8 @@ std::string replace_line(const std::string& text, const std::string& from,
 }
 
 // expert_counts of each line of a metrics.jsonl: [step][layer][expert].
-std::vector<std::vector<std::vector<long long>>>
-expert_counts(const fs::path& metrics) {
+std::vector<std::vector<std::vector<long long>>> expert_counts(
+  const fs::path& metrics) {
   std::vector<std::vector<std::vector<long long>>> out;
   std::ifstream in(metrics);
   std::string line;
@@ -50,8 +50,8 @@ expert_counts(const fs::path& metrics) {
       continue;
     const std::string body = m[1].str() + "]";
     std::vector<std::vector<long long>> step;
-    for (std::sregex_iterator it(body.begin(), body.end(), row), end;
-         it != end; ++it) {
+    for (std::sregex_iterator it(body.begin(), body.end(), row), end; it != end;
+         ++it) {
       std::vector<long long> counts;
       std::stringstream s((*it)[1].str());
       std::string n;
@@ -80,9 +80,8 @@ job run_job(const fs::path& dir, const fs::path& data, const std::string& name,
                       "  log_interval: " + std::to_string(log_interval));
   auto cfg = dir / (name + ".yaml");
   write_text(cfg, text);
-  j.result = run(tutti_bin() + " run " + cfg.string()
-                   + (quiet ? " --quiet" : ""),
-                 120);
+  j.result = run(
+    tutti_bin() + " run " + cfg.string() + (quiet ? " --quiet" : ""), 120);
   return j;
 }
 
@@ -191,8 +190,8 @@ TEST_CASE("capacity factor: dropless, dropping, and never binding",
                           + " .* dropped ([0-9]+)");
     int lines = 0;
     const auto& out = dropping.result.output;
-    for (std::sregex_iterator it(out.begin(), out.end(), line), end;
-         it != end; ++it) {
+    for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end;
+         ++it) {
       const int step = std::stoi((*it)[1].str());
       const long long n = std::stoll((*it)[2].str());
       INFO((*it)[0].str());

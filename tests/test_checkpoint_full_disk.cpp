@@ -52,7 +52,8 @@ TEST_CASE("a full disk fails checkpoints, not the job", "[fault]") {
   auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
   INFO(r.output);
   REQUIRE(r.status == 0);
-  CHECK(r.output.find("ALERT critical: checkpoint step 4") != std::string::npos);
+  CHECK(r.output.find("ALERT critical: checkpoint step 4")
+        != std::string::npos);
   CHECK(metric_series(dir / "run" / "metrics.jsonl", "step").size() == 12);
 
   auto db = tutti::store::job_store::open(dir / "run" / "state");

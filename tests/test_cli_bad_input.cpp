@@ -35,9 +35,7 @@ std::string replace_line(const std::string& text, const std::string& from,
 }
 
 // A shell-quoted path.
-std::string q(const fs::path& p) {
-  return "'" + p.string() + "'";
-}
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 // Runs a tutti command line that must be refused as bad input: status 2,
 // one line that starts with "tutti: " and contains each of `needles`.
@@ -103,15 +101,25 @@ TEST_CASE("bad configs: status 2, one line, no run dir", "[unit]") {
     std::vector<std::string> needles;
   };
   const std::vector<bad> cases = {
-    {"unknown key", "  hidden_size: 32",
-     "  hidden_size: 32\n  hiden_size: 32", {"model.hiden_size", "unknown"}},
-    {"wrong type", "  hidden_size: 32", "  hidden_size: abc",
+    {"unknown key",
+     "  hidden_size: 32",
+     "  hidden_size: 32\n  hiden_size: 32",
+     {"model.hiden_size", "unknown"}},
+    {"wrong type",
+     "  hidden_size: 32",
+     "  hidden_size: abc",
      {"model.hidden_size", "integer"}},
-    {"top_k > experts", "  router_top_k: 2", "  router_top_k: 5",
+    {"top_k > experts",
+     "  router_top_k: 2",
+     "  router_top_k: 5",
      {"moe_config.router_top_k"}},
-    {"world mismatch", "  nproc_per_node: 2", "  nproc_per_node: 3",
+    {"world mismatch",
+     "  nproc_per_node: 2",
+     "  nproc_per_node: 3",
      {"cluster_config.world_size"}},
-    {"unknown section", "data:", "optimizer:\n  lr: 1\ndata:",
+    {"unknown section",
+     "data:",
+     "optimizer:\n  lr: 1\ndata:",
      {"optimizer", "unknown section"}},
     {"missing key", "  num_experts: 4", "", {"moe_config.num_experts"}},
     {"invalid YAML", "  vocab_size: 32", "  vocab_size: [32", {"YAML"}},
@@ -129,8 +137,7 @@ TEST_CASE("bad configs: status 2, one line, no run dir", "[unit]") {
 
 TEST_CASE("a GPU job where no GPU answers: status 2, one line, no run dir",
           "[unit]") {
-  std::string why;
-  if (tutti::kernels::cuda_device_available(why)) {
+  if (tutti::kernels::cuda_device_available()) {
     WARN("a GPU answers here: the refusal is not exercised");
     return;
   }
@@ -150,12 +157,8 @@ TEST_CASE("command line misuse: status 2, one line", "[unit]") {
     auto missing = dir / "no-such.yaml";
     expect_refusal("run " + q(missing), {missing.string()});
   }
-  SECTION("unknown command") {
-    expect_refusal("trian", {"trian"});
-  }
-  SECTION("run without a config") {
-    expect_refusal("run", {"CONFIG"});
-  }
+  SECTION("unknown command") { expect_refusal("trian", {"trian"}); }
+  SECTION("run without a config") { expect_refusal("run", {"CONFIG"}); }
   SECTION("run with an unknown option") {
     expect_refusal("run x.yaml --fast", {"--fast"});
   }
@@ -292,9 +295,9 @@ TEST_CASE("bad data: status 2, names the shard and offset, no run dir",
   SECTION("data vocabulary larger than the model's") {
     auto run_dir = dir / "vocab-run";
     auto cfg = dir / "vocab.yaml";
-    write_text(cfg, replace_line(small_config(pristine.string(),
-                                              run_dir.string(), 2, 3),
-                                 "  vocab_size: 32", "  vocab_size: 16"));
+    write_text(
+      cfg, replace_line(small_config(pristine.string(), run_dir.string(), 2, 3),
+                        "  vocab_size: 32", "  vocab_size: 16"));
     expect_refusal("run " + q(cfg), {"model.vocab_size"});
     CHECK_FALSE(fs::exists(run_dir));
   }
@@ -324,7 +327,8 @@ TEST_CASE("data prepare turns text into byte tokens", "[unit]") {
   CHECK(meta.value().source == "bytes");
   CHECK_FALSE(meta.value().entropy_rate_nats.has_value());
   CHECK(meta.value().tokens == a.size() + b.size());
-  CHECK(meta.value().train_tokens + meta.value().val_tokens == meta.value().tokens);
+  CHECK(meta.value().train_tokens + meta.value().val_tokens
+        == meta.value().tokens);
   CHECK(meta.value().train_shards == 2);
   CHECK(meta.value().val_shards == 1);
 
@@ -409,8 +413,7 @@ TEST_CASE("chaos, status and drill on bad input: status 2, one line",
   }
 }
 
-TEST_CASE("every command tutti --help lists answers --help and -h",
-          "[unit]") {
+TEST_CASE("every command tutti --help lists answers --help and -h", "[unit]") {
   auto dir = scratch("cli_bad_input/help");
   auto overview = run(tutti_bin() + " --help", 30);
   REQUIRE(overview.status == 0);
@@ -429,9 +432,9 @@ TEST_CASE("every command tutti --help lists answers --help and -h",
     std::string command, sub;
     words >> command >> sub;
     commands.insert(command);
-    if (!sub.empty()
-        && std::all_of(sub.begin(), sub.end(),
-                       [](char c) { return c >= 'a' && c <= 'z'; }))
+    if (!sub.empty() && std::all_of(sub.begin(), sub.end(), [](char c) {
+          return c >= 'a' && c <= 'z';
+        }))
       commands.insert(command + " " + sub);
   }
   for (const char* c :
@@ -445,8 +448,9 @@ TEST_CASE("every command tutti --help lists answers --help and -h",
       auto r = run(tutti_bin() + " " + command + " " + flag + " >" + q(out),
                    30);
       const auto usage = read_text(out);
-      INFO("tutti " << command << " " << flag << "\n--- stdout\n" << usage
-                    << "--- stderr\n" << r.output << "---");
+      INFO("tutti " << command << " " << flag << "\n--- stdout\n"
+                    << usage << "--- stderr\n"
+                    << r.output << "---");
       CHECK(r.status == 0);
       CHECK(r.output.empty());
       CHECK(usage.rfind("usage: tutti " + command, 0) == 0);

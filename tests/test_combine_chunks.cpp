@@ -18,7 +18,8 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
   auto data = dir / "data";
   REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
               + " --vocab 32 --seed 5 --tokens 40000")
-            .status == 0);
+            .status
+          == 0);
   // 8 experts over 2 ranks: 4 local experts, so chunks of 1, 2 and uneven
   // (3 chunks: 1 + 1 + 2 experts) all occur.
   std::vector<std::vector<double>> series;

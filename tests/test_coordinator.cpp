@@ -30,11 +30,9 @@ namespace {
 // does nothing; the test reads each message before this actor consumes it.
 caf::behavior silent_node(caf::event_based_actor*) {
   return {
-    [](const epoch_start&) {},
-    [](abort_atom, int64_t /*epoch*/) {},
-    [](const job_outcome&) {},
-    [](caf::ok_atom) {},       // registered
-    [](int64_t /*epoch*/) {},  // heartbeat answered
+    [](const epoch_start&) {}, [](abort_atom, int64_t /*epoch*/) {},
+    [](const job_outcome&) {}, [](caf::ok_atom) {}, // registered
+    [](int64_t /*epoch*/) {},                       // heartbeat answered
   };
 }
 
@@ -49,9 +47,8 @@ struct journal_stub_state {
   static inline const char* name = "journal_stub";
 };
 
-caf::behavior
-journal_stub(caf::stateful_actor<journal_stub_state>* self,
-             std::shared_ptr<std::set<int64_t>> failing) {
+caf::behavior journal_stub(caf::stateful_actor<journal_stub_state>* self,
+                           std::shared_ptr<std::set<int64_t>> failing) {
   self->state.failing = std::move(failing);
   return {
     [self](const commit_request& req) -> caf::result<int64_t> {
@@ -65,8 +62,8 @@ journal_stub(caf::stateful_actor<journal_stub_state>* self,
       if (i == st.commits.end())
         CAF_FAIL("no commit of step " << step << " is waiting");
       if (st.failing->count(step))
-        i->second.deliver(caf::make_error(caf::sec::runtime_error,
-                                          "disk full"));
+        i->second.deliver(
+          caf::make_error(caf::sec::runtime_error, "disk full"));
       else
         i->second.deliver(int64_t{1024});
       st.commits.erase(i);
@@ -82,9 +79,9 @@ journal_stub(caf::stateful_actor<journal_stub_state>* self,
 struct temp_run_dir {
   std::filesystem::path run_dir;
   temp_run_dir() {
-    std::string dir_template =
-      (std::filesystem::temp_directory_path() / "tutti_coordinator_XXXXXX")
-        .string();
+    std::string dir_template = (std::filesystem::temp_directory_path()
+                                / "tutti_coordinator_XXXXXX")
+                                 .string();
     if (mkdtemp(dir_template.data()) == nullptr)
       throw std::runtime_error("cannot create a temporary run directory");
     run_dir = dir_template;
@@ -189,8 +186,7 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
   }
 
   void shard_failed(int64_t step, int32_t rank, int64_t epoch) {
-    const tutti::shard_failed msg{step, rank, "no space left on device",
-                                  epoch};
+    const tutti::shard_failed msg{step, rank, "no space left on device", epoch};
     caf::send_as(nodes[0], coord, msg);
     expect((tutti::shard_failed), from(_).to(coord).with(msg));
   }

@@ -25,7 +25,9 @@ namespace {
 uint64_t seed = 0;
 std::unique_ptr<k::device_stream> fp32_stream, bf16_stream;
 
-std::mt19937_64 rng_for(int test) { return std::mt19937_64(seed * 1000 + test); }
+std::mt19937_64 rng_for(int test) {
+  return std::mt19937_64(seed * 1000 + test);
+}
 
 // Runs the body in fp32 and fp64 against the CPU.
 template <class Body>
@@ -38,7 +40,8 @@ std::vector<int32_t> random_ints(size_t n, int32_t lo, int32_t hi,
                                  std::mt19937_64& rng) {
   std::uniform_int_distribution<int32_t> d(lo, hi);
   std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v)
+    x = d(rng);
   return v;
 }
 
@@ -52,16 +55,22 @@ TEST_CASE("cuda linear and grouped linear", "[gpu]") {
             dy = randn(m * n, rng), dw0 = randn(G * n * kk, rng);
   auto body = [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
-    const T *xp = be.in(as<T>(x)), *wp = be.in(as<T>(w)), *dyp = be.in(as<T>(dy));
+    const T *xp = be.in(as<T>(x)), *wp = be.in(as<T>(w)),
+            *dyp = be.in(as<T>(dy));
     T *y = be.out<T>(m * n), *dx = be.out<T>(m * kk), *dw = be.in(as<T>(dw0));
-    T *gy = be.out<T>(m * n), *gdx = be.out<T>(m * kk), *gdw = be.in(as<T>(dw0));
+    T *gy = be.out<T>(m * n), *gdx = be.out<T>(m * kk),
+      *gdw = be.in(as<T>(dw0));
     k::linear_forward(be.s, xp, wp, y, m, kk, n);
     k::linear_backward(be.s, xp, wp, dyp, dx, dw, m, kk, n);
     // Forward reads device rows on CUDA, backward host rows: both allowed.
     k::grouped_linear_forward(be.s, xp, wp, be.in(rows), G, gy, kk, n);
-    k::grouped_linear_backward(be.s, xp, wp, dyp, rows.data(), G, gdx, gdw, kk, n);
-    return {be.f("y", y, m * n), be.f("dx", dx, m * kk), be.f("dw", dw, n * kk),
-            be.f("grouped y", gy, m * n), be.f("grouped dx", gdx, m * kk),
+    k::grouped_linear_backward(be.s, xp, wp, dyp, rows.data(), G, gdx, gdw, kk,
+                               n);
+    return {be.f("y", y, m * n),
+            be.f("dx", dx, m * kk),
+            be.f("dw", dw, n * kk),
+            be.f("grouped y", gy, m * n),
+            be.f("grouped dx", gdx, m * kk),
             be.f("grouped dw", gdw, G * n * kk)};
   };
   check_both("linear", body);
@@ -73,7 +82,8 @@ TEST_CASE("cuda embedding, rmsnorm, rope, swiglu", "[gpu]") {
   auto rng = rng_for(2);
   const int64_t vocab = 1000, dim = 256, n = 512;
   auto ids = random_ints(n, 0, vocab - 1, rng);
-  for (int64_t i = 0; i < n; i += 3) ids[i] = ids[i] % 17; // many repeats
+  for (int64_t i = 0; i < n; i += 3)
+    ids[i] = ids[i] % 17; // many repeats
   const Vec table = randn(vocab * dim, rng), dout = randn(n * dim, rng),
             w = randn(dim, rng), x = randn(n * dim, rng, 3.0);
   check_both("embedding", [&](backend& be, auto tag) -> outputs {
@@ -121,7 +131,8 @@ TEST_CASE("cuda attention", "[gpu]") {
             v = randn(b * s * hkv * d, rng), g = randn(b * s * hq * d, rng);
   check_both("attention", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
-    const T *qp = be.in(as<T>(q)), *kp = be.in(as<T>(kv)), *vp = be.in(as<T>(v));
+    const T *qp = be.in(as<T>(q)), *kp = be.in(as<T>(kv)),
+            *vp = be.in(as<T>(v));
     T *out = be.out<T>(q.size()), *p = be.out<T>(b * hq * s * s),
       *dq = be.out<T>(q.size()), *dk = be.out<T>(kv.size()),
       *dv = be.out<T>(v.size());
@@ -141,7 +152,8 @@ TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
             dgate = randn(n * kk, rng), frac = randn(e, rng),
             daux = randn(n * e, rng);
   std::vector<int64_t> global_counts(e);
-  for (auto& c : global_counts) c = rng() % 600;
+  for (auto& c : global_counts)
+    c = rng() % 600;
   const int64_t cap = k::expert_capacity(1.0, n, kk, e); // drops some
   check_both("router", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
@@ -149,25 +161,32 @@ TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
     int32_t* idx = be.out<int32_t>(n * kk);
     T *gate = be.out<T>(n * kk), *probs = be.out<T>(n * e),
       *dl = be.out<T>(n * e), *dl2 = be.in(as<T>(daux));
-    k::router_topk_forward(be.s, lp, be.in(as<T>(bias)), idx, gate, probs, n,
-                           e, kk, T(0.8));
+    k::router_topk_forward(be.s, lp, be.in(as<T>(bias)), idx, gate, probs, n, e,
+                           kk, T(0.8));
     k::router_topk_backward(be.s, idx, gate, be.in(as<T>(dgate)), dl, n, e, kk,
                             T(0.8));
-    const double sw = k::switch_loss_forward(be.s, probs, fp, n, e, 0.01, global);
+    const double sw = k::switch_loss_forward(be.s, probs, fp, n, e, 0.01,
+                                             global);
     const double z = k::z_loss_forward(be.s, lp, n, e, 0.001, global);
     k::switch_loss_backward(be.s, probs, fp, dl2, n, e, 0.01, global, T(0.8));
     k::z_loss_backward(be.s, lp, dl2, n, e, 0.001, global);
     output topk = be.i("topk idx", idx, n * kk); // before capacity edits it
     int64_t* counts = be.out<int64_t>(e);
-    const int64_t dropped =
-        k::apply_capacity(be.s, idx, gate, counts, n, e, kk, cap);
+    const int64_t dropped = k::apply_capacity(be.s, idx, gate, counts, n, e, kk,
+                                              cap);
     T* b2 = be.in(as<T>(bias));
     k::bias_update(be.s, b2, be.in(global_counts), e, 0.001);
-    return {topk, be.i("capped idx", idx, n * kk), be.f("gate", gate, n * kk),
-            be.f("probs", probs, n * e), be.f("dlogits", dl, n * e),
-            {"switch loss", Vec{sw}, false}, {"z loss", Vec{z}, false},
-            be.f("aux dlogits", dl2, n * e), be.i("counts", counts, e),
-            {"dropped", Vec{double(dropped)}, true}, be.f("bias", b2, e)};
+    return {topk,
+            be.i("capped idx", idx, n * kk),
+            be.f("gate", gate, n * kk),
+            be.f("probs", probs, n * e),
+            be.f("dlogits", dl, n * e),
+            {"switch loss", Vec{sw}, false},
+            {"z loss", Vec{z}, false},
+            be.f("aux dlogits", dl2, n * e),
+            be.i("counts", counts, e),
+            {"dropped", Vec{double(dropped)}, true},
+            be.f("bias", b2, e)};
   });
 }
 
@@ -179,14 +198,16 @@ TEST_CASE("cuda permute, combine, gather, scatter", "[gpu]") {
     idx[t * kk] = int32_t(rng() % e);
     idx[t * kk + 1] = int32_t((idx[t * kk] + 1 + rng() % (e - 1)) % e);
   }
-  for (int64_t s = 0; s < n * kk; s += 7) idx[s] = -1; // dropped slots
+  for (int64_t s = 0; s < n * kk; s += 7)
+    idx[s] = -1; // dropped slots
   const Vec x = randn(n * dim, rng), gate = randn(n * kk, rng),
             dout = randn(n * dim, rng), yall = randn(n * kk * dim, rng);
   check_both("dispatch", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     int32_t* slot = be.out<int32_t>(n * kk);
     int64_t* counts = be.out<int64_t>(e);
-    const int64_t rows = k::permute_plan(be.s, be.in(idx), n, e, kk, slot, counts);
+    const int64_t rows = k::permute_plan(be.s, be.in(idx), n, e, kk, slot,
+                                         counts);
     const Vec y(yall.begin(), yall.begin() + rows * dim);
     std::vector<int64_t> perm(rows);
     std::iota(perm.begin(), perm.end(), 0);
@@ -204,11 +225,12 @@ TEST_CASE("cuda permute, combine, gather, scatter", "[gpu]") {
                                   dg, rows, n, kk, dim);
     k::gather_rows(be.s, yp, pp, ga, rows, dim);
     k::scatter_rows(be.s, ga, pp, sc, rows, dim);
-    return {{"rows", Vec{double(rows)}, true}, be.i("slot_of_row", slot, rows),
-            be.i("counts", counts, e), be.f("permuted", pr, rows * dim),
-            be.f("dx", dx, n * dim), be.f("combined", out, n * dim),
-            be.f("dy", dy, rows * dim), be.f("dgate", dg, n * kk),
-            be.f("gathered", ga, rows * dim), be.f("scattered", sc, rows * dim)};
+    return {
+      {"rows", Vec{double(rows)}, true}, be.i("slot_of_row", slot, rows),
+      be.i("counts", counts, e),         be.f("permuted", pr, rows * dim),
+      be.f("dx", dx, n * dim),           be.f("combined", out, n * dim),
+      be.f("dy", dy, rows * dim),        be.f("dgate", dg, n * kk),
+      be.f("gathered", ga, rows * dim),  be.f("scattered", sc, rows * dim)};
   });
 }
 
@@ -226,7 +248,8 @@ TEST_CASE("cuda cross entropy, adamw, reductions", "[gpu]") {
     T *lse = be.out<T>(n), *d = be.out<T>(n * vocab);
     const double l = k::cross_entropy_forward(be.s, lp, tp, lse, n, vocab);
     k::cross_entropy_backward(be.s, lp, tp, lse, d, n, vocab, T(1.0 / n));
-    return {{"loss", Vec{l}, false}, be.f("lse", lse, n),
+    return {{"loss", Vec{l}, false},
+            be.f("lse", lse, n),
             be.f("dlogits", d, n * vocab)};
   });
   check_both("adamw", [&](backend& be, auto tag) -> outputs {
@@ -235,7 +258,8 @@ TEST_CASE("cuda cross entropy, adamw, reductions", "[gpu]") {
       *v = be.in(std::vector<T>(np, T(0)));
     const T* g = be.in(as<T>(grad));
     for (int64_t step = 1; step <= 5; ++step)
-      k::adamw_step(be.s, p, g, m, v, np, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
+      k::adamw_step(be.s, p, g, m, v, np, 1e-3, 0.9, 0.95, 1e-8, 0.1, step,
+                    0.5);
     return {be.f("param", p, np), be.f("m", m, np), be.f("v", v, np)};
   });
   check_both("reductions", [&](backend& be, auto tag) -> outputs {
@@ -245,22 +269,24 @@ TEST_CASE("cuda cross entropy, adamw, reductions", "[gpu]") {
     const double ss = k::sum_squares(be.s, x, np);
     k::axpy(be.s, T(0.5), x, y, np);
     k::fill_zero(be.s, z, np);
-    return {{"sum_squares", Vec{ss}, false}, be.f("axpy", y, np),
+    return {{"sum_squares", Vec{ss}, false},
+            be.f("axpy", y, np),
             be.i("fill_zero", z, np)};
   });
 }
 
 int main(int argc, char** argv) {
-  std::string why;
-  if (!k::cuda_device_available(why)) {
-    std::printf("SKIPPED test_cuda_kernels: %s\n", why.c_str());
+  if (auto device = k::cuda_device_available(); !device) {
+    std::printf("SKIPPED test_cuda_kernels: %s\n", device.message().c_str());
     return 77; // CTest: SKIP_RETURN_CODE
   }
   const char* env = std::getenv("TUTTI_TEST_SEED");
-  seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}() % 1000000;
-  std::printf("device: %s\nseed: %llu (TUTTI_TEST_SEED=%llu repeats this run)\n",
-              k::cuda_device_description().c_str(), (unsigned long long)seed,
-              (unsigned long long)seed);
+  seed = env ? std::strtoull(env, nullptr, 10)
+             : std::random_device{}() % 1000000;
+  std::printf(
+    "device: %s\nseed: %llu (TUTTI_TEST_SEED=%llu repeats this run)\n",
+    k::cuda_device_description().c_str(), (unsigned long long)seed,
+    (unsigned long long)seed);
   fp32_stream = std::make_unique<k::device_stream>();
   bf16_stream = std::make_unique<k::device_stream>(k::gemm_precision::bf16);
   const int result = Catch::Session().run(argc, argv);

@@ -20,8 +20,8 @@ TEST_CASE("a stopped daemon job resumes where it stopped", "[fault]") {
 
   const int port = port_block(71);
   auto cfg = dir / "two.yaml";
-  write_text(cfg, daemon_config(data.string(), (dir / "two").string(), port,
-                                steps));
+  write_text(cfg,
+             daemon_config(data.string(), (dir / "two").string(), port, steps));
   auto metrics = dir / "two" / "metrics.jsonl";
   {
     auto node0 = start_daemon(cfg, 0, dir / "first0.log");

@@ -47,11 +47,11 @@ std::string garbage(size_t n, unsigned seed) {
 // A TLS 1.2 record carrying a ClientHello (as a TLS client would open).
 std::string tls_client_hello() {
   std::string body;
-  body += "\x03\x03";                              // client_version 1.2
-  body += std::string(32, '\x42');                 // random
-  body += '\0';                                    // session id: none
+  body += "\x03\x03";                                 // client_version 1.2
+  body += std::string(32, '\x42');                    // random
+  body += '\0';                                       // session id: none
   body += std::string("\x00\x04\x13\x01\xc0\x2f", 6); // 2 cipher suites
-  body += std::string("\x01\x00", 2);              // compression: null
+  body += std::string("\x01\x00", 2);                 // compression: null
   // One extension, server_name "localhost": type 0, length 14, list
   // length 12, name type 0 (host_name), name length 9.
   std::string ext = std::string("\x00\x00\x00\x0e\x00\x0c\x00\x00\x09", 9)
@@ -85,9 +85,8 @@ struct probe_log {
 };
 
 // Connects, sends `bytes`, reads the reply for a moment, closes.
-void send_and_close(const std::string& what, int port,
-                    const std::string& bytes, probe_log& log,
-                    int read_ms = 300) {
+void send_and_close(const std::string& what, int port, const std::string& bytes,
+                    probe_log& log, int read_ms = 300) {
   socket_guard s(tcp_connect("127.0.0.1", port));
   if (s.fd < 0) {
     log.add(what + " :" + std::to_string(port) + ": connect failed");
@@ -247,8 +246,8 @@ TEST_CASE("garbage, half-open connections and other protocols on daemon "
 
   // Node 0 alone: the coordinator is waiting for node 1 to join.
   auto node0 = start_daemon(j.config, 0, j.dir / "node0.log");
-  REQUIRE(wait_until([&] { return answers_basp(port) || !node0->running(); },
-                     30));
+  REQUIRE(
+    wait_until([&] { return answers_basp(port) || !node0->running(); }, 30));
   REQUIRE(node0->running());
   plog.add("-- before node 1 joined");
   hostile_peers({port, port + 1}, 1.0, plog);
@@ -313,8 +312,8 @@ void stop_by_signal(const std::string& name, int salt, int target, int sig) {
   auto t0 = std::chrono::steady_clock::now();
   int s0 = node0->wait(30);
   int s1 = node1->wait(10);
-  double took = std::chrono::duration<double>(
-                  std::chrono::steady_clock::now() - t0)
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                              - t0)
                   .count();
   INFO(tail(logs(j), 6000));
   INFO("signal " << sig << " to node " << target << " at step " << at_signal
@@ -361,8 +360,8 @@ void basp_header_probe(const std::string& name, int salt,
   int s0 = node0->wait(120);
   int s1 = node1->wait(30);
   INFO(tail(logs(j), 6000));
-  INFO("probe: " << bytes.size() << " bytes to port " << port
-                 << "+" << target_port_offset);
+  INFO("probe: " << bytes.size() << " bytes to port " << port << "+"
+                 << target_port_offset);
   CHECK(s0 == 0);
   CHECK(s1 == 0);
   CHECK(count_lines(metrics) == steps);

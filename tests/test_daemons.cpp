@@ -15,7 +15,8 @@ TEST_CASE("2 daemons x 2 ranks train like 4 ranks in one process",
   const int port = port_block(11);
   auto one = run_one_process(dir, data, 30);
   auto two = dir / "two.yaml";
-  write_text(two, daemon_config(data.string(), (dir / "two").string(), port, 30));
+  write_text(two,
+             daemon_config(data.string(), (dir / "two").string(), port, 30));
   run_two_daemons(two, dir);
   check_losses_close(one, dir / "two" / "metrics.jsonl", 30, 1e-4);
 }

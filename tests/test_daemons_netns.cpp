@@ -20,9 +20,7 @@ using namespace tutti::testing;
 
 namespace {
 
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
+std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 command_result sh(const std::string& command, int seconds = 20) {
   return run(command, seconds);
@@ -153,9 +151,9 @@ TEST_CASE("2 daemons in separate network namespaces train like 4 ranks in "
   REQUIRE(failed.empty());
 
   auto two = dir / "two.yaml";
-  write_text(two, daemon_config(data.string(), (dir / "two").string(),
-                                port_block(9), steps,
-                                {"10.210.0.1", "10.210.0.2"}));
+  write_text(two,
+             daemon_config(data.string(), (dir / "two").string(), port_block(9),
+                           steps, {"10.210.0.1", "10.210.0.2"}));
   // The daemons live inside run_two_daemons: on any exit they are killed
   // before the namespaces are deleted.
   run_two_daemons(two, dir, ns.exec_in(0), ns.exec_in(1));
@@ -176,8 +174,7 @@ TEST_CASE("a node cut off by its link is detected, comes back and the job "
   auto failed = ns.setup();
   INFO(failed);
   REQUIRE(failed.empty());
-  fault_job job("netns_link_cut", 100, 93, "",
-                {"10.210.0.1", "10.210.0.2"});
+  fault_job job("netns_link_cut", 100, 93, "", {"10.210.0.1", "10.210.0.2"});
   job.run_reference();
   auto node1 = job.daemon(1, "node1.log", ns.exec_in(1));
   auto node0 = job.daemon(0, "node0.log", ns.exec_in(0));
@@ -191,8 +188,8 @@ TEST_CASE("a node cut off by its link is detected, comes back and the job "
   CHECK(detect <= 1.0 + 0.5);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   REQUIRE(sh("ip -n " + n.a + " link set " + n.veth_a + " up").status == 0);
-  double back = job.seconds_until("job/tuttid-0.log.jsonl",
-                                  "training resumed", 30);
+  double back = job.seconds_until("job/tuttid-0.log.jsonl", "training resumed",
+                                  30);
   INFO("training again " << back << " s after the link came back");
   CHECK(back >= 0);
   CHECK(back <= 15);

@@ -54,8 +54,7 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
   CHECK(r.output.find("raw gloo") != std::string::npos);
   CHECK(r.output.find("node 1 (127.0.0.1") != std::string::npos);
   auto line = r.output.substr(r.output.find("  node 1 ("));
-  CHECK(line.substr(0, line.find('\n')).find("STRAGGLER")
-        != std::string::npos);
+  CHECK(line.substr(0, line.find('\n')).find("STRAGGLER") != std::string::npos);
   auto line0 = r.output.substr(r.output.find("  node 0 ("));
   CHECK(line0.substr(0, line0.find('\n')).find("ok") != std::string::npos);
   job.node0->signal(SIGTERM);
@@ -73,8 +72,8 @@ TEST_CASE("diag.on_start: refuse does not start with a straggler",
   CHECK(s0 == 1);
   CHECK(log0.find("straggler node 1") != std::string::npos);
   const auto metrics = job.dir / "run" / "metrics.jsonl";
-  const bool no_steps =
-    !std::filesystem::exists(metrics) || read_text(metrics).empty();
+  const bool no_steps = !std::filesystem::exists(metrics)
+                        || read_text(metrics).empty();
   CHECK(no_steps);
   CHECK(job.node1->wait(60) != -1);
 }

@@ -39,7 +39,7 @@ struct local_experts : model::expert_executor {
     };
     return {params.data() + at("w1"), params.data() + at("w3"),
             params.data() + at("w2"), grads.data() + at("w1"),
-            grads.data() + at("w3"), grads.data() + at("w2")};
+            grads.data() + at("w3"),  grads.data() + at("w2")};
   }
   status forward(int64_t l, const float* x, const int64_t* rows, int64_t,
                  float* y, bool append) override {
@@ -77,8 +77,8 @@ double loss_of(const job_config& world1,
       auto off = experts.layout.at(model::expert_block_name(l, w)).offset;
       for (int64_t e = 0; e < world1.moe.num_experts; ++e) {
         auto name = "model.layers." + std::to_string(l)
-                    + ".block_sparse_moe.experts." + std::to_string(e) + "."
-                    + w + ".weight";
+                    + ".block_sparse_moe.experts." + std::to_string(e) + "." + w
+                    + ".weight";
         REQUIRE(tensors.count(name));
         const auto& v = tensors.at(name);
         REQUIRE(static_cast<int64_t>(v.size()) == per);
@@ -109,8 +109,8 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   auto data = dir / "data";
   REQUIRE(synth_data(data));
   auto cfg_path = dir / "c.yaml";
-  write_text(cfg_path, small_config(data.string(), (dir / "run").string(), 2,
-                                    12));
+  write_text(cfg_path,
+             small_config(data.string(), (dir / "run").string(), 2, 12));
   auto r = run(tutti_bin() + " run " + cfg_path.string() + " --quiet");
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -193,9 +193,9 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
       for (int64_t j = 0; j < t.shape[0]; ++j)
         from_ckpt[t.name.substr(0, t.name.rfind('.')) + "."
                   + std::to_string(first + j) + t.name.substr(t.name.rfind('.'))
-                  + ".weight"] =
-          std::vector<float>(t.data.begin() + j * per,
-                             t.data.begin() + (j + 1) * per);
+                  + ".weight"] = std::vector<float>(t.data.begin() + j * per,
+                                                    t.data.begin()
+                                                      + (j + 1) * per);
     }
   }
   CHECK(from_ckpt.size() == from_hf.size());

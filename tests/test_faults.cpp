@@ -28,9 +28,9 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
   }
   auto nodes = job.start_after_reference();
   int at = fault_job::random_step(5, 30);
-  for (auto [fault, rank] : {std::pair{"kill_expert", 1},
-                             std::pair{"raise_expert", 2},
-                             std::pair{"nan_expert", 3}}) {
+  for (auto [fault, rank] :
+       {std::pair{"kill_expert", 1}, std::pair{"raise_expert", 2},
+        std::pair{"nan_expert", 3}}) {
     job.wait_for_step(at);
     job.inject(std::string(fault) + " --rank " + std::to_string(rank));
     at += 25;
@@ -54,10 +54,9 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
   job.check_losses();
   // Each restart is an event, and so is the rank's replay of the step with
   // how long it stalled the rank.
-  check_event_counts(job.events(), {{"restart", 3},
-                                     {"replayed", 3},
-                                     {"chaos", 3},
-                                     {"recovery", 0}});
+  check_event_counts(
+    job.events(),
+    {{"restart", 3}, {"replayed", 3}, {"chaos", 3}, {"recovery", 0}});
 }
 
 TEST_CASE("past the restart intensity the job recovers from its checkpoint",
@@ -77,10 +76,9 @@ TEST_CASE("past the restart intensity the job recovers from its checkpoint",
         != std::string::npos);
   job.check_losses();
   auto events = job.events();
-  check_event_counts(events, {{"escalation", 1},
-                              {"failure", 1},
-                              {"recovery", 1},
-                              {"resumed", 1}});
+  check_event_counts(
+    events,
+    {{"escalation", 1}, {"failure", 1}, {"recovery", 1}, {"resumed", 1}});
   for (const auto& e : events)
     if (e.kind == "recovery" || e.kind == "resumed")
       CHECK(e.duration_s > 0);
@@ -103,26 +101,25 @@ TEST_CASE("a killed daemon is detected, rejoins and training resumes",
   CHECK(job.seconds_until("node0.log", "node 1 (127.0.0.1:", 5) >= 0);
   CHECK(job.seconds_until("node0.log", "job paused: waiting for node 1", 5)
         >= 0);
-  auto status = run(tutti_bin() + " status " + job.config.string()
-                      + " --json",
+  auto status = run(tutti_bin() + " status " + job.config.string() + " --json",
                     30);
   INFO(status.output);
   CHECK(status.status == 0);
   CHECK(status.output.find("\"state\":\"paused\"") != std::string::npos);
   nodes.node1 = job.daemon(1, "node1-again.log");
-  double back = job.seconds_until("job/tuttid-0.log.jsonl",
-                                  "training resumed", 30);
+  double back = job.seconds_until("job/tuttid-0.log.jsonl", "training resumed",
+                                  30);
   INFO("training again " << back << " s after the daemon's return");
   CHECK(back >= 0);
   CHECK(back <= 15);
   fault_job::check_finished(nodes);
   job.check_losses();
   check_event_counts(job.events(), {{"node_lost", 1},
-                                     {"failure", 1},
-                                     {"pause", 1},
-                                     {"node_joined", 1},
-                                     {"recovery", 1},
-                                     {"resumed", 1}});
+                                    {"failure", 1},
+                                    {"pause", 1},
+                                    {"node_joined", 1},
+                                    {"recovery", 1},
+                                    {"resumed", 1}});
 }
 
 TEST_CASE("a rank hung in a collective is detected and recovered",
@@ -226,8 +223,7 @@ TEST_CASE("loader, writer and rank failures: restarts and a recovery",
 }
 
 TEST_CASE("a slow rank is named as a straggler", "[straggler]") {
-  fault_job job("fault_straggler", 60, 97,
-                "");
+  fault_job job("fault_straggler", 60, 97, "");
   job.edit_config("straggler_steps: 5", "straggler_steps: 3");
   REQUIRE(synth_data(job.data));
   auto nodes = job.start_daemons();

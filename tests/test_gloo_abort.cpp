@@ -24,15 +24,15 @@ double seconds_since(clock_type::time_point t0) {
 
 } // namespace
 
-TEST_CASE("abort ends a collective stuck on a silent peer at once",
-          "[unit]") {
+TEST_CASE("abort ends a collective stuck on a silent peer at once", "[unit]") {
   gloo::rendezvous::HashStore store;
   comm::gloo_options opts;
   opts.timeout = std::chrono::seconds(30); // far beyond what the test waits
   opts.connect_timeout = std::chrono::seconds(30);
   std::unique_ptr<comm::communicator> a, b;
   status made_b;
-  std::thread peer([&] { made_b = comm::make_gloo_communicator(store, 1, 2, opts, b); });
+  std::thread peer(
+    [&] { made_b = comm::make_gloo_communicator(store, 1, 2, opts, b); });
   const auto made_a = comm::make_gloo_communicator(store, 0, 2, opts, a);
   peer.join();
   REQUIRE(made_a.ok());

@@ -21,32 +21,31 @@ using Catch::Matchers::StartsWith;
 namespace {
 
 // Every section, only the required keys plus a few common ones.
-const std::string base =
-  "cluster_config:\n"
-  "  world_size: 2\n"
-  "  nnodes: 1\n"
-  "  nproc_per_node: 2\n"
-  "  ep_size: 0\n"
-  "model:\n"
-  "  vocab_size: 32\n"
-  "  hidden_size: 32\n"
-  "  intermediate_size: 64\n"
-  "  num_hidden_layers: 2\n"
-  "  num_attention_heads: 4\n"
-  "  num_key_value_heads: 2\n"
-  "  max_seq_len: 32\n"
-  "moe_config:\n"
-  "  num_experts: 4\n"
-  "  router_top_k: 2\n"
-  "  capacity_factor: 0\n"
-  "train:\n"
-  "  steps: 10\n"
-  "  global_batch_size: 8\n"
-  "  seq_len: 32\n"
-  "data:\n"
-  "  dir: some/data\n"
-  "run:\n"
-  "  dir: some/run\n";
+const std::string base = "cluster_config:\n"
+                         "  world_size: 2\n"
+                         "  nnodes: 1\n"
+                         "  nproc_per_node: 2\n"
+                         "  ep_size: 0\n"
+                         "model:\n"
+                         "  vocab_size: 32\n"
+                         "  hidden_size: 32\n"
+                         "  intermediate_size: 64\n"
+                         "  num_hidden_layers: 2\n"
+                         "  num_attention_heads: 4\n"
+                         "  num_key_value_heads: 2\n"
+                         "  max_seq_len: 32\n"
+                         "moe_config:\n"
+                         "  num_experts: 4\n"
+                         "  router_top_k: 2\n"
+                         "  capacity_factor: 0\n"
+                         "train:\n"
+                         "  steps: 10\n"
+                         "  global_batch_size: 8\n"
+                         "  seq_len: 32\n"
+                         "data:\n"
+                         "  dir: some/data\n"
+                         "run:\n"
+                         "  dir: some/run\n";
 
 // `base` with the line `from` (without its newline) replaced by `to`; `to`
 // may span lines or be empty (the line is then removed).
@@ -191,8 +190,8 @@ TEST_CASE("load_job_config names a missing file", "[unit]") {
 
 TEST_CASE("unknown keys and sections are refused by name", "[unit]") {
   SECTION("typo in a model key") {
-    auto msg = refusal(with("  hidden_size: 32",
-                            "  hidden_size: 32\n  hiden_size: 32"));
+    auto msg = refusal(
+      with("  hidden_size: 32", "  hidden_size: 32\n  hiden_size: 32"));
     CHECK_THAT(msg, StartsWith("model.hiden_size"));
     CHECK_THAT(msg, Contains("unknown key"));
   }
@@ -237,8 +236,8 @@ TEST_CASE("values of the wrong type are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("train.seed"));
   }
   SECTION("a list for a number") {
-    auto msg = refusal(with("  capacity_factor: 0",
-                            "  capacity_factor: [1, 2]"));
+    auto msg = refusal(
+      with("  capacity_factor: 0", "  capacity_factor: [1, 2]"));
     CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
     CHECK_THAT(msg, Contains("list"));
   }
@@ -253,8 +252,8 @@ TEST_CASE("values of the wrong type are refused by name", "[unit]") {
     CHECK_THAT(msg, Contains("number"));
   }
   SECTION("a word for a boolean") {
-    auto msg = refusal(with("  dir: some/data",
-                            "  dir: some/data\n  shard_per_rank: maybe"));
+    auto msg = refusal(
+      with("  dir: some/data", "  dir: some/data\n  shard_per_rank: maybe"));
     CHECK_THAT(msg, StartsWith("data.shard_per_rank"));
   }
   SECTION("a section that is not a mapping") {
@@ -264,8 +263,7 @@ TEST_CASE("values of the wrong type are refused by name", "[unit]") {
   }
 }
 
-TEST_CASE("missing required keys and sections are refused by name",
-          "[unit]") {
+TEST_CASE("missing required keys and sections are refused by name", "[unit]") {
   SECTION("model.hidden_size") {
     auto msg = refusal(with("  hidden_size: 32", ""));
     CHECK_THAT(msg, StartsWith("model.hidden_size"));
@@ -339,7 +337,8 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("cluster_config.ep_size"));
   }
   SECTION("a device other than cpu or cuda") {
-    auto msg = refusal(with("  world_size: 2", "  world_size: 2\n  device: tpu"));
+    auto msg = refusal(
+      with("  world_size: 2", "  world_size: 2\n  device: tpu"));
     CHECK_THAT(msg, StartsWith("cluster_config.device"));
     CHECK_THAT(msg, Contains("tpu"));
   }
@@ -349,7 +348,8 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("moe_config.combine_chunks"));
   }
   SECTION("bf16 GEMMs on the CPU") {
-    auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n  gemm_precision: bf16"));
+    auto msg = refusal(
+      with("  seq_len: 32", "  seq_len: 32\n  gemm_precision: bf16"));
     CHECK_THAT(msg, StartsWith("train.gemm_precision"));
     CHECK_THAT(msg, Contains("device: cuda"));
   }
@@ -360,8 +360,8 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, Contains("device: cuda"));
   }
   SECTION("num_attention_heads not a multiple of num_key_value_heads") {
-    auto msg = refusal(with("  num_key_value_heads: 2",
-                            "  num_key_value_heads: 3"));
+    auto msg = refusal(
+      with("  num_key_value_heads: 2", "  num_key_value_heads: 3"));
     CHECK_THAT(msg, StartsWith("model.num_attention_heads"));
     CHECK_THAT(msg, Contains("num_key_value_heads"));
   }
@@ -376,35 +376,32 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, Contains("even"));
   }
   SECTION("tensor parallelism") {
-    auto msg = refusal(with("  ep_size: 0",
-                            "  ep_size: 0\n  tensor_model_parallel_size: 2"));
+    auto msg = refusal(
+      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2"));
     CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
   }
   SECTION("pipeline parallelism") {
-    auto msg = refusal(with("  ep_size: 0",
-                            "  ep_size: 0\n  pipeline_model_parallel_size: 2"));
-    CHECK_THAT(msg,
-               StartsWith("cluster_config.pipeline_model_parallel_size"));
+    auto msg = refusal(
+      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2"));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_model_parallel_size"));
   }
   SECTION("global_batch_size not divisible by world_size") {
-    auto msg = refusal(with("  global_batch_size: 8",
-                            "  global_batch_size: 7"));
+    auto msg = refusal(
+      with("  global_batch_size: 8", "  global_batch_size: 7"));
     CHECK_THAT(msg, StartsWith("train.global_batch_size"));
     CHECK_THAT(msg, Contains("world_size"));
   }
   SECTION("eval_sequences not divisible by world_size") {
-    auto msg = refusal(with("  seq_len: 32",
-                            "  seq_len: 32\n  eval_sequences: 3"));
+    auto msg = refusal(
+      with("  seq_len: 32", "  seq_len: 32\n  eval_sequences: 3"));
     CHECK_THAT(msg, StartsWith("train.eval_sequences"));
   }
   SECTION("negative capacity_factor") {
-    auto msg = refusal(with("  capacity_factor: 0",
-                            "  capacity_factor: -0.5"));
+    auto msg = refusal(with("  capacity_factor: 0", "  capacity_factor: -0.5"));
     CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
   }
   SECTION("NaN capacity_factor") {
-    auto msg = refusal(with("  capacity_factor: 0",
-                            "  capacity_factor: .nan"));
+    auto msg = refusal(with("  capacity_factor: 0", "  capacity_factor: .nan"));
     CHECK_THAT(msg, StartsWith("moe_config.capacity_factor"));
   }
   SECTION("seq_len > max_seq_len") {
@@ -413,8 +410,8 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, Contains("max_seq_len"));
   }
   SECTION("min_lr above lr") {
-    auto msg = refusal(with("  seq_len: 32",
-                            "  seq_len: 32\n  lr: 0.001\n  min_lr: 0.01"));
+    auto msg = refusal(
+      with("  seq_len: 32", "  seq_len: 32\n  lr: 0.001\n  min_lr: 0.01"));
     CHECK_THAT(msg, StartsWith("train.min_lr"));
   }
   SECTION("zero steps") {
@@ -422,8 +419,8 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("train.steps"));
   }
   SECTION("zero log_interval") {
-    auto msg = refusal(with("  seq_len: 32",
-                            "  seq_len: 32\n  log_interval: 0"));
+    auto msg = refusal(
+      with("  seq_len: 32", "  seq_len: 32\n  log_interval: 0"));
     CHECK_THAT(msg, StartsWith("train.log_interval"));
   }
   SECTION("beta2 of 1") {
@@ -441,8 +438,8 @@ TEST_CASE("a non-scalar key is refused", "[config]") {
 }
 
 TEST_CASE("a duplicate key is refused", "[config]") {
-  auto msg = refusal(with("  hidden_size: 32",
-                          "  hidden_size: 32\n  hidden_size: 48"));
+  auto msg = refusal(
+    with("  hidden_size: 32", "  hidden_size: 32\n  hidden_size: 48"));
   CHECK_THAT(msg, StartsWith("model.hidden_size"));
 }
 
@@ -461,8 +458,7 @@ TEST_CASE("nnodes * nproc_per_node overflow is refused", "[config]") {
   CHECK_THAT(msg, StartsWith("cluster_config"));
 }
 
-TEST_CASE("supervision and recovery: defaults, values, refusals",
-          "[config]") {
+TEST_CASE("supervision and recovery: defaults, values, refusals", "[config]") {
   SECTION("documented defaults") {
     auto c = parse(base);
     CHECK(c.supervision.expert_shard.strategy == restart_strategy::one_for_one);
@@ -501,7 +497,8 @@ TEST_CASE("supervision and recovery: defaults, values, refusals",
     CHECK_THAT(msg, StartsWith("supervision.expert_shard.strategy"));
   }
   SECTION("an unknown child kind is named") {
-    auto msg = refusal(base + "supervision:\n  rank:\n    restart: permanent\n");
+    auto msg = refusal(base
+                       + "supervision:\n  rank:\n    restart: permanent\n");
     CHECK_THAT(msg, StartsWith("supervision.rank"));
   }
   SECTION("timeouts out of order are refused") {
@@ -517,8 +514,8 @@ TEST_CASE("supervision and recovery: defaults, values, refusals",
 
 TEST_CASE("enum keys take only their names", "[unit]") {
   SECTION("train.gemm_precision") {
-    auto msg = refusal(with("  seq_len: 32",
-                            "  seq_len: 32\n  gemm_precision: fp16"));
+    auto msg = refusal(
+      with("  seq_len: 32", "  seq_len: 32\n  gemm_precision: fp16"));
     CHECK(msg == "train.gemm_precision: must be fp32 or bf16, got 'fp16'");
   }
   SECTION("diag.on_start") {
@@ -529,24 +526,26 @@ TEST_CASE("enum keys take only their names", "[unit]") {
     auto msg = refusal(with("  capacity_factor: 0",
                             "  capacity_factor: 0\n"
                             "  all_to_all_communication: maybe"));
-    CHECK(msg == "moe_config.all_to_all_communication: must be enabled or "
-                 "disabled, got 'maybe'");
+    CHECK(msg
+          == "moe_config.all_to_all_communication: must be enabled or "
+             "disabled, got 'maybe'");
   }
   SECTION("supervision restart type") {
     auto msg = refusal(base
                        + "supervision:\n  checkpoint_writer:\n    restart: "
                          "always\n");
-    CHECK(msg == "supervision.checkpoint_writer.restart: must be permanent, "
-                 "transient or temporary, got 'always'");
+    CHECK(msg
+          == "supervision.checkpoint_writer.restart: must be permanent, "
+             "transient or temporary, got 'always'");
   }
   SECTION("a list for an enum") {
-    auto msg = refusal(with("  world_size: 2",
-                            "  world_size: 2\n  device: [cpu]"));
+    auto msg = refusal(
+      with("  world_size: 2", "  world_size: 2\n  device: [cpu]"));
     CHECK(msg == "cluster_config.device: expected cpu or cuda, got a list");
   }
   SECTION("names are exact") {
-    auto msg = refusal(with("  world_size: 2",
-                            "  world_size: 2\n  device: CPU"));
+    auto msg = refusal(
+      with("  world_size: 2", "  world_size: 2\n  device: CPU"));
     CHECK_THAT(msg, StartsWith("cluster_config.device"));
   }
   SECTION("to_string and from_string are each other's inverse") {
@@ -558,8 +557,7 @@ TEST_CASE("enum keys take only their names", "[unit]") {
   }
 }
 
-TEST_CASE("an unknown communication backend is kept for the plan",
-          "[unit]") {
+TEST_CASE("an unknown communication backend is kept for the plan", "[unit]") {
   // `tutti plan` works on the users' own backend name; a job start refuses
   // it (check_rank_device), naming it: the text must survive.
   auto c = parse(with("  world_size: 2",
@@ -567,8 +565,8 @@ TEST_CASE("an unknown communication backend is kept for the plan",
                       "  communication_backend: custom_high_speed"));
   CHECK(c.cluster.communication_backend == "custom_high_speed");
   CHECK(c.cluster.backend() == backend_kind::other);
-  auto msg = refusal(with("  world_size: 2",
-                          "  world_size: 2\n  communication_backend: \"\""));
+  auto msg = refusal(
+    with("  world_size: 2", "  world_size: 2\n  communication_backend: \"\""));
   CHECK(msg == "cluster_config.communication_backend: must not be empty");
 }
 
@@ -580,32 +578,64 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
 
   SECTION("exactly the keys every node must agree on") {
     const std::vector<std::string> agreed{
-      "cluster_config.world_size", "cluster_config.nnodes",
-      "cluster_config.nproc_per_node", "cluster_config.communication_backend",
-      "cluster_config.device", "cluster_config.ep_size",
+      "cluster_config.world_size",
+      "cluster_config.nnodes",
+      "cluster_config.nproc_per_node",
+      "cluster_config.communication_backend",
+      "cluster_config.device",
+      "cluster_config.ep_size",
       "cluster_config.tensor_model_parallel_size",
       "cluster_config.pipeline_model_parallel_size",
-      "cluster_config.collective_timeout_ms", "cluster_config.coordinator",
-      "cluster_config.nodes[0]", "model.vocab_size", "model.hidden_size",
-      "model.intermediate_size", "model.num_hidden_layers",
-      "model.num_attention_heads", "model.num_key_value_heads",
-      "model.rope_theta", "model.max_seq_len", "model.rms_norm_eps",
-      "model.init_std", "moe_config.num_experts", "moe_config.router_top_k",
-      "moe_config.router_temperature", "moe_config.capacity_factor",
-      "moe_config.aux_loss_coeff", "moe_config.z_loss_coeff",
-      "moe_config.bias_update_rate", "moe_config.all_to_all_communication",
-      "moe_config.communication_buffer_size", "moe_config.combine_chunks",
-      "train.steps", "train.global_batch_size", "train.seq_len", "train.lr",
-      "train.min_lr", "train.warmup_steps", "train.weight_decay",
-      "train.beta1", "train.beta2", "train.eps", "train.grad_clip",
-      "train.gemm_precision", "train.seed", "train.eval_interval",
-      "train.eval_sequences", "data.shard_per_rank",
-      "checkpoint.interval_steps", "recovery.heartbeat_interval_ms",
-      "recovery.heartbeat_timeout_ms", "recovery.rendezvous_timeout_ms",
-      "supervision.expert_shard.strategy", "supervision.expert_shard.restart",
+      "cluster_config.collective_timeout_ms",
+      "cluster_config.coordinator",
+      "cluster_config.nodes[0]",
+      "model.vocab_size",
+      "model.hidden_size",
+      "model.intermediate_size",
+      "model.num_hidden_layers",
+      "model.num_attention_heads",
+      "model.num_key_value_heads",
+      "model.rope_theta",
+      "model.max_seq_len",
+      "model.rms_norm_eps",
+      "model.init_std",
+      "moe_config.num_experts",
+      "moe_config.router_top_k",
+      "moe_config.router_temperature",
+      "moe_config.capacity_factor",
+      "moe_config.aux_loss_coeff",
+      "moe_config.z_loss_coeff",
+      "moe_config.bias_update_rate",
+      "moe_config.all_to_all_communication",
+      "moe_config.communication_buffer_size",
+      "moe_config.combine_chunks",
+      "train.steps",
+      "train.global_batch_size",
+      "train.seq_len",
+      "train.lr",
+      "train.min_lr",
+      "train.warmup_steps",
+      "train.weight_decay",
+      "train.beta1",
+      "train.beta2",
+      "train.eps",
+      "train.grad_clip",
+      "train.gemm_precision",
+      "train.seed",
+      "train.eval_interval",
+      "train.eval_sequences",
+      "data.shard_per_rank",
+      "checkpoint.interval_steps",
+      "recovery.heartbeat_interval_ms",
+      "recovery.heartbeat_timeout_ms",
+      "recovery.rendezvous_timeout_ms",
+      "supervision.expert_shard.strategy",
+      "supervision.expert_shard.restart",
       "supervision.expert_shard.max_restarts",
-      "supervision.expert_shard.period_s", "supervision.data_loader.strategy",
-      "supervision.data_loader.restart", "supervision.data_loader.max_restarts",
+      "supervision.expert_shard.period_s",
+      "supervision.data_loader.strategy",
+      "supervision.data_loader.restart",
+      "supervision.data_loader.max_restarts",
       "supervision.data_loader.period_s",
       "supervision.checkpoint_writer.strategy",
       "supervision.checkpoint_writer.restart",
@@ -634,8 +664,9 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
                                  "  capacity_factor: 0\n  combine_chunks: 2")));
     CHECK(first_difference(ours, fingerprint_text(other))
           == "moe_config.combine_chunks: 2 here, 4 there");
-    other = parse(base + "supervision:\n  data_loader:\n    restart: "
-                         "temporary\n");
+    other = parse(base
+                  + "supervision:\n  data_loader:\n    restart: "
+                    "temporary\n");
     CHECK(first_difference(ours, fingerprint_text(other))
           == "supervision.data_loader.restart: permanent here, temporary "
              "there");
@@ -645,8 +676,9 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
   SECTION("keys nodes need not agree on leave it unchanged") {
     auto other = parse(with("  dir: some/data",
                             "  dir: elsewhere\n  prefetch: 7",
-                            base + "alerts:\n  loss_spike_factor: 9\n"
-                                   "diag:\n  on_start: warn\n"));
+                            base
+                              + "alerts:\n  loss_spike_factor: 9\n"
+                                "diag:\n  on_start: warn\n"));
     CHECK(fingerprint_text(other) == fingerprint_text(c));
   }
 }

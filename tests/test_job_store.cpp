@@ -29,7 +29,8 @@ std::unique_ptr<job_store> open_ok(const fs::path& dir) {
 
 std::int64_t now_ms() {
   using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+    .count();
 }
 
 std::vector<std::int64_t> steps_of(job_store& s) {
@@ -37,14 +38,17 @@ std::vector<std::int64_t> steps_of(job_store& s) {
   INFO(c.message());
   REQUIRE(c.ok());
   std::vector<std::int64_t> out;
-  for (auto& r : c.value()) out.push_back(r.step);
+  for (auto& r : c.value())
+    out.push_back(r.step);
   return out;
 }
 
 } // namespace
 
-TEST_CASE("job store keeps spec, state, checkpoints and events across reopen", "[job_store]") {
-  auto dir = tutti::testing::scratch("job_store_persist") / "a" / "store";  // parents created
+TEST_CASE("job store keeps spec, state, checkpoints and events across reopen",
+          "[job_store]") {
+  auto dir = tutti::testing::scratch("job_store_persist") / "a"
+             / "store"; // parents created
   std::int64_t before_third = 0;
   {
     auto s = open_ok(dir);
@@ -54,9 +58,10 @@ TEST_CASE("job store keeps spec, state, checkpoints and events across reopen", "
     CHECK(s->checkpoints().value().empty());
     REQUIRE(s->put_job_spec("fp-123", "model:\n  hidden_size: 32\n"));
     REQUIRE(s->put_job_state("running", 0));
-    REQUIRE(s->put_job_state("running", 40));  // replaces
-    for (std::int64_t step : {30, 10, 20})           // committed out of order
-      REQUIRE(s->commit_checkpoint({step, "/ckpt/" + checkpoint_dir_name(step), step * 100, 1000 + step, 2}));
+    REQUIRE(s->put_job_state("running", 40)); // replaces
+    for (std::int64_t step : {30, 10, 20})    // committed out of order
+      REQUIRE(s->commit_checkpoint({step, "/ckpt/" + checkpoint_dir_name(step),
+                                    step * 100, 1000 + step, 2}));
     CHECK(s->append_event("job_started", "fresh start").value() == 1);
     CHECK(s->append_event("checkpoint_committed", "step 10", 1.5).value() == 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -78,7 +83,7 @@ TEST_CASE("job store keeps spec, state, checkpoints and events across reopen", "
   REQUIRE(ckpts.ok());
   REQUIRE(ckpts.value().size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
-    std::int64_t step = 10 * static_cast<std::int64_t>(i + 1);  // ascending
+    std::int64_t step = 10 * static_cast<std::int64_t>(i + 1); // ascending
     CHECK(ckpts.value()[i].step == step);
     CHECK(ckpts.value()[i].dir == "/ckpt/" + checkpoint_dir_name(step));
     CHECK(ckpts.value()[i].bytes == step * 100);
@@ -108,7 +113,8 @@ TEST_CASE("job store keeps spec, state, checkpoints and events across reopen", "
   CHECK(s->events(now_ms() + 60'000).value().empty());
 }
 
-TEST_CASE("job store: checkpoint time defaults to now; negative steps refused", "[job_store]") {
+TEST_CASE("job store: checkpoint time defaults to now; negative steps refused",
+          "[job_store]") {
   auto s = open_ok(tutti::testing::scratch("job_store_time"));
   auto t0 = now_ms();
   REQUIRE(s->commit_checkpoint({5, "d", 1, 0, 0}));
@@ -124,23 +130,26 @@ TEST_CASE("job store removes checkpoints durably", "[job_store]") {
   auto dir = tutti::testing::scratch("job_store_remove");
   {
     auto s = open_ok(dir);
-    for (std::int64_t step : {10, 20, 30}) REQUIRE(s->commit_checkpoint({step, "d", 1, 1, 0}));
+    for (std::int64_t step : {10, 20, 30})
+      REQUIRE(s->commit_checkpoint({step, "d", 1, 1, 0}));
     REQUIRE(s->remove_checkpoint(20));
-    REQUIRE(s->remove_checkpoint(999));  // idempotent
+    REQUIRE(s->remove_checkpoint(999)); // idempotent
     CHECK(steps_of(*s) == std::vector<std::int64_t>{10, 30});
   }
   auto s = open_ok(dir);
   CHECK(steps_of(*s) == std::vector<std::int64_t>{10, 30});
 }
 
-TEST_CASE("job store reset drops everything and restarts event numbering", "[job_store]") {
+TEST_CASE("job store reset drops everything and restarts event numbering",
+          "[job_store]") {
   auto dir = tutti::testing::scratch("job_store_reset");
   {
     auto s = open_ok(dir);
     REQUIRE(s->put_job_spec("fp", "yaml"));
     REQUIRE(s->put_job_state("completed", 60));
     REQUIRE(s->commit_checkpoint({60, "d", 1, 1, 0}));
-    for (int i = 0; i < 5; ++i) REQUIRE(s->append_event("e", "x").ok());
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(s->append_event("e", "x").ok());
     REQUIRE(s->reset());
     CHECK_FALSE(s->job_spec().value().has_value());
     CHECK(s->append_event("job_started", "after --fresh").value() == 1);
@@ -155,14 +164,16 @@ TEST_CASE("job store reset drops everything and restarts event numbering", "[job
   CHECK(s->append_event("e", "x").value() == 2);
 }
 
-TEST_CASE("job store refuses a second open in the same process", "[job_store]") {
+TEST_CASE("job store refuses a second open in the same process",
+          "[job_store]") {
   auto dir = tutti::testing::scratch("job_store_lock_same");
   auto first = open_ok(dir);
   auto second = job_store::open(dir);
   REQUIRE_FALSE(second.ok());
-  CHECK_THAT(second.message(), Catch::Contains("locked") && Catch::Contains(dir.string()));
+  CHECK_THAT(second.message(),
+             Catch::Contains("locked") && Catch::Contains(dir.string()));
   first.reset();
-  CHECK(job_store::open(dir).ok());  // released on close
+  CHECK(job_store::open(dir).ok()); // released on close
 }
 
 // Child side of the next test (hidden; run only by name): holds the store
@@ -188,9 +199,11 @@ TEST_CASE("job store refuses a store held by another process", "[job_store]") {
   if (pid == 0) {
     ::dup2(to_child[0], 0);
     ::close(to_child[1]);
-    int null_fd = ::open("/dev/null", O_WRONLY);  // only async-signal-safe calls before exec
+    int null_fd = ::open("/dev/null",
+                         O_WRONLY); // only async-signal-safe calls before exec
     ::dup2(null_fd, 1);
-    ::execl("/proc/self/exe", "test_job_store", "job store holder (child process)", nullptr);
+    ::execl("/proc/self/exe", "test_job_store",
+            "job store holder (child process)", nullptr);
     ::_exit(127);
   }
   ::close(to_child[0]);
@@ -198,24 +211,29 @@ TEST_CASE("job store refuses a store held by another process", "[job_store]") {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   bool ready = fs::exists(root / "holder-ready");
   auto second = job_store::open(dir);
-  ::close(to_child[1]);  // lets the child exit
+  ::close(to_child[1]); // lets the child exit
   int wstatus = 0;
   ::waitpid(pid, &wstatus, 0);
   REQUIRE(ready);
   REQUIRE_FALSE(second.ok());
-  CHECK_THAT(second.message(), Catch::Contains("locked by another process") && Catch::Contains(dir.string()));
+  CHECK_THAT(second.message(), Catch::Contains("locked by another process")
+                                 && Catch::Contains(dir.string()));
   CHECK(WIFEXITED(wstatus));
   CHECK(WEXITSTATUS(wstatus) == 0);
-  CHECK(job_store::open(dir).ok());  // the child's exit released the lock
+  CHECK(job_store::open(dir).ok()); // the child's exit released the lock
 }
 
-TEST_CASE("job store reports a corrupt store and an unusable path", "[job_store]") {
+TEST_CASE("job store reports a corrupt store and an unusable path",
+          "[job_store]") {
   auto dir = tutti::testing::scratch("job_store_corrupt");
   open_ok(dir);
-  std::ofstream(dir / "CURRENT", std::ios::trunc) << "MANIFEST-000001";  // no newline
+  std::ofstream(dir / "CURRENT", std::ios::trunc)
+    << "MANIFEST-000001"; // no newline
   auto s = job_store::open(dir);
   REQUIRE_FALSE(s.ok());
-  CHECK_THAT(s.message(), Catch::Contains("corrupt") && Catch::Contains(dir.string()) && Catch::Contains("rocksdb: "));
+  CHECK_THAT(s.message(), Catch::Contains("corrupt")
+                            && Catch::Contains(dir.string())
+                            && Catch::Contains("rocksdb: "));
 
   auto file = tutti::testing::scratch("job_store_not_dir") / "plain-file";
   std::ofstream(file) << "x";

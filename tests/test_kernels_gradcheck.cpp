@@ -23,19 +23,22 @@ const k::stream S = k::cpu_stream();
 Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
   std::normal_distribution<double> d(0.0, scale);
   Vec v(n);
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v)
+    x = d(rng);
   return v;
 }
 
 double dot(const Vec& a, const Vec& b) {
   double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    s += a[i] * b[i];
   return s;
 }
 
 Vec minus(const Vec& a, const Vec& b) {
   Vec r(a.size());
-  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] - b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    r[i] = a[i] - b[i];
   return r;
 }
 
@@ -86,7 +89,7 @@ TEST_CASE("gradcheck linear", "[kernels][gradcheck]") {
     k::linear_forward(S, x.data(), w.data(), y.data(), m, kk, n);
     return dot(G, y);
   };
-  Vec dx(m * kk), dw0 = randn(n * kk, rng), dw = dw0;  // dw must accumulate
+  Vec dx(m * kk), dw0 = randn(n * kk, rng), dw = dw0; // dw must accumulate
   k::linear_backward(S, x.data(), w.data(), G.data(), dx.data(), dw.data(), m,
                      kk, n);
   check_grad("dx", dx, x, loss);
@@ -95,20 +98,20 @@ TEST_CASE("gradcheck linear", "[kernels][gradcheck]") {
   Vec dw2(n * kk, 0.0);
   k::linear_backward(S, x.data(), w.data(), G.data(), (double*)nullptr,
                      dw2.data(), m, kk, n);
-  CHECK(rel_err(dw2, minus(dw, dw0)) <= 1e-14);  // up to dw0 + g - dw0 rounding
+  CHECK(rel_err(dw2, minus(dw, dw0)) <= 1e-14); // up to dw0 + g - dw0 rounding
 }
 
 TEST_CASE("gradcheck grouped_linear", "[kernels][gradcheck]") {
   std::mt19937_64 rng(2);
   const int64_t kk = 3, n = 4, groups = 3;
-  const int64_t rows[groups] = {2, 0, 3};  // an empty expert in the middle
+  const int64_t rows[groups] = {2, 0, 3}; // an empty expert in the middle
   const int64_t m = 5;
   Vec x = randn(m * kk, rng), w = randn(groups * n * kk, rng),
       G = randn(m * n, rng);
   auto loss = [&] {
     Vec y(m * n);
-    k::grouped_linear_forward(S, x.data(), w.data(), rows, groups, y.data(),
-                              kk, n);
+    k::grouped_linear_forward(S, x.data(), w.data(), rows, groups, y.data(), kk,
+                              n);
     return dot(G, y);
   };
   Vec dx(m * kk), dw0 = randn(groups * n * kk, rng), dw = dw0;
@@ -121,7 +124,7 @@ TEST_CASE("gradcheck grouped_linear", "[kernels][gradcheck]") {
 TEST_CASE("gradcheck embedding", "[kernels][gradcheck]") {
   std::mt19937_64 rng(3);
   const int64_t vocab = 6, dim = 3, n = 5;
-  const int32_t ids[n] = {4, 1, 4, 0, 5};  // a repeated id must add up
+  const int32_t ids[n] = {4, 1, 4, 0, 5}; // a repeated id must add up
   Vec table = randn(vocab * dim, rng), G = randn(n * dim, rng);
   auto loss = [&] {
     Vec out(n * dim);
@@ -218,14 +221,14 @@ TEST_CASE("gradcheck router_topk through the gates", "[kernels][gradcheck]") {
     Vec g2(n * kk), p2(n * e);
     k::router_topk_forward(S, logits.data(), bias.data(), i2.data(), g2.data(),
                            p2.data(), n, e, kk, temp);
-    REQUIRE(i2 == idx);  // the perturbation must not change the selection
+    REQUIRE(i2 == idx); // the perturbation must not change the selection
     return dot(G, g2);
   };
-  k::router_topk_forward(S, logits.data(), bias.data(), idx.data(),
-                         gate.data(), probs.data(), n, e, kk, temp);
+  k::router_topk_forward(S, logits.data(), bias.data(), idx.data(), gate.data(),
+                         probs.data(), n, e, kk, temp);
   Vec dl(n * e, 7.0);
-  k::router_topk_backward(S, idx.data(), gate.data(), G.data(), dl.data(), n,
-                          e, kk, temp);
+  k::router_topk_backward(S, idx.data(), gate.data(), G.data(), dl.data(), n, e,
+                          kk, temp);
   check_grad("dlogits", dl, logits, loss);
 }
 
@@ -235,12 +238,13 @@ TEST_CASE("gradcheck switch loss", "[kernels][gradcheck]") {
   const double temp = 1.3, coeff = 0.7;
   Vec logits = randn(n * e, rng), frac(e);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (auto& f : frac) f = u(rng);
+  for (auto& f : frac)
+    f = u(rng);
   auto probs_of = [&] {
     std::vector<int32_t> idx(n * kk);
     Vec gate(n * kk), p(n * e);
-    k::router_topk_forward(S, logits.data(), (const double*)nullptr,
-                           idx.data(), gate.data(), p.data(), n, e, kk, temp);
+    k::router_topk_forward(S, logits.data(), (const double*)nullptr, idx.data(),
+                           gate.data(), p.data(), n, e, kk, temp);
     return p;
   };
   auto loss = [&] {
@@ -248,7 +252,7 @@ TEST_CASE("gradcheck switch loss", "[kernels][gradcheck]") {
     return k::switch_loss_forward(S, p.data(), frac.data(), n, e, coeff,
                                   global);
   };
-  Vec p = probs_of(), d0 = randn(n * e, rng), d = d0;  // dlogits accumulate
+  Vec p = probs_of(), d0 = randn(n * e, rng), d = d0; // dlogits accumulate
   k::switch_loss_backward(S, p.data(), frac.data(), d.data(), n, e, coeff,
                           global, temp);
   check_grad("dlogits", minus(d, d0), logits, loss);
@@ -270,11 +274,11 @@ TEST_CASE("gradcheck z loss", "[kernels][gradcheck]") {
 TEST_CASE("gradcheck permute_rows", "[kernels][gradcheck]") {
   std::mt19937_64 rng(11);
   const int64_t n = 4, e = 3, kk = 2, dim = 3;
-  const std::vector<int32_t> idx = {2, 0, 1, -1, 0, 2, 1, 0};  // one dropped
+  const std::vector<int32_t> idx = {2, 0, 1, -1, 0, 2, 1, 0}; // one dropped
   std::vector<int32_t> slot(n * kk);
   std::vector<int64_t> counts(e);
-  const int64_t rows =
-      k::permute_plan(S, idx.data(), n, e, kk, slot.data(), counts.data());
+  const int64_t rows = k::permute_plan(S, idx.data(), n, e, kk, slot.data(),
+                                       counts.data());
   REQUIRE(rows == 7);
   Vec x = randn(n * dim, rng), G = randn(rows * dim, rng);
   auto loss = [&] {
@@ -282,7 +286,7 @@ TEST_CASE("gradcheck permute_rows", "[kernels][gradcheck]") {
     k::permute_rows(S, x.data(), slot.data(), out.data(), rows, kk, dim);
     return dot(G, out);
   };
-  Vec dx0 = randn(n * dim, rng), dx = dx0;  // dx is not cleared
+  Vec dx0 = randn(n * dim, rng), dx = dx0; // dx is not cleared
   k::permute_rows_backward(S, G.data(), slot.data(), dx.data(), rows, kk, dim);
   check_grad("dx", minus(dx, dx0), x, loss);
 }
@@ -293,8 +297,8 @@ TEST_CASE("gradcheck unpermute_combine", "[kernels][gradcheck]") {
   const std::vector<int32_t> idx = {2, 0, 1, -1, 0, 2, 1, 0};
   std::vector<int32_t> slot(n * kk);
   std::vector<int64_t> counts(e);
-  const int64_t rows =
-      k::permute_plan(S, idx.data(), n, e, kk, slot.data(), counts.data());
+  const int64_t rows = k::permute_plan(S, idx.data(), n, e, kk, slot.data(),
+                                       counts.data());
   Vec y = randn(rows * dim, rng), gate = randn(n * kk, rng),
       G = randn(n * dim, rng);
   auto loss = [&] {
@@ -304,10 +308,9 @@ TEST_CASE("gradcheck unpermute_combine", "[kernels][gradcheck]") {
     return dot(G, out);
   };
   Vec dy(rows * dim, 7.0), dgate(n * kk, 7.0);
-  k::unpermute_combine_backward(S, G.data(), y.data(), slot.data(),
-                                gate.data(), dy.data(), dgate.data(), rows, n,
-                                kk, dim);
-  CHECK(dgate[3] == 0.0);  // the dropped slot
+  k::unpermute_combine_backward(S, G.data(), y.data(), slot.data(), gate.data(),
+                                dy.data(), dgate.data(), rows, n, kk, dim);
+  CHECK(dgate[3] == 0.0); // the dropped slot
   check_grad("dy", dy, y, loss);
   check_grad("dgate", dgate, gate, loss);
 }
@@ -316,12 +319,13 @@ TEST_CASE("gradcheck cross entropy", "[kernels][gradcheck]") {
   std::mt19937_64 rng(13);
   const int64_t n = 5, vocab = 7;
   const double scale = 0.25;
-  const int32_t targets[n] = {3, 0, -100, 6, 3};  // -100: ignored row
+  const int32_t targets[n] = {3, 0, -100, 6, 3}; // -100: ignored row
   Vec logits = randn(n * vocab, rng, 2.0);
   auto loss = [&] {
     Vec lse(n);
-    return scale * k::cross_entropy_forward(S, logits.data(), targets,
-                                            lse.data(), n, vocab);
+    return scale
+           * k::cross_entropy_forward(S, logits.data(), targets, lse.data(), n,
+                                      vocab);
   };
   Vec lse(n), d(n * vocab, 7.0);
   k::cross_entropy_forward(S, logits.data(), targets, lse.data(), n, vocab);

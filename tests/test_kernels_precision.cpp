@@ -26,7 +26,8 @@ const k::stream S = k::cpu_stream();
 Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
   std::normal_distribution<double> d(0.0, scale);
   Vec v(n);
-  for (auto& x : v) x = double(float(d(rng)));
+  for (auto& x : v)
+    x = double(float(d(rng)));
   return v;
 }
 
@@ -88,14 +89,16 @@ TEST_CASE("precision linear and grouped linear", "[kernels][precision]") {
     using T = decltype(tag);
     auto xt = as<T>(x), wt = as<T>(w), dyt = as<T>(dy), dw = as<T>(dw0);
     std::vector<T> y(m * n), dx(m * kk);
-    k::grouped_linear_forward(S, xt.data(), wt.data(), rows, G, y.data(), kk, n);
+    k::grouped_linear_forward(S, xt.data(), wt.data(), rows, G, y.data(), kk,
+                              n);
     k::grouped_linear_backward(S, xt.data(), wt.data(), dyt.data(), rows, G,
                                dx.data(), dw.data(), kk, n);
     return std::vector<Vec>{wide(y), wide(dx), wide(dw)};
   });
 }
 
-TEST_CASE("precision embedding, rmsnorm, rope, swiglu", "[kernels][precision]") {
+TEST_CASE("precision embedding, rmsnorm, rope, swiglu",
+          "[kernels][precision]") {
   std::mt19937_64 rng(22);
   const int64_t vocab = 11, dim = 32, n = 9;
   const std::vector<int32_t> ids = {3, 10, 0, 3, 7, 7, 1, 2, 3};
@@ -147,7 +150,7 @@ TEST_CASE("precision attention", "[kernels][precision]") {
     using T = decltype(tag);
     auto qt = as<T>(q), kt = as<T>(kv), vt = as<T>(v), gt = as<T>(g);
     std::vector<T> out(q.size()), p(b * hq * s * s), dq(q.size()),
-        dk(kv.size()), dv(v.size());
+      dk(kv.size()), dv(v.size());
     k::attention_forward(S, qt.data(), kt.data(), vt.data(), out.data(),
                          p.data(), b, s, hq, hkv, d);
     k::attention_backward(S, qt.data(), kt.data(), vt.data(), p.data(),
@@ -170,8 +173,8 @@ TEST_CASE("precision router and aux losses", "[kernels][precision]") {
     std::vector<T> gate(n * kk), probs(n * e), dl(n * e), dl2(n * e, T(0));
     k::router_topk_forward(S, lt.data(), bt.data(), idx.data(), gate.data(),
                            probs.data(), n, e, kk, T(0.8));
-    k::router_topk_backward(S, idx.data(), gate.data(), dg.data(), dl.data(),
-                            n, e, kk, T(0.8));
+    k::router_topk_backward(S, idx.data(), gate.data(), dg.data(), dl.data(), n,
+                            e, kk, T(0.8));
     const double sw = k::switch_loss_forward(S, probs.data(), ft.data(), n, e,
                                              0.01, global);
     const double z = k::z_loss_forward(S, lt.data(), n, e, 0.001, global);
@@ -182,8 +185,13 @@ TEST_CASE("precision router and aux losses", "[kernels][precision]") {
     std::vector<int32_t> capped = idx;
     const int64_t dropped = k::apply_capacity(S, capped.data(), gate.data(),
                                               counts.data(), n, e, kk, 3);
-    return std::vector<Vec>{Vec(idx.begin(), idx.end()), wide(gate),
-                            wide(probs), wide(dl), Vec{sw}, Vec{z}, wide(dl2),
+    return std::vector<Vec>{Vec(idx.begin(), idx.end()),
+                            wide(gate),
+                            wide(probs),
+                            wide(dl),
+                            Vec{sw},
+                            Vec{z},
+                            wide(dl2),
                             Vec(capped.begin(), capped.end()),
                             Vec(counts.begin(), counts.end()),
                             Vec{double(dropped)}};
@@ -194,25 +202,28 @@ TEST_CASE("precision dispatch and combine", "[kernels][precision]") {
   std::mt19937_64 rng(25);
   const int64_t n = 10, e = 4, kk = 2, dim = 16;
   std::vector<int32_t> idx(n * kk);
-  for (int64_t t = 0; t < n; ++t) idx[t * kk] = t % e, idx[t * kk + 1] = (t * 3 + 1) % e;
+  for (int64_t t = 0; t < n; ++t)
+    idx[t * kk] = t % e, idx[t * kk + 1] = (t * 3 + 1) % e;
   idx[5] = -1;
   std::vector<int32_t> slot(n * kk);
   std::vector<int64_t> counts(e);
-  const int64_t rows =
-      k::permute_plan(S, idx.data(), n, e, kk, slot.data(), counts.data());
+  const int64_t rows = k::permute_plan(S, idx.data(), n, e, kk, slot.data(),
+                                       counts.data());
   const Vec x = randn(n * dim, rng), y = randn(rows * dim, rng),
             gate = randn(n * kk, rng), dout = randn(n * dim, rng);
   std::vector<int64_t> perm(rows);
-  for (int64_t r = 0; r < rows; ++r) perm[r] = (r * 7) % rows;  // 7 coprime to 19
+  for (int64_t r = 0; r < rows; ++r)
+    perm[r] = (r * 7) % rows; // 7 coprime to 19
   REQUIRE(rows == 19);
   check_op("dispatch", [&](auto tag) {
     using T = decltype(tag);
     auto xt = as<T>(x), yt = as<T>(y), gt = as<T>(gate), dt = as<T>(dout),
          dx = as<T>(x);
     std::vector<T> pr(rows * dim), out(n * dim), dy(rows * dim), dg(n * kk),
-        ga(rows * dim), sc(rows * dim);
+      ga(rows * dim), sc(rows * dim);
     k::permute_rows(S, xt.data(), slot.data(), pr.data(), rows, kk, dim);
-    k::permute_rows_backward(S, yt.data(), slot.data(), dx.data(), rows, kk, dim);
+    k::permute_rows_backward(S, yt.data(), slot.data(), dx.data(), rows, kk,
+                             dim);
     k::unpermute_combine(S, yt.data(), slot.data(), gt.data(), out.data(), rows,
                          n, kk, dim);
     k::unpermute_combine_backward(S, dt.data(), yt.data(), slot.data(),
@@ -220,17 +231,19 @@ TEST_CASE("precision dispatch and combine", "[kernels][precision]") {
                                   dim);
     k::gather_rows(S, yt.data(), perm.data(), ga.data(), rows, dim);
     k::scatter_rows(S, ga.data(), perm.data(), sc.data(), rows, dim);
-    CHECK(sc == yt);  // scatter undoes gather
-    return std::vector<Vec>{wide(pr), wide(dx), wide(out), wide(dy), wide(dg),
-                            wide(ga)};
+    CHECK(sc == yt); // scatter undoes gather
+    return std::vector<Vec>{wide(pr), wide(dx), wide(out),
+                            wide(dy), wide(dg), wide(ga)};
   });
 }
 
-TEST_CASE("precision cross entropy, adamw, reductions", "[kernels][precision]") {
+TEST_CASE("precision cross entropy, adamw, reductions",
+          "[kernels][precision]") {
   std::mt19937_64 rng(26);
   const int64_t n = 8, vocab = 50, np = 200;
   std::vector<int32_t> targets(n);
-  for (int64_t i = 0; i < n; ++i) targets[i] = int32_t((i * 13) % vocab);
+  for (int64_t i = 0; i < n; ++i)
+    targets[i] = int32_t((i * 13) % vocab);
   const Vec logits = randn(n * vocab, rng, 3.0), p0 = randn(np, rng),
             grad = randn(np, rng, 0.1);
   check_op("cross_entropy", [&](auto tag) {
@@ -275,7 +288,7 @@ TEST_CASE("attention speed", "[.][perf]") {
        v = as<float>(randn(b * s * hkv * d, rng)),
        g = as<float>(randn(b * s * hq * d, rng));
   std::vector<float> out(q.size()), p(b * hq * s * s), dq(q.size()),
-      dk(kv.size()), dv(v.size());
+    dk(kv.size()), dv(v.size());
   double best = 1e9;
   for (int rep = 0; rep < 20; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -284,8 +297,10 @@ TEST_CASE("attention speed", "[.][perf]") {
     k::attention_backward(S, q.data(), kv.data(), v.data(), p.data(), g.data(),
                           dq.data(), dk.data(), dv.data(), b, s, hq, hkv, d);
     const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  WARN("attention fwd+bwd (b8 s64 hq4 hkv2 d16, float): best " << best << " ms");
+  WARN("attention fwd+bwd (b8 s64 hq4 hkv2 d16, float): best " << best
+                                                               << " ms");
   CHECK(best < 10.0);
 }

@@ -24,14 +24,15 @@ TEST_CASE("cpu streams reach the CPU backend", "[kernels][route]") {
   CHECK(y == std::vector<double>{2.0, 2.5});
 }
 
-TEST_CASE("a cuda stream without a usable GPU fails clearly", "[kernels][route]") {
-  std::string why;
-  if (k::cuda_device_available(why)) {
+TEST_CASE("a cuda stream without a usable GPU fails clearly",
+          "[kernels][route]") {
+  const auto device = k::cuda_device_available();
+  if (device) {
     WARN("a GPU answers here; the no-device path is not exercised");
     return;
   }
-  INFO("no device: " << why);
-  CHECK(!why.empty());
+  INFO("no device: " << device.message());
+  CHECK(!device.message().empty());
   float dummy = 0;
   const k::stream s = k::cuda_stream(nullptr);
 #ifdef TUTTI_WITH_CUDA

@@ -35,14 +35,16 @@ struct rank_result {
 };
 
 // Member r sends p + 1 values r * 100 + p to member p.
-std::vector<int64_t> a2a_payload(int r, int size, std::vector<int64_t>& send_counts,
+std::vector<int64_t> a2a_payload(int r, int size,
+                                 std::vector<int64_t>& send_counts,
                                  std::vector<int64_t>& recv_counts) {
   std::vector<int64_t> send;
   send_counts.assign(size, 0);
   recv_counts.assign(size, r + 1);
   for (int p = 0; p < size; ++p) {
     send_counts[p] = p + 1;
-    for (int i = 0; i <= p; ++i) send.push_back(r * 100 + p);
+    for (int i = 0; i <= p; ++i)
+      send.push_back(r * 100 + p);
   }
   return send;
 }
@@ -60,34 +62,41 @@ void run_rank(gloo::rendezvous::Store& store, int r, rank_result& out) {
   opt.stream = ks.handle();
   opt.timeout = std::chrono::milliseconds(60000);
   std::unique_ptr<c::nccl_communicator> comm;
-  if (fail(c::make_nccl_communicator(store, r, ranks, opt, comm))) return;
+  if (fail(c::make_nccl_communicator(store, r, ranks, opt, comm)))
+    return;
 
   // all-reduce, device buffer
   std::vector<float> host(1000, float(r + 1));
   k::device_array<float> dev(host.size());
   k::copy_to_device(ks.get(), dev.data(), host.data(), dev.bytes());
-  if (fail(comm->all_reduce_sum(dev.data(), host.size()))) return;
+  if (fail(comm->all_reduce_sum(dev.data(), host.size())))
+    return;
   out.reduced_device.resize(host.size());
   k::copy_to_host(ks.get(), out.reduced_device.data(), dev.data(), dev.bytes());
 
   // all-reduce, host buffer (staged)
   out.reduced_host.assign(16, r + 1);
-  if (fail(comm->all_reduce_sum(out.reduced_host.data(), 16))) return;
+  if (fail(comm->all_reduce_sum(out.reduced_host.data(), 16)))
+    return;
 
   // all-to-all-v, host then device buffers
   std::vector<int64_t> sc, rc;
   const std::vector<int64_t> send = a2a_payload(r, ranks, sc, rc);
   out.a2a_host.assign(size_t(ranks) * (r + 1), -1);
-  if (fail(comm->all_to_all_v(send.data(), sc, out.a2a_host.data(), rc, 8))) return;
+  if (fail(comm->all_to_all_v(send.data(), sc, out.a2a_host.data(), rc, 8)))
+    return;
   k::device_array<int64_t> dsend(send.size()), drecv(out.a2a_host.size());
   k::copy_to_device(ks.get(), dsend.data(), send.data(), dsend.bytes());
-  if (fail(comm->all_to_all_v(dsend.data(), sc, drecv.data(), rc, 8))) return;
+  if (fail(comm->all_to_all_v(dsend.data(), sc, drecv.data(), rc, 8)))
+    return;
   out.a2a_device.resize(drecv.size());
   k::copy_to_host(ks.get(), out.a2a_device.data(), drecv.data(), drecv.bytes());
 
-  if (fail(comm->barrier())) return;
+  if (fail(comm->barrier()))
+    return;
   // After abort every call is refused with an error, not a hang.
-  if (fail(comm->abort())) return;
+  if (fail(comm->abort()))
+    return;
   out.refused_after_abort = !comm->all_reduce_sum(dev.data(), 1).ok();
 }
 
@@ -105,7 +114,8 @@ TEST_CASE("nccl communicator collectives and abort", "[gpu][comm]") {
         results[r].error = e.what();
       }
     });
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
 
   const float sum = float(ranks * (ranks + 1) / 2);
   for (int r = 0; r < ranks; ++r) {
@@ -115,7 +125,8 @@ TEST_CASE("nccl communicator collectives and abort", "[gpu][comm]") {
     CHECK(results[r].reduced_host == std::vector<int64_t>(16, int64_t(sum)));
     std::vector<int64_t> expect;
     for (int p = 0; p < ranks; ++p)
-      for (int i = 0; i <= r; ++i) expect.push_back(p * 100 + r);
+      for (int i = 0; i <= r; ++i)
+        expect.push_back(p * 100 + r);
     CHECK(results[r].a2a_host == expect);
     CHECK(results[r].a2a_device == expect);
     CHECK(results[r].refused_after_abort);
@@ -123,9 +134,12 @@ TEST_CASE("nccl communicator collectives and abort", "[gpu][comm]") {
 }
 
 int main(int argc, char** argv) {
-  std::string why;
-  if (!c::nccl_built(why) || !k::cuda_device_available(why)) {
-    std::printf("SKIPPED test_nccl_communicator: %s\n", why.c_str());
+  auto usable = c::nccl_built();
+  if (usable)
+    usable = k::cuda_device_available();
+  if (!usable) {
+    std::printf("SKIPPED test_nccl_communicator: %s\n",
+                usable.message().c_str());
     return 77;
   }
   ranks = std::min(k::cuda_device_count(), 8);

@@ -47,18 +47,22 @@ std::string realistic_text() {
   prometheus_text t;
   t.family("tutti_step_loss", "gauge", "Training loss of the last step.");
   t.family("tutti_tokens_total", "counter", "Tokens processed since start.");
-  t.family("tutti_expert_load", "gauge", "Tokens routed to each expert\nin the last step (C:\\ path).");
+  t.family("tutti_expert_load", "gauge",
+           "Tokens routed to each expert\nin the last step (C:\\ path).");
   t.sample("tutti_step_loss", {}, 2.345678901234);
   t.sample("tutti_expert_load", {{"layer", "0"}, {"expert", "0"}}, 120);
   t.sample("tutti_tokens_total", {{"rank", "0"}}, 1e9);
   t.sample("tutti_expert_load", {{"layer", "0"}, {"expert", "1"}}, 0);
   t.sample("tutti_tokens_total", {{"rank", "1"}}, 1e9 + 1);
   t.family("tutti_grad_norm", "gauge", "Gradient norm, \"pre-clip\".");
-  t.sample("tutti_grad_norm", {{"note", "quote \" backslash \\ newline \n end"}},
+  t.sample("tutti_grad_norm",
+           {{"note", "quote \" backslash \\ newline \n end"}},
            std::numeric_limits<double>::quiet_NaN());
   t.family("tutti_lr", "gauge", "Learning rate.");
-  t.sample("tutti_lr", {{"bound", "upper"}}, std::numeric_limits<double>::infinity());
-  t.sample("tutti_lr", {{"bound", "lower"}}, -std::numeric_limits<double>::infinity());
+  t.sample("tutti_lr", {{"bound", "upper"}},
+           std::numeric_limits<double>::infinity());
+  t.sample("tutti_lr", {{"bound", "lower"}},
+           -std::numeric_limits<double>::infinity());
   return t.str();
 }
 
@@ -67,7 +71,7 @@ std::string realistic_text() {
 int connect_local(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
-  timeval tv{5, 0};  // a hung server fails the test instead of hanging it
+  timeval tv{5, 0}; // a hung server fails the test instead of hanging it
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
@@ -81,8 +85,10 @@ int connect_local(uint16_t port) {
 void send_all(int fd, const std::string& data) {
   std::size_t sent = 0;
   while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;  // the server may hang up on bad input; that is allowed
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent,
+                       MSG_NOSIGNAL);
+    if (n <= 0)
+      return; // the server may hang up on bad input; that is allowed
     sent += static_cast<std::size_t>(n);
   }
 }
@@ -92,7 +98,8 @@ std::string read_until_close(int fd) {
   char buf[4096];
   for (;;) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
+    if (n <= 0)
+      break;
     out.append(buf, static_cast<std::size_t>(n));
   }
   return out;
@@ -108,11 +115,14 @@ std::string http_exchange(uint16_t port, const std::string& request) {
 }
 
 std::string get(uint16_t port, const std::string& target) {
-  return http_exchange(port, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n");
+  return http_exchange(
+    port, "GET " + target
+            + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n");
 }
 
 int status_code(const std::string& response) {
-  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || response.size() < 12) return -1;
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || response.size() < 12)
+    return -1;
   return std::stoi(response.substr(9, 3));
 }
 
@@ -126,33 +136,36 @@ bool has_header(const std::string& response, const std::string& line) {
   return head.find("\r\n" + line + "\r\n") != std::string::npos;
 }
 
-std::unique_ptr<metrics_http_server> start_test_server(std::function<std::string()> render) {
-  std::string error;
-  auto server = metrics_http_server::start("127.0.0.1", 0, std::move(render), error);
-  INFO(error);
-  REQUIRE(server != nullptr);
-  REQUIRE(error.empty());
-  REQUIRE(server->port() != 0);
-  return server;
+std::unique_ptr<metrics_http_server> start_test_server(
+  std::function<std::string()> render) {
+  auto server = metrics_http_server::start("127.0.0.1", 0, std::move(render));
+  INFO(server.message());
+  REQUIRE(server.ok());
+  REQUIRE(*server != nullptr);
+  REQUIRE((*server)->port() != 0);
+  return std::move(*server);
 }
 
 } // namespace
 
 // --- exposition format -------------------------------------------------------
 
-TEST_CASE("prometheus_text writes HELP and TYPE before samples", "[observability]") {
+TEST_CASE("prometheus_text writes HELP and TYPE before samples",
+          "[observability]") {
   prometheus_text t;
   t.family("tutti_loss", "gauge", "Loss of the last step.");
   t.sample("tutti_loss", {}, 1.5);
   t.sample("tutti_loss", {{"split", "eval"}}, 2);
-  CHECK(t.str() ==
-        "# HELP tutti_loss Loss of the last step.\n"
-        "# TYPE tutti_loss gauge\n"
-        "tutti_loss 1.5\n"
-        "tutti_loss{split=\"eval\"} 2\n");
+  CHECK(t.str()
+        == "# HELP tutti_loss Loss of the last step.\n"
+           "# TYPE tutti_loss gauge\n"
+           "tutti_loss 1.5\n"
+           "tutti_loss{split=\"eval\"} 2\n");
 }
 
-TEST_CASE("prometheus_text groups interleaved samples by family in declaration order", "[observability]") {
+TEST_CASE(
+  "prometheus_text groups interleaved samples by family in declaration order",
+  "[observability]") {
   prometheus_text t;
   t.family("b_metric", "gauge", "B.");
   t.family("a_total", "counter", "A.");
@@ -160,35 +173,40 @@ TEST_CASE("prometheus_text groups interleaved samples by family in declaration o
   t.sample("b_metric", {{"k", "1"}}, 10);
   t.sample("a_total", {{"k", "2"}}, 2);
   t.sample("b_metric", {{"k", "2"}}, 20);
-  CHECK(t.str() ==
-        "# HELP b_metric B.\n"
-        "# TYPE b_metric gauge\n"
-        "b_metric{k=\"1\"} 10\n"
-        "b_metric{k=\"2\"} 20\n"
-        "# HELP a_total A.\n"
-        "# TYPE a_total counter\n"
-        "a_total{k=\"1\"} 1\n"
-        "a_total{k=\"2\"} 2\n");
+  CHECK(t.str()
+        == "# HELP b_metric B.\n"
+           "# TYPE b_metric gauge\n"
+           "b_metric{k=\"1\"} 10\n"
+           "b_metric{k=\"2\"} 20\n"
+           "# HELP a_total A.\n"
+           "# TYPE a_total counter\n"
+           "a_total{k=\"1\"} 1\n"
+           "a_total{k=\"2\"} 2\n");
 }
 
-TEST_CASE("prometheus_text escapes label values and HELP text", "[observability]") {
+TEST_CASE("prometheus_text escapes label values and HELP text",
+          "[observability]") {
   prometheus_text t;
   t.family("m", "gauge", "say \"hi\" \\ then\nmore");
   t.sample("m", {{"path", "C:\\dir\\\"x\"\nnext"}, {"plain", "ok"}}, 1);
-  CHECK(t.str() ==
-        "# HELP m say \"hi\" \\\\ then\\nmore\n"
-        "# TYPE m gauge\n"
-        "m{path=\"C:\\\\dir\\\\\\\"x\\\"\\nnext\",plain=\"ok\"} 1\n");
+  CHECK(t.str()
+        == "# HELP m say \"hi\" \\\\ then\\nmore\n"
+           "# TYPE m gauge\n"
+           "m{path=\"C:\\\\dir\\\\\\\"x\\\"\\nnext\",plain=\"ok\"} 1\n");
 }
 
-TEST_CASE("prometheus_text prints values with round-trip precision and special values", "[observability]") {
+TEST_CASE(
+  "prometheus_text prints values with round-trip precision and special values",
+  "[observability]") {
   CHECK(format_sample_value(std::numeric_limits<double>::quiet_NaN()) == "NaN");
   CHECK(format_sample_value(std::numeric_limits<double>::infinity()) == "+Inf");
-  CHECK(format_sample_value(-std::numeric_limits<double>::infinity()) == "-Inf");
+  CHECK(format_sample_value(-std::numeric_limits<double>::infinity())
+        == "-Inf");
   CHECK(format_sample_value(0) == "0");
   CHECK(format_sample_value(42) == "42");
   CHECK(format_sample_value(-3.5) == "-3.5");
-  for (double v : {0.1, 1.0 / 3.0, 2.345678901234e-300, 1.7976931348623157e308, 123456789012345678.0}) {
+  for (double v : {0.1, 1.0 / 3.0, 2.345678901234e-300, 1.7976931348623157e308,
+                   123456789012345678.0}) {
     std::string text = format_sample_value(v);
     INFO(text);
     CHECK(std::strtod(text.c_str(), nullptr) == v);
@@ -198,10 +216,13 @@ TEST_CASE("prometheus_text prints values with round-trip precision and special v
   t.sample("m", {{"v", "nan"}}, std::nan(""));
   t.sample("m", {{"v", "inf"}}, HUGE_VAL);
   t.sample("m", {{"v", "-inf"}}, -HUGE_VAL);
-  CHECK(t.str() == "# HELP m h\n# TYPE m gauge\nm{v=\"nan\"} NaN\nm{v=\"inf\"} +Inf\nm{v=\"-inf\"} -Inf\n");
+  CHECK(t.str()
+        == "# HELP m h\n# TYPE m gauge\nm{v=\"nan\"} NaN\nm{v=\"inf\"} "
+           "+Inf\nm{v=\"-inf\"} -Inf\n");
 }
 
-TEST_CASE("prometheus_text rejects invalid names, naming them", "[observability]") {
+TEST_CASE("prometheus_text rejects invalid names, naming them",
+          "[observability]") {
   prometheus_text t;
   for (const char* bad : {"", "1abc", "a-b", "a b", "ä", "x{y}"}) {
     INFO("metric name '" << bad << "'");
@@ -209,7 +230,8 @@ TEST_CASE("prometheus_text rejects invalid names, naming them", "[observability]
     CHECK_THROWS_AS(t.family(bad, "gauge", "h"), std::invalid_argument);
   }
   CHECK_THROWS_WITH(t.family("a-b", "gauge", "h"), Catch::Contains("'a-b'"));
-  for (const char* good : {"a", "_a", ":a", "a:b_c9", "tutti_step_loss"}) CHECK(is_valid_metric_name(good));
+  for (const char* good : {"a", "_a", ":a", "a:b_c9", "tutti_step_loss"})
+    CHECK(is_valid_metric_name(good));
 
   t.family("m", "gauge", "h");
   for (const char* bad : {"", "1a", "a:b", "a-b", "a b"}) {
@@ -217,29 +239,40 @@ TEST_CASE("prometheus_text rejects invalid names, naming them", "[observability]
     CHECK_FALSE(is_valid_label_name(bad));
     CHECK_THROWS_AS(t.sample("m", {{bad, "v"}}, 1), std::invalid_argument);
   }
-  CHECK_THROWS_WITH(t.sample("m", {{"bad-label", "v"}}, 1), Catch::Contains("'bad-label'"));
-  for (const char* good : {"a", "_a", "A9_b"}) CHECK(is_valid_label_name(good));
-  CHECK(t.str() == "# HELP m h\n# TYPE m gauge\n");  // failed samples leave nothing behind
+  CHECK_THROWS_WITH(t.sample("m", {{"bad-label", "v"}}, 1),
+                    Catch::Contains("'bad-label'"));
+  for (const char* good : {"a", "_a", "A9_b"})
+    CHECK(is_valid_label_name(good));
+  CHECK(
+    t.str()
+    == "# HELP m h\n# TYPE m gauge\n"); // failed samples leave nothing behind
 }
 
-TEST_CASE("prometheus_text requires _total on counters and known types", "[observability]") {
+TEST_CASE("prometheus_text requires _total on counters and known types",
+          "[observability]") {
   prometheus_text t;
-  CHECK_THROWS_WITH(t.family("tokens", "counter", "h"), Catch::Contains("'tokens'") && Catch::Contains("_total"));
+  CHECK_THROWS_WITH(t.family("tokens", "counter", "h"),
+                    Catch::Contains("'tokens'") && Catch::Contains("_total"));
   CHECK_NOTHROW(t.family("tokens_total", "counter", "h"));
-  CHECK_NOTHROW(t.family("tokens", "gauge", "h"));  // gauges may be named anything valid
+  CHECK_NOTHROW(
+    t.family("tokens", "gauge", "h")); // gauges may be named anything valid
   CHECK_THROWS_AS(t.family("h", "histogram", "h"), std::invalid_argument);
   CHECK_THROWS_AS(t.family("s", "untyped", "h"), std::invalid_argument);
 }
 
 TEST_CASE("prometheus_text rejects inconsistent use", "[observability]") {
   prometheus_text t;
-  CHECK_THROWS_WITH(t.sample("undeclared", {}, 1), Catch::Contains("'undeclared'"));
+  CHECK_THROWS_WITH(t.sample("undeclared", {}, 1),
+                    Catch::Contains("'undeclared'"));
   t.family("m", "gauge", "h");
-  CHECK_NOTHROW(t.family("m", "gauge", "h"));  // same declaration again is harmless
+  CHECK_NOTHROW(
+    t.family("m", "gauge", "h")); // same declaration again is harmless
   CHECK_THROWS_AS(t.family("m", "gauge", "other help"), std::invalid_argument);
-  CHECK_THROWS_AS(t.sample("m", {{"a", "1"}, {"a", "2"}}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(t.sample("m", {{"a", "1"}, {"a", "2"}}, 1),
+                  std::invalid_argument);
   t.sample("m", {{"a", "1"}, {"b", "2"}}, 1);
-  CHECK_THROWS_AS(t.sample("m", {{"b", "2"}, {"a", "1"}}, 1), std::invalid_argument);  // same series
+  CHECK_THROWS_AS(t.sample("m", {{"b", "2"}, {"a", "1"}}, 1),
+                  std::invalid_argument); // same series
   CHECK_NOTHROW(t.sample("m", {{"a", "1"}, {"b", "3"}}, 1));
 }
 
@@ -255,7 +288,8 @@ TEST_CASE("promtool accepts the rendered text", "[observability][promtool]") {
   // promtool (Debian's prometheus, installed by deploy/install-deps.sh) is
   // required: without it this fails rather than pass unchecked.
   REQUIRE(std::system("command -v promtool >/dev/null 2>&1") == 0);
-  auto dir = std::filesystem::temp_directory_path() / ("tutti_observability_" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path()
+             / ("tutti_observability_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto input = dir / "metrics.txt";
   auto output = dir / "promtool.out";
@@ -263,7 +297,8 @@ TEST_CASE("promtool accepts the rendered text", "[observability][promtool]") {
     std::ofstream out(input, std::ios::binary);
     out << realistic_text();
   }
-  std::string command = "promtool check metrics < '" + input.string() + "' > '" + output.string() + "' 2>&1";
+  std::string command = "promtool check metrics < '" + input.string() + "' > '"
+                        + output.string() + "' 2>&1";
   int rc = std::system(command.c_str());
   INFO("text:\n" << read_file(input));
   INFO("promtool said:\n" << read_file(output));
@@ -273,7 +308,8 @@ TEST_CASE("promtool accepts the rendered text", "[observability][promtool]") {
 
 // --- HTTP server ---------------------------------------------------------------
 
-TEST_CASE("metrics_http_server serves /metrics and answers other requests", "[observability][http]") {
+TEST_CASE("metrics_http_server serves /metrics and answers other requests",
+          "[observability][http]") {
   const std::string text = realistic_text();
   auto server = start_test_server([&] { return text; });
   const uint16_t port = server->port();
@@ -282,8 +318,10 @@ TEST_CASE("metrics_http_server serves /metrics and answers other requests", "[ob
     std::string response = get(port, "/metrics");
     INFO(response);
     CHECK(status_code(response) == 200);
-    CHECK(has_header(response, "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
-    CHECK(has_header(response, "Content-Length: " + std::to_string(text.size())));
+    CHECK(has_header(response,
+                     "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
+    CHECK(
+      has_header(response, "Content-Length: " + std::to_string(text.size())));
     CHECK(has_header(response, "Connection: close"));
     CHECK(body_of(response) == text);
   }
@@ -300,17 +338,24 @@ TEST_CASE("metrics_http_server serves /metrics and answers other requests", "[ob
     CHECK(status_code(get(port, "/metricsx")) == 404);
   }
   SECTION("other methods are 405") {
-    CHECK(status_code(http_exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")) == 405);
+    CHECK(status_code(http_exchange(
+            port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"))
+          == 405);
     CHECK(status_code(http_exchange(port, "DELETE / HTTP/1.0\r\n\r\n")) == 405);
   }
   SECTION("malformed request lines are 400") {
     CHECK(status_code(http_exchange(port, "GET /metrics\r\n\r\n")) == 400);
-    CHECK(status_code(http_exchange(port, "GET metrics HTTP/1.1\r\n\r\n")) == 400);
-    CHECK(status_code(http_exchange(port, "GET /metrics SPDY/3\r\n\r\n")) == 400);
-    CHECK(status_code(http_exchange(port, "GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n")) == 400);
+    CHECK(status_code(http_exchange(port, "GET metrics HTTP/1.1\r\n\r\n"))
+          == 400);
+    CHECK(status_code(http_exchange(port, "GET /metrics SPDY/3\r\n\r\n"))
+          == 400);
+    CHECK(status_code(http_exchange(
+            port, "GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n"))
+          == 400);
   }
   SECTION("an oversized request head is 400") {
-    std::string huge = "GET /metrics HTTP/1.1\r\nX-Padding: " + std::string(9000, 'a') + "\r\n\r\n";
+    std::string huge = "GET /metrics HTTP/1.1\r\nX-Padding: "
+                       + std::string(9000, 'a') + "\r\n\r\n";
     CHECK(status_code(http_exchange(port, huge)) == 400);
   }
 }
@@ -319,14 +364,17 @@ TEST_CASE("metrics_http_server survives bad clients", "[observability][http]") {
   auto server = start_test_server([] { return std::string("up 1\n"); });
   const uint16_t port = server->port();
 
-  SECTION("garbage bytes get 400 or a closed connection; the next request is served") {
+  SECTION("garbage bytes get 400 or a closed connection; the next request is "
+          "served") {
     std::string garbage;
-    for (int i = 0; i < 3000; ++i) garbage += static_cast<char>((i * 7919) % 256);
+    for (int i = 0; i < 3000; ++i)
+      garbage += static_cast<char>((i * 7919) % 256);
     garbage += "\r\n\r\n";
     std::string response = http_exchange(port, garbage);
     INFO(response);
     CHECK((response.empty() || status_code(response) == 400));
-    CHECK(status_code(http_exchange(port, std::string("\0\0\0\0\n\n", 6))) == 400);
+    CHECK(status_code(http_exchange(port, std::string("\0\0\0\0\n\n", 6)))
+          == 400);
     CHECK(body_of(get(port, "/metrics")) == "up 1\n");
   }
   SECTION("a half-open connection is dropped and the next request is served") {
@@ -339,7 +387,8 @@ TEST_CASE("metrics_http_server survives bad clients", "[observability][http]") {
   }
   SECTION("a silent client delays the next one by at most the read deadline") {
     int silent = connect_local(port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the server pick it up first
+    std::this_thread::sleep_for(
+      std::chrono::milliseconds(50)); // let the server pick it up first
     auto start = steady::now();
     std::string response = get(port, "/metrics");
     double waited = seconds_since(start);
@@ -353,11 +402,14 @@ TEST_CASE("metrics_http_server survives bad clients", "[observability][http]") {
     auto start = steady::now();
     std::string request = "GET /metrics HTTP/1.1\r\nX-Slow: ";
     bool cut_off = false;
-    for (std::size_t i = 0; i < 40 && !cut_off; ++i) {  // one byte per 100 ms: 4 s if never cut
-      if (::send(slow, &request[i % request.size()], 1, MSG_NOSIGNAL) != 1) cut_off = true;
+    for (std::size_t i = 0; i < 40 && !cut_off;
+         ++i) { // one byte per 100 ms: 4 s if never cut
+      if (::send(slow, &request[i % request.size()], 1, MSG_NOSIGNAL) != 1)
+        cut_off = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       char byte;
-      if (::recv(slow, &byte, 1, MSG_DONTWAIT) == 0) cut_off = true;
+      if (::recv(slow, &byte, 1, MSG_DONTWAIT) == 0)
+        cut_off = true;
     }
     double held = seconds_since(start);
     INFO("held " << held << " s");
@@ -368,10 +420,12 @@ TEST_CASE("metrics_http_server survives bad clients", "[observability][http]") {
   }
 }
 
-TEST_CASE("metrics_http_server turns a throwing render into 500", "[observability][http]") {
+TEST_CASE("metrics_http_server turns a throwing render into 500",
+          "[observability][http]") {
   bool fail = true;
   auto server = start_test_server([&]() -> std::string {
-    if (fail) throw std::runtime_error("store unavailable");
+    if (fail)
+      throw std::runtime_error("store unavailable");
     return "up 1\n";
   });
   std::string response = get(server->port(), "/metrics");
@@ -381,10 +435,13 @@ TEST_CASE("metrics_http_server turns a throwing render into 500", "[observabilit
   CHECK(status_code(get(server->port(), "/metrics")) == 200);
 }
 
-TEST_CASE("metrics_http_server stops within a second, even with a client connected", "[observability][http]") {
+TEST_CASE(
+  "metrics_http_server stops within a second, even with a client connected",
+  "[observability][http]") {
   auto server = start_test_server([] { return std::string(); });
   int idle = connect_local(server->port());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is now waiting on it
+  std::this_thread::sleep_for(
+    std::chrono::milliseconds(100)); // the server is now waiting on it
   auto start = steady::now();
   server.reset();
   double took = seconds_since(start);
@@ -398,19 +455,24 @@ TEST_CASE("metrics_http_server stops within a second, even with a client connect
   CHECK(seconds_since(start) < 1.0);
 }
 
-TEST_CASE("metrics_http_server reports bind failures as values", "[observability][http]") {
+TEST_CASE("metrics_http_server reports bind failures as values",
+          "[observability][http]") {
   auto first = start_test_server([] { return std::string(); });
-  std::string error;
-  auto second = metrics_http_server::start("127.0.0.1", first->port(), [] { return std::string(); }, error);
-  CHECK(second == nullptr);
+  auto second = metrics_http_server::start("127.0.0.1", first->port(),
+                                           [] { return std::string(); });
+  CHECK_FALSE(second.ok());
+  std::string error = second.message();
   INFO(error);
-  CHECK(error.find("127.0.0.1:" + std::to_string(first->port())) != std::string::npos);
+  CHECK(error.find("127.0.0.1:" + std::to_string(first->port()))
+        != std::string::npos);
   CHECK(error.find("Address already in use") != std::string::npos);
   CHECK(error.find('\n') == std::string::npos);
 
   // 192.0.2.1 is TEST-NET-1: never a local address, and no DNS involved.
-  error.clear();
-  CHECK(metrics_http_server::start("192.0.2.1", 0, [] { return std::string(); }, error) == nullptr);
+  auto unbound = metrics_http_server::start("192.0.2.1", 0,
+                                            [] { return std::string(); });
+  CHECK_FALSE(unbound.ok());
+  error = unbound.message();
   INFO(error);
   CHECK(error.find("192.0.2.1:0") != std::string::npos);
   CHECK(error.find("Cannot assign requested address") != std::string::npos);

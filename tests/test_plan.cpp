@@ -54,9 +54,9 @@ TEST_CASE("tutti plan on the users' 8192-GPU config: the table, a warning "
   for (int i = 0; i < 3; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     r = run(tutti_bin() + " plan " + config, 30);
-    best = std::min(best, std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count());
+    best = std::min(
+      best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count());
     if (r.status != 0)
       break;
   }
@@ -113,8 +113,8 @@ TEST_CASE("tutti plan's parameter count and all-to-all bytes for the "
   auto plan = run(tutti_bin() + " plan " + config.string() + " --json", 30);
   INFO("plan: " << plan.output);
   REQUIRE(plan.status == 0);
-  const auto dense = static_cast<int64_t>(json_number(plan.output,
-                                                      "dense_params"));
+  const auto dense = static_cast<int64_t>(
+    json_number(plan.output, "dense_params"));
   const auto experts = static_cast<int64_t>(
     json_number(plan.output, "expert_params_total"));
   const double alltoall = json_number(plan.output, "alltoall_bytes");
@@ -150,8 +150,8 @@ TEST_CASE("tutti plan's parameter count and all-to-all bytes for the "
         received += layer[e];
       rank0 += 2 * (n * k + received) * d * 4;
     }
-    INFO("step " << step << ": metrics alltoall_bytes " << logged
-                 << ", plan " << alltoall << " (rank 0's own payload from "
+    INFO("step " << step << ": metrics alltoall_bytes " << logged << ", plan "
+                 << alltoall << " (rank 0's own payload from "
                  << "the logged expert counts: " << rank0 << ")");
     CHECK(logged == alltoall);
   }

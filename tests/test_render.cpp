@@ -8,9 +8,9 @@
 
 #include "tutti/render/shell.hpp"
 
+using Catch::Matchers::Contains;
 using tutti::render::shell_json;
 using tutti::render::shell_text;
-using Catch::Matchers::Contains;
 
 TEST_CASE("status as text and JSON", "[render]") {
   tutti::shell_reply r;
@@ -50,10 +50,11 @@ TEST_CASE("nodes, actors and experts as aligned tables", "[render]") {
   tutti::shell_reply r;
   r.nodes = {{1, "127.0.0.1:7001", "r1", 2, 2, 0.5, "up"},
              {2, "h:1", "", 4, 2, -1, "lost"}};
-  CHECK(shell_text("nodes", r)
-        == "node  address                 rack      ranks    heartbeat  state\n"
-           "1     127.0.0.1:7001          r1        2..3         0.5 s  up\n"
-           "2     h:1                               4..5             -  lost\n");
+  CHECK(
+    shell_text("nodes", r)
+    == "node  address                 rack      ranks    heartbeat  state\n"
+       "1     127.0.0.1:7001          r1        2..3         0.5 s  up\n"
+       "2     h:1                               4..5             -  lost\n");
   CHECK_THAT(shell_json("nodes", r),
              Contains("{\"node\":2,\"address\":\"h:1\",\"rack\":\"\","
                       "\"first_rank\":4,\"ranks\":2,"

@@ -50,7 +50,8 @@ int newest_committed(const fs::path& run_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec))
     if (fs::exists(e.path() / "MANIFEST"))
-      newest = std::max(newest, std::stoi(e.path().filename().string().substr(5)));
+      newest = std::max(newest,
+                        std::stoi(e.path().filename().string().substr(5)));
   return newest;
 }
 
@@ -121,7 +122,8 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
   // the writer's delay, so it is not committed yet); two anywhere once a
   // newer checkpoint than the life started from is committed, so that the
   // restart after them resumes rather than starting over.
-  std::vector<int> kills{interval * std::uniform_int_distribution<int>(1, 4)(rng),
+  std::vector<int> kills{interval
+                           * std::uniform_int_distribution<int>(1, 4)(rng),
                          std::uniform_int_distribution<int>(5, 55)(rng),
                          std::uniform_int_distribution<int>(5, 55)(rng)};
   std::sort(kills.begin(), kills.end());
@@ -165,7 +167,8 @@ TEST_CASE("a corrupt newest checkpoint is named and skipped", "[fault]") {
     write_text(cfg, quickstart_like(data, run_dir, 40, 10));
     auto metrics = run_dir / "metrics.jsonl";
     REQUIRE(run_until(cfg, metrics, 37, dir / (damage + ".log"), "0") == -9);
-    auto newest = run_dir / "checkpoints" / tutti::store::checkpoint_dir_name(30);
+    auto newest = run_dir / "checkpoints"
+                  / tutti::store::checkpoint_dir_name(30);
     REQUIRE(fs::exists(newest / "MANIFEST"));
     std::string victim;
     if (damage == "flip") {
@@ -176,7 +179,8 @@ TEST_CASE("a corrupt newest checkpoint is named and skipped", "[fault]") {
     } else {
       victim = (newest / "MANIFEST").string();
       auto bytes = read_text(victim);
-      std::ofstream(victim, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+      std::ofstream(victim, std::ios::binary)
+        << bytes.substr(0, bytes.size() / 2);
     }
     auto log = dir / (damage + ".log");
     REQUIRE(run_until(cfg, metrics, 0, log, "0") == 0);

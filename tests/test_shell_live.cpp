@@ -68,9 +68,8 @@ TEST_CASE("tutti shell -c: every command, with its exit status",
   CHECK(has(ok("help status"), "status"));
   CHECK(has(ok("checkpoint"), "checkpoint after the next step"));
   CHECK(has(ok("pause"), "pausing"));
-  REQUIRE(wait_until([&] { return has(job.shell("actors node0/rank").output,
-                                       "paused"); },
-                     30));
+  REQUIRE(wait_until(
+    [&] { return has(job.shell("actors node0/rank").output, "paused"); }, 30));
   CHECK(has(ok("status"), "state        paused"));
   CHECK(has(ok("resume"), "resuming"));
   CHECK(has(ok("restart node1/expert_shard/2"), "restarting"));
@@ -122,23 +121,23 @@ TEST_CASE("tutti shell -c: every command, with its exit status",
   CHECK(job.node1->wait(30) == 0);
   CHECK(has(ok("nodes"), "drained"));
   job.node1 = job.start(1);
-  REQUIRE(wait_until([&] { return has(job.shell("status", "", via).output,
-                                      "state        running"); },
-                     60));
+  REQUIRE(wait_until(
+    [&] {
+      return has(job.shell("status", "", via).output, "state        running");
+    },
+    60));
   CHECK(has(ok("stop"), "stopping"));
   CHECK(job.node0->wait(60) == 0);
   CHECK(job.node1->wait(30) == 0);
 }
 
-TEST_CASE("/metrics passes promtool and matches metrics.jsonl",
-          "[metrics]") {
+TEST_CASE("/metrics passes promtool and matches metrics.jsonl", "[metrics]") {
   live_job job("shell_metrics", 53);
   for (int port : {job.metrics_port, job.metrics_port + 1}) {
     auto body = scrape(port);
     write_text(job.dir / "scrape.txt", body);
-    auto check = run("promtool check metrics < "
-                       + (job.dir / "scrape.txt").string(),
-                     30);
+    auto check = run(
+      "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);
     INFO(body << check.output);
     CHECK(check.status == 0);
   }
@@ -200,7 +199,8 @@ TEST_CASE("the interactive shell in a real terminal", "[shell_tmux]") {
   REQUIRE(tmux("new-session -d -x 160 -y 50 -s shell 'TUTTI_SHELL_HISTORY="
                + history.string() + " " + tutti_bin() + " shell --connect "
                + job.node1_address() + "'")
-            .status == 0);
+            .status
+          == 0);
   auto screen = [&] { return tmux("capture-pane -p -S -200 -t shell").output; };
   auto type = [&](const std::string& keys, const std::string& expect) {
     tmux("send-keys -t shell " + keys);
@@ -240,7 +240,8 @@ TEST_CASE("the interactive shell in a real terminal", "[shell_tmux]") {
   REQUIRE(tmux("new-session -d -x 160 -y 50 -s again 'TUTTI_SHELL_HISTORY="
                + history.string() + " " + tutti_bin() + " shell --connect "
                + job.node1_address() + "'")
-            .status == 0);
+            .status
+          == 0);
   auto again = [&] { return tmux("capture-pane -p -t again").output; };
   REQUIRE(wait_until([&] { return has(again(), "tutti>"); }, 20));
   tmux("send-keys -t again Up Up");

@@ -65,11 +65,12 @@ struct fixture {
   // Nothing else arrives within a short while.
   void expect_quiet() {
     bool quiet = true;
-    self->receive([&](const std::string& id, const caf::actor&) {
-                    quiet = false;
-                    FAIL("unexpected start of " << id);
-                  },
-                  caf::after(std::chrono::milliseconds(300)) >> [] {});
+    self->receive(
+      [&](const std::string& id, const caf::actor&) {
+        quiet = false;
+        FAIL("unexpected start of " << id);
+      },
+      caf::after(std::chrono::milliseconds(300)) >> [] {});
     CHECK(quiet);
   }
 
@@ -152,12 +153,12 @@ TEST_CASE("one_for_all restarts every child", "[unit]") {
 
 TEST_CASE("restart types: permanent, transient, temporary", "[unit]") {
   fixture f;
-  auto sup = spawn_supervisor(
-    f.sys, "t", flags_of(restart_strategy::one_for_one),
-    {f.spec("perm", restart_type::permanent),
-     f.spec("trans", restart_type::transient),
-     f.spec("temp", restart_type::temporary)},
-    f.self);
+  auto sup = spawn_supervisor(f.sys, "t",
+                              flags_of(restart_strategy::one_for_one),
+                              {f.spec("perm", restart_type::permanent),
+                               f.spec("trans", restart_type::transient),
+                               f.spec("temp", restart_type::temporary)},
+                              f.self);
   f.expect_starts(3);
   f.self->send(f.live["perm"], finish_atom::value); // normal exit: still back
   f.expect_starts(1);
@@ -173,9 +174,9 @@ TEST_CASE("restart types: permanent, transient, temporary", "[unit]") {
 
 TEST_CASE("a transient child that fails is restarted", "[unit]") {
   fixture f;
-  auto sup = spawn_supervisor(f.sys, "t", flags_of(restart_strategy::one_for_one),
-                              {f.spec("trans", restart_type::transient)},
-                              f.self);
+  auto sup = spawn_supervisor(
+    f.sys, "t", flags_of(restart_strategy::one_for_one),
+    {f.spec("trans", restart_type::transient)}, f.self);
   f.expect_starts(1);
   f.self->send(f.live["trans"], crash_atom::value);
   f.expect_starts(1);

@@ -26,9 +26,7 @@ inline std::string binary_dir() {
   return s ? s : TUTTI_BINARY_DIR_DEFAULT;
 }
 
-inline std::string tutti_bin() {
-  return binary_dir() + "/apps/tutti";
-}
+inline std::string tutti_bin() { return binary_dir() + "/apps/tutti"; }
 
 // A fresh scratch directory under the build tree.
 inline std::filesystem::path scratch(const std::string& name) {
@@ -72,9 +70,8 @@ inline bool synth_data(const std::filesystem::path& out, int vocab = 32,
 }
 
 // The same, failing the test with the command's output if it fails.
-inline void require_synth_data(const std::filesystem::path& out,
-                               int vocab = 32, int tokens = 60000,
-                               int seed = 5) {
+inline void require_synth_data(const std::filesystem::path& out, int vocab = 32,
+                               int tokens = 60000, int seed = 5) {
   auto r = run(tutti_bin() + " data synth --out " + out.string() + " --vocab "
                  + std::to_string(vocab) + " --seed " + std::to_string(seed)
                  + " --tokens " + std::to_string(tokens),
@@ -127,13 +124,12 @@ inline std::vector<double> metric_series(const std::filesystem::path& path,
 
 // A small job config; `overrides` replaces whole lines by key prefix.
 inline std::string small_config(const std::string& data_dir,
-                                 const std::string& run_dir, int world,
-                                 int steps, double capacity_factor = 0,
-                                 int global_batch = 8) {
+                                const std::string& run_dir, int world,
+                                int steps, double capacity_factor = 0,
+                                int global_batch = 8) {
   std::ostringstream c;
   c << "cluster_config:\n  world_size: " << world
-    << "\n  nnodes: 1\n  nproc_per_node: " << world
-    << "\n  ep_size: " << world
+    << "\n  nnodes: 1\n  nproc_per_node: " << world << "\n  ep_size: " << world
     << "\n  collective_timeout_ms: 30000\n"
        "model:\n  vocab_size: 32\n  hidden_size: 32\n  intermediate_size: 64\n"
        "  num_hidden_layers: 2\n  num_attention_heads: 4\n"

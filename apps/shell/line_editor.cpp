@@ -16,7 +16,8 @@ namespace tutti::shell {
 namespace {
 
 constexpr int history_size = 1000;
-constexpr size_t max_listed = 200; // a huge actor tree should not flood the screen
+constexpr size_t max_listed =
+  200; // a huge actor tree should not flood the screen
 
 line_editor* owner_of(EditLine* el) {
   void* data = nullptr;
@@ -25,14 +26,16 @@ line_editor* owner_of(EditLine* el) {
 }
 
 bool is_blank(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
+  return std::all_of(s.begin(), s.end(),
+                     [](unsigned char c) { return std::isspace(c); });
 }
 
 std::string longest_common_prefix(const std::vector<std::string>& words) {
   std::string prefix = words.front();
   for (const auto& w : words) {
     size_t n = 0;
-    while (n < prefix.size() && n < w.size() && prefix[n] == w[n]) ++n;
+    while (n < prefix.size() && n < w.size() && prefix[n] == w[n])
+      ++n;
     prefix.resize(n);
   }
   return prefix;
@@ -40,14 +43,17 @@ std::string longest_common_prefix(const std::vector<std::string>& words) {
 
 int terminal_columns() {
   winsize ws{};
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
   return 80;
 }
 
 } // namespace
 
-line_editor::line_editor(std::string program, std::string history_path, completer complete)
-    : program_(std::move(program)), history_path_(std::move(history_path)), complete_(std::move(complete)) {
+line_editor::line_editor(std::string program, std::string history_path,
+                         completer complete)
+  : program_(std::move(program)), history_path_(std::move(history_path)),
+    complete_(std::move(complete)) {
   HistEvent ev;
   history_ = history_init();
   ::history(history_, &ev, H_SETSIZE, history_size);
@@ -60,7 +66,8 @@ line_editor::line_editor(std::string program, std::string history_path, complete
   el_set(el_, EL_SIGNAL, 1); // restore the terminal on signals, follow resizes
   el_set(el_, EL_PROMPT, &line_editor::prompt_of);
   el_set(el_, EL_HIST, ::history, history_);
-  el_set(el_, EL_ADDFN, "tutti-complete", "complete the word under the cursor", &line_editor::on_tab);
+  el_set(el_, EL_ADDFN, "tutti-complete", "complete the word under the cursor",
+         &line_editor::on_tab);
   el_set(el_, EL_BIND, "^I", "tutti-complete", nullptr);
   el_source(el_, nullptr); // ~/.editrc last, so a user's bindings (vi mode) win
 }
@@ -89,12 +96,14 @@ bool line_editor::read_line(const std::string& prompt, std::string& out) {
     return false;
   }
   out.assign(line, static_cast<size_t>(count));
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+    out.pop_back();
   return true;
 }
 
 void line_editor::add_history(const std::string& line) {
-  if (is_blank(line)) return;
+  if (is_blank(line))
+    return;
   // A completion leaves a trailing space; without it repeats compare equal.
   std::string entry = line.substr(0, line.find_last_not_of(" \t") + 1);
   HistEvent ev;
@@ -119,15 +128,19 @@ unsigned char line_editor::complete() {
   const LineInfo* info = el_line(el_);
   std::string before(info->buffer, info->cursor);
   size_t word_start = before.find_last_of(" \t");
-  std::string word = before.substr(word_start == std::string::npos ? 0 : word_start + 1);
+  std::string word = before.substr(
+    word_start == std::string::npos ? 0 : word_start + 1);
 
   std::vector<std::string> candidates;
   for (auto& c : complete_(before))
-    if (c.compare(0, word.size(), word) == 0) candidates.push_back(std::move(c));
-  if (candidates.empty()) return CC_REFRESH_BEEP;
+    if (c.compare(0, word.size(), word) == 0)
+      candidates.push_back(std::move(c));
+  if (candidates.empty())
+    return CC_REFRESH_BEEP;
 
-  bool second_tab = cursor_after_tab_ == info->cursor - info->buffer &&
-                    line_after_tab_ == std::string(info->buffer, info->lastchar);
+  bool second_tab = cursor_after_tab_ == info->cursor - info->buffer
+                    && line_after_tab_
+                         == std::string(info->buffer, info->lastchar);
   unsigned char result = CC_REFRESH;
   std::string insert;
   if (candidates.size() == 1) {
@@ -143,7 +156,8 @@ unsigned char line_editor::complete() {
       }
     }
   }
-  if (!insert.empty() && el_insertstr(el_, insert.c_str()) == -1) return CC_ERROR;
+  if (!insert.empty() && el_insertstr(el_, insert.c_str()) == -1)
+    return CC_ERROR;
 
   info = el_line(el_);
   line_after_tab_.assign(info->buffer, info->lastchar);
@@ -154,17 +168,21 @@ unsigned char line_editor::complete() {
 void line_editor::list_candidates(const std::vector<std::string>& candidates) {
   size_t shown = std::min(candidates.size(), max_listed);
   size_t width = 0;
-  for (size_t i = 0; i < shown; ++i) width = std::max(width, candidates[i].size());
+  for (size_t i = 0; i < shown; ++i)
+    width = std::max(width, candidates[i].size());
   width += 2;
-  size_t per_row = std::max<size_t>(1, static_cast<size_t>(terminal_columns()) / width);
+  size_t per_row = std::max<size_t>(1, static_cast<size_t>(terminal_columns())
+                                         / width);
 
   std::string text = "\n";
   for (size_t i = 0; i < shown; ++i) {
     bool row_end = (i + 1) % per_row == 0 || i + 1 == shown;
     text += candidates[i];
-    text += row_end ? std::string("\n") : std::string(width - candidates[i].size(), ' ');
+    text += row_end ? std::string("\n")
+                    : std::string(width - candidates[i].size(), ' ');
   }
-  if (shown < candidates.size()) text += "... and " + std::to_string(candidates.size() - shown) + " more\n";
+  if (shown < candidates.size())
+    text += "... and " + std::to_string(candidates.size() - shown) + " more\n";
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }
@@ -179,26 +197,30 @@ void line_editor::load_history() {
   fs::path path(history_path_);
   // A missing or empty file starts a new history; libedit refuses to load
   // an empty one.
-  if (!fs::exists(path, ec) || (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0)) {
-    if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
+  if (!fs::exists(path, ec)
+      || (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0)) {
+    if (path.has_parent_path())
+      fs::create_directories(path.parent_path(), ec);
     save_history();
     return;
   }
   HistEvent ev;
   if (::history(history_, &ev, H_LOAD, history_path_.c_str()) < 0) {
     // Not a libedit history (or unreadable): never overwrite someone's file.
-    history_problem_ = "cannot read history file " + history_path_ + "; history will not be saved";
+    history_problem_ = "cannot read history file " + history_path_
+                       + "; history will not be saved";
     history_writable_ = false;
   }
 }
 
 void line_editor::save_history() {
-  if (!history_writable_) return;
+  if (!history_writable_)
+    return;
   // Write aside and rename, so a shell killed mid-write leaves the old file.
   std::string temporary = history_path_ + ".tmp";
   HistEvent ev;
-  if (::history(history_, &ev, H_SAVE, temporary.c_str()) < 0 ||
-      std::rename(temporary.c_str(), history_path_.c_str()) != 0) {
+  if (::history(history_, &ev, H_SAVE, temporary.c_str()) < 0
+      || std::rename(temporary.c_str(), history_path_.c_str()) != 0) {
     history_problem_ = "cannot write history file " + history_path_;
     std::remove(temporary.c_str());
     return;

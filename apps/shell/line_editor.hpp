@@ -20,15 +20,17 @@ struct history;
 namespace tutti::shell {
 
 class line_editor {
- public:
+public:
   // Candidate full words for the word under the cursor, given the text
   // before the cursor (see complete_command_line).
-  using completer = std::function<std::vector<std::string>(const std::string& line_before_cursor)>;
+  using completer = std::function<std::vector<std::string>(
+    const std::string& line_before_cursor)>;
 
   // `program` names this editor for ~/.editrc; `history_path` is loaded
   // now (created, with its folder, if missing) and rewritten on every
   // add_history so that history survives a killed shell.
-  line_editor(std::string program, std::string history_path, completer complete);
+  line_editor(std::string program, std::string history_path,
+              completer complete);
   ~line_editor();
   line_editor(const line_editor&) = delete;
   line_editor& operator=(const line_editor&) = delete;
@@ -46,7 +48,7 @@ class line_editor {
   // editor keeps working without a file.
   const std::string& history_problem() const { return history_problem_; }
 
- private:
+private:
   static char* prompt_of(struct editline* el);
   static unsigned char on_tab(struct editline* el, int key);
   unsigned char complete();

@@ -45,18 +45,27 @@ const std::vector<std::string> log_levels = {"debug", "info", "warn", "error"};
 const std::vector<command_spec>& command_table() {
   static const std::vector<command_spec> table = {
     {{"help", "help [CMD]", "list commands, or show how to use one"},
-     {{"CMD", value_kind::command_name, false}}, {}},
+     {{"CMD", value_kind::command_name, false}},
+     {}},
     {{"status", "status", "job state, step, loss, throughput and ETA"}, {}, {}},
     {{"nodes", "nodes", "nodes with their daemons, ranks and health"}, {}, {}},
-    {{"actors", "actors [PATH]", "the supervision tree, or the subtree under PATH"},
-     {{"PATH", value_kind::actor_path, false}}, {}},
-    {{"experts", "experts [LAYER]", "expert load and placement, for all layers or one"},
-     {{"LAYER", value_kind::whole_number, false}}, {}},
+    {{"actors", "actors [PATH]",
+      "the supervision tree, or the subtree under PATH"},
+     {{"PATH", value_kind::actor_path, false}},
+     {}},
+    {{"experts", "experts [LAYER]",
+      "expert load and placement, for all layers or one"},
+     {{"LAYER", value_kind::whole_number, false}},
+     {}},
     {{"metrics", "metrics [NAME]", "latest training metrics, or one metric"},
-     {{"NAME", value_kind::text, false}}, {}},
-    {{"events", "events [--since T]", "supervision events, e.g. in the last 300 s, 5m or 2h"},
-     {}, {{"since", value_kind::duration}}},
-    {{"logs", "logs [--node N] [--level debug|info|warn|error] [--follow] [--lines N]",
+     {{"NAME", value_kind::text, false}},
+     {}},
+    {{"events", "events [--since T]",
+      "supervision events, e.g. in the last 300 s, 5m or 2h"},
+     {},
+     {{"since", value_kind::duration}}},
+    {{"logs",
+      "logs [--node N] [--level debug|info|warn|error] [--follow] [--lines N]",
       "structured log lines, filtered by node and level"},
      {},
      {{"node", value_kind::whole_number},
@@ -67,11 +76,15 @@ const std::vector<command_spec>& command_table() {
     {{"resume", "resume", "resume a paused job"}, {}, {}},
     {{"checkpoint", "checkpoint", "write a checkpoint now"}, {}, {}},
     {{"restart", "restart PATH", "restart the actor at PATH"},
-     {{"PATH", value_kind::actor_path, true}}, {}},
-    {{"kill", "kill PATH", "kill the actor at PATH (its supervisor decides what follows)"},
-     {{"PATH", value_kind::actor_path, true}}, {}},
+     {{"PATH", value_kind::actor_path, true}},
+     {}},
+    {{"kill", "kill PATH",
+      "kill the actor at PATH (its supervisor decides what follows)"},
+     {{"PATH", value_kind::actor_path, true}},
+     {}},
     {{"drain", "drain NODE", "move work off a node before taking it down"},
-     {{"NODE", value_kind::whole_number, true}}, {}},
+     {{"NODE", value_kind::whole_number, true}},
+     {}},
     {{"stop", "stop", "checkpoint and stop the job"}, {}, {}},
     {{"quit", "quit", "leave the shell (the job keeps running)"}, {}, {}},
     {{"exit", "exit", "leave the shell (the job keeps running)"}, {}, {}},
@@ -81,27 +94,35 @@ const std::vector<command_spec>& command_table() {
 
 const command_spec* find_spec(const std::string& name) {
   for (const auto& spec : command_table())
-    if (spec.info.name == name) return &spec;
+    if (spec.info.name == name)
+      return &spec;
   return nullptr;
 }
 
-const option_spec* find_option(const command_spec& spec, const std::string& name) {
+const option_spec* find_option(const command_spec& spec,
+                               const std::string& name) {
   for (const auto& opt : spec.options)
-    if (opt.name == name) return &opt;
+    if (opt.name == name)
+      return &opt;
   return nullptr;
 }
 
-bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool is_space(char c) {
+  return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
 
 std::string trim(const std::string& s) {
   size_t begin = 0, end = s.size();
-  while (begin < end && is_space(s[begin])) ++begin;
-  while (end > begin && is_space(s[end - 1])) --end;
+  while (begin < end && is_space(s[begin]))
+    ++begin;
+  while (end > begin && is_space(s[end - 1]))
+    --end;
   return s.substr(begin, end - begin);
 }
 
 std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
@@ -130,7 +151,8 @@ token_list tokenize(const std::string& line) {
     if (in_quotes) {
       if (c == '"') {
         in_quotes = false;
-      } else if (c == '\\' && i + 1 < line.size() && (line[i + 1] == '"' || line[i + 1] == '\\')) {
+      } else if (c == '\\' && i + 1 < line.size()
+                 && (line[i + 1] == '"' || line[i + 1] == '\\')) {
         current.text += line[++i];
       } else {
         current.text += c;
@@ -138,7 +160,8 @@ token_list tokenize(const std::string& line) {
     } else if (c == '"') {
       in_quotes = in_token = current.quoted = true;
     } else if (is_space(c)) {
-      if (in_token) out.tokens.push_back(current);
+      if (in_token)
+        out.tokens.push_back(current);
       current = {};
       in_token = false;
     } else {
@@ -146,49 +169,62 @@ token_list tokenize(const std::string& line) {
       in_token = true;
     }
   }
-  if (in_token) out.tokens.push_back(current);
+  if (in_token)
+    out.tokens.push_back(current);
   out.unterminated_quote = in_quotes;
   out.ends_in_space = !in_quotes && !line.empty() && is_space(line.back());
   return out;
 }
 
-bool is_option_token(const token& t) { return !t.quoted && starts_with(t.text, "--"); }
+bool is_option_token(const token& t) {
+  return !t.quoted && starts_with(t.text, "--");
+}
 
 std::optional<long long> parse_whole_number(const std::string& text) {
-  if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      }))
     return std::nullopt;
   long long value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),
+                                   value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    return std::nullopt;
   return value;
 }
 
-std::string join(const std::vector<std::string>& words, const std::string& sep) {
+std::string join(const std::vector<std::string>& words,
+                 const std::string& sep) {
   std::string out;
-  for (size_t i = 0; i < words.size(); ++i) out += (i ? sep : "") + words[i];
+  for (size_t i = 0; i < words.size(); ++i)
+    out += (i ? sep : "") + words[i];
   return out;
 }
 
 // The closest of `candidates` to `word` if within 2 edits, else "".
-std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+std::string closest(const std::string& word,
+                    const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_distance = 3;
   for (const auto& c : candidates) {
     size_t d = edit_distance(lower(word), lower(c));
-    if (d < best_distance) best_distance = d, best = c;
+    if (d < best_distance)
+      best_distance = d, best = c;
   }
   return best;
 }
 
 std::vector<std::string> command_names() {
   std::vector<std::string> names;
-  for (const auto& spec : command_table()) names.push_back(spec.info.name);
+  for (const auto& spec : command_table())
+    names.push_back(spec.info.name);
   return names;
 }
 
 std::string unknown_command_message(const std::string& name) {
   std::string guess = closest(name, command_names());
-  return "unknown command '" + name + "' (" + (guess.empty() ? "try help" : "did you mean '" + guess + "'?") + ")";
+  return "unknown command '" + name + "' ("
+         + (guess.empty() ? "try help" : "did you mean '" + guess + "'?") + ")";
 }
 
 // "" when `value` fits `kind`, else what it must be ("a whole number >= 0").
@@ -201,9 +237,13 @@ std::string check_value(value_kind kind, const std::string& value) {
     return n && *n >= 1 ? "" : "a whole number >= 1";
   }
   case value_kind::duration:
-    return duration_seconds(value) ? "" : "a positive number of seconds ago, or minutes/hours like 5m or 2h";
+    return duration_seconds(value) ? ""
+                                   : "a positive number of seconds ago, or "
+                                     "minutes/hours like 5m or 2h";
   case value_kind::level:
-    return std::count(log_levels.begin(), log_levels.end(), value) ? "" : "one of " + join(log_levels, ", ");
+    return std::count(log_levels.begin(), log_levels.end(), value)
+             ? ""
+             : "one of " + join(log_levels, ", ");
   case value_kind::text:
   case value_kind::actor_path:
     return value.empty() ? "non-empty" : "";
@@ -215,7 +255,8 @@ std::string check_value(value_kind kind, const std::string& value) {
 }
 
 // Fills options and positional args from tokens[1..]; "" or the problem.
-std::string collect(const command_spec& spec, const std::vector<token>& tokens, parsed_command& out) {
+std::string collect(const command_spec& spec, const std::vector<token>& tokens,
+                    parsed_command& out) {
   for (size_t i = 1; i < tokens.size(); ++i) {
     const token& t = tokens[i];
     if (!is_option_token(t)) {
@@ -225,22 +266,28 @@ std::string collect(const command_spec& spec, const std::vector<token>& tokens, 
     std::string name = t.text.substr(2), value;
     size_t eq = name.find('=');
     bool inline_value = eq != std::string::npos;
-    if (inline_value) value = name.substr(eq + 1), name.resize(eq);
+    if (inline_value)
+      value = name.substr(eq + 1), name.resize(eq);
     const option_spec* opt = find_option(spec, name);
     if (!opt) {
       std::vector<std::string> known;
-      for (const auto& o : spec.options) known.push_back(o.name);
+      for (const auto& o : spec.options)
+        known.push_back(o.name);
       std::string guess = closest(name, known);
-      return "unknown option '--" + name + "'" + (guess.empty() ? "" : " (did you mean '--" + guess + "'?)");
+      return "unknown option '--" + name + "'"
+             + (guess.empty() ? "" : " (did you mean '--" + guess + "'?)");
     }
-    if (out.options.count(name)) return "--" + name + " given twice";
+    if (out.options.count(name))
+      return "--" + name + " given twice";
     if (opt->kind == value_kind::flag) {
-      if (inline_value) return "--" + name + " takes no value";
+      if (inline_value)
+        return "--" + name + " takes no value";
       out.options[name] = "true";
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= tokens.size() || is_option_token(tokens[i + 1])) return "--" + name + " needs a value";
+      if (i + 1 >= tokens.size() || is_option_token(tokens[i + 1]))
+        return "--" + name + " needs a value";
       value = tokens[++i].text;
     }
     if (std::string want = check_value(opt->kind, value); !want.empty())
@@ -253,12 +300,14 @@ std::string collect(const command_spec& spec, const std::vector<token>& tokens, 
 std::string check_args(const command_spec& spec, const parsed_command& cmd) {
   if (cmd.args.size() > spec.args.size()) {
     const std::string& extra = cmd.args[spec.args.size()];
-    return spec.args.empty() ? "takes no arguments, got '" + extra + "'" : "unexpected argument '" + extra + "'";
+    return spec.args.empty() ? "takes no arguments, got '" + extra + "'"
+                             : "unexpected argument '" + extra + "'";
   }
   for (size_t i = 0; i < spec.args.size(); ++i) {
     const arg_spec& arg = spec.args[i];
     if (i >= cmd.args.size()) {
-      if (arg.required) return "missing " + arg.label;
+      if (arg.required)
+        return "missing " + arg.label;
       continue;
     }
     if (std::string want = check_value(arg.kind, cmd.args[i]); !want.empty())
@@ -267,10 +316,12 @@ std::string check_args(const command_spec& spec, const parsed_command& cmd) {
   return "";
 }
 
-std::vector<std::string> with_prefix(const std::vector<std::string>& words, const std::string& prefix) {
+std::vector<std::string> with_prefix(const std::vector<std::string>& words,
+                                     const std::string& prefix) {
   std::set<std::string> unique;
   for (const auto& w : words)
-    if (starts_with(w, prefix)) unique.insert(w);
+    if (starts_with(w, prefix))
+      unique.insert(w);
   return {unique.begin(), unique.end()};
 }
 
@@ -279,9 +330,12 @@ std::string last_command(const std::string& text) {
   bool in_quotes = false;
   size_t start = 0;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (in_quotes && text[i] == '\\' && i + 1 < text.size()) ++i;
-    else if (text[i] == '"') in_quotes = !in_quotes;
-    else if (text[i] == ';' && !in_quotes) start = i + 1;
+    if (in_quotes && text[i] == '\\' && i + 1 < text.size())
+      ++i;
+    else if (text[i] == '"')
+      in_quotes = !in_quotes;
+    else if (text[i] == ';' && !in_quotes)
+      start = i + 1;
   }
   return text.substr(start);
 }
@@ -291,7 +345,8 @@ std::string last_command(const std::string& text) {
 const std::vector<command_info>& shell_commands() {
   static const std::vector<command_info> infos = [] {
     std::vector<command_info> out;
-    for (const auto& spec : command_table()) out.push_back(spec.info);
+    for (const auto& spec : command_table())
+      out.push_back(spec.info);
     return out;
   }();
   return infos;
@@ -304,13 +359,15 @@ const command_info* find_command(const std::string& name) {
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diagonal = row[0];
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
       size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
       diagonal = above;
     }
   }
@@ -322,7 +379,8 @@ std::vector<std::string> split_commands(const std::string& text) {
   std::string current;
   bool in_quotes = false;
   auto flush = [&] {
-    if (std::string t = trim(current); !t.empty()) out.push_back(t);
+    if (std::string t = trim(current); !t.empty())
+      out.push_back(t);
     current.clear();
   };
   for (size_t i = 0; i < text.size(); ++i) {
@@ -332,8 +390,10 @@ std::vector<std::string> split_commands(const std::string& text) {
       continue;
     }
     current += c;
-    if (in_quotes && c == '\\' && i + 1 < text.size()) current += text[++i]; // keep \" inside quotes
-    else if (c == '"') in_quotes = !in_quotes;
+    if (in_quotes && c == '\\' && i + 1 < text.size())
+      current += text[++i]; // keep \" inside quotes
+    else if (c == '"')
+      in_quotes = !in_quotes;
   }
   flush();
   return out;
@@ -342,21 +402,32 @@ std::vector<std::string> split_commands(const std::string& text) {
 std::optional<double> duration_seconds(const std::string& text) {
   // Strict: digits, optional fraction, optional unit; no signs, exponents, inf.
   size_t i = 0, digits = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])))
+    ++i, ++digits;
   if (i < text.size() && text[i] == '.') {
     ++i;
     size_t fraction = 0;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++fraction;
-    if (fraction == 0) return std::nullopt;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])))
+      ++i, ++fraction;
+    if (fraction == 0)
+      return std::nullopt;
   }
-  if (digits == 0) return std::nullopt;
+  if (digits == 0)
+    return std::nullopt;
   double scale = 1;
   if (i + 1 == text.size()) {
     switch (text[i]) {
-    case 's': scale = 1; break;
-    case 'm': scale = 60; break;
-    case 'h': scale = 3600; break;
-    default: return std::nullopt;
+    case 's':
+      scale = 1;
+      break;
+    case 'm':
+      scale = 60;
+      break;
+    case 'h':
+      scale = 3600;
+      break;
+    default:
+      return std::nullopt;
     }
   } else if (i != text.size()) {
     return std::nullopt;
@@ -364,7 +435,8 @@ std::optional<double> duration_seconds(const std::string& text) {
   double number = 0; // from_chars: no locale, unlike strtod
   std::from_chars(text.data(), text.data() + i, number);
   double seconds = number * scale;
-  if (!(seconds > 0) || !std::isfinite(seconds)) return std::nullopt;
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    return std::nullopt;
   return seconds;
 }
 
@@ -375,7 +447,8 @@ parsed_command parse_command(const std::string& line, std::string& error) {
     error = "missing closing quote (\") in: " + trim(line);
     return {};
   }
-  if (lexed.tokens.empty()) return {};
+  if (lexed.tokens.empty())
+    return {};
   const std::string& name = lexed.tokens[0].text;
   const command_spec* spec = find_spec(name);
   if (!spec) {
@@ -385,8 +458,10 @@ parsed_command parse_command(const std::string& line, std::string& error) {
   parsed_command cmd;
   cmd.name = name;
   std::string problem = collect(*spec, lexed.tokens, cmd);
-  if (problem.empty()) problem = check_args(*spec, cmd);
-  if (problem.empty() && name == "help" && !cmd.args.empty() && !find_spec(cmd.args[0]))
+  if (problem.empty())
+    problem = check_args(*spec, cmd);
+  if (problem.empty() && name == "help" && !cmd.args.empty()
+      && !find_spec(cmd.args[0]))
     problem = unknown_command_message(cmd.args[0]);
   if (!problem.empty()) {
     error = name + ": " + problem + " (usage: " + spec->info.usage + ")";
@@ -395,27 +470,33 @@ parsed_command parse_command(const std::string& line, std::string& error) {
   return cmd;
 }
 
-std::vector<std::string> complete_command_line(const std::string& before_cursor,
-                                               const std::vector<std::string>& actor_paths) {
+std::vector<std::string> complete_command_line(
+  const std::string& before_cursor,
+  const std::vector<std::string>& actor_paths) {
   token_list lexed = tokenize(last_command(before_cursor));
   // Inside quotes the word boundaries are the user's business.
-  if (lexed.unterminated_quote) return {};
+  if (lexed.unterminated_quote)
+    return {};
   std::vector<token>& tokens = lexed.tokens;
   bool new_word = tokens.empty() || lexed.ends_in_space;
-  if (!new_word && tokens.back().quoted) return {};
+  if (!new_word && tokens.back().quoted)
+    return {};
   std::string partial = new_word ? "" : tokens.back().text;
   size_t word_index = new_word ? tokens.size() : tokens.size() - 1;
-  if (word_index == 0) return with_prefix(command_names(), partial);
+  if (word_index == 0)
+    return with_prefix(command_names(), partial);
 
   const command_spec* spec = find_spec(tokens[0].text);
-  if (!spec) return {};
+  if (!spec)
+    return {};
 
   // The word after an option that takes a value is that value.
   const token& previous = tokens[word_index - 1];
   if (word_index >= 2 && is_option_token(previous)) {
     const option_spec* opt = find_option(*spec, previous.text.substr(2));
     if (opt && opt->kind != value_kind::flag)
-      return opt->kind == value_kind::level ? with_prefix(log_levels, partial) : std::vector<std::string>{};
+      return opt->kind == value_kind::level ? with_prefix(log_levels, partial)
+                                            : std::vector<std::string>{};
   }
 
   // Which positional argument this word is, and which options are used.
@@ -429,28 +510,36 @@ std::vector<std::string> complete_command_line(const std::string& before_cursor,
     std::string name = tokens[i].text.substr(2);
     used.insert(name.substr(0, name.find('=')));
     const option_spec* opt = find_option(*spec, name);
-    if (opt && opt->kind != value_kind::flag) ++i; // skip its value
+    if (opt && opt->kind != value_kind::flag)
+      ++i; // skip its value
   }
 
   // `--level=w` completes as one word.
   if (starts_with(partial, "--level=") && find_option(*spec, "level")) {
     std::vector<std::string> forms;
-    for (const auto& level : log_levels) forms.push_back("--level=" + level);
+    for (const auto& level : log_levels)
+      forms.push_back("--level=" + level);
     return with_prefix(forms, partial);
   }
 
-  bool wants_option = starts_with(partial, "-") || (partial.empty() && positional >= spec->args.size());
+  bool wants_option = starts_with(partial, "-")
+                      || (partial.empty() && positional >= spec->args.size());
   if (wants_option) {
     std::vector<std::string> names;
     for (const auto& opt : spec->options)
-      if (!used.count(opt.name)) names.push_back("--" + opt.name);
+      if (!used.count(opt.name))
+        names.push_back("--" + opt.name);
     return with_prefix(names, partial);
   }
-  if (positional >= spec->args.size()) return {};
+  if (positional >= spec->args.size())
+    return {};
   switch (spec->args[positional].kind) {
-  case value_kind::actor_path: return with_prefix(actor_paths, partial);
-  case value_kind::command_name: return with_prefix(command_names(), partial);
-  default: return {};
+  case value_kind::actor_path:
+    return with_prefix(actor_paths, partial);
+  case value_kind::command_name:
+    return with_prefix(command_names(), partial);
+  default:
+    return {};
   }
 }
 

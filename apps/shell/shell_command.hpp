@@ -50,8 +50,9 @@ std::optional<double> duration_seconds(const std::string& text);
 // restart/kill/actors, command names after help, option names after "-",
 // levels after `logs --level`. Sorted, no duplicates, all starting with the
 // partial word.
-std::vector<std::string> complete_command_line(const std::string& before_cursor,
-                                               const std::vector<std::string>& actor_paths);
+std::vector<std::string> complete_command_line(
+  const std::string& before_cursor,
+  const std::vector<std::string>& actor_paths);
 
 // Levenshtein distance, used for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -12,9 +12,8 @@
     try {                                                                      \
       call;                                                                    \
     } catch (const std::exception& tutti_ex_) {                                \
-      return ::tutti::status::error(std::string("gloo: ") + #call + " at "     \
-                                    + __FILE__ + ":"                           \
-                                    + std::to_string(__LINE__) + ": "          \
-                                    + tutti_ex_.what());                       \
+      return ::tutti::status::error(                                           \
+        std::string("gloo: ") + #call + " at " + __FILE__ + ":"                \
+        + std::to_string(__LINE__) + ": " + tutti_ex_.what());                 \
     }                                                                          \
   } while (false)

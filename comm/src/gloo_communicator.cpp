@@ -36,9 +36,8 @@ public:
     return reduce(data, count);
   }
 
-  status all_to_all_v(const void* send,
-                      const std::vector<int64_t>& send_counts, void* recv,
-                      const std::vector<int64_t>& recv_counts,
+  status all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
+                      void* recv, const std::vector<int64_t>& recv_counts,
                       size_t element_bytes) override {
     TUTTI_RETURN_IF_ERROR(check_not_aborted());
     if (size() == 1) {
@@ -99,9 +98,9 @@ private:
       return {};
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*,
-                                                const void*, size_t)>(
-      &gloo::sum<T>));
+    opts.setReduceFunction(
+      static_cast<void (*)(void*, const void*, const void*, size_t)>(
+        &gloo::sum<T>));
     opts.setTag(next_tag());
     opts.setTimeout(options_.timeout);
     TUTTI_GLOO_CHECK(gloo::allreduce(opts));

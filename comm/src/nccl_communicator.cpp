@@ -53,8 +53,10 @@ public:
       else
         ncclCommAbort(comm_);
     }
-    if (staging_ != nullptr) cudaFree(staging_);
-    if (own_stream_) cudaStreamDestroy(stream_);
+    if (staging_ != nullptr)
+      cudaFree(staging_);
+    if (own_stream_)
+      cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
@@ -70,14 +72,16 @@ public:
     return reduce(data, count, ncclInt64, sizeof(int64_t));
   }
 
-  status all_to_all_v(const void* send,
-                      const std::vector<int64_t>& send_counts, void* recv,
-                      const std::vector<int64_t>& recv_counts,
+  status all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
+                      void* recv, const std::vector<int64_t>& recv_counts,
                       size_t element_bytes) override {
-    if (send_counts.size() != size_t(size_) || recv_counts.size() != size_t(size_))
-      return status::error("nccl all_to_all_v: counts must have one entry per member");
+    if (send_counts.size() != size_t(size_)
+        || recv_counts.size() != size_t(size_))
+      return status::error(
+        "nccl all_to_all_v: counts must have one entry per member");
     if (send_counts[rank_] != recv_counts[rank_])
-      return status::error("nccl all_to_all_v: send and receive counts to self differ");
+      return status::error(
+        "nccl all_to_all_v: send and receive counts to self differ");
     size_t send_bytes = 0, recv_bytes = 0;
     for (int p = 0; p < size_; ++p) {
       send_bytes += size_t(send_counts[p]) * element_bytes;
@@ -97,10 +101,11 @@ public:
       if (!send_dev) {
         sbuf = static_cast<const char*>(stage);
         if (send_bytes > 0)
-          TUTTI_COMM_CUDA_CHECK(cudaMemcpyAsync(stage, send, send_bytes,
-                                                cudaMemcpyHostToDevice, stream_));
+          TUTTI_COMM_CUDA_CHECK(cudaMemcpyAsync(
+            stage, send, send_bytes, cudaMemcpyHostToDevice, stream_));
       }
-      if (!recv_dev) rbuf = static_cast<char*>(stage) + recv_at;
+      if (!recv_dev)
+        rbuf = static_cast<char*>(stage) + recv_at;
       std::vector<size_t> soff(size_ + 1, 0), roff(size_ + 1, 0);
       for (int p = 0; p < size_; ++p) {
         soff[p + 1] = soff[p] + size_t(send_counts[p]) * element_bytes;
@@ -109,20 +114,23 @@ public:
       // Our own block is a local copy, not a message to ourselves.
       const size_t self = soff[rank_ + 1] - soff[rank_];
       if (self > 0)
-        TUTTI_COMM_CUDA_CHECK(cudaMemcpyAsync(rbuf + roff[rank_], sbuf + soff[rank_],
-                                              self, cudaMemcpyDeviceToDevice, stream_));
+        TUTTI_COMM_CUDA_CHECK(
+          cudaMemcpyAsync(rbuf + roff[rank_], sbuf + soff[rank_], self,
+                          cudaMemcpyDeviceToDevice, stream_));
       // Grouped point-to-point: NCCL schedules all pairs together. The
       // group is always closed, even when one call in it failed.
       ncclResult_t first = ncclSuccess;
       TUTTI_NCCL_CHECK(ncclGroupStart());
       for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
+        if (p == rank_)
+          continue;
         const size_t sn = soff[p + 1] - soff[p], rn = roff[p + 1] - roff[p];
         if (sn > 0 && first == ncclSuccess)
           first = ncclSend(sbuf + soff[p], sn, ncclUint8, p, comm_, stream_);
         if (rn > 0 && first == ncclSuccess)
           first = ncclRecv(rbuf + roff[p], rn, ncclUint8, p, comm_, stream_);
-        if (first == ncclInProgress) first = ncclSuccess;
+        if (first == ncclInProgress)
+          first = ncclSuccess;
       }
       TUTTI_NCCL_CHECK(ncclGroupEnd());
       TUTTI_NCCL_CHECK(first);
@@ -157,9 +165,11 @@ public:
 
   status abort() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (aborted_) return {};
+    if (aborted_)
+      return {};
     if (in_flight_) {
-      abort_requested_ = true; // the collective's thread aborts at its next poll
+      abort_requested_ =
+        true; // the collective's thread aborts at its next poll
       return {};
     }
     aborted_ = true;
@@ -174,7 +184,8 @@ private:
   status run(const char* what, F issue) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (aborted_) return status::error(describe() + ": aborted; " + what + " refused");
+      if (aborted_)
+        return status::error(describe() + ": aborted; " + what + " refused");
       in_flight_ = true;
     }
     status st;
@@ -192,7 +203,8 @@ private:
   }
 
   status reduce(void* data, size_t count, ncclDataType_t type, size_t elem) {
-    if (count == 0) return {};
+    if (count == 0)
+      return {};
     return run("all_reduce", [&]() -> status {
       bool dev = true;
       TUTTI_RETURN_IF_ERROR(on_device(data, dev));
@@ -200,14 +212,15 @@ private:
       const size_t bytes = count * elem;
       if (!dev) {
         TUTTI_RETURN_IF_ERROR(staging(bytes, buf));
-        TUTTI_COMM_CUDA_CHECK(cudaMemcpyAsync(buf, data, bytes,
-                                              cudaMemcpyHostToDevice, stream_));
+        TUTTI_COMM_CUDA_CHECK(
+          cudaMemcpyAsync(buf, data, bytes, cudaMemcpyHostToDevice, stream_));
       }
-      TUTTI_NCCL_CHECK(ncclAllReduce(buf, buf, count, type, ncclSum, comm_, stream_));
+      TUTTI_NCCL_CHECK(
+        ncclAllReduce(buf, buf, count, type, ncclSum, comm_, stream_));
       TUTTI_RETURN_IF_ERROR(wait("all_reduce"));
       if (!dev) {
-        TUTTI_COMM_CUDA_CHECK(cudaMemcpyAsync(data, buf, bytes,
-                                              cudaMemcpyDeviceToHost, stream_));
+        TUTTI_COMM_CUDA_CHECK(
+          cudaMemcpyAsync(data, buf, bytes, cudaMemcpyDeviceToHost, stream_));
         TUTTI_COMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       }
       return {};
@@ -219,7 +232,8 @@ private:
   status wait(const char* what) {
     const auto deadline = steady::now() + options_.timeout;
     for (;;) {
-      if (abort_requested_) return abort_now(std::string("abort requested during ") + what);
+      if (abort_requested_)
+        return abort_now(std::string("abort requested during ") + what);
       ncclResult_t async = ncclSuccess;
       TUTTI_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess && async != ncclInProgress)
@@ -228,7 +242,8 @@ private:
                          + ncclGetLastError(comm_) + ")");
       if (async == ncclSuccess) { // everything is enqueued: is it done?
         const cudaError_t q = cudaStreamQuery(stream_);
-        if (q == cudaSuccess) return {};
+        if (q == cudaSuccess)
+          return {};
         TUTTI_COMM_CUDA_CHECK(q == cudaErrorNotReady ? cudaSuccess : q);
       }
       if (steady::now() > deadline)
@@ -251,10 +266,12 @@ private:
 
   static status on_device(const void* p, bool& dev) {
     dev = true;
-    if (p == nullptr) return {};
+    if (p == nullptr)
+      return {};
     cudaPointerAttributes attr{};
     TUTTI_COMM_CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
-    dev = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+    dev = attr.type == cudaMemoryTypeDevice
+          || attr.type == cudaMemoryTypeManaged;
     return {};
   }
 
@@ -288,7 +305,7 @@ private:
 
 } // namespace
 
-bool nccl_built(std::string&) { return true; }
+status nccl_built() { return {}; }
 
 status make_nccl_communicator(gloo::rendezvous::Store& store, int rank,
                               int size, const nccl_options& options,
@@ -296,12 +313,13 @@ status make_nccl_communicator(gloo::rendezvous::Store& store, int rank,
   int count = 0;
   const cudaError_t probe = cudaGetDeviceCount(&count);
   if (probe != cudaSuccess || count == 0)
-    return status::error(std::string("nccl communicator: no GPU answers (")
-                         + (probe != cudaSuccess ? cudaGetErrorString(probe)
-                                                 : "no CUDA device")
-                         + "); use communication_backend: gloo on CPU");
+    return status::error(
+      std::string("nccl communicator: no GPU answers (")
+      + (probe != cudaSuccess ? cudaGetErrorString(probe) : "no CUDA device")
+      + "); use communication_backend: gloo on CPU");
   int device = options.device;
-  if (device < 0) TUTTI_COMM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0)
+    TUTTI_COMM_CUDA_CHECK(cudaGetDevice(&device));
   TUTTI_COMM_CUDA_CHECK(cudaSetDevice(device));
 
   // The unique id travels through the rendezvous store (the coordinator).
@@ -309,7 +327,8 @@ status make_nccl_communicator(gloo::rendezvous::Store& store, int rank,
   const std::string key = options.group + "/nccl_unique_id";
   if (rank == 0) {
     TUTTI_NCCL_CHECK(ncclGetUniqueId(&id));
-    const std::vector<char> bytes(id.internal, id.internal + sizeof(id.internal));
+    const std::vector<char> bytes(id.internal,
+                                  id.internal + sizeof(id.internal));
     TUTTI_GLOO_CHECK(store.set(key, bytes));
   } else {
     std::vector<char> bytes;
@@ -329,27 +348,31 @@ status make_nccl_communicator(gloo::rendezvous::Store& store, int rank,
   const auto deadline = steady::now() + options.timeout;
   for (;;) {
     TUTTI_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
-    if (state != ncclInProgress || steady::now() > deadline) break;
+    if (state != ncclInProgress || steady::now() > deadline)
+      break;
     std::this_thread::sleep_for(options.poll);
   }
   if (state != ncclSuccess) {
     ncclCommAbort(comm);
-    return status::error("nccl communicator: init of rank " + std::to_string(rank)
-                         + "/" + std::to_string(size) + " failed: "
-                         + (state == ncclInProgress ? std::string("timed out")
-                                                    : ncclGetErrorString(state)));
+    return status::error(
+      "nccl communicator: init of rank " + std::to_string(rank) + "/"
+      + std::to_string(size) + " failed: "
+      + (state == ncclInProgress ? std::string("timed out")
+                                 : ncclGetErrorString(state)));
   }
 
   auto stream = static_cast<cudaStream_t>(options.stream);
   const bool own = stream == nullptr;
   if (own) {
-    const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    const cudaError_t e = cudaStreamCreateWithFlags(&stream,
+                                                    cudaStreamNonBlocking);
     if (e != cudaSuccess) {
       ncclCommAbort(comm);
       TUTTI_COMM_CUDA_CHECK(e);
     }
   }
-  out = std::make_unique<nccl_comm>(comm, rank, size, device, stream, own, options);
+  out = std::make_unique<nccl_comm>(comm, rank, size, device, stream, own,
+                                    options);
   return {};
 }
 
@@ -359,18 +382,16 @@ status make_nccl_communicator(gloo::rendezvous::Store& store, int rank,
 
 namespace tutti::comm {
 
-bool nccl_built(std::string& why) {
-  why = "tutti was built without NCCL (no CUDA toolkit or nccl.h when it was"
-        " configured)";
-  return false;
+status nccl_built() {
+  return status::error(
+    "tutti was built without NCCL (no CUDA toolkit or nccl.h when it was"
+    " configured)");
 }
 
 status make_nccl_communicator(gloo::rendezvous::Store&, int, int,
                               const nccl_options&,
                               std::unique_ptr<nccl_communicator>&) {
-  std::string why;
-  nccl_built(why);
-  return status::error("communication_backend nccl: " + why);
+  return nccl_built().with_context("communication_backend nccl: ");
 }
 
 } // namespace tutti::comm

@@ -18,26 +18,26 @@ status check_cluster(const cluster_config& cl) {
     "must equal nnodes * nproc_per_node (" + text(cl.nnodes) + " * "
       + text(cl.nproc_per_node) + " = " + text(cl.nnodes * cl.nproc_per_node)
       + "), got " + text(cl.world_size)));
-  TUTTI_RETURN_IF_ERROR(require(
-    cl.backend() != backend_kind::nccl || cl.device == compute_device::cuda,
-    "cluster_config.communication_backend",
-    "nccl needs cluster_config.device: cuda"));
-  TUTTI_RETURN_IF_ERROR(require(
-    cl.coordinator_port() > 0 && cl.coordinator_port() < 65536
-      && !cl.coordinator_host().empty(),
-    "cluster_config.coordinator",
-    "must be host:port, got '" + cl.coordinator + "'"));
+  TUTTI_RETURN_IF_ERROR(require(cl.backend() != backend_kind::nccl
+                                  || cl.device == compute_device::cuda,
+                                "cluster_config.communication_backend",
+                                "nccl needs cluster_config.device: cuda"));
+  TUTTI_RETURN_IF_ERROR(
+    require(cl.coordinator_port() > 0 && cl.coordinator_port() < 65536
+              && !cl.coordinator_host().empty(),
+            "cluster_config.coordinator",
+            "must be host:port, got '" + cl.coordinator + "'"));
   TUTTI_RETURN_IF_ERROR(require(
     cl.nodes.empty() || static_cast<int64_t>(cl.nodes.size()) == cl.nnodes,
     "cluster_config.nodes",
     "lists " + std::to_string(cl.nodes.size()) + " nodes but nnodes is "
       + text(cl.nnodes)));
   for (std::size_t i = 0; i < cl.nodes.size(); ++i)
-    TUTTI_RETURN_IF_ERROR(require(
-      !cl.nodes[i].host.empty() && cl.nodes[i].port > 0
-        && cl.nodes[i].port < 65536,
-      "cluster_config.nodes[" + std::to_string(i) + "]",
-      "needs host and a port in 1..65535"));
+    TUTTI_RETURN_IF_ERROR(
+      require(!cl.nodes[i].host.empty() && cl.nodes[i].port > 0
+                && cl.nodes[i].port < 65536,
+              "cluster_config.nodes[" + std::to_string(i) + "]",
+              "needs host and a port in 1..65535"));
   return require(cl.ep_size >= 1 && cl.world_size % cl.ep_size == 0,
                  "cluster_config.ep_size",
                  "must divide world_size " + text(cl.world_size) + ", got "
@@ -49,11 +49,11 @@ status check_recovery(const job_config& c) {
   const auto collective = c.cluster.collective_timeout_ms;
   const std::string order =
     "): timeouts are ordered heartbeat < collective < rendezvous";
-  TUTTI_RETURN_IF_ERROR(require(
-    r.heartbeat_timeout_ms > r.heartbeat_interval_ms,
-    "recovery.heartbeat_timeout_ms",
-    "must be longer than recovery.heartbeat_interval_ms ("
-      + text(r.heartbeat_interval_ms) + ")"));
+  TUTTI_RETURN_IF_ERROR(
+    require(r.heartbeat_timeout_ms > r.heartbeat_interval_ms,
+            "recovery.heartbeat_timeout_ms",
+            "must be longer than recovery.heartbeat_interval_ms ("
+              + text(r.heartbeat_interval_ms) + ")"));
   TUTTI_RETURN_IF_ERROR(require(
     r.heartbeat_timeout_ms < collective, "recovery.heartbeat_timeout_ms",
     "must be shorter than cluster_config.collective_timeout_ms ("
@@ -80,9 +80,8 @@ status check_model(const model_config& m) {
   TUTTI_RETURN_IF_ERROR(require(
     m.num_attention_heads % m.num_key_value_heads == 0,
     "model.num_attention_heads",
-    "must be a multiple of num_key_value_heads ("
-      + text(m.num_attention_heads) + " % " + text(m.num_key_value_heads)
-      + " != 0)"));
+    "must be a multiple of num_key_value_heads (" + text(m.num_attention_heads)
+      + " % " + text(m.num_key_value_heads) + " != 0)"));
   TUTTI_RETURN_IF_ERROR(require(m.hidden_size % m.num_attention_heads == 0,
                                 "model.hidden_size",
                                 "must be a multiple of num_attention_heads"));
@@ -94,14 +93,14 @@ status check_model(const model_config& m) {
 status check_moe(const job_config& c) {
   const auto& e = c.moe;
   const auto ep = c.cluster.ep_size;
-  TUTTI_RETURN_IF_ERROR(require(
-    e.router_top_k <= e.num_experts, "moe_config.router_top_k",
-    "must be <= num_experts (" + text(e.router_top_k) + " > "
-      + text(e.num_experts) + ")"));
-  TUTTI_RETURN_IF_ERROR(require(
-    e.num_experts % ep == 0, "moe_config.num_experts",
-    "must be divisible by ep_size (" + text(e.num_experts) + " % " + text(ep)
-      + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(
+    require(e.router_top_k <= e.num_experts, "moe_config.router_top_k",
+            "must be <= num_experts (" + text(e.router_top_k) + " > "
+              + text(e.num_experts) + ")"));
+  TUTTI_RETURN_IF_ERROR(
+    require(e.num_experts % ep == 0, "moe_config.num_experts",
+            "must be divisible by ep_size (" + text(e.num_experts) + " % "
+              + text(ep) + " != 0)"));
   return require(e.all_to_all_communication == all_to_all_mode::enabled
                    || ep == 1,
                  "moe_config.all_to_all_communication",
@@ -115,16 +114,16 @@ status check_train(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(require(t.seq_len <= c.model.max_seq_len,
                                 "train.seq_len",
                                 "must be <= model.max_seq_len"));
-  TUTTI_RETURN_IF_ERROR(require(
-    t.global_batch_size % world == 0, "train.global_batch_size",
-    "must be divisible by world_size (" + text(t.global_batch_size) + " % "
-      + text(world) + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(
+    require(t.global_batch_size % world == 0, "train.global_batch_size",
+            "must be divisible by world_size (" + text(t.global_batch_size)
+              + " % " + text(world) + " != 0)"));
   TUTTI_RETURN_IF_ERROR(require(t.min_lr >= 0 && t.min_lr <= t.lr,
                                 "train.min_lr", "must be in [0, lr]"));
-  TUTTI_RETURN_IF_ERROR(require(
-    t.gemm_precision == gemm_precision::fp32
-      || c.cluster.device == compute_device::cuda,
-    "train.gemm_precision", "bf16 needs cluster_config.device: cuda"));
+  TUTTI_RETURN_IF_ERROR(require(t.gemm_precision == gemm_precision::fp32
+                                  || c.cluster.device == compute_device::cuda,
+                                "train.gemm_precision",
+                                "bf16 needs cluster_config.device: cuda"));
   return require(t.eval_sequences >= 0 && t.eval_sequences % world == 0,
                  "train.eval_sequences",
                  "must be >= 0 and divisible by world_size");

@@ -22,7 +22,9 @@ struct probe_visitor {
 };
 
 template <class T>
-concept section = requires(probe_visitor& v, T& x) { visit_fields(v, x); };
+concept section = requires(probe_visitor& v, T& x) {
+  visit_fields(v, x);
+};
 
 template <class T>
 struct list_of_sections : std::false_type {};

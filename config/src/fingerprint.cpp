@@ -49,8 +49,7 @@ entries config_fingerprint(const job_config& c) {
   for (int64_t i = 0; i < cl.nnodes && i < 4096; ++i) {
     auto n = cl.node(i);
     out.emplace_back("cluster_config.nodes[" + std::to_string(i) + "]",
-                     n.host + ":" + std::to_string(n.port) + " rack "
-                       + n.rack);
+                     n.host + ":" + std::to_string(n.port) + " rack " + n.rack);
   }
   return out;
 }
@@ -76,8 +75,7 @@ std::string first_difference(const std::string& ours,
       auto value = [](const std::string& line, bool has) {
         return has ? line.substr(line.find('=') + 1) : std::string("(absent)");
       };
-      return key + ": " + value(la, ha) + " here, " + value(lb, hb)
-             + " there";
+      return key + ": " + value(la, ha) + " here, " + value(lb, hb) + " there";
     }
   }
 }

@@ -13,8 +13,8 @@ std::string type_text() {
   if constexpr (config::section<T>)
     return "section";
   else if constexpr (config::list_of_sections<T>::value)
-    return "list of {" + config::field_list<
-                           typename config::list_of_sections<T>::element>()
+    return "list of {"
+           + config::field_list<typename config::list_of_sections<T>::element>()
            + "}";
   else if constexpr (named_enum<T>)
     return enum_choices<T>(" \\| ", " \\| ");
@@ -75,8 +75,8 @@ public:
       if (!part.empty())
         allowed += (allowed.empty() ? "" : ", ") + part;
     out_ += "| `" + key + "` | " + type_text<T, Options...>() + " | "
-            + default_text<T, Options...>(value) + " | " + allowed + " | "
-            + doc + " |\n";
+            + default_text<T, Options...>(value) + " | " + allowed + " | " + doc
+            + " |\n";
     if constexpr (config::section<T>) {
       reference_writer inner(key + ".", out_);
       visit_fields(inner, value);

@@ -126,15 +126,15 @@ private:
     if constexpr (named_enum<T>) {
       auto parsed = from_string<T>(text);
       if (!parsed)
-        return refusal(path, "must be " + enum_choices<T>() + ", got '" + text
-                               + "'");
+        return refusal(path,
+                       "must be " + enum_choices<T>() + ", got '" + text + "'");
       out = *parsed;
     } else {
       try {
         out = convert<T>(value);
       } catch (const YAML::Exception&) {
-        return refusal(path, "expected " + expected_kind<T>() + ", got '"
-                               + text + "'");
+        return refusal(path, "expected " + expected_kind<T>() + ", got '" + text
+                               + "'");
       }
       if constexpr (std::is_floating_point_v<T>)
         if (!std::isfinite(out))

@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
   buf << in.rdbuf();
   marked_file file;
   if (!split(buf.str(), file)) {
-    std::cerr << path << ": no lines " << tutti::key_reference_begin
-              << " and " << tutti::key_reference_end << "\n";
+    std::cerr << path << ": no lines " << tutti::key_reference_begin << " and "
+              << tutti::key_reference_end << "\n";
     return 2;
   }
   if (mode == "--check") {

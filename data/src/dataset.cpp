@@ -9,7 +9,8 @@
 
 namespace tutti::data {
 
-std::filesystem::path shard_path(const std::filesystem::path& dir, std::string_view split, std::uint32_t index) {
+std::filesystem::path shard_path(const std::filesystem::path& dir,
+                                 std::string_view split, std::uint32_t index) {
   char name[32];
   std::snprintf(name, sizeof name, "-%05u.tok", index);
   return dir / (std::string(split) + name);
@@ -26,7 +27,9 @@ std::string meta_to_json(const dataset_meta& m) {
   j["tokens"] = m.tokens;
   j["train_tokens"] = m.train_tokens;
   j["val_tokens"] = m.val_tokens;
-  j["entropy_rate_nats"] = m.entropy_rate_nats ? nlohmann::ordered_json(*m.entropy_rate_nats) : nullptr;
+  j["entropy_rate_nats"] = m.entropy_rate_nats
+                             ? nlohmann::ordered_json(*m.entropy_rate_nats)
+                             : nullptr;
   j["train_shards"] = m.train_shards;
   j["val_shards"] = m.val_shards;
   j["source"] = m.source;
@@ -40,13 +43,19 @@ status write_meta(const std::filesystem::path& dir, const dataset_meta& meta) {
 expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "meta.json";
   auto text = store::read_file(path);
-  if (!text.ok()) return text.error();
-  const auto n = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-  if (n.is_discarded()) return status::error(path.string() + ": not valid JSON");
-  if (!n.is_object()) return status::error(path.string() + ": not a JSON object");
-  for (const char* key : {"vocab_size", "order", "seed", "tokens", "train_tokens", "val_tokens",
-                          "entropy_rate_nats", "train_shards", "val_shards", "source"})
-    if (!n.contains(key)) return status::error(path.string() + ": missing key \"" + key + "\"");
+  if (!text.ok())
+    return text.error();
+  const auto n = nlohmann::json::parse(text.value(), nullptr,
+                                       /*allow_exceptions=*/false);
+  if (n.is_discarded())
+    return status::error(path.string() + ": not valid JSON");
+  if (!n.is_object())
+    return status::error(path.string() + ": not a JSON object");
+  for (const char* key :
+       {"vocab_size", "order", "seed", "tokens", "train_tokens", "val_tokens",
+        "entropy_rate_nats", "train_shards", "val_shards", "source"})
+    if (!n.contains(key))
+      return status::error(path.string() + ": missing key \"" + key + "\"");
   const char* at = "";
   try {
     dataset_meta m;
@@ -64,7 +73,10 @@ expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
     m.val_tokens = n[at].get<std::uint64_t>();
     at = "entropy_rate_nats";
     if (!n[at].is_null()) {
-      if (!n[at].is_number()) return status::error(path.string() + ": entropy_rate_nats is not a number: " + n[at].dump());
+      if (!n[at].is_number())
+        return status::error(path.string()
+                             + ": entropy_rate_nats is not a number: "
+                             + n[at].dump());
       m.entropy_rate_nats = n[at].get<double>();
     }
     at = "train_shards";
@@ -79,22 +91,29 @@ expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
   }
 }
 
-expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
-                                                                   std::string_view split) {
+expected<std::vector<std::vector<std::int32_t>>> load_split(
+  const std::filesystem::path& dir, std::string_view split) {
   using shards = std::vector<std::vector<std::int32_t>>;
   if (split != "train" && split != "val")
-    return status::error("load_split: split must be \"train\" or \"val\", got \"" + std::string(split) + "\"");
+    return status::error(
+      "load_split: split must be \"train\" or \"val\", got \""
+      + std::string(split) + "\"");
   auto meta = read_meta(dir);
-  if (!meta.ok()) return meta.error();
-  const std::uint32_t count = split == "train" ? meta.value().train_shards : meta.value().val_shards;
+  if (!meta.ok())
+    return meta.error();
+  const std::uint32_t count = split == "train" ? meta.value().train_shards
+                                               : meta.value().val_shards;
   shards out;
   for (std::uint32_t i = 0; i < count; ++i) {
     const auto path = shard_path(dir, split, i);
     auto s = read_shard(path);
-    if (!s.ok()) return s.error();
+    if (!s.ok())
+      return s.error();
     if (s.value().vocab_size != meta.value().vocab_size)
-      return status::error(path.string() + ": vocab_size " + std::to_string(s.value().vocab_size) +
-                             " differs from meta.json's " + std::to_string(meta.value().vocab_size));
+      return status::error(path.string() + ": vocab_size "
+                           + std::to_string(s.value().vocab_size)
+                           + " differs from meta.json's "
+                           + std::to_string(meta.value().vocab_size));
     out.push_back(std::move(s.value().tokens));
   }
   return out;

@@ -10,7 +10,6 @@
 namespace tutti::data {
 namespace {
 
-
 // Order-2 de Bruijn sequence over {0..V-1}: a cyclic sequence of length V^2
 // in which every pair (a, b) occurs exactly once. Built as the concatenation,
 // in lexicographic order, of the Lyndon words of length 1 and 2:
@@ -30,14 +29,18 @@ std::vector<std::int32_t> de_bruijn_order2(std::int32_t v) {
 
 } // namespace
 
-expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t seed,
-                                                     std::uint32_t branching, double unevenness) {
+expected<markov_source> markov_source::random(std::uint32_t vocab,
+                                              std::uint64_t seed,
+                                              std::uint32_t branching,
+                                              double unevenness) {
   // The table holds vocab^2 contexts: 4096 with branching 4 is already ~1.3 GB.
   if (vocab < 2 || vocab > 4096)
-    return status::error("markov_source: vocab must be in [2, 4096], got " + std::to_string(vocab));
+    return status::error("markov_source: vocab must be in [2, 4096], got "
+                         + std::to_string(vocab));
   if (branching < 2 || branching > vocab)
-    return status::error("markov_source: branching must be in [2, vocab=" + std::to_string(vocab) +
-                                  "], got " + std::to_string(branching));
+    return status::error("markov_source: branching must be in [2, vocab="
+                         + std::to_string(vocab) + "], got "
+                         + std::to_string(branching));
   if (!(unevenness > 0.0) || !std::isfinite(unevenness))
     return status::error("markov_source: unevenness must be positive");
 
@@ -52,12 +55,15 @@ expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t
   // start state: one context (x,x) also keeps the successor x, a self-loop
   // of the pair chain.
   std::vector<std::int32_t> label(vocab);
-  for (std::int32_t i = 0; i < v; ++i) label[i] = i;
-  for (std::uint64_t i = vocab - 1; i > 0; --i) std::swap(label[i], label[detail::uniform_below(rng, i + 1)]);
+  for (std::int32_t i = 0; i < v; ++i)
+    label[i] = i;
+  for (std::uint64_t i = vocab - 1; i > 0; --i)
+    std::swap(label[i], label[detail::uniform_below(rng, i + 1)]);
   const std::vector<std::int32_t> cycle = de_bruijn_order2(v);
   std::vector<std::int32_t> cycle_next(contexts);
   for (std::uint64_t i = 0; i < contexts; ++i) {
-    const std::int32_t a = label[cycle[i]], b = label[cycle[(i + 1) % contexts]];
+    const std::int32_t a = label[cycle[i]],
+                       b = label[cycle[(i + 1) % contexts]];
     cycle_next[std::uint64_t(a) * vocab + b] = label[cycle[(i + 2) % contexts]];
   }
   const std::int32_t loop_token = label[0];
@@ -72,20 +78,24 @@ expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t
     const auto row = m.successors_.size();
     auto add_distinct = [&](std::int32_t token) {
       for (auto i = row; i < m.successors_.size(); ++i)
-        if (m.successors_[i].token == token) return;
+        if (m.successors_[i].token == token)
+          return;
       m.successors_.push_back({token, 0.0});
     };
     add_distinct(cycle_next[ctx]);
-    if (ctx == std::uint64_t(loop_token) * vocab + loop_token) add_distinct(loop_token);
+    if (ctx == std::uint64_t(loop_token) * vocab + loop_token)
+      add_distinct(loop_token);
     while (m.successors_.size() - row < branching)
-      add_distinct(static_cast<std::int32_t>(detail::uniform_below(rng, vocab)));
+      add_distinct(
+        static_cast<std::int32_t>(detail::uniform_below(rng, vocab)));
 
     double total = 0.0;
     for (std::uint32_t k = 0; k < branching; ++k) {
       weight[k] = std::pow(-std::log(detail::uniform_open01(rng)), unevenness);
       total += weight[k];
     }
-    for (std::uint32_t k = 0; k < branching; ++k) m.successors_[row + k].prob = weight[k] / total;
+    for (std::uint32_t k = 0; k < branching; ++k)
+      m.successors_[row + k].prob = weight[k] / total;
   }
   m.row_begin_[contexts] = m.successors_.size();
 
@@ -93,50 +103,58 @@ expected<markov_source> markov_source::random(std::uint32_t vocab, std::uint64_t
   return m;
 }
 
-expected<markov_source> markov_source::from_table(std::uint32_t vocab,
-                                                         std::vector<std::vector<successor>> table) {
+expected<markov_source> markov_source::from_table(
+  std::uint32_t vocab, std::vector<std::vector<successor>> table) {
   const std::uint64_t contexts = std::uint64_t{vocab} * vocab;
   if (vocab < 1 || vocab > 65536)
-    return status::error("markov_source: vocab must be in [1, 65536], got " + std::to_string(vocab));
+    return status::error("markov_source: vocab must be in [1, 65536], got "
+                         + std::to_string(vocab));
   if (table.size() != contexts)
-    return status::error("markov_source: table has " + std::to_string(table.size()) +
-                                  " rows, expected vocab^2 = " + std::to_string(contexts));
+    return status::error(
+      "markov_source: table has " + std::to_string(table.size())
+      + " rows, expected vocab^2 = " + std::to_string(contexts));
   markov_source m;
   m.vocab_ = vocab;
   m.row_begin_.resize(contexts + 1);
   for (std::uint64_t ctx = 0; ctx < contexts; ++ctx) {
     m.row_begin_[ctx] = m.successors_.size();
     if (table[ctx].empty())
-      return status::error("markov_source: row " + std::to_string(ctx) + " has no successors");
+      return status::error("markov_source: row " + std::to_string(ctx)
+                           + " has no successors");
     double total = 0.0;
     for (const successor& s : table[ctx]) {
       if (s.token < 0 || std::uint32_t(s.token) >= vocab || !(s.prob > 0.0))
-        return status::error("markov_source: row " + std::to_string(ctx) +
-                                      " has a successor outside the vocab or a non-positive probability");
+        return status::error(
+          "markov_source: row " + std::to_string(ctx)
+          + " has a successor outside the vocab or a non-positive probability");
       for (auto i = m.row_begin_[ctx]; i < m.successors_.size(); ++i)
         if (m.successors_[i].token == s.token)
-          return status::error("markov_source: row " + std::to_string(ctx) + " repeats token " +
-                                        std::to_string(s.token));
+          return status::error("markov_source: row " + std::to_string(ctx)
+                               + " repeats token " + std::to_string(s.token));
       total += s.prob;
       m.successors_.push_back(s);
     }
     if (std::abs(total - 1.0) > 1e-9)
-      return status::error("markov_source: row " + std::to_string(ctx) + " sums to " +
-                                    std::to_string(total) + ", not 1");
+      return status::error("markov_source: row " + std::to_string(ctx)
+                           + " sums to " + std::to_string(total) + ", not 1");
   }
   m.row_begin_[contexts] = m.successors_.size();
   TUTTI_RETURN_IF_ERROR(m.compute_entropy_rate());
   return m;
 }
 
-std::span<const successor> markov_source::successors(std::int32_t a, std::int32_t b) const {
+std::span<const successor> markov_source::successors(std::int32_t a,
+                                                     std::int32_t b) const {
   const std::uint64_t ctx = std::uint64_t(a) * vocab_ + std::uint64_t(b);
-  return {successors_.data() + row_begin_[ctx], successors_.data() + row_begin_[ctx + 1]};
+  return {successors_.data() + row_begin_[ctx],
+          successors_.data() + row_begin_[ctx + 1]};
 }
 
-double markov_source::prob(std::int32_t a, std::int32_t b, std::int32_t c) const {
+double markov_source::prob(std::int32_t a, std::int32_t b,
+                           std::int32_t c) const {
   for (const successor& s : successors(a, b))
-    if (s.token == c) return s.prob;
+    if (s.token == c)
+      return s.prob;
   return 0.0;
 }
 
@@ -150,8 +168,10 @@ status markov_source::check_strongly_connected() const {
   for (std::uint64_t ab = 0; ab < states; ++ab)
     for (auto i = row_begin_[ab]; i < row_begin_[ab + 1]; ++i)
       ++into_begin[(ab % vocab_) * vocab_ + successors_[i].token + 1];
-  for (std::uint64_t t = 0; t < states; ++t) into_begin[t + 1] += into_begin[t];
-  std::vector<std::uint64_t> into(successors_.size()), fill(into_begin.begin(), into_begin.end() - 1);
+  for (std::uint64_t t = 0; t < states; ++t)
+    into_begin[t + 1] += into_begin[t];
+  std::vector<std::uint64_t> into(successors_.size()),
+    fill(into_begin.begin(), into_begin.end() - 1);
   for (std::uint64_t ab = 0; ab < states; ++ab)
     for (auto i = row_begin_[ab]; i < row_begin_[ab + 1]; ++i)
       into[fill[(ab % vocab_) * vocab_ + successors_[i].token]++] = ab;
@@ -165,17 +185,22 @@ status markov_source::check_strongly_connected() const {
       const std::uint64_t s = stack.back();
       stack.pop_back();
       auto visit = [&](std::uint64_t t) {
-        if (!seen[t]) seen[t] = 1, ++reached, stack.push_back(t);
+        if (!seen[t])
+          seen[t] = 1, ++reached, stack.push_back(t);
       };
       if (forward)
-        for (auto i = row_begin_[s]; i < row_begin_[s + 1]; ++i) visit((s % vocab_) * vocab_ + successors_[i].token);
+        for (auto i = row_begin_[s]; i < row_begin_[s + 1]; ++i)
+          visit((s % vocab_) * vocab_ + successors_[i].token);
       else
-        for (auto i = into_begin[s]; i < into_begin[s + 1]; ++i) visit(into[i]);
+        for (auto i = into_begin[s]; i < into_begin[s + 1]; ++i)
+          visit(into[i]);
     }
     if (reached != states)
-      return status::error("markov_source: chain is not irreducible: " + std::to_string(states - reached) + " of " +
-             std::to_string(states) + " pair states are " + (forward ? "unreachable from" : "unable to reach") +
-             " state (0,0)");
+      return status::error("markov_source: chain is not irreducible: "
+                           + std::to_string(states - reached) + " of "
+                           + std::to_string(states) + " pair states are "
+                           + (forward ? "unreachable from" : "unable to reach")
+                           + " state (0,0)");
   }
   return {};
 }
@@ -187,7 +212,8 @@ status markov_source::check_strongly_connected() const {
 // (a periodic one would oscillate forever under P itself). A small laziness
 // barely slows the aperiodic chains that random() builds.
 status markov_source::compute_entropy_rate() {
-  if (auto err = check_strongly_connected(); !err) return err;
+  if (auto err = check_strongly_connected(); !err)
+    return err;
   const std::uint64_t states = row_begin_.size() - 1;
   constexpr double tolerance = 1e-15;
   constexpr int max_iterations = 100000;
@@ -200,21 +226,26 @@ status markov_source::compute_entropy_rate() {
     for (std::uint64_t ab = 0; ab < states; ++ab) {
       const std::uint64_t b_row = (ab % vocab_) * vocab_;
       for (auto i = row_begin_[ab]; i < row_begin_[ab + 1]; ++i)
-        next[b_row + successors_[i].token] += (1 - laziness) * pi[ab] * successors_[i].prob;
+        next[b_row + successors_[i].token] += (1 - laziness) * pi[ab]
+                                              * successors_[i].prob;
     }
-    for (std::uint64_t s = 0; s < states; ++s) next[s] += laziness * pi[s];
+    for (std::uint64_t s = 0; s < states; ++s)
+      next[s] += laziness * pi[s];
     double total = 0.0;
-    for (double x : next) total += x;
+    for (double x : next)
+      total += x;
     change = 0.0;
     for (std::uint64_t s = 0; s < states; ++s) {
-      next[s] /= total;  // keeps rounding from drifting the mass away from 1
+      next[s] /= total; // keeps rounding from drifting the mass away from 1
       change = std::max(change, std::abs(next[s] - pi[s]));
     }
     pi.swap(next);
   }
   if (change > tolerance)
-    return status::error("markov_source: stationary distribution did not converge after " + std::to_string(iteration) +
-           " iterations (last change " + std::to_string(change) + ")");
+    return status::error(
+      "markov_source: stationary distribution did not converge after "
+      + std::to_string(iteration) + " iterations (last change "
+      + std::to_string(change) + ")");
 
   double h = 0.0;
   for (std::uint64_t ab = 0; ab < states; ++ab) {
@@ -227,18 +258,24 @@ status markov_source::compute_entropy_rate() {
   return {};
 }
 
-std::vector<std::int32_t> markov_source::generate(std::uint64_t n, std::uint64_t seed) const {
+std::vector<std::int32_t> markov_source::generate(std::uint64_t n,
+                                                  std::uint64_t seed) const {
   std::mt19937_64 rng(detail::derive_seed(seed, {0x67656e6572617465ULL}));
   std::vector<std::int32_t> out;
   out.reserve(n);
-  std::int32_t a = static_cast<std::int32_t>(detail::uniform_below(rng, vocab_));
-  std::int32_t b = static_cast<std::int32_t>(detail::uniform_below(rng, vocab_));
-  if (n > 0) out.push_back(a);
-  if (n > 1) out.push_back(b);
+  std::int32_t a = static_cast<std::int32_t>(
+    detail::uniform_below(rng, vocab_));
+  std::int32_t b = static_cast<std::int32_t>(
+    detail::uniform_below(rng, vocab_));
+  if (n > 0)
+    out.push_back(a);
+  if (n > 1)
+    out.push_back(b);
   while (out.size() < n) {
     const auto next = successors(a, b);
     double u = detail::uniform_open01(rng);
-    std::int32_t c = next.back().token;  // if rounding leaves u above the last cumulative sum
+    std::int32_t c =
+      next.back().token; // if rounding leaves u above the last cumulative sum
     for (const successor& s : next) {
       if (u < s.prob) {
         c = s.token;

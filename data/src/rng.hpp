@@ -18,9 +18,11 @@ inline std::uint64_t splitmix64(std::uint64_t x) {
 }
 
 // Independent-looking seed for a sub-stream, e.g. derive_seed(seed, {rank, epoch}).
-inline std::uint64_t derive_seed(std::uint64_t seed, std::initializer_list<std::uint64_t> parts) {
+inline std::uint64_t derive_seed(std::uint64_t seed,
+                                 std::initializer_list<std::uint64_t> parts) {
   std::uint64_t h = splitmix64(seed);
-  for (std::uint64_t p : parts) h = splitmix64(h ^ p);
+  for (std::uint64_t p : parts)
+    h = splitmix64(h ^ p);
   return h;
 }
 

@@ -13,29 +13,44 @@ namespace {
 
 status check_split_args(double val_fraction, std::uint32_t shards) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    return status::error("val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  if (shards == 0) return status::error(std::string("shards must be >= 1"));
+    return status::error("val_fraction must be in [0, 1), got "
+                         + std::to_string(val_fraction));
+  if (shards == 0)
+    return status::error(std::string("shards must be >= 1"));
   return {};
 }
 
 status make_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return status::error("cannot create directory " + dir.string() + ": " + ec.message());
+  if (ec)
+    return status::error("cannot create directory " + dir.string() + ": "
+                         + ec.message());
   return {};
 }
 
 // Cuts `train` into `shards` near-equal pieces, writes them and val, and
 // finally meta.json: its presence marks the directory complete.
-status write_dataset(const std::filesystem::path& dir, const std::vector<std::int32_t>& train,
-                            const std::vector<std::int32_t>& val, std::uint32_t shards, dataset_meta meta) {
-  if (auto err = make_dir(dir); !err) return err;
+status write_dataset(const std::filesystem::path& dir,
+                     const std::vector<std::int32_t>& train,
+                     const std::vector<std::int32_t>& val, std::uint32_t shards,
+                     dataset_meta meta) {
+  if (auto err = make_dir(dir); !err)
+    return err;
   for (std::uint32_t i = 0; i < shards; ++i) {
-    const auto begin = train.begin() + static_cast<std::ptrdiff_t>(train.size() * i / shards);
-    const auto end = train.begin() + static_cast<std::ptrdiff_t>(train.size() * (i + 1) / shards);
-    if (auto err = write_shard(shard_path(dir, "train", i), {begin, end}, meta.vocab_size); !err) return err;
+    const auto begin = train.begin()
+                       + static_cast<std::ptrdiff_t>(train.size() * i / shards);
+    const auto end = train.begin()
+                     + static_cast<std::ptrdiff_t>(train.size() * (i + 1)
+                                                   / shards);
+    if (auto err = write_shard(shard_path(dir, "train", i), {begin, end},
+                               meta.vocab_size);
+        !err)
+      return err;
   }
-  if (auto err = write_shard(shard_path(dir, "val", 0), val, meta.vocab_size); !err) return err;
+  if (auto err = write_shard(shard_path(dir, "val", 0), val, meta.vocab_size);
+      !err)
+    return err;
   meta.train_tokens = train.size();
   meta.val_tokens = val.size();
   meta.tokens = train.size() + val.size();
@@ -46,19 +61,26 @@ status write_dataset(const std::filesystem::path& dir, const std::vector<std::in
 
 } // namespace
 
-status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab, std::uint32_t order,
-                            std::uint64_t seed, std::uint64_t tokens, double val_fraction, std::uint32_t shards) {
+status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab,
+                     std::uint32_t order, std::uint64_t seed,
+                     std::uint64_t tokens, double val_fraction,
+                     std::uint32_t shards) {
   if (order != 2)
-    return status::error("synth_dataset: only order 2 is supported, got order " + std::to_string(order));
-  if (auto err = check_split_args(val_fraction, shards); !err) return status::error("synth_dataset: " + err.message());
+    return status::error("synth_dataset: only order 2 is supported, got order "
+                         + std::to_string(order));
+  if (auto err = check_split_args(val_fraction, shards); !err)
+    return status::error("synth_dataset: " + err.message());
   auto source = markov_source::random(vocab, seed);
-  if (!source.ok()) return status::error("synth_dataset: " + source.message());
+  if (!source.ok())
+    return status::error("synth_dataset: " + source.message());
 
-  const auto val_tokens = static_cast<std::uint64_t>(std::llround(double(tokens) * val_fraction));
-  const std::vector<std::int32_t> train =
-      source.value().generate(tokens - val_tokens, detail::derive_seed(seed, {0x747261696eULL}));  // "train"
-  const std::vector<std::int32_t> val =
-      source.value().generate(val_tokens, detail::derive_seed(seed, {0x76616cULL}));  // "val"
+  const auto val_tokens = static_cast<std::uint64_t>(
+    std::llround(double(tokens) * val_fraction));
+  const std::vector<std::int32_t> train = source.value().generate(
+    tokens - val_tokens,
+    detail::derive_seed(seed, {0x747261696eULL})); // "train"
+  const std::vector<std::int32_t> val = source.value().generate(
+    val_tokens, detail::derive_seed(seed, {0x76616cULL})); // "val"
 
   dataset_meta meta;
   meta.vocab_size = vocab;
@@ -70,15 +92,20 @@ status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab, 
 }
 
 status prepare_dataset(const std::vector<std::filesystem::path>& inputs,
-                              const std::filesystem::path& out_dir, double val_fraction, std::uint32_t shards) {
-  if (auto err = check_split_args(val_fraction, shards); !err) return status::error("prepare_dataset: " + err.message());
-  if (inputs.empty()) return status::error(std::string("prepare_dataset: no input files"));
+                       const std::filesystem::path& out_dir,
+                       double val_fraction, std::uint32_t shards) {
+  if (auto err = check_split_args(val_fraction, shards); !err)
+    return status::error("prepare_dataset: " + err.message());
+  if (inputs.empty())
+    return status::error(std::string("prepare_dataset: no input files"));
   std::vector<std::int32_t> train, val;
   for (const auto& input : inputs) {
     auto text = store::read_file(input);
-    if (!text.ok()) return status::error("prepare_dataset: " + text.message());
+    if (!text.ok())
+      return status::error("prepare_dataset: " + text.message());
     const std::string& bytes = text.value();
-    const auto val_bytes = static_cast<std::size_t>(std::llround(double(bytes.size()) * val_fraction));
+    const auto val_bytes = static_cast<std::size_t>(
+      std::llround(double(bytes.size()) * val_fraction));
     const std::size_t cut = bytes.size() - val_bytes;
     for (std::size_t i = 0; i < bytes.size(); ++i)
       (i < cut ? train : val).push_back(static_cast<unsigned char>(bytes[i]));

@@ -30,14 +30,18 @@ struct op_signature {
 } // namespace tutti::kernels
 
 namespace tutti::kernels::cpu {
-#define TUTTI_OP(ret, name, params, args) template <class T> ret name params;
+#define TUTTI_OP(ret, name, params, args)                                      \
+  template <class T>                                                           \
+  ret name params;
 #define TUTTI_INDEX_OP(ret, name, params, args) ret name params;
 #include "tutti/kernels/op_list.inc"
 } // namespace tutti::kernels::cpu
 
 #ifdef TUTTI_WITH_CUDA
 namespace tutti::kernels::cuda {
-#define TUTTI_OP(ret, name, params, args) template <class T> ret name params;
+#define TUTTI_OP(ret, name, params, args)                                      \
+  template <class T>                                                           \
+  ret name params;
 #define TUTTI_INDEX_OP(ret, name, params, args) ret name params;
 #include "tutti/kernels/op_list.inc"
 } // namespace tutti::kernels::cuda

@@ -40,7 +40,8 @@ void attention_forward(const stream&, const T* q, const T* k, const T* v,
       for (int64_t i = 0; i < S; ++i) {
         T* row = p + i * S;
         T mx = row[0];
-        for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = 1; j <= i; ++j)
+          mx = std::max(mx, row[j]);
         double denom = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
           const double e = std::exp(double(row[j]) - double(mx));
@@ -48,7 +49,8 @@ void attention_forward(const stream&, const T* q, const T* k, const T* v,
           denom += e;
         }
         const double inv = 1.0 / denom;
-        for (int64_t j = 0; j <= i; ++j) row[j] = T(double(row[j]) * inv);
+        for (int64_t j = 0; j <= i; ++j)
+          row[j] = T(double(row[j]) * inv);
         std::fill(row + i + 1, row + S, T(0));
       }
       // out = P V
@@ -87,7 +89,8 @@ void attention_backward(const stream&, const T* q, const T* k, const T* v,
         const T* pr = p + i * S;
         T* r = ds.data() + i * S;
         double dot = 0.0;
-        for (int64_t j = 0; j <= i; ++j) dot += double(pr[j]) * double(r[j]);
+        for (int64_t j = 0; j <= i; ++j)
+          dot += double(pr[j]) * double(r[j]);
         for (int64_t j = 0; j <= i; ++j)
           r[j] = T(double(pr[j]) * (double(r[j]) - dot));
         std::fill(r + i + 1, r + S, T(0));

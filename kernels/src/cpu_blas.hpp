@@ -18,7 +18,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, T alpha,
           const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
           int64_t ldc) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0)
+    return;
   if (kk == 0) {
     // Nothing to multiply: C = beta * C (beta is 0 or 1 in this backend).
     for (int64_t i = 0; i < m; ++i)
@@ -33,9 +34,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, T alpha,
              K = static_cast<blasint>(kk), LDA = static_cast<blasint>(lda),
              LDB = static_cast<blasint>(ldb), LDC = static_cast<blasint>(ldc);
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(order, op_a, op_b, M, N, K, alpha, a, LDA, b, LDB, beta, c, LDC);
+    cblas_sgemm(order, op_a, op_b, M, N, K, alpha, a, LDA, b, LDB, beta, c,
+                LDC);
   else
-    cblas_dgemm(order, op_a, op_b, M, N, K, alpha, a, LDA, b, LDB, beta, c, LDC);
+    cblas_dgemm(order, op_a, op_b, M, N, K, alpha, a, LDA, b, LDB, beta, c,
+                LDC);
 }
 
 } // namespace tutti::kernels::detail

@@ -18,18 +18,21 @@ int64_t permute_plan(const stream&, const int32_t* topk_idx, int64_t n,
                      int64_t* counts) {
   std::fill(counts, counts + experts, int64_t(0));
   for (int64_t s = 0; s < n * k; ++s)
-    if (topk_idx[s] >= 0) ++counts[topk_idx[s]];  // -1: dropped by capacity
+    if (topk_idx[s] >= 0)
+      ++counts[topk_idx[s]]; // -1: dropped by capacity
   std::vector<int64_t> next(experts);
   int64_t total = 0;
-  for (int64_t e = 0; e < experts; ++e) next[e] = total, total += counts[e];
+  for (int64_t e = 0; e < experts; ++e)
+    next[e] = total, total += counts[e];
   for (int64_t s = 0; s < n * k; ++s)
-    if (topk_idx[s] >= 0) slot_of_row[next[topk_idx[s]]++] = static_cast<int32_t>(s);
+    if (topk_idx[s] >= 0)
+      slot_of_row[next[topk_idx[s]]++] = static_cast<int32_t>(s);
   return total;
 }
 
 template <class T>
-void permute_rows(const stream&, const T* x, const int32_t* slot_of_row,
-                  T* out, int64_t rows, int64_t k, int64_t dim) {
+void permute_rows(const stream&, const T* x, const int32_t* slot_of_row, T* out,
+                  int64_t rows, int64_t k, int64_t dim) {
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(out + r * dim, x + (slot_of_row[r] / k) * dim, sizeof(T) * dim);
 }
@@ -41,7 +44,8 @@ void permute_rows_backward(const stream&, const T* drows,
   for (int64_t r = 0; r < rows; ++r) {
     T* d = dx + (slot_of_row[r] / k) * dim;
     const T* g = drows + r * dim;
-    for (int64_t j = 0; j < dim; ++j) d[j] += g[j];
+    for (int64_t j = 0; j < dim; ++j)
+      d[j] += g[j];
   }
 }
 
@@ -55,7 +59,8 @@ void unpermute_combine(const stream&, const T* y, const int32_t* slot_of_row,
     const T g = topk_gate[slot];
     T* o = out + (slot / k) * dim;
     const T* yr = y + r * dim;
-    for (int64_t j = 0; j < dim; ++j) o[j] += g * yr[j];
+    for (int64_t j = 0; j < dim; ++j)
+      o[j] += g * yr[j];
   }
 }
 

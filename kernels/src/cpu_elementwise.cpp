@@ -31,7 +31,8 @@ void embedding_backward(const stream&, const int32_t* ids, const T* dout,
   for (int64_t i = 0; i < n; ++i) {
     T* row = dtable + static_cast<int64_t>(ids[i]) * dim;
     const T* g = dout + i * dim;
-    for (int64_t j = 0; j < dim; ++j) row[j] += g[j];
+    for (int64_t j = 0; j < dim; ++j)
+      row[j] += g[j];
   }
 }
 
@@ -43,11 +44,13 @@ void rmsnorm_forward(const stream&, const T* x, const T* w, T* y, T* rstd,
   for (int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * dim;
     double ss = 0.0;
-    for (int64_t j = 0; j < dim; ++j) ss += double(xi[j]) * double(xi[j]);
+    for (int64_t j = 0; j < dim; ++j)
+      ss += double(xi[j]) * double(xi[j]);
     const double r = 1.0 / std::sqrt(ss / double(dim) + double(eps));
     rstd[i] = T(r);
     T* yi = y + i * dim;
-    for (int64_t j = 0; j < dim; ++j) yi[j] = T(double(xi[j]) * r * double(w[j]));
+    for (int64_t j = 0; j < dim; ++j)
+      yi[j] = T(double(xi[j]) * r * double(w[j]));
   }
 }
 
@@ -149,13 +152,15 @@ void swiglu_backward(const stream&, const T* gate, const T* up, const T* dh,
 template <class T>
 double sum_squares(const stream&, const T* x, int64_t n) {
   double acc = 0.0;
-  for (int64_t i = 0; i < n; ++i) acc += double(x[i]) * double(x[i]);
+  for (int64_t i = 0; i < n; ++i)
+    acc += double(x[i]) * double(x[i]);
   return acc;
 }
 
 template <class T>
 void axpy(const stream&, T a, const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += a * x[i];
 }
 
 template <class T>

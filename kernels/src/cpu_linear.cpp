@@ -32,7 +32,8 @@ template <class T>
 void linear_backward(const stream&, const T* x, const T* w, const T* dy, T* dx,
                      T* dw, int64_t m, int64_t k, int64_t n) {
   // dx[m,k] = dy[m,n] * w[n,k]   (overwrite; skipped for the first layer)
-  if (dx != nullptr) gemm(false, false, m, k, n, T(1), dy, n, w, k, T(0), dx, k);
+  if (dx != nullptr)
+    gemm(false, false, m, k, n, T(1), dy, n, w, k, T(0), dx, k);
   // dw[n,k] += dy^T[n,m] * x[m,k]   (beta = 1: weight grads accumulate)
   gemm(true, false, n, k, m, T(1), dy, n, x, k, T(1), dw, k);
 }

@@ -22,12 +22,15 @@ double cross_entropy_forward(const stream&, const T* logits,
   for (int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * vocab;
     double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, double(row[j]));
+    for (int64_t j = 0; j < vocab; ++j)
+      mx = std::max(mx, double(row[j]));
     double acc = 0.0;
-    for (int64_t j = 0; j < vocab; ++j) acc += std::exp(double(row[j]) - mx);
+    for (int64_t j = 0; j < vocab; ++j)
+      acc += std::exp(double(row[j]) - mx);
     const double l = mx + std::log(acc);
     lse[i] = T(l);
-    if (targets[i] >= 0) loss += l - double(row[targets[i]]);
+    if (targets[i] >= 0)
+      loss += l - double(row[targets[i]]);
   }
   return loss;
 }
@@ -44,7 +47,8 @@ void cross_entropy_backward(const stream&, const T* logits,
       continue;
     }
     const double l = double(lse[i]), sc = double(scale);
-    for (int64_t j = 0; j < vocab; ++j) d[j] = T(sc * std::exp(double(row[j]) - l));
+    for (int64_t j = 0; j < vocab; ++j)
+      d[j] = T(sc * std::exp(double(row[j]) - l));
     d[targets[i]] = T(sc * (std::exp(double(row[targets[i]]) - l) - 1.0));
   }
 }

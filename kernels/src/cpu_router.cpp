@@ -22,22 +22,26 @@ namespace {
 template <class T>
 void softmax_row(const T* x, int64_t len, double inv_t, double* out) {
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, double(x[j]) * inv_t);
+  for (int64_t j = 0; j < len; ++j)
+    mx = std::max(mx, double(x[j]) * inv_t);
   double denom = 0.0;
   for (int64_t j = 0; j < len; ++j) {
     out[j] = std::exp(double(x[j]) * inv_t - mx);
     denom += out[j];
   }
-  for (int64_t j = 0; j < len; ++j) out[j] /= denom;
+  for (int64_t j = 0; j < len; ++j)
+    out[j] /= denom;
 }
 
 // logsumexp of one row, max-subtracted.
 template <class T>
 double logsumexp_row(const T* x, int64_t len) {
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, double(x[j]));
+  for (int64_t j = 0; j < len; ++j)
+    mx = std::max(mx, double(x[j]));
   double acc = 0.0;
-  for (int64_t j = 0; j < len; ++j) acc += std::exp(double(x[j]) - mx);
+  for (int64_t j = 0; j < len; ++j)
+    acc += std::exp(double(x[j]) - mx);
   return mx + std::log(acc);
 }
 
@@ -64,19 +68,23 @@ void router_topk_forward(const stream&, const T* logits, const T* bias,
       int64_t best = -1;
       double best_score = 0.0;
       for (int64_t e = 0; e < experts; ++e) {
-        if (taken[e]) continue;
+        if (taken[e])
+          continue;
         const double sc = double(row[e]) + (bias ? double(bias[e]) : 0.0);
-        if (best < 0 || sc > best_score) best = e, best_score = sc;
+        if (best < 0 || sc > best_score)
+          best = e, best_score = sc;
       }
       taken[best] = 1;
       topk_idx[t * k + slot] = static_cast<int32_t>(best);
-      chosen[slot] = double(row[best]);  // the raw logit: bias is not a gate
+      chosen[slot] = double(row[best]); // the raw logit: bias is not a gate
     }
     softmax_row(chosen.data(), k, inv_t, gate.data());
-    for (int64_t slot = 0; slot < k; ++slot) topk_gate[t * k + slot] = T(gate[slot]);
+    for (int64_t slot = 0; slot < k; ++slot)
+      topk_gate[t * k + slot] = T(gate[slot]);
     if (probs != nullptr) {
       softmax_row(row, experts, inv_t, all.data());
-      for (int64_t e = 0; e < experts; ++e) probs[t * experts + e] = T(all[e]);
+      for (int64_t e = 0; e < experts; ++e)
+        probs[t * experts + e] = T(all[e]);
     }
   }
 }
@@ -97,9 +105,11 @@ void router_topk_backward(const stream&, const int32_t* topk_idx,
     T* out = dlogits + t * experts;
     std::fill(out, out + experts, T(0));
     double dot = 0.0;
-    for (int64_t j = 0; j < k; ++j) dot += double(g[j]) * double(dg[j]);
     for (int64_t j = 0; j < k; ++j)
-      out[topk_idx[t * k + j]] = T(inv_t * double(g[j]) * (double(dg[j]) - dot));
+      dot += double(g[j]) * double(dg[j]);
+    for (int64_t j = 0; j < k; ++j)
+      out[topk_idx[t * k + j]] = T(inv_t * double(g[j])
+                                   * (double(dg[j]) - dot));
   }
 }
 
@@ -128,10 +138,11 @@ void switch_loss_backward(const stream&, const T* probs, const T* fraction,
   for (int64_t t = 0; t < n; ++t) {
     const T* p = probs + t * experts;
     double dot = 0.0;
-    for (int64_t e = 0; e < experts; ++e) dot += double(p[e]) * c * double(fraction[e]);
     for (int64_t e = 0; e < experts; ++e)
-      dlogits[t * experts + e] +=
-          T(inv_t * double(p[e]) * (c * double(fraction[e]) - dot));
+      dot += double(p[e]) * c * double(fraction[e]);
+    for (int64_t e = 0; e < experts; ++e)
+      dlogits[t * experts + e] += T(inv_t * double(p[e])
+                                    * (c * double(fraction[e]) - dot));
   }
 }
 
@@ -169,7 +180,8 @@ int64_t apply_capacity(const stream&, int32_t* topk_idx, const T* topk_gate,
   // (descending) keeps the lower token first on ties.
   std::vector<std::vector<int64_t>> bucket(experts);
   for (int64_t s = 0; s < n * k; ++s)
-    if (topk_idx[s] >= 0) bucket[topk_idx[s]].push_back(s);
+    if (topk_idx[s] >= 0)
+      bucket[topk_idx[s]].push_back(s);
   const int64_t cap = std::max<int64_t>(capacity, 0);
   int64_t dropped = 0;
   for (int64_t e = 0; e < experts; ++e) {
@@ -179,7 +191,8 @@ int64_t apply_capacity(const stream&, int32_t* topk_idx, const T* topk_gate,
       std::stable_sort(b.begin(), b.end(), [&](int64_t x, int64_t y) {
         return topk_gate[x] > topk_gate[y];
       });
-      for (int64_t i = cap; i < size; ++i) topk_idx[b[i]] = -1;
+      for (int64_t i = cap; i < size; ++i)
+        topk_idx[b[i]] = -1;
       dropped += size - cap;
     }
     counts[e] = std::min(size, cap);
@@ -203,7 +216,8 @@ namespace tutti::kernels {
 // Pure arithmetic on sizes, the same for every backend: not routed.
 int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t k,
                         int64_t experts) {
-  if (capacity_factor <= 0.0) return std::numeric_limits<int64_t>::max();
+  if (capacity_factor <= 0.0)
+    return std::numeric_limits<int64_t>::max();
   const double c = capacity_factor * double(tokens * k) / double(experts);
   // The cast below must not overflow (a capacity this large never binds).
   if (!(c < 9.0e18))

@@ -25,8 +25,8 @@ namespace cuda {
 
 void throw_cuda_error(cudaError_t error, const char* call, const char* file,
                       int line) {
-  throw device_error(std::string("CUDA error ") + cudaGetErrorName(error)
-                     + " (" + cudaGetErrorString(error) + ") at " + file + ":"
+  throw device_error(std::string("CUDA error ") + cudaGetErrorName(error) + " ("
+                     + cudaGetErrorString(error) + ") at " + file + ":"
                      + std::to_string(line) + ": " + call);
 }
 
@@ -45,7 +45,9 @@ void throw_usage_error(const char* what, const char* file, int line) {
 } // namespace cuda
 
 namespace {
-cudaStream_t raw(const stream& s) { return static_cast<cudaStream_t>(s.handle); }
+cudaStream_t raw(const stream& s) {
+  return static_cast<cudaStream_t>(s.handle);
+}
 
 void require_cuda(const stream& s, const char* what) {
   if (s.device != device_kind::cuda)
@@ -53,44 +55,43 @@ void require_cuda(const stream& s, const char* what) {
 }
 } // namespace
 
-bool cuda_device_available(std::string& why) {
+status cuda_device_available() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    why = std::string("no usable CUDA driver/device: ") + cudaGetErrorName(e)
-          + " (" + cudaGetErrorString(e) + ")";
+    std::string why = std::string("no usable CUDA driver/device: ")
+                      + cudaGetErrorName(e) + " (" + cudaGetErrorString(e)
+                      + ")";
     if (e == cudaErrorInsufficientDriver)
       why += "; no NVIDIA driver is loaded here, or it is older than the "
              "CUDA runtime tutti was built with";
     cudaGetLastError(); // reset the runtime's last-error slot
-    return false;
+    return status::error(why);
   }
   if (count == 0) {
-    why = "the CUDA driver reports no device";
-    return false;
+    return status::error("the CUDA driver reports no device");
   }
   int device = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&device) != cudaSuccess
       || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    why = "cannot query the current CUDA device";
     cudaGetLastError();
-    return false;
+    return status::error("cannot query the current CUDA device");
   }
   if (prop.major < 9) {
-    why = std::string(prop.name) + " is sm_" + std::to_string(prop.major)
-          + std::to_string(prop.minor)
-          + "; the backend is built for sm_90 and newer";
-    return false;
+    return status::error(std::string(prop.name) + " is sm_"
+                         + std::to_string(prop.major)
+                         + std::to_string(prop.minor)
+                         + "; the backend is built for sm_90 and newer");
   }
   // Making the context is where a broken driver/runtime pairing shows up.
   const cudaError_t ctx = cudaFree(nullptr);
   if (ctx != cudaSuccess) {
-    why = std::string("cannot create a CUDA context: ") + cudaGetErrorName(ctx)
-          + " (" + cudaGetErrorString(ctx) + ")";
-    return false;
+    return status::error(std::string("cannot create a CUDA context: ")
+                         + cudaGetErrorName(ctx) + " ("
+                         + cudaGetErrorString(ctx) + ")");
   }
-  return true;
+  return {};
 }
 
 std::string cuda_device_description() {
@@ -104,9 +105,8 @@ std::string cuda_device_description() {
   std::snprintf(line, sizeof(line),
                 "%s, sm_%d%d, %d SMs, %.1f GiB; driver %d.%d, runtime %d.%d",
                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                double(prop.totalGlobalMem) / double(1ull << 30),
-                driver / 1000, (driver % 1000) / 10, runtime / 1000,
-                (runtime % 1000) / 10);
+                double(prop.totalGlobalMem) / double(1ull << 30), driver / 1000,
+                (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
   return line;
 }
 
@@ -122,13 +122,15 @@ int cuda_device_count() {
 void cuda_set_device(int ordinal) { TUTTI_CUDA_CHECK(cudaSetDevice(ordinal)); }
 
 device_buffer::device_buffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) TUTTI_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  if (bytes > 0)
+    TUTTI_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
 }
 
 device_buffer::~device_buffer() {
   // No throw from a destructor; a failing cudaFree here means the context
   // is already gone (process exit) or broken, and there is nothing to do.
-  if (ptr_ != nullptr) cudaFree(ptr_);
+  if (ptr_ != nullptr)
+    cudaFree(ptr_);
 }
 
 device_buffer::device_buffer(device_buffer&& other) noexcept
@@ -137,7 +139,8 @@ device_buffer::device_buffer(device_buffer&& other) noexcept
 
 device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
   if (this != &other) {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr)
+      cudaFree(ptr_);
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
   }
@@ -146,28 +149,35 @@ device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
 
 void copy_to_device(const stream& s, void* dst, const void* src, size_t bytes) {
   require_cuda(s, "copy_to_device");
-  if (bytes == 0) return;
-  TUTTI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(s)));
+  if (bytes == 0)
+    return;
+  TUTTI_CUDA_CHECK(
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(s)));
   TUTTI_CUDA_CHECK(cudaStreamSynchronize(raw(s)));
 }
 
 void copy_to_host(const stream& s, void* dst, const void* src, size_t bytes) {
   require_cuda(s, "copy_to_host");
-  if (bytes == 0) return;
-  TUTTI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(s)));
+  if (bytes == 0)
+    return;
+  TUTTI_CUDA_CHECK(
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(s)));
   TUTTI_CUDA_CHECK(cudaStreamSynchronize(raw(s)));
 }
 
 void copy_device_to_device(const stream& s, void* dst, const void* src,
                            size_t bytes) {
   require_cuda(s, "copy_device_to_device");
-  if (bytes == 0) return;
-  TUTTI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, raw(s)));
+  if (bytes == 0)
+    return;
+  TUTTI_CUDA_CHECK(
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, raw(s)));
 }
 
 void zero_device_bytes(const stream& s, void* dst, size_t bytes) {
   require_cuda(s, "zero_device_bytes");
-  if (bytes == 0) return;
+  if (bytes == 0)
+    return;
   TUTTI_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, raw(s)));
 }
 
@@ -185,7 +195,8 @@ device_stream::device_stream(gemm_precision gemm) : gemm_(gemm) {
 device_stream::~device_stream() {
   // Drain first: the backend keys scratch memory by stream address, and a
   // new stream may get this address as soon as it is destroyed.
-  if (handle_ == nullptr) return;
+  if (handle_ == nullptr)
+    return;
   cudaStreamSynchronize(static_cast<cudaStream_t>(handle_));
   cuda::release_scratch(handle_);
   cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
@@ -199,16 +210,17 @@ namespace {
 }
 } // namespace
 
-bool cuda_device_available(std::string& why) {
-  why = "tutti was built without the CUDA backend (no nvcc at configure time,"
-        " or TUTTI_DISABLE_CUDA=ON)";
-  return false;
+status cuda_device_available() {
+  return status::error(
+    "tutti was built without the CUDA backend (no nvcc at configure time,"
+    " or TUTTI_DISABLE_CUDA=ON)");
 }
 std::string cuda_device_description() { no_cuda("cuda_device_description"); }
 int cuda_device_count() { return 0; }
 void cuda_set_device(int) { no_cuda("cuda_set_device"); }
 device_buffer::device_buffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) no_cuda("device_buffer");
+  if (bytes > 0)
+    no_cuda("device_buffer");
 }
 device_buffer::~device_buffer() = default;
 device_buffer::device_buffer(device_buffer&& other) noexcept

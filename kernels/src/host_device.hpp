@@ -19,7 +19,8 @@ namespace tutti::kernels::detail {
 // Written so that exp never overflows for large |g|. (::exp is the C
 // library's on the host, CUDA's on the device.)
 TUTTI_HOST_DEVICE inline double sigmoid(double g) {
-  if (g >= 0.0) return 1.0 / (1.0 + ::exp(-g));
+  if (g >= 0.0)
+    return 1.0 / (1.0 + ::exp(-g));
   const double e = ::exp(g);
   return e / (1.0 + e);
 }
@@ -30,7 +31,8 @@ template <class T>
 TUTTI_HOST_DEVICE void balance_bias(T* bias, const int64_t* counts,
                                     int64_t experts, double rate) {
   double mean = 0.0;
-  for (int64_t e = 0; e < experts; ++e) mean += double(counts[e]);
+  for (int64_t e = 0; e < experts; ++e)
+    mean += double(counts[e]);
   mean /= double(experts);
   for (int64_t e = 0; e < experts; ++e) {
     const double diff = mean - double(counts[e]);

@@ -14,19 +14,18 @@ status rank_model::attention_forward(int64_t l, int64_t seqs) {
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), hq = m.num_attention_heads;
   const int64_t hkv = m.num_key_value_heads;
-  k::rmsnorm_forward(stream_, a.x_in.data(),
-                     param(layer_name(l, "input_layernorm.weight")),
-                     a.xn1.data(), a.rstd1.data(), n, d,
-                     static_cast<float>(m.rms_norm_eps));
+  k::rmsnorm_forward(
+    stream_, a.x_in.data(), param(layer_name(l, "input_layernorm.weight")),
+    a.xn1.data(), a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
   k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.q_proj.weight")),
-                    a.q.data(), n, d, hq * hd);
+                    param(layer_name(l, "self_attn.q_proj.weight")), a.q.data(),
+                    n, d, hq * hd);
   k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.k_proj.weight")),
-                    a.k.data(), n, d, hkv * hd);
+                    param(layer_name(l, "self_attn.k_proj.weight")), a.k.data(),
+                    n, d, hkv * hd);
   k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.v_proj.weight")),
-                    a.v.data(), n, d, hkv * hd);
+                    param(layer_name(l, "self_attn.v_proj.weight")), a.v.data(),
+                    n, d, hkv * hd);
   k::rope_forward(stream_, a.q.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_forward(stream_, a.k.data(), seqs, s, hkv, hd, m.rope_theta);
   k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
@@ -53,32 +52,28 @@ void rank_model::attention_backward(int64_t l, int64_t seqs,
   dtmp_.resize(stream_, n * d);
   dtmp2_.resize(stream_, n * d);
 
-  k::linear_backward(stream_, a.attn.data(),
-                     param(layer_name(l, "self_attn.o_proj.weight")), dx.data(),
-                     dattn_.data(),
-                     grad(layer_name(l, "self_attn.o_proj.weight")), n, hq * hd,
-                     d);
+  k::linear_backward(
+    stream_, a.attn.data(), param(layer_name(l, "self_attn.o_proj.weight")),
+    dx.data(), dattn_.data(), grad(layer_name(l, "self_attn.o_proj.weight")), n,
+    hq * hd, d);
   k::attention_backward(stream_, a.q.data(), a.k.data(), a.v.data(),
                         a.probs.data(), dattn_.data(), dq_.data(), dk_.data(),
                         dv_.data(), seqs, s, hq, hkv, hd);
   k::rope_backward(stream_, dq_.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_backward(stream_, dk_.data(), seqs, s, hkv, hd, m.rope_theta);
-  k::linear_backward(stream_, a.xn1.data(),
-                     param(layer_name(l, "self_attn.q_proj.weight")),
-                     dq_.data(), dtmp_.data(),
-                     grad(layer_name(l, "self_attn.q_proj.weight")), n, d,
-                     hq * hd);
-  k::linear_backward(stream_, a.xn1.data(),
-                     param(layer_name(l, "self_attn.k_proj.weight")),
-                     dk_.data(), dtmp2_.data(),
-                     grad(layer_name(l, "self_attn.k_proj.weight")), n, d,
-                     hkv * hd);
+  k::linear_backward(
+    stream_, a.xn1.data(), param(layer_name(l, "self_attn.q_proj.weight")),
+    dq_.data(), dtmp_.data(), grad(layer_name(l, "self_attn.q_proj.weight")), n,
+    d, hq * hd);
+  k::linear_backward(
+    stream_, a.xn1.data(), param(layer_name(l, "self_attn.k_proj.weight")),
+    dk_.data(), dtmp2_.data(), grad(layer_name(l, "self_attn.k_proj.weight")),
+    n, d, hkv * hd);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
-  k::linear_backward(stream_, a.xn1.data(),
-                     param(layer_name(l, "self_attn.v_proj.weight")),
-                     dv_.data(), dtmp2_.data(),
-                     grad(layer_name(l, "self_attn.v_proj.weight")), n, d,
-                     hkv * hd);
+  k::linear_backward(
+    stream_, a.xn1.data(), param(layer_name(l, "self_attn.v_proj.weight")),
+    dv_.data(), dtmp2_.data(), grad(layer_name(l, "self_attn.v_proj.weight")),
+    n, d, hkv * hd);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
   k::rmsnorm_backward(stream_, a.x_in.data(),
                       param(layer_name(l, "input_layernorm.weight")),

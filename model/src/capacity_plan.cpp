@@ -85,15 +85,15 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   const double n = seqs * s; // local tokens per step
 
   const double attn = d * hq * hd * 2 + d * hkv * hd * 2; // q, o, k, v
-  const double per_layer_dense = 2 * d + attn + E * d;     // norms, router
+  const double per_layer_dense = 2 * d + attn + E * d;    // norms, router
   p.dense_params = static_cast<int64_t>(v * d * 2 + d
                                         + layers * per_layer_dense);
   const double per_expert = 3 * d * f;
   p.expert_params_total = static_cast<int64_t>(layers * E * per_expert);
-  p.expert_params_per_rank =
-    static_cast<int64_t>(layers * cfg.experts_per_rank() * per_expert);
-  p.active_params_per_token =
-    static_cast<int64_t>(p.dense_params + layers * k * per_expert);
+  p.expert_params_per_rank = static_cast<int64_t>(
+    layers * cfg.experts_per_rank() * per_expert);
+  p.active_params_per_token = static_cast<int64_t>(p.dense_params
+                                                   + layers * k * per_expert);
 
   const double local_params = p.dense_params + p.expert_params_per_rank;
   p.weights_bytes = local_params * fp32;
@@ -103,10 +103,10 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   // What one step keeps for backward (rank_model's layer_acts and the
   // expert shard's saved rows), per layer, plus the LM head.
   const double rows = n * k; // routed rows, balanced routing
-  const double per_layer_acts =
-    4 * n * d + 2 * n + 2 * n * hq * hd + 2 * n * hkv * hd
-    + seqs * hq * s * s + 2 * n * E + 3 * n * k + rows * d
-    + rows * (d + 3 * f);
+  const double per_layer_acts = 4 * n * d + 2 * n + 2 * n * hq * hd
+                                + 2 * n * hkv * hd + seqs * hq * s * s
+                                + 2 * n * E + 3 * n * k + rows * d
+                                + rows * (d + 3 * f);
   p.activation_bytes = (layers * per_layer_acts + 3 * n * d + n * v) * fp32;
   p.dispatch_buffer_bytes =
     e.communication_buffer_size > 0
@@ -133,8 +133,9 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   const double edp = static_cast<double>(cl.world_size) / cfg.ep_size();
   p.allreduce_bytes = p.dense_params * fp32
                       + (edp > 1 ? p.expert_params_per_rank * fp32 : 0);
-  p.allreduce_cross_node_bytes =
-    cl.nnodes > 1 ? p.allreduce_bytes * 2 * (cl.nnodes - 1) / cl.nnodes : 0;
+  p.allreduce_cross_node_bytes = cl.nnodes > 1 ? p.allreduce_bytes * 2
+                                                   * (cl.nnodes - 1) / cl.nnodes
+                                               : 0;
 
   if (cl.device_memory_gb > 0) {
     const double budget = cl.device_memory_gb * 1e9;
@@ -162,9 +163,8 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   };
   const auto& cl = cfg.cluster;
   out << "capacity plan: world " << cl.world_size << " (" << cl.nnodes
-      << " nodes x " << cl.nproc_per_node << "), ep " << cfg.ep_size()
-      << ", " << cfg.moe.num_experts << " experts top-"
-      << cfg.moe.router_top_k << "\n";
+      << " nodes x " << cl.nproc_per_node << "), ep " << cfg.ep_size() << ", "
+      << cfg.moe.num_experts << " experts top-" << cfg.moe.router_top_k << "\n";
   out << "parameters\n";
   row("dense (replicated)", count_text(p.dense_params));
   row("experts, all", count_text(p.expert_params_total));
@@ -177,8 +177,8 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("activations", bytes_text(p.activation_bytes), "one local batch");
   row("dispatch buffers", bytes_text(p.dispatch_buffer_bytes),
       cfg.moe.communication_buffer_size > 0 ? "communication_buffer_size"
-      : cfg.moe.capacity_factor > 0        ? "auto: from capacity"
-                                           : "auto: dropless worst case");
+      : cfg.moe.capacity_factor > 0         ? "auto: from capacity"
+                                            : "auto: dropless worst case");
   row("total", bytes_text(p.total_bytes),
       cl.device_memory_gb > 0
         ? "of " + bytes_text(cl.device_memory_gb * 1e9) + " device memory"
@@ -187,8 +187,7 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("FLOPs per token (fwd+bwd)", count_text(p.flops_per_token));
   row("FLOPs per step (global)", count_text(p.flops_per_step));
   out << "communication per rank per step\n";
-  row("all-to-all", bytes_text(p.alltoall_bytes),
-      "dispatch+combine, fwd+bwd");
+  row("all-to-all", bytes_text(p.alltoall_bytes), "dispatch+combine, fwd+bwd");
   row("  of which cross-node", bytes_text(p.alltoall_cross_node_bytes));
   row("  of which cross-rack", bytes_text(p.alltoall_cross_rack_bytes));
   row("all-reduce payload", bytes_text(p.allreduce_bytes),

@@ -15,8 +15,9 @@ std::vector<int64_t> chunk_starts(
   const std::vector<std::vector<int64_t>>& rows) {
   std::vector<int64_t> start(rows.size() + 1, 0);
   for (size_t c = 0; c < rows.size(); ++c)
-    start[c + 1] = start[c] + std::accumulate(rows[c].begin(), rows[c].end(),
-                                              int64_t{0});
+    start[c + 1] = start[c]
+                   + std::accumulate(rows[c].begin(), rows[c].end(),
+                                     int64_t{0});
   return start;
 }
 
@@ -40,10 +41,9 @@ status expert_executor::backward_chunks(
   const std::function<status(size_t)>& ready, double& /*overlapped_s*/) {
   const auto start = chunk_starts(rows);
   for (size_t c = 0; c < rows.size(); ++c) {
-    TUTTI_RETURN_IF_ERROR(backward(layer, dy + start[c] * hidden,
-                                   start[c + 1] - start[c],
-                                   dx + start[c] * hidden, rows[c].data(),
-                                   start[c]));
+    TUTTI_RETURN_IF_ERROR(
+      backward(layer, dy + start[c] * hidden, start[c + 1] - start[c],
+               dx + start[c] * hidden, rows[c].data(), start[c]));
     TUTTI_RETURN_IF_ERROR(ready(c));
   }
   return {};

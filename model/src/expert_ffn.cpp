@@ -11,19 +11,16 @@ namespace k = tutti::kernels;
 
 expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
                        int64_t intermediate)
-  : experts_(experts),
-    hidden_(hidden),
-    intermediate_(intermediate),
-    saved_(layers) {
-}
+  : experts_(experts), hidden_(hidden), intermediate_(intermediate),
+    saved_(layers) {}
 
 void expert_ffn::forward(const k::stream& s, int64_t layer,
                          const expert_block& w, const float* x,
                          const int64_t* rows, float* y, bool append) {
   auto& sv = saved_[layer];
   const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
-  const int64_t m0 =
-    append ? static_cast<int64_t>(sv.x.size()) / hidden_ : int64_t{0};
+  const int64_t m0 = append ? static_cast<int64_t>(sv.x.size()) / hidden_
+                            : int64_t{0};
   if (!append)
     sv.rows.assign(experts_, 0);
   for (int64_t j = 0; j < experts_; ++j)
@@ -62,12 +59,12 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
   da_.resize(s, m * intermediate_);
   db_.resize(s, m * intermediate_);
   dx_tmp_.resize(s, m * hidden_);
-  k::grouped_linear_backward(s, h, w.w2, dy, rows, experts_, dh_.data(),
-                             w.dw2, intermediate_, hidden_);
+  k::grouped_linear_backward(s, h, w.w2, dy, rows, experts_, dh_.data(), w.dw2,
+                             intermediate_, hidden_);
   k::swiglu_backward(s, a, b, dh_.data(), da_.data(), db_.data(),
                      m * intermediate_);
-  k::grouped_linear_backward(s, x, w.w1, da_.data(), rows, experts_, dx,
-                             w.dw1, hidden_, intermediate_);
+  k::grouped_linear_backward(s, x, w.w1, da_.data(), rows, experts_, dx, w.dw1,
+                             hidden_, intermediate_);
   k::grouped_linear_backward(s, x, w.w3, db_.data(), rows, experts_,
                              dx_tmp_.data(), w.dw3, hidden_, intermediate_);
   k::axpy(s, 1.0f, dx_tmp_.data(), dx, m * hidden_);

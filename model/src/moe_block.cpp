@@ -36,8 +36,9 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
   std::fill(a.counts_global.begin(), a.counts_global.end(), 0);
   for (int64_t i = 0; i < n * K; ++i) {
     if (topk[i] < 0 || topk[i] >= E) // NaN logits route nowhere
-      return status::error("layer " + std::to_string(l) + ": router chose expert "
-                           + std::to_string(topk[i]) + " of " + std::to_string(E)
+      return status::error("layer " + std::to_string(l)
+                           + ": router chose expert " + std::to_string(topk[i])
+                           + " of " + std::to_string(E)
                            + " (non-finite router logits?)");
     a.counts_global[topk[i]] += 1;
   }
@@ -218,11 +219,10 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   if (e.z_loss_coeff > 0)
     k::z_loss_backward(stream_, a.logits.data(), dlogits_.data(), n, E,
                        e.z_loss_coeff, global_tokens_);
-  k::linear_backward(stream_, a.xn2.data(),
-                     param(layer_name(l, "block_sparse_moe.gate.weight")),
-                     dlogits_.data(), dtmp2_.data(),
-                     grad(layer_name(l, "block_sparse_moe.gate.weight")), n, d,
-                     E);
+  k::linear_backward(
+    stream_, a.xn2.data(), param(layer_name(l, "block_sparse_moe.gate.weight")),
+    dlogits_.data(), dtmp2_.data(),
+    grad(layer_name(l, "block_sparse_moe.gate.weight")), n, d, E);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
   k::rmsnorm_backward(stream_, a.x_mid.data(),
                       param(layer_name(l, "post_attention_layernorm.weight")),

@@ -79,8 +79,8 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
     }
     combine_index_.upload(stream_, index);
     dsend_.resize(stream_, std::max<int64_t>(ch.rows, 1) * d);
-    k::gather_rows(stream_, send, combine_index_.data(), dsend_.data(),
-                   ch.rows, d);
+    k::gather_rows(stream_, send, combine_index_.data(), dsend_.data(), ch.rows,
+                   d);
     send = dsend_.data();
   }
   // Receive side: straight into place when the chunk is every expert (the
@@ -108,8 +108,7 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
     for (int64_t q = 0; q < P; ++q) {
       k::copy_on(stream_,
                  dispatch_order.data() + expert_start_[q * L + ch.first] * d,
-                 dcombine_.data() + offset * d,
-                 ch.recv[q] * d * sizeof(float));
+                 dcombine_.data() + offset * d, ch.recv[q] * d * sizeof(float));
       offset += ch.recv[q];
     }
   }

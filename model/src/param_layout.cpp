@@ -49,7 +49,7 @@ std::string expert_block_name(int64_t layer, const char* which) {
 
 param_layout expert_layout(const model_config& m, int64_t first_expert,
                            int64_t count) {
-  (void) first_expert;
+  (void)first_expert;
   param_layout p;
   const int64_t d = m.hidden_size, f = m.intermediate_size;
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
@@ -76,7 +76,9 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 // library (std::normal_distribution is implementation-defined).
 void fill_normal(float* out, int64_t n, uint64_t seed, double std) {
   std::mt19937_64 rng(seed);
-  auto uniform = [&] { return ((rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  auto uniform = [&] {
+    return ((rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
   for (int64_t i = 0; i < n; i += 2) {
     double u1 = uniform(), u2 = uniform();
     double r = std::sqrt(-2.0 * std::log(u1));
@@ -116,8 +118,8 @@ void init_expert_params(const param_layout& layout, float* values,
                     + ".block_sparse_moe.experts."
                     + std::to_string(first_expert + j) + "." + which
                     + ".weight";
-        fill_normal(values + block.offset + j * per, per,
-                    name_seed(seed, name), std);
+        fill_normal(values + block.offset + j * per, per, name_seed(seed, name),
+                    std);
       }
     }
   }

@@ -26,12 +26,8 @@ double learning_rate(const train_config& t, int64_t step) {
 
 rank_model::rank_model(const job_config& cfg, comm_groups comms,
                        expert_executor& experts, kernels::stream where)
-  : cfg_(cfg),
-    comms_(comms),
-    experts_(experts),
-    stream_(where),
-    collectives_(where),
-    layout_(dense_layout(cfg.model, cfg.moe)) {
+  : cfg_(cfg), comms_(comms), experts_(experts), stream_(where),
+    collectives_(where), layout_(dense_layout(cfg.model, cfg.moe)) {
   {
     std::vector<float> init(layout_.total());
     init_params(layout_, init.data(), cfg.train.seed, cfg.model.init_std);
@@ -108,8 +104,8 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   inputs_.upload(stream_, inputs, n);
   targets_.upload(stream_, targets, n);
   k::embedding_forward(stream_, inputs_.data(),
-                       param("model.embed_tokens.weight"),
-                       acts_[0].x_in.data(), n, d);
+                       param("model.embed_tokens.weight"), acts_[0].x_in.data(),
+                       n, d);
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     TUTTI_RETURN_IF_ERROR(attention_forward(l, seqs));
     TUTTI_RETURN_IF_ERROR(moe_forward(l, n, stats, time));
@@ -119,9 +115,8 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
                      static_cast<float>(m.rms_norm_eps));
   k::linear_forward(stream_, xnf_.data(), param("lm_head.weight"),
                     logits_out_.data(), n, d, m.vocab_size);
-  ce_sum = k::cross_entropy_forward(stream_, logits_out_.data(),
-                                    targets_.data(), lse_.data(), n,
-                                    m.vocab_size);
+  ce_sum = k::cross_entropy_forward(
+    stream_, logits_out_.data(), targets_.data(), lse_.data(), n, m.vocab_size);
   return {};
 }
 
@@ -132,8 +127,7 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   dx_.resize(stream_, n * d);
   dtmp_.resize(stream_, n * d);
   k::cross_entropy_backward(stream_, logits_out_.data(), targets_.data(),
-                            lse_.data(),
-                            dlogits_.data(), n, m.vocab_size,
+                            lse_.data(), dlogits_.data(), n, m.vocab_size,
                             1.0f / static_cast<float>(global_tokens_));
   k::linear_backward(stream_, xnf_.data(), param("lm_head.weight"),
                      dlogits_.data(), dtmp_.data(), grad("lm_head.weight"), n,
@@ -158,8 +152,8 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.dropped_tokens = 0;
   alltoall_bytes_ = 0;
   double ce_sum = 0;
-  TUTTI_RETURN_IF_ERROR(forward(inputs, targets, seqs, ce_sum, &stats,
-                                stats.time));
+  TUTTI_RETURN_IF_ERROR(
+    forward(inputs, targets, seqs, ce_sum, &stats, stats.time));
   TUTTI_RETURN_IF_ERROR(backward(seqs, stats.time));
   // One all-reduce for the scalars every rank reports identically.
   double sums[5] = {ce_sum, stats.aux_loss, stats.z_loss,
@@ -197,8 +191,8 @@ status rank_model::reduce_dense_grads(double& sum_squares, step_timers& time) {
   k::wait(stream_); // queued kernels count as compute
   {
     scoped_timer t(time.allreduce_s);
-    TUTTI_RETURN_IF_ERROR(collectives_.all_reduce_sum(
-      *comms_.world, grads_.data(), grads_.size()));
+    TUTTI_RETURN_IF_ERROR(
+      collectives_.all_reduce_sum(*comms_.world, grads_.data(), grads_.size()));
   }
   sum_squares = k::sum_squares(stream_, grads_.data(),
                                static_cast<int64_t>(grads_.size()));

@@ -24,11 +24,10 @@ status staged_collectives::all_reduce_sum(comm::communicator& c, float* data,
   return {};
 }
 
-status staged_collectives::all_to_all_v(comm::communicator& c,
-                                        const float* send,
-                                        const std::vector<int64_t>& send_counts,
-                                        float* recv,
-                                        const std::vector<int64_t>& recv_counts) {
+status staged_collectives::all_to_all_v(
+  comm::communicator& c, const float* send,
+  const std::vector<int64_t>& send_counts, float* recv,
+  const std::vector<int64_t>& recv_counts) {
   k::wait(stream_);
   if (!staged(c))
     return c.all_to_all_v(send, send_counts, recv, recv_counts, sizeof(float));

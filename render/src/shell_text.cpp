@@ -38,8 +38,8 @@ std::string nodes_text(const std::vector<node_view>& nodes) {
   for (const auto& n : nodes) {
     const auto ranks = std::to_string(n.first_rank) + ".."
                        + std::to_string(n.first_rank + n.ranks - 1);
-    const auto age =
-      n.heartbeat_age_s >= 0 ? fixed(n.heartbeat_age_s, 1) + " s" : "-";
+    const auto age = n.heartbeat_age_s >= 0 ? fixed(n.heartbeat_age_s, 1) + " s"
+                                            : "-";
     char line[200];
     std::snprintf(line, sizeof(line), "%-5lld %-23s %-9s %-8s %9s  %s\n",
                   static_cast<long long>(n.node), n.address.c_str(),
@@ -77,8 +77,9 @@ std::string experts_text(const std::vector<layer_load>& layers) {
       << l.dropped_total << ")\n"
       << "expert   tokens   average   bias\n";
     for (const auto& e : l.experts) {
-      const int bar =
-        max_avg > 0 ? static_cast<int>(30 * e.average / max_avg + 0.5) : 0;
+      const int bar = max_avg > 0
+                        ? static_cast<int>(30 * e.average / max_avg + 0.5)
+                        : 0;
       char line[160];
       std::snprintf(line, sizeof(line), "%6lld %8lld %9.1f %+7.4f  %s\n",
                     static_cast<long long>(e.expert),

@@ -13,7 +13,7 @@
 namespace tutti::store::detail {
 
 class input_file {
- public:
+public:
   input_file() = default;
   input_file(input_file&& other) noexcept;
   input_file& operator=(input_file&& other) noexcept;
@@ -34,7 +34,8 @@ class input_file {
 
   // xxh64 of [offset, offset + n), streamed through a bounded buffer so that
   // verifying a multi-GB shard does not need that much memory.
-  expected<std::uint64_t> hash_range(std::uint64_t offset, std::uint64_t n) const;
+  expected<std::uint64_t> hash_range(std::uint64_t offset,
+                                     std::uint64_t n) const;
 
   // One sequential pass over the whole file: its xxh64, and the xxh64 of
   // each segment [cuts[i], cuts[i+1]) (cuts ascending, none past the end).
@@ -45,7 +46,7 @@ class input_file {
   };
   expected<pass_hashes> hash_file(const std::vector<std::uint64_t>& cuts) const;
 
- private:
+private:
   std::filesystem::path path_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
@@ -53,11 +54,13 @@ class input_file {
 
 // Little-endian fixed-width fields of the on-disk formats.
 inline void put_le(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < bytes; ++i)
+    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 inline std::uint64_t get_le(const unsigned char* p, int bytes) {
   std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  for (int i = bytes - 1; i >= 0; --i)
+    v = (v << 8) | p[i];
   return v;
 }
 

@@ -17,7 +17,8 @@ namespace tutti::store {
 namespace {
 
 // Order matches the cf_* indices below.
-const char* const cf_names[] = {"job_spec", "job_state", "checkpoints", "events"};
+const char* const cf_names[] = {"job_spec", "job_state", "checkpoints",
+                                "events"};
 enum cf_index { cf_spec, cf_state, cf_ckpt, cf_events, cf_count };
 
 // Numeric keys are zero-padded decimal: RocksDB's bytewise order is then
@@ -29,10 +30,12 @@ std::string number_key(std::int64_t n) {
 }
 
 bool parse_number_key(const rocksdb::Slice& k, std::int64_t& out) {
-  if (k.size() != 20) return false;
+  if (k.size() != 20)
+    return false;
   out = 0;
   for (std::size_t i = 0; i < k.size(); ++i) {
-    if (k[i] < '0' || k[i] > '9') return false;
+    if (k[i] < '0' || k[i] > '9')
+      return false;
     out = out * 10 + (k[i] - '0');
   }
   return true;
@@ -40,7 +43,8 @@ bool parse_number_key(const rocksdb::Slice& k, std::int64_t& out) {
 
 std::int64_t now_unix_ms() {
   using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+    .count();
 }
 
 } // namespace
@@ -48,17 +52,19 @@ std::int64_t now_unix_ms() {
 struct job_store::impl {
   std::filesystem::path dir;
   rocksdb::DB* db = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // every family opened
+  std::vector<rocksdb::ColumnFamilyHandle*> handles; // every family opened
   rocksdb::ColumnFamilyHandle* cf[cf_count] = {};
-  rocksdb::WriteOptions commit;  // sync = true: a commit survives power loss
-  rocksdb::WriteOptions append;  // events: in the WAL at once, synced by the next commit
-  std::mutex seq_mu;             // orders event appends with their seq numbers
+  rocksdb::WriteOptions commit; // sync = true: a commit survives power loss
+  rocksdb::WriteOptions
+    append;          // events: in the WAL at once, synced by the next commit
+  std::mutex seq_mu; // orders event appends with their seq numbers
   std::int64_t next_seq = 1;
 
   ~impl() {
     // Nothing can report an error from a destructor; every commit was
     // already synced, so a failing Close loses nothing that was promised.
-    for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+    for (auto* h : handles)
+      (void)db->DestroyColumnFamilyHandle(h);
     if (db != nullptr) {
       (void)db->Close();
       delete db;
@@ -72,7 +78,8 @@ struct job_store::impl {
 
   status put(cf_index c, const std::string& key, const msgpack::sbuffer& v,
              const rocksdb::WriteOptions& wo) {
-    TUTTI_ROCKSDB_CHECK(db->Put(wo, cf[c], key, rocksdb::Slice(v.data(), v.size())));
+    TUTTI_ROCKSDB_CHECK(
+      db->Put(wo, cf[c], key, rocksdb::Slice(v.data(), v.size())));
     return {};
   }
 
@@ -81,7 +88,8 @@ struct job_store::impl {
     std::string v;
     bool found = false;
     TUTTI_ROCKSDB_GET(db->Get(rocksdb::ReadOptions(), cf[c], key, &v), found);
-    if (!found) return std::nullopt;
+    if (!found)
+      return std::nullopt;
     return v;
   }
 
@@ -89,9 +97,11 @@ struct job_store::impl {
   // returns a status and the first error stops the scan.
   template <class F>
   status scan(rocksdb::ColumnFamilyHandle* h, F&& fn) {
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
+    std::unique_ptr<rocksdb::Iterator> it(
+      db->NewIterator(rocksdb::ReadOptions(), h));
     for (it->SeekToFirst(); it->Valid(); it->Next())
-      if (auto err = fn(it->key(), it->value()); !err) return err;
+      if (auto err = fn(it->key(), it->value()); !err)
+        return err;
     TUTTI_ROCKSDB_CHECK(it->status());
     return {};
   }
@@ -102,24 +112,29 @@ struct job_store::impl {
     auto oh = detail::mp::unpack(value.data(), value.size());
     if (!oh.ok() || oh.value().get().type != msgpack::type::MAP)
       return status::error(
-          "corrupt record " + std::string(cf_names[c]) + "/" + key.ToString() + ": " +
-          (oh.ok() ? std::string("not a map") : oh.message()));
+        "corrupt record " + std::string(cf_names[c]) + "/" + key.ToString()
+        + ": " + (oh.ok() ? std::string("not a map") : oh.message()));
     return oh;
   }
 
-  std::string bad_field(cf_index c, const rocksdb::Slice& key, const char* field) const {
-    return "corrupt record " + std::string(cf_names[c]) + "/" + key.ToString() +
-           ": missing or mistyped field '" + field + "'";
+  std::string bad_field(cf_index c, const rocksdb::Slice& key,
+                        const char* field) const {
+    return "corrupt record " + std::string(cf_names[c]) + "/" + key.ToString()
+           + ": missing or mistyped field '" + field + "'";
   }
 
   status open(const rocksdb::DBOptions& opts) {
     auto hint = [this](const rocksdb::Status& s) {
       std::string m = s.ToString(), d = "job store " + dir.string();
-      if (s.IsIOError() && m.find("lock hold by current process") != std::string::npos)
+      if (s.IsIOError()
+          && m.find("lock hold by current process") != std::string::npos)
         return d + " is locked: it is already open in this process; ";
       if (s.IsIOError() && m.find("lock file") != std::string::npos)
-        return d + " is locked by another process (another tutti or tuttid on this data dir?); ";
-      if (s.IsCorruption()) return d + " is corrupt (move it aside to start over); ";
+        return d
+               + " is locked by another process (another tutti or tuttid on "
+                 "this data dir?); ";
+      if (s.IsCorruption())
+        return d + " is corrupt (move it aside to start over); ";
       return "cannot open " + d + ": ";
     };
     // Open every family present, not only ours: a store written by a newer
@@ -129,20 +144,27 @@ struct job_store::impl {
     std::error_code ec;
     if (std::filesystem::exists(dir / "CURRENT", ec)) {
       std::vector<std::string> present;
-      TUTTI_ROCKSDB_CHECK_HINT(rocksdb::DB::ListColumnFamilies(opts, dir.string(), &present), hint);
+      TUTTI_ROCKSDB_CHECK_HINT(
+        rocksdb::DB::ListColumnFamilies(opts, dir.string(), &present), hint);
       for (auto& n : present)
-        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        if (std::find(names.begin(), names.end(), n) == names.end())
+          names.push_back(n);
     }
     std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-    for (auto& n : names) descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
-    TUTTI_ROCKSDB_CHECK_HINT(rocksdb::DB::Open(opts, dir.string(), descs, &handles, &db), hint);
-    for (int c = 0; c < cf_count; ++c) cf[c] = handles[c];
+    for (auto& n : names)
+      descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    TUTTI_ROCKSDB_CHECK_HINT(
+      rocksdb::DB::Open(opts, dir.string(), descs, &handles, &db), hint);
+    for (int c = 0; c < cf_count; ++c)
+      cf[c] = handles[c];
     // Sequence numbers continue after the newest stored event.
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf[cf_events]));
+    std::unique_ptr<rocksdb::Iterator> it(
+      db->NewIterator(rocksdb::ReadOptions(), cf[cf_events]));
     it->SeekToLast();
     std::int64_t last = 0;
     if (it->Valid() && !parse_number_key(it->key(), last))
-      return status::error("job store " + dir.string() + ": corrupt event key " + it->key().ToString(true));
+      return status::error("job store " + dir.string() + ": corrupt event key "
+                           + it->key().ToString(true));
     TUTTI_ROCKSDB_CHECK(it->status());
     next_seq = last + 1;
     return {};
@@ -153,14 +175,15 @@ job_store::job_store(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 job_store::~job_store() = default;
 const std::filesystem::path& job_store::dir() const { return impl_->dir; }
 
-expected<std::unique_ptr<job_store>> job_store::open(const std::filesystem::path& dir) {
+expected<std::unique_ptr<job_store>> job_store::open(
+  const std::filesystem::path& dir) {
   using result = std::unique_ptr<job_store>;
   if (auto err = create_directories_durable(dir); !err)
     return status::error("cannot create job store: " + err.message());
   rocksdb::DBOptions opts;
   opts.create_if_missing = true;
   opts.create_missing_column_families = true;
-  opts.keep_log_file_num = 4;  // RocksDB's info LOGs: a daemon restarts often
+  opts.keep_log_file_num = 4; // RocksDB's info LOGs: a daemon restarts often
   auto p = std::make_unique<impl>();
   p->dir = dir;
   p->commit.sync = true;
@@ -168,7 +191,8 @@ expected<std::unique_ptr<job_store>> job_store::open(const std::filesystem::path
   return result(new job_store(std::move(p)));
 }
 
-status job_store::put_job_spec(const std::string& fingerprint, const std::string& config_yaml) {
+status job_store::put_job_spec(const std::string& fingerprint,
+                               const std::string& config_yaml) {
   msgpack::sbuffer buf;
   detail::mp::packer pk(buf);
   pk.pack_map(3);
@@ -180,17 +204,22 @@ status job_store::put_job_spec(const std::string& fingerprint, const std::string
   return {};
 }
 
-expected<std::optional<std::pair<std::string, std::string>>> job_store::job_spec() {
-  using result = std::optional<std::pair<std::string, std::string>>;
+expected<std::optional<std::pair<std::string, std::string>>>
+job_store::job_spec() {
   auto v = impl_->get(cf_spec, "spec");
-  if (!v.ok()) return status::error(impl_->context("job_spec", v.message()));
-  if (!v.value()) return std::nullopt;
+  if (!v.ok())
+    return status::error(impl_->context("job_spec", v.message()));
+  if (!v.value())
+    return std::nullopt;
   auto oh = impl_->decode(cf_spec, "spec", *v.value());
-  if (!oh.ok()) return status::error(impl_->context("job_spec", oh.message()));
+  if (!oh.ok())
+    return status::error(impl_->context("job_spec", oh.message()));
   std::pair<std::string, std::string> out;
-  if (!detail::mp::get(oh.value().get(), "fingerprint", out.first) ||
-      !detail::mp::get(oh.value().get(), "config_yaml", out.second))
-    return status::error(impl_->context("job_spec", impl_->bad_field(cf_spec, "spec", "fingerprint/config_yaml")));
+  if (!detail::mp::get(oh.value().get(), "fingerprint", out.first)
+      || !detail::mp::get(oh.value().get(), "config_yaml", out.second))
+    return status::error(
+      impl_->context("job_spec", impl_->bad_field(cf_spec, "spec",
+                                                  "fingerprint/config_yaml")));
   return out;
 }
 
@@ -206,63 +235,81 @@ status job_store::put_job_state(const std::string& state, std::int64_t step) {
   return {};
 }
 
-expected<std::optional<std::pair<std::string, std::int64_t>>> job_store::job_state() {
-  using result = std::optional<std::pair<std::string, std::int64_t>>;
+expected<std::optional<std::pair<std::string, std::int64_t>>>
+job_store::job_state() {
   auto v = impl_->get(cf_state, "state");
-  if (!v.ok()) return status::error(impl_->context("job_state", v.message()));
-  if (!v.value()) return std::nullopt;
+  if (!v.ok())
+    return status::error(impl_->context("job_state", v.message()));
+  if (!v.value())
+    return std::nullopt;
   auto oh = impl_->decode(cf_state, "state", *v.value());
-  if (!oh.ok()) return status::error(impl_->context("job_state", oh.message()));
+  if (!oh.ok())
+    return status::error(impl_->context("job_state", oh.message()));
   std::pair<std::string, std::int64_t> out;
-  if (!detail::mp::get(oh.value().get(), "state", out.first) ||
-      !detail::mp::get(oh.value().get(), "step", out.second))
-    return status::error(impl_->context("job_state", impl_->bad_field(cf_state, "state", "state/step")));
+  if (!detail::mp::get(oh.value().get(), "state", out.first)
+      || !detail::mp::get(oh.value().get(), "step", out.second))
+    return status::error(impl_->context(
+      "job_state", impl_->bad_field(cf_state, "state", "state/step")));
   return out;
 }
 
 status job_store::commit_checkpoint(const checkpoint_record& r) {
-  if (r.step < 0) return status::error(impl_->context("commit_checkpoint", "negative step " + std::to_string(r.step)));
+  if (r.step < 0)
+    return status::error(impl_->context(
+      "commit_checkpoint", "negative step " + std::to_string(r.step)));
   msgpack::sbuffer buf;
   detail::mp::packer pk(buf);
   pk.pack_map(5);
   detail::mp::key(pk, "step"), pk.pack(r.step);
   detail::mp::key(pk, "dir"), pk.pack(r.dir);
   detail::mp::key(pk, "bytes"), pk.pack(r.bytes);
-  detail::mp::key(pk, "time_unix_ms"), pk.pack(r.time_unix_ms != 0 ? r.time_unix_ms : now_unix_ms());
+  detail::mp::key(pk, "time_unix_ms"),
+    pk.pack(r.time_unix_ms != 0 ? r.time_unix_ms : now_unix_ms());
   detail::mp::key(pk, "epoch"), pk.pack(r.epoch);
-  if (auto err = impl_->put(cf_ckpt, number_key(r.step), buf, impl_->commit); !err)
+  if (auto err = impl_->put(cf_ckpt, number_key(r.step), buf, impl_->commit);
+      !err)
     return status::error(impl_->context("commit_checkpoint", err.message()));
   return {};
 }
 
 expected<std::vector<checkpoint_record>> job_store::checkpoints() {
   std::vector<checkpoint_record> out;
-  auto err = impl_->scan(impl_->cf[cf_ckpt], [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
-    auto oh = impl_->decode(cf_ckpt, k, v);
-    if (!oh.ok()) return status::error(oh.message());
-    const auto& m = oh.value().get();
-    checkpoint_record r;
-    if (!detail::mp::get(m, "step", r.step) || !detail::mp::get(m, "dir", r.dir) ||
-        !detail::mp::get(m, "bytes", r.bytes) || !detail::mp::get(m, "time_unix_ms", r.time_unix_ms) ||
-        !detail::mp::get(m, "epoch", r.epoch))
-      return status::error(impl_->bad_field(cf_ckpt, k, "step/dir/bytes/time_unix_ms/epoch"));
-    out.push_back(std::move(r));
-    return {};
-  });
-  if (!err) return status::error(impl_->context("checkpoints", err.message()));
+  auto err = impl_->scan(
+    impl_->cf[cf_ckpt],
+    [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
+      auto oh = impl_->decode(cf_ckpt, k, v);
+      if (!oh.ok())
+        return status::error(oh.message());
+      const auto& m = oh.value().get();
+      checkpoint_record r;
+      if (!detail::mp::get(m, "step", r.step)
+          || !detail::mp::get(m, "dir", r.dir)
+          || !detail::mp::get(m, "bytes", r.bytes)
+          || !detail::mp::get(m, "time_unix_ms", r.time_unix_ms)
+          || !detail::mp::get(m, "epoch", r.epoch))
+        return status::error(
+          impl_->bad_field(cf_ckpt, k, "step/dir/bytes/time_unix_ms/epoch"));
+      out.push_back(std::move(r));
+      return {};
+    });
+  if (!err)
+    return status::error(impl_->context("checkpoints", err.message()));
   return out;
 }
 
 status job_store::remove_checkpoint(std::int64_t step) {
   auto del = [&]() -> status {
-    TUTTI_ROCKSDB_CHECK(impl_->db->Delete(impl_->commit, impl_->cf[cf_ckpt], number_key(step)));
+    TUTTI_ROCKSDB_CHECK(
+      impl_->db->Delete(impl_->commit, impl_->cf[cf_ckpt], number_key(step)));
     return {};
   };
-  if (auto err = del(); !err) return status::error(impl_->context("remove_checkpoint", err.message()));
+  if (auto err = del(); !err)
+    return status::error(impl_->context("remove_checkpoint", err.message()));
   return {};
 }
 
-expected<std::int64_t> job_store::append_event(const std::string& kind, const std::string& detail,
+expected<std::int64_t> job_store::append_event(const std::string& kind,
+                                               const std::string& detail,
                                                double duration_s) {
   std::lock_guard<std::mutex> lock(impl_->seq_mu);
   std::int64_t seq = impl_->next_seq;
@@ -274,7 +321,8 @@ expected<std::int64_t> job_store::append_event(const std::string& kind, const st
   detail::mp::key(pk, "kind"), pk.pack(kind);
   detail::mp::key(pk, "detail"), pk.pack(detail);
   detail::mp::key(pk, "duration_s"), pk.pack_double(duration_s);
-  if (auto err = impl_->put(cf_events, number_key(seq), buf, impl_->append); !err)
+  if (auto err = impl_->put(cf_events, number_key(seq), buf, impl_->append);
+      !err)
     return status::error(impl_->context("append_event", err.message()));
   ++impl_->next_seq;
   return seq;
@@ -284,19 +332,27 @@ expected<std::vector<event>> job_store::events(std::int64_t since_unix_ms) {
   std::vector<event> out;
   // A full scan rather than a time index: the log is small (events are rare)
   // and wall clocks can step backwards, so seq order is not time order.
-  auto err = impl_->scan(impl_->cf[cf_events], [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
-    auto oh = impl_->decode(cf_events, k, v);
-    if (!oh.ok()) return status::error(oh.message());
-    const auto& m = oh.value().get();
-    event e;
-    if (!detail::mp::get(m, "seq", e.seq) || !detail::mp::get(m, "time_unix_ms", e.time_unix_ms) ||
-        !detail::mp::get(m, "kind", e.kind) || !detail::mp::get(m, "detail", e.detail) ||
-        !detail::mp::get(m, "duration_s", e.duration_s))
-      return status::error(impl_->bad_field(cf_events, k, "seq/time_unix_ms/kind/detail/duration_s"));
-    if (e.time_unix_ms >= since_unix_ms) out.push_back(std::move(e));
-    return {};
-  });
-  if (!err) return status::error(impl_->context("events", err.message()));
+  auto err = impl_->scan(
+    impl_->cf[cf_events],
+    [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
+      auto oh = impl_->decode(cf_events, k, v);
+      if (!oh.ok())
+        return status::error(oh.message());
+      const auto& m = oh.value().get();
+      event e;
+      if (!detail::mp::get(m, "seq", e.seq)
+          || !detail::mp::get(m, "time_unix_ms", e.time_unix_ms)
+          || !detail::mp::get(m, "kind", e.kind)
+          || !detail::mp::get(m, "detail", e.detail)
+          || !detail::mp::get(m, "duration_s", e.duration_s))
+        return status::error(impl_->bad_field(
+          cf_events, k, "seq/time_unix_ms/kind/detail/duration_s"));
+      if (e.time_unix_ms >= since_unix_ms)
+        out.push_back(std::move(e));
+      return {};
+    });
+  if (!err)
+    return status::error(impl_->context("events", err.message()));
   return out;
 }
 
@@ -306,16 +362,19 @@ status job_store::reset() {
     // One synced batch: after a crash the store is either untouched or empty.
     rocksdb::WriteBatch batch;
     for (auto* h : impl_->handles) {
-      auto err = impl_->scan(h, [&](const rocksdb::Slice& k, const rocksdb::Slice&) -> status {
-        TUTTI_ROCKSDB_CHECK(batch.Delete(h, k));
-        return {};
-      });
-      if (!err) return err;
+      auto err = impl_->scan(
+        h, [&](const rocksdb::Slice& k, const rocksdb::Slice&) -> status {
+          TUTTI_ROCKSDB_CHECK(batch.Delete(h, k));
+          return {};
+        });
+      if (!err)
+        return err;
     }
     TUTTI_ROCKSDB_CHECK(impl_->db->Write(impl_->commit, &batch));
     return {};
   };
-  if (auto err = drop(); !err) return status::error(impl_->context("reset", err.message()));
+  if (auto err = drop(); !err)
+    return status::error(impl_->context("reset", err.message()));
   impl_->next_seq = 1;
   return {};
 }

@@ -41,16 +41,23 @@ private:
 // Builds a `value` from nlohmann's SAX events.
 class builder : public nlohmann::json_sax<nlohmann::json> {
 public:
-  builder(std::string_view text, const char** last) : text_(text), last_(last) {}
+  builder(std::string_view text, const char** last)
+    : text_(text), last_(last) {}
 
   value root;
   std::string error;
 
   bool null() override { return leaf(value::kind::null); }
   bool boolean(bool b) override { return leaf(value::kind::boolean, {}, b); }
-  bool number_integer(number_integer_t n) override { return leaf(value::kind::number, std::to_string(n)); }
-  bool number_unsigned(number_unsigned_t n) override { return leaf(value::kind::number, std::to_string(n)); }
-  bool number_float(number_float_t, const string_t& source) override { return leaf(value::kind::number, source); }
+  bool number_integer(number_integer_t n) override {
+    return leaf(value::kind::number, std::to_string(n));
+  }
+  bool number_unsigned(number_unsigned_t n) override {
+    return leaf(value::kind::number, std::to_string(n));
+  }
+  bool number_float(number_float_t, const string_t& source) override {
+    return leaf(value::kind::number, source);
+  }
   bool string(string_t& s) override { return leaf(value::kind::string, s); }
   bool binary(binary_t&) override { return fail("binary data"); }
   bool start_object(std::size_t) override { return open(value::kind::object); }
@@ -60,23 +67,30 @@ public:
 
   bool key(string_t& k) override {
     for (const auto& seen : stack_.back()->keys)
-      if (seen == k) return fail("duplicate key \"" + k + "\"");
+      if (seen == k)
+        return fail("duplicate key \"" + k + "\"");
     stack_.back()->keys.push_back(k);
     return true;
   }
 
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
     // "[json.exception.parse_error.101] parse error at line 1, column 9:
     // syntax error while parsing ..." -> "syntax error while parsing ..."
     // (the bytes of "last read: '...'" may not be text, so they go too).
     std::string what = ex.what();
-    if (what.rfind("[json.exception.", 0) == 0) what = what.substr(what.find("] ") + 2);
-    if (what.rfind("parse error", 0) == 0) what = what.substr(what.find(": ") + 2);
+    if (what.rfind("[json.exception.", 0) == 0)
+      what = what.substr(what.find("] ") + 2);
+    if (what.rfind("parse error", 0) == 0)
+      what = what.substr(what.find(": ") + 2);
     if (auto read = what.find("; last read: '"); read != std::string::npos) {
       auto end = what.find("'; ", read + 14);
-      what.erase(read, end == std::string::npos ? std::string::npos : end + 1 - read);
+      what.erase(read,
+                 end == std::string::npos ? std::string::npos : end + 1 - read);
     }
-    if (error.empty()) error = what + " at offset " + std::to_string(position > 0 ? position - 1 : 0);
+    if (error.empty())
+      error = what + " at offset "
+              + std::to_string(position > 0 ? position - 1 : 0);
     return false;
   }
 
@@ -84,7 +98,8 @@ private:
   // The next value's slot: the root, or one more item of the open container
   // (whose key, for an object, key() has just recorded).
   value& slot() {
-    if (stack_.empty()) return root;
+    if (stack_.empty())
+      return root;
     return stack_.back()->items.emplace_back();
   }
   bool leaf(value::kind type, std::string text = {}, bool b = false) {
@@ -95,15 +110,19 @@ private:
     return true;
   }
   bool open(value::kind type) {
-    if (stack_.size() >= max_depth) return fail("nesting deeper than " + std::to_string(max_depth));
+    if (stack_.size() >= max_depth)
+      return fail("nesting deeper than " + std::to_string(max_depth));
     value& v = slot();
     v.type = type;
     stack_.push_back(&v);
     return true;
   }
   bool fail(const std::string& what) {
-    const std::size_t at = *last_ ? static_cast<std::size_t>(*last_ - text_.data()) : 0;
-    if (error.empty()) error = what + " at offset " + std::to_string(at);
+    const std::size_t at = *last_
+                             ? static_cast<std::size_t>(*last_ - text_.data())
+                             : 0;
+    if (error.empty())
+      error = what + " at offset " + std::to_string(at);
     return false;
   }
 
@@ -116,23 +135,28 @@ private:
 
 template <class T>
 bool integer_from(const value& v, T& out) {
-  if (v.type != value::kind::number) return false;
+  if (v.type != value::kind::number)
+    return false;
   const char* b = v.text.data();
   const char* e = b + v.text.size();
-  auto r = std::from_chars(b, e, out);  // rejects overflow; stops at '.', 'e'
+  auto r = std::from_chars(b, e, out); // rejects overflow; stops at '.', 'e'
   return r.ec == std::errc() && r.ptr == e;
 }
 
 } // namespace
 
 const value* value::find(std::string_view key) const {
-  if (type != kind::object) return nullptr;
+  if (type != kind::object)
+    return nullptr;
   for (std::size_t i = 0; i < keys.size(); ++i)
-    if (keys[i] == key) return &items[i];
+    if (keys[i] == key)
+      return &items[i];
   return nullptr;
 }
 
-bool value::as_int64(std::int64_t& out) const { return integer_from(*this, out); }
+bool value::as_int64(std::int64_t& out) const {
+  return integer_from(*this, out);
+}
 bool value::as_uint64(std::uint64_t& out) const {
   return !text.empty() && text[0] != '-' && integer_from(*this, out);
 }
@@ -140,10 +164,12 @@ bool value::as_uint64(std::uint64_t& out) const {
 expected<value> parse(std::string_view text) {
   const char* last = nullptr;
   builder b(text, &last);
-  const bool ok = nlohmann::json::sax_parse(tracking_iterator(text.data(), &last),
-                                            tracking_iterator(text.data() + text.size(), &last), &b,
-                                            nlohmann::json::input_format_t::json, true);
-  if (!ok) return status::error(b.error.empty() ? "not valid JSON" : b.error);
+  const bool ok = nlohmann::json::sax_parse(
+    tracking_iterator(text.data(), &last),
+    tracking_iterator(text.data() + text.size(), &last), &b,
+    nlohmann::json::input_format_t::json, true);
+  if (!ok)
+    return status::error(b.error.empty() ? "not valid JSON" : b.error);
   return std::move(b.root);
 }
 

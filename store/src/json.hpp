@@ -21,9 +21,10 @@ struct value {
   enum class kind { null, boolean, number, string, array, object };
   kind type = kind::null;
   bool boolean = false;
-  std::string text;               // string: decoded UTF-8; number: source token
-  std::vector<value> items;       // array elements, or object values
-  std::vector<std::string> keys;  // object keys, in file order (keys[i] -> items[i])
+  std::string text;         // string: decoded UTF-8; number: source token
+  std::vector<value> items; // array elements, or object values
+  std::vector<std::string>
+    keys; // object keys, in file order (keys[i] -> items[i])
 
   // Object member by key, or nullptr (also when this is not an object).
   const value* find(std::string_view key) const;

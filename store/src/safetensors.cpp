@@ -12,7 +12,8 @@
 namespace tutti::store {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian");
 
 // The reference implementation refuses larger headers; so do we, before
 // allocating anything a corrupt length asks for.
@@ -21,7 +22,9 @@ constexpr std::uint64_t max_header_bytes = 100'000'000;
 bool element_count(const std::vector<std::int64_t>& shape, std::uint64_t& out) {
   out = 1;
   for (auto d : shape)
-    if (d < 0 || __builtin_mul_overflow(out, static_cast<std::uint64_t>(d), &out)) return false;
+    if (d < 0
+        || __builtin_mul_overflow(out, static_cast<std::uint64_t>(d), &out))
+      return false;
   return out <= UINT64_MAX / 4;
 }
 
@@ -33,126 +36,171 @@ struct entry {
 
 } // namespace
 
-status write_safetensors(const std::filesystem::path& file, const std::vector<named_tensor>& tensors,
+status write_safetensors(const std::filesystem::path& file,
+                         const std::vector<named_tensor>& tensors,
                          const std::map<std::string, std::string>& metadata) {
-  auto fail = [&](const std::string& what) -> status { return status::error(file.string() + ": " + what); };
+  auto fail = [&](const std::string& what) -> status {
+    return status::error(file.string() + ": " + what);
+  };
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     for (auto it = metadata.begin(); it != metadata.end(); ++it)
-      header += (it == metadata.begin() ? "" : ",") + detail::json::quote(it->first) + ":" +
-                detail::json::quote(it->second);
+      header += (it == metadata.begin() ? "" : ",")
+                + detail::json::quote(it->first) + ":"
+                + detail::json::quote(it->second);
     header += "}";
   }
   std::set<std::string> names;
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
     std::uint64_t n = 0;
-    if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second)
-      return fail("tensor name '" + t.name + "' is empty, reserved or duplicated");
+    if (t.name.empty() || t.name == "__metadata__"
+        || !names.insert(t.name).second)
+      return fail("tensor name '" + t.name
+                  + "' is empty, reserved or duplicated");
     if (!element_count(t.shape, n) || n != t.data.size())
-      return fail("tensor '" + t.name + "' has " + std::to_string(t.data.size()) + " values, its shape wants " +
-                  std::to_string(n));
-    if (header.size() > 1) header += ",";
+      return fail("tensor '" + t.name + "' has " + std::to_string(t.data.size())
+                  + " values, its shape wants " + std::to_string(n));
+    if (header.size() > 1)
+      header += ",";
     header += detail::json::quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i) header += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + n * 4) + "]}";
+    for (std::size_t i = 0; i < t.shape.size(); ++i)
+      header += (i ? "," : "") + std::to_string(t.shape[i]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + ","
+              + std::to_string(offset + n * 4) + "]}";
     offset += n * 4;
   }
   header += "}";
   // Never write a file we would refuse to read (e.g. a name that is not UTF-8).
   if (auto check = detail::json::parse(header); !check.ok())
-    return fail("tensor names and metadata must be valid UTF-8 text (" + check.message() + ")");
-  header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+    return fail("tensor names and metadata must be valid UTF-8 text ("
+                + check.message() + ")");
+  header.append((8 - header.size() % 8) % 8, ' '); // data starts 8-byte aligned
   std::string prefix;
   detail::put_le(prefix, header.size(), 8);
   prefix += header;
-  std::vector<std::span<const std::byte>> parts{std::as_bytes(std::span(prefix.data(), prefix.size()))};
-  for (const auto& t : tensors) parts.push_back(std::as_bytes(std::span(t.data)));
-  if (auto err = create_directories_durable(file.parent_path()); !err) return err;
+  std::vector<std::span<const std::byte>> parts{
+    std::as_bytes(std::span(prefix.data(), prefix.size()))};
+  for (const auto& t : tensors)
+    parts.push_back(std::as_bytes(std::span(t.data)));
+  if (auto err = create_directories_durable(file.parent_path()); !err)
+    return err;
   return write_file_atomic_parts(file, parts);
 }
 
-expected<std::vector<named_tensor>> read_safetensors(const std::filesystem::path& file,
-                                                     std::map<std::string, std::string>* metadata) {
+expected<std::vector<named_tensor>> read_safetensors(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata) {
   using result = std::vector<named_tensor>;
-  auto fail = [&](const std::string& what) { return status::error(file.string() + ": " + what); };
+  auto fail = [&](const std::string& what) {
+    return status::error(file.string() + ": " + what);
+  };
   auto in = detail::input_file::open(file);
-  if (!in.ok()) return in.error();
+  if (!in.ok())
+    return in.error();
   const std::uint64_t size = in.value().size();
-  if (size < 8) return fail("truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  if (size < 8)
+    return fail("truncated: " + std::to_string(size)
+                + " bytes, shorter than the 8-byte header length");
   unsigned char len[8];
   TUTTI_RETURN_IF_ERROR(in.value().read_at(0, len, 8));
   const std::uint64_t n = detail::get_le(len, 8);
-  if (n > max_header_bytes) return fail("header length " + std::to_string(n) + " at offset 0 exceeds the 100 MB limit");
+  if (n > max_header_bytes)
+    return fail("header length " + std::to_string(n)
+                + " at offset 0 exceeds the 100 MB limit");
   if (n > size - 8)
-    return fail("header length " + std::to_string(n) + " at offset 0 runs past the end of the file (" +
-                std::to_string(size) + " bytes)");
+    return fail("header length " + std::to_string(n)
+                + " at offset 0 runs past the end of the file ("
+                + std::to_string(size) + " bytes)");
   std::string header(n, '\0');
   TUTTI_RETURN_IF_ERROR(in.value().read_at(8, header.data(), n));
   auto doc = detail::json::parse(header);
-  if (!doc.ok()) return fail("header (file offset 8) is not valid JSON: " + doc.message() + " of the header");
-  if (doc.value().type != detail::json::value::kind::object) return fail("header (file offset 8) is not a JSON object");
+  if (!doc.ok())
+    return fail("header (file offset 8) is not valid JSON: " + doc.message()
+                + " of the header");
+  if (doc.value().type != detail::json::value::kind::object)
+    return fail("header (file offset 8) is not a JSON object");
 
   using kind = detail::json::value::kind;
   const std::uint64_t data_start = 8 + n, data_size = size - data_start;
   std::vector<entry> entries;
-  if (metadata != nullptr) metadata->clear();
+  if (metadata != nullptr)
+    metadata->clear();
   for (std::size_t i = 0; i < doc.value().keys.size(); ++i) {
     const std::string& name = doc.value().keys[i];
     const auto& v = doc.value().items[i];
     if (name == "__metadata__") {
-      if (v.type != kind::object) return fail("\"__metadata__\" is not an object");
+      if (v.type != kind::object)
+        return fail("\"__metadata__\" is not an object");
       for (std::size_t j = 0; j < v.keys.size(); ++j) {
-        if (v.items[j].type != kind::string) return fail("\"__metadata__\" value '" + v.keys[j] + "' is not a string");
-        if (metadata != nullptr) (*metadata)[v.keys[j]] = v.items[j].text;
+        if (v.items[j].type != kind::string)
+          return fail("\"__metadata__\" value '" + v.keys[j]
+                      + "' is not a string");
+        if (metadata != nullptr)
+          (*metadata)[v.keys[j]] = v.items[j].text;
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
+    auto bad = [&](const std::string& what) {
+      return fail("tensor '" + name + "': " + what);
+    };
     const auto* dtype = v.find("dtype");
     const auto* shape = v.find("shape");
     const auto* offsets = v.find("data_offsets");
-    if (dtype == nullptr || dtype->type != kind::string || shape == nullptr || shape->type != kind::array ||
-        offsets == nullptr || offsets->type != kind::array)
-      return bad("needs \"dtype\" string, \"shape\" and \"data_offsets\" arrays");
-    if (dtype->text != "F32") return bad("dtype " + dtype->text + " is not supported (only F32)");
+    if (dtype == nullptr || dtype->type != kind::string || shape == nullptr
+        || shape->type != kind::array || offsets == nullptr
+        || offsets->type != kind::array)
+      return bad(
+        "needs \"dtype\" string, \"shape\" and \"data_offsets\" arrays");
+    if (dtype->text != "F32")
+      return bad("dtype " + dtype->text + " is not supported (only F32)");
     entry e{name, {}, 0, 0};
     for (const auto& d : shape->items) {
       std::int64_t dim = 0;
-      if (!d.as_int64(dim) || dim < 0) return bad("shape has a non-integer or negative dimension");
+      if (!d.as_int64(dim) || dim < 0)
+        return bad("shape has a non-integer or negative dimension");
       e.shape.push_back(dim);
     }
-    if (offsets->items.size() != 2 || !offsets->items[0].as_uint64(e.begin) || !offsets->items[1].as_uint64(e.end) ||
-        e.begin > e.end)
+    if (offsets->items.size() != 2 || !offsets->items[0].as_uint64(e.begin)
+        || !offsets->items[1].as_uint64(e.end) || e.begin > e.end)
       return bad("data_offsets must be [begin, end] with begin <= end");
     std::uint64_t count = 0;
     if (!element_count(e.shape, count) || count * 4 != e.end - e.begin)
-      return bad("data_offsets span " + std::to_string(e.end - e.begin) + " bytes, shape needs " +
-                 std::to_string(count * 4) + " for F32");
+      return bad("data_offsets span " + std::to_string(e.end - e.begin)
+                 + " bytes, shape needs " + std::to_string(count * 4)
+                 + " for F32");
     entries.push_back(std::move(e));
   }
   // The format rule: sorted by position, the tensors tile the data exactly.
   std::vector<const entry*> by_pos;
-  for (const auto& e : entries) by_pos.push_back(&e);
-  std::stable_sort(by_pos.begin(), by_pos.end(),
-                   [](const entry* a, const entry* b) { return a->begin < b->begin || (a->begin == b->begin && a->end < b->end); });
+  for (const auto& e : entries)
+    by_pos.push_back(&e);
+  std::stable_sort(
+    by_pos.begin(), by_pos.end(), [](const entry* a, const entry* b) {
+      return a->begin < b->begin || (a->begin == b->begin && a->end < b->end);
+    });
   std::uint64_t covered = 0;
   for (const entry* e : by_pos) {
     if (e->begin != covered)
-      return fail("tensor '" + e->name + "' data_offsets begin at " + std::to_string(e->begin) + ", expected " +
-                  std::to_string(covered) + (e->begin > covered ? " (gap)" : " (overlap)") + " at file offset " +
-                  std::to_string(data_start + std::min(e->begin, covered)));
+      return fail(
+        "tensor '" + e->name + "' data_offsets begin at "
+        + std::to_string(e->begin) + ", expected " + std::to_string(covered)
+        + (e->begin > covered ? " (gap)" : " (overlap)") + " at file offset "
+        + std::to_string(data_start + std::min(e->begin, covered)));
     covered = e->end;
   }
   if (covered != data_size)
-    return fail("tensors cover " + std::to_string(covered) + " data bytes but the file holds " +
-                std::to_string(data_size) + " after the header (at file offset " + std::to_string(data_start) + ")" +
-                (covered > data_size ? ": truncated" : ": trailing bytes"));
+    return fail("tensors cover " + std::to_string(covered)
+                + " data bytes but the file holds " + std::to_string(data_size)
+                + " after the header (at file offset "
+                + std::to_string(data_start) + ")"
+                + (covered > data_size ? ": truncated" : ": trailing bytes"));
   result out;
   for (auto& e : entries) {
     named_tensor t{e.name, e.shape, std::vector<float>((e.end - e.begin) / 4)};
-    TUTTI_RETURN_IF_ERROR(in.value().read_at(data_start + e.begin, t.data.data(), e.end - e.begin));
+    TUTTI_RETURN_IF_ERROR(
+      in.value().read_at(data_start + e.begin, t.data.data(), e.end - e.begin));
     out.push_back(std::move(t));
   }
   return out;

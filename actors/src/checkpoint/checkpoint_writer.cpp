@@ -32,9 +32,9 @@ struct checkpoint_writer_state {
 using writer_pointer =
   checkpoint_writer_actor::stateful_pointer<checkpoint_writer_state>;
 
-checkpoint_writer_actor::behavior_type
-checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
-                  std::shared_ptr<checkpoint_in_flight> in_flight) {
+checkpoint_writer_actor::behavior_type checkpoint_writer(
+  writer_pointer self, coordinator_actor coordinator,
+  std::shared_ptr<checkpoint_in_flight> in_flight) {
   auto& st = self->state;
   st.coordinator = std::move(coordinator);
   st.in_flight = std::move(in_flight);
@@ -96,24 +96,25 @@ checkpoint_writer(writer_pointer self, coordinator_actor coordinator,
         return;
       }
       // bench/bench_checkpoint.sh reads this line for the save throughput.
-      log_info("checkpoint_writer",
-               "shard written: " + file.string() + " bytes "
-                 + std::to_string(written.value()) + " seconds "
-                 + std::to_string(took));
+      log_info("checkpoint_writer", "shard written: " + file.string()
+                                      + " bytes "
+                                      + std::to_string(written.value())
+                                      + " seconds " + std::to_string(took));
       if (st.delay_ms > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(st.delay_ms));
       self->send(st.coordinator,
                  shard_saved{snap->step, static_cast<int32_t>(snap->rank),
-                             static_cast<int64_t>(written.value()), snap->epoch});
+                             static_cast<int64_t>(written.value()),
+                             snap->epoch});
     },
   };
 }
 
 } // namespace
 
-checkpoint_writer_actor
-spawn_checkpoint_writer(caf::actor_system& sys, coordinator_actor coordinator,
-                        std::shared_ptr<checkpoint_in_flight> in_flight) {
+checkpoint_writer_actor spawn_checkpoint_writer(
+  caf::actor_system& sys, coordinator_actor coordinator,
+  std::shared_ptr<checkpoint_in_flight> in_flight) {
   if (!in_flight)
     in_flight = std::make_shared<checkpoint_in_flight>();
   return sys.spawn<caf::detached>(checkpoint_writer, std::move(coordinator),

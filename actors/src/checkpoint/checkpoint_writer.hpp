@@ -44,8 +44,8 @@ struct checkpoint_in_flight {
   }
 };
 
-checkpoint_writer_actor
-spawn_checkpoint_writer(caf::actor_system& sys, coordinator_actor coordinator,
-                        std::shared_ptr<checkpoint_in_flight> in_flight);
+checkpoint_writer_actor spawn_checkpoint_writer(
+  caf::actor_system& sys, coordinator_actor coordinator,
+  std::shared_ptr<checkpoint_in_flight> in_flight);
 
 } // namespace tutti

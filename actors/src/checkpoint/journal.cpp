@@ -53,7 +53,9 @@ struct journal_state {
     const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-    if (auto err = db->commit_checkpoint({step, dir.string(), total, now, epoch}); !err)
+    if (auto err = db->commit_checkpoint(
+          {step, dir.string(), total, now, epoch});
+        !err)
       return err;
     retain();
     return total;
@@ -109,7 +111,9 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
                took);
       return done.value();
     },
-    [self](const job_event& e) { self->state.event(e.kind, e.text, e.seconds); },
+    [self](const job_event& e) {
+      self->state.event(e.kind, e.text, e.seconds);
+    },
     [self](events_atom, int64_t since_unix_ms) -> std::vector<std::string> {
       std::vector<std::string> out;
       auto all = self->state.db->events(since_unix_ms);
@@ -129,7 +133,8 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
       return out;
     },
     [self](const job_final_state& end) {
-      if (auto err = self->state.db->put_job_state(end.state, end.last_step); !err)
+      if (auto err = self->state.db->put_job_state(end.state, end.last_step);
+          !err)
         log_error("journal", err.message());
     },
   };

@@ -54,8 +54,8 @@ resume_point find_resume_point(store::job_store& db, const job_config& cfg,
               skipped + "the job in " + cfg.run.dir + " completed at step "
                 + std::to_string(i->step) + "; start over with --fresh"};
     }
-    db.append_event("resume", "from the checkpoint of step "
-                                + std::to_string(i->step));
+    db.append_event("resume",
+                    "from the checkpoint of step " + std::to_string(i->step));
     if (auto put = db.put_job_state("running", i->step); !put)
       log_warn("resume", put.message());
     return {resume_point::resume, i->step,

@@ -21,12 +21,18 @@ namespace tutti {
 
 const char* to_string(job_state s) {
   switch (s) {
-    case job_state::pending: return "pending";
-    case job_state::running: return "running";
-    case job_state::recovering: return "recovering";
-    case job_state::completed: return "completed";
-    case job_state::failed: return "failed";
-    case job_state::stopped: return "stopped";
+  case job_state::pending:
+    return "pending";
+  case job_state::running:
+    return "running";
+  case job_state::recovering:
+    return "recovering";
+  case job_state::completed:
+    return "completed";
+  case job_state::failed:
+    return "failed";
+  case job_state::stopped:
+    return "stopped";
   }
   return "unknown";
 }
@@ -84,8 +90,8 @@ static std::string missing_nodes(const coordinator_state& st) {
   for (int64_t n = 0; n < st.cfg.cluster.nnodes; ++n)
     if (!st.nodes.count(n)) {
       auto a = st.cfg.cluster.node(n);
-      out += (out.empty() ? "" : ", ") + std::to_string(n) + " (" + a.host
-             + ":" + std::to_string(a.port) + ")";
+      out += (out.empty() ? "" : ", ") + std::to_string(n) + " (" + a.host + ":"
+             + std::to_string(a.port) + ")";
     }
   return out;
 }
@@ -114,8 +120,8 @@ void settle(coordinator_pointer self) {
   if (!st.outcome || !st.committing.empty())
     return;
   // Ranks checkpoint their last step; wait until it is committed or failed.
-  if (st.outcome->first != job_state::failed
-      && st.last_committed < st.last_step && !st.failed_steps.count(st.last_step))
+  if (st.outcome->first != job_state::failed && st.last_committed < st.last_step
+      && !st.failed_steps.count(st.last_step))
     return;
   auto [state, why] = *st.outcome;
   self->send(st.journal, job_final_state{to_string(state), st.last_step});
@@ -132,10 +138,10 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
     .then(
       [self, step, t0](int64_t bytes) {
         auto& st = self->state;
-        observe_commit(self, true,
-                       std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count());
+        observe_commit(
+          self, true,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
         st.committing.erase(step);
         st.last_committed = std::max(st.last_committed, step);
         check_recovery(self);
@@ -154,12 +160,11 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
         st.committing.erase(step);
         st.failed_steps.insert(step);
         check_recovery(self);
-        log_error("coordinator", "ALERT critical: checkpoint step "
-                                   + std::to_string(step) + " failed: "
-                                   + self->system().render(err)
-                                   + "; training goes on, step "
-                                   + std::to_string(st.last_committed)
-                                   + " stays the latest");
+        log_error("coordinator",
+                  "ALERT critical: checkpoint step " + std::to_string(step)
+                    + " failed: " + self->system().render(err)
+                    + "; training goes on, step "
+                    + std::to_string(st.last_committed) + " stays the latest");
         settle(self);
       });
 }
@@ -245,15 +250,15 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
   st.draining.erase(reg.node_rank);
   if (st.state == job_state::recovering) {
     // It runs no ranks of the old epoch.
-    record_event(self, "node_joined",
-                 st.node_name(reg.node_rank) + " is back", 0);
+    record_event(self, "node_joined", st.node_name(reg.node_rank) + " is back",
+                 0);
     st.aborted_nodes.insert(reg.node_rank);
     check_recovery(self);
     return caf::ok_atom_v;
   }
   if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
-    log_info("coordinator", "all " + std::to_string(cl.nnodes)
-                              + " nodes joined");
+    log_info("coordinator",
+             "all " + std::to_string(cl.nnodes) + " nodes joined");
     if (st.cfg.diag.on_start != preflight_check::off && cl.nnodes > 1) {
       st.diag_preflight = true;
       start_diag(self);
@@ -284,14 +289,14 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
         // stop while no ranks ran (pending, recovering): the job stops.
         log_info("coordinator", "node " + std::to_string(rank) + " finished");
         st.nodes.erase(rank);
-        if (st.state == job_state::recovering
-            || st.state == job_state::pending)
+        if (st.state == job_state::recovering || st.state == job_state::pending)
           finish(self, job_state::stopped,
                  "stopped while " + std::string(to_string(st.state)));
         return;
       }
-      on_node_lost(self, rank, "its daemon's connection ended ("
-                                 + self->system().render(dm.reason) + ")");
+      on_node_lost(self, rank,
+                   "its daemon's connection ended ("
+                     + self->system().render(dm.reason) + ")");
       return;
     }
 }
@@ -315,8 +320,8 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   self->delayed_send(self, std::chrono::seconds(st.cfg.cluster.join_timeout_s),
                      join_deadline_atom_v);
   self->send(self, tick_atom_v);
-  log_info("coordinator", "waiting for " + std::to_string(st.cfg.cluster.nnodes)
-                            + " nodes");
+  log_info("coordinator",
+           "waiting for " + std::to_string(st.cfg.cluster.nnodes) + " nodes");
   return {
     [self](register_atom, const node_registration& reg,
            const caf::actor& handle) -> caf::result<caf::ok_atom> {
@@ -351,10 +356,9 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       for (auto i = range.first; i != range.second; ++i)
         i->second.deliver(value);
       st.gets.erase(range.first, range.second);
-      auto ready = std::partition(st.waits.begin(), st.waits.end(),
-                                  [&](const pending_wait& w) {
-                                    return !st.has_all(w.keys);
-                                  });
+      auto ready = std::partition(
+        st.waits.begin(), st.waits.end(),
+        [&](const pending_wait& w) { return !st.has_all(w.keys); });
       for (auto i = ready; i != st.waits.end(); ++i)
         i->promise.deliver(caf::ok_atom_v);
       st.waits.erase(ready, st.waits.end());
@@ -446,10 +450,9 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       observe_commit(self, false, 0);
       auto text = "checkpoint step " + std::to_string(f.step) + ", rank "
                   + std::to_string(f.rank) + ": " + f.reason;
-      log_error("coordinator", "ALERT critical: " + text
-                                 + "; training goes on, step "
-                                 + std::to_string(st.last_committed)
-                                 + " stays the latest");
+      log_error("coordinator",
+                "ALERT critical: " + text + "; training goes on, step "
+                  + std::to_string(st.last_committed) + " stays the latest");
       self->send(st.journal, job_event{"checkpoint_failed", text, -1.0});
       settle(self);
     },
@@ -457,8 +460,8 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       auto& st = self->state;
       if (f.epoch != st.epoch)
         return; // the failure of an epoch already given up
-      begin_recovery(self, f.rank >= 0 ? "rank " + std::to_string(f.rank)
-                                           + ": " + f.reason
+      begin_recovery(self, f.rank >= 0 ? "rank " + std::to_string(f.rank) + ": "
+                                           + f.reason
                                        : f.reason);
     },
     [self](escalate_atom, const std::string& why) {

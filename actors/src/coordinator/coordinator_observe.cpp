@@ -16,7 +16,7 @@ namespace tutti {
 
 namespace {
 
-constexpr size_t loss_window = 50;   // steps the spike rule averages over
+constexpr size_t loss_window = 50; // steps the spike rule averages over
 constexpr size_t comm_baseline_steps = 20;
 
 double unix_now() {
@@ -68,12 +68,12 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + std::to_string(layer) + " over alerts.expert_imbalance "
          + std::to_string(a.expert_imbalance) + step);
 
-  const double mean_loss =
-    seen.recent_losses.empty()
-      ? r.loss
-      : std::accumulate(seen.recent_losses.begin(), seen.recent_losses.end(),
-                        0.0)
-          / static_cast<double>(seen.recent_losses.size());
+  const double mean_loss = seen.recent_losses.empty()
+                             ? r.loss
+                             : std::accumulate(seen.recent_losses.begin(),
+                                               seen.recent_losses.end(), 0.0)
+                                 / static_cast<double>(
+                                   seen.recent_losses.size());
   const bool nan = !std::isfinite(r.loss);
   const bool spike = a.loss_spike_factor > 0 && seen.recent_losses.size() >= 10
                      && r.loss > a.loss_spike_factor * mean_loss;
@@ -105,8 +105,8 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + std::to_string(seen.comm_baseline_s) + " s" + step);
 
   const double busy = r.step_time_s > 0 ? r.time_compute_s / r.step_time_s : 1;
-  rule(self, a.low_utilisation > 0, busy < a.low_utilisation,
-       "low_utilisation", "normal",
+  rule(self, a.low_utilisation > 0, busy < a.low_utilisation, "low_utilisation",
+       "normal",
        "compute is " + std::to_string(busy) + " of the step time, under "
          + std::to_string(a.low_utilisation) + step);
 
@@ -118,8 +118,8 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
       worst_node = st.node_name(node);
     }
   rule(self, a.memory_watermark_gb > 0,
-       static_cast<double>(worst_rss) > a.memory_watermark_gb * 1e9,
-       "memory", "important",
+       static_cast<double>(worst_rss) > a.memory_watermark_gb * 1e9, "memory",
+       "important",
        worst_node + " uses " + std::to_string(worst_rss / 1e9)
          + " GB, over alerts.memory_watermark_gb");
 }
@@ -217,8 +217,7 @@ std::string render_metrics(const coordinator_state& st) {
   observability::prometheus_text m;
   const auto& seen = st.seen;
   const auto& r = seen.last;
-  auto gauge = [&](const std::string& name, const std::string& help,
-                   double v) {
+  auto gauge = [&](const std::string& name, const std::string& help, double v) {
     m.family(name, "gauge", help);
     m.sample(name, {}, v);
   };
@@ -235,7 +234,8 @@ std::string render_metrics(const coordinator_state& st) {
   m.sample("tutti_recoveries_total", {}, static_cast<double>(st.recoveries));
   m.family("tutti_restarts_total", "counter",
            "Actors restarted in place by their supervisors, by kind.");
-  for (const char* kind : {"expert_shard", "data_loader", "checkpoint_writer"}) {
+  for (const char* kind :
+       {"expert_shard", "data_loader", "checkpoint_writer"}) {
     auto i = seen.restarts_by_kind.find(kind);
     m.sample("tutti_restarts_total", {{"kind", kind}},
              i == seen.restarts_by_kind.end() ? 0.0
@@ -248,7 +248,8 @@ std::string render_metrics(const coordinator_state& st) {
     m.family("tutti_step_time_seconds", "gauge",
              "The last step's time, by part (mean over ranks; total: the "
              "slowest rank).");
-    m.sample("tutti_step_time_seconds", {{"part", "compute"}}, r.time_compute_s);
+    m.sample("tutti_step_time_seconds", {{"part", "compute"}},
+             r.time_compute_s);
     m.sample("tutti_step_time_seconds", {{"part", "alltoall"}},
              r.time_alltoall_s);
     m.sample("tutti_step_time_seconds", {{"part", "alltoall_overlapped"}},
@@ -282,7 +283,8 @@ std::string render_metrics(const coordinator_state& st) {
     m.sample("tutti_dropped_tokens_total", {},
              static_cast<double>(seen.dropped_total));
   }
-  gauge("tutti_checkpoint_last_step", "Step of the newest committed checkpoint.",
+  gauge("tutti_checkpoint_last_step",
+        "Step of the newest committed checkpoint.",
         static_cast<double>(st.last_committed));
   gauge("tutti_checkpoint_commit_seconds",
         "How long the last checkpoint commit took.", seen.last_commit_s);
@@ -301,8 +303,7 @@ std::string render_metrics(const coordinator_state& st) {
     m.sample("tutti_node_resident_memory_bytes", l,
              static_cast<double>(mem.resident_bytes));
   }
-  m.family("tutti_alert_firing", "gauge",
-           "1 for each alert rule firing now.");
+  m.family("tutti_alert_firing", "gauge", "1 for each alert rule firing now.");
   for (const auto& [name, a] : seen.alerts)
     m.sample("tutti_alert_firing", {{"alert", name}, {"level", a.level}}, 1);
   return m.str();

@@ -43,7 +43,8 @@ void restart_from_checkpoint(coordinator_pointer self) {
   st.saved.clear();
   st.done.clear();
   st.slow_streak.clear();
-  st.failed_steps.erase(st.failed_steps.upper_bound(from), st.failed_steps.end());
+  st.failed_steps.erase(st.failed_steps.upper_bound(from),
+                        st.failed_steps.end());
   st.last_step = from;
   st.resume_step = from;
   self->send(st.writer, rewind_atom_v, from);
@@ -81,7 +82,8 @@ void begin_recovery(coordinator_pointer self, const std::string& why) {
   if (!st.done.empty()) {
     // Some ranks finished the job (their nodes may have left): a new epoch
     // could not gather everyone. Fail clearly rather than wait forever.
-    finish(self, job_state::failed, why + " (after ranks had finished the job)");
+    finish(self, job_state::failed,
+           why + " (after ranks had finished the job)");
     return;
   }
   if (st.last_step <= st.resume_step && st.recoveries > 0)
@@ -102,8 +104,8 @@ void begin_recovery(coordinator_pointer self, const std::string& why) {
   st.recovery_cause = why;
   st.aborted_nodes.clear();
   log_error("coordinator", "ALERT critical: job interrupted: " + why
-                             + "; recovering (epoch "
-                             + std::to_string(st.epoch) + ")");
+                             + "; recovering (epoch " + std::to_string(st.epoch)
+                             + ")");
   record_event(self, "failure", why, 0);
   fire_alert(self, "job_interrupted", "critical", why);
   for (auto& [node, m] : st.nodes)
@@ -130,8 +132,8 @@ void check_recovery(coordinator_pointer self) {
     if (!st.nodes.count(n))
       missing += (missing.empty() ? "" : ", ") + st.node_name(n);
   if (!missing.empty()) {
-    if (!st.paused && seconds_since(st.recovery_began)
-                        > st.cfg.recovery.max_wait_s) {
+    if (!st.paused
+        && seconds_since(st.recovery_began) > st.cfg.recovery.max_wait_s) {
       st.paused = true;
       auto text = "job paused: waiting for " + missing
                   + " to come back (start its tuttid); it resumes by itself "
@@ -172,8 +174,8 @@ void on_node_lost(coordinator_pointer self, int64_t node,
 
 void check_heartbeats(coordinator_pointer self) {
   auto& st = self->state;
-  const auto limit =
-    std::chrono::milliseconds(st.cfg.recovery.heartbeat_timeout_ms);
+  const auto limit = std::chrono::milliseconds(
+    st.cfg.recovery.heartbeat_timeout_ms);
   const auto now = coordinator_clock::now();
   std::vector<std::pair<int64_t, double>> silent;
   for (const auto& [node, m] : st.nodes)
@@ -219,11 +221,11 @@ void watch_stragglers(coordinator_pointer self,
     st.stragglers.insert(rank);
     const auto node = rank / st.cfg.cluster.nproc_per_node;
     auto text = "straggler: rank " + std::to_string(rank) + " on "
-                + st.node_name(node) + " took "
-                + std::to_string(busy[i]) + " s per step outside collectives "
-                + "against a median of " + std::to_string(median) + " s, "
-                + std::to_string(streak) + " steps in a row (step "
-                + std::to_string(reports[i].step) + ")";
+                + st.node_name(node) + " took " + std::to_string(busy[i])
+                + " s per step outside collectives " + "against a median of "
+                + std::to_string(median) + " s, " + std::to_string(streak)
+                + " steps in a row (step " + std::to_string(reports[i].step)
+                + ")";
     log_warn("coordinator", "ALERT important: " + text);
     record_event(self, "straggler", text, busy[i]);
   }
@@ -238,21 +240,20 @@ caf::result<std::string> route_chaos(coordinator_pointer self,
     node = req.rank / cl.nproc_per_node;
   auto i = st.nodes.find(node);
   if (i == st.nodes.end())
-    return caf::make_error(errc::config_refused,
-                           node < 0 ? std::string("chaos: name a rank "
-                                                  "(0.."
-                                                  + std::to_string(
-                                                    cl.world_size - 1)
-                                                  + ") or a node")
-                                    : "chaos: node " + std::to_string(node)
-                                        + " is not connected");
+    return caf::make_error(
+      errc::config_refused,
+      node < 0
+        ? std::string("chaos: name a rank "
+                      "(0.."
+                      + std::to_string(cl.world_size - 1) + ") or a node")
+        : "chaos: node " + std::to_string(node) + " is not connected");
   record_event(self, "chaos",
                "injected " + req.fault + " (rank " + std::to_string(req.rank)
                  + ", node " + std::to_string(node) + ")",
                0);
   auto promise = self->make_response_promise<std::string>();
-  self->request(i->second.supervisor, std::chrono::seconds(10), chaos_atom_v,
-                req)
+  self
+    ->request(i->second.supervisor, std::chrono::seconds(10), chaos_atom_v, req)
     .then([promise](std::string& done) mutable { promise.deliver(done); },
           [promise, f = req.fault](caf::error& err) mutable {
             // A killed daemon cannot answer; that is the point.

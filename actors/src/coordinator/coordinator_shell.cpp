@@ -49,8 +49,8 @@ shell_reply status_reply(const coordinator_state& st) {
   v.tokens_per_s = seen.have_last && seen.last.step_time_s > 0
                      ? seen.last.tokens / seen.last.step_time_s
                      : 0;
-  const double per_step =
-    seen.steps_seen > 0 ? seen.elapsed_s / seen.steps_seen : 0;
+  const double per_step = seen.steps_seen > 0 ? seen.elapsed_s / seen.steps_seen
+                                              : 0;
   v.eta_s = per_step * static_cast<double>(v.job.steps - v.job.step);
   return r;
 }
@@ -70,7 +70,9 @@ shell_reply nodes_reply(const coordinator_state& st) {
          : -1;
     r.nodes.push_back({n, a.host + ":" + std::to_string(a.port), a.rack,
                        n * per, per, age,
-                       st.draining.count(n) ? "drained" : up ? "up" : "lost"});
+                       st.draining.count(n) ? "drained"
+                       : up                 ? "up"
+                                            : "lost"});
   }
   return r;
 }
@@ -89,8 +91,8 @@ shell_reply experts_reply(const coordinator_state& st, int64_t layer) {
   const int64_t last = layer < 0 ? layers : layer + 1;
   for (int64_t l = first; l < last; ++l) {
     double sum_last = 0, max_last = 0;
-    layer_load load{l, seen.last.step, 0, seen.last.dropped_tokens,
-                    seen.dropped_total, {}};
+    layer_load load{
+      l, seen.last.step, 0, seen.last.dropped_tokens, seen.dropped_total, {}};
     for (int64_t e = 0; e < experts; ++e) {
       const auto k = static_cast<size_t>(l * experts + e);
       const auto tokens = seen.last.expert_counts[k];
@@ -129,8 +131,8 @@ shell_reply lines_reply(std::vector<std::string> lines) {
 // Sends `msg` to every connected node and answers once they all replied.
 template <class Reply, class Combine, class... Ts>
 caf::result<shell_reply> ask_nodes(coordinator_pointer self,
-                                   std::vector<int64_t> nodes,
-                                   Combine combine, Ts... xs) {
+                                   std::vector<int64_t> nodes, Combine combine,
+                                   Ts... xs) {
   struct gather {
     std::vector<Reply> replies;
     size_t pending = 0;
@@ -168,8 +170,8 @@ std::vector<int64_t> connected(const coordinator_state& st) {
 caf::result<shell_reply> actors_reply(coordinator_pointer self,
                                       const std::string& prefix) {
   auto combine = [prefix](std::vector<std::vector<actor_info>>& all) {
-    std::vector<actor_info> rows{{"coordinator", "coordinator", "running", 0,
-                                  -1}};
+    std::vector<actor_info> rows{
+      {"coordinator", "coordinator", "running", 0, -1}};
     for (auto& part : all)
       rows.insert(rows.end(), part.begin(), part.end());
     shell_reply r;
@@ -191,8 +193,7 @@ caf::result<shell_reply> logs_reply(coordinator_pointer self, int64_t node,
   auto nodes = connected(self->state);
   if (node >= 0) {
     if (!self->state.nodes.count(node))
-      return refuse("logs: node " + std::to_string(node)
-                    + " is not connected");
+      return refuse("logs: node " + std::to_string(node) + " is not connected");
     nodes = {node};
   }
   // Merged by time: every line starts with {"time":"<ISO 8601>".
@@ -216,22 +217,19 @@ caf::result<shell_reply> exit_reply(coordinator_pointer self,
     parse_int(path.substr(4, path.find('/') - 4), node);
   auto i = self->state.nodes.find(node);
   if (i == self->state.nodes.end() || path.find('/') == std::string::npos)
-    return refuse(std::string(kill ? "kill" : "restart") + ": no actor '"
-                  + path + "' (paths look like node1/expert_shard/2; try "
-                           "actors)");
+    return refuse(std::string(kill ? "kill" : "restart") + ": no actor '" + path
+                  + "' (paths look like node1/expert_shard/2; try "
+                    "actors)");
   record_event(self, kill ? "chaos" : "operator",
                std::string(kill ? "kill " : "restart ") + path, -1);
   auto promise = self->make_response_promise<shell_reply>();
   self
-    ->request(i->second.supervisor, std::chrono::seconds(5),
-              actor_exit_atom_v, path, kill)
-    .then(
-      [promise](std::string& done) mutable {
-        promise.deliver(said(done));
-      },
-      [self, promise](caf::error& err) mutable {
-        promise.deliver(refuse(self->system().render(err)));
-      });
+    ->request(i->second.supervisor, std::chrono::seconds(5), actor_exit_atom_v,
+              path, kill)
+    .then([promise](std::string& done) mutable { promise.deliver(said(done)); },
+          [self, promise](caf::error& err) mutable {
+            promise.deliver(refuse(self->system().render(err)));
+          });
   return promise;
 }
 
@@ -265,9 +263,9 @@ shell_reply operator_request(coordinator_pointer self,
 
 } // namespace
 
-caf::result<shell_reply> run_shell_command(coordinator_pointer self,
-                                           const std::string& command,
-                                           const std::vector<std::string>& args) {
+caf::result<shell_reply> run_shell_command(
+  coordinator_pointer self, const std::string& command,
+  const std::vector<std::string>& args) {
   auto& st = self->state;
   auto arg = [&](size_t i) { return i < args.size() ? args[i] : ""; };
   if (command == "status")
@@ -279,8 +277,8 @@ caf::result<shell_reply> run_shell_command(coordinator_pointer self,
   if (command == "experts") {
     int64_t layer = -1;
     if (!args.empty() && (!parse_int(arg(0), layer) || layer < 0))
-      return refuse("experts: LAYER must be a whole number >= 0, got '"
-                    + arg(0) + "'");
+      return refuse("experts: LAYER must be a whole number >= 0, got '" + arg(0)
+                    + "'");
     return experts_reply(st, layer);
   }
   if (command == "metrics")

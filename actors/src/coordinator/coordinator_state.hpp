@@ -44,15 +44,15 @@ struct firing_alert {
 // What the coordinator has seen of the job, for status, the shell's
 // experts and metrics commands, /metrics and the alert rules.
 struct job_observations {
-  step_report last;                 // merged, of the last step
+  step_report last; // merged, of the last step
   bool have_last = false;
-  std::vector<double> expert_sum;   // tokens per [layer][expert], summed
+  std::vector<double> expert_sum; // tokens per [layer][expert], summed
   int64_t expert_steps = 0;
   int64_t dropped_total = 0;
   int64_t steps_seen = 0;
-  double elapsed_s = 0;             // sum of step times seen
-  double last_commit_s = 0;         // how long the last checkpoint commit took
-  double last_commit_unix_s = 0;    // when it succeeded
+  double elapsed_s = 0;          // sum of step times seen
+  double last_commit_s = 0;      // how long the last checkpoint commit took
+  double last_commit_unix_s = 0; // when it succeeded
   int64_t checkpoint_failures_in_row = 0;
   std::map<std::string, int64_t> restarts_by_kind;
   std::deque<double> recent_losses; // for the spike rule
@@ -160,8 +160,8 @@ void publish_metrics(coordinator_pointer self);
 std::string render_metrics(const coordinator_state& st);
 
 // coordinator_shell.cpp
-caf::result<shell_reply> run_shell_command(coordinator_pointer self,
-                                           const std::string& command,
-                                           const std::vector<std::string>& args);
+caf::result<shell_reply> run_shell_command(
+  coordinator_pointer self, const std::string& command,
+  const std::vector<std::string>& args);
 
 } // namespace tutti

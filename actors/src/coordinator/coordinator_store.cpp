@@ -9,8 +9,7 @@ namespace tutti {
 coordinator_store::coordinator_store(caf::actor_system& sys,
                                      coordinator_actor coordinator,
                                      std::chrono::milliseconds timeout)
-  : sys_(sys), coordinator_(std::move(coordinator)), timeout_(timeout) {
-}
+  : sys_(sys), coordinator_(std::move(coordinator)), timeout_(timeout) {}
 
 // Gloo expects failures as exceptions; the communicator turns them into a
 // status at its boundary.
@@ -31,11 +30,12 @@ std::vector<char> coordinator_store::get(const std::string& key) {
   caf::scoped_actor self{sys_};
   std::vector<char> out;
   self->request(coordinator_, timeout_, store_get_atom_v, key)
-    .receive([&](const std::string& value) { out.assign(value.begin(), value.end()); },
-             [&](caf::error& err) {
-               throw std::runtime_error("rendezvous get '" + key
-                                        + "': " + sys_.render(err));
-             });
+    .receive(
+      [&](const std::string& value) { out.assign(value.begin(), value.end()); },
+      [&](caf::error& err) {
+        throw std::runtime_error("rendezvous get '" + key
+                                 + "': " + sys_.render(err));
+      });
   return out;
 }
 

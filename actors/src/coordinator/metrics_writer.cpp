@@ -108,13 +108,11 @@ struct metrics_writer_state {
   void print(const step_report& r) {
     const auto& t = cfg.train;
     const bool last = r.step == t.steps;
-    if (quiet || (r.step % t.log_interval != 0 && !last
-                  && !r.evaluated))
+    if (quiet || (r.step % t.log_interval != 0 && !last && !r.evaluated))
       return;
     const double eta = elapsed / steps_seen * (t.steps - r.step);
-    std::printf("step %*lld/%lld  loss %.4f", 5,
-                static_cast<long long>(r.step), static_cast<long long>(t.steps),
-                r.loss);
+    std::printf("step %*lld/%lld  loss %.4f", 5, static_cast<long long>(r.step),
+                static_cast<long long>(t.steps), r.loss);
     if (r.evaluated)
       std::printf("  eval %.4f", r.eval_loss);
     std::printf("  tok/s %s  load max/mean %.2f  dropped %lld  eta %s\n",

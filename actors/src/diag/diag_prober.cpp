@@ -163,7 +163,8 @@ void prober_main(caf::blocking_actor* self, diag_prober_args a) {
       store, me, n, {host, "diag" + std::to_string(a.round), timeout}, c));
     prober p(*c, throttle);
     TUTTI_RETURN_IF_ERROR(p.point_to_point(row));
-    for (int64_t size : {int64_t{64} << 10, int64_t{1} << 20, int64_t{8} << 20}) {
+    for (int64_t size :
+         {int64_t{64} << 10, int64_t{1} << 20, int64_t{8} << 20}) {
       double busbw = 0;
       TUTTI_RETURN_IF_ERROR(p.all_to_all(size, busbw));
       row.sizes.push_back(size);

@@ -24,7 +24,8 @@ std::string header(size_t n) {
   std::string out = "      ";
   for (size_t j = 0; j < n; ++j) {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%9s", ("node" + std::to_string(j)).c_str());
+    std::snprintf(buf, sizeof(buf), "%9s",
+                  ("node" + std::to_string(j)).c_str());
     out += buf;
   }
   return out + "\n";
@@ -42,8 +43,9 @@ diag_report make_diag_report(const job_config& cfg,
                              const std::vector<diag_row>& rows_in) {
   diag_report report;
   auto rows = rows_in;
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.node_rank < b.node_rank;
+  });
   std::ostringstream out;
   for (const auto& r : rows)
     if (!r.error.empty()) {
@@ -55,8 +57,7 @@ diag_report make_diag_report(const job_config& cfg,
     return report;
   }
   const size_t n = rows.size();
-  out << "point-to-point bandwidth, GB/s (row sends to column)\n"
-      << header(n);
+  out << "point-to-point bandwidth, GB/s (row sends to column)\n" << header(n);
   for (const auto& r : rows) {
     out << fmt("node%-2.0f", static_cast<double>(r.node_rank));
     for (size_t j = 0; j < n; ++j)
@@ -81,7 +82,8 @@ diag_report make_diag_report(const job_config& cfg,
       << "  bytes/peer   tutti GB/s   raw gloo GB/s   ratio\n";
   for (size_t i = 0; i < r0.sizes.size(); ++i)
     out << fmt("%12.0f", static_cast<double>(r0.sizes[i]))
-        << fmt("%13.3f", r0.busbw_gbps[i]) << fmt("%16.3f", r0.raw_busbw_gbps[i])
+        << fmt("%13.3f", r0.busbw_gbps[i])
+        << fmt("%16.3f", r0.raw_busbw_gbps[i])
         << fmt("%8.2f", r0.busbw_gbps[i] / r0.raw_busbw_gbps[i]) << "\n";
 
   // Each node's outgoing bandwidth: the median over its peers.
@@ -94,8 +96,8 @@ diag_report make_diag_report(const job_config& cfg,
     per_node.push_back(median_of(peers));
   }
   const bool expected = cfg.cluster.expected_bandwidth_gbps > 0;
-  const double reference =
-    expected ? cfg.cluster.expected_bandwidth_gbps : median_of(per_node);
+  const double reference = expected ? cfg.cluster.expected_bandwidth_gbps
+                                    : median_of(per_node);
   out << "reference " << fmt("%.3f", reference) << " GB/s ("
       << (expected ? "cluster_config.expected_bandwidth_gbps"
                    : "median of the cluster")
@@ -108,9 +110,9 @@ diag_report make_diag_report(const job_config& cfg,
       report.stragglers.push_back(rows[i].node_rank);
     auto a = cfg.cluster.node(rows[i].node_rank);
     out << "  node " << rows[i].node_rank << " (" << a.host << ":" << a.port
-        << (a.rack.empty() ? "" : ", rack " + a.rack) << "): "
-        << fmt("%.3f", per_node[i]) << " GB/s = "
-        << fmt("%.0f", fraction * 100) << "% "
+        << (a.rack.empty() ? "" : ", rack " + a.rack)
+        << "): " << fmt("%.3f", per_node[i])
+        << " GB/s = " << fmt("%.0f", fraction * 100) << "% "
         << (slow ? "STRAGGLER" : "ok") << "\n";
   }
   report.text = out.str();

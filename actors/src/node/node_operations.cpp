@@ -29,8 +29,8 @@ void hit_child(node_pointer self, const supervisor_actor& sup,
                          fault);
       },
       [self, id](caf::error& err) {
-        log_warn("node_supervisor", "chaos: no running " + id + ": "
-                                      + self->system().render(err));
+        log_warn("node_supervisor",
+                 "chaos: no running " + id + ": " + self->system().render(err));
       });
 }
 
@@ -51,8 +51,9 @@ std::string inject(node_pointer self, const chaos_request& req) {
     if (f == "kill_writer")
       hit_child(self, st.writers, "checkpoint_writer", f);
     else
-      self->request(st.writers, std::chrono::seconds(5), which_child_atom_v,
-                    std::string("checkpoint_writer"))
+      self
+        ->request(st.writers, std::chrono::seconds(5), which_child_atom_v,
+                  std::string("checkpoint_writer"))
         .then(
           [](caf::actor& h) {
             caf::anon_send(caf::actor_cast<checkpoint_writer_actor>(h),
@@ -63,8 +64,7 @@ std::string inject(node_pointer self, const chaos_request& req) {
   }
   const auto local = req.rank - st.first_rank();
   if (local < 0 || local >= st.args.cfg.cluster.nproc_per_node)
-    return "error: rank " + std::to_string(req.rank) + " is not on "
-           + st.who();
+    return "error: rank " + std::to_string(req.rank) + " is not on " + st.who();
   const auto r = std::to_string(req.rank);
   running_rank* target = nullptr;
   for (auto& [addr, rr] : st.ranks)
@@ -87,7 +87,6 @@ std::string inject(node_pointer self, const chaos_request& req) {
     return "error: unknown fault '" + f + "'";
   return f + " on rank " + r;
 }
-
 
 } // namespace tutti
 
@@ -113,8 +112,8 @@ struct actor_gather {
 // Row `at`'s mailbox size, from the actor's own answer (CAF's inbox is not
 // safe to read from outside); an actor in a long step (a rank answers
 // between steps) shows as busy.
-void ask_mailbox(node_pointer self, std::shared_ptr<actor_gather> g,
-                 size_t at, const caf::actor& h) {
+void ask_mailbox(node_pointer self, std::shared_ptr<actor_gather> g, size_t at,
+                 const caf::actor& h) {
   self->request(h, std::chrono::milliseconds(500), mailbox_atom_v)
     .then(
       [g, at](int64_t n) {
@@ -143,9 +142,8 @@ void gather_supervisor(node_pointer self, std::shared_ptr<actor_gather> g,
             continue;
           ++g->pending;
           self->request(sup, std::chrono::seconds(1), which_child_atom_v, c.id)
-            .then(
-              [self, g, at](caf::actor& h) { ask_mailbox(self, g, at, h); },
-              [g](caf::error&) { g->done_one(); });
+            .then([self, g, at](caf::actor& h) { ask_mailbox(self, g, at, h); },
+                  [g](caf::error&) { g->done_one(); });
         }
         g->done_one();
       },
@@ -232,8 +230,8 @@ caf::result<std::string> exit_actor(node_pointer self, const std::string& path,
         promise.deliver(std::string(kill ? "killed " : "restarting ") + path);
       },
       [promise, path](caf::error&) mutable {
-        promise.deliver(caf::make_error(errc::config_refused,
-                                        "no running " + path));
+        promise.deliver(
+          caf::make_error(errc::config_refused, "no running " + path));
       });
   return promise;
 }
@@ -251,7 +249,8 @@ void publish_node_metrics(node_pointer self) {
            static_cast<double>(st.ranks.size()));
   m.family("tutti_daemon_restarts_total", "counter",
            "Actors this daemon's supervisors restarted, by kind.");
-  for (const char* kind : {"expert_shard", "data_loader", "checkpoint_writer"}) {
+  for (const char* kind :
+       {"expert_shard", "data_loader", "checkpoint_writer"}) {
     auto i = st.restarts_by_kind.find(kind);
     auto labels = node;
     labels.emplace_back("kind", kind);

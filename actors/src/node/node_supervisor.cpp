@@ -22,8 +22,8 @@ namespace tutti {
 
 namespace {
 
-void report(node_pointer self, const std::string& kind,
-            const std::string& text, double seconds = 0) {
+void report(node_pointer self, const std::string& kind, const std::string& text,
+            double seconds = 0) {
   self->send(self->state.args.coordinator, job_event{kind, text, seconds});
 }
 
@@ -102,23 +102,21 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
   for (int64_t i = 0; i < cfg.cluster.nproc_per_node; ++i) {
     const auto rank = static_cast<int32_t>(st.first_rank() + i);
     local.push_back(rank);
-    loaders.push_back(
-      {"data_loader/" + std::to_string(rank),
-       restart_of(cfg.supervision.data_loader),
-       [cfg, rank](caf::actor_system& sys) {
-         return caf::actor_cast<caf::actor>(spawn_data_loader(sys, {cfg, rank}));
-       }});
+    loaders.push_back({"data_loader/" + std::to_string(rank),
+                       restart_of(cfg.supervision.data_loader),
+                       [cfg, rank](caf::actor_system& sys) {
+                         return caf::actor_cast<caf::actor>(
+                           spawn_data_loader(sys, {cfg, rank}));
+                       }});
     // Kept across restarts of the shard: its step-start snapshot.
     auto memory = std::make_shared<expert_shard_memory>();
     memories[rank] = memory;
-    experts.push_back(
-      {"expert_shard/" + std::to_string(rank),
-       restart_of(cfg.supervision.expert_shard),
-       [cfg, rank, memory](caf::actor_system& sys) {
-         return caf::actor_cast<caf::actor>(
-           spawn_expert_shard(sys, {cfg, rank, memory,
-                                    rank_device(cfg, rank)}));
-       }});
+    experts.push_back({"expert_shard/" + std::to_string(rank),
+                       restart_of(cfg.supervision.expert_shard),
+                       [cfg, rank, memory](caf::actor_system& sys) {
+                         return caf::actor_cast<caf::actor>(spawn_expert_shard(
+                           sys, {cfg, rank, memory, rank_device(cfg, rank)}));
+                       }});
   }
   const auto e = std::to_string(epoch);
   st.loaders = start_helpers(self, ("data_loaders/" + e).c_str(),
@@ -127,17 +125,17 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
                              cfg.supervision.expert_shard, std::move(experts));
   for (auto rank : local) {
     auto control = std::make_shared<rank_control>();
-    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator,
-                              st.loaders, st.experts, st.writers, control,
-                              resume_step, memories[rank], st.in_flight});
+    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator, st.loaders,
+                              st.experts, st.writers, control, resume_step,
+                              memories[rank], st.in_flight});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
   publish_node_metrics(self); // the gauge is right before the next tick
-  log_info("node_supervisor",
-           st.who() + " started " + std::to_string(local.size())
-             + " ranks (epoch " + e + ", from step "
-             + std::to_string(resume_step) + ")");
+  log_info("node_supervisor", st.who() + " started "
+                                + std::to_string(local.size())
+                                + " ranks (epoch " + e + ", from step "
+                                + std::to_string(resume_step) + ")");
 }
 
 // The job is over for this node: let the writer drain, then end.
@@ -218,8 +216,11 @@ void register_node(node_pointer self) {
   auto address = cfg.cluster.node(st.args.node_rank);
   if (!st.args.rack.empty())
     address.rack = st.args.rack;
-  node_registration reg{st.args.node_rank, address.host, address.port,
-                        address.rack, cfg.cluster.nproc_per_node,
+  node_registration reg{st.args.node_rank,
+                        address.host,
+                        address.port,
+                        address.rack,
+                        cfg.cluster.nproc_per_node,
                         fingerprint_text(cfg)};
   self
     ->request(st.args.coordinator,
@@ -232,8 +233,8 @@ void register_node(node_pointer self) {
         log_info("node_supervisor", self->state.who() + " joined the job");
       },
       [self](caf::error& err) {
-        auto why = self->state.who() + " was not admitted: "
-                   + self->system().render(err);
+        auto why = self->state.who()
+                   + " was not admitted: " + self->system().render(err);
         log_error("node_supervisor", why);
         self->quit(caf::make_error(errc::config_refused, why));
       });
@@ -252,40 +253,40 @@ void heartbeat(node_pointer self) {
   if (!st.registered || st.job_over)
     return;
   self
-    ->request(st.args.coordinator,
-              std::chrono::milliseconds(r.heartbeat_timeout_ms),
-              node_heartbeat{st.args.node_rank, st.epoch,
-                             resident_memory_bytes()})
-    .then(
-      [self](int64_t) { self->state.last_heartbeat = clock_type::now(); },
-      [self](caf::error& err) {
-        auto& st = self->state;
-        if (err.category() == caf::atom("tutti")) {
-          // The coordinator no longer counts us: end our ranks, join again.
-          log_warn("node_supervisor", st.who() + ": dropped by the "
-                                        "coordinator ("
-                                        + self->system().render(err)
-                                        + "); joining again");
-          abort_ranks(self, -1);
-          st.registered = false;
-          st.epoch = -1;
-          register_node(self);
-          return;
-        }
-        const auto silent = clock_type::now() - st.last_heartbeat;
-        if (silent > std::chrono::milliseconds(
-              st.args.cfg.recovery.heartbeat_timeout_ms)
-            && !st.ranks.empty()) {
-          log_warn("node_supervisor",
-                   st.who() + ": no answer from the coordinator; ending "
-                              "this node's ranks");
-          abort_ranks(self, -1);
-        }
-      });
+    ->request(
+      st.args.coordinator, std::chrono::milliseconds(r.heartbeat_timeout_ms),
+      node_heartbeat{st.args.node_rank, st.epoch, resident_memory_bytes()})
+    .then([self](int64_t) { self->state.last_heartbeat = clock_type::now(); },
+          [self](caf::error& err) {
+            auto& st = self->state;
+            if (err.category() == caf::atom("tutti")) {
+              // The coordinator no longer counts us: end our ranks, join again.
+              log_warn("node_supervisor", st.who()
+                                            + ": dropped by the "
+                                              "coordinator ("
+                                            + self->system().render(err)
+                                            + "); joining again");
+              abort_ranks(self, -1);
+              st.registered = false;
+              st.epoch = -1;
+              register_node(self);
+              return;
+            }
+            const auto silent = clock_type::now() - st.last_heartbeat;
+            if (silent > std::chrono::milliseconds(
+                  st.args.cfg.recovery.heartbeat_timeout_ms)
+                && !st.ranks.empty()) {
+              log_warn("node_supervisor",
+                       st.who()
+                         + ": no answer from the coordinator; ending "
+                           "this node's ranks");
+              abort_ranks(self, -1);
+            }
+          });
 }
 
-node_supervisor_actor::behavior_type
-node_supervisor(node_pointer self, node_supervisor_args args) {
+node_supervisor_actor::behavior_type node_supervisor(
+  node_pointer self, node_supervisor_args args) {
   auto& st = self->state;
   st.args = std::move(args);
   st.board = st.args.board;
@@ -294,9 +295,7 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
   register_node(self);
   self->send(self, tick_atom_v);
   return {
-    [self](const epoch_start& e) {
-      start_epoch(self, e.resume_step, e.epoch);
-    },
+    [self](const epoch_start& e) { start_epoch(self, e.resume_step, e.epoch); },
     [self](abort_atom, int64_t epoch) {
       auto& st = self->state;
       log_warn("node_supervisor", st.who() + ": aborting ranks for epoch "
@@ -357,8 +356,8 @@ node_supervisor(node_pointer self, node_supervisor_args args) {
       if (outcome.ok)
         self->quit();
       else
-        self->quit(caf::make_error(errc::rank_failed,
-                                   "job failed: " + outcome.message));
+        self->quit(
+          caf::make_error(errc::rank_failed, "job failed: " + outcome.message));
     },
     [self](drain_atom) {
       // Leave the job for good: its ranks end, the daemon exits and the

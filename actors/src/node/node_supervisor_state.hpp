@@ -30,7 +30,7 @@ struct node_supervisor_state {
   node_supervisor_state() = default; // not an aggregate (CAF would pass `this`)
   static inline const char* name = "node_supervisor";
   node_supervisor_args args;
-  int64_t epoch = -1;  // the epoch whose ranks run here; -1: none yet
+  int64_t epoch = -1; // the epoch whose ranks run here; -1: none yet
   bool registered = false;
   bool job_over = false; // our ranks finished the job
   supervisor_actor writers, loaders, experts;
@@ -47,11 +47,10 @@ struct node_supervisor_state {
   std::map<std::string, int64_t> restarts_by_kind;
   bool draining = false;
 
-  std::string who() const {
-    return "node " + std::to_string(args.node_rank);
-  }
+  std::string who() const { return "node " + std::to_string(args.node_rank); }
   int32_t first_rank() const {
-    return static_cast<int32_t>(args.node_rank * args.cfg.cluster.nproc_per_node);
+    return static_cast<int32_t>(args.node_rank
+                                * args.cfg.cluster.nproc_per_node);
   }
 };
 

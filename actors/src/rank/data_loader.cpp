@@ -42,7 +42,7 @@ struct data_loader_state {
     out->seq_len = b.seq_len;
     out->inputs = std::move(b.inputs);
     out->targets = std::move(b.targets);
-    return std::move(out);
+    return out;
   }
 
   token_batch_ptr eval_chunk(int64_t chunk) const {
@@ -75,15 +75,16 @@ struct data_loader_state {
       if (!val.ok())
         return status::error(val.message());
       // Each rank evaluates its own contiguous slice of the held-out set.
-      const int64_t per_rank =
-        cfg.train.eval_sequences / cfg.cluster.world_size;
+      const int64_t per_rank = cfg.train.eval_sequences
+                               / cfg.cluster.world_size;
       auto all = data::eval_windows(val.value(),
                                     static_cast<uint32_t>(cfg.train.seq_len),
                                     cfg.train.eval_sequences);
       if (static_cast<int64_t>(all.rows) < cfg.train.eval_sequences)
         return status::error("data: " + cfg.data.dir + ": held-out split has "
-               + std::to_string(all.rows) + " windows, train.eval_sequences "
-               + "asks for " + std::to_string(cfg.train.eval_sequences));
+                             + std::to_string(all.rows)
+                             + " windows, train.eval_sequences " + "asks for "
+                             + std::to_string(cfg.train.eval_sequences));
       const int64_t s = cfg.train.seq_len, first = rank * per_rank;
       eval.rows = per_rank;
       eval.seq_len = static_cast<uint32_t>(s);
@@ -96,8 +97,7 @@ struct data_loader_state {
   }
 };
 
-using loader_pointer =
-  data_loader_actor::stateful_pointer<data_loader_state>;
+using loader_pointer = data_loader_actor::stateful_pointer<data_loader_state>;
 
 data_loader_actor::behavior_type data_loader(loader_pointer self,
                                              data_loader_args args) {

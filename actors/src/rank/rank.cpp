@@ -57,8 +57,7 @@ status find_child(caf::blocking_actor* self, const supervisor_actor& sup,
   self->request(sup, timeout, which_child_atom_v, id)
     .receive([&](caf::actor& h) { out = caf::actor_cast<Handle>(h); },
              [&](caf::error& err) {
-               result = status::error(id + ": "
-                                      + self->system().render(err));
+               result = status::error(id + ": " + self->system().render(err));
              });
   return result;
 }
@@ -67,7 +66,8 @@ class step_loop {
 public:
   step_loop(caf::blocking_actor* self, rank_args& a)
     : self_(self), a_(a),
-      timeout_(std::chrono::milliseconds(a.cfg.cluster.collective_timeout_ms)) {}
+      timeout_(std::chrono::milliseconds(a.cfg.cluster.collective_timeout_ms)) {
+  }
 
   // The communicators die with the loop: nothing may abort them after.
   ~step_loop() { a_.control->clear(); }
@@ -86,14 +86,14 @@ public:
     const int device = rank_device(a_.cfg, a_.rank);
     if (device >= 0) {
       kernels::cuda_set_device(device); // this thread's, for good
-      device_stream_ =
-        std::make_unique<kernels::device_stream>(gemm_precision_of(a_.cfg));
+      device_stream_ = std::make_unique<kernels::device_stream>(
+        gemm_precision_of(a_.cfg));
       stream_ = device_stream_->get();
     }
     collectives_ = std::make_unique<model::staged_collectives>(stream_);
     TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, device, comms_));
-    TUTTI_RETURN_IF_ERROR(find_child(self_, a_.loaders, loader_id(), timeout_,
-                                     loader_));
+    TUTTI_RETURN_IF_ERROR(
+      find_child(self_, a_.loaders, loader_id(), timeout_, loader_));
     shard_executor experts(
       self_, stream_, a_.experts, "expert_shard/" + std::to_string(a_.rank),
       a_.cfg.model.hidden_size, a_.cfg.experts_per_rank(), timeout_,
@@ -111,13 +111,13 @@ public:
                            : model::dispatch_buffer_rows(a_.cfg)
                                * a_.cfg.model.hidden_size
                                * static_cast<int64_t>(sizeof(float));
-      log_info("rank", "dispatch buffers: " + std::to_string(bytes)
-                         + " bytes per rank ("
-                         + (e.communication_buffer_size > 0 ? "configured"
-                            : e.capacity_factor > 0
-                              ? "auto: from capacity"
-                              : "auto: dropless worst case")
-                         + ")");
+      log_info("rank",
+               "dispatch buffers: " + std::to_string(bytes)
+                 + " bytes per rank ("
+                 + (e.communication_buffer_size > 0 ? "configured"
+                    : e.capacity_factor > 0         ? "auto: from capacity"
+                                            : "auto: dropless worst case")
+                 + ")");
     }
     if (a_.resume_step > 0) {
       TUTTI_RETURN_IF_ERROR(
@@ -246,12 +246,12 @@ private:
   void poll_mailbox() {
     bool more = true;
     while (more)
-      self_->receive(
-        [&](stop_atom) { stop_requested_ = true; },
-        [&](mailbox_atom) {
-          return static_cast<int64_t>(self_->mailbox().size());
-        },
-        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+      self_->receive([&](stop_atom) { stop_requested_ = true; },
+                     [&](mailbox_atom) {
+                       return static_cast<int64_t>(self_->mailbox().size());
+                     },
+                     caf::after(std::chrono::seconds(0)) >>
+                       [&] { more = false; });
   }
 
   // Every rank stopped after the same step; no collective is in flight, so
@@ -287,16 +287,12 @@ private:
     experts_->begin_step();
     model::step_stats stats;
     auto& c = *a_.control;
-    stats.stop_votes =
-      static_cast<double>((stop_requested_ ? 1 : 0)
-                          + (c.checkpoint_requested.exchange(false)
-                               ? checkpoint_vote
-                               : 0)
-                          + (c.pause_requested.exchange(false) ? pause_vote
-                                                               : 0));
-    TUTTI_RETURN_IF_ERROR(model.train_step(batch->inputs.data(),
-                                           batch->targets.data(), batch->seqs,
-                                           stats));
+    stats.stop_votes = static_cast<double>(
+      (stop_requested_ ? 1 : 0)
+      + (c.checkpoint_requested.exchange(false) ? checkpoint_vote : 0)
+      + (c.pause_requested.exchange(false) ? pause_vote : 0));
+    TUTTI_RETURN_IF_ERROR(model.train_step(
+      batch->inputs.data(), batch->targets.data(), batch->seqs, stats));
     double dense_sq = 0, expert_sq = 0;
     TUTTI_RETURN_IF_ERROR(model.reduce_dense_grads(dense_sq, stats.time));
     TUTTI_RETURN_IF_ERROR(reduce_expert_grads(expert_sq, stats.time));
@@ -416,8 +412,8 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
     return;
   }
   if (!result.ok()) {
-    log_error("rank", "rank " + std::to_string(args.rank) + " failed: "
-                        + result.message());
+    log_error("rank", "rank " + std::to_string(args.rank)
+                        + " failed: " + result.message());
     self->send(args.coordinator,
                rank_failed{args.rank, result.message(), args.epoch});
     self->fail_state(caf::make_error(errc::rank_failed, result.message()));
@@ -429,18 +425,25 @@ void rank_main(caf::blocking_actor* self, rank_args args) {
 
 } // namespace
 
+// Best effort: a communicator that cannot be aborted is reported and the
+// others still are; the recovery that asked goes on either way.
+void abort_logged(comm::communicator* c) {
+  if (auto aborted = c->abort(); !aborted)
+    log_warn("rank", "communicator abort: " + aborted.message());
+}
+
 void rank_control::abort() {
   std::lock_guard<std::mutex> guard(mutex_);
   aborted_ = true;
   for (auto* c : comms_)
-    c->abort();
+    abort_logged(c);
 }
 
 void rank_control::add(comm::communicator* c) {
   std::lock_guard<std::mutex> guard(mutex_);
   comms_.push_back(c);
   if (aborted_)
-    c->abort();
+    abort_logged(c);
 }
 
 void rank_control::clear() {

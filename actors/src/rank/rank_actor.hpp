@@ -55,7 +55,7 @@ private:
 
 struct rank_args {
   job_config cfg;
-  int32_t rank = 0; // global
+  int32_t rank = 0;  // global
   int64_t epoch = 0; // membership epoch: names the rendezvous groups
   coordinator_actor coordinator;
   // Where the rank finds its helpers: by child id ("data_loader/3", ...)

@@ -77,8 +77,8 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
   auto dense = store::read_shard_file(dir / store::shard_file_name(0));
   if (!dense.ok())
     return status::error(dense.message());
-  auto find = [](const store::shard_file& f, const std::string& name)
-    -> const store::loaded_tensor* {
+  auto find = [](const store::shard_file& f,
+                 const std::string& name) -> const store::loaded_tensor* {
     for (const auto& t : f.tensors)
       if (t.name == name)
         return &t;
@@ -100,9 +100,8 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
     TUTTI_RETURN_IF_ERROR(
       load("adam_v/" + spec.name, model.adam_v(), spec.offset, spec.numel));
   }
-  TUTTI_RETURN_IF_ERROR(
-    load("router_bias", model.router_bias(), 0,
-         static_cast<int64_t>(model.router_bias().size())));
+  TUTTI_RETURN_IF_ERROR(load("router_bias", model.router_bias(), 0,
+                             static_cast<int64_t>(model.router_bias().size())));
 
   // This rank's experts were written by the first replica's holder.
   auto shard = store::read_shard_file(

@@ -16,8 +16,8 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
                rank_comms& out) {
   const auto& cl = a.cfg.cluster;
   const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
-  const auto rendezvous =
-    std::chrono::milliseconds(a.cfg.recovery.rendezvous_timeout_ms);
+  const auto rendezvous = std::chrono::milliseconds(
+    a.cfg.recovery.rendezvous_timeout_ms);
   coordinator_store store(sys, a.coordinator, rendezvous);
   const auto epoch = "e" + std::to_string(a.epoch) + "/";
   // Bind the data plane to this node's own address (nodes[N].host).
@@ -45,8 +45,8 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const int ep = static_cast<int>(a.cfg.ep_size());
   TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", out.world));
   if (ep < world) {
-    TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
-                               "ep" + std::to_string(a.rank / ep), out.ep));
+    TUTTI_RETURN_IF_ERROR(
+      make(a.rank % ep, ep, "ep" + std::to_string(a.rank / ep), out.ep));
     TUTTI_RETURN_IF_ERROR(make(a.rank / ep, world / ep,
                                "edp" + std::to_string(a.rank % ep),
                                out.expert_dp));
@@ -71,20 +71,22 @@ kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
 status check_rank_device(const job_config& cfg) {
   const auto& cl = cfg.cluster;
   if (cl.backend() == backend_kind::other)
-    return status::error("cluster_config.communication_backend: '" + cl.communication_backend
-           + "' is not available (gloo, nccl)");
-  std::string why;
-  if (cl.backend() == backend_kind::nccl && !comm::nccl_built(why))
-    return status::error("cluster_config.communication_backend: nccl: " + why);
-  if (cl.device == compute_device::cuda
-      && !kernels::cuda_device_available(why))
-    return status::error("cluster_config.device: cuda: " + why);
+    return status::error("cluster_config.communication_backend: '"
+                         + cl.communication_backend
+                         + "' is not available (gloo, nccl)");
+  if (cl.backend() == backend_kind::nccl)
+    TUTTI_RETURN_IF_ERROR(comm::nccl_built().with_context(
+      "cluster_config.communication_backend: nccl: "));
+  if (cl.device == compute_device::cuda)
+    TUTTI_RETURN_IF_ERROR(kernels::cuda_device_available().with_context(
+      "cluster_config.device: cuda: "));
   // NCCL refuses two members of one communicator on the same GPU.
   if (cl.backend() == backend_kind::nccl
       && cl.nproc_per_node > kernels::cuda_device_count())
-    return status::error("cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
-           + " ranks per node but " + std::to_string(kernels::cuda_device_count())
-           + " GPUs here; nccl needs one GPU per rank (gloo can share)");
+    return status::error(
+      "cluster_config.nproc_per_node: " + std::to_string(cl.nproc_per_node)
+      + " ranks per node but " + std::to_string(kernels::cuda_device_count())
+      + " GPUs here; nccl needs one GPU per rank (gloo can share)");
   return {};
 }
 

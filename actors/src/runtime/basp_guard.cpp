@@ -21,7 +21,7 @@ namespace tutti {
 
 namespace {
 
-constexpr size_t header_size = 32;  // caf::io::basp::header_size
+constexpr size_t header_size = 32;    // caf::io::basp::header_size
 constexpr uint8_t last_operation = 6; // heartbeat
 constexpr size_t max_connections = 256;
 
@@ -156,15 +156,14 @@ struct basp_guard::impl {
         continue;
       }
       char host[NI_MAXHOST] = "?";
-      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host,
-                    sizeof(host), nullptr, 0, NI_NUMERICHOST);
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host),
+                    nullptr, 0, NI_NUMERICHOST);
       int one = 1;
       ::setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       ++open;
       std::lock_guard<std::mutex> guard(mutex);
-      relays.emplace_back([this, peer, from = std::string(host)] {
-        relay(peer, from);
-      });
+      relays.emplace_back(
+        [this, peer, from = std::string(host)] { relay(peer, from); });
     }
   }
 };
@@ -189,8 +188,8 @@ status basp_guard::start(const std::string& host, uint16_t port,
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   auto where = host + ":" + std::to_string(port);
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(),
-                             &hints, &found);
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
+                             &found);
       rc != 0)
     return status::error("cannot resolve " + where + ": " + gai_strerror(rc));
   int fd = ::socket(found->ai_family, SOCK_STREAM, 0);

@@ -37,22 +37,23 @@ job_result run_local_job(const job_config& cfg, bool quiet,
         result = {done.ok, done.message, done.final_eval_loss};
         finished = true;
       },
-      caf::after(std::chrono::milliseconds(200)) >> [&] {
-        if (interrupt.load() && !stopping) {
-          log_info("local_job", "interrupted: stopping at the next step");
-          for (auto& n : nodes)
-            self->send(n, stop_atom_v);
-          stopping = true;
-          stop_deadline = std::chrono::steady_clock::now()
-                          + std::chrono::milliseconds(
-                            2 * cfg.cluster.collective_timeout_ms);
-        }
-        if (std::chrono::steady_clock::now() > stop_deadline) {
-          result = {false, "interrupted, and the ranks did not stop in time",
-                    0};
-          finished = true;
-        }
-      });
+      caf::after(std::chrono::milliseconds(200)) >>
+        [&] {
+          if (interrupt.load() && !stopping) {
+            log_info("local_job", "interrupted: stopping at the next step");
+            for (auto& n : nodes)
+              self->send(n, stop_atom_v);
+            stopping = true;
+            stop_deadline = std::chrono::steady_clock::now()
+                            + std::chrono::milliseconds(
+                              2 * cfg.cluster.collective_timeout_ms);
+          }
+          if (std::chrono::steady_clock::now() > stop_deadline) {
+            result = {false, "interrupted, and the ranks did not stop in time",
+                      0};
+            finished = true;
+          }
+        });
   }
   if (!result.ok) {
     // Ranks may be blocked in a collective whose peers are gone; the caller

@@ -19,9 +19,12 @@ std::string log_node = "0";
 std::string log_file_path;
 
 int level_rank(const std::string& level) {
-  if (level == "debug") return 0;
-  if (level == "info") return 1;
-  if (level == "warn") return 2;
+  if (level == "debug")
+    return 0;
+  if (level == "info")
+    return 1;
+  if (level == "warn")
+    return 2;
   return 3;
 }
 
@@ -52,11 +55,11 @@ void write(const char* level, const std::string& actor,
                                       {"node", log_node},
                                       {"actor", actor},
                                       {"event", event}};
-    std::fprintf(log_file, "%s\n",
-                 line
-                   .dump(-1, ' ', false,
-                         nlohmann::ordered_json::error_handler_t::replace)
-                   .c_str());
+    std::fprintf(
+      log_file, "%s\n",
+      line
+        .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+        .c_str());
     std::fflush(log_file);
   }
   if (level[0] != 'i')

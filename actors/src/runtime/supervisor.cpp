@@ -20,9 +20,7 @@ supervisor_flags flags_of(const supervision_spec& spec) {
   return f;
 }
 
-restart_type restart_of(const supervision_spec& spec) {
-  return spec.restart;
-}
+restart_type restart_of(const supervision_spec& spec) { return spec.restart; }
 
 namespace {
 
@@ -44,8 +42,7 @@ struct supervisor_state {
   std::deque<clock_type::time_point> recent; // restarts within the period
 };
 
-using supervisor_pointer =
-  supervisor_actor::stateful_pointer<supervisor_state>;
+using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
 
 void start_child(supervisor_pointer self, child& c) {
   c.handle = c.spec.start(self->system());
@@ -93,9 +90,9 @@ void on_down(supervisor_pointer self, caf::down_msg& dm) {
   auto& c = st.children[at];
   c.handle = nullptr;
   const bool abnormal = dm.reason && dm.reason != caf::exit_reason::normal;
-  const bool restart =
-    c.spec.restart == restart_type::permanent
-    || (c.spec.restart == restart_type::transient && abnormal);
+  const bool restart = c.spec.restart == restart_type::permanent
+                       || (c.spec.restart == restart_type::transient
+                           && abnormal);
   const auto why = self->system().render(dm.reason);
   if (!restart) {
     log_info("supervisor", st.label + ": " + c.spec.id + " ended (" + why
@@ -105,9 +102,8 @@ void on_down(supervisor_pointer self, caf::down_msg& dm) {
   }
   if (!may_restart(st)) {
     give_up(self, "more than " + std::to_string(st.flags.max_restarts)
-                    + " restarts in "
-                    + std::to_string(st.flags.period.count()) + " ms; last: "
-                    + c.spec.id + " (" + why + ")");
+                    + " restarts in " + std::to_string(st.flags.period.count())
+                    + " ms; last: " + c.spec.id + " (" + why + ")");
     return;
   }
   // Which children go down and come back with it, by strategy.
@@ -128,9 +124,9 @@ void on_down(supervisor_pointer self, caf::down_msg& dm) {
     start_child(self, r);
     ++r.restarts;
   }
-  log_warn("supervisor", st.label + ": restarted " + c.spec.id + " after "
-                           + why + " (" + to_string(st.flags.strategy)
-                           + ", restart " + std::to_string(c.restarts) + ")");
+  log_warn("supervisor", st.label + ": restarted " + c.spec.id + " after " + why
+                           + " (" + to_string(st.flags.strategy) + ", restart "
+                           + std::to_string(c.restarts) + ")");
   if (st.parent)
     caf::anon_send(st.parent, child_restarted{c.spec.id, why});
 }
@@ -156,8 +152,7 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self,
         out.push_back({c.spec.id, static_cast<bool>(c.handle), c.restarts});
       return out;
     },
-    [self](which_child_atom,
-           const std::string& id) -> caf::result<caf::actor> {
+    [self](which_child_atom, const std::string& id) -> caf::result<caf::actor> {
       for (const auto& c : self->state.children)
         if (c.spec.id == id && c.handle)
           return c.handle;

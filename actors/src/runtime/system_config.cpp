@@ -12,15 +12,14 @@ tutti_system_config::tutti_system_config(const system_options& options) {
   add_message_types<caf::id_block::tutti>();
   // (CAF 0.17.6's add_error_category<T> does not compile; give the renderer
   // explicitly.)
-  add_error_category(caf::atom("tutti"),
-                     [](uint8_t code, caf::atom_value,
-                        const caf::message& context) {
-                       std::string out = "tutti: ";
-                       out += to_string(static_cast<errc>(code));
-                       if (!context.empty())
-                         out += " " + caf::to_string(context);
-                       return out;
-                     });
+  add_error_category(caf::atom("tutti"), [](uint8_t code, caf::atom_value,
+                                            const caf::message& context) {
+    std::string out = "tutti: ";
+    out += to_string(static_cast<errc>(code));
+    if (!context.empty())
+      out += " " + caf::to_string(context);
+    return out;
+  });
   set("logger.console", caf::atom("none"));
   // An idle CAF worker polls its queue 500 times with 50 us sleeps before
   // it waits on its condition variable (which a message from outside the

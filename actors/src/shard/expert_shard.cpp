@@ -57,8 +57,7 @@ struct expert_shard_state {
   }
 };
 
-using shard_pointer =
-  expert_shard_actor::stateful_pointer<expert_shard_state>;
+using shard_pointer = expert_shard_actor::stateful_pointer<expert_shard_state>;
 
 // The NaN/Inf guard: a shard that produced a non-finite value fails, and
 // its supervisor restarts it (a one-off fault then passes on the replay; a
@@ -105,9 +104,9 @@ void timed(expert_shard_state& st, expert_task& task, F&& work) {
   const auto t0 = std::chrono::steady_clock::now();
   work();
   k::wait(st.stream);
-  task.seconds =
-    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-      .count();
+  task.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                               - t0)
+                   .count();
 }
 
 // Runs one unit of work to completion (the rank reads the results next).
@@ -127,9 +126,8 @@ void initialize(expert_shard_state& st) {
   auto& mem = *st.mem;
   if (!mem.initialized) {
     std::vector<float> init(st.layout.total());
-    model::init_expert_params(st.layout, init.data(), c.model,
-                              st.first_expert, st.count, c.train.seed,
-                              c.model.init_std);
+    model::init_expert_params(st.layout, init.data(), c.model, st.first_expert,
+                              st.count, c.train.seed, c.model.init_std);
     mem.params.upload(st.stream, init);
     mem.grads.zeros(st.stream, st.layout.total());
     mem.m.zeros(st.stream, st.layout.total());
@@ -207,8 +205,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   st.mem = std::move(args.memory);
   if (args.device >= 0) {
     k::cuda_set_device(args.device); // this thread's device, for good
-    st.device_stream =
-      std::make_unique<k::device_stream>(gemm_precision_of(st.cfg));
+    st.device_stream = std::make_unique<k::device_stream>(
+      gemm_precision_of(st.cfg));
     st.stream = st.device_stream->get();
   }
   const auto& c = st.cfg;
@@ -216,9 +214,9 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   st.first_expert = (args.rank % c.ep_size()) * st.count;
   st.layout = model::expert_layout(c.model, st.first_expert, st.count);
   initialize(st);
-  st.ffn = std::make_unique<model::expert_ffn>(
-    c.model.num_hidden_layers, st.count, c.model.hidden_size,
-    c.model.intermediate_size);
+  st.ffn = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,
+                                               st.count, c.model.hidden_size,
+                                               c.model.intermediate_size);
   return {
     [self](expert_fwd_atom, expert_task_ptr task) {
       return guarded(self, [&] {
@@ -256,8 +254,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                            task->first_row);
         });
         require_finite(st.stream, task->output,
-                       task->rows * st.cfg.model.hidden_size,
-                       "input gradient", task->layer);
+                       task->rows * st.cfg.model.hidden_size, "input gradient",
+                       task->layer);
       });
     },
     [self](zero_grads_atom) {
@@ -269,9 +267,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
     [self](mailbox_atom) -> int64_t {
       return static_cast<int64_t>(self->mailbox().size());
     },
-    [self](chaos_atom, const std::string& fault) {
-      self->state.fault = fault;
-    },
+    [self](chaos_atom, const std::string& fault) { self->state.fault = fault; },
     [self](grads_atom) -> grad_view {
       auto& g = self->state.mem->grads;
       return {g.data(), static_cast<int64_t>(g.size())};
@@ -283,8 +279,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         return shard_failed(self, ex);
       }
     },
-    [self](restore_atom,
-           rank_snapshot_ptr snap) -> caf::result<caf::ok_atom> {
+    [self](restore_atom, rank_snapshot_ptr snap) -> caf::result<caf::ok_atom> {
       try {
         return restore(self->state, *snap);
       } catch (const std::exception& ex) {

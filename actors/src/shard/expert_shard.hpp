@@ -20,8 +20,8 @@ namespace tutti {
 // On the shard's device (the rank's GPU, or host memory on a CPU).
 struct expert_shard_memory {
   using tensor = kernels::tensor<float>;
-  tensor params, grads, m, v;                // live
-  tensor start_params, start_m, start_v;     // at the step's start
+  tensor params, grads, m, v;            // live
+  tensor start_params, start_m, start_v; // at the step's start
   int64_t optimized_step = 0; // last step whose update both copies hold
   bool initialized = false;
 };

@@ -20,17 +20,16 @@ constexpr int max_attempts = 16;
 } // namespace
 
 shard_executor::shard_executor(caf::blocking_actor* self,
-                               kernels::stream stream,
-                               supervisor_actor experts, std::string child_id,
-                               int64_t hidden, int64_t local_experts,
+                               kernels::stream stream, supervisor_actor experts,
+                               std::string child_id, int64_t hidden,
+                               int64_t local_experts,
                                std::chrono::milliseconds timeout,
                                std::function<void(double, size_t)> on_restart,
                                std::function<bool()> aborted)
   : self_(self), stream_(stream), experts_(std::move(experts)),
-    child_id_(std::move(child_id)),
-    timeout_(timeout), on_restart_(std::move(on_restart)),
-    aborted_(std::move(aborted)), hidden_(hidden),
-    local_experts_(local_experts) {}
+    child_id_(std::move(child_id)), timeout_(timeout),
+    on_restart_(std::move(on_restart)), aborted_(std::move(aborted)),
+    hidden_(hidden), local_experts_(local_experts) {}
 
 template <class Handle>
 status shard_executor::await_reply(Handle& reply) {
@@ -99,8 +98,8 @@ expert_task_ptr shard_executor::make_task(const logged_task& t,
   task->layer = t.layer;
   task->input = t.input.data();
   task->output = output;
-  task->rows_per_expert =
-    t.rows_per_expert.empty() ? nullptr : t.rows_per_expert.data();
+  task->rows_per_expert = t.rows_per_expert.empty() ? nullptr
+                                                    : t.rows_per_expert.data();
   task->rows = t.rows;
   task->append = t.append;
   task->first_row = t.first_row;
@@ -120,8 +119,8 @@ shard_executor::logged_task& shard_executor::next_entry() {
 }
 
 status shard_executor::run_logged(float* output) {
-  return with_restarts(
-    true, [&] { return send_task(log_[logged_ - 1], output); });
+  return with_restarts(true,
+                       [&] { return send_task(log_[logged_ - 1], output); });
 }
 
 void shard_executor::log_task(bool forward, int64_t layer, const float* in,

@@ -28,9 +28,8 @@ public:
   // `aborted()` ends waiting for one (the rank's epoch is over). `stream`:
   // the rank's, where the logged inputs are copied (device memory on a GPU).
   shard_executor(caf::blocking_actor* self, kernels::stream stream,
-                 supervisor_actor experts,
-                 std::string child_id, int64_t hidden, int64_t local_experts,
-                 std::chrono::milliseconds timeout,
+                 supervisor_actor experts, std::string child_id, int64_t hidden,
+                 int64_t local_experts, std::chrono::milliseconds timeout,
                  std::function<void(double, size_t)> on_restart,
                  std::function<bool()> aborted);
 
@@ -41,10 +40,9 @@ public:
   // happen under a peer's NCCL kernel.
   void begin_step() { logged_ = 0; }
 
-  status forward(int64_t layer, const float* x, const int64_t* rows,
-                 int64_t m, float* y, bool append) override;
-  status forward_chunks(int64_t layer, const float* x, float* y,
-                        int64_t hidden,
+  status forward(int64_t layer, const float* x, const int64_t* rows, int64_t m,
+                 float* y, bool append) override;
+  status forward_chunks(int64_t layer, const float* x, float* y, int64_t hidden,
                         const std::vector<std::vector<int64_t>>& rows,
                         const std::function<status(size_t)>& ready,
                         double& overlapped_s) override;

@@ -13,8 +13,8 @@ namespace tutti::kernels::cuda {
 
 namespace {
 
-const std::string library_name =
-  "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+const std::string library_name = "libcublas.so."
+                                 + std::to_string(CUBLAS_VER_MAJOR);
 
 template <class F>
 void bind(void* lib, const char* symbol, F& out) {
@@ -35,8 +35,8 @@ cublas_api load() {
 #endif
   if (lib == nullptr) {
     const char* why = dlerror();
-    throw device_error("cannot load cuBLAS (" + library_name + "): "
-                       + (why ? why : "unknown reason")
+    throw device_error("cannot load cuBLAS (" + library_name
+                       + "): " + (why ? why : "unknown reason")
                        + "; put its directory on LD_LIBRARY_PATH");
   }
   cublas_api api{};

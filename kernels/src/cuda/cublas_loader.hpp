@@ -19,9 +19,8 @@ struct cublas_api {
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t,
                             cublasOperation_t, int, int, int, const void*,
                             const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*,
-                            cudaDataType, int, cublasComputeType_t,
-                            cublasGemmAlgo_t);
+                            cudaDataType, int, const void*, void*, cudaDataType,
+                            int, cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&::cublasGetStatusName) status_name;
   decltype(&::cublasGetStatusString) status_string;
 };

@@ -37,7 +37,8 @@ __global__ void attn_fwd(const T* q, const T* k, const T* v, T* out, T* probs,
   const int64_t S = sh.S, d = sh.d, ldq = sh.ldq(), ldk = sh.ldk();
   const int64_t kh = h / sh.group();
   const T* qi = q + (b * S + i) * ldq + h * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) qs[c] = qi[c];
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    qs[c] = qi[c];
   __syncthreads();
   const T* kb = k + b * S * ldk + kh * d;
   const T* vb = v + b * S * ldk + kh * d;
@@ -48,7 +49,8 @@ __global__ void attn_fwd(const T* q, const T* k, const T* v, T* out, T* probs,
   T mx = T(-INFINITY);
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
     T dot = T(0);
-    for (int64_t c = 0; c < d; ++c) dot += qs[c] * kb[j * ldk + c];
+    for (int64_t c = 0; c < d; ++c)
+      dot += qs[c] * kb[j * ldk + c];
     const T sc = scale * dot;
     row[j] = sc;
     mx = sc > mx ? sc : mx;
@@ -69,7 +71,8 @@ __global__ void attn_fwd(const T* q, const T* k, const T* v, T* out, T* probs,
   T* oi = out + (b * S + i) * ldq + h * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     T acc = T(0);
-    for (int64_t j = 0; j <= i; ++j) acc += row[j] * vb[j * ldk + c];
+    for (int64_t j = 0; j <= i; ++j)
+      acc += row[j] * vb[j * ldk + c];
     oi[c] = acc;
   }
 }
@@ -85,7 +88,8 @@ __global__ void attn_bwd_rows(const T* k, const T* v, const T* probs,
   const int64_t S = sh.S, d = sh.d, ldq = sh.ldq(), ldk = sh.ldk();
   const int64_t kh = h / sh.group();
   const T* doi = dout + (b * S + i) * ldq + h * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) dos[c] = doi[c];
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    dos[c] = doi[c];
   __syncthreads();
   const T* kb = k + b * S * ldk + kh * d;
   const T* vb = v + b * S * ldk + kh * d;
@@ -96,7 +100,8 @@ __global__ void attn_bwd_rows(const T* k, const T* v, const T* probs,
   double dot = 0.0;
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
     T dp = T(0);
-    for (int64_t c = 0; c < d; ++c) dp += dos[c] * vb[j * ldk + c];
+    for (int64_t c = 0; c < d; ++c)
+      dp += dos[c] * vb[j * ldk + c];
     r[j] = dp;
     dot += double(p[j]) * double(dp);
   }
@@ -109,7 +114,8 @@ __global__ void attn_bwd_rows(const T* k, const T* v, const T* probs,
   T* dqi = dq + (b * S + i) * ldq + h * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     T acc = T(0);
-    for (int64_t j = 0; j <= i; ++j) acc += r[j] * kb[j * ldk + c];
+    for (int64_t j = 0; j <= i; ++j)
+      acc += r[j] * kb[j * ldk + c];
     dqi[c] = scale * acc;
   }
 }
@@ -138,7 +144,8 @@ __global__ void attn_bwd_cols(const T* q, const T* probs, const T* dout,
   }
 }
 
-void check_shape(int64_t batch, int64_t seq, int64_t q_heads, int64_t kv_heads) {
+void check_shape(int64_t batch, int64_t seq, int64_t q_heads,
+                 int64_t kv_heads) {
   TUTTI_DEVICE_REQUIRE(kv_heads > 0 && q_heads % kv_heads == 0,
                        "attention: q_heads must be a multiple of kv_heads");
   TUTTI_DEVICE_REQUIRE(batch <= 65535 && q_heads <= 65535,
@@ -152,13 +159,14 @@ template <class T>
 void attention_forward(const stream& s, const T* q, const T* k, const T* v,
                        T* out, T* probs, int64_t batch, int64_t seq,
                        int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
-  if (batch * seq * q_heads == 0) return;
+  if (batch * seq * q_heads == 0)
+    return;
   check_shape(batch, seq, q_heads, kv_heads);
   const T scale = T(1.0 / std::sqrt(double(head_dim)));
   const attn_shape sh{seq, q_heads, kv_heads, head_dim};
   const dim3 grid{unsigned(seq), unsigned(q_heads), unsigned(batch)};
   attn_fwd<<<grid, kAttnThreads, sizeof(T) * head_dim, raw(s)>>>(
-      q, k, v, out, probs, sh, scale);
+    q, k, v, out, probs, sh, scale);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -167,14 +175,15 @@ void attention_backward(const stream& s, const T* q, const T* k, const T* v,
                         const T* probs, const T* dout, T* dq, T* dk, T* dv,
                         int64_t batch, int64_t seq, int64_t q_heads,
                         int64_t kv_heads, int64_t head_dim) {
-  if (batch * seq * q_heads == 0) return;
+  if (batch * seq * q_heads == 0)
+    return;
   check_shape(batch, seq, q_heads, kv_heads);
   const T scale = T(1.0 / std::sqrt(double(head_dim)));
   const attn_shape sh{seq, q_heads, kv_heads, head_dim};
   T* ds = static_cast<T*>(scratch(s, sizeof(T) * batch * q_heads * seq * seq));
   const dim3 rows{unsigned(seq), unsigned(q_heads), unsigned(batch)};
   attn_bwd_rows<<<rows, kAttnThreads, sizeof(T) * head_dim, raw(s)>>>(
-      k, v, probs, dout, ds, dq, sh, scale);
+    k, v, probs, dout, ds, dq, sh, scale);
   TUTTI_CUDA_LAUNCH_CHECK();
   const dim3 cols{unsigned(seq), unsigned(kv_heads), unsigned(batch)};
   attn_bwd_cols<<<cols, kAttnThreads, 0, raw(s)>>>(q, probs, dout, ds, dk, dv,

@@ -60,7 +60,8 @@ private:
 constexpr int kThreads = 256;
 inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+  return static_cast<unsigned>(
+    blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
 }
 
 #define TUTTI_GRID_STRIDE(i, n)                                                \
@@ -74,14 +75,18 @@ template <class V>
 __device__ V block_sum(V v) {
   __shared__ V part[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  if (lane == 0) part[warp] = v;
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_down_sync(0xffffffffu, v, o);
+  if (lane == 0)
+    part[warp] = v;
   __syncthreads();
   if (warp == 0) {
     const int warps = blockDim.x >> 5;
     V r = lane < warps ? part[lane] : V(0);
-    for (int o = 16; o > 0; o >>= 1) r += __shfl_down_sync(0xffffffffu, r, o);
-    if (lane == 0) part[0] = r;
+    for (int o = 16; o > 0; o >>= 1)
+      r += __shfl_down_sync(0xffffffffu, r, o);
+    if (lane == 0)
+      part[0] = r;
   }
   __syncthreads();
   const V total = part[0];
@@ -98,7 +103,8 @@ __device__ V block_max(V v) {
     const V other = __shfl_down_sync(0xffffffffu, v, o);
     v = other > v ? other : v;
   }
-  if (lane == 0) part[warp] = v;
+  if (lane == 0)
+    part[warp] = v;
   __syncthreads();
   if (warp == 0) {
     const int warps = blockDim.x >> 5;
@@ -107,7 +113,8 @@ __device__ V block_max(V v) {
       const V other = __shfl_down_sync(0xffffffffu, r, o);
       r = other > r ? other : r;
     }
-    if (lane == 0) part[0] = r;
+    if (lane == 0)
+      part[0] = r;
   }
   __syncthreads();
   const V result = part[0];
@@ -124,15 +131,18 @@ __global__ void reduce_partials(F term, int64_t n, double* partial) {
   double acc = 0.0;
   TUTTI_GRID_STRIDE(i, n) acc += term(i);
   acc = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = acc;
 }
 
 template <class V>
 __global__ void reduce_final(const V* partial, int count, V* out) {
   V acc = V(0);
-  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    acc += partial[i];
   acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0)
+    *out = acc;
 }
 
 // sum_{i < n} term(i), in double, returned to the host (synchronizes s).
@@ -140,10 +150,12 @@ __global__ void reduce_final(const V* partial, int count, V* out) {
 // Two passes with a grid that depends on n only, so the order is fixed.
 template <class F>
 double reduce_to_host(const stream& s, int64_t n, F term) {
-  if (n <= 0) return 0.0;
-  const unsigned blocks = grid_for(n) < kReduceBlocks ? grid_for(n) : kReduceBlocks;
+  if (n <= 0)
+    return 0.0;
+  const unsigned blocks = grid_for(n) < kReduceBlocks ? grid_for(n)
+                                                      : kReduceBlocks;
   auto* partial = static_cast<double*>(
-      scratch(s, sizeof(double) * (kReduceBlocks + 1), scratch_slot::reduce));
+    scratch(s, sizeof(double) * (kReduceBlocks + 1), scratch_slot::reduce));
   reduce_partials<<<blocks, kThreads, 0, raw(s)>>>(term, n, partial);
   TUTTI_CUDA_LAUNCH_CHECK();
   reduce_final<<<1, kReduceBlocks, 0, raw(s)>>>(partial, int(blocks),

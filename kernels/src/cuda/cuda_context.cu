@@ -63,7 +63,8 @@ void* scratch(const stream& s, size_t bytes, scratch_slot slot) {
   const auto key = std::make_tuple(current_device(), raw(s), int(slot));
   std::lock_guard<std::mutex> lock(scratch_mutex);
   scratch_block& b = scratch_blocks[key];
-  if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
+  if (b.bytes >= bytes && b.ptr != nullptr)
+    return b.ptr;
   if (b.ptr != nullptr) {
     // Earlier work on this stream may still read the old buffer.
     TUTTI_CUDA_CHECK(cudaStreamSynchronize(raw(s)));
@@ -83,7 +84,8 @@ void release_scratch(void* stream_handle) {
   for (auto it = scratch_blocks.begin(); it != scratch_blocks.end();) {
     if (std::get<1>(it->first) == stream) {
       // The stream is drained (its owner synchronized it before this).
-      if (it->second.ptr != nullptr) cudaFree(it->second.ptr);
+      if (it->second.ptr != nullptr)
+        cudaFree(it->second.ptr);
       it = scratch_blocks.erase(it);
     } else {
       ++it;

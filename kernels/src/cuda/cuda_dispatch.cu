@@ -21,16 +21,19 @@ __global__ void plan_counts(const int32_t* topk_idx, int64_t slots,
                             int64_t* counts) {
   const int32_t e = int32_t(blockIdx.x);
   long long mine = 0;
-  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x) mine += topk_idx[s] == e;
+  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x)
+    mine += topk_idx[s] == e;
   const long long total = block_sum(mine);
-  if (threadIdx.x == 0) counts[e] = total;
+  if (threadIdx.x == 0)
+    counts[e] = total;
 }
 
 // offsets[e] = sum of counts before e; offsets[experts] = total rows.
 __global__ void plan_offsets(const int64_t* counts, int64_t experts,
                              int64_t* offsets) {
   int64_t acc = 0;
-  for (int64_t e = 0; e < experts; ++e) offsets[e] = acc, acc += counts[e];
+  for (int64_t e = 0; e < experts; ++e)
+    offsets[e] = acc, acc += counts[e];
   offsets[experts] = acc;
 }
 
@@ -47,14 +50,17 @@ __global__ void plan_fill(const int32_t* topk_idx, int64_t slots,
     const int64_t s = base + threadIdx.x;
     const bool mine = s < slots && topk_idx[s] == e;
     const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-    if (lane == 0) warp_total[warp] = __popc(ballot);
+    if (lane == 0)
+      warp_total[warp] = __popc(ballot);
     __syncthreads();
     int before = __popc(ballot & ((1u << lane) - 1u)), chunk = 0;
     for (int w = 0; w < int(blockDim.x >> 5); ++w) {
-      if (w < warp) before += warp_total[w];
+      if (w < warp)
+        before += warp_total[w];
       chunk += warp_total[w];
     }
-    if (mine) slot_of_row[next + before] = int32_t(s);
+    if (mine)
+      slot_of_row[next + before] = int32_t(s);
     next += chunk;
     __syncthreads(); // warp_total is rewritten by the next chunk
   }
@@ -101,7 +107,8 @@ __global__ void combine_fwd(const T* y, const int32_t* slot_of_row,
     T acc = T(0);
     for (int64_t q = 0; q < k; ++q) {
       const int32_t r = token_rows[t * k + q];
-      if (r < 0) break;
+      if (r < 0)
+        break;
       acc += topk_gate[slot_of_row[r]] * y[int64_t(r) * dim + c];
     }
     out[i] = acc;
@@ -110,9 +117,9 @@ __global__ void combine_fwd(const T* y, const int32_t* slot_of_row,
 
 // One block per routed row: dy = gate * dout[t]; dgate = <dout[t], y[r]>.
 template <class T>
-__global__ void combine_bwd(const T* dout, const T* y, const int32_t* slot_of_row,
-                            const T* topk_gate, T* dy, T* dgate, int64_t k,
-                            int64_t dim) {
+__global__ void combine_bwd(const T* dout, const T* y,
+                            const int32_t* slot_of_row, const T* topk_gate,
+                            T* dy, T* dgate, int64_t k, int64_t dim) {
   const int64_t r = blockIdx.x;
   const int64_t slot = slot_of_row[r];
   const T g = topk_gate[slot];
@@ -124,7 +131,8 @@ __global__ void combine_bwd(const T* dout, const T* y, const int32_t* slot_of_ro
     dot += double(d[c]) * double(yr[c]);
   }
   dot = block_sum(dot);
-  if (threadIdx.x == 0) dgate[slot] = T(dot);
+  if (threadIdx.x == 0)
+    dgate[slot] = T(dot);
 }
 
 template <class T>
@@ -152,11 +160,12 @@ __global__ void make_keys(const int32_t* keys, int64_t divisor, int64_t rows,
 // Thread per (sorted position p, column) where p starts a run of equal keys:
 // adds the run's rows in increasing original index (the sort is stable).
 template <class T>
-__global__ void add_runs(const int32_t* key, const int32_t* index,
-                         const T* src, T* dst, int64_t rows, int64_t dim) {
+__global__ void add_runs(const int32_t* key, const int32_t* index, const T* src,
+                         T* dst, int64_t rows, int64_t dim) {
   TUTTI_GRID_STRIDE(i, rows * dim) {
     const int64_t p = i / dim, c = i % dim;
-    if (p > 0 && key[p - 1] == key[p]) continue;
+    if (p > 0 && key[p - 1] == key[p])
+      continue;
     T* d = dst + int64_t(key[p]) * dim + c;
     T acc = *d;
     for (int64_t q = p; q < rows && key[q] == key[p]; ++q)
@@ -170,15 +179,17 @@ __global__ void add_runs(const int32_t* key, const int32_t* index,
 template <class T>
 void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
                      const T* src, T* dst, int64_t rows, int64_t dim) {
-  if (rows == 0 || dim == 0) return;
+  if (rows == 0 || dim == 0)
+    return;
   const int items = as_int(rows, "add_rows_by_key rows");
   size_t sort_bytes = 0;
   TUTTI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
-      static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-      static_cast<int32_t*>(nullptr), items, 0, 32, raw(s)));
+    nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
+    static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+    static_cast<int32_t*>(nullptr), items, 0, 32, raw(s)));
   carver size;
-  for (int i = 0; i < 4; ++i) size.take<int32_t>(rows);
+  for (int i = 0; i < 4; ++i)
+    size.take<int32_t>(rows);
   size.take<unsigned char>(int64_t(sort_bytes));
   carver cut(scratch(s, size.bytes()));
   int32_t* key_in = cut.take<int32_t>(rows);
@@ -189,9 +200,9 @@ void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
   make_keys<<<grid_for(rows), kThreads, 0, raw(s)>>>(keys, divisor, rows,
                                                      key_in, index_in);
   TUTTI_CUDA_LAUNCH_CHECK();
-  TUTTI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      sort_temp, sort_bytes, key_in, key_out, index_in, index_out, items, 0, 32,
-      raw(s)));
+  TUTTI_CUDA_CHECK(
+    cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, key_in, key_out,
+                                    index_in, index_out, items, 0, 32, raw(s)));
   add_runs<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(key_out, index_out,
                                                           src, dst, rows, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -200,16 +211,19 @@ void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
 int64_t permute_plan(const stream& s, const int32_t* topk_idx, int64_t n,
                      int64_t experts, int64_t k, int32_t* slot_of_row,
                      int64_t* counts) {
-  if (experts == 0) return 0;
+  if (experts == 0)
+    return 0;
   const int64_t slots = n * k;
   as_int(slots, "permute_plan slots"); // slot_of_row holds int32
-  auto* offsets = static_cast<int64_t*>(scratch(s, sizeof(int64_t) * (experts + 1)));
+  auto* offsets = static_cast<int64_t*>(
+    scratch(s, sizeof(int64_t) * (experts + 1)));
   const int blocks = as_int(experts, "experts");
   plan_counts<<<blocks, kPlanThreads, 0, raw(s)>>>(topk_idx, slots, counts);
   TUTTI_CUDA_LAUNCH_CHECK();
   plan_offsets<<<1, 1, 0, raw(s)>>>(counts, experts, offsets);
   TUTTI_CUDA_LAUNCH_CHECK();
-  plan_fill<<<blocks, kPlanThreads, 0, raw(s)>>>(topk_idx, slots, offsets, slot_of_row);
+  plan_fill<<<blocks, kPlanThreads, 0, raw(s)>>>(topk_idx, slots, offsets,
+                                                 slot_of_row);
   TUTTI_CUDA_LAUNCH_CHECK();
   return value_to_host(s, offsets + experts);
 }
@@ -217,7 +231,8 @@ int64_t permute_plan(const stream& s, const int32_t* topk_idx, int64_t n,
 template <class T>
 void permute_rows(const stream& s, const T* x, const int32_t* slot_of_row,
                   T* out, int64_t rows, int64_t k, int64_t dim) {
-  if (rows * dim == 0) return;
+  if (rows * dim == 0)
+    return;
   permute_fwd<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(x, slot_of_row,
                                                              out, rows, k, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -236,19 +251,22 @@ template <class T>
 void unpermute_combine(const stream& s, const T* y, const int32_t* slot_of_row,
                        const T* topk_gate, T* out, int64_t rows, int64_t n,
                        int64_t k, int64_t dim) {
-  if (n * dim == 0) return;
+  if (n * dim == 0)
+    return;
   const int64_t slots = n * k;
   auto* token_rows = static_cast<int32_t*>(scratch(s, sizeof(int32_t) * slots));
   // 0xff bytes: every entry -1 (no row) until a row claims its slot.
-  TUTTI_CUDA_CHECK(cudaMemsetAsync(token_rows, 0xff, sizeof(int32_t) * slots, raw(s)));
+  TUTTI_CUDA_CHECK(
+    cudaMemsetAsync(token_rows, 0xff, sizeof(int32_t) * slots, raw(s)));
   if (rows > 0) {
-    invert_plan<<<grid_for(rows), kThreads, 0, raw(s)>>>(slot_of_row, rows, token_rows);
+    invert_plan<<<grid_for(rows), kThreads, 0, raw(s)>>>(slot_of_row, rows,
+                                                         token_rows);
     TUTTI_CUDA_LAUNCH_CHECK();
   }
   order_token_rows<<<grid_for(n), kThreads, 0, raw(s)>>>(token_rows, n, k);
   TUTTI_CUDA_LAUNCH_CHECK();
   combine_fwd<<<grid_for(n * dim), kThreads, 0, raw(s)>>>(
-      y, slot_of_row, topk_gate, token_rows, out, n, k, dim);
+    y, slot_of_row, topk_gate, token_rows, out, n, k, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -260,16 +278,18 @@ void unpermute_combine_backward(const stream& s, const T* dout, const T* y,
   // Slots without a row (dropped) keep the zero: they contributed nothing.
   if (n * k > 0)
     TUTTI_CUDA_CHECK(cudaMemsetAsync(dgate, 0, sizeof(T) * n * k, raw(s)));
-  if (rows == 0) return;
+  if (rows == 0)
+    return;
   combine_bwd<<<as_int(rows, "rows"), kThreads, 0, raw(s)>>>(
-      dout, y, slot_of_row, topk_gate, dy, dgate, k, dim);
+    dout, y, slot_of_row, topk_gate, dy, dgate, k, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
 template <class T>
 void gather_rows(const stream& s, const T* src, const int64_t* index, T* dst,
                  int64_t rows, int64_t dim) {
-  if (rows * dim == 0) return;
+  if (rows * dim == 0)
+    return;
   gather_kernel<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(src, index, dst,
                                                                rows, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -280,7 +300,8 @@ void gather_rows(const stream& s, const T* src, const int64_t* index, T* dst,
 template <class T>
 void scatter_rows(const stream& s, const T* src, const int64_t* index, T* dst,
                   int64_t rows, int64_t dim) {
-  if (rows * dim == 0) return;
+  if (rows * dim == 0)
+    return;
   scatter_kernel<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(src, index, dst,
                                                                 rows, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -290,8 +311,7 @@ void scatter_rows(const stream& s, const T* src, const int64_t* index, T* dst,
 template void add_rows_by_key<float>(const stream&, const int32_t*, int64_t,
                                      const float*, float*, int64_t, int64_t);
 template void add_rows_by_key<double>(const stream&, const int32_t*, int64_t,
-                                      const double*, double*, int64_t,
-                                      int64_t);
+                                      const double*, double*, int64_t, int64_t);
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_DISPATCH
 #include "../instantiate_ops.inc"

@@ -37,7 +37,8 @@ __global__ void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int64_t dim,
     ss += double(xi[j]) * double(xi[j]);
   ss = block_sum(ss);
   const double r = 1.0 / sqrt(ss / double(dim) + eps);
-  if (threadIdx.x == 0) rstd[blockIdx.x] = T(r);
+  if (threadIdx.x == 0)
+    rstd[blockIdx.x] = T(r);
   T* yi = y + int64_t(blockIdx.x) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
     yi[j] = T(double(xi[j]) * r * double(w[j]));
@@ -55,7 +56,8 @@ __global__ void rmsnorm_bwd_dx(const T* x, const T* w, const T* rstd,
   dot = block_sum(dot);
   const double c = r * r * r * dot / double(dim);
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-    dx[off + j] = T(r * double(w[j]) * double(dy[off + j]) - double(x[off + j]) * c);
+    dx[off + j] = T(r * double(w[j]) * double(dy[off + j])
+                    - double(x[off + j]) * c);
 }
 
 // dw[j] += sum_i dy[i,j] * x[i,j] * rstd[i], added row by row in T as on
@@ -66,7 +68,8 @@ __global__ void rmsnorm_bwd_dw(const T* x, const T* rstd, const T* dy, T* dw,
   TUTTI_GRID_STRIDE(j, dim) {
     T acc = dw[j];
     for (int64_t i = 0; i < n; ++i)
-      acc += T(double(dy[i * dim + j]) * double(x[i * dim + j]) * double(rstd[i]));
+      acc += T(double(dy[i * dim + j]) * double(x[i * dim + j])
+               * double(rstd[i]));
     dw[j] = acc;
   }
 }
@@ -97,10 +100,10 @@ void launch_rope(const stream& s, T* x, int64_t batch, int64_t seq,
                  int64_t heads, int64_t head_dim, double theta,
                  double direction) {
   const int64_t pairs = batch * seq * heads * (head_dim / 2);
-  if (pairs == 0) return;
-  rope_apply<<<grid_for(pairs), kThreads, 0, raw(s)>>>(x, batch, seq, heads,
-                                                      head_dim, theta,
-                                                      direction);
+  if (pairs == 0)
+    return;
+  rope_apply<<<grid_for(pairs), kThreads, 0, raw(s)>>>(
+    x, batch, seq, heads, head_dim, theta, direction);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -131,7 +134,9 @@ __global__ void swiglu_bwd(const T* gate, const T* up, const T* dh, T* dgate,
 template <class T>
 struct square_term {
   const T* x;
-  __device__ double operator()(int64_t i) const { return double(x[i]) * double(x[i]); }
+  __device__ double operator()(int64_t i) const {
+    return double(x[i]) * double(x[i]);
+  }
 };
 
 template <class T>
@@ -144,8 +149,10 @@ __global__ void axpy_kernel(T a, const T* x, T* y, int64_t n) {
 template <class T>
 void embedding_forward(const stream& s, const int32_t* ids, const T* table,
                        T* out, int64_t n, int64_t dim) {
-  if (n * dim == 0) return;
-  embedding_fwd<<<grid_for(n * dim), kThreads, 0, raw(s)>>>(ids, table, out, n, dim);
+  if (n * dim == 0)
+    return;
+  embedding_fwd<<<grid_for(n * dim), kThreads, 0, raw(s)>>>(ids, table, out, n,
+                                                            dim);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -159,20 +166,23 @@ void embedding_backward(const stream& s, const int32_t* ids, const T* dout,
 template <class T>
 void rmsnorm_forward(const stream& s, const T* x, const T* w, T* y, T* rstd,
                      int64_t n, int64_t dim, T eps) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   rmsnorm_fwd<<<as_int(n, "rmsnorm rows"), kThreads, 0, raw(s)>>>(
-      x, w, y, rstd, dim, double(eps));
+    x, w, y, rstd, dim, double(eps));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
 template <class T>
 void rmsnorm_backward(const stream& s, const T* x, const T* w, const T* rstd,
                       const T* dy, T* dx, T* dw, int64_t n, int64_t dim) {
-  if (n == 0 || dim == 0) return;
+  if (n == 0 || dim == 0)
+    return;
   rmsnorm_bwd_dx<<<as_int(n, "rmsnorm rows"), kThreads, 0, raw(s)>>>(
-      x, w, rstd, dy, dx, dim);
+    x, w, rstd, dy, dx, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
-  rmsnorm_bwd_dw<<<grid_for(dim, 128), 128, 0, raw(s)>>>(x, rstd, dy, dw, n, dim);
+  rmsnorm_bwd_dw<<<grid_for(dim, 128), 128, 0, raw(s)>>>(x, rstd, dy, dw, n,
+                                                         dim);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -192,7 +202,8 @@ void rope_backward(const stream& s, T* dx, int64_t batch, int64_t seq,
 template <class T>
 void swiglu_forward(const stream& s, const T* gate, const T* up, T* h,
                     int64_t n) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   swiglu_fwd<<<grid_for(n), kThreads, 0, raw(s)>>>(gate, up, h, n);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
@@ -200,7 +211,8 @@ void swiglu_forward(const stream& s, const T* gate, const T* up, T* h,
 template <class T>
 void swiglu_backward(const stream& s, const T* gate, const T* up, const T* dh,
                      T* dgate, T* dup, int64_t n) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   swiglu_bwd<<<grid_for(n), kThreads, 0, raw(s)>>>(gate, up, dh, dgate, dup, n);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
@@ -212,7 +224,8 @@ double sum_squares(const stream& s, const T* x, int64_t n) {
 
 template <class T>
 void axpy(const stream& s, T a, const T* x, T* y, int64_t n) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   axpy_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(a, x, y, n);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
@@ -220,7 +233,8 @@ void axpy(const stream& s, T a, const T* x, T* y, int64_t n) {
 template <class T>
 void fill_zero(const stream& s, T* x, int64_t n) {
   // All-zero bytes are +0.0 in IEEE float and double.
-  if (n == 0) return;
+  if (n == 0)
+    return;
   TUTTI_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(T) * n, raw(s)));
 }
 

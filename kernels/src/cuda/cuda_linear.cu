@@ -68,17 +68,21 @@ struct gemm_inputs {
   gemm_inputs(const stream& s, const T* const (&arrays)[N],
               const int64_t (&counts)[N])
     : kind(kind_for<T>(s)) {
-    for (int i = 0; i < N; ++i) ptr[i] = arrays[i];
-    if (!kind.to_bf16) return;
+    for (int i = 0; i < N; ++i)
+      ptr[i] = arrays[i];
+    if (!kind.to_bf16)
+      return;
     carver size;
-    for (int i = 0; i < N; ++i) size.take<__nv_bfloat16>(counts[i]);
+    for (int i = 0; i < N; ++i)
+      size.take<__nv_bfloat16>(counts[i]);
     carver cut(scratch(s, size.bytes()));
     for (int i = 0; i < N; ++i) {
       __nv_bfloat16* out = cut.take<__nv_bfloat16>(counts[i]);
       ptr[i] = out;
-      if (arrays[i] == nullptr || counts[i] == 0) continue;
+      if (arrays[i] == nullptr || counts[i] == 0)
+        continue;
       round_to_bf16<<<grid_for(counts[i]), kThreads, 0, raw(s)>>>(
-          reinterpret_cast<const float*>(arrays[i]), out, counts[i]);
+        reinterpret_cast<const float*>(arrays[i]), out, counts[i]);
       TUTTI_CUDA_LAUNCH_CHECK();
     }
   }
@@ -94,27 +98,30 @@ template <class T>
 void gemm(const stream& s, const gemm_kind& g, bool ta, bool tb, int64_t m,
           int64_t n, int64_t kk, T alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0)
+    return;
   if (kk == 0) {
     // Nothing to multiply: C = beta * C, as on the CPU (beta is 0 or 1).
-    if (beta == T(1)) return;
+    if (beta == T(1))
+      return;
     scale_matrix<<<grid_for(m * n), kThreads, 0, raw(s)>>>(c, m, n, ldc, beta);
     TUTTI_CUDA_LAUNCH_CHECK();
     return;
   }
   TUTTI_CUBLAS_CHECK(cublas().gemm_ex(
-      blas_handle(s), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-      ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(n, "gemm n"), as_int(m, "gemm m"),
-      as_int(kk, "gemm k"), &alpha, b, g.in, as_int(ldb, "gemm ldb"), a, g.in,
-      as_int(lda, "gemm lda"), &beta, c, g.out, as_int(ldc, "gemm ldc"),
-      g.compute, CUBLAS_GEMM_DEFAULT));
+    blas_handle(s), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(n, "gemm n"), as_int(m, "gemm m"),
+    as_int(kk, "gemm k"), &alpha, b, g.in, as_int(ldb, "gemm ldb"), a, g.in,
+    as_int(lda, "gemm lda"), &beta, c, g.out, as_int(ldc, "gemm ldc"),
+    g.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 // grouped_linear's `rows` may be host or device memory (ops.hpp).
 std::vector<int64_t> rows_on_host(const stream& s, const int64_t* rows,
                                   int64_t groups) {
   std::vector<int64_t> h(static_cast<size_t>(groups));
-  if (groups == 0) return h;
+  if (groups == 0)
+    return h;
   cudaPointerAttributes attr{};
   TUTTI_CUDA_CHECK(cudaPointerGetAttributes(&attr, rows));
   if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
@@ -129,7 +136,8 @@ std::vector<int64_t> rows_on_host(const stream& s, const int64_t* rows,
 
 int64_t total(const std::vector<int64_t>& rows) {
   int64_t t = 0;
-  for (int64_t r : rows) t += r;
+  for (int64_t r : rows)
+    t += r;
   return t;
 }
 
@@ -140,8 +148,8 @@ void linear_forward(const stream& s, const T* x, const T* w, T* y, int64_t m,
                     int64_t k, int64_t n) {
   const gemm_inputs<T, 2> in(s, {x, w}, {m * k, n * k});
   // y[m,n] = x[m,k] * w[n,k]^T
-  gemm(s, in.kind, false, true, m, n, k, T(1), in.ptr[0], k, in.ptr[1], k,
-       T(0), y, n);
+  gemm(s, in.kind, false, true, m, n, k, T(1), in.ptr[0], k, in.ptr[1], k, T(0),
+       y, n);
 }
 
 template <class T>
@@ -152,8 +160,8 @@ void linear_backward(const stream& s, const T* x, const T* w, const T* dy,
   if (dx != nullptr)
     gemm(s, in.kind, false, false, m, k, n, T(1), in.ptr[2], n, in.ptr[1], k,
          T(0), dx, k);
-  gemm(s, in.kind, true, false, n, k, m, T(1), in.ptr[2], n, in.ptr[0], k,
-       T(1), dw, k);
+  gemm(s, in.kind, true, false, n, k, m, T(1), in.ptr[2], n, in.ptr[0], k, T(1),
+       dw, k);
 }
 
 template <class T>

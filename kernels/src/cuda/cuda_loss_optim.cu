@@ -19,10 +19,12 @@ __global__ void xent_fwd(const T* logits, const int32_t* targets, T* lse,
   const int64_t i = blockIdx.x;
   const T* row = logits + i * vocab;
   double mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmax(mx, double(row[j]));
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+    mx = fmax(mx, double(row[j]));
   mx = block_max(mx);
   double acc = 0.0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) acc += exp(double(row[j]) - mx);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+    acc += exp(double(row[j]) - mx);
   acc = block_sum(acc);
   if (threadIdx.x == 0) {
     const double l = mx + log(acc);
@@ -75,10 +77,11 @@ template <class T>
 double cross_entropy_forward(const stream& s, const T* logits,
                              const int32_t* targets, T* lse, int64_t n,
                              int64_t vocab) {
-  if (n == 0) return 0.0;
+  if (n == 0)
+    return 0.0;
   auto* row_loss = static_cast<double*>(scratch(s, sizeof(double) * n));
   xent_fwd<<<as_int(n, "cross_entropy rows"), kThreads, 0, raw(s)>>>(
-      logits, targets, lse, row_loss, vocab);
+    logits, targets, lse, row_loss, vocab);
   TUTTI_CUDA_LAUNCH_CHECK();
   return reduce_to_host(s, n, array_term{row_loss});
 }
@@ -87,19 +90,21 @@ template <class T>
 void cross_entropy_backward(const stream& s, const T* logits,
                             const int32_t* targets, const T* lse, T* dlogits,
                             int64_t n, int64_t vocab, T scale) {
-  if (n * vocab == 0) return;
+  if (n * vocab == 0)
+    return;
   xent_bwd<<<grid_for(n * vocab), kThreads, 0, raw(s)>>>(
-      logits, targets, lse, dlogits, n, vocab, double(scale));
+    logits, targets, lse, dlogits, n, vocab, double(scale));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
 // PyTorch AdamW, as on the CPU: decoupled decay on the old value, then the
 // bias-corrected Adam update.
 template <class T>
-void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v,
-                int64_t n, double lr, double beta1, double beta2, double eps,
+void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
+                double lr, double beta1, double beta2, double eps,
                 double weight_decay, int64_t step, double grad_scale) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   const adamw_consts a{lr,
                        beta1,
                        beta2,

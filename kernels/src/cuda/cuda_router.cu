@@ -27,25 +27,32 @@ __global__ void topk_fwd(const T* logits, const T* bias, int32_t* topk_idx,
       double best_score = 0.0;
       for (int64_t e = 0; e < experts; ++e) {
         bool taken = false;
-        for (int64_t q = 0; q < slot; ++q) taken |= idx[q] == e;
-        if (taken) continue;
+        for (int64_t q = 0; q < slot; ++q)
+          taken |= idx[q] == e;
+        if (taken)
+          continue;
         const double sc = double(row[e]) + (bias ? double(bias[e]) : 0.0);
-        if (best < 0 || sc > best_score) best = e, best_score = sc;
+        if (best < 0 || sc > best_score)
+          best = e, best_score = sc;
       }
       idx[slot] = int32_t(best);
     }
     // gate = softmax over the chosen raw logits / temperature.
     double mx = -INFINITY;
-    for (int64_t q = 0; q < k; ++q) mx = fmax(mx, double(row[idx[q]]) * inv_t);
+    for (int64_t q = 0; q < k; ++q)
+      mx = fmax(mx, double(row[idx[q]]) * inv_t);
     double denom = 0.0;
-    for (int64_t q = 0; q < k; ++q) denom += exp(double(row[idx[q]]) * inv_t - mx);
+    for (int64_t q = 0; q < k; ++q)
+      denom += exp(double(row[idx[q]]) * inv_t - mx);
     for (int64_t q = 0; q < k; ++q)
       topk_gate[t * k + q] = T(exp(double(row[idx[q]]) * inv_t - mx) / denom);
     if (probs != nullptr) {
       mx = -INFINITY;
-      for (int64_t e = 0; e < experts; ++e) mx = fmax(mx, double(row[e]) * inv_t);
+      for (int64_t e = 0; e < experts; ++e)
+        mx = fmax(mx, double(row[e]) * inv_t);
       denom = 0.0;
-      for (int64_t e = 0; e < experts; ++e) denom += exp(double(row[e]) * inv_t - mx);
+      for (int64_t e = 0; e < experts; ++e)
+        denom += exp(double(row[e]) * inv_t - mx);
       for (int64_t e = 0; e < experts; ++e)
         probs[t * experts + e] = T(exp(double(row[e]) * inv_t - mx) / denom);
     }
@@ -54,17 +61,20 @@ __global__ void topk_fwd(const T* logits, const T* bias, int32_t* topk_idx,
 
 template <class T>
 __global__ void topk_bwd(const int32_t* topk_idx, const T* topk_gate,
-                         const T* dgate, T* dlogits, int64_t n,
-                         int64_t experts, int64_t k, double inv_t) {
+                         const T* dgate, T* dlogits, int64_t n, int64_t experts,
+                         int64_t k, double inv_t) {
   TUTTI_GRID_STRIDE(t, n) {
     const T* g = topk_gate + t * k;
     const T* dg = dgate + t * k;
     T* out = dlogits + t * experts;
-    for (int64_t e = 0; e < experts; ++e) out[e] = T(0);
+    for (int64_t e = 0; e < experts; ++e)
+      out[e] = T(0);
     double dot = 0.0;
-    for (int64_t j = 0; j < k; ++j) dot += double(g[j]) * double(dg[j]);
     for (int64_t j = 0; j < k; ++j)
-      out[topk_idx[t * k + j]] = T(inv_t * double(g[j]) * (double(dg[j]) - dot));
+      dot += double(g[j]) * double(dg[j]);
+    for (int64_t j = 0; j < k; ++j)
+      out[topk_idx[t * k + j]] = T(inv_t * double(g[j])
+                                   * (double(dg[j]) - dot));
   }
 }
 
@@ -84,18 +94,22 @@ __global__ void switch_bwd(const T* probs, const T* fraction, T* dlogits,
   TUTTI_GRID_STRIDE(t, n) {
     const T* p = probs + t * experts;
     double dot = 0.0;
-    for (int64_t e = 0; e < experts; ++e) dot += double(p[e]) * c * double(fraction[e]);
     for (int64_t e = 0; e < experts; ++e)
-      dlogits[t * experts + e] += T(inv_t * double(p[e]) * (c * double(fraction[e]) - dot));
+      dot += double(p[e]) * c * double(fraction[e]);
+    for (int64_t e = 0; e < experts; ++e)
+      dlogits[t * experts + e] += T(inv_t * double(p[e])
+                                    * (c * double(fraction[e]) - dot));
   }
 }
 
 template <class T>
 __device__ double logsumexp_row(const T* x, int64_t len) {
   double mx = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) mx = fmax(mx, double(x[j]));
+  for (int64_t j = 0; j < len; ++j)
+    mx = fmax(mx, double(x[j]));
   double acc = 0.0;
-  for (int64_t j = 0; j < len; ++j) acc += exp(double(x[j]) - mx);
+  for (int64_t j = 0; j < len; ++j)
+    acc += exp(double(x[j]) - mx);
   return mx + log(acc);
 }
 
@@ -126,7 +140,8 @@ __global__ void capacity_sizes(const int32_t* topk_idx, int64_t slots,
                                int64_t* counts) {
   const int32_t e = int32_t(blockIdx.x);
   long long mine = 0;
-  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x) mine += topk_idx[s] == e;
+  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x)
+    mine += topk_idx[s] == e;
   const long long total = block_sum(mine);
   if (threadIdx.x == 0) {
     size[e] = total;
@@ -150,7 +165,8 @@ __global__ void capacity_keep(const int32_t* topk_idx, const T* topk_gate,
     const T g = topk_gate[s];
     int64_t rank = 0;
     for (int64_t o = 0; o < slots && rank < capacity; ++o) {
-      if (topk_idx[o] != e) continue;
+      if (topk_idx[o] != e)
+        continue;
       const T go = topk_gate[o];
       rank += (go > g) || (go == g && o < s);
     }
@@ -184,11 +200,13 @@ template <class T>
 void router_topk_forward(const stream& s, const T* logits, const T* bias,
                          int32_t* topk_idx, T* topk_gate, T* probs, int64_t n,
                          int64_t experts, int64_t k, T temperature) {
-  if (n == 0) return;
-  TUTTI_DEVICE_REQUIRE(k >= 1 && k <= experts, "router: need 1 <= k <= experts");
+  if (n == 0)
+    return;
+  TUTTI_DEVICE_REQUIRE(k >= 1 && k <= experts,
+                       "router: need 1 <= k <= experts");
   topk_fwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(logits, bias, topk_idx,
-                                                  topk_gate, probs, n, experts,
-                                                  k, 1.0 / double(temperature));
+                                                 topk_gate, probs, n, experts,
+                                                 k, 1.0 / double(temperature));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -197,10 +215,11 @@ void router_topk_backward(const stream& s, const int32_t* topk_idx,
                           const T* topk_gate, const T* dgate, T* dlogits,
                           int64_t n, int64_t experts, int64_t k,
                           T temperature) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   topk_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(topk_idx, topk_gate, dgate,
-                                                  dlogits, n, experts, k,
-                                                  1.0 / double(temperature));
+                                                 dlogits, n, experts, k,
+                                                 1.0 / double(temperature));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -208,8 +227,8 @@ template <class T>
 double switch_loss_forward(const stream& s, const T* probs, const T* fraction,
                            int64_t n, int64_t experts, double coeff,
                            int64_t global_tokens) {
-  const double acc =
-      reduce_to_host(s, n * experts, switch_term<T>{probs, fraction, experts});
+  const double acc = reduce_to_host(s, n * experts,
+                                    switch_term<T>{probs, fraction, experts});
   return coeff * double(experts) * acc / double(global_tokens);
 }
 
@@ -217,10 +236,11 @@ template <class T>
 void switch_loss_backward(const stream& s, const T* probs, const T* fraction,
                           T* dlogits, int64_t n, int64_t experts, double coeff,
                           int64_t global_tokens, T temperature) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   const double c = coeff * double(experts) / double(global_tokens);
   switch_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(
-      probs, fraction, dlogits, n, experts, c, 1.0 / double(temperature));
+    probs, fraction, dlogits, n, experts, c, 1.0 / double(temperature));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -234,9 +254,10 @@ double z_loss_forward(const stream& s, const T* logits, int64_t n,
 template <class T>
 void z_loss_backward(const stream& s, const T* logits, T* dlogits, int64_t n,
                      int64_t experts, double coeff, int64_t global_tokens) {
-  if (n == 0) return;
+  if (n == 0)
+    return;
   z_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(
-      logits, dlogits, n, experts, 2.0 * coeff / double(global_tokens));
+    logits, dlogits, n, experts, 2.0 * coeff / double(global_tokens));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -244,7 +265,8 @@ template <class T>
 int64_t apply_capacity(const stream& s, int32_t* topk_idx, const T* topk_gate,
                        int64_t* counts, int64_t n, int64_t experts, int64_t k,
                        int64_t capacity) {
-  if (experts == 0) return 0;
+  if (experts == 0)
+    return 0;
   const int64_t slots = n * k;
   const int64_t cap = capacity < 0 ? 0 : capacity;
   carver size_of;
@@ -254,14 +276,15 @@ int64_t apply_capacity(const stream& s, int32_t* topk_idx, const T* topk_gate,
   int64_t* size = cut.take<int64_t>(experts);
   unsigned char* keep = cut.take<unsigned char>(slots);
   capacity_sizes<<<as_int(experts, "experts"), kThreads, 0, raw(s)>>>(
-      topk_idx, slots, cap, size, counts);
+    topk_idx, slots, cap, size, counts);
   TUTTI_CUDA_LAUNCH_CHECK();
   if (slots > 0) {
     // All ranks are computed from the unmodified topk_idx, then applied.
     capacity_keep<<<grid_for(slots), kThreads, 0, raw(s)>>>(
-        topk_idx, topk_gate, size, slots, cap, keep);
+      topk_idx, topk_gate, size, slots, cap, keep);
     TUTTI_CUDA_LAUNCH_CHECK();
-    capacity_apply<<<grid_for(slots), kThreads, 0, raw(s)>>>(topk_idx, keep, slots);
+    capacity_apply<<<grid_for(slots), kThreads, 0, raw(s)>>>(topk_idx, keep,
+                                                             slots);
     TUTTI_CUDA_LAUNCH_CHECK();
   }
   // Integers below 2^53 add exactly in double.
@@ -271,7 +294,8 @@ int64_t apply_capacity(const stream& s, int32_t* topk_idx, const T* topk_gate,
 template <class T>
 void bias_update(const stream& s, T* bias, const int64_t* global_counts,
                  int64_t experts, double rate) {
-  if (experts == 0) return;
+  if (experts == 0)
+    return;
   bias_update_kernel<<<1, 1, 0, raw(s)>>>(bias, global_counts, experts, rate);
   TUTTI_CUDA_LAUNCH_CHECK();
 }

@@ -17,7 +17,7 @@ namespace tutti {
 
 struct job_result {
   bool ok = false;
-  std::string message;      // why it failed
+  std::string message;        // why it failed
   double final_eval_loss = 0; // NaN when not evaluated
 };
 

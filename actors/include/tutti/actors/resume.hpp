@@ -17,8 +17,8 @@ namespace tutti {
 
 struct resume_point {
   enum kind { fresh, resume, completed, refused } what = fresh;
-  int64_t step = 0;        // the checkpoint to load (resume), or the last step
-  std::string message;     // for the operator: why, what was skipped
+  int64_t step = 0;    // the checkpoint to load (resume), or the last step
+  std::string message; // for the operator: why, what was skipped
 };
 
 // Opens nothing: `db` is the daemon's store. Records the job spec on a fresh

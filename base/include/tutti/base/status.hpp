@@ -47,10 +47,13 @@ public:
   expected(T value) : value_(std::move(value)) {}
   // Anything T is built from (a string literal for expected<std::string>,
   // std::nullopt for expected<std::optional<U>>), as std::expected allows.
+  // (SFINAE, not `requires`: nvcc compiles the CUDA sources as C++17.)
   template <class U>
-    requires(std::is_constructible_v<T, U &&>
-             && !std::is_same_v<std::remove_cvref_t<U>, T>
-             && !std::is_same_v<std::remove_cvref_t<U>, status>)
+  static constexpr bool builds_value =
+    std::conjunction_v<std::is_constructible<T, U>,
+                       std::negation<std::is_same<std::decay_t<U>, T>>,
+                       std::negation<std::is_same<std::decay_t<U>, status>>>;
+  template <class U, class = std::enable_if_t<builds_value<U>>>
   expected(U&& value) : value_(std::in_place, std::forward<U>(value)) {}
   // From a failed status only: an ok status carries no value.
   expected(status failure) : failure_(std::move(failure)) {

@@ -22,15 +22,15 @@ expected<coordinator_actor> connect_coordinator(caf::actor_system& sys,
 // The same, retried every 250 ms until it answers, `patience` has passed or
 // `give_up()` holds: daemons start in any order, and a coordinator may
 // restart. The failure is the last attempt's.
-expected<coordinator_actor>
-connect_coordinator(caf::actor_system& sys, const endpoint& at,
-                    std::chrono::milliseconds patience,
-                    const std::function<bool()>& give_up = {});
+expected<coordinator_actor> connect_coordinator(
+  caf::actor_system& sys, const endpoint& at,
+  std::chrono::milliseconds patience,
+  const std::function<bool()>& give_up = {});
 
 // The coordinator's handle as the node daemon at `at` hands it out, so that
 // any daemon of a job is a way in.
-expected<coordinator_actor>
-coordinator_via_daemon(caf::actor_system& sys, const endpoint& at,
-                       std::chrono::milliseconds timeout);
+expected<coordinator_actor> coordinator_via_daemon(
+  caf::actor_system& sys, const endpoint& at,
+  std::chrono::milliseconds timeout);
 
 } // namespace tutti::client

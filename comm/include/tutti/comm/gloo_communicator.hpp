@@ -16,9 +16,9 @@ class Store;
 namespace tutti::comm {
 
 struct gloo_options {
-  std::string host = "127.0.0.1";             // interface to bind
-  std::string group = "world";                // key prefix for rendezvous
-  std::chrono::milliseconds timeout{60000};   // each collective
+  std::string host = "127.0.0.1";           // interface to bind
+  std::string group = "world";              // key prefix for rendezvous
+  std::chrono::milliseconds timeout{60000}; // each collective
   std::chrono::milliseconds connect_timeout{120000}; // rendezvous
 };
 

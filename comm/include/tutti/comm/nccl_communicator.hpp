@@ -29,23 +29,23 @@ class Store;
 namespace tutti::comm {
 
 struct nccl_options {
-  std::string group = "world";               // key prefix for the unique id
-  int device = -1;                           // CUDA device; -1: the current
+  std::string group = "world"; // key prefix for the unique id
+  int device = -1;             // CUDA device; -1: the current
   // cudaStream_t to run the collectives on, e.g. the rank's compute stream,
   // so they are ordered after the kernels that produced the data. nullptr:
   // the communicator makes its own (then the caller must have synchronized
   // the producers of the data it passes).
   void* stream = nullptr;
-  std::chrono::milliseconds timeout{60000};  // rendezvous and each collective
-  std::chrono::microseconds poll{50};        // sleep between progress polls
+  std::chrono::milliseconds timeout{60000}; // rendezvous and each collective
+  std::chrono::microseconds poll{50};       // sleep between progress polls
 };
 
 // The NCCL communicator's abort() is ncclCommAbort: it unblocks a
 // collective stuck on a dead peer from another thread.
 class nccl_communicator : public communicator {};
 
-// True when tutti was built with NCCL; otherwise `why` says what is missing.
-bool nccl_built(std::string& why);
+// Ok when tutti was built with NCCL; otherwise says what is missing.
+status nccl_built();
 
 // Connects `size` members through `store`; blocks until all have joined or
 // the timeout passes. Fails with a clear error where no GPU answers.

@@ -50,8 +50,8 @@ struct rule {
   std::string text() const {
     if (message)
       return message;
-    return "must be " + condition() + (note ? std::string(" (") + note + ")"
-                                            : std::string());
+    return "must be " + condition()
+           + (note ? std::string(" (") + note + ")" : std::string());
   }
 
   // ">= 1", "in (0, 1]", "1": the condition alone, for the key reference.
@@ -89,7 +89,9 @@ constexpr rule below(double x, const char* note = nullptr) {
 }
 // [low, high) and the like: in_range(0, 1, "[)").
 constexpr rule in_range(double low, double high, const char (&brackets)[3]) {
-  return {.low = low, .high = high, .low_open = brackets[0] == '(',
+  return {.low = low,
+          .high = high,
+          .low_open = brackets[0] == '(',
           .high_open = brackets[1] == ')'};
 }
 // A rule with its own refusal text.

@@ -68,8 +68,7 @@ void visit_fields(Visitor& v, cluster_config& c) {
   using namespace config;
   v.field("world_size", c.world_size,
           "ranks in the job: nnodes * nproc_per_node", at_least(1));
-  v.field("nnodes", c.nnodes, "nodes (daemons)", at_least(1),
-          at_most(1 << 24));
+  v.field("nnodes", c.nnodes, "nodes (daemons)", at_least(1), at_most(1 << 24));
   v.field("nproc_per_node", c.nproc_per_node, "ranks per node", at_least(1),
           at_most(1024));
   v.field("communication_backend", c.communication_backend,
@@ -94,15 +93,17 @@ void visit_fields(Visitor& v, cluster_config& c) {
           not_fingerprinted);
   v.field("collective_timeout_ms", c.collective_timeout_ms,
           "a collective gives up on a silent peer after this long", above(0));
-  v.field("coordinator", c.coordinator, "host:port of the coordinator, on "
-                                        "node 0");
+  v.field("coordinator", c.coordinator,
+          "host:port of the coordinator, on "
+          "node 0");
   v.field("join_timeout_s", c.join_timeout_s,
           "all nodes must register within this long", above(0),
           not_fingerprinted);
   // Fingerprinted as where each node listens (cluster_config.nodes[i]),
   // which covers `host` and the coordinator port when the list is empty.
-  v.field("nodes", c.nodes, "where each node listens, index = node rank "
-                            "(default: host, coordinator port + 1 + rank)",
+  v.field("nodes", c.nodes,
+          "where each node listens, index = node rank "
+          "(default: host, coordinator port + 1 + rank)",
           not_fingerprinted);
   v.field("device_memory_gb", c.device_memory_gb,
           "memory per device, for `tutti plan` (0 = unknown)", at_least(0),
@@ -186,8 +187,7 @@ template <class Visitor>
 void visit_fields(Visitor& v, moe_config& c) {
   using namespace config;
   v.field("num_experts", c.num_experts,
-          "experts per MoE layer; divisible by ep_size", required,
-          at_least(1));
+          "experts per MoE layer; divisible by ep_size", required, at_least(1));
   v.field("router_top_k", c.router_top_k,
           "experts each token is routed to; <= num_experts", required,
           at_least(1));
@@ -198,8 +198,7 @@ void visit_fields(Visitor& v, moe_config& c) {
           at_least(0, "0 = dropless"));
   v.field("aux_loss_coeff", c.aux_loss_coeff, "load-balancing loss weight",
           at_least(0));
-  v.field("z_loss_coeff", c.z_loss_coeff, "router z-loss weight",
-          at_least(0));
+  v.field("z_loss_coeff", c.z_loss_coeff, "router z-loss weight", at_least(0));
   v.field("bias_update_rate", c.bias_update_rate,
           "loss-free balancing: expert bias step per update",
           at_least(0, "0 = off"));
@@ -244,8 +243,9 @@ void visit_fields(Visitor& v, train_config& c) {
   v.field("seq_len", c.seq_len, "tokens per sequence; <= model.max_seq_len",
           required, at_least(1));
   v.field("lr", c.lr, "peak learning rate", above(0));
-  v.field("min_lr", c.min_lr, "learning rate at the end of the cosine decay; "
-                              "in [0, lr]");
+  v.field("min_lr", c.min_lr,
+          "learning rate at the end of the cosine decay; "
+          "in [0, lr]");
   v.field("warmup_steps", c.warmup_steps, "linear warmup steps", at_least(0));
   v.field("weight_decay", c.weight_decay, "AdamW weight decay", at_least(0));
   v.field("beta1", c.beta1, "AdamW beta1", in_range(0, 1, "[)"));
@@ -278,8 +278,8 @@ void visit_fields(Visitor& v, data_config& c) {
           required, not_empty{"missing"}, not_fingerprinted);
   v.field("shard_per_rank", c.shard_per_rank,
           "each rank reads its own shard files");
-  v.field("prefetch", c.prefetch, "batches a loader keeps ready",
-          at_least(1), not_fingerprinted);
+  v.field("prefetch", c.prefetch, "batches a loader keeps ready", at_least(1),
+          not_fingerprinted);
 }
 
 struct run_config {
@@ -339,8 +339,7 @@ void visit_fields(Visitor& v, supervision_spec& c) {
   v.field("restart", c.restart, "whether a child that ended comes back");
   v.field("max_restarts", c.max_restarts,
           "restarts within period_s before escalating", at_least(0));
-  v.field("period_s", c.period_s, "the restart intensity's window",
-          above(0));
+  v.field("period_s", c.period_s, "the restart intensity's window", above(0));
 }
 
 struct supervision_config {
@@ -498,8 +497,8 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
 // not_fingerprinted: what every node of a job must agree on. Its text
 // identifies the config; comparing two texts names the first key that
 // differs.
-std::vector<std::pair<std::string, std::string>>
-config_fingerprint(const job_config& c);
+std::vector<std::pair<std::string, std::string>> config_fingerprint(
+  const job_config& c);
 std::string fingerprint_text(const job_config& c);
 
 // The first differing key of two fingerprints ("" if equal), as

@@ -20,20 +20,21 @@ namespace tutti::data {
 
 struct dataset_meta {
   std::uint32_t vocab_size = 0;
-  std::uint32_t order = 0;  // Markov order of the source; 0 for real text
+  std::uint32_t order = 0; // Markov order of the source; 0 for real text
   std::uint64_t seed = 0;
-  std::uint64_t tokens = 0;  // train_tokens + val_tokens
+  std::uint64_t tokens = 0; // train_tokens + val_tokens
   std::uint64_t train_tokens = 0;
   std::uint64_t val_tokens = 0;
   // Exact entropy rate of a synthetic source: the loss floor. None for text.
   std::optional<double> entropy_rate_nats;
   std::uint32_t train_shards = 0;
   std::uint32_t val_shards = 0;
-  std::string source;  // "markov2" or "bytes"
+  std::string source; // "markov2" or "bytes"
 };
 
 // "train-00000.tok" for (dir, "train", 0).
-std::filesystem::path shard_path(const std::filesystem::path& dir, std::string_view split, std::uint32_t index);
+std::filesystem::path shard_path(const std::filesystem::path& dir,
+                                 std::string_view split, std::uint32_t index);
 
 // JSON text of meta; doubles are printed so they read back bit-exact.
 std::string meta_to_json(const dataset_meta& meta);
@@ -42,7 +43,7 @@ expected<dataset_meta> read_meta(const std::filesystem::path& dir);
 
 // All shards of `split` ("train" or "val") as listed by meta.json, each
 // verified by read_shard and checked against meta's vocab_size.
-expected<std::vector<std::vector<std::int32_t>>> load_split(const std::filesystem::path& dir,
-                                                                   std::string_view split);
+expected<std::vector<std::vector<std::int32_t>>> load_split(
+  const std::filesystem::path& dir, std::string_view split);
 
 } // namespace tutti::data

@@ -26,7 +26,7 @@ struct successor {
 };
 
 class markov_source {
- public:
+public:
   markov_source() = default;
 
   // Random sparse chain: each context (a,b) has `branching` distinct
@@ -35,13 +35,14 @@ class markov_source {
   // built so the chain is irreducible and aperiodic (see the .cpp), which
   // makes the entropy rate well defined and generated text ergodic.
   static expected<markov_source> random(std::uint32_t vocab, std::uint64_t seed,
-                                               std::uint32_t branching = 4, double unevenness = 2.0);
+                                        std::uint32_t branching = 4,
+                                        double unevenness = 2.0);
 
   // Hand-built chain, e.g. for tests: table[a * vocab + b] lists P(. | a, b).
   // Each row's probabilities must be positive and sum to 1 (within 1e-9),
   // and every pair state must reach every other (so H is unique).
-  static expected<markov_source> from_table(std::uint32_t vocab,
-                                                   std::vector<std::vector<successor>> table);
+  static expected<markov_source> from_table(
+    std::uint32_t vocab, std::vector<std::vector<successor>> table);
 
   std::uint32_t vocab() const { return vocab_; }
   // Exact entropy rate in nats/token, computed at construction.
@@ -53,7 +54,7 @@ class markov_source {
   // n tokens; the first two are a start state drawn uniformly from `seed`.
   std::vector<std::int32_t> generate(std::uint64_t n, std::uint64_t seed) const;
 
- private:
+private:
   status check_strongly_connected() const;
   status compute_entropy_rate();
 

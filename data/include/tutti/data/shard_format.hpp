@@ -42,14 +42,16 @@ std::uint32_t token_width_for(std::uint32_t vocab_size);
 // Serializes tokens (each in [0, vocab_size)) into the file format.
 // token_width 0 picks token_width_for(vocab_size).
 expected<std::string> encode_shard(const std::vector<std::int32_t>& tokens,
-                                          std::uint32_t vocab_size, std::uint32_t token_width = 0);
+                                   std::uint32_t vocab_size,
+                                   std::uint32_t token_width = 0);
 
 // Validates and decodes file bytes; `name` appears in error messages.
 expected<shard> decode_shard(std::string_view bytes, std::string_view name);
 
 // encode_shard + store::write_file_atomic.
-status write_shard(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens,
-                          std::uint32_t vocab_size, std::uint32_t token_width = 0);
+status write_shard(const std::filesystem::path& path,
+                   const std::vector<std::int32_t>& tokens,
+                   std::uint32_t vocab_size, std::uint32_t token_width = 0);
 
 // store::read_file + decode_shard.
 expected<shard> read_shard(const std::filesystem::path& path);

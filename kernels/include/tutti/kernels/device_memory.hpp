@@ -14,6 +14,8 @@
 
 #include "tutti/kernels/stream.hpp"
 
+#include "tutti/base/status.hpp"
+
 namespace tutti::kernels {
 
 // What the CUDA backend throws on a failed CUDA or cuBLAS call: the call,
@@ -26,8 +28,8 @@ public:
 // True when the backend is built and a device it can run on answers: the
 // driver loads, a device exists, a context can be made on the current
 // device and it is sm_90 or newer (the backend carries Hopper code + PTX).
-// Otherwise false and `why` says what is missing.
-bool cuda_device_available(std::string& why);
+// Otherwise the status says what is missing.
+status cuda_device_available();
 
 // One line about the current device, for logs and bench tables, e.g.
 // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB; driver 13.0, runtime 13.0".
@@ -67,7 +69,8 @@ template <class T>
 class device_array {
 public:
   device_array() = default;
-  explicit device_array(size_t count) : buf_(count * sizeof(T)), count_(count) {}
+  explicit device_array(size_t count)
+    : buf_(count * sizeof(T)), count_(count) {}
   T* data() const { return buf_.as<T>(); }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }

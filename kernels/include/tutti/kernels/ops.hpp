@@ -39,7 +39,9 @@ namespace tutti::kernels {
 //   template <class T> RETURN NAME(PARAMETERS);
 // instantiated for float and double; a TUTTI_INDEX_OP entry (no element
 // type) declares the plain function RETURN NAME(PARAMETERS).
-#define TUTTI_OP(ret, name, params, args) template <class T> ret name params;
+#define TUTTI_OP(ret, name, params, args)                                      \
+  template <class T>                                                           \
+  ret name params;
 #define TUTTI_INDEX_OP(ret, name, params, args) ret name params;
 #include "tutti/kernels/op_list.inc"
 

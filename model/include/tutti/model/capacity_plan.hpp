@@ -13,23 +13,24 @@ namespace tutti::model {
 
 struct capacity_plan {
   // parameters
-  int64_t dense_params = 0;          // replicated on every rank
-  int64_t expert_params_total = 0;   // all experts of all layers
+  int64_t dense_params = 0;        // replicated on every rank
+  int64_t expert_params_total = 0; // all experts of all layers
   int64_t expert_params_per_rank = 0;
   int64_t active_params_per_token = 0;
   // bytes per rank
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
-  double activation_bytes = 0;       // one micro-batch (the local batch)
-  double dispatch_buffer_bytes = 0;  // what communication_buffer_size: auto picks
+  double activation_bytes = 0; // one micro-batch (the local batch)
+  double dispatch_buffer_bytes =
+    0; // what communication_buffer_size: auto picks
   double total_bytes = 0;
   // compute
-  double flops_per_token = 0;        // forward + backward, active experts
-  double flops_per_step = 0;         // global
+  double flops_per_token = 0; // forward + backward, active experts
+  double flops_per_step = 0;  // global
   // wire, per rank per step
-  double alltoall_bytes = 0;         // dispatch + combine, forward + backward
+  double alltoall_bytes = 0; // dispatch + combine, forward + backward
   double alltoall_cross_node_bytes = 0;
   double alltoall_cross_rack_bytes = 0;
-  double allreduce_bytes = 0;        // gradient payload (ring moves 2(n-1)/n x)
+  double allreduce_bytes = 0; // gradient payload (ring moves 2(n-1)/n x)
   double allreduce_cross_node_bytes = 0;
   // what cannot fit, each with the key to change
   std::vector<std::string> warnings;

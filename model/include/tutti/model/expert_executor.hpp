@@ -25,9 +25,8 @@ public:
   // Gradient of the last forward(s) of `layer`: dy [m, D] -> dx [m, D].
   // rows == nullptr: all of the forward's rows; else rows[j] of local
   // expert j, from row `first_row` of the forward's (one chunk).
-  virtual status backward(int64_t layer, const float* dy, int64_t m,
-                          float* dx, const int64_t* rows,
-                          int64_t first_row) = 0;
+  virtual status backward(int64_t layer, const float* dy, int64_t m, float* dx,
+                          const int64_t* rows, int64_t first_row) = 0;
 
   // The experts on consecutive chunks of x: chunk c holds rows[c][j] rows
   // of local expert j, after chunk c-1's, and its outputs go to the same
@@ -55,6 +54,7 @@ public:
 int64_t combine_chunk_count(const job_config& cfg);
 
 // Row offsets of consecutive chunks: start[c] .. start[c + 1].
-std::vector<int64_t> chunk_starts(const std::vector<std::vector<int64_t>>& rows);
+std::vector<int64_t> chunk_starts(
+  const std::vector<std::vector<int64_t>>& rows);
 
 } // namespace tutti::model

@@ -38,9 +38,9 @@ public:
   // Gradients of the last forward(s) of `layer`: dx overwritten, weight
   // gradients accumulated. rows == nullptr: every saved row; else rows[j]
   // of expert j from saved row `first_row` on (one chunk).
-  void backward(const kernels::stream& s, int64_t layer,
-                const expert_block& w, const float* dy, float* dx,
-                const int64_t* rows = nullptr, int64_t first_row = 0);
+  void backward(const kernels::stream& s, int64_t layer, const expert_block& w,
+                const float* dy, float* dx, const int64_t* rows = nullptr,
+                int64_t first_row = 0);
 
 private:
   struct saved {

@@ -37,15 +37,14 @@ double learning_rate(const train_config& t, int64_t step);
 class rank_model {
 public:
   // `s`: where the model lives and computes (the rank's device stream).
-  rank_model(const job_config& cfg, comm_groups comms,
-             expert_executor& experts,
+  rank_model(const job_config& cfg, comm_groups comms, expert_executor& experts,
              kernels::stream s = kernels::cpu_stream());
 
   // Forward and backward of one local batch ([seqs, seq_len] inputs and
   // targets, host memory); accumulates gradients. Fills loss, aux, z, tokens, dropped,
   // expert counts and timers of `stats` (global values).
-  status train_step(const int32_t* inputs, const int32_t* targets,
-                    int64_t seqs, step_stats& stats);
+  status train_step(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                    step_stats& stats);
 
   // Forward only; returns global cross-entropy sum and token count.
   status evaluate(const int32_t* inputs, const int32_t* targets, int64_t seqs,
@@ -90,8 +89,8 @@ private:
   void attention_backward(int64_t l, int64_t seqs, tensor<float>& dx);
   status moe_forward(int64_t l, int64_t n, step_stats* stats,
                      step_timers& time);
-  status route_counts(layer_acts& a, int64_t n, step_stats& stats,
-                      int64_t l, step_timers& time);
+  status route_counts(layer_acts& a, int64_t n, step_stats& stats, int64_t l,
+                      step_timers& time);
   status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                       step_timers& time);
   // The combine in chunks of local experts (moe_combine.cpp): chunk c of

@@ -36,9 +36,9 @@ struct step_stats {
   double z_loss = 0;    // router z-loss, summed over layers
   double grad_norm = 0; // before clipping
   double lr = 0;
-  int64_t tokens = 0;          // global tokens this step
-  int64_t dropped_tokens = 0;  // global (token, expert) assignments dropped
-  int64_t alltoall_bytes = 0;  // this rank's dispatch + combine payload sent
+  int64_t tokens = 0;         // global tokens this step
+  int64_t dropped_tokens = 0; // global (token, expert) assignments dropped
+  int64_t alltoall_bytes = 0; // this rank's dispatch + combine payload sent
   std::vector<int64_t> expert_counts; // [layer][expert], global, pre-drop
   // In: this rank's vote to end the job after this step (0 or 1). Out: the
   // sum over ranks, so every rank stops at the same step boundary.

@@ -13,17 +13,19 @@
 #include <string>
 #include <thread>
 
+#include "tutti/base/status.hpp"
+
 namespace tutti::observability {
 
 class metrics_http_server {
 public:
   // Binds host:port (port 0 picks a free port; see port()) and starts
-  // serving. On failure returns nullptr and sets `error` to one line naming
-  // host:port and the system's reason. render() runs on the server thread,
+  // serving. A failure is one line naming host:port and the system's
+  // reason. render() runs on the server thread,
   // once per scrape; if it throws, the scrape gets a 500.
-  static std::unique_ptr<metrics_http_server> start(const std::string& host, uint16_t port,
-                                                    std::function<std::string()> render,
-                                                    std::string& error);
+  static expected<std::unique_ptr<metrics_http_server>> start(
+    const std::string& host, uint16_t port,
+    std::function<std::string()> render);
 
   // Stops promptly (well under a second), even with a client mid-request.
   ~metrics_http_server();
@@ -35,13 +37,13 @@ public:
   uint16_t port() const { return port_; }
 
 private:
-  metrics_http_server(int listen_fd, int stop_read_fd, int stop_write_fd, uint16_t port,
-                      std::function<std::string()> render);
+  metrics_http_server(int listen_fd, int stop_read_fd, int stop_write_fd,
+                      uint16_t port, std::function<std::string()> render);
   void serve() noexcept;
   void handle_connection(int fd);
 
   int listen_fd_;
-  int stop_read_fd_;   // readable once the destructor asks the thread to stop
+  int stop_read_fd_; // readable once the destructor asks the thread to stop
   int stop_write_fd_;
   uint16_t port_;
   std::function<std::string()> render_;

@@ -24,7 +24,8 @@ public:
   // type is "gauge" or "counter"; a counter's name must end in "_total".
   // Declaring the same family again with the same type and help is a no-op;
   // with a different type or help it throws.
-  void family(const std::string& name, const std::string& type, const std::string& help);
+  void family(const std::string& name, const std::string& type,
+              const std::string& help);
 
   // Adds one sample to a declared family. Throws for an undeclared family,
   // an invalid or repeated label name, or a label set already sampled.
@@ -40,15 +41,16 @@ private:
     std::string type;
     std::string help;
     std::vector<std::string> sample_lines;
-    std::set<std::string> label_sets;  // sorted, rendered label sets, to reject duplicates
+    std::set<std::string>
+      label_sets; // sorted, rendered label sets, to reject duplicates
   };
   std::vector<metric_family> families_;
   std::map<std::string, std::size_t> index_by_name_;
 };
 
 // Helpers exposed for tests and for callers that build lines themselves.
-bool is_valid_metric_name(const std::string& name);  // [a-zA-Z_:][a-zA-Z0-9_:]*
-bool is_valid_label_name(const std::string& name);   // [a-zA-Z_][a-zA-Z0-9_]*
-std::string format_sample_value(double value);       // %.17g, +Inf, -Inf, NaN
+bool is_valid_metric_name(const std::string& name); // [a-zA-Z_:][a-zA-Z0-9_:]*
+bool is_valid_label_name(const std::string& name);  // [a-zA-Z_][a-zA-Z0-9_]*
+std::string format_sample_value(double value);      // %.17g, +Inf, -Inf, NaN
 
 } // namespace tutti::observability

@@ -47,7 +47,8 @@ struct node_heartbeat {
   int64_t epoch = 0;          // whose ranks run on the node; -1: none
   int64_t resident_bytes = 0; // of the node's daemon
 
-  friend bool operator==(const node_heartbeat&, const node_heartbeat&) = default;
+  friend bool operator==(const node_heartbeat&,
+                         const node_heartbeat&) = default;
 };
 
 template <class Inspector>
@@ -73,9 +74,9 @@ typename Inspector::result_type inspect(Inspector& f, rank_done& x) {
 
 // Rank or node -> coordinator: a failure the job recovers from.
 struct rank_failed {
-  int32_t rank = -1;  // -1: not one rank's (a node's supervisor escalated)
+  int32_t rank = -1; // -1: not one rank's (a node's supervisor escalated)
   std::string reason;
-  int64_t epoch = 0;  // of the failed ranks; older epochs are ignored
+  int64_t epoch = 0; // of the failed ranks; older epochs are ignored
 
   friend bool operator==(const rank_failed&, const rank_failed&) = default;
 };
@@ -125,7 +126,8 @@ struct commit_request {
   int64_t world_size = 0;
   int64_t epoch = 0;
 
-  friend bool operator==(const commit_request&, const commit_request&) = default;
+  friend bool operator==(const commit_request&,
+                         const commit_request&) = default;
 };
 
 template <class Inspector>
@@ -136,7 +138,7 @@ typename Inspector::result_type inspect(Inspector& f, commit_request& x) {
 
 // Anyone -> coordinator -> journal: one line of the job's event log.
 struct job_event {
-  std::string kind;   // restart, alert, operator, resumed, ...
+  std::string kind; // restart, alert, operator, resumed, ...
   std::string text;
   double seconds = 0; // how long it took, where that means something; -1: not
 

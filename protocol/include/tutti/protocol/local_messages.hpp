@@ -24,7 +24,7 @@ struct expert_task {
   int64_t rows = 0;
   bool append = false;   // forward: a later chunk of the same layer
   int64_t first_row = 0; // backward of a chunk
-  double seconds = 0;   // out: the shard's time on it (set before replying)
+  double seconds = 0;    // out: the shard's time on it (set before replying)
 };
 using expert_task_ptr = std::shared_ptr<expert_task>;
 

@@ -24,7 +24,7 @@ struct step_report {
   double lr = 0;
   int64_t tokens = 0;
   int64_t dropped_tokens = 0;
-  int64_t alltoall_bytes = 0; // this rank's dispatch + combine payload
+  int64_t alltoall_bytes = 0;         // this rank's dispatch + combine payload
   std::vector<int64_t> expert_counts; // [layer][expert]
   double time_compute_s = 0;
   double time_alltoall_s = 0;
@@ -35,7 +35,7 @@ struct step_report {
   // CAF 0.17's serializer turns NaN into -1, so "not evaluated" is a flag.
   bool evaluated = false;
   double eval_loss = 0;
-  int64_t epoch = 0; // membership epoch the step ran in
+  int64_t epoch = 0;               // membership epoch the step ran in
   std::vector<double> router_bias; // [layer][expert], rank 0's (global)
 };
 
@@ -43,9 +43,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_report& x) {
   return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
            x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
-           x.alltoall_bytes, x.expert_counts, x.time_compute_s, x.time_alltoall_s,
-           x.time_overlap_s, x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated,
-           x.eval_loss, x.epoch, x.router_bias);
+           x.alltoall_bytes, x.expert_counts, x.time_compute_s,
+           x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
+           x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
+           x.router_bias);
 }
 
 // A node daemon's request to join the job.
@@ -54,7 +55,7 @@ struct node_registration {
   std::string host;
   int64_t port = 0;
   std::string rack;
-  int64_t devices = 0;          // ranks it hosts
+  int64_t devices = 0;            // ranks it hosts
   std::string config_fingerprint; // fingerprint_text() of its config
 };
 
@@ -72,10 +73,10 @@ struct diag_row {
   int64_t node_rank = 0;
   std::vector<double> send_gbps;
   std::vector<double> latency_us;
-  std::vector<int64_t> sizes;       // bytes per peer
-  std::vector<double> busbw_gbps;   // nccl-tests busbw, tutti communicator
+  std::vector<int64_t> sizes;         // bytes per peer
+  std::vector<double> busbw_gbps;     // nccl-tests busbw, tutti communicator
   std::vector<double> raw_busbw_gbps; // same sizes, gloo::alltoall directly
-  std::string error;                // non-empty if the probe failed
+  std::string error;                  // non-empty if the probe failed
 };
 
 template <class Inspector>
@@ -93,8 +94,7 @@ struct child_status {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_status& x) {
-  return f(caf::meta::type_name("child_status"), x.id, x.running,
-           x.restarts);
+  return f(caf::meta::type_name("child_status"), x.id, x.running, x.restarts);
 }
 
 // The cluster's diag: the printed report and the nodes named as stragglers.
@@ -133,16 +133,16 @@ typename Inspector::result_type inspect(Inspector& f, chaos_request& x) {
 
 // The coordinator's view of the job, for tutti status / drill / shell.
 struct job_status {
-  std::string state;          // pending running recovering paused completed ...
-  int64_t step = 0;           // last step every rank finished
-  int64_t steps = 0;          // of the job
-  int64_t epoch = 0;          // membership epoch: +1 per recovery
+  std::string state; // pending running recovering paused completed ...
+  int64_t step = 0;  // last step every rank finished
+  int64_t steps = 0; // of the job
+  int64_t epoch = 0; // membership epoch: +1 per recovery
   int64_t last_checkpoint = 0;
   double loss = 0;
-  int64_t recoveries = 0;     // job-level (communicator rebuilt)
-  int64_t restarts = 0;       // in place (actors restarted by supervisors)
-  std::vector<int64_t> nodes; // node ranks connected now
-  std::string message;        // why paused / failed, if so
+  int64_t recoveries = 0;          // job-level (communicator rebuilt)
+  int64_t restarts = 0;            // in place (actors restarted by supervisors)
+  std::vector<int64_t> nodes;      // node ranks connected now
+  std::string message;             // why paused / failed, if so
   std::vector<std::string> alerts; // firing now: "level name: text"
 };
 

@@ -22,8 +22,8 @@ struct status_view {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, status_view& x) {
-  return f(caf::meta::type_name("status_view"), x.job, x.nnodes,
-           x.tokens_per_s, x.eta_s);
+  return f(caf::meta::type_name("status_view"), x.job, x.nnodes, x.tokens_per_s,
+           x.eta_s);
 }
 
 // One node of the config, for `nodes`.
@@ -46,15 +46,15 @@ typename Inspector::result_type inspect(Inspector& f, node_view& x) {
 // One expert's load, for `experts`.
 struct expert_load {
   int64_t expert = 0;
-  int64_t tokens = 0;  // routed to it in the last step
-  double average = 0;  // tokens per step since the daemon started
-  double bias = 0;     // its router bias
+  int64_t tokens = 0; // routed to it in the last step
+  double average = 0; // tokens per step since the daemon started
+  double bias = 0;    // its router bias
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_load& x) {
-  return f(caf::meta::type_name("expert_load"), x.expert, x.tokens,
-           x.average, x.bias);
+  return f(caf::meta::type_name("expert_load"), x.expert, x.tokens, x.average,
+           x.bias);
 }
 
 // One layer's expert loads in the last step, for `experts`.
@@ -69,8 +69,8 @@ struct layer_load {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_load& x) {
-  return f(caf::meta::type_name("layer_load"), x.layer, x.step,
-           x.max_over_mean, x.dropped, x.dropped_total, x.experts);
+  return f(caf::meta::type_name("layer_load"), x.layer, x.step, x.max_over_mean,
+           x.dropped, x.dropped_total, x.experts);
 }
 
 // The answer to one shell command. Which field holds it follows from the

@@ -16,13 +16,16 @@ namespace tutti::store {
 // Writes `bytes` to `path`.tmp, fsyncs it, renames it over `path`, then
 // fsyncs the parent directory so the rename itself is durable. On failure the
 // temporary file is removed and the message names the path and errno text.
-status write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
-status write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+status write_file_atomic(const std::filesystem::path& path,
+                         std::span<const std::byte> bytes);
+status write_file_atomic(const std::filesystem::path& path,
+                         std::string_view bytes);
 
 // Same contract, but the file is the concatenation of `parts`, written in
 // order straight from the caller's memory: large tensors need no staging copy.
-status write_file_atomic_parts(const std::filesystem::path& path,
-                               std::span<const std::span<const std::byte>> parts);
+status write_file_atomic_parts(
+  const std::filesystem::path& path,
+  std::span<const std::span<const std::byte>> parts);
 
 // Creates `dir` and any missing parents, fsyncing the parent of every
 // directory it creates: a fresh checkpoint directory must survive power loss

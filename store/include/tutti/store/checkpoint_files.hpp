@@ -32,16 +32,16 @@ namespace tutti::store {
 // A tensor to write, borrowed from the caller (a host snapshot). f32 only.
 struct tensor_view {
   std::string name;
-  std::vector<std::int64_t> shape;  // [] is a scalar
-  const float* data = nullptr;      // product(shape) elements
+  std::vector<std::int64_t> shape; // [] is a scalar
+  const float* data = nullptr;     // product(shape) elements
 };
 
 struct loaded_tensor {
   std::string name;
   std::vector<std::int64_t> shape;
-  std::string dtype;          // "f32"
-  std::uint64_t xxh64 = 0;    // of the raw bytes, as stored in the header
-  std::vector<float> data;    // empty when read with load_data = false
+  std::string dtype;       // "f32"
+  std::uint64_t xxh64 = 0; // of the raw bytes, as stored in the header
+  std::vector<float> data; // empty when read with load_data = false
 };
 
 // Everything besides tensors a rank needs to continue exactly: step, data
@@ -57,27 +57,30 @@ struct shard_meta {
 
 struct shard_file {
   shard_meta meta;
-  std::vector<loaded_tensor> tensors;  // in file order
-  std::uint64_t data_offset = 0;       // file offset of the data section (24 + H)
-  std::vector<std::uint64_t> offsets;  // per tensor: file offset of its first byte
+  std::vector<loaded_tensor> tensors; // in file order
+  std::uint64_t data_offset = 0; // file offset of the data section (24 + H)
+  std::vector<std::uint64_t>
+    offsets; // per tensor: file offset of its first byte
 };
 
 inline constexpr std::uint32_t shard_format_version = 1;
 
-std::string checkpoint_dir_name(std::int64_t step);  // "step-00000123"
-std::string shard_file_name(std::int64_t rank);      // "shard-00003.ckpt"
+std::string checkpoint_dir_name(std::int64_t step); // "step-00000123"
+std::string shard_file_name(std::int64_t rank);     // "shard-00003.ckpt"
 
 // Writes the shard to `file`.tmp straight from the tensors' memory, fsyncs
 // it, renames it into place and fsyncs the directory (created, durably, if
 // missing). Returns the file's size. Tensor names must be unique and
 // non-empty, dims >= 0, data non-null unless the tensor is empty.
-expected<std::uint64_t> write_shard_file(const std::filesystem::path& file, const shard_meta& meta,
-                                         const std::vector<tensor_view>& tensors);
+expected<std::uint64_t> write_shard_file(
+  const std::filesystem::path& file, const shard_meta& meta,
+  const std::vector<tensor_view>& tensors);
 
 // Reads and checks a shard: magic, version, header length against the file
 // size, header hash, header fields, tensor extents (a truncated file is
 // caught here even without data), and with load_data every tensor's xxh64.
-expected<shard_file> read_shard_file(const std::filesystem::path& file, bool load_data = true);
+expected<shard_file> read_shard_file(const std::filesystem::path& file,
+                                     bool load_data = true);
 
 // read_shard_file's checks including every tensor hash, in one sequential
 // pass through a small buffer instead of loading the tensors (verifying a
@@ -97,7 +100,7 @@ struct manifest_entry {
 struct manifest {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
-  std::int64_t world_size = 0;  // one shard per rank
+  std::int64_t world_size = 0; // one shard per rank
   std::vector<manifest_entry> shards;
 };
 

@@ -23,29 +23,30 @@ namespace tutti::store {
 // A checkpoint the coordinator committed: every shard and the MANIFEST were
 // fsynced before this record was written, so its presence means "complete".
 struct checkpoint_record {
-  std::int64_t step = 0;          // >= 0; the key (one record per step)
-  std::string dir;                // the step-XXXXXXXX directory
-  std::int64_t bytes = 0;         // total size of its files
-  std::int64_t time_unix_ms = 0;  // commit time; 0 on commit means "now"
-  std::int64_t epoch = 0;         // membership epoch it was taken in
+  std::int64_t step = 0;         // >= 0; the key (one record per step)
+  std::string dir;               // the step-XXXXXXXX directory
+  std::int64_t bytes = 0;        // total size of its files
+  std::int64_t time_unix_ms = 0; // commit time; 0 on commit means "now"
+  std::int64_t epoch = 0;        // membership epoch it was taken in
 };
 
 // One entry of the event log (job started, checkpoint committed / failed /
 // skipped as corrupt, resume, failures, recoveries).
 struct event {
-  std::int64_t seq = 0;           // 1, 2, 3, ... in append order
-  std::int64_t time_unix_ms = 0;  // wall time of the append
-  std::string kind;               // e.g. "checkpoint_committed"
-  std::string detail;             // one human-readable line
-  double duration_s = -1;         // -1 = none
+  std::int64_t seq = 0;          // 1, 2, 3, ... in append order
+  std::int64_t time_unix_ms = 0; // wall time of the append
+  std::string kind;              // e.g. "checkpoint_committed"
+  std::string detail;            // one human-readable line
+  double duration_s = -1;        // -1 = none
 };
 
 class job_store {
- public:
+public:
   // Opens (creating if missing, parents included) the store in `dir`. A
   // store already open, by another process or by this one, is refused with
   // "job store <dir> is locked ..."; a damaged one with "... is corrupt ...".
-  static expected<std::unique_ptr<job_store>> open(const std::filesystem::path& dir);
+  static expected<std::unique_ptr<job_store>> open(
+    const std::filesystem::path& dir);
   ~job_store();
   job_store(const job_store&) = delete;
   job_store& operator=(const job_store&) = delete;
@@ -54,7 +55,8 @@ class job_store {
 
   // The job's identity: the config fingerprint and the config as YAML text.
   // Committed with sync: on success it survives power loss.
-  status put_job_spec(const std::string& fingerprint, const std::string& config_yaml);
+  status put_job_spec(const std::string& fingerprint,
+                      const std::string& config_yaml);
   // nullopt when no job spec was ever stored (or after reset()).
   expected<std::optional<std::pair<std::string, std::string>>> job_spec();
 
@@ -76,7 +78,8 @@ class job_store {
   // Sequence numbers continue after reopen. Not synced on its own: events
   // reach the OS at once (a killed process loses none) and the next synced
   // commit makes them power-loss durable too (one write-ahead log, in order).
-  expected<std::int64_t> append_event(const std::string& kind, const std::string& detail,
+  expected<std::int64_t> append_event(const std::string& kind,
+                                      const std::string& detail,
                                       double duration_s = -1);
   // Events with time_unix_ms >= since_unix_ms, in seq order.
   expected<std::vector<event>> events(std::int64_t since_unix_ms = 0);
@@ -85,7 +88,7 @@ class job_store {
   // Event sequence numbers start again at 1.
   status reset();
 
- private:
+private:
   struct impl;
   explicit job_store(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;

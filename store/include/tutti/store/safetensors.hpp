@@ -22,15 +22,16 @@ namespace tutti::store {
 
 struct named_tensor {
   std::string name;
-  std::vector<std::int64_t> shape;  // [] is a scalar
-  std::vector<float> data;          // product(shape) elements, row-major
+  std::vector<std::int64_t> shape; // [] is a scalar
+  std::vector<float> data;         // product(shape) elements, row-major
 };
 
 // Writes atomically (tmp + fsync + rename + directory fsync), creating the
 // directory if missing. Names must be unique, non-empty, not "__metadata__";
 // names and metadata must be valid UTF-8; data.size() must match the shape.
-status write_safetensors(const std::filesystem::path& file, const std::vector<named_tensor>& tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+status write_safetensors(
+  const std::filesystem::path& file, const std::vector<named_tensor>& tensors,
+  const std::map<std::string, std::string>& metadata = {});
 
 // Reads and validates by the format rules: header length within the file and
 // at most 100 MB (the reference implementation's limit), header is strict
@@ -38,7 +39,8 @@ status write_safetensors(const std::filesystem::path& file, const std::vector<na
 // product(shape) * 4 == end - begin, offsets starting at 0, contiguous, and
 // ending exactly at the end of the file. Tensors come back in header order.
 // `metadata`, when given, receives "__metadata__" (empty if absent).
-expected<std::vector<named_tensor>> read_safetensors(const std::filesystem::path& file,
-                                                     std::map<std::string, std::string>* metadata = nullptr);
+expected<std::vector<named_tensor>> read_safetensors(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata = nullptr);
 
 } // namespace tutti::store
