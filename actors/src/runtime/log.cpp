@@ -78,6 +78,20 @@ void log_open(const std::string& path, const std::string& node) {
   log_file_path = path;
 }
 
+// write() puts "level" right after "time", before any free text, so its
+// first occurrence is the field: no need to parse every line of the window
+// (this runs on the node supervisor, which also answers heartbeats).
+static std::string level_of(const std::string& line) {
+  static const std::string key = "\"level\":\"";
+  const auto at = line.find(key);
+  if (at == std::string::npos)
+    return {};
+  const auto begin = at + key.size();
+  const auto end = line.find('"', begin);
+  return end == std::string::npos ? std::string()
+                                  : line.substr(begin, end - begin);
+}
+
 std::vector<std::string> read_log_lines(const std::string& min_level,
                                         int64_t max_lines) {
   std::string path;
@@ -101,10 +115,8 @@ std::vector<std::string> read_log_lines(const std::string& min_level,
   }
   const int floor = level_rank(min_level);
   while (std::getline(in, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    const auto level = record.is_object() ? record.find("level") : record.end();
-    if (level == record.end() || !level->is_string()
-        || level_rank(level->get<std::string>()) < floor)
+    const auto level = level_of(line);
+    if (level.empty() || level_rank(level) < floor)
       continue;
     kept.push_back(std::move(line));
     if (max_lines > 0 && static_cast<int64_t>(kept.size()) > max_lines)

@@ -55,22 +55,26 @@ public:
                        std::negation<std::is_same<std::decay_t<U>, status>>>;
   template <class U, class = std::enable_if_t<builds_value<U>>>
   expected(U&& value) : value_(std::in_place, std::forward<U>(value)) {}
-  // From a failed status only: an ok status carries no value.
-  expected(status failure) : failure_(std::move(failure)) {
-    assert(!failure_.ok());
-  }
+  // From a failed status only: an ok status carries no value, so one given
+  // here is a programming error and becomes a failure that says so.
+  expected(status failure)
+    : failure_(failure.ok() ? status::error("internal: expected<T> made from "
+                                            "an ok status, with no value")
+                            : std::move(failure)) {}
 
   bool ok() const { return value_.has_value(); }
   explicit operator bool() const { return ok(); }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // Check ok() first: value() on a failure throws std::bad_optional_access
+  // (a programming error), the operators assert.
+  T& value() & { return value_.value(); }
+  const T& value() const& { return value_.value(); }
+  T&& value() && { return std::move(value_.value()); }
+  T& operator*() & { return (assert(ok()), *value_); }
+  const T& operator*() const& { return (assert(ok()), *value_); }
+  T&& operator*() && { return (assert(ok()), std::move(*value_)); }
+  T* operator->() { return (assert(ok()), &*value_); }
+  const T* operator->() const { return (assert(ok()), &*value_); }
 
   // The failure (an ok status when there is a value).
   const status& error() const { return failure_; }
