@@ -9,8 +9,15 @@
 #include <cblas.h>
 
 #include "cpu_blas.hpp"
+#include "tutti/kernels/blas_core.hpp"
 
 namespace tutti::kernels {
+
+namespace {
+// Before main(), in every program that runs these kernels: OpenBLAS's
+// kernels are chosen for the whole process at load time (blas_core.hpp).
+const bool blas_core_selected = (select_blas_core(), true);
+} // namespace
 
 // Device-independent (stream.hpp): it configures the CPU backend only.
 void use_single_threaded_blas() { openblas_set_num_threads(1); }

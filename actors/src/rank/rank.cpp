@@ -15,6 +15,7 @@
 #include "shard/shard_executor.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/kernels/device_memory.hpp"
+#include "tutti/kernels/blas_core.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/capacity_plan.hpp"
 #include "tutti/model/rank_model.hpp"
@@ -117,7 +118,8 @@ public:
                  + (e.communication_buffer_size > 0 ? "configured"
                     : e.capacity_factor > 0         ? "auto: from capacity"
                                             : "auto: dropless worst case")
-                 + ")");
+                 + "); CPU kernels on OpenBLAS core "
+                 + kernels::blas_core_name());
     }
     if (a_.resume_step > 0) {
       TUTTI_RETURN_IF_ERROR(
