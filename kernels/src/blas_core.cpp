@@ -16,9 +16,9 @@ namespace {
 
 // OpenBLAS's x86 fallbacks, older than any core preferred_blas_core() names.
 bool is_fallback_core(const std::string& core) {
-  for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington",
-                          "Nehalem", "Sandybridge", "Katmai", "Coppermine",
-                          "Northwood", "Banias", "Atom"})
+  for (const char* old :
+       {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge",
+        "Katmai", "Coppermine", "Northwood", "Banias", "Atom"})
     if (core == old)
       return true;
   return false;

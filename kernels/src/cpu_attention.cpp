@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_blas.hpp"
+#include "cpu_vector.hpp"
 
 namespace tutti::kernels::cpu {
 
@@ -35,10 +37,15 @@ void attention_forward(const stream&, const T* q, const T* k, const T* v,
       T* p = probs + (b * q_heads + h) * S * S;
       // scores = scale * Q K^T
       gemm(false, true, S, S, d, scale, qh, ldq, kb, ldk, T(0), p, S);
-      // Causal softmax per row (keys 0..i), max-subtracted, sum in double;
+      // Causal softmax per row (keys 0..i), max-subtracted (float: the
+      // vectorised rows of cpu_vector.hpp; double: exact, sum in double);
       // masked entries become exact zeros so backward can use p directly.
       for (int64_t i = 0; i < S; ++i) {
         T* row = p + i * S;
+        if constexpr (std::is_same_v<T, float>) {
+          vector::causal_softmax_row(row, i + 1, S);
+          continue;
+        }
         T mx = row[0];
         for (int64_t j = 1; j <= i; ++j)
           mx = std::max(mx, row[j]);
@@ -88,6 +95,10 @@ void attention_backward(const stream&, const T* q, const T* k, const T* v,
       for (int64_t i = 0; i < S; ++i) {
         const T* pr = p + i * S;
         T* r = ds.data() + i * S;
+        if constexpr (std::is_same_v<T, float>) {
+          vector::causal_softmax_backward_row(pr, r, i + 1, S);
+          continue;
+        }
         double dot = 0.0;
         for (int64_t j = 0; j <= i; ++j)
           dot += double(pr[j]) * double(r[j]);

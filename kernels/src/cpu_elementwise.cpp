@@ -5,11 +5,13 @@
 // so float and double agree closely and the loop order is fixed.
 
 #include "backends.hpp"
+#include "cpu_vector.hpp"
 #include "host_device.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace tutti::kernels::cpu {
@@ -130,6 +132,8 @@ using detail::sigmoid;
 template <class T>
 void swiglu_forward(const stream&, const T* gate, const T* up, T* h,
                     int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return vector::swiglu_forward(gate, up, h, n);
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i];
     h[i] = T(g * sigmoid(g) * double(up[i]));
@@ -140,6 +144,8 @@ void swiglu_forward(const stream&, const T* gate, const T* up, T* h,
 template <class T>
 void swiglu_backward(const stream&, const T* gate, const T* up, const T* dh,
                      T* dgate, T* dup, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return vector::swiglu_backward(gate, up, dh, dgate, dup, n);
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i], sg = sigmoid(g), d = dh[i];
     dgate[i] = T(d * double(up[i]) * sg * (1.0 + g * (1.0 - sg)));

@@ -5,10 +5,12 @@
 // double so float parameters see a single rounding per update.
 
 #include "backends.hpp"
+#include "cpu_vector.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace tutti::kernels::cpu {
 
@@ -56,21 +58,33 @@ void cross_entropy_backward(const stream&, const T* logits,
 // PyTorch AdamW: param *= 1 - lr * wd (decoupled decay on the old value),
 // then param -= lr * mhat / (sqrt(vhat) + eps).
 template <class T>
-void adamw_step(const stream&, T* param, const T* grad, T* m, T* v, int64_t n,
-                double lr, double beta1, double beta2, double eps,
-                double weight_decay, int64_t step, double grad_scale) {
+void adamw_step_into(const stream&, const T* param, const T* grad, const T* m,
+                     const T* v, T* param_out, T* m_out, T* v_out, int64_t n,
+                     double lr, double beta1, double beta2, double eps,
+                     double weight_decay, int64_t step, double grad_scale) {
   const double bc1 = 1.0 - std::pow(beta1, double(step));
   const double bc2 = 1.0 - std::pow(beta2, double(step));
   const double decay = 1.0 - lr * weight_decay;
+  if constexpr (std::is_same_v<T, float>)
+    return vector::adamw(param, grad, m, v, param_out, m_out, v_out, n, lr,
+                         beta1, beta2, eps, decay, bc1, bc2, grad_scale);
   for (int64_t i = 0; i < n; ++i) {
     const double g = double(grad[i]) * grad_scale;
     const double mi = beta1 * double(m[i]) + (1.0 - beta1) * g;
     const double vi = beta2 * double(v[i]) + (1.0 - beta2) * g * g;
-    m[i] = T(mi);
-    v[i] = T(vi);
     const double p = double(param[i]) * decay;
-    param[i] = T(p - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps));
+    m_out[i] = T(mi);
+    v_out[i] = T(vi);
+    param_out[i] = T(p - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps));
   }
+}
+
+template <class T>
+void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
+                double lr, double beta1, double beta2, double eps,
+                double weight_decay, int64_t step, double grad_scale) {
+  cpu::adamw_step_into<T>(s, param, grad, m, v, param, m, v, n, lr, beta1,
+                          beta2, eps, weight_decay, step, grad_scale);
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM

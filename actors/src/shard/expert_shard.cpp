@@ -50,10 +50,28 @@ struct expert_shard_state {
             g.data() + at("w1"), g.data() + at("w3"), g.data() + at("w2")};
   }
 
-  void save_step_start() {
-    mem->start_params.assign(stream, mem->params);
-    mem->start_m.assign(stream, mem->m);
-    mem->start_v.assign(stream, mem->v);
+  // One AdamW step of every tensor into the second set, which then
+  // becomes the live one; a failure before the swap leaves the live set as
+  // it was at the step's start.
+  void optimize(const optimizer_args& a) {
+    const auto& t = cfg.train;
+    const size_t n = layout.total();
+    mem->next_params.resize(stream, n);
+    mem->next_m.resize(stream, n);
+    mem->next_v.resize(stream, n);
+    for (const auto& spec : layout.tensors()) {
+      const auto at = spec.offset;
+      k::adamw_step_into(
+        stream, mem->params.data() + at, mem->grads.data() + at,
+        mem->m.data() + at, mem->v.data() + at, mem->next_params.data() + at,
+        mem->next_m.data() + at, mem->next_v.data() + at, spec.numel, a.lr,
+        t.beta1, t.beta2, t.eps, t.weight_decay, a.step, a.grad_scale);
+    }
+    k::wait(stream);
+    std::swap(mem->params, mem->next_params);
+    std::swap(mem->m, mem->next_m);
+    std::swap(mem->v, mem->next_v);
+    mem->optimized_step = a.step;
   }
 };
 
@@ -132,20 +150,16 @@ void initialize(expert_shard_state& st) {
     mem.grads.zeros(st.stream, st.layout.total());
     mem.m.zeros(st.stream, st.layout.total());
     mem.v.zeros(st.stream, st.layout.total());
-    st.save_step_start();
     k::wait(st.stream);
     mem.initialized = true;
     return;
   }
-  // A restart: back to the start of the step. Gradients stay: the rank
+  // A restart: the live set is the state at the start of the step (only
+  // a completed optimizer step changes it). Gradients stay: the rank
   // decides whether to replay them (shard_executor).
-  mem.params.assign(st.stream, mem.start_params);
-  mem.m.assign(st.stream, mem.start_m);
-  mem.v.assign(st.stream, mem.start_v);
-  k::wait(st.stream);
   log_warn("expert_shard", "rank " + std::to_string(st.rank)
-                             + ": expert shard restarted from the snapshot "
-                               "of the start of step "
+                             + ": expert shard restarted from its "
+                               "state at the start of step "
                              + std::to_string(mem.optimized_step + 1));
 }
 
@@ -190,7 +204,6 @@ caf::result<caf::ok_atom> restore(expert_shard_state& st,
                                  + std::to_string(st.first_expert));
       target->upload(st.stream, t->data.data(), t->data.size(), spec.offset);
     }
-  st.save_step_start();
   k::wait(st.stream);
   st.mem->optimized_step = snap.step;
   return caf::ok_atom_v;
@@ -292,15 +305,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto& mem = *st.mem;
         if (mem.optimized_step >= a.step)
           return; // done before a restart; the retry must not apply it twice
-        const auto& t = st.cfg.train;
-        for (const auto& spec : st.layout.tensors())
-          k::adamw_step(st.stream, mem.params.data() + spec.offset,
-                        mem.grads.data() + spec.offset,
-                        mem.m.data() + spec.offset, mem.v.data() + spec.offset,
-                        spec.numel, a.lr, t.beta1, t.beta2, t.eps,
-                        t.weight_decay, a.step, a.grad_scale);
-        st.save_step_start();
-        mem.optimized_step = a.step;
+        st.optimize(a);
         mem.grads.zeros(st.stream, mem.grads.size());
       });
     },

@@ -4,10 +4,13 @@
 // GEMMs block.
 //
 // Restart in place: the tensors live in an expert_shard_memory that the
-// node supervisor keeps across restarts of the shard. It holds a copy of
-// weights and moments as of the start of the current step; a restarted
-// shard starts from that copy, and its rank replays the step's expert work
-// (shard_executor), so the step's result is the same bits.
+// node supervisor keeps across restarts of the shard. Weights and moments
+// are only written by the optimizer, and it writes the new values into a
+// second set (AdamW out of place), which becomes the live one when the
+// update is complete: the live set is always the state at the start of the
+// current step, at no cost per step beyond the memory of the second set. A
+// restarted shard starts from it, and its rank replays the step's expert
+// work (shard_executor), so the step's result is the same bits.
 
 #include <memory>
 
@@ -20,9 +23,9 @@ namespace tutti {
 // On the shard's device (the rank's GPU, or host memory on a CPU).
 struct expert_shard_memory {
   using tensor = kernels::tensor<float>;
-  tensor params, grads, m, v;            // live
-  tensor start_params, start_m, start_v; // at the step's start
-  int64_t optimized_step = 0; // last step whose update both copies hold
+  tensor params, grads, m, v;         // live: the state at the step's start
+  tensor next_params, next_m, next_v; // where the optimizer writes
+  int64_t optimized_step = 0;         // last step whose update is live
   bool initialized = false;
 };
 

@@ -58,16 +58,17 @@ struct adamw_consts {
 };
 
 template <class T>
-__global__ void adamw_kernel(T* param, const T* grad, T* m, T* v, int64_t n,
-                             adamw_consts a) {
+__global__ void adamw_kernel(const T* param, const T* grad, const T* m,
+                             const T* v, T* param_out, T* m_out, T* v_out,
+                             int64_t n, adamw_consts a) {
   TUTTI_GRID_STRIDE(i, n) {
     const double g = double(grad[i]) * a.grad_scale;
     const double mi = a.beta1 * double(m[i]) + (1.0 - a.beta1) * g;
     const double vi = a.beta2 * double(v[i]) + (1.0 - a.beta2) * g * g;
-    m[i] = T(mi);
-    v[i] = T(vi);
     const double p = double(param[i]) * a.decay;
-    param[i] = T(p - a.lr * (mi / a.bc1) / (sqrt(vi / a.bc2) + a.eps));
+    m_out[i] = T(mi);
+    v_out[i] = T(vi);
+    param_out[i] = T(p - a.lr * (mi / a.bc1) / (sqrt(vi / a.bc2) + a.eps));
   }
 }
 
@@ -100,9 +101,10 @@ void cross_entropy_backward(const stream& s, const T* logits,
 // PyTorch AdamW, as on the CPU: decoupled decay on the old value, then the
 // bias-corrected Adam update.
 template <class T>
-void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
-                double lr, double beta1, double beta2, double eps,
-                double weight_decay, int64_t step, double grad_scale) {
+void adamw_step_into(const stream& s, const T* param, const T* grad, const T* m,
+                     const T* v, T* param_out, T* m_out, T* v_out, int64_t n,
+                     double lr, double beta1, double beta2, double eps,
+                     double weight_decay, int64_t step, double grad_scale) {
   if (n == 0)
     return;
   const adamw_consts a{lr,
@@ -113,8 +115,17 @@ void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
                        1.0 - std::pow(beta2, double(step)),
                        1.0 - lr * weight_decay,
                        grad_scale};
-  adamw_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(param, grad, m, v, n, a);
+  adamw_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(
+    param, grad, m, v, param_out, m_out, v_out, n, a);
   TUTTI_CUDA_LAUNCH_CHECK();
+}
+
+template <class T>
+void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
+                double lr, double beta1, double beta2, double eps,
+                double weight_decay, int64_t step, double grad_scale) {
+  cuda::adamw_step_into<T>(s, param, grad, m, v, param, m, v, n, lr, beta1,
+                           beta2, eps, weight_decay, step, grad_scale);
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM
