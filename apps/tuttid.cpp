@@ -184,8 +184,11 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              std::shared_ptr<metrics_board> board,
              std::unique_ptr<basp_guard>& node_guard) {
   const auto address = cfg.cluster.node(opt.node_rank);
+  const auto per_node = static_cast<int>(cfg.cluster.nproc_per_node);
   auto supervisor = spawn_node_supervisor(
-    sys, {cfg, opt.node_rank, coordinator, opt.rack, std::move(board)});
+    sys, {cfg, opt.node_rank, coordinator, opt.rack, std::move(board),
+          std::make_shared<comm::memory_hub>(
+            static_cast<int>(opt.node_rank) * per_node, per_node)});
   node_guard.reset(); // the previous supervisor's, if any
   std::vector<std::unique_ptr<basp_guard>> published;
   if (auto s = publish_guarded(sys, supervisor, address.host, address.port,

@@ -1,13 +1,12 @@
 #include "tutti/comm/gloo_communicator.hpp"
 
-#include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -91,20 +90,37 @@ public:
   }
 
 private:
+  // A reduce-scatter and an all-gather, each one all-to-all: member r sums
+  // slice r over the members in member order (member 0's value, plus member
+  // 1's, ...), the order memory_communicator uses, so a group gives the same
+  // bits in one process or across several. (gloo::allreduce's ring adds in
+  // an order that depends on the member and the segment.)
   template <class T>
   status reduce(T* data, size_t count) {
     TUTTI_RETURN_IF_ERROR(check_not_aborted());
-    if (size() == 1 || count == 0)
+    const int n = size();
+    if (n == 1 || count == 0)
       return {};
-    gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data, count);
-    opts.setReduceFunction(
-      static_cast<void (*)(void*, const void*, const void*, size_t)>(
-        &gloo::sum<T>));
-    opts.setTag(next_tag());
-    opts.setTimeout(options_.timeout);
-    TUTTI_GLOO_CHECK(gloo::allreduce(opts));
-    return {};
+    const auto slice = static_cast<int64_t>((count + n - 1) / n);
+    std::vector<int64_t> lengths(n);
+    for (int p = 0; p < n; ++p)
+      lengths[p] = std::clamp<int64_t>(static_cast<int64_t>(count) - p * slice,
+                                       0, slice);
+    const int64_t mine = lengths[rank()];
+    std::vector<T> gathered(static_cast<size_t>(mine) * n);
+    TUTTI_RETURN_IF_ERROR(all_to_all_v(data, lengths, gathered.data(),
+                                       std::vector<int64_t>(n, mine),
+                                       sizeof(T)));
+    std::vector<T> sums(static_cast<size_t>(mine) * n);
+    for (int64_t i = 0; i < mine; ++i) {
+      T sum = gathered[i];
+      for (int p = 1; p < n; ++p)
+        sum += gathered[p * mine + i];
+      for (int p = 0; p < n; ++p)
+        sums[p * mine + i] = sum; // one copy for each member
+    }
+    return all_to_all_v(sums.data(), std::vector<int64_t>(n, mine), data,
+                        lengths, sizeof(T));
   }
 
   uint32_t next_tag() { return tag_++; }

@@ -127,7 +127,8 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     auto control = std::make_shared<rank_control>();
     auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator, st.loaders,
                               st.experts, st.writers, control, resume_step,
-                              memories[rank], st.in_flight});
+                              memories[rank], st.in_flight,
+                              st.args.memory_hub});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }

@@ -17,6 +17,7 @@
 #include "tutti/actors/rank.hpp"
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/comm/communicator.hpp"
+#include "tutti/comm/memory_communicator.hpp"
 
 namespace tutti {
 
@@ -68,6 +69,8 @@ struct rank_args {
   // there first): the rank keeps both alive while it may touch them.
   std::shared_ptr<expert_shard_memory> shard_memory;
   std::shared_ptr<checkpoint_in_flight> checkpoint_writes;
+  // The process's in-memory rendezvous (node_supervisor_args); may be null.
+  std::shared_ptr<comm::memory_hub> memory_hub;
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);

@@ -4,6 +4,7 @@
 
 #include "coordinator/coordinator_store.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/comm/memory_communicator.hpp"
 #include "tutti/comm/nccl_communicator.hpp"
 #include "tutti/kernels/device_memory.hpp"
 
@@ -22,8 +23,17 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const auto epoch = "e" + std::to_string(a.epoch) + "/";
   // Bind the data plane to this node's own address (nodes[N].host).
   const auto host = cl.node(a.rank / cl.nproc_per_node).host;
-  auto make = [&](int member, int size, const std::string& group,
-                  std::unique_ptr<comm::communicator>& c) -> status {
+  // `first` and `stride` give the group's global ranks: first + i * stride.
+  auto in_process = [&](int first, int size, int stride) {
+    if (!a.memory_hub || cl.local_transport != local_transport_kind::memory)
+      return false;
+    for (int i = 0; i < size; ++i)
+      if (!a.memory_hub->hosts(first + i * stride))
+        return false;
+    return true;
+  };
+  auto make = [&](int member, int size, const std::string& group, int first,
+                  int stride, std::unique_ptr<comm::communicator>& c) -> status {
     if (cl.backend() == backend_kind::nccl) {
       comm::nccl_options opts;
       opts.group = epoch + group;
@@ -33,6 +43,10 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
       TUTTI_RETURN_IF_ERROR(
         comm::make_nccl_communicator(store, member, size, opts, nccl));
       c = std::move(nccl);
+    } else if (in_process(first, size, stride)) {
+      comm::memory_options opts{epoch + group, timeout, rendezvous};
+      TUTTI_RETURN_IF_ERROR(
+        comm::make_memory_communicator(*a.memory_hub, member, size, opts, c));
     } else {
       comm::gloo_options opts{host, epoch + group, timeout, rendezvous};
       TUTTI_RETURN_IF_ERROR(
@@ -43,13 +57,14 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   };
   const int world = static_cast<int>(cl.world_size);
   const int ep = static_cast<int>(a.cfg.ep_size());
-  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", out.world));
+  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", 0, 1, out.world));
   if (ep < world) {
-    TUTTI_RETURN_IF_ERROR(
-      make(a.rank % ep, ep, "ep" + std::to_string(a.rank / ep), out.ep));
+    TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
+                               "ep" + std::to_string(a.rank / ep),
+                               a.rank / ep * ep, 1, out.ep));
     TUTTI_RETURN_IF_ERROR(make(a.rank / ep, world / ep,
                                "edp" + std::to_string(a.rank % ep),
-                               out.expert_dp));
+                               a.rank % ep, ep, out.expert_dp));
   }
   return {};
 }

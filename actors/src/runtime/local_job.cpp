@@ -26,8 +26,11 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   // Every node of the config in this process: the same ranks, groups and
   // data as the same config on nnodes daemons.
   std::vector<node_supervisor_actor> nodes;
+  auto hub = std::make_shared<comm::memory_hub>(
+    0, static_cast<int>(cfg.cluster.world_size));
   for (int64_t n = 0; n < cfg.cluster.nnodes; ++n)
-    nodes.push_back(spawn_node_supervisor(sys, {cfg, n, coordinator}));
+    nodes.push_back(
+      spawn_node_supervisor(sys, {cfg, n, coordinator, {}, nullptr, hub}));
   job_result result;
   bool finished = false, stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();

@@ -21,6 +21,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/actors/metrics_board.hpp"
+#include "tutti/comm/memory_communicator.hpp"
 #include "tutti/config/job_config.hpp"
 
 namespace tutti {
@@ -31,6 +32,10 @@ struct node_supervisor_args {
   coordinator_actor coordinator;
   std::string rack; // overrides the config's rack label when set
   std::shared_ptr<metrics_board> board; // this node's /metrics; may be null
+  // The ranks of this process (every node's in `tutti run`, this node's
+  // under tuttid): groups entirely among them exchange through memory
+  // (cluster_config.local_transport). Null: always Gloo.
+  std::shared_ptr<comm::memory_hub> memory_hub;
 };
 
 node_supervisor_actor spawn_node_supervisor(caf::actor_system& sys,

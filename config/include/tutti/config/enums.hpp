@@ -19,6 +19,8 @@ enum class gemm_precision { fp32, bf16 };
 enum class preflight_check { off, warn, refuse };
 // moe_config.all_to_all_communication: disabled keeps all experts local.
 enum class all_to_all_mode { enabled, disabled };
+// cluster_config.local_transport: how ranks of one process exchange.
+enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
 enum class restart_strategy { one_for_one, rest_for_one, one_for_all };
 // supervision.<kind>.restart: whether a child that ended comes back.
@@ -49,6 +51,10 @@ struct enum_names<preflight_check> {
 template <>
 struct enum_names<all_to_all_mode> {
   static constexpr std::array names{"enabled", "disabled"};
+};
+template <>
+struct enum_names<local_transport_kind> {
+  static constexpr std::array names{"memory", "tcp"};
 };
 template <>
 struct enum_names<restart_strategy> {

@@ -46,6 +46,7 @@ struct cluster_config {
   int64_t pipeline_model_parallel_size = 1;
   std::string host = "127.0.0.1";
   int64_t collective_timeout_ms = 60000;
+  local_transport_kind local_transport = local_transport_kind::memory;
   std::string coordinator = "127.0.0.1:7100";
   int64_t join_timeout_s = 60;
   std::vector<node_address> nodes; // index = node rank
@@ -93,6 +94,12 @@ void visit_fields(Visitor& v, cluster_config& c) {
           not_fingerprinted);
   v.field("collective_timeout_ms", c.collective_timeout_ms,
           "a collective gives up on a silent peer after this long", above(0));
+  v.field("local_transport", c.local_transport,
+          "how a group whose ranks share a process exchanges (all of `tutti "
+          "run`, one node's under tuttid): memory (copies in the process) or "
+          "tcp (Gloo over loopback, as across nodes); same results either "
+          "way; gloo backend only",
+          not_fingerprinted);
   v.field("coordinator", c.coordinator,
           "host:port of the coordinator, on "
           "node 0");

@@ -1,0 +1,240 @@
+#include "tutti/comm/memory_communicator.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <vector>
+
+namespace tutti::comm {
+
+// What the members of one group share: a barrier that can be aborted and
+// timed out, and one slot per member for the buffers of the collective in
+// progress.
+class memory_group {
+public:
+  explicit memory_group(int size) : size_(size), slots_(size) {}
+
+  struct slot {
+    const void* send = nullptr;
+    const int64_t* send_counts = nullptr; // per member, in elements
+    void* data = nullptr;                 // all-reduce: the member's buffer
+  };
+
+  int size() const { return size_; }
+  slot& at(int member) { return slots_[member]; }
+
+  // Every member arrives; the last one releases the others. An abort
+  // releases everyone with an error; so does the deadline.
+  status arrive(std::chrono::milliseconds timeout, const std::string& who) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (aborted_)
+      return status::error(who + ": aborted");
+    const uint64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      released_.notify_all();
+      return {};
+    }
+    if (!released_.wait_for(lock, timeout, [&] {
+          return generation_ != generation || aborted_;
+        })) {
+      // Peers that arrive later must fail too, not wait for a member
+      // that gave up: a timed-out group is finished.
+      aborted_ = true;
+      released_.notify_all();
+      return status::error(who + ": timed out after "
+                           + std::to_string(timeout.count())
+                           + " ms waiting for the other members");
+    }
+    if (generation_ == generation)
+      return status::error(who + ": aborted");
+    return {};
+  }
+
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    released_.notify_all();
+  }
+
+  bool aborted() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return aborted_;
+  }
+
+  // Joining, under the hub's lock.
+  int joined = 0;
+  std::mutex join_mutex;
+  std::condition_variable all_joined;
+
+private:
+  const int size_;
+  std::vector<slot> slots_;
+  std::mutex mutex_;
+  std::condition_variable released_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+};
+
+status memory_hub::join(const std::string& name, int member, int size,
+                        std::chrono::milliseconds timeout,
+                        std::shared_ptr<memory_group>& out) {
+  std::shared_ptr<memory_group> group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& entry = forming_[name];
+    if (!entry)
+      entry = std::make_shared<memory_group>(size);
+    group = entry;
+    if (group->size() != size)
+      return status::error("memory group " + name + ": member "
+                           + std::to_string(member) + " expects "
+                           + std::to_string(size) + " members, others "
+                           + std::to_string(group->size()));
+  }
+  std::unique_lock<std::mutex> lock(group->join_mutex);
+  if (++group->joined == size) {
+    {
+      // Complete: later groups of this name (none, names carry the epoch)
+      // would start afresh.
+      std::lock_guard<std::mutex> hub_lock(mutex_);
+      forming_.erase(name);
+    }
+    group->all_joined.notify_all();
+  } else if (!group->all_joined.wait_for(
+               lock, timeout, [&] { return group->joined == size; })) {
+    return status::error("memory group " + name + ": only "
+                         + std::to_string(group->joined) + " of "
+                         + std::to_string(size) + " members joined within "
+                         + std::to_string(timeout.count()) + " ms");
+  }
+  out = std::move(group);
+  return {};
+}
+
+namespace {
+
+class memory_communicator final : public communicator {
+public:
+  memory_communicator(std::shared_ptr<memory_group> group, int rank,
+                      memory_options options)
+    : group_(std::move(group)), rank_(rank), options_(std::move(options)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+
+  status all_reduce_sum(float* data, size_t count) override {
+    return reduce(data, count);
+  }
+  status all_reduce_sum(double* data, size_t count) override {
+    return reduce(data, count);
+  }
+  status all_reduce_sum(int64_t* data, size_t count) override {
+    return reduce(data, count);
+  }
+
+  status all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
+                      void* recv, const std::vector<int64_t>& recv_counts,
+                      size_t element_bytes) override {
+    const int n = size();
+    auto& mine = group_->at(rank_);
+    mine.send = send;
+    mine.send_counts = send_counts.data();
+    TUTTI_RETURN_IF_ERROR(arrive());
+    // Read each peer's block for this member straight from its buffer.
+    auto* out = static_cast<char*>(recv);
+    status result;
+    for (int p = 0; p < n; ++p) {
+      const auto& peer = group_->at(p);
+      int64_t offset = 0;
+      for (int q = 0; q < rank_; ++q)
+        offset += peer.send_counts[q];
+      const int64_t count = peer.send_counts[rank_];
+      if (count != recv_counts[p] && result.ok())
+        result = status::error(describe() + ": member " + std::to_string(p)
+                               + " sends " + std::to_string(count)
+                               + " elements, " + std::to_string(recv_counts[p])
+                               + " expected");
+      const auto bytes = static_cast<size_t>(std::min(count, recv_counts[p]))
+                         * element_bytes;
+      if (bytes > 0)
+        std::memcpy(out,
+                    static_cast<const char*>(peer.send)
+                      + offset * static_cast<int64_t>(element_bytes),
+                    bytes);
+      out += recv_counts[p] * static_cast<int64_t>(element_bytes);
+    }
+    // Nobody reuses a send buffer until every member has read from it.
+    TUTTI_RETURN_IF_ERROR(arrive());
+    return result;
+  }
+
+  status all_to_all(const int64_t* send, int64_t* recv,
+                    size_t per_member) override {
+    std::vector<int64_t> counts(size(), static_cast<int64_t>(per_member));
+    return all_to_all_v(send, counts, recv, counts, sizeof(int64_t));
+  }
+
+  status barrier() override { return arrive(); }
+
+  status abort() override {
+    group_->abort();
+    return {};
+  }
+
+  std::string describe() const override {
+    return "memory/" + options_.group + " rank " + std::to_string(rank_) + "/"
+           + std::to_string(size());
+  }
+
+private:
+  status arrive() { return group_->arrive(options_.timeout, describe()); }
+
+  // Member r sums the r-th slice for everyone, in member order, and writes
+  // the sum into every member's buffer: each element is read and written by
+  // one member only.
+  template <class T>
+  status reduce(T* data, size_t count) {
+    const int n = size();
+    if (group_->aborted())
+      return status::error(describe() + ": aborted");
+    if (n == 1 || count == 0)
+      return {};
+    group_->at(rank_).data = data;
+    TUTTI_RETURN_IF_ERROR(arrive());
+    std::vector<T*> buffers(n);
+    for (int p = 0; p < n; ++p)
+      buffers[p] = static_cast<T*>(group_->at(p).data);
+    const size_t slice = (count + n - 1) / n;
+    const size_t lo = std::min(count, slice * rank_);
+    const size_t hi = std::min(count, lo + slice);
+    for (size_t i = lo; i < hi; ++i) {
+      T sum = buffers[0][i];
+      for (int p = 1; p < n; ++p)
+        sum += buffers[p][i];
+      for (int p = 0; p < n; ++p)
+        buffers[p][i] = sum;
+    }
+    return arrive();
+  }
+
+  std::shared_ptr<memory_group> group_;
+  int rank_;
+  memory_options options_;
+};
+
+} // namespace
+
+status make_memory_communicator(memory_hub& hub, int rank, int size,
+                                const memory_options& options,
+                                std::unique_ptr<communicator>& out) {
+  std::shared_ptr<memory_group> group;
+  TUTTI_RETURN_IF_ERROR(
+    hub.join(options.group, rank, size, options.connect_timeout, group));
+  out = std::make_unique<memory_communicator>(std::move(group), rank, options);
+  return {};
+}
+
+} // namespace tutti::comm

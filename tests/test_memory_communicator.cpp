@@ -1,0 +1,185 @@
+// The in-process communicator (comm/memory_communicator.hpp) against Gloo
+// over loopback: the same all-to-all results and the same bits for sums
+// over 2, 3 and 4 members (both add in member order); abort releases a
+// member stuck on a peer at once; a peer that never comes fails the
+// collective at its timeout, and a group that never forms fails at join.
+
+#include <catch2/catch.hpp>
+
+#include <gloo/rendezvous/hash_store.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/comm/memory_communicator.hpp"
+
+using namespace tutti;
+using comm_ptr = std::unique_ptr<comm::communicator>;
+
+namespace {
+
+// n communicators of one kind, made concurrently (both kinds block until
+// every member has joined).
+std::vector<comm_ptr> make_group(bool memory, int n) {
+  static int round = 0;
+  const std::string name = "g" + std::to_string(round++);
+  auto hub = std::make_shared<comm::memory_hub>(0, n);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<comm_ptr> out(n);
+  std::vector<status> made(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      if (memory) {
+        comm::memory_options o{name, std::chrono::seconds(20),
+                               std::chrono::seconds(20)};
+        made[r] = comm::make_memory_communicator(*hub, r, n, o, out[r]);
+      } else {
+        comm::gloo_options o{"127.0.0.1", name, std::chrono::seconds(20),
+                             std::chrono::seconds(20)};
+        made[r] = comm::make_gloo_communicator(*store, r, n, o, out[r]);
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (auto& s : made)
+    REQUIRE(s.ok());
+  return out;
+}
+
+// Runs body(member) on every member at once.
+void on_all(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back(body, r);
+  for (auto& t : threads)
+    t.join();
+}
+
+// Values of very different magnitudes, so the order of a sum shows.
+std::vector<float> values(int member, size_t count) {
+  std::mt19937 rng(1000 + member);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(count);
+  for (auto& x : v)
+    x = u(rng) * std::pow(10.0f, float(rng() % 8));
+  return v;
+}
+
+std::vector<std::vector<float>> all_reduce(bool memory, int n, size_t count) {
+  auto group = make_group(memory, n);
+  std::vector<std::vector<float>> data(n);
+  for (int r = 0; r < n; ++r)
+    data[r] = values(r, count);
+  std::vector<status> result(n);
+  on_all(n, [&](int r) {
+    result[r] = group[r]->all_reduce_sum(data[r].data(), count);
+  });
+  for (auto& s : result)
+    REQUIRE(s.ok());
+  return data;
+}
+
+} // namespace
+
+TEST_CASE("memory all-reduce gives Gloo's bits on every member", "[unit]") {
+  for (int n : {2, 3, 4}) {
+    for (size_t count : {size_t(1), size_t(5), size_t(1003)}) {
+      INFO(n << " members, " << count << " values");
+      const auto mem = all_reduce(true, n, count);
+      const auto tcp = all_reduce(false, n, count);
+      for (int r = 0; r < n; ++r) {
+        CHECK(std::memcmp(mem[r].data(), mem[0].data(), count * 4) == 0);
+        CHECK(std::memcmp(mem[r].data(), tcp[r].data(), count * 4) == 0);
+      }
+      // Member order: ((v0 + v1) + v2) + ...
+      const auto expect = [&](size_t i) {
+        float s = values(0, count)[i];
+        for (int p = 1; p < n; ++p)
+          s += values(p, count)[i];
+        return s;
+      };
+      for (size_t i = 0; i < count; ++i)
+        CHECK(mem[0][i] == expect(i));
+    }
+  }
+}
+
+TEST_CASE("memory all-to-all-v delivers what Gloo delivers", "[unit]") {
+  const int n = 3;
+  for (bool memory : {true, false}) {
+    auto group = make_group(memory, n);
+    // Member r sends (r + 1) * (p + 1) ints to member p, valued r*100 + p.
+    std::vector<std::vector<int32_t>> received(n);
+    std::vector<status> result(n);
+    on_all(n, [&](int r) {
+      std::vector<int64_t> send_counts(n), recv_counts(n);
+      std::vector<int32_t> send;
+      for (int p = 0; p < n; ++p) {
+        send_counts[p] = (r + 1) * (p + 1);
+        recv_counts[p] = (p + 1) * (r + 1);
+        send.insert(send.end(), send_counts[p], r * 100 + p);
+      }
+      received[r].resize((r + 1) * (1 + 2 + 3));
+      result[r] = group[r]->all_to_all_v(send.data(), send_counts,
+                                         received[r].data(), recv_counts, 4);
+    });
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(result[r].ok());
+      size_t at = 0;
+      for (int p = 0; p < n; ++p)
+        for (int i = 0; i < (p + 1) * (r + 1); ++i)
+          CHECK(received[r][at++] == p * 100 + r);
+    }
+  }
+}
+
+TEST_CASE("memory abort releases a member waiting on its peer", "[unit]") {
+  auto group = make_group(true, 2);
+  status stuck;
+  std::thread waiter([&] {
+    float x = 1;
+    stuck = group[0]->all_reduce_sum(&x, 1); // member 1 never comes
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(group[1]->abort().ok()); // from the peer's side, as recovery does
+  waiter.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  CHECK_FALSE(stuck.ok());
+  float y = 1;
+  CHECK_FALSE(group[0]->all_reduce_sum(&y, 1).ok());
+  CHECK_FALSE(group[1]->barrier().ok());
+}
+
+TEST_CASE("memory collectives and joins end at their deadlines", "[unit]") {
+  comm::memory_hub hub(0, 2);
+  comm::memory_options o{"late", std::chrono::milliseconds(300),
+                         std::chrono::milliseconds(300)};
+  comm_ptr alone;
+  const auto joined = comm::make_memory_communicator(hub, 0, 2, o, alone);
+  REQUIRE_FALSE(joined.ok());
+  CHECK(joined.message().find("1 of 2 members joined") != std::string::npos);
+
+  // A group whose collectives wait 300 ms: a barrier member 1 never joins.
+  comm_ptr a, b;
+  comm::memory_hub hub2(0, 2);
+  comm::memory_options quick{"quick", std::chrono::milliseconds(300),
+                             std::chrono::seconds(5)};
+  std::thread peer([&] {
+    REQUIRE(comm::make_memory_communicator(hub2, 1, 2, quick, b).ok());
+  });
+  REQUIRE(comm::make_memory_communicator(hub2, 0, 2, quick, a).ok());
+  peer.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto timed_out = a->barrier();
+  CHECK_FALSE(timed_out.ok());
+  CHECK(timed_out.message().find("timed out") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  CHECK_FALSE(b->barrier().ok()); // the group is finished for the late one too
+}
