@@ -3,7 +3,9 @@
 // steps done in this process with no actors: one thread per rank calling
 // rank_model and an expert_ffn directly over Gloo, i.e. the step's kernels
 // and collectives timed alone. Runs alternate between the two, for world
-// size 2 (the quickstart as written) and 1; medians over repetitions.
+// size 2 (the quickstart as written) and 1; medians over repetitions. At
+// world 2 also without chunked combine and with the two ranks on loopback
+// TCP instead of memory, to show what each costs or buys.
 // The anchor pins each rank thread to its own core: on a small shared VM the
 // scheduler otherwise stacks the ranks on one core and every collective
 // waits for it. The unpinned loop is reported too, to show that effect.
@@ -83,6 +85,18 @@ std::string set_key(const std::string& yaml, const std::string& block,
     die("quickstart.yaml has no " + block + "." + key);
   return std::regex_replace(yaml, re, "$1 " + value,
                             std::regex_constants::format_first_only);
+}
+
+// Adds `key: value` as the first line of the YAML block `block`.
+std::string add_key(const std::string& yaml, const std::string& block,
+                    const std::string& key, const std::string& value) {
+  const std::string head = "\n" + block + ":\n";
+  const auto at = yaml.find(head);
+  if (at == std::string::npos)
+    die("quickstart.yaml has no " + block);
+  std::string out = yaml;
+  out.insert(at + head.size(), "  " + key + ": " + value + "\n");
+  return out;
 }
 
 // Mean per-step times over the steps after warm-up, in seconds.
@@ -317,24 +331,35 @@ int run() {
   base = set_key(base, "train", "eval_interval", "0");
   base = set_key(base, "data", "dir", data.string());
   struct world_case {
-    int world;
+    int world = 0;
     fs::path cfg_path, run_dir;
     job_config cfg;
     std::vector<split> tutti, pinned, unpinned;
+    // World 2 only: the same job without one feature each, so the table
+    // shows what the feature buys or costs: the combine in one piece
+    // (moe_config.combine_chunks: 1), and Gloo over loopback instead of
+    // memory between the two ranks (cluster_config.local_transport: tcp).
+    fs::path one_chunk_cfg, tcp_cfg;
+    std::vector<split> one_chunk, tcp;
   };
   std::vector<world_case> cases;
   for (int w : {2, 1}) {
-    world_case c{w,
-                 dir / ("w" + std::to_string(w) + ".yaml"),
-                 dir / ("run-w" + std::to_string(w)),
-                 {},
-                 {},
-                 {},
-                 {}};
+    world_case c;
+    c.world = w;
+    c.cfg_path = dir / ("w" + std::to_string(w) + ".yaml");
+    c.run_dir = dir / ("run-w" + std::to_string(w));
     std::string y = set_key(base, "run", "dir", c.run_dir.string());
     for (const char* key : {"world_size", "nproc_per_node", "ep_size"})
       y = set_key(y, "cluster_config", key, std::to_string(w));
     std::ofstream(c.cfg_path) << y;
+    if (w > 1) {
+      c.one_chunk_cfg = dir / "w2-one-chunk.yaml";
+      c.tcp_cfg = dir / "w2-tcp.yaml";
+      std::ofstream(c.one_chunk_cfg)
+        << add_key(y, "moe_config", "combine_chunks", "1");
+      std::ofstream(c.tcp_cfg)
+        << add_key(y, "cluster_config", "local_transport", "tcp");
+    }
     auto parsed = parse_job_config(y, c.cfg_path.string());
     if (!parsed)
       die(parsed.message());
@@ -364,7 +389,7 @@ int run() {
     for (auto& c : cases) {
       // Rotate the order, so no method always runs first. With one rank
       // there is nothing to stack, so world 1 runs only the pinned anchor.
-      const int methods = c.world > 1 ? 3 : 2;
+      const int methods = c.world > 1 ? 5 : 2;
       for (int i = 0; i < methods; ++i)
         switch ((rep + i) % methods) {
         case 0:
@@ -375,10 +400,18 @@ int run() {
           c.pinned.push_back(note(
             "pinned", c.world, run_in_process(c.cfg, sampler.value(), true)));
           break;
-        default:
+        case 2:
           c.unpinned.push_back(
             note("unpinned", c.world,
                  run_in_process(c.cfg, sampler.value(), false)));
+          break;
+        case 3:
+          c.one_chunk.push_back(note(
+            "1 chunk", c.world, run_tutti(tutti, c.one_chunk_cfg, c.run_dir)));
+          break;
+        default:
+          c.tcp.push_back(
+            note("tcp", c.world, run_tutti(tutti, c.tcp_cfg, c.run_dir)));
         }
     }
 
@@ -426,6 +459,15 @@ int run() {
       const split u = median_of(c.unpinned);
       t.add("step time, same steps in-process unpinned" + w,
             ms_range(c.unpinned), anchor, ms(b.step), u.step / b.step);
+      const std::string as_is = "tutti run as configured";
+      t.add("step time, combine in one chunk (combine_chunks: 1)" + w,
+            ms_range(c.one_chunk), as_is, ms(a.step),
+            median_of(c.one_chunk).step / a.step);
+      t.add("step time, ranks over loopback TCP (local_transport: tcp)" + w,
+            ms_range(c.tcp), as_is, ms(a.step), median_of(c.tcp).step / a.step);
+      t.add("  all-to-all, local_transport: tcp" + w, ms(median_of(c.tcp).a2a),
+            "all-to-all, through memory", ms(a.a2a),
+            median_of(c.tcp).a2a / std::max(a.a2a, 1e-9));
     }
   }
   t.print();
