@@ -21,6 +21,7 @@
 # the peer runs with OPENBLAS_CORETYPE set to the core tutti chose, so both
 # sides multiply with the same BLAS. Its figure without it is printed too.
 #
+# Needs deploy/install-deps.sh --bench (python3-torch).
 # Usage: bench/bench_vs_torch.sh [BUILD_DIR]   (REPS=2 STEPS=14 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,6 +12,13 @@ packages=(
   libedit-dev tmux prometheus
 )
 
+# The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
+# build or test: `deploy/install-deps.sh --bench` adds them.
+bench_packages=(python3-torch linux-perf)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=("${bench_packages[@]}")
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
