@@ -2,7 +2,8 @@
 // small vector helpers (axpy, fill_zero, sum_squares).
 //
 // Per-row reductions are accumulated in double and the result rounded once,
-// so float and double agree closely and the loop order is fixed.
+// so float and double agree closely and the order is fixed (for float over
+// the fixed lanes of cpu_vector.hpp, so that the loops vectorise).
 
 #include "backends.hpp"
 #include "cpu_vector.hpp"
@@ -46,8 +47,11 @@ void rmsnorm_forward(const stream&, const T* x, const T* w, T* y, T* rstd,
   for (int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * dim;
     double ss = 0.0;
-    for (int64_t j = 0; j < dim; ++j)
-      ss += double(xi[j]) * double(xi[j]);
+    if constexpr (std::is_same_v<T, float>)
+      ss = vector::sum_squares(xi, dim);
+    else
+      for (int64_t j = 0; j < dim; ++j)
+        ss += double(xi[j]) * double(xi[j]);
     const double r = 1.0 / std::sqrt(ss / double(dim) + double(eps));
     rstd[i] = T(r);
     T* yi = y + i * dim;
@@ -66,8 +70,11 @@ void rmsnorm_backward(const stream&, const T* x, const T* w, const T* rstd,
     const T* gi = dy + i * dim;
     const double r = double(rstd[i]);
     double dot = 0.0;
-    for (int64_t j = 0; j < dim; ++j)
-      dot += double(w[j]) * double(gi[j]) * double(xi[j]);
+    if constexpr (std::is_same_v<T, float>)
+      dot = vector::dot3(w, gi, xi, dim);
+    else
+      for (int64_t j = 0; j < dim; ++j)
+        dot += double(w[j]) * double(gi[j]) * double(xi[j]);
     const double c = r * r * r * dot / double(dim);
     T* dxi = dx + i * dim;
     for (int64_t j = 0; j < dim; ++j) {
@@ -157,6 +164,8 @@ void swiglu_backward(const stream&, const T* gate, const T* up, const T* dh,
 
 template <class T>
 double sum_squares(const stream&, const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return vector::sum_squares(x, n);
   double acc = 0.0;
   for (int64_t i = 0; i < n; ++i)
     acc += double(x[i]) * double(x[i]);

@@ -88,6 +88,41 @@ void causal_softmax_backward_row(const float* p, float* r, int64_t len,
 }
 
 namespace {
+constexpr int double_lanes = 8;
+
+double lane_sum(const double (&acc)[double_lanes]) {
+  double s = 0.0;
+  for (int l = 0; l < double_lanes; ++l)
+    s += acc[l];
+  return s;
+}
+} // namespace
+
+TUTTI_CPU_CLONES
+double sum_squares(const float* x, int64_t n) {
+  double acc[double_lanes] = {};
+  int64_t i = 0;
+  for (; i + double_lanes <= n; i += double_lanes)
+    for (int l = 0; l < double_lanes; ++l)
+      acc[l] += double(x[i + l]) * double(x[i + l]);
+  for (int l = 0; i + l < n; ++l)
+    acc[l] += double(x[i + l]) * double(x[i + l]);
+  return lane_sum(acc);
+}
+
+TUTTI_CPU_CLONES
+double dot3(const float* a, const float* b, const float* c, int64_t n) {
+  double acc[double_lanes] = {};
+  int64_t i = 0;
+  for (; i + double_lanes <= n; i += double_lanes)
+    for (int l = 0; l < double_lanes; ++l)
+      acc[l] += double(a[i + l]) * double(b[i + l]) * double(c[i + l]);
+  for (int l = 0; i + l < n; ++l)
+    acc[l] += double(a[i + l]) * double(b[i + l]) * double(c[i + l]);
+  return lane_sum(acc);
+}
+
+namespace {
 // One element of AdamW. The callers' pointers are __restrict (distinct
 // arrays, or the same array read and written at the same index only) so
 // that the loops vectorise without runtime alias checks.

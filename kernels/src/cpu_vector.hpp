@@ -65,6 +65,11 @@ void causal_softmax_row(float* row, int64_t len, int64_t width);
 void causal_softmax_backward_row(const float* p, float* r, int64_t len,
                                  int64_t width);
 
+// sum x[i]^2 and sum a[i] * b[i] * c[i], accumulated in double over 8
+// fixed lanes (combined in a fixed order).
+double sum_squares(const float* x, int64_t n);
+double dot3(const float* a, const float* b, const float* c, int64_t n);
+
 // One AdamW update (decoupled weight decay) in double, as the generic
 // loop in cpu_loss_optim.cpp; bc1, bc2 are the bias corrections.
 // Outputs are either all their inputs (in place) or all distinct arrays.
