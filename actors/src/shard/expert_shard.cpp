@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -85,10 +87,15 @@ using shard_pointer = expert_shard_actor::stateful_pointer<expert_shard_state>;
 bool all_finite(const k::stream& s, const float* x, int64_t n) {
   if (s.device == k::device_kind::cuda)
     return std::isfinite(k::sum_squares(s, x, n));
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i)
-    finite &= std::isfinite(x[i]);
-  return finite;
+  // A float is NaN or infinite exactly when its exponent bits are all
+  // ones; tested on the bits, the loop vectorises.
+  uint32_t all_ones = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    all_ones |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return all_ones == 0;
 }
 
 void require_finite(const k::stream& s, const float* x, int64_t n,
