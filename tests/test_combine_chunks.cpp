@@ -3,9 +3,14 @@
 // chunk c's input gradients while it computes c+1's. It only moves data,
 // so every chunking gives the same bits as one combine (losses and the
 // gradient norm), and the overlap it buys is reported (time_overlap_s).
+// Chunks pipeline a transfer, so they apply where the ranks exchange over
+// Gloo (cluster_config.local_transport: tcp here); ranks of one process
+// exchanging through memory combine in one chunk whatever the config says,
+// and give the same bits as over TCP.
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <numeric>
 
 #include "test_support.hpp"
@@ -24,8 +29,11 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
   // (3 chunks: 1 + 1 + 2 experts) all occur.
   std::vector<std::vector<double>> series;
   std::vector<double> overlap;
-  for (int chunks : {1, 2, 3, 4}) {
-    auto name = "c" + std::to_string(chunks);
+  // The last run: 4 chunks configured, through memory.
+  for (int chunks : {1, 2, 3, 4, -4}) {
+    const bool memory = chunks < 0;
+    chunks = std::abs(chunks);
+    auto name = "c" + std::to_string(chunks) + (memory ? "-memory" : "");
     auto run_dir = dir / name;
     auto text = small_config(data.string(), run_dir.string(), 2, 6);
     const std::string from = "  num_experts: 4\n";
@@ -33,6 +41,11 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
     text.replace(text.find(from), from.size(),
                  "  num_experts: 8\n  combine_chunks: " + std::to_string(chunks)
                    + "\n");
+    const std::string cluster = "cluster_config:\n";
+    REQUIRE(text.find(cluster) != std::string::npos);
+    text.insert(text.find(cluster) + cluster.size(),
+                std::string("  local_transport: ") + (memory ? "memory" : "tcp")
+                  + "\n");
     auto cfg = dir / (name + ".yaml");
     write_text(cfg, text);
     auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
@@ -51,12 +64,15 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
     overlap.push_back(std::accumulate(o.begin(), o.end(), 0.0));
   }
   for (size_t i = 1; i < series.size(); ++i) {
-    INFO("chunking " << i + 1 << " against one combine");
+    INFO("run " << i
+                << " (chunks 2, 3, 4 over TCP; 4 through memory) "
+                   "against one combine over TCP");
     CHECK(series[i] == series[0]);
   }
   CHECK(overlap[0] == 0);
-  for (size_t i = 1; i < overlap.size(); ++i) {
+  for (size_t i = 1; i < 4; ++i) {
     INFO("chunking " << i + 1);
     CHECK(overlap[i] > 0);
   }
+  CHECK(overlap[4] == 0); // through memory: one chunk, nothing overlapped
 }

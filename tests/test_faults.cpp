@@ -19,11 +19,14 @@ TEST_CASE("expert shards killed, raising and producing NaN restart in place",
   // Two experts per rank (EP groups of 2, expert-data-parallel pairs): the
   // layer's combine goes in two chunks, and raise_expert fails the second
   // while the rank is sending the first (shard_executor::forward_chunks).
+  // Chunks pipeline a transfer: the EP group (one daemon's two ranks) uses
+  // Gloo here, not the in-process memory transport, which combines at once.
   for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
     auto text = read_text(file);
     const std::string from = "  ep_size: 4\n";
     REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), "  ep_size: 2\n");
+    text.replace(text.find(from), from.size(),
+                 "  ep_size: 2\n  local_transport: tcp\n");
     write_text(file, text);
   }
   auto nodes = job.start_after_reference();

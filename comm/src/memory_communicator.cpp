@@ -179,6 +179,8 @@ public:
 
   status barrier() override { return arrive(); }
 
+  bool in_process() const override { return true; }
+
   status abort() override {
     group_->abort();
     return {};

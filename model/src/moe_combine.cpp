@@ -2,7 +2,8 @@
 // c's outputs go back to their ranks while the expert shard computes chunk
 // c+1 (expert_executor::forward_chunks), and in the backward pass chunk c's
 // input gradients while it computes c+1's (backward_chunks). Data movement
-// only: the result is the same bits as one combine.
+// only: the result is the same bits as one combine. An EP group within one
+// process (memory_communicator) combines in one chunk.
 //
 // Chunk c holds local experts [first, last). Its rows leave in member order
 // (for each member p, its rows of each expert of the chunk), and from
@@ -20,7 +21,9 @@ namespace k = tutti::kernels;
 
 void rank_model::plan_combine(const layer_acts& a) {
   const int64_t E = cfg_.moe.num_experts, P = comms_.ep->size(), L = E / P;
-  const int64_t C = combine_chunk_count(cfg_);
+  // In one process the combine is the ranks' own copies, competing with
+  // the experts for the same cores: chunking it would only add steps.
+  const int64_t C = comms_.ep->in_process() ? 1 : combine_chunk_count(cfg_);
   expert_start_.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e)
     expert_start_[e + 1] = expert_start_[e] + a.kept_host[e];

@@ -243,8 +243,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
         auto& st = self->state;
         // raise_expert waits for a layer's last chunk: with chunks, the
         // request the rank has in flight while it sends the one before.
-        if (st.fault == "raise_expert"
-            && (task->append || model::combine_chunk_count(st.cfg) == 1)) {
+        if (st.fault == "raise_expert" && task->last_chunk) {
           st.fault.clear();
           throw std::runtime_error("injected fault (raise_expert)");
         }

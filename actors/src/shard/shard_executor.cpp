@@ -102,6 +102,7 @@ expert_task_ptr shard_executor::make_task(const logged_task& t,
                                                     : t.rows_per_expert.data();
   task->rows = t.rows;
   task->append = t.append;
+  task->last_chunk = t.last_chunk;
   task->first_row = t.first_row;
   return task;
 }
@@ -129,6 +130,7 @@ void shard_executor::log_task(bool forward, int64_t layer, const float* in,
   auto& t = next_entry();
   t.forward = forward;
   t.append = append;
+  t.last_chunk = true;
   t.first_row = first_row;
   t.layer = layer;
   t.input.assign(stream_, in, static_cast<size_t>(m * hidden_));
@@ -169,6 +171,7 @@ status shard_executor::pipeline(Atom atom, int64_t layer, const float* in,
   auto chunk = [&](size_t c) {
     log_task(forward, layer, in + start[c] * hidden, start[c + 1] - start[c],
              rows[c].data(), forward && c > 0, start[c]);
+    log_[logged_ - 1].last_chunk = c + 1 == rows.size();
     return out + start[c] * hidden;
   };
   TUTTI_RETURN_IF_ERROR(run_logged(chunk(0)));

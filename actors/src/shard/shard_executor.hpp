@@ -64,6 +64,7 @@ private:
   struct logged_task {
     bool forward = true;
     bool append = false;
+    bool last_chunk = true;
     int64_t first_row = 0;
     int64_t layer = 0;
     kernels::tensor<float> input;

@@ -50,6 +50,11 @@ public:
   // tensors stage them through the host (model/staged_collectives.hpp).
   virtual bool takes_device_memory() const { return false; }
 
+  // True when every collective is copies made by the calling threads in
+  // this process (memory_communicator): no transfer runs beside the
+  // computation, so there is nothing for a pipelined exchange to hide.
+  virtual bool in_process() const { return false; }
+
   // Name for logs: backend, group, epoch.
   virtual std::string describe() const = 0;
 };

@@ -23,6 +23,7 @@ struct expert_task {
   const int64_t* rows_per_expert = nullptr;
   int64_t rows = 0;
   bool append = false;   // forward: a later chunk of the same layer
+  bool last_chunk = true; // the layer's last (or only) chunk
   int64_t first_row = 0; // backward of a chunk
   double seconds = 0;    // out: the shard's time on it (set before replying)
 };
