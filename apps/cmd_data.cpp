@@ -60,8 +60,10 @@ int data_command(const std::vector<std::string>& args) {
     return data_prepare(rest);
   if (args[0] == "tokenizer")
     return data_tokenizer(rest);
+  if (args[0] == "bench")
+    return data_bench(rest);
   if (args[0] == "--help" || args[0] == "-h") {
-    command_line cl("data", "synth|prepare|tokenizer [options]",
+    command_line cl("data", "synth|prepare|tokenizer|bench [options]",
                     "subcommands:\n"
                     "  synth --out DIR ...            synthetic order-2 "
                     "Markov token data\n"
@@ -69,6 +71,8 @@ int data_command(const std::vector<std::string>& args) {
                     "shards\n"
                     "  tokenizer train|encode|decode  SentencePiece "
                     "tokenizers\n"
+                    "  bench CONFIG                   loader tokens/s against "
+                    "the job's need\n"
                     "'tutti data SUBCOMMAND --help' describes each.");
     po::variables_map vm;
     return cl.parse(args, vm).value_or(0);
