@@ -38,6 +38,7 @@ fi
 find "$corpus" -type f -name '*.txt' | sort | xargs cat >"$work/all.txt"
 bytes=$(stat -c %s "$work/all.txt")
 split -n l/"$cores" -d "$work/all.txt" "$work/slice."
+slices=$(ls "$work"/slice.*)
 
 best_prepare=0 best_spm=0
 for round in 1 2 3; do # interleaved, best of 3: the machine is shared
@@ -46,13 +47,14 @@ for round in 1 2 3; do # interleaved, best of 3: the machine is shared
   "$tutti" data prepare --input "$corpus" --tokenizer "$work" --out "$work/ds" \
     --threads "$cores" >/dev/null
   t1=$(now)
-  ls "$work"/slice.* | xargs -P "$cores" -I{} sh -c \
+  printf '%s\n' $slices | xargs -P "$cores" -I{} sh -c \
     'spm_encode --model "$0/tokenizer.model" --output_format=id < "$1" > "$1.ids"' "$work" {}
   t2=$(now)
   best_prepare=$(python3 -c "print(max($best_prepare, $bytes / 1e6 / ($t1 - $t0)))")
   best_spm=$(python3 -c "print(max($best_spm, $bytes / 1e6 / ($t2 - $t1)))")
 done
 spm_tokens=$(cat "$work"/slice.*.ids | wc -w)
+rm -f "$work"/slice.* "$work/all.txt"
 prep_tokens=$(python3 -c "import json; r=json.load(open('$work/ds/report.json')); print(r['train_tokens'] + r['val_tokens'] - r['documents'])")
 
 # dd: sequential reads of the prepared shards, cold where O_DIRECT works.
