@@ -44,10 +44,13 @@ expected<std::pair<double, double>> read_files(
     const int fd = ::open(f.c_str(), O_RDONLY);
     if (fd < 0)
       return status::error(f.string() + ": cannot open");
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    for (ssize_t n; (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); // advice only
+    ssize_t n = 0;
+    while ((n = ::read(fd, buffer.data(), buffer.size())) > 0)
       bytes += static_cast<double>(n);
     ::close(fd);
+    if (n < 0)
+      return status::error(f.string() + ": read failed");
   }
   return std::pair{bytes, seconds_since(t0)};
 }

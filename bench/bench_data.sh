@@ -41,13 +41,13 @@ split -n l/"$cores" -d "$work/all.txt" "$work/slice."
 slices=$(ls "$work"/slice.*)
 
 best_prepare=0 best_spm=0
-for round in 1 2 3; do # interleaved, best of 3: the machine is shared
+for _ in 1 2 3; do # interleaved, best of 3: the machine is shared
   rm -rf "$work/ds"
   t0=$(now)
   "$tutti" data prepare --input "$corpus" --tokenizer "$work" --out "$work/ds" \
     --threads "$cores" >/dev/null
   t1=$(now)
-  printf '%s\n' $slices | xargs -P "$cores" -I{} sh -c \
+  echo "$slices" | xargs -P "$cores" -I{} sh -c \
     'spm_encode --model "$0/tokenizer.model" --output_format=id < "$1" > "$1.ids"' "$work" {}
   t2=$(now)
   best_prepare=$(python3 -c "print(max($best_prepare, $bytes / 1e6 / ($t1 - $t0)))")

@@ -32,7 +32,8 @@ public:
     if (!file_)
       return status::error(path.string()
                            + ": cannot open: " + std::strerror(errno));
-    gzbuffer(file_, 1 << 20);
+    if (gzbuffer(file_, 1 << 20) != 0)
+      return status::error(path.string() + ": zlib refused a 1 MiB buffer");
     compressed_ = has_suffix(path.string(), ".gz");
     return {};
   }
