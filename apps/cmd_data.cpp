@@ -1,9 +1,10 @@
-// tutti data synth | prepare
+// tutti data synth | prepare | tokenizer | bench
 
 #include <cstdio>
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "data_commands.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/data/synth.hpp"
 
@@ -46,57 +47,38 @@ int synth(const std::vector<std::string>& args) {
   return 0;
 }
 
-int prepare(const std::vector<std::string>& args) {
-  std::vector<std::string> inputs;
-  std::string out;
-  uint32_t shards = 2;
-  double val_fraction = 0.1;
-  command_line cl("data prepare", "--input FILE... --out DIR",
-                  "byte-level tokens from text files");
-  cl.options()("input", po::value(&inputs)->multitoken()->required(),
-               "text files")("out", po::value(&out)->required(),
-                             "output directory")(
-    "val-fraction", po::value(&val_fraction)->default_value(0.1),
-    "share held out")("shards", po::value(&shards)->default_value(2),
-                      "train shards");
-  po::variables_map vm;
-  if (auto done = cl.parse(args, vm))
-    return *done;
-  std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
-  if (auto err = data::prepare_dataset(paths, out, val_fraction, shards); !err)
-    return fail(2, "data prepare: " + err.message());
-  auto meta = data::read_meta(out);
-  if (!meta.ok())
-    return fail(1, "data prepare: " + meta.message());
-  std::printf("wrote %s: %llu train + %llu held-out byte tokens\n", out.c_str(),
-              static_cast<unsigned long long>(meta.value().train_tokens),
-              static_cast<unsigned long long>(meta.value().val_tokens));
-  return 0;
-}
-
 } // namespace
 
 int data_command(const std::vector<std::string>& args) {
   if (args.empty())
-    return fail(2, "data: missing subcommand (synth or prepare)");
+    return fail(2, "data: missing subcommand (synth, prepare, tokenizer or "
+                   "bench)");
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "synth")
     return synth(rest);
   if (args[0] == "prepare")
-    return prepare(rest);
+    return data_prepare(rest);
+  if (args[0] == "tokenizer")
+    return data_tokenizer(rest);
+  if (args[0] == "bench")
+    return data_bench(rest);
   if (args[0] == "--help" || args[0] == "-h") {
-    command_line cl("data", "synth|prepare [options]",
+    command_line cl("data", "synth|prepare|tokenizer|bench [options]",
                     "subcommands:\n"
                     "  synth --out DIR ...            synthetic order-2 "
                     "Markov token data\n"
-                    "  prepare --input F... --out DIR byte-level tokens from "
-                    "text files\n"
+                    "  prepare --input F... --out DIR a corpus into token "
+                    "shards\n"
+                    "  tokenizer train|encode|decode  SentencePiece "
+                    "tokenizers\n"
+                    "  bench CONFIG                   loader tokens/s against "
+                    "the job's need\n"
                     "'tutti data SUBCOMMAND --help' describes each.");
     po::variables_map vm;
     return cl.parse(args, vm).value_or(0);
   }
-  return fail(2,
-              "data: unknown subcommand '" + args[0] + "' (synth or prepare)");
+  return fail(2, "data: unknown subcommand '" + args[0]
+                   + "' (synth, prepare, tokenizer or bench)");
 }
 
 } // namespace tutti::cli

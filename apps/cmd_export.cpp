@@ -1,5 +1,8 @@
 // tutti export CHECKPOINT --format hf --out DIR: the weights of a checkpoint
-// as Hugging Face MixtralForCausalLM (config.json + model.safetensors).
+// as Hugging Face MixtralForCausalLM (config.json + model.safetensors), with
+// the run's tokenizer (tokenizer.model, tokenizer_config.json,
+// special_tokens_map.json) and generation_config.json, so a Hugging Face
+// loader or a GGUF converter takes the directory as it is.
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,7 @@
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/safetensors.hpp"
+#include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::cli {
 
@@ -53,6 +57,58 @@ std::string config_json(const store::shard_meta& m) {
   return j.dump(2) + "\n";
 }
 
+// --tokenizer, else the run's: the checkpoint is RUN/checkpoints/step-N,
+// and the tokenizer.model is in RUN, RUN/tokenizer or RUN/data. Byte-level
+// when there is none.
+expected<tokenizer::tokenizer> run_tokenizer(const fs::path& checkpoint,
+                                             const std::string& given) {
+  if (!given.empty())
+    return tokenizer::tokenizer::load(given);
+  const auto run =
+    fs::absolute(checkpoint).lexically_normal().parent_path().parent_path();
+  for (const auto& dir : {run, run / "tokenizer", run / "data"})
+    if (fs::exists(dir / tokenizer::model_file_name))
+      return tokenizer::tokenizer::load(dir);
+  return tokenizer::tokenizer::bytes();
+}
+
+// The tokenizer files a Llama-family loader reads (LlamaTokenizer over a
+// SentencePiece model: no BOS/EOS added, as tutti trained) and the token
+// ids generation stops on.
+status write_tokenizer_files(const fs::path& out,
+                             const tokenizer::tokenizer& tok,
+                             std::int64_t max_seq_len) {
+  nlohmann::ordered_json gen;
+  gen["_from_model_config"] = false;
+  if (tok.bos_id() >= 0)
+    gen["bos_token_id"] = tok.bos_id();
+  if (tok.eos_id() >= 0)
+    gen["eos_token_id"] = tok.eos_id();
+  gen["do_sample"] = false;
+  gen["max_length"] = max_seq_len;
+  TUTTI_RETURN_IF_ERROR(store::write_file_atomic(out / "generation_config.json",
+                                                 gen.dump(2) + "\n"));
+  if (tok.kind() != "sentencepiece")
+    return {};
+  TUTTI_RETURN_IF_ERROR(tok.save(out));
+  nlohmann::ordered_json special;
+  special["bos_token"] = tok.piece(tok.bos_id());
+  special["eos_token"] = tok.piece(tok.eos_id());
+  special["unk_token"] = tok.piece(tok.unk_id());
+  nlohmann::ordered_json cfg = special;
+  cfg["tokenizer_class"] = "LlamaTokenizer";
+  cfg["add_bos_token"] = false;
+  cfg["add_eos_token"] = false;
+  cfg["legacy"] = false;
+  cfg["model_max_length"] = max_seq_len;
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["sp_model_kwargs"] = nlohmann::ordered_json::object();
+  TUTTI_RETURN_IF_ERROR(store::write_file_atomic(out / "tokenizer_config.json",
+                                                 cfg.dump(2) + "\n"));
+  return store::write_file_atomic(out / "special_tokens_map.json",
+                                  special.dump(2) + "\n");
+}
+
 } // namespace
 
 int export_command(const std::vector<std::string>& args) {
@@ -60,7 +116,10 @@ int export_command(const std::vector<std::string>& args) {
                   "the checkpoint's weights as Hugging Face "
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
   cl.options()("format", po::value<std::string>(), "hf (the only one)")(
-    "out", po::value<std::string>(), "output directory");
+    "out", po::value<std::string>(), "output directory")(
+    "tokenizer", po::value<std::string>(),
+    "tokenizer.model or its directory (default: the run's, in RUN_DIR, "
+    "RUN_DIR/tokenizer or RUN_DIR/data)");
   cl.positional("checkpoint");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
@@ -75,6 +134,11 @@ int export_command(const std::vector<std::string>& args) {
     return cl.bad("--format: only hf is supported, got '" + format + "'");
   if (auto err = store::verify_checkpoint(checkpoint); !err)
     return fail(2, "export: " + err.message());
+  auto tok = run_tokenizer(checkpoint, vm.count("tokenizer")
+                                         ? vm["tokenizer"].as<std::string>()
+                                         : std::string());
+  if (!tok.ok())
+    return fail(2, "export: " + tok.message());
   auto manifest = store::read_manifest(checkpoint);
   if (!manifest.ok())
     return fail(2, "export: " + manifest.message());
@@ -129,8 +193,25 @@ int export_command(const std::vector<std::string>& args) {
   fs::create_directories(out, ec);
   if (ec)
     return fail(1, "export: cannot create " + out + ": " + ec.message());
+  const auto vocab = meta0.ints.count("vocab_size")
+                       ? meta0.ints.at("vocab_size")
+                       : 0;
+  if (tok.value().kind() != "bytes" && tok.value().vocab_size() > vocab)
+    return fail(2, "export: the tokenizer has "
+                     + std::to_string(tok.value().vocab_size())
+                     + " tokens, the model only " + std::to_string(vocab));
+  auto config = nlohmann::ordered_json::parse(config_json(meta0));
+  if (tok.value().bos_id() >= 0)
+    config["bos_token_id"] = tok.value().bos_id();
+  if (tok.value().eos_id() >= 0)
+    config["eos_token_id"] = tok.value().eos_id();
   if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
-                                          config_json(meta0));
+                                          config.dump(2) + "\n");
+      !err)
+    return fail(1, "export: " + err.message());
+  if (auto err = write_tokenizer_files(
+        out, tok.value(),
+        meta0.ints.count("max_seq_len") ? meta0.ints.at("max_seq_len") : 0);
       !err)
     return fail(1, "export: " + err.message());
   if (auto err = store::write_safetensors(fs::path(out) / "model.safetensors",
@@ -138,8 +219,11 @@ int export_command(const std::vector<std::string>& args) {
       !err)
     return fail(1, "export: " + err.message());
   std::printf("exported step %lld: %zu tensors to %s (config.json, "
-              "model.safetensors)\n",
-              static_cast<long long>(meta0.step), tensors.size(), out.c_str());
+              "model.safetensors, generation_config.json%s)\n",
+              static_cast<long long>(meta0.step), tensors.size(), out.c_str(),
+              tok.value().kind() == "sentencepiece"
+                ? ", tokenizer.model, tokenizer_config.json"
+                : "; byte-level tokens, no tokenizer files");
   return 0;
 }
 

@@ -36,8 +36,13 @@ const char* usage =
   "  export CKPT_DIR --format hf --out DIR\n"
   "                              Hugging Face MixtralForCausalLM safetensors\n"
   "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
-  "  data prepare --input F... --out DIR\n"
-  "                              byte-level tokens from text files\n"
+  "  data prepare --input F|DIR... --out DIR [--tokenizer DIR]\n"
+  "                              a corpus into token shards (all cores)\n"
+  "  data tokenizer train --input F|DIR... --vocab N --out DIR\n"
+  "                              a SentencePiece tokenizer (unigram|bpe)\n"
+  "  data bench CONFIG           loader tokens/s against the job's need\n"
+  "  sample RUN_DIR --prompt TEXT\n"
+  "                              continue a prompt with a trained model\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -77,11 +82,13 @@ int main(int argc, char** argv) {
       return tutti::cli::shell_command(args);
     if (command == "logs")
       return tutti::cli::logs_command(args);
+    if (command == "sample")
+      return tutti::cli::sample_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data; see tutti --help)");
+           "export, data, sample; see tutti --help)");
 }

@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev
   python3 iperf3 yamllint iproute2
   libedit-dev tmux prometheus
+  libsentencepiece-dev sentencepiece zlib1g-dev python3-doc
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

@@ -296,30 +296,6 @@ TEST_CASE("synth_dataset writes a deterministic, verifiable dataset",
              Catch::Contains("only order 2"));
 }
 
-TEST_CASE("prepare_dataset tokenizes bytes and holds out each file's tail",
-          "[synth]") {
-  temp_dir dir("prepare");
-  spit(dir.path / "a.txt", std::string(90, 'a') + std::string(10, 'A'));
-  spit(dir.path / "b.txt", std::string(45, 'b') + std::string(5, 'B'));
-  REQUIRE(prepare_dataset({dir.path / "a.txt", dir.path / "b.txt"},
-                          dir.path / "out", 0.1, 2));
-  auto meta = read_meta(dir.path / "out");
-  REQUIRE(meta.ok());
-  CHECK(meta.value().vocab_size == 256);
-  CHECK_FALSE(meta.value().entropy_rate_nats);
-  CHECK(meta.value().source == "bytes");
-  CHECK(meta.value().train_tokens == 135);
-  auto val = load_split(dir.path / "out", "val");
-  REQUIRE(val.ok());
-  const std::string held_out(val.value()[0].begin(), val.value()[0].end());
-  CHECK(held_out == std::string(10, 'A') + std::string(5, 'B'));
-
-  auto err = prepare_dataset({dir.path / "a.txt", dir.path / "missing.txt"},
-                             dir.path / "out2");
-  REQUIRE_FALSE(err.ok());
-  CHECK_THAT(err.message(), Catch::Contains("missing.txt"));
-}
-
 namespace {
 // Shard i holds tokens i * 1000 + k, so a window's tokens reveal where it came from.
 token_shards numbered_shards(const std::vector<std::size_t>& sizes) {

@@ -91,31 +91,4 @@ status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab,
   return write_dataset(out_dir, train, val, shards, meta);
 }
 
-status prepare_dataset(const std::vector<std::filesystem::path>& inputs,
-                       const std::filesystem::path& out_dir,
-                       double val_fraction, std::uint32_t shards) {
-  if (auto err = check_split_args(val_fraction, shards); !err)
-    return status::error("prepare_dataset: " + err.message());
-  if (inputs.empty())
-    return status::error(std::string("prepare_dataset: no input files"));
-  std::vector<std::int32_t> train, val;
-  for (const auto& input : inputs) {
-    auto text = store::read_file(input);
-    if (!text.ok())
-      return status::error("prepare_dataset: " + text.message());
-    const std::string& bytes = text.value();
-    const auto val_bytes = static_cast<std::size_t>(
-      std::llround(double(bytes.size()) * val_fraction));
-    const std::size_t cut = bytes.size() - val_bytes;
-    for (std::size_t i = 0; i < bytes.size(); ++i)
-      (i < cut ? train : val).push_back(static_cast<unsigned char>(bytes[i]));
-  }
-  dataset_meta meta;
-  meta.vocab_size = 256;
-  meta.order = 0;
-  meta.seed = 0;
-  meta.source = "bytes";
-  return write_dataset(out_dir, train, val, shards, meta);
-}
-
 } // namespace tutti::data

@@ -42,7 +42,8 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   for (const auto& r : reports)
     if (r.rank == 0)
       out = r;
-  double compute = 0, a2a = 0, overlap = 0, ar = 0, other = 0, slowest = 0;
+  double compute = 0, a2a = 0, overlap = 0, ar = 0, other = 0, slowest = 0,
+         data_wait = 0;
   int64_t bytes = 0;
   for (const auto& r : reports) {
     bytes += r.alltoall_bytes;
@@ -52,6 +53,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
     ar += r.time_allreduce_s;
     other += r.time_other_s;
     slowest = std::max(slowest, r.step_time_s);
+    data_wait = std::max(data_wait, r.time_data_s);
   }
   const double n = static_cast<double>(reports.size());
   out.time_compute_s = compute / n;
@@ -60,6 +62,8 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.time_allreduce_s = ar / n;
   out.time_other_s = other / n;
   out.step_time_s = slowest;
+  // The slowest loader holds every rank back at the step's collectives.
+  out.time_data_s = data_wait;
   // Per rank, averaged: routing makes ranks send unevenly.
   out.alltoall_bytes = bytes / static_cast<int64_t>(reports.size());
   return out;

@@ -16,7 +16,8 @@ namespace tutti {
 
 namespace {
 
-constexpr size_t loss_window = 50; // steps the spike rule averages over
+constexpr size_t loss_window = 50;     // steps the spike rule averages over
+constexpr int64_t data_wait_steps = 3; // in a row before data_wait fires
 constexpr size_t comm_baseline_steps = 20;
 
 double unix_now() {
@@ -109,6 +110,20 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
        "normal",
        "compute is " + std::to_string(busy) + " of the step time, under "
          + std::to_string(a.low_utilisation) + step);
+
+  // Ranks starved by their loaders: the data path does not keep up. Three
+  // steps in a row, so one late wake-up of a loader thread on a busy
+  // machine is not an alert.
+  const bool starved = r.step_time_s > 0
+                       && r.time_data_s > a.data_wait * r.step_time_s
+                       && r.time_data_s > 0.01;
+  seen.data_wait_steps = starved ? seen.data_wait_steps + 1 : 0;
+  rule(self, a.data_wait > 0, seen.data_wait_steps >= data_wait_steps,
+       "data_wait", "important",
+       "ranks waited " + std::to_string(r.time_data_s) + " s of a "
+         + std::to_string(r.step_time_s)
+         + " s step for data, over alerts.data_wait "
+         + std::to_string(a.data_wait) + step);
 
   int64_t worst_rss = 0;
   std::string worst_node;

@@ -58,6 +58,7 @@ struct job_observations {
   std::deque<double> recent_losses; // for the spike rule
   std::vector<double> comm_samples; // all-to-all seconds, first steps
   double comm_baseline_s = 0;
+  int64_t data_wait_steps = 0; // steps in a row over alerts.data_wait
   std::map<std::string, firing_alert> alerts; // by rule name
 };
 

@@ -3,11 +3,14 @@
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "tutti/actors/log.hpp"
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
+#include "tutti/data/shard_format.hpp"
 #include "tutti/protocol/errors.hpp"
 
 namespace tutti {
@@ -23,12 +26,16 @@ struct data_loader_state {
   data::batch eval; // this rank's held-out windows
   std::map<int64_t, token_batch_ptr> queue;
   int64_t next_prefetch = 1;
+  uint32_t token_bytes = 4; // on disk, per token
+  // data.read_mb_s: bytes read so far against the time reading began.
+  double bytes_read = 0;
+  std::chrono::steady_clock::time_point read_start;
 
   int64_t local_seqs() const {
     return cfg.train.global_batch_size / cfg.cluster.world_size;
   }
 
-  expected<token_batch_ptr> make(int64_t step) const {
+  expected<token_batch_ptr> make(int64_t step) {
     const auto& t = cfg.train;
     auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
                                   cfg.cluster.world_size,
@@ -36,6 +43,7 @@ struct data_loader_state {
     if (!ids.ok())
       return status::error(ids.message());
     auto b = sampler.materialize(ids.value());
+    throttle(static_cast<double>(b.rows) * (b.seq_len + 1) * token_bytes);
     auto out = std::make_shared<token_batch>();
     out->step = step;
     out->seqs = static_cast<int64_t>(b.rows);
@@ -43,6 +51,21 @@ struct data_loader_state {
     out->inputs = std::move(b.inputs);
     out->targets = std::move(b.targets);
     return out;
+  }
+
+  // Holds the reader to data.read_mb_s: sleeps until the bytes read so far
+  // are due at that rate.
+  void throttle(double bytes) {
+    const double rate = cfg.data.read_mb_s * 1e6;
+    if (rate <= 0)
+      return;
+    if (bytes_read == 0)
+      read_start = std::chrono::steady_clock::now();
+    bytes_read += bytes;
+    std::this_thread::sleep_until(
+      read_start
+      + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(bytes_read / rate)));
   }
 
   token_batch_ptr eval_chunk(int64_t chunk) const {
@@ -62,6 +85,10 @@ struct data_loader_state {
   }
 
   status load() {
+    auto meta = data::read_meta(cfg.data.dir);
+    if (!meta.ok())
+      return status::error(meta.message());
+    token_bytes = data::token_width_for(meta.value().vocab_size);
     auto train = data::load_split(cfg.data.dir, "train");
     if (!train.ok())
       return status::error(train.message());

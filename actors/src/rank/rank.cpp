@@ -284,8 +284,10 @@ private:
     if (double s = a_.control->slow_s.load(); s > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(s));
     token_batch_ptr batch;
+    const auto fetch_start = clock_type::now();
     TUTTI_RETURN_IF_ERROR(fetch_batch(next_batch_atom_v, step, batch));
     const auto work_start = clock_type::now();
+    r.time_data_s = seconds_since(fetch_start);
     experts_->begin_step();
     model::step_stats stats;
     auto& c = *a_.control;

@@ -276,6 +276,7 @@ struct data_config {
   std::string dir;
   bool shard_per_rank = false;
   int64_t prefetch = 2;
+  double read_mb_s = 0;
 };
 
 template <class Visitor>
@@ -287,6 +288,10 @@ void visit_fields(Visitor& v, data_config& c) {
           "each rank reads its own shard files");
   v.field("prefetch", c.prefetch, "batches a loader keeps ready", at_least(1),
           not_fingerprinted);
+  v.field("read_mb_s", c.read_mb_s,
+          "cap on each loader's reads, MB/s of tokens (a shared filesystem's "
+          "share, or a slow disk to test against)",
+          at_least(0, "0 = no cap"), not_fingerprinted);
 }
 
 struct run_config {
@@ -417,7 +422,8 @@ void visit_fields(Visitor& v, metrics_config& c) {
 // the watermark, all-to-all time over its baseline times a factor, one
 // expert over the mean load times a factor, the loss NaN or over its
 // recent mean times a factor; normal: metrics lines slower to write than
-// a limit, compute under a share of the step time. 0 turns a rule off.
+// a limit, compute under a share of the step time, ranks waiting for their
+// data loader over a share of the step time. 0 turns a rule off.
 struct alerts_config {
   int64_t checkpoint_failures = 2;
   double memory_watermark_gb = 0;
@@ -426,6 +432,7 @@ struct alerts_config {
   double loss_spike_factor = 3;
   double slow_log_write_ms = 200;
   double low_utilisation = 0;
+  double data_wait = 0.25;
 };
 
 template <class Visitor>
@@ -451,6 +458,12 @@ void visit_fields(Visitor& v, alerts_config& c) {
           at_least(0, "0 = off"), not_fingerprinted);
   v.field("low_utilisation", c.low_utilisation,
           "normal: compute under this share of the step time",
+          at_least(0, "0 = off"),
+          with_message(below(1), "is a share of the step time: must be < 1"),
+          not_fingerprinted);
+  v.field("data_wait", c.data_wait,
+          "important: ranks waiting for their batches over this share of "
+          "the step time (and 10 ms), 3 steps in a row",
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the step time: must be < 1"),
           not_fingerprinted);

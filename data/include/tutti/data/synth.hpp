@@ -21,12 +21,4 @@ status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab,
                      std::uint64_t tokens, double val_fraction = 0.1,
                      std::uint32_t shards = 2);
 
-// Real text, byte-level: vocab 256, one token per byte. Of each input file,
-// the last val_fraction of its bytes go to validation. All train parts,
-// concatenated in input order, are cut into `shards` train shards; all val
-// parts make val-00000.tok. meta.json has entropy_rate_nats null.
-status prepare_dataset(const std::vector<std::filesystem::path>& inputs,
-                       const std::filesystem::path& out_dir,
-                       double val_fraction = 0.1, std::uint32_t shards = 2);
-
 } // namespace tutti::data

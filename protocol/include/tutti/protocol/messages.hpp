@@ -37,6 +37,8 @@ struct step_report {
   double eval_loss = 0;
   int64_t epoch = 0;               // membership epoch the step ran in
   std::vector<double> router_bias; // [layer][expert], rank 0's (global)
+  // Of step_time_s: waiting for this rank's batch from its data loader.
+  double time_data_s = 0;
 };
 
 template <class Inspector>
@@ -46,7 +48,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.alltoall_bytes, x.expert_counts, x.time_compute_s,
            x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias);
+           x.router_bias, x.time_data_s);
 }
 
 // A node daemon's request to join the job.
