@@ -38,6 +38,8 @@ const char* usage =
   "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
   "  data prepare --input F... --out DIR\n"
   "                              byte-level tokens from text files\n"
+  "  serve CONFIG [--listen HOST:PORT]\n"
+  "                              OpenAI-style completions from a model\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -77,11 +79,13 @@ int main(int argc, char** argv) {
       return tutti::cli::shell_command(args);
     if (command == "logs")
       return tutti::cli::logs_command(args);
+    if (command == "serve")
+      return tutti::cli::serve_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data; see tutti --help)");
+           "export, data, serve; see tutti --help)");
 }

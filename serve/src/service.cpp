@@ -81,11 +81,13 @@ void service::stop() {
 
 service::submission service::submit(std::unique_ptr<request> r) {
   submission out;
-  auto refuse = [&](int status, std::string type, std::string message) {
+  auto refuse = [&](int status, std::string type, std::string message,
+                    std::string param = {}) {
     metrics_.rejected(status == 429   ? "queue_full"
                       : status == 503 ? "not_ready"
                                       : "invalid");
-    out.refused = {status, std::move(type), std::move(message)};
+    out.refused = {status, std::move(type), std::move(message),
+                   std::move(param)};
     return out;
   };
   const auto& s = model_.shape;
@@ -99,21 +101,24 @@ service::submission service::submit(std::unique_ptr<request> r) {
   if (!ready())
     return refuse(503, "service_unavailable", "the model is not ready");
   if (prompt == 0)
-    return refuse(400, "invalid_request_error", "prompt is empty");
+    return refuse(400, "invalid_request_error", "prompt is empty", "prompt");
   for (int32_t t : r->prompt)
     if (t < 0 || t >= s.vocab)
       return refuse(400, "invalid_request_error",
                     "prompt token " + std::to_string(t)
                       + " is outside the vocabulary (size "
-                      + std::to_string(s.vocab) + ")");
+                      + std::to_string(s.vocab) + ")",
+                    "prompt");
   if (prompt > max_prompt)
     return refuse(400, "invalid_request_error",
                   "prompt has " + std::to_string(prompt)
-                    + " tokens; the limit is " + std::to_string(max_prompt));
+                    + " tokens; the limit is " + std::to_string(max_prompt),
+                  "prompt");
   if (r->max_tokens < 1 || r->max_tokens > max_output)
     return refuse(400, "invalid_request_error",
                   "max_tokens must be between 1 and "
-                    + std::to_string(max_output));
+                    + std::to_string(max_output),
+                  "max_tokens");
   if (prompt + r->max_tokens > s.max_positions)
     return refuse(400, "invalid_request_error",
                   "prompt (" + std::to_string(prompt)
@@ -124,7 +129,8 @@ service::submission service::submit(std::unique_ptr<request> r) {
     return refuse(400, "invalid_request_error",
                   "prompt + max_tokens needs more KV cache blocks than the "
                   "cache holds ("
-                    + std::to_string(cache_.total_blocks()) + ")");
+                    + std::to_string(cache_.total_blocks()) + ")",
+                  "max_tokens");
   auto stream = std::make_shared<request_stream>();
   {
     std::lock_guard lock(mutex_);

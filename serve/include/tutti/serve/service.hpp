@@ -48,6 +48,7 @@ struct refusal {
   int http_status = 0; // 0: accepted
   std::string type;    // invalid_request_error, ...
   std::string message;
+  std::string param; // the request field at fault, if one is
 };
 
 class service {
