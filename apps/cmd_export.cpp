@@ -10,6 +10,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "initial_weights.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/safetensors.hpp"
@@ -56,32 +57,45 @@ std::string config_json(const store::shard_meta& m) {
 } // namespace
 
 int export_command(const std::vector<std::string>& args) {
-  command_line cl("export", "CHECKPOINT --format hf --out DIR",
+  command_line cl("export", "CHECKPOINT|--init CONFIG --format hf --out DIR",
                   "the checkpoint's weights as Hugging Face "
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
   cl.options()("format", po::value<std::string>(), "hf (the only one)")(
-    "out", po::value<std::string>(), "output directory");
+    "out", po::value<std::string>(), "output directory")(
+    "init", po::value<std::string>(),
+    "CONFIG: instead of a checkpoint, the config's model as initialised "
+    "before training (a random model to serve)");
   cl.positional("checkpoint");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("checkpoint") || !vm.count("out"))
+  if (!(vm.count("checkpoint") || vm.count("init")) || !vm.count("out"))
     return cl.bad("usage: tutti export CHECKPOINT --format hf --out DIR");
-  const auto checkpoint = vm["checkpoint"].as<std::string>();
+  const auto checkpoint = vm.count("checkpoint")
+                            ? vm["checkpoint"].as<std::string>()
+                            : std::string();
   const auto format = vm.count("format") ? vm["format"].as<std::string>()
                                          : std::string();
   const auto out = vm["out"].as<std::string>();
   if (format != "hf")
     return cl.bad("--format: only hf is supported, got '" + format + "'");
-  if (auto err = store::verify_checkpoint(checkpoint); !err)
-    return fail(2, "export: " + err.message());
-  auto manifest = store::read_manifest(checkpoint);
-  if (!manifest.ok())
-    return fail(2, "export: " + manifest.message());
-
   std::vector<store::named_tensor> tensors;
   store::shard_meta meta0;
-  for (const auto& entry : manifest.value().shards) {
+  store::manifest manifest;
+  if (vm.count("init")) {
+    auto cfg = load_job_config(vm["init"].as<std::string>());
+    if (!cfg.ok())
+      return fail(2, "export: " + cfg.message());
+    initial_weights(cfg.value(), tensors, meta0);
+  } else {
+    if (auto err = store::verify_checkpoint(checkpoint); !err)
+      return fail(2, "export: " + err.message());
+    auto read = store::read_manifest(checkpoint);
+    if (!read.ok())
+      return fail(2, "export: " + read.message());
+    manifest = read.value();
+  }
+  for (const auto& entry : manifest.shards) {
     auto shard = store::read_shard_file(fs::path(checkpoint) / entry.file);
     if (!shard.ok())
       return fail(2, "export: " + shard.message());

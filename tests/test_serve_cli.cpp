@@ -10,6 +10,7 @@
 
 #include "daemon_support.hpp"
 #include "serve_test_support.hpp"
+#include "tutti/serve/serve_config.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -109,6 +110,37 @@ TEST_CASE("tutti serve refuses bad configs and models before listening",
   auto missing = run(tutti_bin() + " serve " + (root / "none.yaml").string());
   CHECK(missing.status == 2);
   CHECK(missing.output.find("none.yaml") != std::string::npos);
+}
+
+TEST_CASE("tutti export --init writes the README's medium model",
+          "[integration]") {
+  auto out = scratch("serve_cli_init") / "medium";
+  auto r = run(tutti_bin() + " export --init " + source_dir()
+               + "/configs/medium.yaml --format hf --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto m = serve::load_model(out);
+  INFO(m.message());
+  REQUIRE(m.ok());
+  const auto& s = m.value().shape;
+  CHECK(s.vocab == 256);
+  CHECK(s.hidden == 256);
+  CHECK(s.intermediate == 512);
+  CHECK(s.layers == 4);
+  CHECK(s.experts == 8);
+  CHECK(s.top_k == 2);
+  CHECK(s.q_heads == 8);
+  CHECK(s.kv_heads == 4);
+  // The manifest the README serves it with is a valid serve config.
+  auto cfg = serve::load_serve_config(source_dir()
+                                      + "/configs/serve-medium.yaml");
+  INFO(cfg.message());
+  REQUIRE(cfg.ok());
+  CHECK(cfg.value().model_name == "medium");
+  CHECK(cfg.value().limits.kv_cache_bytes == 256ll << 20);
+  auto dir = run(tutti_bin() + " serve " + out.string());
+  CHECK(dir.status == 2);
+  CHECK(dir.output.find("a directory, not a config file") != std::string::npos);
 }
 
 TEST_CASE("tutti serve serves seed 001's manifest to curl", "[integration]") {

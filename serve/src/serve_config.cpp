@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -273,6 +274,9 @@ expected<serve_config> parse_serve_config(const std::string& text,
 }
 
 expected<serve_config> load_serve_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return status::error(path + ": a directory, not a config file");
   std::ifstream in(path);
   if (!in)
     return status::error(path + ": cannot be read");
