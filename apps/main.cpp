@@ -40,6 +40,7 @@ const char* usage =
   "                              byte-level tokens from text files\n"
   "  serve CONFIG [--listen HOST:PORT]\n"
   "                              OpenAI-style completions from a model\n"
+  "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -81,11 +82,13 @@ int main(int argc, char** argv) {
       return tutti::cli::logs_command(args);
     if (command == "serve")
       return tutti::cli::serve_command(args);
+    if (command == "bench")
+      return tutti::cli::bench_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, serve; see tutti --help)");
+           "export, data, serve, bench; see tutti --help)");
 }

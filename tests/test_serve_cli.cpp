@@ -50,6 +50,8 @@ TEST_CASE("tutti serve refuses bad configs and models before listening",
   const auto model = small_export(root).string();
   auto help = run(tutti_bin() + " serve --help");
   CHECK(help.status == 0);
+  CHECK(run(tutti_bin() + " bench serve --help").status == 0);
+  CHECK(run(tutti_bin() + " bench serve --slo fast").status == 2);
   CHECK(help.output.find("max_batch_tokens") != std::string::npos);
 
   auto bad_model = root / "bad_model";
@@ -180,6 +182,21 @@ TEST_CASE("tutti serve serves seed 001's manifest to curl", "[integration]") {
                         "-d '{\"prompt\": \"Once\", \"max_tokens\": 5, "
                         "\"stream\": true}'");
   CHECK(streamed.output.find("data: [DONE]") != std::string::npos);
+  // tutti bench serve against it: a table, JSON, exit 0.
+  auto bench_json = root / "bench.json";
+  auto bench = run(tutti_bin() + " bench serve --url " + url
+                   + " --requests 6 --concurrency 1,3 --prompt-tokens 4"
+                     " --output-tokens 4 --slo ttft=60s,tpot=10s --json "
+                   + bench_json.string() + " --no-progress");
+  INFO(bench.output);
+  CHECK(bench.status == 0);
+  CHECK(bench.output.find("TPOT") != std::string::npos);
+  auto results = nlohmann::json::parse(read_text(bench_json), nullptr, false);
+  REQUIRE(results.is_array());
+  REQUIRE(results.size() == 2);
+  CHECK(results[1]["concurrency"] == 3);
+  CHECK(results[1]["completed"] == 6);
+  CHECK(results[1]["output_tokens"] == 24);
   p.signal(SIGTERM);
   CHECK(p.wait(20) == 0);
 }

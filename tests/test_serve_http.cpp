@@ -15,6 +15,7 @@
 #include "daemon_support.hpp"
 #include "serve_test_support.hpp"
 #include "tutti/serve/http_front.hpp"
+#include "tutti/serve/load_generator.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -371,4 +372,65 @@ TEST_CASE("a request past its timeout gets 504", "[integration]") {
   CHECK(events.back() == "[DONE]");
   CHECK(json::parse(events[events.size() - 2]).contains("error"));
   CHECK(wait_until([&] { return s.idle(); }, 10));
+}
+
+TEST_CASE("the load generator measures a real server", "[integration]") {
+  server s(limits(4, 16));
+  serve::load_spec spec;
+  spec.port = s.front->port();
+  spec.model = "medium";
+  spec.requests = 8;
+  spec.concurrency = 4;
+  spec.rate = 50;
+  spec.prompt_tokens = 8;
+  spec.output_tokens = 6;
+  spec.slo_ms = {{"ttft", 1e9}, {"tpot", 1e9}};
+  int64_t progress = 0;
+  auto r = serve::run_load(spec, [&](int64_t done, int64_t total) {
+    CHECK(total == 8);
+    progress = done;
+  });
+  REQUIRE(r.ok());
+  const auto& x = r.value();
+  INFO(serve::report_table(spec, x));
+  CHECK(progress == 8);
+  CHECK(x.completed == 8);
+  CHECK(x.failed == 0);
+  CHECK(x.output_tokens == 8 * 6);
+  CHECK(x.ttft_ms.p50 > 0);
+  CHECK(x.ttft_ms.p50 <= x.ttft_ms.p90);
+  CHECK(x.ttft_ms.p90 <= x.ttft_ms.p99);
+  CHECK(x.e2e_ms.p50 >= x.ttft_ms.p50);
+  CHECK(x.goodput == Approx(x.request_throughput));
+  CHECK(json::parse(serve::report_json(spec, x))["completed"] == 8);
+
+  spec.slo_ms = {{"tpot", 1e-6}};
+  auto strict = serve::run_load(spec);
+  REQUIRE(strict.ok());
+  CHECK(strict.value().goodput == 0);
+
+  // A server that refuses: counted as failures with the first error.
+  spec.model = "other";
+  auto refused = serve::run_load(spec);
+  REQUIRE(refused.ok());
+  CHECK(refused.value().failed == 8);
+  CHECK(refused.value().first_error.find("404") != std::string::npos);
+}
+
+TEST_CASE("load generator figures and SLOs", "[unit]") {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i)
+    v.push_back(i);
+  auto p = serve::percentiles_of(v);
+  CHECK(p.mean == Approx(50.5));
+  CHECK(p.p50 == Approx(50.5));
+  CHECK(p.p90 == Approx(90.1));
+  CHECK(p.p99 == Approx(99.01));
+  std::map<std::string, double> slo;
+  REQUIRE(serve::parse_slo("ttft=2s,tpot=200ms", slo).ok());
+  CHECK(slo["ttft"] == 2000);
+  CHECK(slo["tpot"] == 200);
+  CHECK_FALSE(serve::parse_slo("ttft=2", slo).ok());
+  CHECK_FALSE(serve::parse_slo("speed=2ms", slo).ok());
+  CHECK_FALSE(serve::parse_slo("ttft=-1ms", slo).ok());
 }
