@@ -10,6 +10,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "export_gguf.hpp"
 #include "initial_weights.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -60,7 +61,9 @@ int export_command(const std::vector<std::string>& args) {
   command_line cl("export", "CHECKPOINT|--init CONFIG --format hf --out DIR",
                   "the checkpoint's weights as Hugging Face "
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
-  cl.options()("format", po::value<std::string>(), "hf (the only one)")(
+  cl.options()("format", po::value<std::string>(),
+               "hf (safetensors) or gguf (llama.cpp)")(
+    "dtype", po::value<std::string>(), "gguf only: f32 (default) or f16")(
     "out", po::value<std::string>(), "output directory")(
     "init", po::value<std::string>(),
     "CONFIG: instead of a checkpoint, the config's model as initialised "
@@ -77,8 +80,13 @@ int export_command(const std::vector<std::string>& args) {
   const auto format = vm.count("format") ? vm["format"].as<std::string>()
                                          : std::string();
   const auto out = vm["out"].as<std::string>();
-  if (format != "hf")
-    return cl.bad("--format: only hf is supported, got '" + format + "'");
+  if (format != "hf" && format != "gguf")
+    return cl.bad("--format: hf or gguf, got '" + format + "'");
+  const auto dtype = vm.count("dtype") ? vm["dtype"].as<std::string>()
+                                       : std::string("f32");
+  if (dtype != "f32" && (dtype != "f16" || format != "gguf"))
+    return cl.bad("--dtype: f32, or f16 with --format gguf; got '" + dtype
+                  + "'");
   std::vector<store::named_tensor> tensors;
   store::shard_meta meta0;
   store::manifest manifest;
@@ -143,6 +151,21 @@ int export_command(const std::vector<std::string>& args) {
   fs::create_directories(out, ec);
   if (ec)
     return fail(1, "export: cannot create " + out + ": " + ec.message());
+  if (format == "gguf") {
+    const auto file = fs::path(out) / ("model-" + dtype + ".gguf");
+    bool dropped = false;
+    if (auto err = export_gguf(tensors, meta0, file, dtype == "f16", dropped);
+        !err)
+      return fail(1, "export: " + err.message());
+    if (dropped)
+      std::printf("note: the router's selection biases are not zero; "
+                  "llama.cpp's Mixtral has none, so the GGUF routes "
+                  "without them\n");
+    std::printf("exported step %lld: %zu tensors to %s\n",
+                static_cast<long long>(meta0.step), tensors.size(),
+                file.c_str());
+    return 0;
+  }
   if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
                                           config_json(meta0));
       !err)
