@@ -16,6 +16,7 @@
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/rank_model.hpp"
 #include "tutti/serve/engine.hpp"
+#include "tutti/serve/invariant_ops.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -351,4 +352,27 @@ TEST_CASE("the KV cache hands out blocks all or nothing", "[unit]") {
   CHECK(cache.reserve(b, 5));
   CHECK(b.size() == 2);
   CHECK(cache.used_blocks() == 2);
+}
+
+TEST_CASE("invariant_linear gives every row the bits of a lone dot product",
+          "[unit]") {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t k : {1, 7, 8, 29, 256}) {
+    const int64_t m = 9, n = 23;
+    std::vector<float> x(m * k), w(n * k), y(m * n), one(n);
+    for (auto& v : x)
+      v = u(rng);
+    for (auto& v : w)
+      v = u(rng);
+    serve::invariant_linear(x.data(), w.data(), y.data(), m, k, n);
+    for (int64_t i = 0; i < m; ++i) {
+      serve::invariant_linear(x.data() + i * k, w.data(), one.data(), 1, k, n);
+      for (int64_t j = 0; j < n; ++j) {
+        CHECK(y[i * n + j] == one[j]);
+        CHECK(y[i * n + j]
+              == serve::invariant_dot(x.data() + i * k, w.data() + j * k, k));
+      }
+    }
+  }
 }

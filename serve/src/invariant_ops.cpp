@@ -40,8 +40,45 @@ float invariant_dot(const float* a, const float* b, int64_t n) {
   return reduce(acc) + tail;
 }
 
-void invariant_linear(const float* x, const float* w, float* y, int64_t m,
-                      int64_t k, int64_t n) {
+namespace {
+
+// Four outputs of one row at once: y[j] = invariant_dot(x, w_j, k) for the
+// four rows w_j, each with its own accumulator and the very same operations
+// in the same order as invariant_dot, so the bits do not change; the four
+// independent chains only keep the adder busy.
+inline void dot4(const float* x, const float* w0, const float* w1,
+                 const float* w2, const float* w3, int64_t k, float* y) {
+  lanes8 a0 = {0, 0, 0, 0, 0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const lanes8 xv = load8(x + i);
+    a0 += xv * load8(w0 + i);
+    a1 += xv * load8(w1 + i);
+    a2 += xv * load8(w2 + i);
+    a3 += xv * load8(w3 + i);
+  }
+  float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+  for (; i < k; ++i) {
+    t0 += x[i] * w0[i];
+    t1 += x[i] * w1[i];
+    t2 += x[i] * w2[i];
+    t3 += x[i] * w3[i];
+  }
+  y[0] = reduce(a0) + t0;
+  y[1] = reduce(a1) + t1;
+  y[2] = reduce(a2) + t2;
+  y[3] = reduce(a3) + t3;
+}
+
+} // namespace
+
+// Built twice: for AVX2 where the CPU has it, and for the baseline. AVX2
+// without FMA does the same single-precision multiplies and adds, lane by
+// lane, so both give the same bits; the wider registers only halve the
+// instructions.
+__attribute__((target_clones("avx2", "default"))) void
+invariant_linear(const float* x, const float* w, float* y, int64_t m,
+                 int64_t k, int64_t n) {
   // Tiles of w rows stay in cache while every x row passes over them; the
   // tiling changes the order of whole dot products, never their insides.
   constexpr int64_t tile = 16;
@@ -50,7 +87,11 @@ void invariant_linear(const float* x, const float* w, float* y, int64_t m,
     for (int64_t i = 0; i < m; ++i) {
       const float* xi = x + i * k;
       float* yi = y + i * n;
-      for (int64_t j = j0; j < j1; ++j)
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4)
+        dot4(xi, w + j * k, w + (j + 1) * k, w + (j + 2) * k, w + (j + 3) * k,
+             k, yi + j);
+      for (; j < j1; ++j)
         yi[j] = invariant_dot(xi, w + j * k, k);
     }
   }
