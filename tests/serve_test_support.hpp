@@ -74,6 +74,19 @@ inline tensor_map random_model_tensors(const job_config& cfg, uint64_t seed) {
   return out;
 }
 
+// The Hugging Face shape of tensor `name` of cfg's model.
+inline std::vector<int64_t> hf_shape(const job_config& cfg,
+                                     const std::string& name) {
+  const auto& m = cfg.model;
+  if (name.find(".experts.") != std::string::npos)
+    return name.find(".w2.") != std::string::npos
+             ? std::vector<int64_t>{m.hidden_size, m.intermediate_size}
+             : std::vector<int64_t>{m.intermediate_size, m.hidden_size};
+  if (name.find("e_score_correction_bias") != std::string::npos)
+    return {cfg.moe.num_experts};
+  return model::dense_layout(cfg.model, cfg.moe).at(name).shape;
+}
+
 // config.json + model.safetensors, as `tutti export --format hf` writes.
 inline void write_export_dir(const std::filesystem::path& dir,
                              const job_config& cfg, const tensor_map& t) {
@@ -96,19 +109,8 @@ inline void write_export_dir(const std::filesystem::path& dir,
   std::filesystem::create_directories(dir);
   write_text(dir / "config.json", j.dump(2));
   std::vector<store::named_tensor> tensors;
-  const auto dense = model::dense_layout(cfg.model, cfg.moe);
-  for (const auto& [name, values] : t) {
-    std::vector<int64_t> shape;
-    if (name.find(".experts.") != std::string::npos)
-      shape = name.find(".w2.") != std::string::npos
-                ? std::vector<int64_t>{m.hidden_size, m.intermediate_size}
-                : std::vector<int64_t>{m.intermediate_size, m.hidden_size};
-    else if (name.find("e_score_correction_bias") != std::string::npos)
-      shape = {cfg.moe.num_experts};
-    else
-      shape = dense.at(name).shape;
-    tensors.push_back({name, shape, values});
-  }
+  for (const auto& [name, values] : t)
+    tensors.push_back({name, hf_shape(cfg, name), values});
   REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
 }
 

@@ -9,6 +9,8 @@
 #include <gloo/rendezvous/hash_store.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <random>
 
 #include "serve_test_support.hpp"
@@ -20,6 +22,7 @@
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
 #include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/gguf.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -375,4 +378,98 @@ TEST_CASE("invariant_linear gives every row the bits of a lone dot product",
       }
     }
   }
+}
+
+namespace {
+
+// A safetensors file with each tensor in the dtype `dtype_of` picks (F32,
+// F16 or BF16), written by hand as the format describes.
+void write_mixed_safetensors(
+  const fs::path& file, const job_config& cfg, const tensor_map& t,
+  const std::function<std::string(const std::string&)>& dtype_of) {
+  nlohmann::ordered_json header;
+  std::string data;
+  for (const auto& [name, values] : t) {
+    const auto dtype = dtype_of(name);
+    const size_t begin = data.size();
+    for (float v : values) {
+      if (dtype == "F32") {
+        data.append(reinterpret_cast<const char*>(&v), 4);
+      } else {
+        uint16_t h = 0;
+        if (dtype == "F16") {
+          h = store::float_to_half(v);
+        } else {
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          h = static_cast<uint16_t>(bits >> 16);
+        }
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    header[name] = {{"dtype", dtype},
+                    {"shape", hf_shape(cfg, name)},
+                    {"data_offsets", {begin, data.size()}}};
+  }
+  auto text = header.dump();
+  while ((text.size() + 8) % 8)
+    text += ' ';
+  std::string bytes(8, '\0');
+  const uint64_t n = text.size();
+  std::memcpy(bytes.data(), &n, 8);
+  write_text(file, bytes + text + data);
+}
+
+} // namespace
+
+TEST_CASE("F16 and BF16 weights in index shards load as their exact values",
+          "[unit]") {
+  auto cfg = serve_test_config(32, 32, 64, 2, 4, 2, 4, 2, 16);
+  auto tensors = random_model_tensors(cfg, 15);
+  auto dtype_of = [](const std::string& name) -> std::string {
+    if (name.find(".experts.") != std::string::npos)
+      return "F16";
+    if (name.find("e_score_correction_bias") != std::string::npos)
+      return "F32";
+    return "BF16";
+  };
+  // The values the 16-bit files hold, as an F32 export.
+  auto rounded = tensors;
+  for (auto& [name, values] : rounded)
+    for (float& v : values) {
+      if (dtype_of(name) == "F16") {
+        v = store::half_to_float(store::float_to_half(v));
+      } else if (dtype_of(name) == "BF16") {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        bits &= 0xffff0000u;
+        std::memcpy(&v, &bits, 4);
+      }
+    }
+  auto root = scratch("serve_engine_half");
+  write_export_dir(root / "f32", cfg, rounded);
+  fs::create_directories(root / "half");
+  fs::copy_file(root / "f32" / "config.json", root / "half" / "config.json");
+  tensor_map experts, dense;
+  nlohmann::json map;
+  for (const auto& [name, values] : tensors) {
+    const bool expert = name.find(".experts.") != std::string::npos;
+    (expert ? experts : dense)[name] = values;
+    map[name] = expert ? "model-00002-of-00002.safetensors"
+                       : "model-00001-of-00002.safetensors";
+  }
+  write_mixed_safetensors(root / "half" / "model-00001-of-00002.safetensors",
+                          cfg, dense, dtype_of);
+  write_mixed_safetensors(root / "half" / "model-00002-of-00002.safetensors",
+                          cfg, experts, dtype_of);
+  write_text(
+    root / "half" / "model.safetensors.index.json",
+    nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}
+      .dump());
+  auto a = load_or_fail(root / "f32");
+  auto b = load_or_fail(root / "half");
+  CHECK(a.embed == b.embed);
+  CHECK(a.layers[1].w2 == b.layers[1].w2);
+  CHECK(a.layers[0].q == b.layers[0].q);
+  CHECK(a.layers[0].router_bias == b.layers[0].router_bias);
 }

@@ -158,7 +158,7 @@ expected<served_model> load_hf_dir(const fs::path& dir) {
   tensor_map tensors;
   shape_map shapes;
   for (const auto& file : files.value()) {
-    auto read = store::read_safetensors(file);
+    auto read = store::read_safetensors_as_f32(file);
     if (!read)
       return read.error();
     for (auto& t : read.value()) {

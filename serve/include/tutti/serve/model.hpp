@@ -1,9 +1,9 @@
 #pragma once
 // A Mixtral model held for serving: its shape and its weights in host
 // memory, laid out for the serving forward (engine.hpp). Loaded from a
-// `tutti export` / Hugging Face directory (config.json and F32 safetensors,
-// one file or shards listed in model.safetensors.index.json) or straight
-// from a tutti checkpoint directory (MANIFEST and shard files).
+// `tutti export` / Hugging Face directory (config.json and F32, F16 or BF16
+// safetensors, one file or shards listed in model.safetensors.index.json)
+// or straight from a tutti checkpoint directory (MANIFEST and shard files).
 
 #include <cstdint>
 #include <filesystem>
