@@ -86,8 +86,10 @@ int serve_command(const std::vector<std::string>& args) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::printf("serve: stopping (signal %d)\n", sig);
-  front.value()->stop();
+  // The engine first: requests in flight end (503, or an error event on a
+  // stream) instead of holding the HTTP threads until they finish.
   service.stop();
+  front.value()->stop();
   return 0;
 }
 

@@ -51,8 +51,8 @@ struct server {
     front = std::move(f.value());
   }
   ~server() {
-    front->stop();
     svc->stop();
+    front->stop();
   }
   httplib::Client client(int timeout_s = 60) const {
     httplib::Client c("127.0.0.1", front->port());

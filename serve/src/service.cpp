@@ -34,16 +34,18 @@ expected<std::unique_ptr<service>> service::create(served_model model,
     return status::error("kv_block_tokens must be positive");
   if (l.batch.max_batch_tokens <= 0 || l.batch.max_sequences <= 0)
     return status::error("max_batch_tokens and max_sequences must be positive");
+  if (l.batch.max_batch_tokens < l.batch.max_sequences)
+    return status::error(
+      "max_batch_tokens (" + std::to_string(l.batch.max_batch_tokens)
+      + ") must be at least max_sequences ("
+      + std::to_string(l.batch.max_sequences)
+      + "): every running request decodes a token each step");
   const auto g = geometry_of(model, l);
   const int64_t blocks = kv_cache::blocks_for_budget(g, l.kv_cache_bytes);
-  const int64_t per_request = (model.shape.max_positions + l.kv_block_tokens
-                               - 1)
-                              / l.kv_block_tokens;
   if (blocks < 1)
     return status::error("kv_cache_bytes " + std::to_string(l.kv_cache_bytes)
                          + " holds no block (one block is "
                          + std::to_string(g.block_bytes()) + " bytes)");
-  (void)per_request;
   return std::unique_ptr<service>(new service(std::move(model), l, blocks));
 }
 
