@@ -76,9 +76,8 @@ inline void dot4(const float* x, const float* w0, const float* w1,
 // without FMA does the same single-precision multiplies and adds, lane by
 // lane, so both give the same bits; the wider registers only halve the
 // instructions.
-__attribute__((target_clones("avx2", "default"))) void
-invariant_linear(const float* x, const float* w, float* y, int64_t m,
-                 int64_t k, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) void invariant_linear(
+  const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n) {
   // Tiles of w rows stay in cache while every x row passes over them; the
   // tiling changes the order of whole dot products, never their insides.
   constexpr int64_t tile = 16;
