@@ -13,6 +13,8 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "export_gguf.hpp"
+#include "initial_weights.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/safetensors.hpp"
@@ -112,40 +114,64 @@ status write_tokenizer_files(const fs::path& out,
 } // namespace
 
 int export_command(const std::vector<std::string>& args) {
-  command_line cl("export", "CHECKPOINT --format hf --out DIR",
+  command_line cl("export", "CHECKPOINT|--init CONFIG --format hf --out DIR",
                   "the checkpoint's weights as Hugging Face "
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
-  cl.options()("format", po::value<std::string>(), "hf (the only one)")(
+  cl.options()("format", po::value<std::string>(),
+               "hf (safetensors) or gguf (llama.cpp)")(
+    "dtype", po::value<std::string>(), "gguf only: f32 (default) or f16")(
     "out", po::value<std::string>(), "output directory")(
     "tokenizer", po::value<std::string>(),
-    "tokenizer.model or its directory (default: the run's, in RUN_DIR, "
-    "RUN_DIR/tokenizer or RUN_DIR/data)");
+    "hf: tokenizer.model or its directory (default: the run's, in RUN_DIR, "
+    "RUN_DIR/tokenizer or RUN_DIR/data)")(
+    "init", po::value<std::string>(),
+    "CONFIG: instead of a checkpoint, the config's model as initialised "
+    "before training (a random model to serve)");
   cl.positional("checkpoint");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("checkpoint") || !vm.count("out"))
+  if (!(vm.count("checkpoint") || vm.count("init")) || !vm.count("out"))
     return cl.bad("usage: tutti export CHECKPOINT --format hf --out DIR");
-  const auto checkpoint = vm["checkpoint"].as<std::string>();
+  const auto checkpoint = vm.count("checkpoint")
+                            ? vm["checkpoint"].as<std::string>()
+                            : std::string();
   const auto format = vm.count("format") ? vm["format"].as<std::string>()
                                          : std::string();
   const auto out = vm["out"].as<std::string>();
-  if (format != "hf")
-    return cl.bad("--format: only hf is supported, got '" + format + "'");
-  if (auto err = store::verify_checkpoint(checkpoint); !err)
-    return fail(2, "export: " + err.message());
-  auto tok = run_tokenizer(checkpoint, vm.count("tokenizer")
-                                         ? vm["tokenizer"].as<std::string>()
-                                         : std::string());
+  if (format != "hf" && format != "gguf")
+    return cl.bad("--format: hf or gguf, got '" + format + "'");
+  const auto dtype = vm.count("dtype") ? vm["dtype"].as<std::string>()
+                                       : std::string("f32");
+  if (dtype != "f32" && (dtype != "f16" || format != "gguf"))
+    return cl.bad("--dtype: f32, or f16 with --format gguf; got '" + dtype
+                  + "'");
+  // An --init model has no run to take a tokenizer from: byte-level
+  // unless one is given.
+  expected<tokenizer::tokenizer> tok = tokenizer::tokenizer::bytes();
+  if (vm.count("tokenizer") || !checkpoint.empty())
+    tok = run_tokenizer(checkpoint, vm.count("tokenizer")
+                                      ? vm["tokenizer"].as<std::string>()
+                                      : std::string());
   if (!tok.ok())
     return fail(2, "export: " + tok.message());
-  auto manifest = store::read_manifest(checkpoint);
-  if (!manifest.ok())
-    return fail(2, "export: " + manifest.message());
-
   std::vector<store::named_tensor> tensors;
   store::shard_meta meta0;
-  for (const auto& entry : manifest.value().shards) {
+  store::manifest manifest;
+  if (vm.count("init")) {
+    auto cfg = load_job_config(vm["init"].as<std::string>());
+    if (!cfg.ok())
+      return fail(2, "export: " + cfg.message());
+    initial_weights(cfg.value(), tensors, meta0);
+  } else {
+    if (auto err = store::verify_checkpoint(checkpoint); !err)
+      return fail(2, "export: " + err.message());
+    auto read = store::read_manifest(checkpoint);
+    if (!read.ok())
+      return fail(2, "export: " + read.message());
+    manifest = read.value();
+  }
+  for (const auto& entry : manifest.shards) {
     auto shard = store::read_shard_file(fs::path(checkpoint) / entry.file);
     if (!shard.ok())
       return fail(2, "export: " + shard.message());
@@ -193,6 +219,21 @@ int export_command(const std::vector<std::string>& args) {
   fs::create_directories(out, ec);
   if (ec)
     return fail(1, "export: cannot create " + out + ": " + ec.message());
+  if (format == "gguf") {
+    const auto file = fs::path(out) / ("model-" + dtype + ".gguf");
+    bool dropped = false;
+    if (auto err = export_gguf(tensors, meta0, file, dtype == "f16", dropped);
+        !err)
+      return fail(1, "export: " + err.message());
+    if (dropped)
+      std::printf("note: the router's selection biases are not zero; "
+                  "llama.cpp's Mixtral has none, so the GGUF routes "
+                  "without them\n");
+    std::printf("exported step %lld: %zu tensors to %s\n",
+                static_cast<long long>(meta0.step), tensors.size(),
+                file.c_str());
+    return 0;
+  }
   const auto vocab = meta0.ints.count("vocab_size")
                        ? meta0.ints.at("vocab_size")
                        : 0;

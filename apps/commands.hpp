@@ -19,6 +19,8 @@ int drill_command(const std::vector<std::string>& args);
 int shell_command(const std::vector<std::string>& args);
 int logs_command(const std::vector<std::string>& args);
 int sample_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
+int bench_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

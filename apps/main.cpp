@@ -43,6 +43,9 @@ const char* usage =
   "  data bench CONFIG           loader tokens/s against the job's need\n"
   "  sample RUN_DIR --prompt TEXT\n"
   "                              continue a prompt with a trained model\n"
+  "  serve CONFIG [--listen HOST:PORT]\n"
+  "                              OpenAI-style completions from a model\n"
+  "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -84,11 +87,15 @@ int main(int argc, char** argv) {
       return tutti::cli::logs_command(args);
     if (command == "sample")
       return tutti::cli::sample_command(args);
+    if (command == "serve")
+      return tutti::cli::serve_command(args);
+    if (command == "bench")
+      return tutti::cli::bench_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample; see tutti --help)");
+           "export, data, sample, serve, bench; see tutti --help)");
 }

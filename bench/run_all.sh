@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja
-cmake --build "$build" -j1 --target bench_expert_ffn bench_dispatch bench_step
+cmake --build "$build" -j1 --target bench_expert_ffn bench_dispatch bench_step bench_serve
 build=$(cd "$build" && pwd)
 
 echo "# $(date -u +%F) on $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p')"
-for b in bench_expert_ffn bench_dispatch bench_step; do
+for b in bench_expert_ffn bench_dispatch bench_step bench_serve; do
   echo
   echo "## $b"
   start=$SECONDS

@@ -11,6 +11,7 @@ packages=(
   python3 iperf3 yamllint iproute2
   libedit-dev tmux prometheus
   libsentencepiece-dev sentencepiece zlib1g-dev python3-doc
+  libcpp-httplib-dev curl
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

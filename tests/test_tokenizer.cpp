@@ -76,7 +76,7 @@ TEST_CASE("a trained SentencePiece tokenizer round-trips multi-byte UTF-8",
     CHECK(tok.value().eos_id() == 2);
 
     // Seen text, unseen characters (byte fallback), newlines and indentation.
-    for (const std::string text :
+    for (const std::string& text :
          {lines[7],
           std::string("naïve café λόγος 日本語 🙂 over the dog"),
           std::string("Ünïcödé ☃ not in training: 한국어 ✓"),

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <set>
 #include <span>
 
 #include "file_io.hpp"
 #include "json.hpp"
 #include "tutti/store/atomic_file.hpp"
+#include "tutti/store/gguf.hpp"
 
 namespace tutti::store {
 namespace {
@@ -32,6 +34,7 @@ struct entry {
   std::string name;
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0, end = 0;
+  std::string dtype; // F32, or F16 / BF16 when widening
 };
 
 } // namespace
@@ -89,9 +92,13 @@ status write_safetensors(const std::filesystem::path& file,
   return write_file_atomic_parts(file, parts);
 }
 
-expected<std::vector<named_tensor>> read_safetensors(
+namespace {
+
+// The reader of both entry points; `widen`: F16 and BF16 are accepted and
+// converted to float.
+expected<std::vector<named_tensor>> read_impl(
   const std::filesystem::path& file,
-  std::map<std::string, std::string>* metadata) {
+  std::map<std::string, std::string>* metadata, bool widen) {
   using result = std::vector<named_tensor>;
   auto fail = [&](const std::string& what) {
     return status::error(file.string() + ": " + what);
@@ -153,9 +160,11 @@ expected<std::vector<named_tensor>> read_safetensors(
         || offsets->type != kind::array)
       return bad(
         "needs \"dtype\" string, \"shape\" and \"data_offsets\" arrays");
-    if (dtype->text != "F32")
-      return bad("dtype " + dtype->text + " is not supported (only F32)");
-    entry e{name, {}, 0, 0};
+    const bool half = widen && (dtype->text == "F16" || dtype->text == "BF16");
+    if (dtype->text != "F32" && !half)
+      return bad("dtype " + dtype->text + " is not supported (only F32"
+                 + std::string(widen ? ", F16, BF16)" : ")"));
+    entry e{name, {}, 0, 0, dtype->text};
     for (const auto& d : shape->items) {
       std::int64_t dim = 0;
       if (!d.as_int64(dim) || dim < 0)
@@ -166,10 +175,11 @@ expected<std::vector<named_tensor>> read_safetensors(
         || !offsets->items[1].as_uint64(e.end) || e.begin > e.end)
       return bad("data_offsets must be [begin, end] with begin <= end");
     std::uint64_t count = 0;
-    if (!element_count(e.shape, count) || count * 4 != e.end - e.begin)
+    const std::uint64_t width = half ? 2 : 4;
+    if (!element_count(e.shape, count) || count * width != e.end - e.begin)
       return bad("data_offsets span " + std::to_string(e.end - e.begin)
-                 + " bytes, shape needs " + std::to_string(count * 4)
-                 + " for F32");
+                 + " bytes, shape needs " + std::to_string(count * width)
+                 + " for " + e.dtype);
     entries.push_back(std::move(e));
   }
   // The format rule: sorted by position, the tensors tile the data exactly.
@@ -198,12 +208,43 @@ expected<std::vector<named_tensor>> read_safetensors(
                 + (covered > data_size ? ": truncated" : ": trailing bytes"));
   result out;
   for (auto& e : entries) {
-    named_tensor t{e.name, e.shape, std::vector<float>((e.end - e.begin) / 4)};
+    if (e.dtype == "F32") {
+      named_tensor t{e.name, e.shape,
+                     std::vector<float>((e.end - e.begin) / 4)};
+      TUTTI_RETURN_IF_ERROR(in.value().read_at(data_start + e.begin,
+                                               t.data.data(), e.end - e.begin));
+      out.push_back(std::move(t));
+      continue;
+    }
+    std::vector<std::uint16_t> raw((e.end - e.begin) / 2);
     TUTTI_RETURN_IF_ERROR(
-      in.value().read_at(data_start + e.begin, t.data.data(), e.end - e.begin));
+      in.value().read_at(data_start + e.begin, raw.data(), e.end - e.begin));
+    named_tensor t{e.name, e.shape, std::vector<float>(raw.size())};
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (e.dtype == "F16") {
+        t.data[i] = half_to_float(raw[i]);
+      } else { // BF16: the high half of a float
+        const std::uint32_t bits = std::uint32_t(raw[i]) << 16;
+        std::memcpy(&t.data[i], &bits, 4);
+      }
+    }
     out.push_back(std::move(t));
   }
   return out;
+}
+
+} // namespace
+
+expected<std::vector<named_tensor>> read_safetensors(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata) {
+  return read_impl(file, metadata, false);
+}
+
+expected<std::vector<named_tensor>> read_safetensors_as_f32(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata) {
+  return read_impl(file, metadata, true);
 }
 
 } // namespace tutti::store

@@ -8,7 +8,8 @@
 // padded with spaces so the data starts 8-byte aligned; then the data. The
 // offsets are relative to the data start, cover it exactly and without
 // overlap (this writer emits them contiguous in the given order). Only F32
-// is written and read.
+// is written; read_safetensors reads F32, read_safetensors_as_f32 also F16
+// and BF16.
 
 #include <cstdint>
 #include <filesystem>
@@ -40,6 +41,12 @@ status write_safetensors(
 // ending exactly at the end of the file. Tensors come back in header order.
 // `metadata`, when given, receives "__metadata__" (empty if absent).
 expected<std::vector<named_tensor>> read_safetensors(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata = nullptr);
+
+// read_safetensors' checks, also accepting F16 and BF16 tensors (as
+// Hugging Face models ship), converted exactly to float.
+expected<std::vector<named_tensor>> read_safetensors_as_f32(
   const std::filesystem::path& file,
   std::map<std::string, std::string>* metadata = nullptr);
 

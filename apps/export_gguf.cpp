@@ -1,0 +1,152 @@
+#include "export_gguf.hpp"
+
+#include <cstdlib>
+#include <map>
+
+#include "tutti/store/gguf.hpp"
+
+namespace tutti::cli {
+
+std::vector<float> rope_rows_for_gguf(const std::vector<float>& w,
+                                      int64_t heads, int64_t head_dim,
+                                      int64_t in) {
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t from = h * head_dim + a * half + j;
+        const int64_t to = h * head_dim + 2 * j + a;
+        std::copy(w.begin() + from * in, w.begin() + (from + 1) * in,
+                  out.begin() + to * in);
+      }
+  return out;
+}
+
+status export_gguf(const std::vector<store::named_tensor>& tensors,
+                   const store::shard_meta& meta,
+                   const std::filesystem::path& file, bool f16,
+                   bool& dropped_biases) {
+  auto i = [&](const char* k) {
+    return meta.ints.count(k) ? meta.ints.at(k) : int64_t(0);
+  };
+  auto d = [&](const char* k, double fallback) {
+    return meta.strings.count(k) ? std::atof(meta.strings.at(k).c_str())
+                                 : fallback;
+  };
+  const int64_t vocab = i("vocab_size"), D = i("hidden_size");
+  const int64_t F = i("intermediate_size"), L = i("num_hidden_layers");
+  const int64_t hq = i("num_attention_heads"), hkv = i("num_key_value_heads");
+  const int64_t E = i("num_experts"), hd = hq > 0 ? D / hq : 0;
+  if (vocab <= 0 || D <= 0 || F <= 0 || L <= 0 || hq <= 0 || hkv <= 0 || E <= 0)
+    return status::error("gguf: the checkpoint does not describe its model");
+  std::map<std::string, const store::named_tensor*> by_name;
+  for (const auto& t : tensors)
+    by_name[t.name] = &t;
+  auto get = [&](const std::string& name) -> const store::named_tensor* {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+
+  std::vector<std::vector<float>> owned; // permuted and stacked tensors
+  owned.reserve(2 * L + 3 * L);
+  std::vector<store::gguf_tensor> out;
+  status missing;
+  auto add = [&](const std::string& gguf, const std::string& hf) {
+    const auto* t = get(hf);
+    if (!t) {
+      if (missing.ok())
+        missing = status::error("gguf: tensor " + hf + " missing");
+      return;
+    }
+    out.push_back({gguf, t->shape, t->data.data()});
+  };
+  add("token_embd.weight", "model.embed_tokens.weight");
+  for (int64_t l = 0; l < L; ++l) {
+    const auto hf = "model.layers." + std::to_string(l) + ".";
+    const auto blk = "blk." + std::to_string(l) + ".";
+    add(blk + "attn_norm.weight", hf + "input_layernorm.weight");
+    for (auto [which, heads] : {std::pair{"q", hq}, std::pair{"k", hkv}}) {
+      const auto* t = get(hf + "self_attn." + which + "_proj.weight");
+      if (!t) {
+        missing = status::error("gguf: tensor " + hf + "self_attn." + which
+                                + "_proj.weight missing");
+        continue;
+      }
+      owned.push_back(rope_rows_for_gguf(t->data, heads, hd, D));
+      out.push_back(
+        {blk + "attn_" + which + ".weight", t->shape, owned.back().data()});
+    }
+    add(blk + "attn_v.weight", hf + "self_attn.v_proj.weight");
+    add(blk + "attn_output.weight", hf + "self_attn.o_proj.weight");
+    add(blk + "ffn_norm.weight", hf + "post_attention_layernorm.weight");
+    add(blk + "ffn_gate_inp.weight", hf + "block_sparse_moe.gate.weight");
+    if (const auto* b = get(hf
+                            + "block_sparse_moe.gate.e_score_correction_bias"))
+      for (float v : b->data)
+        dropped_biases = dropped_biases || v != 0.0f;
+    for (auto [gguf, w] :
+         {std::pair{"ffn_gate_exps", "w1"}, std::pair{"ffn_down_exps", "w2"},
+          std::pair{"ffn_up_exps", "w3"}}) {
+      auto& stacked = owned.emplace_back();
+      std::vector<int64_t> shape;
+      for (int64_t e = 0; e < E; ++e) {
+        const auto* t = get(hf + "block_sparse_moe.experts." + std::to_string(e)
+                            + "." + w + ".weight");
+        if (!t) {
+          missing = status::error("gguf: expert " + std::to_string(e) + " " + w
+                                  + " of layer " + std::to_string(l)
+                                  + " missing");
+          break;
+        }
+        shape = {E, t->shape[0], t->shape[1]};
+        stacked.insert(stacked.end(), t->data.begin(), t->data.end());
+      }
+      out.push_back({blk + gguf + ".weight", shape, stacked.data()});
+    }
+  }
+  add("output_norm.weight", "model.norm.weight");
+  add("output.weight", "lm_head.weight");
+  if (!missing.ok())
+    return missing;
+
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (int64_t t = 0; t < vocab; ++t) {
+    char name[16];
+    if (t < 256)
+      std::snprintf(name, sizeof name, "<0x%02X>", static_cast<int>(t));
+    else
+      std::snprintf(name, sizeof name, "<|%d|>", static_cast<int>(t));
+    tokens.push_back(name);
+    scores.push_back(0.0f);
+    types.push_back(t < 256 ? 6 : 1); // byte, normal
+  }
+  const std::vector<std::pair<std::string, store::gguf_value>> kv = {
+    {"general.architecture", std::string("llama")},
+    {"general.name", std::string("tutti step ") + std::to_string(meta.step)},
+    {"general.file_type", uint32_t(f16 ? 1 : 0)},
+    {"llama.context_length", uint32_t(i("max_seq_len"))},
+    {"llama.embedding_length", uint32_t(D)},
+    {"llama.block_count", uint32_t(L)},
+    {"llama.feed_forward_length", uint32_t(F)},
+    {"llama.rope.dimension_count", uint32_t(hd)},
+    {"llama.attention.head_count", uint32_t(hq)},
+    {"llama.attention.head_count_kv", uint32_t(hkv)},
+    {"llama.attention.layer_norm_rms_epsilon", float(d("rms_norm_eps", 1e-5))},
+    {"llama.rope.freq_base", float(d("rope_theta", 10000.0))},
+    {"llama.expert_count", uint32_t(E)},
+    {"llama.expert_used_count", uint32_t(i("router_top_k"))},
+    {"llama.vocab_size", uint32_t(vocab)},
+    {"tokenizer.ggml.model", std::string("llama")},
+    {"tokenizer.ggml.tokens", tokens},
+    {"tokenizer.ggml.scores", scores},
+    {"tokenizer.ggml.token_type", types},
+    {"tokenizer.ggml.add_bos_token", false},
+    {"tokenizer.ggml.add_eos_token", false},
+  };
+  return store::write_gguf(file, kv, out, f16);
+}
+
+} // namespace tutti::cli

@@ -1,0 +1,32 @@
+#pragma once
+// `tutti export --format gguf`: a model as llama.cpp loads it (GGUF, its
+// "llama" architecture, which runs Mixtral): llama.cpp's tensor names, the
+// experts of a layer stacked into one tensor each, and the rows of Q and K
+// reordered from Hugging Face's rotate_half layout to the interleaved pairs
+// llama.cpp's rotary embedding expects (as its convert_hf_to_gguf.py
+// does). Byte-level vocabulary: token t < 256 is the byte token <0xTT>.
+
+#include <filesystem>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+#include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/safetensors.hpp"
+
+namespace tutti::cli {
+
+// `tensors` by Hugging Face name (one per expert), `meta` as a rank-0
+// shard records the model. `dropped_biases`: set when non-zero router
+// selection biases had to be left out (llama.cpp's Mixtral has none).
+status export_gguf(const std::vector<store::named_tensor>& tensors,
+                   const store::shard_meta& meta,
+                   const std::filesystem::path& file, bool f16,
+                   bool& dropped_biases);
+
+// Hugging Face row order of a [heads * head_dim, in] projection to
+// llama.cpp's: within each head, row (half a, index j) moves to 2 j + a.
+std::vector<float> rope_rows_for_gguf(const std::vector<float>& w,
+                                      int64_t heads, int64_t head_dim,
+                                      int64_t in);
+
+} // namespace tutti::cli

@@ -1,0 +1,52 @@
+#include "initial_weights.hpp"
+
+#include "tutti/model/param_layout.hpp"
+
+namespace tutti::cli {
+
+void initial_weights(const job_config& cfg,
+                     std::vector<store::named_tensor>& tensors,
+                     store::shard_meta& meta) {
+  const auto& m = cfg.model;
+  const auto& e = cfg.moe;
+  const auto dense = model::dense_layout(m, e);
+  std::vector<float> values(dense.total());
+  model::init_params(dense, values.data(), cfg.train.seed, m.init_std);
+  for (const auto& t : dense.tensors())
+    tensors.push_back(
+      {t.name, t.shape,
+       std::vector<float>(values.begin() + t.offset,
+                          values.begin() + t.offset + t.numel)});
+  const int64_t E = e.num_experts;
+  const auto experts = model::expert_layout(m, 0, E);
+  std::vector<float> ev(experts.total());
+  model::init_expert_params(experts, ev.data(), m, 0, E, cfg.train.seed,
+                            m.init_std);
+  for (const auto& t : experts.tensors()) {
+    // A block [experts, out, in]: one tensor per expert, as export writes.
+    const auto which = t.name.substr(t.name.rfind('.') + 1);
+    const auto prefix = t.name.substr(0, t.name.rfind('.'));
+    const int64_t per = t.shape[1] * t.shape[2];
+    for (int64_t j = 0; j < E; ++j)
+      tensors.push_back(
+        {prefix + "." + std::to_string(j) + "." + which + ".weight",
+         {t.shape[1], t.shape[2]},
+         std::vector<float>(ev.begin() + t.offset + j * per,
+                            ev.begin() + t.offset + (j + 1) * per)});
+  }
+  meta.rank = 0;
+  meta.step = 0;
+  meta.ints = {{"vocab_size", m.vocab_size},
+               {"hidden_size", m.hidden_size},
+               {"intermediate_size", m.intermediate_size},
+               {"num_hidden_layers", m.num_hidden_layers},
+               {"num_attention_heads", m.num_attention_heads},
+               {"num_key_value_heads", m.num_key_value_heads},
+               {"max_seq_len", m.max_seq_len},
+               {"num_experts", E},
+               {"router_top_k", e.router_top_k}};
+  meta.strings = {{"rope_theta", std::to_string(m.rope_theta)},
+                  {"rms_norm_eps", std::to_string(m.rms_norm_eps)}};
+}
+
+} // namespace tutti::cli

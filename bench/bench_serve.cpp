@@ -1,0 +1,221 @@
+// Serving on the medium model (vocab 256, hidden 256, intermediate 512, 4
+// layers, 8 experts top-2, 8 q / 4 kv heads; random weights), one engine
+// thread:
+//   - prefill of 128 tokens, against the same projections as OpenBLAS
+//     GEMMs of 128 rows (single-threaded): the price of batch-invariant
+//     kernels at prefill;
+//   - single-request decode tokens/s, against the same projections as
+//     OpenBLAS calls of one row;
+//   - output tokens/s through the scheduler at concurrency 8 and 32,
+//     against concurrency 1 (continuous batching's gain).
+// Usage: bench_serve [requests per level, default 32]
+
+#include <cstdlib>
+#include <random>
+
+#include "bench_util.hpp"
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/serve/engine.hpp"
+#include "tutti/serve/scheduler.hpp"
+
+using namespace tutti;
+
+namespace {
+
+constexpr int64_t V = 256, D = 256, F = 512, L = 4, HQ = 8, HKV = 4, E = 8,
+                  K = 2, HD = D / HQ, MAXPOS = 512;
+
+serve::served_model medium() {
+  job_config cfg;
+  cfg.model = {V, D, F, L, HQ, HKV, 10000.0, MAXPOS, 1e-5, 0.02};
+  cfg.moe.num_experts = E;
+  cfg.moe.router_top_k = K;
+  std::map<std::string, std::vector<float>> t;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  const auto dense = model::dense_layout(cfg.model, cfg.moe);
+  std::vector<float> v(dense.total());
+  model::init_params(dense, v.data(), 7, 0.02);
+  for (const auto& s : dense.tensors()) {
+    t[s.name].assign(v.begin() + s.offset, v.begin() + s.offset + s.numel);
+    shapes[s.name] = s.shape;
+  }
+  const auto experts = model::expert_layout(cfg.model, 0, E);
+  std::vector<float> ev(experts.total());
+  model::init_expert_params(experts, ev.data(), cfg.model, 0, E, 7, 0.02);
+  for (const auto& s : experts.tensors()) {
+    const auto which = s.name.substr(s.name.rfind('.') + 1);
+    const auto prefix = s.name.substr(0, s.name.rfind('.'));
+    const int64_t per = s.shape[1] * s.shape[2];
+    for (int64_t e = 0; e < E; ++e) {
+      auto name = prefix + "." + std::to_string(e) + "." + which + ".weight";
+      t[name].assign(ev.begin() + s.offset + e * per,
+                     ev.begin() + s.offset + (e + 1) * per);
+      shapes[name] = {s.shape[1], s.shape[2]};
+    }
+  }
+  serve::model_shape shape{V, D, F, L, HQ, HKV, HD, E, K, MAXPOS};
+  auto m = serve::model_from_tensors(shape, std::move(t), shapes, "medium");
+  if (!m.ok()) {
+    std::fprintf(stderr, "bench_serve: %s\n", m.message().c_str());
+    std::exit(1);
+  }
+  return std::move(m.value());
+}
+
+// The projections of `rows` tokens through every layer as OpenBLAS GEMMs
+// (top-2 of 8 experts, the routed rows spread evenly), and the LM head
+// on `head_rows`.
+double blas_projections_s(int64_t rows, int64_t head_rows, int reps) {
+  const auto s = kernels::cpu_stream();
+  std::vector<float> x(rows * F, 0.01f), y(rows * F), w(F * D, 0.02f),
+    head(V * D, 0.02f);
+  // rows * K expert rows in all, spread evenly over the experts they reach.
+  const int64_t used = std::min<int64_t>(E, rows * K);
+  const int64_t per_expert = rows * K / used;
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = bench::now_s();
+    for (int64_t l = 0; l < L; ++l) {
+      kernels::linear_forward(s, x.data(), w.data(), y.data(), rows, D,
+                              HQ * HD);
+      kernels::linear_forward(s, x.data(), w.data(), y.data(), rows, D,
+                              HKV * HD);
+      kernels::linear_forward(s, x.data(), w.data(), y.data(), rows, D,
+                              HKV * HD);
+      kernels::linear_forward(s, x.data(), w.data(), y.data(), rows, HQ * HD,
+                              D);
+      kernels::linear_forward(s, x.data(), w.data(), y.data(), rows, D, E);
+      for (int64_t e = 0; e < used; ++e) {
+        kernels::linear_forward(s, x.data(), w.data(), y.data(), per_expert, D,
+                                F);
+        kernels::linear_forward(s, x.data(), w.data(), y.data(), per_expert, D,
+                                F);
+        kernels::linear_forward(s, x.data(), w.data(), y.data(), per_expert, F,
+                                D);
+      }
+    }
+    kernels::linear_forward(s, x.data(), head.data(), y.data(), head_rows, D,
+                            V);
+    times.push_back(bench::now_s() - t0);
+  }
+  return bench::median(times);
+}
+
+double prefill_s(const serve::served_model& m, int64_t n, int reps) {
+  std::vector<int32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i)
+    tokens[i] = static_cast<int32_t>((i * 37) % V);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    serve::kv_cache cache({L, HKV, HD, 16}, 64);
+    serve::engine e(m, cache);
+    std::vector<int32_t> blocks;
+    cache.reserve(blocks, n);
+    std::vector<float> logits;
+    const double t0 = bench::now_s();
+    (void)e.forward(
+      {{tokens.data(), n, 0, &blocks, serve::seq_chunk::logits::last}}, logits);
+    times.push_back(bench::now_s() - t0);
+  }
+  return bench::median(times);
+}
+
+// Seconds per decoded token of `batch` requests decoding together, each
+// with a context from `start` on.
+double decode_s(const serve::served_model& m, int64_t start, int64_t steps,
+                int64_t batch = 1) {
+  serve::kv_cache cache({L, HKV, HD, 16}, 64 * batch);
+  serve::engine e(m, cache);
+  std::vector<int32_t> tokens(start + steps, 5);
+  std::vector<std::vector<int32_t>> blocks(batch);
+  std::vector<float> logits;
+  for (auto& b : blocks) {
+    cache.reserve(b, start + steps);
+    (void)e.forward(
+      {{tokens.data(), start, 0, &b, serve::seq_chunk::logits::last}}, logits);
+  }
+  const double t0 = bench::now_s();
+  for (int64_t i = 0; i < steps; ++i) {
+    std::vector<serve::seq_chunk> chunks;
+    for (auto& b : blocks)
+      chunks.push_back({tokens.data() + start + i, 1, start + i, &b,
+                        serve::seq_chunk::logits::last});
+    (void)e.forward(chunks, logits);
+  }
+  return (bench::now_s() - t0) / double(steps * batch);
+}
+
+// Output tokens per second of `requests` requests, `concurrency` at a time
+// (a new one joins as one leaves), through the scheduler.
+double throughput(const serve::served_model& m, int64_t concurrency,
+                  int64_t requests, int64_t prompt, int64_t output) {
+  serve::kv_cache cache({L, HKV, HD, 16}, 2048);
+  serve::engine e(m, cache);
+  serve::scheduler s(e, cache, {512, concurrency});
+  int64_t added = 0, done = 0, tokens = 0;
+  std::mt19937 rng(1);
+  auto add = [&] {
+    auto r = std::make_unique<serve::request>();
+    r->id = static_cast<uint64_t>(added++);
+    for (int64_t i = 0; i < prompt; ++i)
+      r->prompt.push_back(static_cast<int32_t>(rng() % V));
+    r->max_tokens = output;
+    r->sampling.temperature = 0;
+    r->sink = [&](serve::request_event ev) {
+      tokens += static_cast<int64_t>(ev.tokens.size());
+      done += ev.finish != serve::finish_reason::none;
+    };
+    s.add(std::move(r));
+  };
+  for (int64_t i = 0; i < std::min(concurrency, requests); ++i)
+    add();
+  const double t0 = bench::now_s();
+  while (done < requests) {
+    const int64_t before = done;
+    if (!s.step().ok())
+      std::exit(1);
+    for (int64_t i = before; i < done && added < requests; ++i)
+      add();
+  }
+  return double(tokens) / (bench::now_s() - t0);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  kernels::use_single_threaded_blas();
+  const int64_t requests = argc > 1 ? std::atoll(argv[1]) : 32;
+  const auto m = medium();
+  bench::table t;
+  const double pre = prefill_s(m, 128, 5);
+  const double pre_blas = blas_projections_s(128, 1, 5);
+  t.add("prefill 128 tokens (ms)", bench::fmt("%.2f", pre * 1e3),
+        "its projections as OpenBLAS GEMMs (ms)",
+        bench::fmt("%.2f", pre_blas * 1e3), pre / pre_blas);
+  const double dec = decode_s(m, 128, 64);
+  const double dec_blas = blas_projections_s(1, 1, 64);
+  t.add("decode, 1 request, context 128-192 (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec),
+        "its projections as 1-row OpenBLAS calls (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec_blas), dec_blas / dec);
+  const double dec8 = decode_s(m, 128, 32, 8);
+  t.add("decode, 8 requests in one batch, context 128-160 (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec8), "decode, 1 request (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec), dec / dec8);
+  // Concurrency 1 is measured before and after the others and averaged:
+  // these machines drift.
+  const int64_t few = std::max<int64_t>(4, requests / 8);
+  const double c1_before = throughput(m, 1, few, 64, 64);
+  std::vector<std::pair<int64_t, double>> levels;
+  for (int64_t c : {8, 32})
+    levels.emplace_back(c, throughput(m, c, requests, 64, 64));
+  const double c1 = 0.5 * (c1_before + throughput(m, 1, few, 64, 64));
+  for (const auto& [c, tc] : levels)
+    t.add("output tok/s at concurrency " + std::to_string(c)
+            + " (prompt 64, output 64)",
+          bench::fmt("%.1f", tc), "output tok/s at concurrency 1",
+          bench::fmt("%.1f", c1), tc / c1);
+  t.print();
+  return 0;
+}

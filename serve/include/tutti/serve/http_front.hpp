@@ -1,0 +1,46 @@
+#pragma once
+// The HTTP front of a service (cpp-httplib, on its own thread pool; no
+// engine work runs on its threads): POST /v1/completions (JSON or server-
+// sent events), GET /v1/models, /health (alive), /ready (503 until the
+// service runs), /metrics (Prometheus). Errors in OpenAI's JSON shape: 400
+// bad fields, 404 unknown model or path, 413 body over the limit, 429 with
+// Retry-After on a full queue, 503 not ready, 504 request timeout. A
+// streaming client that goes away cancels its request, which frees its KV
+// blocks.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tutti/base/status.hpp"
+#include "tutti/serve/serve_config.hpp"
+#include "tutti/serve/service.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace tutti::serve {
+
+class http_front {
+public:
+  // Binds cfg.host:cfg.port (0: any free port) and serves on a thread.
+  static expected<std::unique_ptr<http_front>> start(service& svc,
+                                                     const serve_config& cfg);
+  ~http_front();
+  void stop();
+  uint16_t port() const { return port_; }
+
+private:
+  http_front(service& svc, const serve_config& cfg);
+  void routes();
+
+  service& service_;
+  serve_config cfg_;
+  std::unique_ptr<httplib::Server> server_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+} // namespace tutti::serve

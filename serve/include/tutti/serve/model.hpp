@@ -1,0 +1,67 @@
+#pragma once
+// A Mixtral model held for serving: its shape and its weights in host
+// memory, laid out for the serving forward (engine.hpp). Loaded from a
+// `tutti export` / Hugging Face directory (config.json and F32, F16 or BF16
+// safetensors, one file or shards listed in model.safetensors.index.json)
+// or straight from a tutti checkpoint directory (MANIFEST and shard files).
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+
+namespace tutti::serve {
+
+struct model_shape {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t max_positions = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  double router_temperature = 1.0;
+};
+
+// One decoder layer. Matrices are row-major [out, in] as in Hugging Face;
+// the experts of a layer are stacked: w1, w3 [experts, intermediate,
+// hidden], w2 [experts, hidden, intermediate].
+struct layer_weights {
+  std::vector<float> input_norm, q, k, v, o, post_norm;
+  std::vector<float> router, router_bias; // [experts, hidden], [experts]
+  std::vector<float> w1, w3, w2;
+};
+
+struct served_model {
+  std::string name; // what /v1/models lists
+  model_shape shape;
+  std::vector<float> embed, final_norm, lm_head;
+  std::vector<layer_weights> layers;
+};
+
+// The shape's own consistency (positive sizes, heads dividing, top_k <=
+// experts); names the first bad field.
+status check_shape(const model_shape& s);
+
+// Builds a model from tensors named as in Hugging Face's MixtralForCausalLM
+// (`...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
+// `source` names where they came from in error messages.
+expected<served_model> model_from_tensors(
+  const model_shape& shape, std::map<std::string, std::vector<float>> tensors,
+  const std::map<std::string, std::vector<int64_t>>& shapes,
+  const std::string& source);
+
+// A directory with config.json (a `tutti export` or Hugging Face Mixtral
+// directory) or with a MANIFEST (a tutti checkpoint). Errors are one line
+// naming the file, key or tensor.
+expected<served_model> load_model(const std::filesystem::path& dir);
+
+} // namespace tutti::serve

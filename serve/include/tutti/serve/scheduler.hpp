@@ -1,0 +1,85 @@
+#pragma once
+// Continuous batching over the paged KV cache. Every step() builds one
+// batch: each running sequence's next token (decodes first, so a long
+// prompt cannot starve them), then chunks of the prompts still being
+// prefilled, then waiting requests as room allows, all within
+// max_batch_tokens and max_sequences; runs the engine once; samples; and
+// lets finished requests leave. When the cache runs out of blocks the
+// newest running requests are preempted: their blocks are freed and they
+// wait at the front of the queue to be recomputed (prompt and the tokens
+// they already generated), which yields the same tokens because every row
+// is computed batch-invariantly. Single-threaded: the service's thread
+// owns it.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+#include "tutti/serve/engine.hpp"
+#include "tutti/serve/request.hpp"
+
+namespace tutti::serve {
+
+class serve_metrics;
+
+struct batch_limits {
+  int64_t max_batch_tokens = 256; // rows per engine step
+  int64_t max_sequences = 32;     // requests running at once
+};
+
+class scheduler {
+public:
+  scheduler(engine& e, kv_cache& cache, const batch_limits& limits,
+            serve_metrics* metrics = nullptr);
+
+  // Queues a request (the caller enforces the queue limit and checks that
+  // it can ever fit in the cache: fits()).
+  void add(std::unique_ptr<request> r);
+
+  // Whether `tokens` positions fit in the whole cache.
+  bool fits(int64_t tokens) const {
+    return cache_.blocks_for_tokens(tokens) <= cache_.total_blocks();
+  }
+
+  // Ends request `id` (running or waiting) with `why`, freeing its blocks.
+  // False if it is not here (already finished).
+  bool finish(uint64_t id, finish_reason why, const std::string& error = {});
+
+  // One engine step. false: nothing to run (no request running or
+  // waiting). An engine failure ends every request of the batch with it.
+  expected<bool> step();
+
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t preemptions() const { return preemptions_; }
+  const kv_cache& cache() const { return cache_; }
+  // Every request's id with its deadline, for the service's timeouts.
+  std::vector<std::pair<uint64_t, clock::time_point>> deadlines() const;
+
+private:
+  struct planned {
+    request* r;
+    int64_t n;
+  };
+  bool reserve_or_preempt(request* r, int64_t n, std::vector<planned>& plan,
+                          int64_t& budget);
+  void preempt(request* r, std::vector<planned>& plan, int64_t& budget);
+  // Appends the sampled token; true when the request is done.
+  bool take_token(request& r, const sampled_token& t);
+  void end(std::unique_ptr<request> r, finish_reason why,
+           const std::string& error);
+
+  engine& engine_;
+  kv_cache& cache_;
+  batch_limits limits_;
+  serve_metrics* metrics_;
+  std::vector<std::unique_ptr<request>> running_; // in admission order
+  std::deque<std::unique_ptr<request>> waiting_;
+  int64_t preemptions_ = 0;
+  std::vector<seq_chunk> chunks_;
+  std::vector<float> logits_;
+};
+
+} // namespace tutti::serve

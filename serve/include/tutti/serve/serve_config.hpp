@@ -1,0 +1,44 @@
+#pragma once
+// The config of `tutti serve`: a `serve:` section of tutti's own keys, or
+// an InferenceService manifest (apiVersion, kind: InferenceService,
+// metadata.name, spec.parallelism, spec.deployment) whose `spec.serve`
+// holds the same keys. Unknown keys and bad values are refused in one line
+// naming the key.
+
+#include <cstdint>
+#include <string>
+
+#include "tutti/base/status.hpp"
+#include "tutti/serve/service.hpp"
+
+namespace tutti::serve {
+
+struct serve_config {
+  std::string model;      // a `tutti export` / HF directory or a checkpoint
+  std::string model_name; // what /v1/models lists; default: the directory
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  service_limits limits;
+  int64_t max_body_bytes = 1 << 20;
+  int64_t http_threads = 0; // 0: max_sequences + max_queue + 8
+
+  // From an InferenceService manifest (defaults: one process, one device).
+  bool from_manifest = false;
+  std::string parallelism = "expert_parallel";
+  int64_t num_gpus_per_node = 1;
+  int64_t num_nodes = 1;
+  bool rack_awareness = false;
+  std::string intra_rack_backend, inter_rack_backend;
+
+  int64_t devices() const { return num_gpus_per_node * num_nodes; }
+};
+
+expected<serve_config> parse_serve_config(const std::string& yaml_text,
+                                          const std::string& source);
+expected<serve_config> load_serve_config(const std::string& path);
+
+// "HOST:PORT" into host and port; refuses anything else.
+status parse_listen_address(const std::string& text, std::string& host,
+                            uint16_t& port);
+
+} // namespace tutti::serve

@@ -1,0 +1,64 @@
+#pragma once
+// What the service measures, exposed at /metrics in Prometheus' text
+// format: latency histograms (time to first token, inter-token latency,
+// end-to-end, queue time), requests running and waiting, KV cache usage,
+// prompt and generated tokens, finished and rejected requests, preemptions
+// and the tokens routed to each expert of each layer. Thread-safe: the
+// scheduler's thread records, HTTP threads render.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tutti/serve/request.hpp"
+
+namespace tutti::serve {
+
+class histogram {
+public:
+  explicit histogram(std::vector<double> upper_bounds);
+  void observe(double v);
+  // The _bucket (cumulative, ending with +Inf), _sum and _count lines.
+  void render(std::string& out, const std::string& name,
+              const std::string& help) const;
+  uint64_t count() const { return count_; }
+
+private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_; // per bucket, not cumulative; last = +Inf
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
+struct serve_gauges {
+  int64_t running = 0, waiting = 0, kv_used_blocks = 0, kv_total_blocks = 0;
+};
+
+class serve_metrics {
+public:
+  serve_metrics(int64_t layers, int64_t experts);
+
+  void started(const request& r, clock::time_point now); // first scheduled
+  void token(const request& r, clock::time_point now, bool first);
+  void finished(const request& r, finish_reason why, clock::time_point now);
+  void rejected(const std::string& why);
+  void preempted();
+  void set_gauges(const serve_gauges& g,
+                  const std::vector<int64_t>& expert_activations);
+
+  serve_gauges gauges() const;
+  std::string render(const std::string& model_name) const;
+
+private:
+  mutable std::mutex mutex_;
+  int64_t layers_, experts_;
+  histogram ttft_, itl_, e2e_, queue_;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
+  std::map<std::string, int64_t> finished_, rejected_;
+  serve_gauges gauges_;
+  std::vector<int64_t> activations_;
+};
+
+} // namespace tutti::serve

@@ -1,0 +1,293 @@
+#include "tutti/serve/completion_api.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace tutti::serve {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) {
+  // Tokens are bytes and may split a UTF-8 sequence: never throw on them.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+parsed_completion refuse(std::string param, std::string message,
+                         int status = 400) {
+  parsed_completion p;
+  p.http_status = status;
+  p.param = std::move(param);
+  p.message = std::move(message);
+  return p;
+}
+
+// Text to byte tokens; an empty optional-like status on a byte past the
+// vocabulary.
+bool encode(const std::string& text, int64_t vocab, std::vector<int32_t>& out,
+            std::string& why) {
+  for (unsigned char c : text) {
+    if (c >= vocab) {
+      why = "byte " + std::to_string(int(c))
+            + " is outside the model's vocabulary of " + std::to_string(vocab)
+            + " tokens (send token ids instead)";
+      return false;
+    }
+    out.push_back(c);
+  }
+  return true;
+}
+
+json logprobs_json(const std::vector<sampled_token>& tokens,
+                   int64_t text_offset) {
+  json j;
+  j["tokens"] = json::array();
+  j["token_logprobs"] = json::array();
+  j["top_logprobs"] = json::array();
+  j["text_offset"] = json::array();
+  int64_t offset = text_offset;
+  for (const auto& t : tokens) {
+    const auto text = token_text(t.token);
+    j["tokens"].push_back(text);
+    j["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top)
+      top[token_text(tok)] = lp;
+    j["top_logprobs"].push_back(top);
+    j["text_offset"].push_back(offset);
+    offset += static_cast<int64_t>(text.size());
+  }
+  return j;
+}
+
+json finish_json(finish_reason f) {
+  if (f == finish_reason::none)
+    return nullptr;
+  return finish_reason_name(f);
+}
+
+} // namespace
+
+std::string token_text(int32_t token) {
+  if (token >= 0 && token < 256)
+    return std::string(1, static_cast<char>(token));
+  return "<|" + std::to_string(token) + "|>";
+}
+
+std::string error_body(const std::string& message, const std::string& type,
+                       const std::string& param, const std::string& code) {
+  json e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? json(nullptr) : json(param);
+  e["code"] = code.empty() ? json(nullptr) : json(code);
+  return dump(json{{"error", e}});
+}
+
+parsed_completion parse_completion(const std::string& body,
+                                   const served_model& model,
+                                   uint64_t random_seed) {
+  const auto j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return refuse("", "the body must be a JSON object");
+  const auto& s = model.shape;
+  auto r = std::make_unique<request>();
+  completion_options o;
+
+  if (j.contains("model")) {
+    if (!j["model"].is_string())
+      return refuse("model", "model must be a string");
+    o.model = j["model"].get<std::string>();
+    if (o.model != model.name)
+      return refuse("model",
+                    "the model '" + o.model
+                      + "' does not exist; this server serves '" + model.name
+                      + "'",
+                    404);
+  } else {
+    o.model = model.name;
+  }
+
+  // prompt: text, token ids, or a list of exactly one of them.
+  if (!j.contains("prompt"))
+    return refuse("prompt", "prompt is required");
+  json prompt = j["prompt"];
+  if (prompt.is_array() && prompt.size() == 1
+      && (prompt[0].is_string() || prompt[0].is_array()))
+    prompt = prompt[0];
+  std::string why;
+  if (prompt.is_string()) {
+    if (!encode(prompt.get<std::string>(), s.vocab, r->prompt, why))
+      return refuse("prompt", why);
+  } else if (prompt.is_array()) {
+    for (const auto& t : prompt) {
+      if (!t.is_number_integer())
+        return refuse("prompt", "prompt must be a string or a list of token "
+                                "ids (one prompt per request)");
+      const auto id = t.get<int64_t>();
+      if (id < 0 || id >= s.vocab)
+        return refuse("prompt", "token id " + std::to_string(id)
+                                  + " is outside the vocabulary of "
+                                  + std::to_string(s.vocab));
+      r->prompt.push_back(static_cast<int32_t>(id));
+    }
+  } else {
+    return refuse("prompt", "prompt must be a string or a list of token ids");
+  }
+  if (r->prompt.empty())
+    return refuse("prompt", "prompt is empty");
+
+  auto integer = [&](const char* key, int64_t lo, int64_t hi,
+                     int64_t& out) -> bool {
+    if (!j.contains(key) || j[key].is_null())
+      return true;
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo
+        || j[key].get<int64_t>() > hi) {
+      why = std::string(key) + " must be an integer in [" + std::to_string(lo)
+            + ", " + std::to_string(hi) + "]";
+      return false;
+    }
+    out = j[key].get<int64_t>();
+    return true;
+  };
+  auto number = [&](const char* key, double lo, double hi, bool open_lo,
+                    double& out) -> bool {
+    if (!j.contains(key) || j[key].is_null())
+      return true;
+    const bool ok = j[key].is_number()
+                    && (open_lo ? j[key].get<double>() > lo
+                                : j[key].get<double>() >= lo)
+                    && j[key].get<double>() <= hi;
+    if (!ok) {
+      why = std::string(key) + " must be a number in " + (open_lo ? "(" : "[")
+            + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+      return false;
+    }
+    out = j[key].get<double>();
+    return true;
+  };
+  auto flag = [&](const char* key, bool& out) -> bool {
+    if (!j.contains(key) || j[key].is_null())
+      return true;
+    if (!j[key].is_boolean()) {
+      why = std::string(key) + " must be true or false";
+      return false;
+    }
+    out = j[key].get<bool>();
+    return true;
+  };
+
+  r->max_tokens = 16; // OpenAI's default
+  int64_t n = 1, top_k = -1, logprobs = -1, seed = -1;
+  bool echo = false;
+  auto& p = r->sampling;
+  if (!integer("max_tokens", 1, INT32_MAX, r->max_tokens))
+    return refuse("max_tokens", why);
+  if (!number("temperature", 0, 2, false, p.temperature))
+    return refuse("temperature", why);
+  if (!number("top_p", 0, 1, true, p.top_p))
+    return refuse("top_p", why);
+  if (!integer("top_k", -1, INT32_MAX, top_k))
+    return refuse("top_k", why);
+  p.top_k = top_k > 0 ? top_k : 0;
+  if (!integer("seed", INT64_MIN, INT64_MAX, seed))
+    return refuse("seed", why);
+  p.seed = j.contains("seed") && !j["seed"].is_null()
+             ? static_cast<uint64_t>(seed)
+             : random_seed;
+  if (!integer("logprobs", 0, 5, logprobs))
+    return refuse("logprobs", why);
+  o.logprobs = logprobs >= 0;
+  p.logprobs = logprobs;
+  if (!flag("stream", o.stream))
+    return refuse("stream", why);
+  if (!integer("n", 1, 1, n))
+    return refuse("n", "n must be 1 (one completion per request)");
+  if (!flag("echo", echo) || echo)
+    return refuse("echo", "echo is not supported");
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    json stop = j["stop"];
+    if (stop.is_string())
+      stop = json::array({stop});
+    if (!stop.is_array() || stop.size() > 4)
+      return refuse("stop", "stop must be a string or a list of up to 4");
+    for (const auto& s1 : stop) {
+      if (!s1.is_string() || s1.get<std::string>().empty())
+        return refuse("stop", "each stop sequence must be a non-empty string");
+      std::vector<int32_t> seq;
+      for (unsigned char c : s1.get<std::string>())
+        seq.push_back(c);
+      r->stop.push_back(std::move(seq));
+    }
+  }
+  parsed_completion out;
+  out.req = std::move(r);
+  out.options = o;
+  return out;
+}
+
+std::string completion_body(const std::string& id, const std::string& model,
+                            int64_t created, const completion_result& r,
+                            const completion_options& o) {
+  std::string text;
+  json ids = json::array();
+  for (const auto& t : r.tokens) {
+    text += token_text(t.token);
+    ids.push_back(t.token);
+  }
+  json choice;
+  choice["index"] = 0;
+  choice["text"] = text;
+  choice["token_ids"] = ids;
+  choice["logprobs"] = o.logprobs ? logprobs_json(r.tokens, 0) : json(nullptr);
+  choice["finish_reason"] = finish_json(r.finish);
+  json j;
+  j["id"] = id;
+  j["object"] = "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  j["choices"] = json::array({choice});
+  const auto completion = static_cast<int64_t>(r.tokens.size());
+  j["usage"] = {{"prompt_tokens", r.prompt_tokens},
+                {"completion_tokens", completion},
+                {"total_tokens", r.prompt_tokens + completion}};
+  return dump(j);
+}
+
+std::string stream_chunk(const std::string& id, const std::string& model,
+                         int64_t created, const std::vector<sampled_token>& t,
+                         int64_t text_offset, finish_reason finish,
+                         const completion_options& o) {
+  std::string text;
+  json ids = json::array();
+  for (const auto& x : t) {
+    text += token_text(x.token);
+    ids.push_back(x.token);
+  }
+  json choice;
+  choice["index"] = 0;
+  choice["text"] = text;
+  choice["token_ids"] = ids;
+  choice["logprobs"] = o.logprobs ? logprobs_json(t, text_offset)
+                                  : json(nullptr);
+  choice["finish_reason"] = finish_json(finish);
+  json j;
+  j["id"] = id;
+  j["object"] = "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  j["choices"] = json::array({choice});
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string models_body(const served_model& model, int64_t created) {
+  json m;
+  m["id"] = model.name;
+  m["object"] = "model";
+  m["created"] = created;
+  m["owned_by"] = "tutti";
+  m["max_model_len"] = model.shape.max_positions;
+  return dump(json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+} // namespace tutti::serve

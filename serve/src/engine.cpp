@@ -1,0 +1,206 @@
+#include "tutti/serve/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tutti/kernels/ops.hpp"
+#include "tutti/serve/invariant_ops.hpp"
+
+namespace tutti::serve {
+
+namespace k = tutti::kernels;
+
+engine::engine(const served_model& model, kv_cache& cache)
+  : model_(model), cache_(cache),
+    activations_(model.shape.layers * model.shape.experts, 0) {}
+
+status engine::forward(const std::vector<seq_chunk>& batch,
+                       std::vector<float>& logits) {
+  const auto& s = model_.shape;
+  const int64_t D = s.hidden;
+  ids_.clear();
+  pos_.clear();
+  for (const auto& c : batch) {
+    if (c.count <= 0)
+      return status::error("engine: empty chunk");
+    if (c.start + c.count > s.max_positions)
+      return status::error(
+        "engine: position " + std::to_string(c.start + c.count - 1)
+        + " past max_position_embeddings " + std::to_string(s.max_positions));
+    if (!c.blocks
+        || static_cast<int64_t>(c.blocks->size())
+             < cache_.blocks_for_tokens(c.start + c.count))
+      return status::error("engine: block table too short");
+    for (int64_t i = 0; i < c.count; ++i) {
+      if (c.tokens[i] < 0 || c.tokens[i] >= s.vocab)
+        return status::error("engine: token " + std::to_string(c.tokens[i])
+                             + " outside the vocabulary");
+      ids_.push_back(c.tokens[i]);
+      pos_.push_back(c.start + i);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(ids_.size());
+  const auto cpu = k::cpu_stream();
+  x_.resize(rows * D);
+  xn_.resize(rows * D);
+  rstd_.resize(rows);
+  k::embedding_forward(cpu, ids_.data(), model_.embed.data(), x_.data(), rows,
+                       D);
+  const float eps = static_cast<float>(s.rms_norm_eps);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const auto& w = model_.layers[l];
+    k::rmsnorm_forward(cpu, x_.data(), w.input_norm.data(), xn_.data(),
+                       rstd_.data(), rows, D, eps);
+    attention(l, batch);
+    k::rmsnorm_forward(cpu, x_.data(), w.post_norm.data(), xn_.data(),
+                       rstd_.data(), rows, D, eps);
+    moe(l, rows);
+  }
+  // Final norm and LM head on the rows whose logits are wanted.
+  std::vector<int64_t> wanted;
+  int64_t row = 0;
+  for (const auto& c : batch) {
+    if (c.want == seq_chunk::logits::all)
+      for (int64_t i = 0; i < c.count; ++i)
+        wanted.push_back(row + i);
+    else if (c.want == seq_chunk::logits::last)
+      wanted.push_back(row + c.count - 1);
+    row += c.count;
+  }
+  const int64_t n = static_cast<int64_t>(wanted.size());
+  tmp_.resize(n * D);
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(x_.data() + wanted[i] * D, D, tmp_.data() + i * D);
+  xn_.resize(std::max<int64_t>(n, rows) * D);
+  k::rmsnorm_forward(cpu, tmp_.data(), model_.final_norm.data(), xn_.data(),
+                     rstd_.data(), n, D, eps);
+  logits.resize(n * s.vocab);
+  invariant_linear(xn_.data(), model_.lm_head.data(), logits.data(), n, D,
+                   s.vocab);
+  return {};
+}
+
+// x += o_proj(attention(rope(q), cache keys, cache values)) on xn_.
+void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
+  const auto& s = model_.shape;
+  const auto& w = model_.layers[l];
+  const int64_t rows = static_cast<int64_t>(ids_.size()), D = s.hidden;
+  const int64_t hd = s.head_dim, hq = s.q_heads, hkv = s.kv_heads;
+  const int64_t group = hq / hkv;
+  q_.resize(rows * hq * hd);
+  k_.resize(rows * hkv * hd);
+  v_.resize(rows * hkv * hd);
+  attn_.resize(rows * hq * hd);
+  tmp_.resize(rows * D);
+  invariant_linear(xn_.data(), w.q.data(), q_.data(), rows, D, hq * hd);
+  invariant_linear(xn_.data(), w.k.data(), k_.data(), rows, D, hkv * hd);
+  invariant_linear(xn_.data(), w.v.data(), v_.data(), rows, D, hkv * hd);
+  rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
+  rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
+
+  const int64_t bt = cache_.geometry().block_tokens;
+  // Keys and values of the new rows go in first: a row attends to the
+  // earlier rows of its own chunk through the cache, like a decode step.
+  int64_t row = 0;
+  for (const auto& c : batch) {
+    for (int64_t i = 0; i < c.count; ++i) {
+      const int64_t p = c.start + i;
+      const int32_t block = (*c.blocks)[p / bt];
+      std::copy_n(k_.data() + (row + i) * hkv * hd, hkv * hd,
+                  cache_.key(block, l, p % bt));
+      std::copy_n(v_.data() + (row + i) * hkv * hd, hkv * hd,
+                  cache_.value(block, l, p % bt));
+    }
+    row += c.count;
+  }
+  const double scale = 1.0 / std::sqrt(double(hd));
+  std::vector<double> out(hd);
+  row = 0;
+  for (const auto& c : batch) {
+    for (int64_t i = 0; i < c.count; ++i) {
+      const int64_t p = c.start + i, r = row + i;
+      scores_.resize(p + 1);
+      for (int64_t h = 0; h < hq; ++h) {
+        const float* qh = q_.data() + (r * hq + h) * hd;
+        const int64_t g = h / group;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= p; ++j) {
+          const float* kj = cache_.key((*c.blocks)[j / bt], l, j % bt) + g * hd;
+          scores_[j] = static_cast<float>(invariant_dot(qh, kj, hd) * scale);
+          mx = std::max(mx, double(scores_[j]));
+        }
+        double sum = 0.0;
+        std::fill(out.begin(), out.end(), 0.0);
+        for (int64_t j = 0; j <= p; ++j) {
+          const double e = std::exp(double(scores_[j]) - mx);
+          sum += e;
+          const float* vj = cache_.value((*c.blocks)[j / bt], l, j % bt)
+                            + g * hd;
+          for (int64_t d = 0; d < hd; ++d)
+            out[d] += e * double(vj[d]);
+        }
+        float* o = attn_.data() + (r * hq + h) * hd;
+        for (int64_t d = 0; d < hd; ++d)
+          o[d] = static_cast<float>(out[d] / sum);
+      }
+    }
+    row += c.count;
+  }
+  invariant_linear(attn_.data(), w.o.data(), tmp_.data(), rows, hq * hd, D);
+  for (int64_t i = 0; i < rows * D; ++i)
+    x_[i] += tmp_[i];
+}
+
+// x += sum over the chosen experts of gate * SwiGLU expert(xn_).
+void engine::moe(int64_t l, int64_t rows) {
+  const auto& s = model_.shape;
+  const auto& w = model_.layers[l];
+  const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
+  const int64_t K = s.top_k;
+  const auto cpu = k::cpu_stream();
+  router_.resize(rows * E);
+  topk_.resize(rows * K);
+  gate_.resize(rows * K);
+  invariant_linear(xn_.data(), w.router.data(), router_.data(), rows, D, E);
+  k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
+                                topk_.data(), gate_.data(), nullptr, rows, E, K,
+                                static_cast<float>(s.router_temperature));
+  // Each expert's rows in token order, through its SwiGLU FFN; outputs kept
+  // per (token, slot) and summed per token in slot order.
+  moe_out_.assign(rows * K * D, 0.0f);
+  std::vector<int64_t> slots;
+  for (int64_t e = 0; e < E; ++e) {
+    slots.clear();
+    for (int64_t t = 0; t < rows * K; ++t)
+      if (topk_[t] == e)
+        slots.push_back(t);
+    const int64_t m = static_cast<int64_t>(slots.size());
+    activations_[l * E + e] += m;
+    if (m == 0)
+      continue;
+    xe_.resize(m * D);
+    a_.resize(m * F);
+    b_.resize(m * F);
+    h_.resize(m * F);
+    ye_.resize(m * D);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(xn_.data() + (slots[i] / K) * D, D, xe_.data() + i * D);
+    invariant_linear(xe_.data(), w.w1.data() + e * F * D, a_.data(), m, D, F);
+    invariant_linear(xe_.data(), w.w3.data() + e * F * D, b_.data(), m, D, F);
+    k::swiglu_forward<float>(cpu, a_.data(), b_.data(), h_.data(), m * F);
+    invariant_linear(h_.data(), w.w2.data() + e * D * F, ye_.data(), m, F, D);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(ye_.data() + i * D, D, moe_out_.data() + slots[i] * D);
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    float* xt = x_.data() + t * D;
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j)
+        acc += gate_[t * K + j] * moe_out_[(t * K + j) * D + d];
+      xt[d] += acc;
+    }
+  }
+}
+
+} // namespace tutti::serve

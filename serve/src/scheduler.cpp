@@ -1,0 +1,243 @@
+#include "tutti/serve/scheduler.hpp"
+
+#include <algorithm>
+
+#include "tutti/serve/serve_metrics.hpp"
+
+namespace tutti::serve {
+
+const char* finish_reason_name(finish_reason r) {
+  switch (r) {
+  case finish_reason::none:
+    return "none";
+  case finish_reason::length:
+    return "length";
+  case finish_reason::stop:
+    return "stop";
+  case finish_reason::cancelled:
+    return "cancelled";
+  case finish_reason::timeout:
+    return "timeout";
+  case finish_reason::error:
+    return "error";
+  }
+  return "none";
+}
+
+scheduler::scheduler(engine& e, kv_cache& cache, const batch_limits& limits,
+                     serve_metrics* metrics)
+  : engine_(e), cache_(cache), limits_(limits), metrics_(metrics) {}
+
+void scheduler::add(std::unique_ptr<request> r) {
+  r->tokens = r->prompt;
+  waiting_.push_back(std::move(r));
+}
+
+std::vector<std::pair<uint64_t, clock::time_point>> scheduler::deadlines()
+  const {
+  std::vector<std::pair<uint64_t, clock::time_point>> out;
+  for (const auto& r : running_)
+    out.emplace_back(r->id, r->deadline);
+  for (const auto& r : waiting_)
+    out.emplace_back(r->id, r->deadline);
+  return out;
+}
+
+void scheduler::end(std::unique_ptr<request> r, finish_reason why,
+                    const std::string& error) {
+  cache_.release(r->blocks);
+  request_event ev;
+  // Whatever was held back for a possible stop sequence goes out (a
+  // matched stop sequence is already cut off).
+  if (why != finish_reason::cancelled)
+    for (int64_t i = r->released; i < static_cast<int64_t>(r->generated.size());
+         ++i)
+      ev.tokens.push_back(r->generated[i]);
+  ev.finish = why;
+  ev.error = error;
+  if (metrics_)
+    metrics_->finished(*r, why, clock::now());
+  if (r->sink)
+    r->sink(std::move(ev));
+}
+
+bool scheduler::finish(uint64_t id, finish_reason why,
+                       const std::string& error) {
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if ((*it)->id == id) {
+      auto r = std::move(*it);
+      running_.erase(it);
+      end(std::move(r), why, error);
+      return true;
+    }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if ((*it)->id == id) {
+      auto r = std::move(*it);
+      waiting_.erase(it);
+      end(std::move(r), why, error);
+      return true;
+    }
+  return false;
+}
+
+void scheduler::preempt(request* victim, std::vector<planned>& plan,
+                        int64_t& budget) {
+  for (auto it = plan.begin(); it != plan.end(); ++it)
+    if (it->r == victim) {
+      budget += it->n;
+      plan.erase(it);
+      break;
+    }
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& p) { return p.get() == victim; });
+  auto r = std::move(*it);
+  running_.erase(it);
+  cache_.release(r->blocks);
+  r->computed = 0;
+  ++r->preemptions;
+  ++preemptions_;
+  if (metrics_)
+    metrics_->preempted();
+  waiting_.push_front(std::move(r));
+}
+
+// Blocks for r's next n positions, preempting the newest running requests
+// (r itself last) until they fit. False if r was preempted.
+bool scheduler::reserve_or_preempt(request* r, int64_t n,
+                                   std::vector<planned>& plan,
+                                   int64_t& budget) {
+  while (!cache_.reserve(r->blocks, r->computed + n)) {
+    request* newest = running_.back().get();
+    preempt(newest, plan, budget);
+    if (newest == r)
+      return false;
+  }
+  return true;
+}
+
+bool scheduler::take_token(request& r, const sampled_token& t) {
+  r.generated.push_back(t);
+  r.tokens.push_back(t.token);
+  const auto now = clock::now();
+  const bool first = r.generated.size() == 1;
+  if (metrics_)
+    metrics_->token(r, now, first);
+  if (first)
+    r.first_token_at = now;
+  r.last_token_at = now;
+  const int64_t n = static_cast<int64_t>(r.generated.size());
+  auto ends_with = [&](const std::vector<int32_t>& s, int64_t len) {
+    if (len > n)
+      return false;
+    for (int64_t i = 0; i < len; ++i)
+      if (r.generated[n - len + i].token != s[i])
+        return false;
+    return true;
+  };
+  for (const auto& s : r.stop)
+    if (!s.empty() && ends_with(s, static_cast<int64_t>(s.size()))) {
+      // The stop sequence itself is not part of the output.
+      r.generated.resize(n - s.size());
+      r.released = std::min<int64_t>(r.released, r.generated.size());
+      return true;
+    }
+  // Hold back a suffix that may still grow into a stop sequence.
+  int64_t hold = 0;
+  for (const auto& s : r.stop)
+    for (int64_t len = static_cast<int64_t>(s.size()) - 1; len > hold; --len)
+      if (ends_with(s, len)) {
+        hold = len;
+        break;
+      }
+  request_event ev;
+  for (int64_t i = r.released; i < n - hold; ++i)
+    ev.tokens.push_back(r.generated[i]);
+  r.released = std::max(r.released, n - hold);
+  if (!ev.tokens.empty() && r.sink)
+    r.sink(std::move(ev));
+  return n >= r.max_tokens
+         || static_cast<int64_t>(r.tokens.size())
+              >= engine_.model().shape.max_positions;
+}
+
+expected<bool> scheduler::step() {
+  std::vector<planned> plan;
+  int64_t budget = limits_.max_batch_tokens;
+  // Running requests: decodes first, then prefill chunks, oldest first.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      request* r = running_[i].get();
+      const int64_t need = static_cast<int64_t>(r->tokens.size()) - r->computed;
+      if ((pass == 0) != (need == 1))
+        continue;
+      if (std::any_of(plan.begin(), plan.end(),
+                      [&](const planned& p) { return p.r == r; }))
+        continue;
+      const int64_t n = std::min(need, budget);
+      if (!reserve_or_preempt(r, n, plan, budget))
+        break; // r was the newest; everything after it is gone too
+      plan.push_back({r, n});
+      budget -= n;
+    }
+  }
+  // Waiting requests join while there is room; they never preempt.
+  while (!waiting_.empty() && budget > 0
+         && static_cast<int64_t>(running_.size()) < limits_.max_sequences) {
+    request* r = waiting_.front().get();
+    const int64_t n = std::min<int64_t>(
+      static_cast<int64_t>(r->tokens.size()) - r->computed, budget);
+    if (!cache_.reserve(r->blocks, r->computed + n))
+      break;
+    if (!r->started && metrics_)
+      metrics_->started(*r, clock::now());
+    r->started = true;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    plan.push_back({r, n});
+    budget -= n;
+  }
+  if (plan.empty())
+    return !running_.empty() || !waiting_.empty();
+
+  chunks_.clear();
+  for (const auto& p : plan) {
+    seq_chunk c;
+    c.tokens = p.r->tokens.data() + p.r->computed;
+    c.count = p.n;
+    c.start = p.r->computed;
+    c.blocks = &p.r->blocks;
+    c.want = p.r->computed + p.n == static_cast<int64_t>(p.r->tokens.size())
+               ? seq_chunk::logits::last
+               : seq_chunk::logits::none;
+    chunks_.push_back(c);
+  }
+  if (auto s = engine_.forward(chunks_, logits_); !s.ok()) {
+    for (const auto& p : plan)
+      finish(p.r->id, finish_reason::error, s.message());
+    return s;
+  }
+  const int64_t vocab = engine_.model().shape.vocab;
+  int64_t row = 0;
+  std::vector<request*> done;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    request& r = *plan[i].r;
+    r.computed += plan[i].n;
+    if (chunks_[i].want != seq_chunk::logits::last)
+      continue;
+    const auto t = sample_token(logits_.data() + row * vocab, vocab, r.sampling,
+                                static_cast<int64_t>(r.generated.size()));
+    ++row;
+    if (take_token(r, t))
+      done.push_back(&r);
+  }
+  for (request* r : done) {
+    const bool stopped = static_cast<int64_t>(r->generated.size())
+                           < r->max_tokens
+                         && static_cast<int64_t>(r->tokens.size())
+                              < engine_.model().shape.max_positions;
+    finish(r->id, stopped ? finish_reason::stop : finish_reason::length);
+  }
+  return true;
+}
+
+} // namespace tutti::serve

@@ -1,0 +1,288 @@
+#include "tutti/serve/serve_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace tutti::serve {
+
+namespace {
+
+status refuse(const std::string& key, const std::string& why) {
+  return status::error(key + ": " + why);
+}
+
+// Keys of `map` must be among `known`; `prefix` names the mapping.
+status check_keys(const YAML::Node& map, const std::string& prefix,
+                  const std::set<std::string>& known) {
+  if (!map.IsMap())
+    return refuse(prefix.empty() ? "config"
+                                 : prefix.substr(0, prefix.size() - 1),
+                  "must be a mapping");
+  std::set<std::string> seen;
+  for (const auto& kv : map) {
+    const auto key = kv.first.Scalar();
+    if (!seen.insert(key).second)
+      return refuse(prefix + key, "duplicate key");
+    if (!known.count(key))
+      return refuse(prefix + key, "unknown key");
+  }
+  return {};
+}
+
+status read_int(const YAML::Node& map, const std::string& prefix,
+                const char* key, int64_t& out, int64_t min) {
+  if (!map[key])
+    return {};
+  const auto& v = map[key];
+  const auto text = v.IsScalar() ? v.Scalar() : std::string();
+  int64_t value = 0;
+  size_t used = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size())
+    return refuse(prefix + key, "must be a whole number, got '" + text + "'");
+  if (value < min)
+    return refuse(prefix + key, "must be >= " + std::to_string(min));
+  out = value;
+  return {};
+}
+
+// Bytes as a whole number or with a KiB/MiB/GiB suffix.
+status read_bytes(const YAML::Node& map, const std::string& prefix,
+                  const char* key, int64_t& out) {
+  if (!map[key])
+    return {};
+  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  const auto unit = used ? text.substr(used) : std::string("?");
+  int64_t scale = 0;
+  if (unit.empty())
+    scale = 1;
+  else if (unit == "KiB")
+    scale = 1ll << 10;
+  else if (unit == "MiB")
+    scale = 1ll << 20;
+  else if (unit == "GiB")
+    scale = 1ll << 30;
+  if (!scale || value <= 0)
+    return refuse(prefix + key,
+                  "must be a positive byte count (e.g. 67108864 or 64MiB), "
+                  "got '"
+                    + text + "'");
+  out = value * scale;
+  return {};
+}
+
+status read_double(const YAML::Node& map, const std::string& prefix,
+                   const char* key, double& out) {
+  if (!map[key])
+    return {};
+  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || !(value > 0))
+    return refuse(prefix + key,
+                  "must be a positive number, got '" + text + "'");
+  out = value;
+  return {};
+}
+
+status read_string(const YAML::Node& map, const std::string& prefix,
+                   const char* key, std::string& out) {
+  if (!map[key])
+    return {};
+  if (!map[key].IsScalar() || map[key].Scalar().empty())
+    return refuse(prefix + key, "must be a non-empty string");
+  out = map[key].Scalar();
+  return {};
+}
+
+status read_bool(const YAML::Node& map, const std::string& prefix,
+                 const char* key, bool& out) {
+  if (!map[key])
+    return {};
+  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
+  if (text == "true")
+    out = true;
+  else if (text == "false")
+    out = false;
+  else
+    return refuse(prefix + key, "must be true or false, got '" + text + "'");
+  return {};
+}
+
+// The `serve` keys, in `serve:` or in a manifest's `spec.serve:`.
+status read_serve_section(const YAML::Node& s, const std::string& prefix,
+                          serve_config& c) {
+  TUTTI_RETURN_IF_ERROR(check_keys(
+    s, prefix,
+    {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
+     "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
+     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads"}));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
+  std::string listen;
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "listen", listen));
+  if (!listen.empty())
+    if (auto st = parse_listen_address(listen, c.host, c.port); !st.ok())
+      return refuse(prefix + "listen", st.message());
+  auto& l = c.limits;
+  TUTTI_RETURN_IF_ERROR(
+    read_int(s, prefix, "max_batch_tokens", l.batch.max_batch_tokens, 1));
+  TUTTI_RETURN_IF_ERROR(
+    read_int(s, prefix, "max_sequences", l.batch.max_sequences, 1));
+  TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "max_queue", l.max_queue, 1));
+  TUTTI_RETURN_IF_ERROR(
+    read_int(s, prefix, "max_prompt_tokens", l.max_prompt_tokens, 0));
+  TUTTI_RETURN_IF_ERROR(
+    read_int(s, prefix, "max_output_tokens", l.max_output_tokens, 0));
+  TUTTI_RETURN_IF_ERROR(
+    read_double(s, prefix, "request_timeout_s", l.request_timeout_s));
+  TUTTI_RETURN_IF_ERROR(
+    read_bytes(s, prefix, "kv_cache_bytes", l.kv_cache_bytes));
+  TUTTI_RETURN_IF_ERROR(
+    read_int(s, prefix, "kv_block_tokens", l.kv_block_tokens, 1));
+  TUTTI_RETURN_IF_ERROR(
+    read_bytes(s, prefix, "max_body_bytes", c.max_body_bytes));
+  TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "http_threads", c.http_threads, 0));
+  return {};
+}
+
+status read_manifest(const YAML::Node& root, serve_config& c) {
+  TUTTI_RETURN_IF_ERROR(
+    check_keys(root, "", {"apiVersion", "kind", "metadata", "spec"}));
+  std::string api, kind;
+  TUTTI_RETURN_IF_ERROR(read_string(root, "", "apiVersion", api));
+  TUTTI_RETURN_IF_ERROR(read_string(root, "", "kind", kind));
+  if (api.empty())
+    return refuse("apiVersion", "missing");
+  if (kind != "InferenceService")
+    return refuse("kind", "must be InferenceService, got '" + kind + "'");
+  c.from_manifest = true;
+  if (root["metadata"]) {
+    TUTTI_RETURN_IF_ERROR(
+      check_keys(root["metadata"], "metadata.",
+                 {"name", "labels", "namespace", "annotations"}));
+    TUTTI_RETURN_IF_ERROR(
+      read_string(root["metadata"], "metadata.", "name", c.model_name));
+  }
+  if (!root["spec"])
+    return refuse("spec", "missing");
+  const auto spec = root["spec"];
+  TUTTI_RETURN_IF_ERROR(
+    check_keys(spec, "spec.", {"parallelism", "deployment", "serve"}));
+  if (const auto p = spec["parallelism"]) {
+    const std::string pre = "spec.parallelism.";
+    TUTTI_RETURN_IF_ERROR(
+      check_keys(p, pre, {"type", "num_gpus_per_node", "num_nodes"}));
+    TUTTI_RETURN_IF_ERROR(read_string(p, pre, "type", c.parallelism));
+    if (c.parallelism != "expert_parallel")
+      return refuse(pre + "type", "only expert_parallel is supported, got '"
+                                    + c.parallelism + "'");
+    TUTTI_RETURN_IF_ERROR(
+      read_int(p, pre, "num_gpus_per_node", c.num_gpus_per_node, 1));
+    TUTTI_RETURN_IF_ERROR(read_int(p, pre, "num_nodes", c.num_nodes, 1));
+  }
+  if (const auto d = spec["deployment"]) {
+    const std::string pre = "spec.deployment.";
+    TUTTI_RETURN_IF_ERROR(check_keys(d, pre, {"rack_awareness", "network"}));
+    TUTTI_RETURN_IF_ERROR(
+      read_bool(d, pre, "rack_awareness", c.rack_awareness));
+    if (const auto n = d["network"]) {
+      const std::string npre = pre + "network.";
+      TUTTI_RETURN_IF_ERROR(
+        check_keys(n, npre, {"intra_rack_backend", "inter_rack_backend"}));
+      TUTTI_RETURN_IF_ERROR(
+        read_string(n, npre, "intra_rack_backend", c.intra_rack_backend));
+      TUTTI_RETURN_IF_ERROR(
+        read_string(n, npre, "inter_rack_backend", c.inter_rack_backend));
+    }
+  }
+  if (spec["serve"])
+    TUTTI_RETURN_IF_ERROR(read_serve_section(spec["serve"], "spec.serve.", c));
+  return {};
+}
+
+} // namespace
+
+status parse_listen_address(const std::string& text, std::string& host,
+                            uint16_t& port) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return status::error("must be HOST:PORT, got '" + text + "'");
+  const auto p = text.substr(colon + 1);
+  if (p.empty() || p.size() > 5
+      || p.find_first_not_of("0123456789") != std::string::npos
+      || std::stoi(p) > 65535)
+    return status::error("port must be 0..65535, got '" + p + "'");
+  host = text.substr(0, colon);
+  port = static_cast<uint16_t>(std::stoi(p));
+  return {};
+}
+
+expected<serve_config> parse_serve_config(const std::string& text,
+                                          const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return status::error(source + ": not YAML (line "
+                         + std::to_string(e.mark.line + 1) + ")");
+  }
+  serve_config c;
+  status st;
+  try {
+    if (!root.IsMap())
+      return status::error(source + ": must be a mapping");
+    if (root["kind"] || root["apiVersion"])
+      st = read_manifest(root, c);
+    else {
+      st = check_keys(root, "", {"serve"});
+      if (st.ok() && root["serve"])
+        st = read_serve_section(root["serve"], "serve.", c);
+    }
+  } catch (const YAML::Exception& e) {
+    st = status::error("line " + std::to_string(e.mark.line + 1) + ": "
+                       + e.msg);
+  }
+  if (!st.ok())
+    return status::error(source + ": " + st.message());
+  if (c.model.empty())
+    return status::error(
+      source + ": " + (c.from_manifest ? "spec.serve.model" : "serve.model")
+      + ": missing (the model directory to serve)");
+  return c;
+}
+
+expected<serve_config> load_serve_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return status::error(path + ": a directory, not a config file");
+  std::ifstream in(path);
+  if (!in)
+    return status::error(path + ": cannot be read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse_serve_config(s.str(), path);
+}
+
+} // namespace tutti::serve

@@ -1,0 +1,160 @@
+#include "tutti/serve/serve_metrics.hpp"
+
+#include "tutti/observability/prometheus_text.hpp"
+
+namespace tutti::serve {
+
+namespace {
+
+double seconds(clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::vector<double> latency_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+          0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+}
+
+} // namespace
+
+histogram::histogram(std::vector<double> upper_bounds)
+  : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i])
+    ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void histogram::render(std::string& out, const std::string& name,
+                       const std::string& help) const {
+  using observability::format_sample_value;
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? format_sample_value(bounds_[i])
+                                              : "+Inf";
+    out += name + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative)
+           + "\n";
+  }
+  out += name + "_sum " + format_sample_value(sum_) + "\n";
+  out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+serve_metrics::serve_metrics(int64_t layers, int64_t experts)
+  : layers_(layers), experts_(experts), ttft_(latency_buckets()),
+    itl_(latency_buckets()), e2e_(latency_buckets()), queue_(latency_buckets()),
+    activations_(layers * experts, 0) {}
+
+void serve_metrics::started(const request& r, clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  queue_.observe(seconds(now - r.arrival));
+  prompt_tokens_ += static_cast<int64_t>(r.prompt.size());
+}
+
+void serve_metrics::token(const request& r, clock::time_point now, bool first) {
+  std::lock_guard lock(mutex_);
+  ++generation_tokens_;
+  if (first)
+    ttft_.observe(seconds(now - r.arrival));
+  else
+    itl_.observe(seconds(now - r.last_token_at));
+}
+
+void serve_metrics::finished(const request& r, finish_reason why,
+                             clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  e2e_.observe(seconds(now - r.arrival));
+  ++finished_[finish_reason_name(why)];
+}
+
+void serve_metrics::rejected(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  ++rejected_[why];
+}
+
+void serve_metrics::preempted() {
+  std::lock_guard lock(mutex_);
+  ++preemptions_;
+}
+
+void serve_metrics::set_gauges(const serve_gauges& g,
+                               const std::vector<int64_t>& activations) {
+  std::lock_guard lock(mutex_);
+  gauges_ = g;
+  activations_ = activations;
+}
+
+serve_gauges serve_metrics::gauges() const {
+  std::lock_guard lock(mutex_);
+  return gauges_;
+}
+
+std::string serve_metrics::render(const std::string& model) const {
+  std::lock_guard lock(mutex_);
+  observability::prometheus_text t;
+  const observability::label_list m = {{"model", model}};
+  t.family("tutti_serve_requests_running", "gauge",
+           "requests in the running batch");
+  t.sample("tutti_serve_requests_running", m, double(gauges_.running));
+  t.family("tutti_serve_requests_waiting", "gauge",
+           "requests queued or preempted, waiting to run");
+  t.sample("tutti_serve_requests_waiting", m, double(gauges_.waiting));
+  t.family("tutti_serve_kv_cache_usage_ratio", "gauge",
+           "fraction of KV cache blocks in use");
+  t.sample("tutti_serve_kv_cache_usage_ratio", m,
+           gauges_.kv_total_blocks
+             ? double(gauges_.kv_used_blocks) / double(gauges_.kv_total_blocks)
+             : 0.0);
+  t.family("tutti_serve_kv_cache_blocks_used", "gauge",
+           "KV cache blocks held by requests");
+  t.sample("tutti_serve_kv_cache_blocks_used", m,
+           double(gauges_.kv_used_blocks));
+  t.family("tutti_serve_kv_cache_blocks", "gauge", "KV cache blocks in all");
+  t.sample("tutti_serve_kv_cache_blocks", m, double(gauges_.kv_total_blocks));
+  t.family("tutti_serve_prompt_tokens_total", "counter",
+           "prompt tokens of the requests started");
+  t.sample("tutti_serve_prompt_tokens_total", m, double(prompt_tokens_));
+  t.family("tutti_serve_generation_tokens_total", "counter",
+           "tokens generated");
+  t.sample("tutti_serve_generation_tokens_total", m,
+           double(generation_tokens_));
+  t.family("tutti_serve_preemptions_total", "counter",
+           "requests preempted for KV cache blocks (recomputed later)");
+  t.sample("tutti_serve_preemptions_total", m, double(preemptions_));
+  t.family("tutti_serve_requests_finished_total", "counter",
+           "requests finished, by finish reason");
+  for (const auto& [why, n] : finished_)
+    t.sample("tutti_serve_requests_finished_total",
+             {{"model", model}, {"finish_reason", why}}, double(n));
+  t.family("tutti_serve_requests_rejected_total", "counter",
+           "requests refused before running, by reason");
+  for (const auto& [why, n] : rejected_)
+    t.sample("tutti_serve_requests_rejected_total",
+             {{"model", model}, {"reason", why}}, double(n));
+  t.family("tutti_serve_expert_tokens_total", "counter",
+           "tokens routed to each expert of each layer");
+  for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t e = 0; e < experts_; ++e)
+      t.sample("tutti_serve_expert_tokens_total",
+               {{"model", model},
+                {"layer", std::to_string(l)},
+                {"expert", std::to_string(e)}},
+               double(activations_[l * experts_ + e]));
+  std::string out = t.str();
+  ttft_.render(out, "tutti_serve_time_to_first_token_seconds",
+               "from arrival to the first generated token");
+  itl_.render(out, "tutti_serve_inter_token_latency_seconds",
+              "between consecutive generated tokens of a request");
+  e2e_.render(out, "tutti_serve_e2e_request_latency_seconds",
+              "from arrival to the end of the request");
+  queue_.render(out, "tutti_serve_queue_time_seconds",
+                "from arrival to the first step that ran it");
+  return out;
+}
+
+} // namespace tutti::serve

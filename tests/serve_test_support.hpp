@@ -1,0 +1,117 @@
+#pragma once
+// Shared by the serve tests: a randomly initialised Mixtral model (tutti's
+// own initialisation, with non-zero router biases so they matter), as a
+// name -> tensor map and written out as a `tutti export` directory.
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "tutti/config/job_config.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/serve/model.hpp"
+#include "tutti/store/safetensors.hpp"
+
+namespace tutti::testing {
+
+// The model part of a job config (train.seq_len = max_seq_len).
+inline job_config serve_test_config(int vocab, int hidden, int intermediate,
+                                    int layers, int heads, int kv_heads,
+                                    int experts, int top_k, int max_seq) {
+  std::ostringstream c;
+  c << "cluster_config:\n  world_size: 1\n  nnodes: 1\n  nproc_per_node: 1\n"
+       "  ep_size: 1\nmodel:\n  vocab_size: "
+    << vocab << "\n  hidden_size: " << hidden
+    << "\n  intermediate_size: " << intermediate
+    << "\n  num_hidden_layers: " << layers
+    << "\n  num_attention_heads: " << heads
+    << "\n  num_key_value_heads: " << kv_heads << "\n  max_seq_len: " << max_seq
+    << "\nmoe_config:\n  num_experts: " << experts
+    << "\n  router_top_k: " << top_k
+    << "\ntrain:\n  steps: 1\n  global_batch_size: 1\n  seq_len: " << max_seq
+    << "\n  seed: 7\ndata:\n  dir: unused\nrun:\n  dir: unused\n";
+  auto cfg = parse_job_config(c.str(), "serve test config");
+  REQUIRE(cfg.ok());
+  return cfg.value();
+}
+
+using tensor_map = std::map<std::string, std::vector<float>>;
+
+// Every tensor by its Hugging Face name, initialised from `seed`.
+inline tensor_map random_model_tensors(const job_config& cfg, uint64_t seed) {
+  tensor_map out;
+  auto dense = model::dense_layout(cfg.model, cfg.moe);
+  std::vector<float> values(dense.total());
+  model::init_params(dense, values.data(), seed, 0.1);
+  for (const auto& t : dense.tensors())
+    out[t.name].assign(values.begin() + t.offset,
+                       values.begin() + t.offset + t.numel);
+  const int64_t E = cfg.moe.num_experts;
+  auto experts = model::expert_layout(cfg.model, 0, E);
+  std::vector<float> ev(experts.total());
+  model::init_expert_params(experts, ev.data(), cfg.model, 0, E, seed, 0.1);
+  const auto& m = cfg.model;
+  const int64_t per = m.intermediate_size * m.hidden_size;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> bias(-0.05f, 0.05f);
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    const auto pre = "model.layers." + std::to_string(l) + ".block_sparse_moe.";
+    for (const char* w : {"w1", "w2", "w3"}) {
+      const auto off = experts.at(model::expert_block_name(l, w)).offset;
+      for (int64_t e = 0; e < E; ++e)
+        out[pre + "experts." + std::to_string(e) + "." + w + ".weight"].assign(
+          ev.begin() + off + e * per, ev.begin() + off + (e + 1) * per);
+    }
+    auto& b = out[pre + "gate.e_score_correction_bias"];
+    for (int64_t e = 0; e < E; ++e)
+      b.push_back(bias(rng));
+  }
+  return out;
+}
+
+// The Hugging Face shape of tensor `name` of cfg's model.
+inline std::vector<int64_t> hf_shape(const job_config& cfg,
+                                     const std::string& name) {
+  const auto& m = cfg.model;
+  if (name.find(".experts.") != std::string::npos)
+    return name.find(".w2.") != std::string::npos
+             ? std::vector<int64_t>{m.hidden_size, m.intermediate_size}
+             : std::vector<int64_t>{m.intermediate_size, m.hidden_size};
+  if (name.find("e_score_correction_bias") != std::string::npos)
+    return {cfg.moe.num_experts};
+  return model::dense_layout(cfg.model, cfg.moe).at(name).shape;
+}
+
+// config.json + model.safetensors, as `tutti export --format hf` writes.
+inline void write_export_dir(const std::filesystem::path& dir,
+                             const job_config& cfg, const tensor_map& t) {
+  const auto& m = cfg.model;
+  nlohmann::json j;
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.hidden_size;
+  j["intermediate_size"] = m.intermediate_size;
+  j["num_hidden_layers"] = m.num_hidden_layers;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_key_value_heads"] = m.num_key_value_heads;
+  j["head_dim"] = m.head_dim();
+  j["max_position_embeddings"] = m.max_seq_len;
+  j["rope_theta"] = m.rope_theta;
+  j["rms_norm_eps"] = m.rms_norm_eps;
+  j["num_local_experts"] = cfg.moe.num_experts;
+  j["num_experts_per_tok"] = cfg.moe.router_top_k;
+  std::filesystem::create_directories(dir);
+  write_text(dir / "config.json", j.dump(2));
+  std::vector<store::named_tensor> tensors;
+  for (const auto& [name, values] : t)
+    tensors.push_back({name, hf_shape(cfg, name), values});
+  REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
+}
+
+} // namespace tutti::testing

@@ -1,0 +1,227 @@
+// Continuous batching: a request's tokens and log-probabilities are the
+// same alone and among 31 others (greedy and seeded sampling, any arrival
+// order), with prompts prefilled in chunks, and when the KV cache runs out
+// and requests are preempted and recomputed. Stop sequences, cancellation
+// and timeouts free their blocks.
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "serve_test_support.hpp"
+#include "tutti/serve/scheduler.hpp"
+#include "tutti/serve/serve_metrics.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+
+namespace {
+
+struct outcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  serve::finish_reason finish = serve::finish_reason::none;
+  int64_t events = 0;
+};
+
+struct harness {
+  harness(const serve::served_model& m, int64_t blocks,
+          serve::batch_limits limits, int64_t block_tokens = 4)
+    : cache({m.shape.layers, m.shape.kv_heads, m.shape.head_dim, block_tokens},
+            blocks),
+      engine(m, cache), metrics(m.shape.layers, m.shape.experts),
+      sched(engine, cache, limits, &metrics) {}
+
+  // Queues a request; its events land in results[id].
+  void add(uint64_t id, std::vector<int32_t> prompt, int64_t max_tokens,
+           serve::sampling_params p,
+           std::vector<std::vector<int32_t>> stop = {}) {
+    auto r = std::make_unique<serve::request>();
+    r->id = id;
+    r->prompt = std::move(prompt);
+    r->max_tokens = max_tokens;
+    r->sampling = p;
+    r->stop = std::move(stop);
+    r->sink = [this, id](serve::request_event ev) {
+      auto& o = results[id];
+      ++o.events;
+      for (const auto& t : ev.tokens) {
+        o.tokens.push_back(t.token);
+        o.logprobs.push_back(t.logprob);
+      }
+      if (ev.finish != serve::finish_reason::none)
+        o.finish = ev.finish;
+    };
+    sched.add(std::move(r));
+  }
+
+  void run_to_end(int64_t max_steps = 100000) {
+    for (int64_t i = 0; i < max_steps; ++i) {
+      auto s = sched.step();
+      REQUIRE(s.ok());
+      if (!s.value())
+        return;
+    }
+    FAIL("scheduler did not finish");
+  }
+
+  serve::kv_cache cache;
+  serve::engine engine;
+  serve::serve_metrics metrics;
+  serve::scheduler sched;
+  std::map<uint64_t, outcome> results;
+};
+
+std::vector<int32_t> prompt_of(uint32_t seed, int64_t len, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out(len);
+  for (auto& t : out)
+    t = static_cast<int32_t>(rng() % vocab);
+  return out;
+}
+
+serve::served_model small_model(int64_t max_seq = 96) {
+  auto cfg = serve_test_config(64, 32, 48, 2, 4, 2, 4, 2,
+                               static_cast<int>(max_seq));
+  auto dir = scratch("serve_scheduler_model") / "export";
+  write_export_dir(dir, cfg, random_model_tensors(cfg, 21));
+  auto m = serve::load_model(dir);
+  REQUIRE(m.ok());
+  return std::move(m.value());
+}
+
+serve::sampling_params greedy() {
+  serve::sampling_params p;
+  p.temperature = 0;
+  return p;
+}
+
+serve::sampling_params seeded(uint64_t seed) {
+  serve::sampling_params p;
+  p.temperature = 0.9;
+  p.top_p = 0.95;
+  p.top_k = 40;
+  p.seed = seed;
+  return p;
+}
+
+// The request under test alone, then among 31 others that arrive before,
+// with and after it, with a batch budget that forces chunked prefill.
+void check_invariant(const serve::served_model& m, serve::sampling_params p) {
+  const auto prompt = prompt_of(1, 23, 64);
+  harness alone(m, 256, {64, 32});
+  alone.add(0, prompt, 24, p);
+  alone.run_to_end();
+  const auto& want = alone.results[0];
+  REQUIRE(want.tokens.size() == 24);
+  REQUIRE(want.finish == serve::finish_reason::length);
+
+  for (int order = 0; order < 2; ++order) {
+    harness crowd(m, 256, {48, 32});
+    std::mt19937 rng(100 + order);
+    uint64_t next = 1;
+    auto add_other = [&] {
+      auto pp = (next % 2) ? greedy() : seeded(next);
+      crowd.add(next, prompt_of(1000 + next, 3 + rng() % 40, 64),
+                1 + rng() % 30, pp);
+      ++next;
+    };
+    for (int i = 0; i < (order == 0 ? 10 : 30); ++i)
+      add_other();
+    // Let some of them get going, then the request joins a busy batch.
+    for (int s = 0; s < 3; ++s)
+      REQUIRE(crowd.sched.step().ok());
+    crowd.add(0, prompt, 24, p);
+    while (next < 32) {
+      REQUIRE(crowd.sched.step().ok());
+      add_other();
+    }
+    crowd.run_to_end();
+    CHECK(crowd.results.size() == 32);
+    const auto& got = crowd.results[0];
+    CHECK(got.tokens == want.tokens);
+    CHECK(got.logprobs == want.logprobs);
+    CHECK(crowd.cache.used_blocks() == 0);
+  }
+}
+
+} // namespace
+
+TEST_CASE("greedy decoding is the same alone and among 31 others", "[unit]") {
+  check_invariant(small_model(), greedy());
+}
+
+TEST_CASE("seeded sampling is the same alone and among 31 others", "[unit]") {
+  check_invariant(small_model(), seeded(4242));
+}
+
+TEST_CASE("preempted requests are recomputed to the same tokens", "[unit]") {
+  const auto m = small_model();
+  // 32 requests of up to 40 + 30 positions on a cache of 40 blocks of 4
+  // (160 positions): most must be preempted at some point.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<outcome> alone_out;
+  for (uint64_t i = 0; i < 32; ++i) {
+    prompts.push_back(prompt_of(500 + i, 10 + (i * 7) % 31, 64));
+    harness alone(m, 64, {64, 32});
+    alone.add(i, prompts[i], 30, i % 2 ? greedy() : seeded(i));
+    alone.run_to_end();
+    alone_out.push_back(alone.results[i]);
+  }
+  harness tight(m, 40, {64, 32});
+  for (uint64_t i = 0; i < 32; ++i)
+    tight.add(i, prompts[i], 30, i % 2 ? greedy() : seeded(i));
+  tight.run_to_end();
+  CHECK(tight.sched.preemptions() > 0);
+  for (uint64_t i = 0; i < 32; ++i) {
+    INFO("request " << i);
+    CHECK(tight.results[i].tokens == alone_out[i].tokens);
+    CHECK(tight.results[i].logprobs == alone_out[i].logprobs);
+    CHECK(tight.results[i].finish == serve::finish_reason::length);
+  }
+  CHECK(tight.cache.used_blocks() == 0);
+  CHECK(tight.metrics.render("m").find("tutti_serve_preemptions_total")
+        != std::string::npos);
+}
+
+TEST_CASE("a stop sequence ends the request and is not part of the output",
+          "[unit]") {
+  const auto m = small_model();
+  const auto prompt = prompt_of(9, 12, 64);
+  harness free_run(m, 64, {64, 8});
+  free_run.add(0, prompt, 20, greedy());
+  free_run.run_to_end();
+  const auto full = free_run.results[0].tokens;
+  REQUIRE(full.size() == 20);
+  // Stop at the first place where the pair (full[i], full[i+1]) occurs.
+  const std::vector<int32_t> stop = {full[6], full[7]};
+  size_t first = 0;
+  while (!(full[first] == stop[0] && full[first + 1] == stop[1]))
+    ++first;
+  harness stopped(m, 64, {64, 8});
+  stopped.add(0, prompt, 20, greedy(), {stop, {63, 62, 61}});
+  stopped.run_to_end();
+  const auto& got = stopped.results[0];
+  CHECK(got.finish == serve::finish_reason::stop);
+  CHECK(got.tokens == std::vector<int32_t>(full.begin(), full.begin() + first));
+  CHECK(stopped.cache.used_blocks() == 0);
+}
+
+TEST_CASE("finishing a request early frees its blocks", "[unit]") {
+  const auto m = small_model();
+  harness h(m, 64, {64, 8});
+  h.add(0, prompt_of(3, 30, 64), 50, greedy());
+  h.add(1, prompt_of(4, 30, 64), 50, greedy());
+  for (int s = 0; s < 5; ++s)
+    REQUIRE(h.sched.step().ok());
+  CHECK(h.cache.used_blocks() > 0);
+  CHECK(h.sched.finish(0, serve::finish_reason::cancelled));
+  CHECK(h.sched.finish(1, serve::finish_reason::timeout, "too slow"));
+  CHECK_FALSE(h.sched.finish(1, serve::finish_reason::cancelled));
+  CHECK(h.cache.used_blocks() == 0);
+  CHECK(h.results[0].finish == serve::finish_reason::cancelled);
+  CHECK(h.results[1].finish == serve::finish_reason::timeout);
+  auto s = h.sched.step();
+  REQUIRE(s.ok());
+  CHECK_FALSE(s.value());
+}
