@@ -18,6 +18,8 @@ int status_command(const std::vector<std::string>& args);
 int drill_command(const std::vector<std::string>& args);
 int shell_command(const std::vector<std::string>& args);
 int logs_command(const std::vector<std::string>& args);
+int certs_command(const std::vector<std::string>& args);
+int audit_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

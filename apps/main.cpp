@@ -38,6 +38,9 @@ const char* usage =
   "  data synth --out DIR ...    synthetic order-2 Markov token data\n"
   "  data prepare --input F... --out DIR\n"
   "                              byte-level tokens from text files\n"
+  "  certs init|issue|show ...   the cluster CA, node and user certificates\n"
+  "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
+  "                              hash chain\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -77,6 +80,10 @@ int main(int argc, char** argv) {
       return tutti::cli::shell_command(args);
     if (command == "logs")
       return tutti::cli::logs_command(args);
+    if (command == "certs")
+      return tutti::cli::certs_command(args);
+    if (command == "audit")
+      return tutti::cli::audit_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }

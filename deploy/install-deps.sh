@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev
   python3 iperf3 yamllint iproute2
   libedit-dev tmux prometheus
+  libssl-dev
 )
 
 missing=()
