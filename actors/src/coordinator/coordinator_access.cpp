@@ -27,19 +27,6 @@ shell_reply refused_reply(const std::string& why) {
   return r;
 }
 
-std::string outcome(const caf::result<shell_reply>& r) {
-  if (r.flag == caf::rt_error)
-    return "error";
-  if (r.flag == caf::rt_delegated)
-    return "started";
-  if (r.value.match_elements<shell_reply>()) {
-    const auto& reply = r.value.get_as<shell_reply>(0);
-    return reply.ok ? (reply.message.empty() ? "ok" : reply.message)
-                    : "failed: " + reply.error;
-  }
-  return "ok";
-}
-
 } // namespace
 
 caf::node_id sender_node(coordinator_pointer self) {
@@ -134,10 +121,32 @@ caf::result<shell_reply> guarded_shell_command(
     audit(self, *from, d, command, joined(args), d.why);
     return refused_reply(d.why);
   }
-  auto result = run_shell_command(self, command, args);
-  if (security::role_rank(d.needed) >= security::role_rank("operator"))
-    audit(self, *from, d, command, joined(args), outcome(result));
-  return result;
+  if (from->local
+      || security::role_rank(d.needed) < security::role_rank("operator"))
+    return run_shell_command(self, command, args);
+  // An operator action: run it as this process (allowed, not audited
+  // again) and audit what came of it once it is known.
+  auto promise = self->make_response_promise<shell_reply>();
+  self
+    ->request(caf::actor_cast<coordinator_actor>(self),
+              std::chrono::seconds(60), shell_atom_v, command, args)
+    .then(
+      [self, promise, from = *from, d, command,
+       args](shell_reply& reply) mutable {
+        audit(self, from, d, command, joined(args),
+              reply.ok ? (reply.message.empty() ? "ok" : reply.message)
+                       : "failed: " + reply.error);
+        promise.deliver(std::move(reply));
+      },
+      [self, promise, from = *from, d, command, args](caf::error& err) mutable {
+        audit(self, from, d, command, joined(args),
+              "failed: " + self->system().render(err));
+        shell_reply failed;
+        failed.ok = false;
+        failed.error = self->system().render(err);
+        promise.deliver(std::move(failed));
+      });
+  return promise;
 }
 
 caf::result<std::string> guarded_chaos(coordinator_pointer self,
@@ -159,8 +168,23 @@ caf::result<std::string> guarded_chaos(coordinator_pointer self,
     audit(self, *from, d, "chaos", target, d.why);
     return caf::make_error(errc::config_refused, "refused: " + d.why);
   }
-  audit(self, *from, d, "chaos", target, "started");
-  return route_chaos(self, req);
+  if (from->local)
+    return route_chaos(self, req);
+  auto promise = self->make_response_promise<std::string>();
+  self
+    ->request(caf::actor_cast<coordinator_actor>(self),
+              std::chrono::seconds(60), chaos_atom_v, req)
+    .then(
+      [self, promise, from = *from, d, target](std::string& done) mutable {
+        audit(self, from, d, "chaos", target, done);
+        promise.deliver(std::move(done));
+      },
+      [self, promise, from = *from, d, target](caf::error& err) mutable {
+        audit(self, from, d, "chaos", target,
+              "failed: " + self->system().render(err));
+        promise.deliver(std::move(err));
+      });
+  return promise;
 }
 
 caf::result<job_status> guarded_status(coordinator_pointer self) {
