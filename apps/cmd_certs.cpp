@@ -48,7 +48,10 @@ int certs_issue(const std::vector<std::string>& args) {
     "user name")("role", po::value<std::string>(), "viewer, operator or admin")(
     "days", po::value<int64_t>()->default_value(7),
     "how long it is valid (short-lived: rotate)")(
-    "out", po::value<std::string>(), "where to write (default: the CA dir)");
+    "out", po::value<std::string>(), "where to write (default: the CA dir)")(
+    "passphrase-file", po::value<std::string>(),
+    "encrypt the key with the passphrase in this 0600 file (else "
+    "TUTTI_KEY_PASSPHRASE, if set; never a flag's value)");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
@@ -75,14 +78,24 @@ int certs_issue(const std::vector<std::string>& args) {
   const auto days = vm["days"].as<int64_t>();
   if (days < 1 || days > 397)
     return cl.bad("--days must be in 1..397");
+  security::secret passphrase;
+  if (vm.count("passphrase-file")) {
+    auto read = security::secret_from_file(
+      vm["passphrase-file"].as<std::string>());
+    if (!read)
+      return cl.bad("--passphrase-file: " + read.message());
+    passphrase = *read;
+  } else if (auto env = security::secret_from_env("TUTTI_KEY_PASSPHRASE")) {
+    passphrase = *env;
+  }
   auto issued = security::issue_certificate(
     vm["ca"].as<std::string>(), who, days * 86400,
-    vm.count("out") ? vm["out"].as<std::string>() : "");
+    vm.count("out") ? vm["out"].as<std::string>() : "", -60, passphrase);
   if (!issued)
     return fail(1, "certs issue: " + issued.message());
-  std::printf("issued %s for %lld days: %s, %s (0600)\n", who.text().c_str(),
+  std::printf("issued %s for %lld days: %s, %s (0600%s)\n", who.text().c_str(),
               static_cast<long long>(days), issued->cert.c_str(),
-              issued->key.c_str());
+              issued->key.c_str(), passphrase.empty() ? "" : ", encrypted");
   return 0;
 }
 

@@ -87,22 +87,27 @@ expected<std::string> pem_of(X509* cert) {
   return std::string(data, static_cast<size_t>(n));
 }
 
-expected<std::string> pem_of(EVP_PKEY* key) {
+expected<std::string> pem_of(EVP_PKEY* key, const secret& passphrase) {
   bio_ptr out(BIO_new(BIO_s_mem()));
+  const auto& pass = passphrase.reveal();
   if (!out
-      || !PEM_write_bio_PrivateKey(out.get(), key, nullptr, nullptr, 0, nullptr,
-                                   nullptr))
+      || !PEM_write_bio_PrivateKey(
+        out.get(), key, pass.empty() ? nullptr : EVP_aes_256_cbc(),
+        pass.empty() ? nullptr
+                     : reinterpret_cast<const unsigned char*>(pass.data()),
+        static_cast<int>(pass.size()), nullptr, nullptr))
     return status::error("cannot write PEM: " + openssl_error());
   char* data = nullptr;
   long n = BIO_get_mem_data(out.get(), &data);
   return std::string(data, static_cast<size_t>(n));
 }
 
-status write_pair(X509* cert, EVP_PKEY* key, const issued_files& to) {
+status write_pair(X509* cert, EVP_PKEY* key, const issued_files& to,
+                  const secret& passphrase = {}) {
   auto cert_pem = pem_of(cert);
   if (!cert_pem)
     return cert_pem.error();
-  auto key_pem = pem_of(key);
+  auto key_pem = pem_of(key, passphrase);
   if (!key_pem)
     return key_pem.error();
   // The key first: a certificate without its key is useless, not harmful.
@@ -168,7 +173,8 @@ expected<issued_files> issue_certificate(const std::string& ca_dir,
                                          const identity& who,
                                          int64_t lifetime_s,
                                          const std::string& out_dir,
-                                         int64_t start_offset_s) {
+                                         int64_t start_offset_s,
+                                         const secret& passphrase) {
   if (lifetime_s < 1)
     return status::error("a certificate must be valid for some time");
   std::string unit, common, stem;
@@ -226,7 +232,7 @@ expected<issued_files> issue_certificate(const std::string& ca_dir,
   fs::create_directories(dir, ec);
   issued_files to{(fs::path(dir) / (stem + ".crt")).string(),
                   (fs::path(dir) / (stem + ".key")).string()};
-  TUTTI_RETURN_IF_ERROR(write_pair(c, key->get(), to));
+  TUTTI_RETURN_IF_ERROR(write_pair(c, key->get(), to, passphrase));
   return to;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 namespace tutti::security {
@@ -46,14 +47,37 @@ expected<x509_ptr> read_certificate(const std::string& path) {
   return cert;
 }
 
-expected<pkey_ptr> read_private_key(const std::string& path) {
+namespace {
+
+// OpenSSL asks for the passphrase through a callback; it never sees a
+// flag or an environment variable itself.
+int give_passphrase(char* buf, int size, int, void* user) {
+  const auto* pass = static_cast<const secret*>(user);
+  if (!pass || pass->empty())
+    return 0;
+  const auto& text = pass->reveal();
+  const int n = static_cast<int>(
+    std::min<size_t>(text.size(), static_cast<size_t>(size)));
+  std::memcpy(buf, text.data(), static_cast<size_t>(n));
+  return n;
+}
+
+} // namespace
+
+expected<pkey_ptr> read_private_key(const std::string& path,
+                                    const secret* passphrase) {
   bio_ptr in(BIO_new_file(path.c_str(), "r"));
   if (!in)
     return status::error("cannot read key " + path + ": " + openssl_error());
-  pkey_ptr key(PEM_read_bio_PrivateKey(in.get(), nullptr, nullptr, nullptr));
+  pkey_ptr key(PEM_read_bio_PrivateKey(in.get(), nullptr, give_passphrase,
+                                       const_cast<secret*>(passphrase)));
   if (!key)
-    return status::error(path
-                         + " holds no PEM private key: " + openssl_error());
+    return status::error(path + " holds no PEM private key that can be read ("
+                         + (passphrase && !passphrase->empty()
+                              ? "wrong passphrase?"
+                              : "encrypted without a passphrase "
+                                "given?")
+                         + "): " + openssl_error());
   return key;
 }
 

@@ -12,6 +12,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
 
 namespace tutti::security::detail {
 
@@ -33,7 +34,9 @@ using ssl_ptr = std::unique_ptr<SSL, deleter<SSL_free>>;
 std::string openssl_error(const std::string& fallback = "unknown error");
 
 expected<x509_ptr> read_certificate(const std::string& path);
-expected<pkey_ptr> read_private_key(const std::string& path);
+// `passphrase`: for an encrypted key (nullptr or empty: none).
+expected<pkey_ptr> read_private_key(const std::string& path,
+                                    const secret* passphrase = nullptr);
 // Writes `pem` to `path` with mode `mode`, through a temporary file and a
 // rename so that nothing is half-written.
 status write_file(const std::string& path, const std::string& pem,

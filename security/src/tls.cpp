@@ -50,7 +50,8 @@ status check_chain(X509* cert, const std::string& ca_path) {
 } // namespace
 
 tls_files for_node(tls_files files, int64_t node_rank) {
-  for (auto* path : {&files.ca, &files.cert, &files.key})
+  for (auto* path :
+       {&files.ca, &files.cert, &files.key, &files.key_passphrase_file})
     for (auto at = path->find("{node}"); at != std::string::npos;
          at = path->find("{node}"))
       path->replace(at, 6, std::to_string(node_rank));
@@ -63,7 +64,7 @@ expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
     return std::string(v ? v : "");
   };
   tls_files files{get("TUTTI_TLS_CA"), get("TUTTI_TLS_CERT"),
-                  get("TUTTI_TLS_KEY")};
+                  get("TUTTI_TLS_KEY"), ""};
   if (files.empty())
     return std::shared_ptr<tls_endpoint>();
   auto loaded = tls_endpoint::load(files, tls_role::client);
@@ -97,7 +98,16 @@ status tls_endpoint::reload() {
   auto cert = read_certificate(files_.cert);
   if (!cert)
     return cert.error();
-  auto key = read_private_key(files_.key);
+  secret passphrase;
+  if (!files_.key_passphrase_file.empty()) {
+    auto read = secret_from_file(files_.key_passphrase_file);
+    if (!read)
+      return read.error();
+    passphrase = *read;
+  } else if (auto env = secret_from_env("TUTTI_TLS_KEY_PASSPHRASE")) {
+    passphrase = *env;
+  }
+  auto key = read_private_key(files_.key, &passphrase);
   if (!key)
     return key.error();
   struct stat st {};

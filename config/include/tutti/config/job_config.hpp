@@ -456,6 +456,7 @@ struct tls_config {
   std::string ca;
   std::string cert;
   std::string key;
+  std::string key_passphrase_file;
 };
 
 template <class Visitor>
@@ -467,6 +468,10 @@ void visit_fields(Visitor& v, tls_config& c) {
   v.field("cert", c.cert, "this daemon's node certificate ({node}: its rank)",
           not_fingerprinted);
   v.field("key", c.key, "its private key (mode 0600)", not_fingerprinted);
+  v.field("key_passphrase_file", c.key_passphrase_file,
+          "the key's passphrase, if encrypted (a 0600 file; else "
+          "TUTTI_TLS_KEY_PASSPHRASE)",
+          not_fingerprinted);
 }
 
 struct security_config {

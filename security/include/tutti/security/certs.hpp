@@ -9,6 +9,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
 
 namespace tutti::security {
 
@@ -23,12 +24,14 @@ status init_ca(const std::string& dir, int64_t days);
 // Issues a certificate for `who`, signed by the CA in `ca_dir`, valid from
 // `start_offset_s` (relative to now) for `lifetime_s`. Node certificates
 // serve and connect (server and client auth); user certificates connect.
-// Written into `out_dir` (empty: `ca_dir`).
+// Written into `out_dir` (empty: `ca_dir`); the key encrypted (AES-256)
+// with `passphrase` when one is given.
 expected<issued_files> issue_certificate(const std::string& ca_dir,
                                          const identity& who,
                                          int64_t lifetime_s,
                                          const std::string& out_dir = "",
-                                         int64_t start_offset_s = -60);
+                                         int64_t start_offset_s = -60,
+                                         const secret& passphrase = {});
 
 // What a PEM certificate holds, in lines: subject, who it names, issuer,
 // validity (and whether it is expired), serial, usages.

@@ -21,6 +21,9 @@ namespace tutti::security {
 
 struct tls_files {
   std::string ca, cert, key;
+  // The key's passphrase, if it is encrypted: read from this file (mode
+  // 0600), or from TUTTI_TLS_KEY_PASSPHRASE when empty.
+  std::string key_passphrase_file;
   bool empty() const { return ca.empty() && cert.empty() && key.empty(); }
 };
 
