@@ -4,7 +4,9 @@
 // certificate (expired ones too), and a process's CPU time.
 
 #include <openssl/err.h>
+#include <openssl/bn.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <filesystem>
 #include <fstream>
@@ -97,6 +99,44 @@ inline bool tls_peer_accepted(int port, const std::string& ca,
   close(fd);
   SSL_CTX_free(ctx);
   return accepted;
+}
+
+// The serial number (hex) of the certificate the daemon at port presents
+// to a client holding `cert`/`key`; "" when the handshake fails.
+inline std::string presented_serial(int port, const std::string& ca,
+                                    const std::string& cert,
+                                    const std::string& key) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  REQUIRE(ctx);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  REQUIRE(SSL_CTX_use_certificate_file(ctx, cert.c_str(), SSL_FILETYPE_PEM)
+          == 1);
+  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) == 1);
+  int fd = tcp_connect("127.0.0.1", port);
+  REQUIRE(fd >= 0);
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  std::string serial;
+  if (SSL_connect(ssl) == 1) {
+    X509* peer = SSL_get1_peer_certificate(ssl);
+    if (peer) {
+      BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr);
+      char* hex = BN_bn2hex(bn);
+      serial = hex;
+      OPENSSL_free(hex);
+      BN_free(bn);
+      X509_free(peer);
+    }
+  }
+  ERR_clear_error();
+  SSL_free(ssl);
+  close(fd);
+  SSL_CTX_free(ctx);
+  return serial;
 }
 
 // User + system CPU seconds of process `pid` so far.
