@@ -80,7 +80,11 @@ struct dialer {
   std::chrono::milliseconds limit{5000};
   std::map<std::string, std::unique_ptr<forwarder>> forwarders;
   std::map<std::string, std::string> failures;
-  std::list<std::thread> connections;
+  struct connection {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::list<connection> connections;
   std::atomic<bool> stop{false};
 
   ~dialer() { close_all(); }
@@ -88,7 +92,7 @@ struct dialer {
   void close_all() {
     stop = true;
     std::map<std::string, std::unique_ptr<forwarder>> fs;
-    std::list<std::thread> cs;
+    std::list<connection> cs;
     {
       std::lock_guard<std::mutex> lock(mutex);
       fs.swap(forwarders);
@@ -102,8 +106,8 @@ struct dialer {
       std::lock_guard<std::mutex> lock(mutex);
       cs.swap(connections);
     }
-    for (auto& t : cs)
-      t.join();
+    for (auto& c : cs)
+      c.thread.join();
     stop = false;
   }
 
@@ -155,7 +159,20 @@ struct dialer {
       int one = 1;
       ::setsockopt(local, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       std::lock_guard<std::mutex> lock(mutex);
-      connections.emplace_back([this, local, f] { carry(local, f); });
+      // Reap the connections that ended (a long-lived daemon reconnects).
+      for (auto i = connections.begin(); i != connections.end();)
+        if (*i->done) {
+          i->thread.join();
+          i = connections.erase(i);
+        } else {
+          ++i;
+        }
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      connections.push_back({std::thread([this, local, f, done] {
+                               carry(local, f);
+                               *done = true;
+                             }),
+                             done});
     }
   }
 };
