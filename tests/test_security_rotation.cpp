@@ -1,6 +1,7 @@
 // Certificate rotation without stopping the job: node 0's certificate is
-// re-issued in place mid-job; new connections get the new one, the job
-// keeps training, and an operator can still reach it.
+// re-issued in place mid-job and new connections get the new one; a second
+// CA added to the bundle is trusted alongside the first (a changeover);
+// the job keeps training, and an operator can still reach it.
 
 #include <catch2/catch.hpp>
 
@@ -48,6 +49,16 @@ TEST_CASE("a node certificate rotated mid-job is used for new connections "
   INFO("serial before " << before << ", after " << after);
   CHECK_FALSE(after.empty());
   CHECK(after != before);
+  // A CA changeover: the new CA appended to the bundle every daemon reads;
+  // its certificates are trusted for new connections, the old CA's too.
+  {
+    auto bundle = read_text(ca) + read_text(pki.other / "ca.crt");
+    write_text(ca, bundle);
+  }
+  CHECK(tls_peer_accepted(port, ca, (pki.other / "node-1.crt").string(),
+                          (pki.other / "node-1.key").string()));
+  CHECK(
+    tls_peer_accepted(port, ca, d + "/user-vera.crt", d + "/user-vera.key"));
   const int steps_at_rotation = count_lines(metrics);
   CHECK(wait_until(
     [&] { return count_lines(metrics) >= steps_at_rotation + 5; }, 60));

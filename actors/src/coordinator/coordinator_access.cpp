@@ -68,8 +68,11 @@ security::access_decision check_access(coordinator_pointer self,
   }
   if (!from.certified) {
     d.why = "'" + command + "' needs role " + d.needed
-            + "; the connection from " + from.address
-            + " has no known certificate";
+            + (from.address.empty() || from.address == ":0"
+                 ? "; a request relayed through another daemon carries no "
+                   "certificate: connect to cluster_config.coordinator"
+                 : "; the connection from " + from.address
+                     + " has no known certificate");
     return d;
   }
   return st.policy ? st.policy->decide(*from.certified, command)
