@@ -124,6 +124,12 @@ int run_command(const std::vector<std::string>& args) {
                 static_cast<long long>(dense + experts),
                 static_cast<long long>(dense), static_cast<long long>(experts));
   }
+  // One process: every listener (Gloo's too) on loopback, whatever
+  // addresses the config gives its daemons; nothing to secure, nothing
+  // reachable from outside.
+  cfg.cluster.host = "127.0.0.1";
+  for (auto& node : cfg.cluster.nodes)
+    node.host = "127.0.0.1";
   auto result = run_local_job(cfg, quiet, interrupted, start.db,
                               start.resume_step);
   if (!result.ok) {

@@ -21,6 +21,8 @@ int logs_command(const std::vector<std::string>& args);
 int sample_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int certs_command(const std::vector<std::string>& args);
+int audit_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

@@ -46,6 +46,9 @@ const char* usage =
   "  serve CONFIG [--listen HOST:PORT]\n"
   "                              OpenAI-style completions from a model\n"
   "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
+  "  certs init|issue|show ...   the cluster CA, node and user certificates\n"
+  "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
+  "                              hash chain\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -91,11 +94,15 @@ int main(int argc, char** argv) {
       return tutti::cli::serve_command(args);
     if (command == "bench")
       return tutti::cli::bench_command(args);
+    if (command == "certs")
+      return tutti::cli::certs_command(args);
+    if (command == "audit")
+      return tutti::cli::audit_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample, serve, bench; see tutti --help)");
+           "export, data, sample, serve, bench, certs, audit; see tutti --help)");
 }

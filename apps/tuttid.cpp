@@ -30,6 +30,9 @@
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/security/access_policy.hpp"
+#include "tutti/security/audit_log.hpp"
+#include "tutti/security/tls_dialer.hpp"
 
 namespace po = boost::program_options;
 using namespace tutti;
@@ -46,6 +49,9 @@ int fail(int status, const std::string& what) {
 
 // Publishes `handle` on loopback for the middleman and puts a basp_guard
 // on the public address in front of it.
+// With TLS, the guard runs the handshake first.
+basp_guard::tls_options guard_tls;
+
 template <class Handle>
 status publish_guarded(caf::actor_system& sys, const Handle& handle,
                        const std::string& host, int64_t port,
@@ -55,9 +61,56 @@ status publish_guarded(caf::actor_system& sys, const Handle& handle,
     return status::error("cannot listen on loopback: "
                          + sys.render(inner.error()));
   std::unique_ptr<basp_guard> guard;
-  TUTTI_RETURN_IF_ERROR(
-    basp_guard::start(host, static_cast<uint16_t>(port), *inner, guard));
+  TUTTI_RETURN_IF_ERROR(basp_guard::start(host, static_cast<uint16_t>(port),
+                                          *inner, guard, guard_tls));
   guards.push_back(std::move(guard));
+  return {};
+}
+
+// Loads this node's certificate for the guard (server) and outgoing
+// connections (client): it must be valid, from the CA, and name this node.
+// Without security.tls, a multi-node job runs in the clear: say so loudly.
+status set_up_security(const job_config& cfg, int64_t node_rank) {
+  const auto& sec = cfg.security;
+  if (!sec.tls_on()) {
+    if (cfg.cluster.nnodes > 1) {
+      const std::string warning =
+        "WARNING: no security.tls: the control plane is plaintext and "
+        "unauthenticated; anyone who can reach these ports can join the job, "
+        "read it and stop it (set security.tls, or security.required: true "
+        "to refuse this)";
+      std::fprintf(stderr, "tuttid: %s\n", warning.c_str());
+      log_warn("tuttid", warning);
+    }
+    return {};
+  }
+  const auto files = security::for_node({sec.tls.ca, sec.tls.cert, sec.tls.key,
+                                         sec.tls.key_passphrase_file},
+                                        node_rank);
+  auto server = security::tls_endpoint::load(files, security::tls_role::server);
+  if (!server)
+    return server.error();
+  const auto self = (*server)->self();
+  if (self.kind != security::identity_kind::node || self.node_rank != node_rank)
+    return status::error("certificate " + files.cert + " names " + self.text()
+                         + ", but this daemon is node "
+                         + std::to_string(node_rank));
+  auto client = security::tls_endpoint::load(files, security::tls_role::client);
+  if (!client)
+    return client.error();
+  if (!sec.policy.empty())
+    if (auto policy = security::access_policy::open(sec.policy); !policy)
+      return status::error("security.policy: " + policy.message());
+  if (node_rank == 0)
+    if (auto audit = security::audit_log::open(cfg.run.dir + "/audit.jsonl");
+        !audit)
+      return audit.error();
+  const auto limit = std::chrono::milliseconds(
+    static_cast<int64_t>(sec.handshake_timeout_s * 1000));
+  guard_tls = {*server, limit};
+  security::tls_dialer::install(*client, limit);
+  log_info("tuttid",
+           "mutual TLS 1.3 on as " + self.text() + " (CA " + files.ca + ")");
   return {};
 }
 
@@ -294,6 +347,12 @@ int main(int argc, char** argv) {
   // A peer that went away must be an error on its socket, not the end of
   // this daemon (aborted communicators shut their sockets down under Gloo).
   std::signal(SIGPIPE, SIG_IGN);
+  if (auto secured = set_up_security(cfg, opt.node_rank); !secured.ok()) {
+    log_error("tuttid", "security: " + secured.message());
+    log_close();
+    return fail(2, "security: " + secured.message()
+                     + " (not starting without valid security files)");
+  }
   int status = serve(cfg, opt);
   log_close();
   return status;

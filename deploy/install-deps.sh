@@ -12,6 +12,7 @@ packages=(
   libedit-dev tmux prometheus
   libsentencepiece-dev sentencepiece zlib1g-dev python3-doc
   libcpp-httplib-dev curl
+  libssl-dev
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

@@ -88,6 +88,9 @@ const std::vector<command_spec>& command_table() {
     {{"stop", "stop", "checkpoint and stop the job"}, {}, {}},
     {{"quit", "quit", "leave the shell (the job keeps running)"}, {}, {}},
     {{"exit", "exit", "leave the shell (the job keeps running)"}, {}, {}},
+    {{"audit", "audit", "the audit log: operator actions and refusals"},
+     {},
+     {}},
   };
   return table;
 }

@@ -5,16 +5,36 @@
 
 #include <thread>
 
+#include "tutti/security/tls_dialer.hpp"
+
 namespace tutti::client {
+
+namespace {
+
+// The remote actor at `at`, through a TLS forwarder when TLS is installed.
+template <class Handle>
+expected<Handle> remote(caf::actor_system& sys, const endpoint& at,
+                        const std::string& what) {
+  auto via = security::tls_dialer::route(at.host, at.port);
+  if (!via)
+    return via.error();
+  auto handle = sys.middleman().remote_actor<Handle>(via->host, via->port);
+  if (!handle) {
+    auto why = sys.render(handle.error());
+    if (auto tls = security::tls_dialer::last_failure(at.host, at.port);
+        !tls.empty())
+      why = tls;
+    return status::error("cannot reach " + what + " at " + at.text() + ": "
+                         + why);
+  }
+  return *handle;
+}
+
+} // namespace
 
 expected<coordinator_actor> connect_coordinator(caf::actor_system& sys,
                                                 const endpoint& at) {
-  auto handle = sys.middleman().remote_actor<coordinator_actor>(at.host,
-                                                                at.port);
-  if (!handle)
-    return status::error("cannot reach the coordinator at " + at.text() + ": "
-                         + sys.render(handle.error()));
-  return *handle;
+  return remote<coordinator_actor>(sys, at, "the coordinator");
 }
 
 expected<coordinator_actor> connect_coordinator(
@@ -33,11 +53,9 @@ expected<coordinator_actor> connect_coordinator(
 expected<coordinator_actor> coordinator_via_daemon(
   caf::actor_system& sys, const endpoint& at,
   std::chrono::milliseconds timeout) {
-  auto node = sys.middleman().remote_actor<node_supervisor_actor>(at.host,
-                                                                  at.port);
+  auto node = remote<node_supervisor_actor>(sys, at, "a daemon");
   if (!node)
-    return status::error("cannot reach a daemon at " + at.text() + ": "
-                         + sys.render(node.error()));
+    return node.error();
   caf::scoped_actor self{sys};
   expected<coordinator_actor> out = status::error("the daemon at " + at.text()
                                                   + " did not answer");

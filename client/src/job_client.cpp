@@ -2,6 +2,7 @@
 
 #include "tutti/actors/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
+#include "tutti/security/tls_dialer.hpp"
 
 namespace tutti::client {
 
@@ -28,6 +29,14 @@ status job_client::connect(const std::string& target) {
 
 status job_client::connect(const endpoint& at) {
   coordinator_ = nullptr;
+  // A user certificate in the environment: every connection under TLS.
+  if (!security::tls_dialer::installed()) {
+    auto tls = security::client_tls_from_environment();
+    if (!tls)
+      return tls.error();
+    if (*tls)
+      security::tls_dialer::install(*tls, std::chrono::seconds(5));
+  }
   auto direct = connect_coordinator(*system_, at);
   if (!direct) {
     // Not the coordinator: perhaps a node daemon, which knows where it is.

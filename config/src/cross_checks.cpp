@@ -129,6 +129,17 @@ status check_train(const job_config& c) {
                  "must be >= 0 and divisible by world_size");
 }
 
+status check_security(const security_config& s) {
+  const auto& t = s.tls;
+  const bool any = !t.ca.empty() || !t.cert.empty() || !t.key.empty();
+  const bool all = !t.ca.empty() && !t.cert.empty() && !t.key.empty();
+  TUTTI_RETURN_IF_ERROR(
+    require(!any || all, "security.tls", "needs all of ca, cert and key"));
+  return require(!s.required || all, "security.required",
+                 "is true, so security.tls (ca, cert, key) must be set; "
+                 "not starting without it");
+}
+
 } // namespace
 
 status check_across_keys(const job_config& c) {
@@ -136,7 +147,8 @@ status check_across_keys(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(check_recovery(c));
   TUTTI_RETURN_IF_ERROR(check_model(c.model));
   TUTTI_RETURN_IF_ERROR(check_moe(c));
-  return check_train(c);
+  TUTTI_RETURN_IF_ERROR(check_train(c));
+  return check_security(c.security);
 }
 
 } // namespace tutti::config

@@ -15,6 +15,9 @@
 #include "diag/diag_prober.hpp"
 #include "tutti/actors/log.hpp"
 #include "coordinator/metrics_writer.hpp"
+#include "coordinator/audit_writer.hpp"
+#include "coordinator/coordinator_access.hpp"
+#include "coordinator/sender_identity.hpp"
 #include "tutti/protocol/errors.hpp"
 
 namespace tutti {
@@ -217,9 +220,8 @@ void on_diag_row(coordinator_pointer self, const diag_row& row) {
   }
 }
 
-caf::result<caf::ok_atom> on_register(coordinator_pointer self,
-                                      const node_registration& reg,
-                                      const caf::actor& handle) {
+caf::error on_register(coordinator_pointer self, const node_registration& reg,
+                       const caf::actor& handle) {
   auto& st = self->state;
   const auto& cl = st.cfg.cluster;
   auto refuse = [&](const std::string& why) {
@@ -258,7 +260,7 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
                  0);
     st.aborted_nodes.insert(reg.node_rank);
     check_recovery(self);
-    return caf::ok_atom_v;
+    return caf::error{};
   }
   if (static_cast<int64_t>(st.nodes.size()) == cl.nnodes) {
     log_info("coordinator",
@@ -270,7 +272,49 @@ caf::result<caf::ok_atom> on_register(coordinator_pointer self,
       start_job(self);
     }
   }
-  return caf::ok_atom_v;
+  return caf::error{};
+}
+
+// With TLS, a daemon joins as the node rank its certificate names, and
+// nothing else: the registration's claim is checked against the
+// certificate that opened its connection.
+caf::result<caf::ok_atom> register_certified(coordinator_pointer self,
+                                             const node_registration& reg,
+                                             const caf::actor& handle) {
+  auto reply = [](caf::error err) -> caf::result<caf::ok_atom> {
+    if (err)
+      return err;
+    return caf::ok_atom_v;
+  };
+  const auto sender = self->current_sender();
+  if (!self->state.cfg.security.tls_on() || !sender)
+    return reply(on_register(self, reg, handle));
+  auto promise = self->make_response_promise<caf::ok_atom>();
+  identify_sender(
+    self, sender->node(),
+    [self, reg, handle, promise](sender_identity from) mutable {
+      std::string why;
+      if (!from.local) {
+        if (!from.certified)
+          why = "no certificate is known for its connection (" + from.address
+                + ")";
+        else if (from.certified->kind != security::identity_kind::node
+                 || from.certified->node_rank != reg.node_rank)
+          why = "its certificate names " + from.certified->text()
+                + ", not node " + std::to_string(reg.node_rank);
+      }
+      if (!why.empty()) {
+        log_error("coordinator", "refused node " + std::to_string(reg.node_rank)
+                                   + " from " + reg.host + ": " + why);
+        promise.deliver(caf::make_error(errc::config_refused, why));
+        return;
+      }
+      if (auto err = on_register(self, reg, handle))
+        promise.deliver(std::move(err));
+      else
+        promise.deliver(caf::ok_atom_v);
+    });
+  return promise;
 }
 
 void on_down(coordinator_pointer self, caf::down_msg& dm) {
@@ -321,6 +365,20 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   st.last_step = args.resume_step;
   st.last_committed = args.resume_step;
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  if (st.cfg.security.tls_on()) {
+    // tuttid checked the file at start; a later bad edit keeps the last
+    // good policy.
+    if (auto policy = security::access_policy::open(st.cfg.security.policy))
+      st.policy = *policy;
+    else
+      log_error("coordinator", "security.policy: " + policy.message()
+                                 + "; every operator command is refused");
+  }
+  st.auditor = spawn_audit_writer(self->system(),
+                                  st.cfg.run.dir + "/audit.jsonl", st.journal);
+  self->attach_functor([auditor = st.auditor] {
+    caf::anon_send_exit(auditor, caf::exit_reason::user_shutdown);
+  });
   self->delayed_send(self, std::chrono::seconds(st.cfg.cluster.join_timeout_s),
                      join_deadline_atom_v);
   self->send(self, tick_atom_v);
@@ -329,7 +387,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
   return {
     [self](register_atom, const node_registration& reg,
            const caf::actor& handle) -> caf::result<caf::ok_atom> {
-      return on_register(self, reg, handle);
+      return register_certified(self, reg, handle);
     },
     [self](diag_atom) -> caf::result<diag_report> {
       auto& st = self->state;
@@ -484,7 +542,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     },
     [self](shell_atom, const std::string& command,
            const std::vector<std::string>& args) {
-      return run_shell_command(self, command, args);
+      return guarded_shell_command(self, command, args);
     },
     [self](const alert_report& a) {
       if (a.text.empty())
@@ -511,9 +569,9 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       record_event(self, e.kind, e.text, e.seconds);
     },
     [self](chaos_atom, const chaos_request& req) {
-      return route_chaos(self, req);
+      return guarded_chaos(self, req);
     },
-    [self](status_atom) { return describe_job(self->state); },
+    [self](status_atom) { return guarded_status(self); },
   };
 }
 

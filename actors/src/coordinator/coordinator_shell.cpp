@@ -11,6 +11,7 @@
 
 #include "coordinator/coordinator_state.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/security/audit_log.hpp"
 
 namespace tutti {
 
@@ -338,6 +339,20 @@ caf::result<shell_reply> run_shell_command(
       self->send(m.supervisor, stop_atom_v);
     record_event(self, "operator", "stop", -1);
     return said("stopping at the next step boundary");
+  }
+  if (command == "audit") {
+    // Small and local (RUN_DIR/audit.jsonl, appended by the audit writer).
+    auto records = security::read_audit_log(st.cfg.run.dir + "/audit.jsonl");
+    if (!records)
+      return refuse("audit: " + records.message());
+    std::vector<std::string> lines;
+    for (const auto& r : *records)
+      lines.push_back(std::to_string(r.seq) + " " + r.time + " " + r.user + " ("
+                      + (r.role.empty() ? "-" : r.role) + ") from " + r.source
+                      + ": " + r.command
+                      + (r.target.empty() ? "" : " " + r.target) + " -> "
+                      + r.decision + ": " + r.result);
+    return lines_reply(lines);
   }
   return refuse("unknown command '" + command + "' (try help)");
 }

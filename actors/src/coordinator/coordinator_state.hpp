@@ -15,8 +15,10 @@
 
 #include <deque>
 
+#include "coordinator/sender_identity.hpp"
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/metrics_board.hpp"
+#include "tutti/security/access_policy.hpp"
 
 namespace tutti {
 
@@ -116,6 +118,11 @@ struct coordinator_state {
   std::shared_ptr<metrics_board> board; // for /metrics; may be null
   std::set<int64_t> draining;           // nodes told to leave
   bool user_paused = false;             // by the shell's pause
+  // Access: remote senders by node (their certificates), the policy, the
+  // audit log's writer.
+  std::map<caf::node_id, sender_identity> senders;
+  std::shared_ptr<security::access_policy> policy;
+  caf::actor auditor;
 
   bool has_all(const std::vector<std::string>& keys) const {
     return std::all_of(keys.begin(), keys.end(),

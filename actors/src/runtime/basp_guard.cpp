@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/security/peer_registry.hpp"
+#include "tutti/security/tls_relay.hpp"
 
 namespace tutti {
 
@@ -95,19 +97,62 @@ int connect_loopback(uint16_t port) {
   return fd;
 }
 
+uint16_t local_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return 0;
+  return ntohs(addr.sin_port);
+}
+
 } // namespace
 
 struct basp_guard::impl {
   int listener = -1;
   uint16_t backend = 0;
   std::string where;
+  tls_options tls;
   std::atomic<bool> stop{false};
   std::atomic<size_t> open{0};
   std::thread acceptor;
   std::mutex mutex;
   std::list<std::thread> relays;
 
+  // TLS first, then the same BASP checks on the decrypted stream.
+  void relay_tls(int peer, const std::string& from) {
+    auto tls_stream = security::tls_stream::handshake(
+      tls.endpoint->context(), peer, security::tls_role::server,
+      tls.handshake_limit);
+    if (!tls_stream) {
+      log_warn("basp_guard", "refused a connection from " + from + " to "
+                               + where + ": " + tls_stream.message());
+      return;
+    }
+    int inner = connect_loopback(backend);
+    if (inner < 0)
+      return;
+    const auto port = local_port(inner);
+    const auto who = (*tls_stream)->peer();
+    security::peer_registry::add(port, {who, from});
+    basp_reader reader;
+    auto why = security::relay(
+      **tls_stream, inner, stop,
+      [&](const char* data, size_t n) { return reader.feed(data, n); });
+    if (!why.empty())
+      log_warn("basp_guard", "closed a connection of " + who.text() + " from "
+                               + from + " to " + where + ": " + why);
+    tls_stream = status::error("closed"); // before its socket
+    security::peer_registry::remove(port);
+    ::close(inner);
+  }
+
   void relay(int peer, std::string from) {
+    if (tls.endpoint) {
+      relay_tls(peer, from);
+      ::close(peer);
+      --open;
+      return;
+    }
     int inner = connect_loopback(backend);
     if (inner >= 0) {
       basp_reader reader;
@@ -181,7 +226,7 @@ basp_guard::~basp_guard() {
 
 status basp_guard::start(const std::string& host, uint16_t port,
                          uint16_t backend_port,
-                         std::unique_ptr<basp_guard>& out) {
+                         std::unique_ptr<basp_guard>& out, tls_options tls) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -207,6 +252,7 @@ status basp_guard::start(const std::string& host, uint16_t port,
   p->listener = fd;
   p->backend = backend_port;
   p->where = where;
+  p->tls = std::move(tls);
   auto* raw = p.get();
   p->acceptor = std::thread([raw] { raw->accept_loop(); });
   out.reset(new basp_guard(std::move(p)));

@@ -469,6 +469,55 @@ void visit_fields(Visitor& v, alerts_config& c) {
           not_fingerprinted);
 }
 
+// Mutual TLS on every daemon port and outgoing connection, operators'
+// roles, the audit log. Paths may hold {node}, replaced by the daemon's node
+// rank: one config for every daemon, each with its own certificate.
+struct tls_config {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string key_passphrase_file;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, tls_config& c) {
+  using namespace config;
+  v.field("ca", c.ca, "the cluster CA's certificate (PEM; may hold two "
+                      "during a CA changeover)",
+          not_fingerprinted);
+  v.field("cert", c.cert, "this daemon's node certificate ({node}: its rank)",
+          not_fingerprinted);
+  v.field("key", c.key, "its private key (mode 0600)", not_fingerprinted);
+  v.field("key_passphrase_file", c.key_passphrase_file,
+          "the key's passphrase, if encrypted (a 0600 file; else "
+          "TUTTI_TLS_KEY_PASSPHRASE)",
+          not_fingerprinted);
+}
+
+struct security_config {
+  bool required = false;
+  tls_config tls;
+  double handshake_timeout_s = 5;
+  std::string policy;
+
+  bool tls_on() const { return !tls.ca.empty(); }
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, security_config& c) {
+  using namespace config;
+  v.field("required", c.required,
+          "refuse to start without security.tls (no plaintext fallback)",
+          not_fingerprinted);
+  v.field("tls", c.tls, "mutual TLS 1.3 on the control plane");
+  v.field("handshake_timeout_s", c.handshake_timeout_s,
+          "a TLS handshake not done in this time is dropped", above(0),
+          at_most(60), not_fingerprinted);
+  v.field("policy", c.policy,
+          "operators' roles and token hashes (YAML; re-read when it changes)",
+          not_fingerprinted);
+}
+
 struct job_config {
   cluster_config cluster;
   model_config model;
@@ -482,6 +531,7 @@ struct job_config {
   recovery_config recovery;
   metrics_config metrics;
   alerts_config alerts;
+  security_config security;
   std::string source_path; // the file it came from, for messages
 
   int64_t ep_size() const { return cluster.ep_size; }
@@ -504,6 +554,7 @@ void visit_fields(Visitor& v, job_config& c) {
   v.field("recovery", c.recovery, "failure detection and recovery");
   v.field("metrics", c.metrics, "the Prometheus endpoint");
   v.field("alerts", c.alerts, "alert rules (0 turns a rule off)");
+  v.field("security", c.security, "mutual TLS, roles and audit");
 }
 
 // Loads and validates: the config, or a status whose message is one line

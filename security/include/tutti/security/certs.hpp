@@ -1,0 +1,40 @@
+#pragma once
+// The cluster's certificate authority and the certificates it issues
+// (EC P-256 keys, SHA-256 signatures). A CA directory holds ca.crt and
+// ca.key; issued files go next to them as node-N.{crt,key} or
+// user-NAME.{crt,key}. Key files are written with mode 0600.
+
+#include <cstdint>
+#include <string>
+
+#include "tutti/base/status.hpp"
+#include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
+
+namespace tutti::security {
+
+struct issued_files {
+  std::string cert, key;
+};
+
+// Makes DIR/ca.crt and DIR/ca.key (valid `days`). Refuses to overwrite an
+// existing CA.
+status init_ca(const std::string& dir, int64_t days);
+
+// Issues a certificate for `who`, signed by the CA in `ca_dir`, valid from
+// `start_offset_s` (relative to now) for `lifetime_s`. Node certificates
+// serve and connect (server and client auth); user certificates connect.
+// Written into `out_dir` (empty: `ca_dir`); the key encrypted (AES-256)
+// with `passphrase` when one is given.
+expected<issued_files> issue_certificate(const std::string& ca_dir,
+                                         const identity& who,
+                                         int64_t lifetime_s,
+                                         const std::string& out_dir = "",
+                                         int64_t start_offset_s = -60,
+                                         const secret& passphrase = {});
+
+// What a PEM certificate holds, in lines: subject, who it names, issuer,
+// validity (and whether it is expired), serial, usages.
+expected<std::string> describe_certificate(const std::string& path);
+
+} // namespace tutti::security

@@ -1,0 +1,24 @@
+#pragma once
+// Copying bytes between a TLS connection and a plain loopback socket: the
+// daemon's guard (TLS from the network, plain to CAF's middleman) and the
+// outgoing forwarder (plain from CAF, TLS to the network) both use it.
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "tutti/security/tls.hpp"
+
+namespace tutti::security {
+
+// Sees each chunk that came in over TLS before it is passed on; "" to pass
+// it, else why the connection is closed.
+using tls_inspector = std::function<std::string(const char*, size_t)>;
+
+// Copies both ways until a side closes or `stop` is set (checked every
+// 200 ms). Returns "" or why it closed the connection. Sockets are
+// neither owned nor closed.
+std::string relay(tls_stream& tls, int plain, const std::atomic<bool>& stop,
+                  const tls_inspector& inspect = {});
+
+} // namespace tutti::security

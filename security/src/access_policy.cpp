@@ -1,0 +1,132 @@
+#include "tutti/security/access_policy.hpp"
+
+#include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <set>
+
+namespace tutti::security {
+
+struct access_policy::rules {
+  std::map<std::string, std::string> users; // user -> most role
+  std::set<std::string> revoked;
+};
+
+namespace {
+
+std::string stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return "-";
+  return std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec)
+         + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+} // namespace
+
+int role_rank(const std::string& role) {
+  if (role == "viewer")
+    return 1;
+  if (role == "operator")
+    return 2;
+  if (role == "admin")
+    return 3;
+  return 0;
+}
+
+std::string required_role(const std::string& command) {
+  static const std::set<std::string> viewer = {
+    "status", "nodes", "actors", "experts", "metrics",
+    "events", "logs",  "audit",  "diag",    "help"};
+  static const std::set<std::string> operator_ = {
+    "pause",   "resume", "checkpoint", "kill",
+    "restart", "drain",  "stop",       "chaos"};
+  if (viewer.count(command))
+    return "viewer";
+  if (operator_.count(command))
+    return "operator";
+  return "admin";
+}
+
+expected<std::shared_ptr<access_policy>> access_policy::open(
+  const std::string& path) {
+  std::shared_ptr<access_policy> out(new access_policy(path));
+  if (!path.empty())
+    TUTTI_RETURN_IF_ERROR(out->reload_if_changed());
+  return out;
+}
+
+status access_policy::reload_if_changed() {
+  const auto stamp = stamp_of(path_);
+  if (stamp == stamp_ && rules_)
+    return {};
+  auto next = std::make_shared<rules>();
+  try {
+    YAML::Node root = YAML::LoadFile(path_);
+    if (auto users = root["users"]) {
+      if (!users.IsMap())
+        return status::error(path_ + ": users must map a user to a role");
+      for (const auto& entry : users) {
+        const auto user = entry.first.as<std::string>();
+        const auto role = entry.second.as<std::string>();
+        if (!known_role(role))
+          return status::error(path_ + ": users." + user + ": '" + role
+                               + "' is not viewer, operator or admin");
+        next->users[user] = role;
+      }
+    }
+    if (auto revoked = root["revoked"]) {
+      if (!revoked.IsSequence())
+        return status::error(path_ + ": revoked must be a list of users");
+      for (const auto& user : revoked)
+        next->revoked.insert(user.as<std::string>());
+    }
+  } catch (const YAML::Exception& ex) {
+    return status::error(path_ + ": " + ex.what());
+  }
+  rules_ = std::move(next);
+  stamp_ = stamp;
+  return {};
+}
+
+access_decision access_policy::decide(const identity& who,
+                                      const std::string& command) {
+  access_decision d;
+  d.needed = required_role(command);
+  if (who.kind != identity_kind::user) {
+    d.why = "'" + command + "' needs a user with role " + d.needed + "; "
+            + who.text() + " is not an operator";
+    return d;
+  }
+  d.role = who.role;
+  std::shared_ptr<const rules> now;
+  if (!path_.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A policy that no longer parses keeps the last good one.
+    (void)reload_if_changed();
+    now = rules_;
+  }
+  if (now) {
+    auto listed = now->users.find(who.user);
+    if (now->revoked.count(who.user)) {
+      d.role.clear();
+      d.why = "user " + who.user + " is revoked by the policy";
+      return d;
+    }
+    if (listed == now->users.end()) {
+      d.role.clear();
+      d.why = "user " + who.user + " is not in the policy (deny by default)";
+      return d;
+    }
+    if (role_rank(listed->second) < role_rank(d.role))
+      d.role = listed->second;
+  }
+  d.allowed = role_rank(d.role) >= role_rank(d.needed);
+  if (!d.allowed)
+    d.why = "'" + command + "' needs role " + d.needed + "; user " + who.user
+            + " is " + (d.role.empty() ? std::string("no role") : d.role);
+  return d;
+}
+
+} // namespace tutti::security

@@ -1,0 +1,157 @@
+#pragma once
+// Helpers for the security tests: a PKI in a scratch directory, a daemon
+// config with security.tls, a raw OpenSSL client that presents any
+// certificate (expired ones too), and a process's CPU time.
+
+#include <openssl/err.h>
+#include <openssl/bn.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "daemon_support.hpp"
+#include "tutti/security/certs.hpp"
+
+namespace tutti::testing {
+
+struct test_pki {
+  std::filesystem::path dir;     // CA, node-0, node-1, users
+  std::filesystem::path other;   // another CA and its node-1
+  std::filesystem::path expired; // node-1, expired an hour ago
+};
+
+inline test_pki make_pki(const std::filesystem::path& root) {
+  using namespace tutti::security;
+  test_pki p{root / "pki", root / "other-pki", root / "expired"};
+  REQUIRE(init_ca(p.dir.string(), 30).ok());
+  REQUIRE(init_ca(p.other.string(), 30).ok());
+  identity node;
+  node.kind = identity_kind::node;
+  for (int64_t n : {0, 1}) {
+    node.node_rank = n;
+    REQUIRE(issue_certificate(p.dir.string(), node, 86400).ok());
+  }
+  node.node_rank = 1;
+  REQUIRE(issue_certificate(p.other.string(), node, 86400).ok());
+  REQUIRE(issue_certificate(p.dir.string(), node, 60, p.expired.string(), -7200)
+            .ok());
+  for (auto [name, role] :
+       {std::pair{"vera", "viewer"}, std::pair{"otto", "operator"},
+        std::pair{"ada", "admin"}}) {
+    identity user;
+    user.user = name;
+    user.role = role;
+    REQUIRE(issue_certificate(p.dir.string(), user, 86400).ok());
+  }
+  return p;
+}
+
+// daemon_config's job with mutual TLS from `pki` (node-{node} files).
+inline std::string tls_daemon_config(const test_pki& pki,
+                                     const std::string& data_dir,
+                                     const std::string& run_dir, int port,
+                                     int steps, int join_timeout_s = 20) {
+  const auto d = pki.dir.string();
+  return daemon_config(data_dir, run_dir, port, steps,
+                       {"127.0.0.1", "127.0.0.1"}, join_timeout_s)
+         + "security:\n  required: true\n  handshake_timeout_s: 2\n"
+           "  tls:\n    ca: "
+         + d + "/ca.crt\n    cert: " + d + "/node-{node}.crt\n    key: " + d
+         + "/node-{node}.key\n";
+}
+
+// Opens a TLS connection to 127.0.0.1:port presenting `cert`/`key` (none
+// when empty), trusting `ca`, and reports whether the peer let it through:
+// a daemon's guard passes an accepted peer to CAF, whose BASP handshake
+// then arrives; a refused one gets an alert or a closed connection.
+inline bool tls_peer_accepted(int port, const std::string& ca,
+                              const std::string& cert, const std::string& key) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  REQUIRE(ctx);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr);
+  if (!cert.empty()) {
+    REQUIRE(SSL_CTX_use_certificate_file(ctx, cert.c_str(), SSL_FILETYPE_PEM)
+            == 1);
+    REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM)
+            == 1);
+  }
+  int fd = tcp_connect("127.0.0.1", port);
+  REQUIRE(fd >= 0);
+  // Blocking with a receive timeout: a refusal must come within it.
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  bool accepted = false;
+  if (SSL_connect(ssl) == 1) {
+    char buf[64];
+    accepted = SSL_read(ssl, buf, sizeof(buf)) > 0;
+  }
+  ERR_clear_error();
+  SSL_free(ssl);
+  close(fd);
+  SSL_CTX_free(ctx);
+  return accepted;
+}
+
+// The serial number (hex) of the certificate the daemon at port presents
+// to a client holding `cert`/`key`; "" when the handshake fails.
+inline std::string presented_serial(int port, const std::string& ca,
+                                    const std::string& cert,
+                                    const std::string& key) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  REQUIRE(ctx);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  REQUIRE(SSL_CTX_use_certificate_file(ctx, cert.c_str(), SSL_FILETYPE_PEM)
+          == 1);
+  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) == 1);
+  int fd = tcp_connect("127.0.0.1", port);
+  REQUIRE(fd >= 0);
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  std::string serial;
+  if (SSL_connect(ssl) == 1) {
+    X509* peer = SSL_get1_peer_certificate(ssl);
+    if (peer) {
+      BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr);
+      char* hex = BN_bn2hex(bn);
+      serial = hex;
+      OPENSSL_free(hex);
+      BN_free(bn);
+      X509_free(peer);
+    }
+  }
+  ERR_clear_error();
+  SSL_free(ssl);
+  close(fd);
+  SSL_CTX_free(ctx);
+  return serial;
+}
+
+// User + system CPU seconds of process `pid` so far.
+inline double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  auto close_paren = text.rfind(')');
+  std::istringstream fields(text.substr(close_paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field; ++i)
+    if (i == 14 || i == 15)
+      ticks += std::stod(field);
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+} // namespace tutti::testing

@@ -1,0 +1,168 @@
+// Operators' roles and the audit log on a live 2-daemon job with mutual
+// TLS: a viewer's kill is refused (naming the role needed) and audited, an
+// operator's succeeds and is audited; a client without a certificate does
+// not get in; the policy file is re-read without a restart (a revoked user
+// is cut off); editing, removing or reordering an audit record makes
+// `tutti audit verify` name it.
+
+#include <catch2/catch.hpp>
+
+#include "security_support.hpp"
+#include "test_support.hpp"
+
+using namespace tutti::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// `tutti shell -c COMMANDS --yes` as `user` (a certificate in pki.dir).
+command_result shell_as(const test_pki& pki, const std::string& user, int port,
+                        const std::string& commands) {
+  const auto d = pki.dir.string();
+  std::string env;
+  if (!user.empty())
+    env = "env TUTTI_TLS_CA=" + d + "/ca.crt TUTTI_TLS_CERT=" + d + "/user-"
+          + user + ".crt TUTTI_TLS_KEY=" + d + "/user-" + user + ".key ";
+  return run(env + tutti_bin() + " shell --connect 127.0.0.1:"
+               + std::to_string(port) + " --yes -c '" + commands + "'",
+             60);
+}
+
+std::vector<std::string> lines_of(const fs::path& path) {
+  std::vector<std::string> out;
+  std::istringstream in(read_text(path));
+  for (std::string line; std::getline(in, line);)
+    out.push_back(line);
+  return out;
+}
+
+void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines)
+    text += l + "\n";
+  write_text(path, text);
+}
+
+} // namespace
+
+TEST_CASE("roles are checked at the coordinator and every action and "
+          "refusal is audited in a hash chain",
+          "[security]") {
+  auto [dir, data] = scratch_with_data("security_roles");
+  auto pki = make_pki(dir);
+  const int port = port_block(43);
+  const auto run_dir = dir / "run";
+  const auto policy = dir / "policy.yaml";
+  write_text(policy, "users:\n  vera: viewer\n  otto: operator\n"
+                     "  ada: admin\n");
+  auto config = dir / "job.yaml";
+  write_text(config, tls_daemon_config(pki, data.string(), run_dir.string(),
+                                       port, 100000)
+                       + "  policy: " + policy.string() + "\n");
+  auto node0 = start_daemon(config, 0, dir / "node0.log");
+  auto node1 = start_daemon(config, 1, dir / "node1.log");
+  const auto metrics = run_dir / "metrics.jsonl";
+  REQUIRE(wait_until(
+    [&] {
+      return count_lines(metrics) >= 3 || !node0->running()
+             || !node1->running();
+    },
+    120));
+  INFO(tail(read_text(run_dir / "tuttid-0.log.jsonl")));
+  REQUIRE(node0->running());
+
+  // No certificate: the TLS guard does not let the shell in.
+  auto r = shell_as(pki, "", port, "status");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  // A viewer sees, but may not kill.
+  r = shell_as(pki, "vera", port, "status");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("running") != std::string::npos);
+  r = shell_as(pki, "vera", port, "kill node1/expert_shard/3");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("'kill' needs role operator; user vera is viewer")
+        != std::string::npos);
+  // An operator may.
+  r = shell_as(pki, "otto", port, "kill node1/expert_shard/3");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("killed") != std::string::npos);
+  // The policy is re-read: otto revoked, no restart.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100)); // new mtime
+  write_text(policy, "users:\n  vera: viewer\n  otto: operator\n"
+                     "  ada: admin\nrevoked: [otto]\n");
+  r = shell_as(pki, "otto", port, "pause");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("revoked") != std::string::npos);
+  // Audit records are also events in the job's store.
+  r = shell_as(pki, "vera", port, "events");
+  INFO(r.output);
+  CHECK(r.output.find("audit") != std::string::npos);
+  CHECK(r.output.find("needs role operator; user vera is viewer")
+        != std::string::npos);
+  // The admin stops the job.
+  r = shell_as(pki, "ada", port, "stop");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(node0->wait(120) == 0);
+  CHECK(node1->wait(60) == 0);
+
+  // The audit log: the refusals and actions, in order, chain intact.
+  r = run(tutti_bin() + " audit verify " + run_dir.string(), 30);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  r = run(tutti_bin() + " audit " + run_dir.string(), 30);
+  INFO(r.output);
+  const auto listed = r.output;
+  const auto vera_kill = listed.find("vera (viewer) from 127.0.0.1");
+  const auto otto_kill = listed.find("otto (operator) from 127.0.0.1");
+  CHECK(vera_kill != std::string::npos);
+  CHECK(otto_kill != std::string::npos);
+  CHECK(listed.find("kill node1/expert_shard/3 -> refused: 'kill' needs "
+                    "role operator")
+        != std::string::npos);
+  CHECK(listed.find("kill node1/expert_shard/3 -> allowed: killed")
+        != std::string::npos);
+  CHECK(listed.find("otto (-) from 127.0.0.1") != std::string::npos); // revoked
+  CHECK(listed.find("ada (admin)") != std::string::npos);
+  const auto audit = run_dir / "audit.jsonl";
+  auto original = lines_of(audit);
+  REQUIRE(original.size() >= 4);
+
+  auto verify = [&] {
+    return run(tutti_bin() + " audit verify " + run_dir.string(), 30);
+  };
+  // Edited.
+  auto edited = original;
+  auto at = edited[1].find("\"result\":\"");
+  REQUIRE(at != std::string::npos);
+  edited[1].insert(at + 10, "nothing happened; ");
+  write_lines(audit, edited);
+  r = verify();
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("record 2 (line 2) was edited") != std::string::npos);
+  // Removed.
+  auto removed = original;
+  removed.erase(removed.begin() + 1);
+  write_lines(audit, removed);
+  r = verify();
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("record 2 removed") != std::string::npos);
+  // Reordered.
+  auto swapped = original;
+  std::swap(swapped[1], swapped[2]);
+  write_lines(audit, swapped);
+  r = verify();
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("record 2 removed: line 2 holds record 3")
+        != std::string::npos);
+  write_lines(audit, original);
+  CHECK(verify().status == 0);
+}
