@@ -2,7 +2,8 @@
 //
 // The loss and the per-row logsumexp are computed in double (max-subtracted)
 // and returned or rounded once; AdamW does each element's arithmetic in
-// double so float parameters see a single rounding per update.
+// double so float parameters see a single rounding per update (for float,
+// the step's denominator is float: cpu_vector.cpp).
 
 #include "backends.hpp"
 #include "cpu_vector.hpp"

@@ -70,8 +70,9 @@ void causal_softmax_backward_row(const float* p, float* r, int64_t len,
 double sum_squares(const float* x, int64_t n);
 double dot3(const float* a, const float* b, const float* c, int64_t n);
 
-// One AdamW update (decoupled weight decay) in double, as the generic
-// loop in cpu_loss_optim.cpp; bc1, bc2 are the bias corrections.
+// One AdamW update (decoupled weight decay): the generic loop's arithmetic
+// (cpu_loss_optim.cpp), in double but for the step's denominator, which is
+// float (cpu_vector.cpp says why); bc1, bc2 are the bias corrections.
 // Outputs are either all their inputs (in place) or all distinct arrays.
 void adamw(const float* param, const float* grad, const float* m,
            const float* v, float* param_out, float* m_out, float* v_out,
