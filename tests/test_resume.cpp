@@ -71,7 +71,8 @@ int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
     execl(bin.c_str(), bin.c_str(), "run", cfg.c_str(), "--quiet", nullptr);
     _exit(127);
   }
-  for (int i = 0; i < 3000; ++i) { // 300 s
+  for (int i = 0; i < 30000;
+       ++i) { // 300 s, polled every 10 ms (steps are fast)
     int raw = 0;
     if (waitpid(pid, &raw, WNOHANG) == pid)
       return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw);
@@ -82,7 +83,7 @@ int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
       waitpid(pid, nullptr, 0);
       return -9;
     }
-    usleep(100000);
+    usleep(10000);
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
@@ -108,7 +109,10 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
   auto dir = scratch("resume");
   auto data = dir / "data";
   REQUIRE(synth_data(data, 16, 200000, 7));
-  const int steps = 60, interval = 10;
+  // Kills land by step 55 and wait for a commit (written 700 ms late):
+  // the run must outlast that however fast a step is (a quickstart step is
+  // a few tens of milliseconds now), or a life would finish the job.
+  const int steps = 150, interval = 10;
   auto a_cfg = dir / "a.yaml";
   write_text(a_cfg, quickstart_like(data, dir / "a", steps, interval));
   REQUIRE(run_until(a_cfg, dir / "a" / "metrics.jsonl", 0, dir / "a.log") == 0);
@@ -166,7 +170,9 @@ TEST_CASE("a corrupt newest checkpoint is named and skipped", "[fault]") {
     auto cfg = dir / (damage + ".yaml");
     write_text(cfg, quickstart_like(data, run_dir, 40, 10));
     auto metrics = run_dir / "metrics.jsonl";
-    REQUIRE(run_until(cfg, metrics, 37, dir / (damage + ".log"), "0") == -9);
+    // Killed once step 30's checkpoint is committed and before step 40's.
+    REQUIRE(run_until(cfg, metrics, 32, dir / (damage + ".log"), "0", 25)
+            == -9);
     auto newest = run_dir / "checkpoints"
                   / tutti::store::checkpoint_dir_name(30);
     REQUIRE(fs::exists(newest / "MANIFEST"));
