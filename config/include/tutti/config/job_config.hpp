@@ -216,7 +216,8 @@ void visit_fields(Visitor& v, moe_config& c) {
           with_message(at_least(0), "must be auto or >= 0"));
   v.field("combine_chunks", c.combine_chunks,
           "the combine all-to-all in up to this many chunks of a rank's "
-          "experts, each sent while the next computes",
+          "experts, each sent while the next computes (over Gloo or NCCL; "
+          "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
 }
 
