@@ -14,7 +14,7 @@
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
-#include "tutti/model/expert_ffn.hpp"
+#include "local_experts.hpp"
 #include "tutti/model/rank_model.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -25,35 +25,6 @@ using namespace tutti::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// All experts on one rank, run directly.
-struct local_experts : model::expert_executor {
-  local_experts(const job_config& c)
-    : layout(model::expert_layout(c.model, 0, c.moe.num_experts)),
-      params(layout.total()), grads(layout.total()),
-      ffn(c.model.num_hidden_layers, c.moe.num_experts, c.model.hidden_size,
-          c.model.intermediate_size) {}
-  model::expert_block block(int64_t l) {
-    auto at = [&](const char* w) {
-      return layout.at(model::expert_block_name(l, w)).offset;
-    };
-    return {params.data() + at("w1"), params.data() + at("w3"),
-            params.data() + at("w2"), grads.data() + at("w1"),
-            grads.data() + at("w3"),  grads.data() + at("w2")};
-  }
-  status forward(int64_t l, const float* x, const int64_t* rows, int64_t,
-                 float* y, bool append) override {
-    ffn.forward(kernels::cpu_stream(), l, block(l), x, rows, y, append);
-    return {};
-  }
-  status backward(int64_t, const float*, int64_t, float*, const int64_t*,
-                  int64_t) override {
-    return status::error("not used");
-  }
-  model::param_layout layout;
-  std::vector<float> params, grads;
-  model::expert_ffn ffn;
-};
 
 // name -> values, from either source; loads a world-1 model and evaluates.
 double loss_of(const job_config& world1,

@@ -14,7 +14,6 @@
 #include "tutti/actors/rank.hpp"
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/model/expert_executor.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/errors.hpp"
