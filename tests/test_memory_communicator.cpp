@@ -165,6 +165,11 @@ TEST_CASE("memory collectives and joins end at their deadlines", "[unit]") {
   const auto joined = comm::make_memory_communicator(hub, 0, 2, o, alone);
   REQUIRE_FALSE(joined.ok());
   CHECK(joined.message().find("1 of 2 members joined") != std::string::npos);
+  // The group that never formed left the hub: the name starts afresh, here
+  // as a group of one.
+  comm_ptr single;
+  REQUIRE(comm::make_memory_communicator(hub, 0, 1, o, single).ok());
+  CHECK(single->size() == 1);
 
   // A group whose collectives wait 300 ms: a barrier member 1 never joins.
   comm_ptr a, b;

@@ -105,8 +105,17 @@ status memory_hub::join(const std::string& name, int member, int size,
     group->all_joined.notify_all();
   } else if (!group->all_joined.wait_for(
                lock, timeout, [&] { return group->joined == size; })) {
+    const int joined = group->joined--;
+    if (group->joined == 0) {
+      // The last to give up removes the group, so a group that never
+      // formed does not stay in the hub.
+      std::lock_guard<std::mutex> hub_lock(mutex_);
+      auto it = forming_.find(name);
+      if (it != forming_.end() && it->second == group)
+        forming_.erase(it);
+    }
     return status::error("memory group " + name + ": only "
-                         + std::to_string(group->joined) + " of "
+                         + std::to_string(joined) + " of "
                          + std::to_string(size) + " members joined within "
                          + std::to_string(timeout.count()) + " ms");
   }
