@@ -1,11 +1,12 @@
 // Framework overhead per step. The quickstart model trained by `tutti run`
 // (rank, expert-shard, data-loader and coordinator actors) against the same
 // steps done in this process with no actors: one thread per rank calling
-// rank_model and an expert_ffn directly over Gloo, i.e. the step's kernels
-// and collectives timed alone. Runs alternate between the two, for world
-// size 2 (the quickstart as written) and 1; medians over repetitions. At
-// world 2 also with the two ranks on loopback TCP instead of memory, and
-// over TCP without chunked combine, to show what each costs or buys.
+// rank_model and an expert_ffn directly, exchanging as `tutti run` does
+// (through memory unless the config says tcp), i.e. the step's kernels and
+// collectives timed alone. Runs alternate between the two, for world size 2
+// (the quickstart as written) and 1; medians over repetitions. At world 2
+// also with the two ranks on loopback TCP instead of memory, and over TCP
+// without chunked combine, to show what each costs or buys.
 // The anchor pins each rank thread to its own core: on a small shared VM the
 // scheduler otherwise stacks the ranks on one core and every collective
 // waits for it. The unpinned loop is reported too, to show that effect.
@@ -29,6 +30,7 @@
 
 #include "bench_util.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
+#include "tutti/comm/memory_communicator.hpp"
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/kernels/ops.hpp"
@@ -222,8 +224,8 @@ private:
 // actors. time[step][0..2] = total, all-to-all, all-reduce seconds.
 void in_process_rank(const job_config& cfg, int rank,
                      const data::batch_sampler& sampler,
-                     gloo::rendezvous::Store& store, bool pin,
-                     std::vector<std::vector<double>>& time) {
+                     gloo::rendezvous::Store& store, comm::memory_hub& hub,
+                     bool pin, std::vector<std::vector<double>>& time) {
   k::use_single_threaded_blas();
   if (pin) {
     cpu_set_t one;
@@ -233,12 +235,16 @@ void in_process_rank(const job_config& cfg, int rank,
   }
   const int W = static_cast<int>(cfg.cluster.world_size);
   const auto& t = cfg.train;
+  // The ranks exchange as tutti run's do: through memory unless the config
+  // asks for loopback TCP.
   std::unique_ptr<comm::communicator> world;
-  check(comm::make_gloo_communicator(
-    store, rank, W,
-    {cfg.cluster.host, "world",
-     std::chrono::milliseconds(cfg.cluster.collective_timeout_ms)},
-    world));
+  const std::chrono::milliseconds timeout(cfg.cluster.collective_timeout_ms);
+  if (cfg.cluster.local_transport == local_transport_kind::memory)
+    check(comm::make_memory_communicator(hub, rank, W,
+                                         {"world", timeout, timeout}, world));
+  else
+    check(comm::make_gloo_communicator(
+      store, rank, W, {cfg.cluster.host, "world", timeout}, world));
   local_experts experts(cfg, rank);
   model::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
   for (int64_t step = 1; step <= steps; ++step) {
@@ -282,10 +288,11 @@ split run_in_process(const job_config& cfg, const data::batch_sampler& sampler,
   std::vector<std::vector<std::vector<double>>> time(
     W, std::vector<std::vector<double>>(steps));
   gloo::rendezvous::HashStore store;
+  comm::memory_hub hub(0, W);
   std::vector<std::thread> ranks;
   for (int r = 0; r < W; ++r)
     ranks.emplace_back(
-      [&, r] { in_process_rank(cfg, r, sampler, store, pin, time[r]); });
+      [&, r] { in_process_rank(cfg, r, sampler, store, hub, pin, time[r]); });
   for (auto& th : ranks)
     th.join();
   split sum;
