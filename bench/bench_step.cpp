@@ -5,8 +5,10 @@
 // (through memory unless the config says tcp), i.e. the step's kernels and
 // collectives timed alone. Runs alternate between the two, for world size 2
 // (the quickstart as written) and 1; medians over repetitions. At world 2
-// also with the two ranks on loopback TCP instead of memory, and over TCP
-// without chunked combine, to show what each costs or buys.
+// also with the two ranks on loopback TCP instead of memory, over TCP
+// without chunked combine, and without restart in place (step time and
+// peak RSS), to show what each costs or buys. Needs /usr/bin/time
+// (deploy/install-deps.sh --bench).
 // The anchor pins each rank thread to its own core: on a small shared VM the
 // scheduler otherwise stacks the ranks on one core and every collective
 // waits for it. The unpinned loop is reported too, to show that effect.
@@ -104,6 +106,7 @@ std::string add_key(const std::string& yaml, const std::string& block,
 // Mean per-step times over the steps after warm-up, in seconds.
 struct split {
   double step = 0, compute = 0, a2a = 0, ar = 0, other = 0;
+  double peak_rss_mb = 0; // tutti run's, from /usr/bin/time
 };
 
 // The run with the median step time, whole, so that its parts add up.
@@ -146,8 +149,8 @@ split from_metrics(const fs::path& path) {
 split run_tutti(const std::string& tutti, const fs::path& cfg,
                 const fs::path& run_dir) {
   fs::remove_all(run_dir);
-  const std::string cmd = "timeout 300 " + tutti + " run " + cfg.string()
-                          + " --quiet 2>&1";
+  const std::string cmd = "timeout 300 /usr/bin/time -f peak_rss_kb=%M " + tutti
+                          + " run " + cfg.string() + " --quiet 2>&1";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -155,7 +158,11 @@ split run_tutti(const std::string& tutti, const fs::path& cfg,
     out.append(buf, n);
   if (pclose(p) != 0)
     die("tutti run failed:\n" + out);
-  return from_metrics(run_dir / "metrics.jsonl");
+  split s = from_metrics(run_dir / "metrics.jsonl");
+  const auto at = out.rfind("peak_rss_kb=");
+  if (at != std::string::npos)
+    s.peak_rss_mb = std::atof(out.c_str() + at + 12) / 1024;
+  return s;
 }
 
 // -- the anchor: the same step, no actors ----------------------------------
@@ -346,9 +353,11 @@ int run() {
     // shows what the feature buys or costs: Gloo over loopback instead of
     // memory between the two ranks (cluster_config.local_transport: tcp),
     // and over TCP, where chunks apply (through memory the combine is one
-    // chunk anyway), the combine in one piece (combine_chunks: 1).
-    fs::path one_chunk_cfg, tcp_cfg;
-    std::vector<split> one_chunk, tcp;
+    // chunk anyway), the combine in one piece (combine_chunks: 1); and
+    // expert shards that may not restart, so keep no state to restart in
+    // place (supervision.expert_shard.max_restarts: 0).
+    fs::path one_chunk_cfg, tcp_cfg, no_restart_cfg;
+    std::vector<split> one_chunk, tcp, no_restart;
   };
   std::vector<world_case> cases;
   for (int w : {2, 1}) {
@@ -363,6 +372,9 @@ int run() {
     if (w > 1) {
       c.one_chunk_cfg = dir / "w2-one-chunk.yaml";
       c.tcp_cfg = dir / "w2-tcp.yaml";
+      c.no_restart_cfg = dir / "w2-no-restart.yaml";
+      std::ofstream(c.no_restart_cfg)
+        << y << "supervision:\n  expert_shard:\n    max_restarts: 0\n";
       const auto tcp = add_key(y, "cluster_config", "local_transport", "tcp");
       std::ofstream(c.tcp_cfg) << tcp;
       std::ofstream(c.one_chunk_cfg)
@@ -397,7 +409,7 @@ int run() {
     for (auto& c : cases) {
       // Rotate the order, so no method always runs first. With one rank
       // there is nothing to stack, so world 1 runs only the pinned anchor.
-      const int methods = c.world > 1 ? 5 : 2;
+      const int methods = c.world > 1 ? 6 : 2;
       for (int i = 0; i < methods; ++i)
         switch ((rep + i) % methods) {
         case 0:
@@ -417,9 +429,14 @@ int run() {
           c.one_chunk.push_back(note(
             "1 chunk", c.world, run_tutti(tutti, c.one_chunk_cfg, c.run_dir)));
           break;
-        default:
+        case 4:
           c.tcp.push_back(
             note("tcp", c.world, run_tutti(tutti, c.tcp_cfg, c.run_dir)));
+          break;
+        default:
+          c.no_restart.push_back(
+            note("no restart", c.world,
+                 run_tutti(tutti, c.no_restart_cfg, c.run_dir)));
         }
     }
 
@@ -477,6 +494,12 @@ int run() {
       t.add("step time over TCP, combine in one chunk (combine_chunks: 1)" + w,
             ms_range(c.one_chunk), "over TCP, chunked as configured",
             ms(t_tcp.step), median_of(c.one_chunk).step / t_tcp.step);
+      const split off = median_of(c.no_restart);
+      t.add("step time, no restart in place (expert_shard.max_restarts: 0)" + w,
+            ms_range(c.no_restart), as_is, ms(a.step), off.step / a.step);
+      t.add("  peak RSS, no restart in place" + w,
+            fmt("%.0f MB", off.peak_rss_mb), "peak RSS, as configured",
+            fmt("%.0f MB", a.peak_rss_mb), off.peak_rss_mb / a.peak_rss_mb);
     }
   }
   t.print();

@@ -17,7 +17,7 @@ packages=(
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
 # build or test: `deploy/install-deps.sh --bench` adds them.
-bench_packages=(python3-torch linux-perf)
+bench_packages=(python3-torch linux-perf time)
 if [ "${1:-}" = "--bench" ]; then
   packages+=("${bench_packages[@]}")
 fi

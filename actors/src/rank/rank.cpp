@@ -98,6 +98,7 @@ public:
     shard_executor experts(
       self_, stream_, a_.experts, "expert_shard/" + std::to_string(a_.rank),
       a_.cfg.model.hidden_size, a_.cfg.experts_per_rank(), timeout_,
+      a_.cfg.expert_restart_in_place(),
       [this](double seconds, size_t replayed) {
         on_shard_restart(seconds, replayed);
       },

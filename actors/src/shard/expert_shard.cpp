@@ -53,9 +53,22 @@ struct expert_shard_state {
 
   // One AdamW step of every tensor into the second set, which then
   // becomes the live one; a failure before the swap leaves the live set as
-  // it was at the step's start.
+  // it was at the step's start. Without restart in place there is no
+  // second set: the step is taken in place.
   void optimize(const optimizer_args& a) {
     const auto& t = cfg.train;
+    if (!cfg.expert_restart_in_place()) {
+      for (const auto& spec : layout.tensors()) {
+        const auto at = spec.offset;
+        k::adamw_step(stream, mem->params.data() + at, mem->grads.data() + at,
+                      mem->m.data() + at, mem->v.data() + at, spec.numel, a.lr,
+                      t.beta1, t.beta2, t.eps, t.weight_decay, a.step,
+                      a.grad_scale);
+      }
+      k::wait(stream);
+      mem->optimized_step = a.step;
+      return;
+    }
     const size_t n = layout.total();
     mem->next_params.resize(stream, n);
     mem->next_m.resize(stream, n);

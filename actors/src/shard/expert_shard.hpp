@@ -10,7 +10,9 @@
 // update is complete: the live set is always the state at the start of the
 // current step, at no cost per step beyond the memory of the second set. A
 // restarted shard starts from it, and its rank replays the step's expert
-// work (shard_executor), so the step's result is the same bits.
+// work (shard_executor), so the step's result is the same bits. A job
+// whose shards may not restart (job_config::expert_restart_in_place) keeps
+// no second set and updates in place.
 
 #include <memory>
 
@@ -24,7 +26,8 @@ namespace tutti {
 struct expert_shard_memory {
   using tensor = kernels::tensor<float>;
   tensor params, grads, m, v;         // live: the state at the step's start
-  tensor next_params, next_m, next_v; // where the optimizer writes
+  tensor next_params, next_m, next_v; // where the optimizer writes, if
+                                      // restarts are in place
   int64_t optimized_step = 0;         // last step whose update is live
   bool initialized = false;
 };

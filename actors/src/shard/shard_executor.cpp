@@ -19,17 +19,15 @@ constexpr int max_attempts = 16;
 
 } // namespace
 
-shard_executor::shard_executor(caf::blocking_actor* self,
-                               kernels::stream stream, supervisor_actor experts,
-                               std::string child_id, int64_t hidden,
-                               int64_t local_experts,
-                               std::chrono::milliseconds timeout,
-                               std::function<void(double, size_t)> on_restart,
-                               std::function<bool()> aborted)
+shard_executor::shard_executor(
+  caf::blocking_actor* self, kernels::stream stream, supervisor_actor experts,
+  std::string child_id, int64_t hidden, int64_t local_experts,
+  std::chrono::milliseconds timeout, bool replayable,
+  std::function<void(double, size_t)> on_restart, std::function<bool()> aborted)
   : self_(self), stream_(stream), experts_(std::move(experts)),
     child_id_(std::move(child_id)), timeout_(timeout),
     on_restart_(std::move(on_restart)), aborted_(std::move(aborted)),
-    hidden_(hidden), local_experts_(local_experts) {}
+    hidden_(hidden), local_experts_(local_experts), replayable_(replayable) {}
 
 template <class Handle>
 status shard_executor::await_reply(Handle& reply) {
@@ -96,7 +94,7 @@ expert_task_ptr shard_executor::make_task(const logged_task& t,
                                           float* output) const {
   auto task = std::make_shared<expert_task>();
   task->layer = t.layer;
-  task->input = t.input.data();
+  task->input = t.borrowed ? t.borrowed : t.input.data();
   task->output = output;
   task->rows_per_expert = t.rows_per_expert.empty() ? nullptr
                                                     : t.rows_per_expert.data();
@@ -133,7 +131,9 @@ void shard_executor::log_task(bool forward, int64_t layer, const float* in,
   t.last_chunk = true;
   t.first_row = first_row;
   t.layer = layer;
-  t.input.assign(stream_, in, static_cast<size_t>(m * hidden_));
+  t.borrowed = replayable_ ? nullptr : in;
+  if (replayable_)
+    t.input.assign(stream_, in, static_cast<size_t>(m * hidden_));
   if (rows)
     t.rows_per_expert.assign(rows, rows + local_experts_);
   else
@@ -256,6 +256,9 @@ status shard_executor::recover(const std::string& why, bool replay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   size_t replayed = 0;
+  if (replay && !replayable_) // not expected: its supervision restarts none
+    return status::error("expert shard restarted after " + why
+                         + ", but the step's inputs were not kept to replay");
   if (replay) {
     TUTTI_RETURN_IF_ERROR(ask(zero_grads_atom_v));
     kernels::tensor<float> scratch;

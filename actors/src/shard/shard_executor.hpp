@@ -7,7 +7,9 @@
 // step-start snapshot; the executor fetches the new handle, replays the
 // logged work into scratch buffers (rebuilding activations and gradients
 // bit for bit) and retries the failed request. The other ranks meanwhile
-// wait in the step's next collective, well inside its timeout.
+// wait in the step's next collective, well inside its timeout. A job whose
+// shards may not restart (job_config::expert_restart_in_place) logs no
+// inputs: the shard reads the rank's own buffers.
 
 #include <caf/blocking_actor.hpp>
 
@@ -30,6 +32,7 @@ public:
   shard_executor(caf::blocking_actor* self, kernels::stream stream,
                  supervisor_actor experts, std::string child_id, int64_t hidden,
                  int64_t local_experts, std::chrono::milliseconds timeout,
+                 bool replayable,
                  std::function<void(double, size_t)> on_restart,
                  std::function<bool()> aborted);
 
@@ -67,7 +70,8 @@ private:
     bool last_chunk = true;
     int64_t first_row = 0;
     int64_t layer = 0;
-    kernels::tensor<float> input;
+    kernels::tensor<float> input;    // the copy, when replayable
+    const float* borrowed = nullptr; // else the rank's buffer
     std::vector<int64_t> rows_per_expert;
     int64_t rows = 0;
   };
@@ -110,6 +114,7 @@ private:
   size_t logged_ = 0;
   int64_t hidden_ = 0;
   int64_t local_experts_ = 0;
+  bool replayable_ = true;
 };
 
 } // namespace tutti

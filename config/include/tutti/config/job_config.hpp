@@ -537,6 +537,14 @@ struct job_config {
 
   int64_t ep_size() const { return cluster.ep_size; }
   int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
+  // A failed expert shard restarts in place (its rank replays the step's
+  // expert work) unless its supervision allows no restart: then the shards
+  // keep no second set of weights and moments and the ranks log no inputs,
+  // and a shard failure is recovered from the last checkpoint instead.
+  bool expert_restart_in_place() const {
+    return supervision.expert_shard.max_restarts > 0
+           && supervision.expert_shard.restart != restart_type::temporary;
+  }
 };
 
 // The sections, in the order they are read and checked.

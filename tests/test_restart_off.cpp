@@ -1,0 +1,43 @@
+// Restart in place has a price in memory: each expert shard keeps a second
+// set of weights and moments, and each rank a copy of the step's expert
+// inputs to replay. A job whose expert shards may not restart
+// (supervision.expert_shard.max_restarts: 0) keeps neither, and trains to
+// the same bits: the in-place AdamW equals the out-of-place one, and the
+// shard reads the rank's own buffers instead of the copies. (Its failure
+// path, recovery from the checkpoint, is test_faults' escalation case.)
+
+#include <catch2/catch.hpp>
+
+#include "test_support.hpp"
+
+using namespace tutti::testing;
+
+TEST_CASE("without restart in place: the same losses to the bit",
+          "[integration]") {
+  auto dir = scratch("restart_off");
+  auto data = dir / "data";
+  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
+              + " --vocab 32 --seed 5 --tokens 40000")
+            .status
+          == 0);
+  std::vector<std::vector<double>> series;
+  for (const std::string name : {"in-place", "off"}) {
+    auto run_dir = dir / name;
+    auto text = small_config(data.string(), run_dir.string(), 2, 6);
+    if (name == "off")
+      text += "supervision:\n  expert_shard:\n    max_restarts: 0\n";
+    auto cfg = dir / (name + ".yaml");
+    write_text(cfg, text);
+    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    std::vector<double> all;
+    for (const char* field : {"loss", "aux_loss", "z_loss", "grad_norm"}) {
+      auto s = metric_series(run_dir / "metrics.jsonl", field);
+      REQUIRE(s.size() == 6);
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    series.push_back(all);
+  }
+  CHECK(series[1] == series[0]);
+}
