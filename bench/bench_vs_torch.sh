@@ -96,7 +96,9 @@ EOF
   echo "$dir.yaml"
 }
 
-# Median tokens/s, step time and all-to-all share over steps after warm-up.
+# Median tokens/s, step time, all-to-all share and, of the step, the part of
+# the all-to-all spent waiting for the other rank (uneven expert load) over
+# steps after warm-up.
 tutti_figures() { # RUN_DIR
   "$python" - "$1/metrics.jsonl" "$warm" "$steps" <<'EOF'
 import json, statistics, sys
@@ -105,8 +107,9 @@ warm, steps = int(sys.argv[2]), int(sys.argv[3])
 rows = [r for r in rows if "step_time_s" in r and warm < r["step"] < steps]
 med = lambda k: statistics.median(r[k] for r in rows)
 share = statistics.median(r["time_alltoall_s"] / r["step_time_s"] for r in rows)
+wait = statistics.median(r.get("time_alltoall_wait_s", 0) / r["step_time_s"] for r in rows)
 print(f"{statistics.median(r['tokens'] / r['step_time_s'] for r in rows):.1f} "
-      f"{med('step_time_s'):.4f} {share:.4f}")
+      f"{med('step_time_s'):.4f} {share:.4f} {wait:.4f}")
 EOF
 }
 
@@ -161,8 +164,8 @@ def med(rows, i): return statistics.median(float(r[i]) for r in rows)
 models = {"quickstart": ("${w1[quickstart]}", "${w2[quickstart]}", "${torch[quickstart]}", ${flops[quickstart]}, ${torch_default[quickstart]}),
           "medium": ("${w1[medium]}", "${w2[medium]}", "${torch[medium]}", ${flops[medium]}, ${torch_default[medium]})}
 print()
-print("| model | tutti world 1, tokens/s | PyTorch eager 1 thread, tokens/s | ratio | tutti world 2, tokens/s | world 2 / world 1 | all-to-all share, world 2 | tutti world 1 GFLOP/s (MFU of sgemm) | PyTorch GFLOP/s (MFU) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| model | tutti world 1, tokens/s | PyTorch eager 1 thread, tokens/s | ratio | tutti world 2, tokens/s | world 2 / world 1 | all-to-all share, world 2 | of it waiting for the other rank | tutti world 1 GFLOP/s (MFU of sgemm) | PyTorch GFLOP/s (MFU) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, (a, b, t, flops, tdef) in models.items():
     a, b = runs(a), runs(b)
     tt = [float(x) for x in t.strip(";").split(";")]
@@ -171,7 +174,7 @@ for name, (a, b, t, flops, tdef) in models.items():
     g1 = flops / med(a, 1) / 1e9
     gp = flops / (tokens / tp) / 1e9
     print(f"| {name} | {t1:,.0f} | {tp:,.0f} | {t1 / tp:.2f} | {t2:,.0f} | {t2 / t1:.2f} "
-          f"| {100 * med(b, 2):.1f}% | {g1:.1f} ({100 * g1 / sgemm:.0f}%) | {gp:.1f} ({100 * gp / sgemm:.0f}%) |")
+          f"| {100 * med(b, 2):.1f}% | {100 * med(b, 3):.1f}% | {g1:.1f} ({100 * g1 / sgemm:.0f}%) | {gp:.1f} ({100 * gp / sgemm:.0f}%) |")
 print()
 print(f"single-core sgemm anchor: {sgemm:.1f} GFLOP/s; PyTorch with the OpenBLAS "
       f"kernels it picks itself: quickstart {models['quickstart'][4]:,.0f}, "

@@ -188,3 +188,22 @@ TEST_CASE("memory collectives and joins end at their deadlines", "[unit]") {
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
   CHECK_FALSE(b->barrier().ok()); // the group is finished for the late one too
 }
+
+TEST_CASE("memory all-to-all tells waiting for a late member from the "
+          "exchange",
+          "[unit]") {
+  auto group = make_group(true, 2);
+  std::vector<int64_t> counts{256, 256};
+  on_all(2, [&](int r) {
+    std::vector<float> send(512, static_cast<float>(r)), recv(512);
+    if (r == 1) // member 1 is late: member 0 waits for it
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(group[r]->all_to_all_v(send.data(), counts, recv.data(), counts,
+                                   sizeof(float))
+              .ok());
+  });
+  CHECK(group[0]->waited_s() >= 0.15);
+  CHECK(group[1]->waited_s() < 0.1);
+  auto gloo = make_group(false, 2);
+  CHECK(gloo[0]->waited_s() == 0); // Gloo cannot tell them apart
+}

@@ -106,7 +106,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   // Exchange the per-expert counts (host memory), then the rows.
   a.recv_expert_counts.assign(P * L, 0);
   {
-    scoped_timer t(time.alltoall_s);
+    exchange_timer t(time, *comms_.ep);
     TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all(
       a.kept_host.data(), a.recv_expert_counts.data(), L));
   }
@@ -126,7 +126,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                   a.rows, K, d);
   k::wait(stream_); // queued kernels count as compute
   {
-    scoped_timer t(time.alltoall_s);
+    exchange_timer t(time, *comms_.ep);
     TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
       *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
       times(a.recv_counts, d)));
@@ -188,7 +188,7 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                                 drows_.data(), dgate_.data(), a.rows, n, K, d);
   k::wait(stream_); // queued kernels count as compute
   {
-    scoped_timer t(time.alltoall_s);
+    exchange_timer t(time, *comms_.ep);
     TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
       *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
       times(a.recv_counts, d)));

@@ -96,7 +96,7 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
   float* recv = whole ? dispatch_order.data() : dcombine_.data();
   k::wait(stream_); // queued kernels count as compute
   {
-    scoped_timer t(time.alltoall_s);
+    exchange_timer t(time, *comms_.ep);
     std::vector<int64_t> send_counts(P), recv_counts(P);
     for (int64_t p = 0; p < P; ++p) {
       send_counts[p] = ch.send[p] * d;

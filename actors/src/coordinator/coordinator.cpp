@@ -45,13 +45,14 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   for (const auto& r : reports)
     if (r.rank == 0)
       out = r;
-  double compute = 0, a2a = 0, overlap = 0, ar = 0, other = 0, slowest = 0,
-         data_wait = 0;
+  double compute = 0, a2a = 0, a2a_wait = 0, overlap = 0, ar = 0, other = 0,
+         slowest = 0, data_wait = 0;
   int64_t bytes = 0;
   for (const auto& r : reports) {
     bytes += r.alltoall_bytes;
     compute += r.time_compute_s;
     a2a += r.time_alltoall_s;
+    a2a_wait += r.time_alltoall_wait_s;
     overlap += r.time_overlap_s;
     ar += r.time_allreduce_s;
     other += r.time_other_s;
@@ -61,6 +62,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   const double n = static_cast<double>(reports.size());
   out.time_compute_s = compute / n;
   out.time_alltoall_s = a2a / n;
+  out.time_alltoall_wait_s = a2a_wait / n;
   out.time_overlap_s = overlap / n;
   out.time_allreduce_s = ar / n;
   out.time_other_s = other / n;

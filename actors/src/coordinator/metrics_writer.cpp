@@ -80,6 +80,7 @@ std::string metrics_json(const step_report& r, int64_t experts) {
   j["step_time_s"] = r.step_time_s;
   j["time_compute_s"] = r.time_compute_s;
   j["time_alltoall_s"] = r.time_alltoall_s;
+  j["time_alltoall_wait_s"] = r.time_alltoall_wait_s;
   j["time_overlap_s"] = r.time_overlap_s;
   j["time_allreduce_s"] = r.time_allreduce_s;
   j["time_other_s"] = r.time_other_s;

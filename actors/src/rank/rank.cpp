@@ -336,6 +336,7 @@ private:
     }
     r.time_alltoall_s = stats.time.alltoall_s;
     r.time_overlap_s = stats.time.overlap_s;
+    r.time_alltoall_wait_s = stats.time.alltoall_wait_s;
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
                                        - stats.time.allreduce_s);

@@ -54,6 +54,10 @@ public:
   // this process (memory_communicator): no transfer runs beside the
   // computation, so there is nothing for a pipelined exchange to hide.
   virtual bool in_process() const { return false; }
+  // Seconds this member has spent in collectives waiting for the others to
+  // arrive: the price of their being late (uneven work), not of moving data.
+  // Cumulative; 0 where the transport cannot tell the two apart (Gloo).
+  virtual double waited_s() const { return 0; }
 
   // Name for logs: backend, group, epoch.
   virtual std::string describe() const = 0;

@@ -12,6 +12,10 @@ struct step_timers {
   // Of alltoall_s, the time the combine (forward and backward) ran while
   // the expert shard was computing the next chunk.
   double overlap_s = 0;
+  // Of alltoall_s, waiting for the other members to arrive: their being
+  // late (uneven expert load, mostly), not the exchange. Measured where the
+  // transport can tell (ranks of one process); 0 otherwise.
+  double alltoall_wait_s = 0;
 };
 
 // Adds the wall time of its scope to one of the step_timers' fields.
@@ -28,6 +32,23 @@ public:
 private:
   double& sink_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// An all-to-all's scope: its wall time into alltoall_s, and of it the time
+// the group's members waited for each other into alltoall_wait_s.
+template <class Group>
+class exchange_timer {
+public:
+  exchange_timer(step_timers& time, const Group& group)
+    : total_(time.alltoall_s), wait_(time.alltoall_wait_s), group_(group),
+      waited_before_(group.waited_s()) {}
+  ~exchange_timer() { wait_ += group_.waited_s() - waited_before_; }
+
+private:
+  scoped_timer total_;
+  double& wait_;
+  const Group& group_;
+  double waited_before_;
 };
 
 struct step_stats {

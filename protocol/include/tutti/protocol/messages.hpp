@@ -39,6 +39,9 @@ struct step_report {
   std::vector<double> router_bias; // [layer][expert], rank 0's (global)
   // Of step_time_s: waiting for this rank's batch from its data loader.
   double time_data_s = 0;
+  // Of time_alltoall_s: waiting for the other ranks to arrive (uneven
+  // expert load), where the transport can tell (ranks of one process).
+  double time_alltoall_wait_s = 0;
 };
 
 template <class Inspector>
@@ -48,7 +51,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.alltoall_bytes, x.expert_counts, x.time_compute_s,
            x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias, x.time_data_s);
+           x.router_bias, x.time_data_s, x.time_alltoall_wait_s);
 }
 
 // A node daemon's request to join the job.
