@@ -198,9 +198,10 @@ TEST_CASE("memory all-to-all tells waiting for a late member from the "
     std::vector<float> send(512, static_cast<float>(r)), recv(512);
     if (r == 1) // member 1 is late: member 0 waits for it
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    REQUIRE(group[r]->all_to_all_v(send.data(), counts, recv.data(), counts,
-                                   sizeof(float))
-              .ok());
+    REQUIRE(
+      group[r]
+        ->all_to_all_v(send.data(), counts, recv.data(), counts, sizeof(float))
+        .ok());
   });
   CHECK(group[0]->waited_s() >= 0.15);
   CHECK(group[1]->waited_s() < 0.1);
