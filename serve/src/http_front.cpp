@@ -135,7 +135,7 @@ void http_front::routes() {
     res.set_content(R"({"status":"ok"})", json_type);
   });
   server.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.ready())
+    if (service_.shards_up())
       res.set_content(R"({"status":"ready"})", json_type);
     else
       send_error(res, 503, "the model is not ready", "service_unavailable");

@@ -1,5 +1,7 @@
 #include "tutti/serve/invariant_ops.hpp"
 
+#include "tutti/kernels/ops.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -117,6 +119,21 @@ void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
       }
     }
   }
+}
+
+void invariant_expert(const float* x, const float* w1, const float* w3,
+                      const float* w2, float* y, int64_t m, int64_t hidden,
+                      int64_t intermediate, std::vector<float>& a,
+                      std::vector<float>& b, std::vector<float>& h) {
+  const int64_t D = hidden, F = intermediate;
+  a.resize(m * F);
+  b.resize(m * F);
+  h.resize(m * F);
+  invariant_linear(x, w1, a.data(), m, D, F);
+  invariant_linear(x, w3, b.data(), m, D, F);
+  kernels::swiglu_forward<float>(kernels::cpu_stream(), a.data(), b.data(),
+                                 h.data(), m * F);
+  invariant_linear(h.data(), w2, y, m, F, D);
 }
 
 } // namespace tutti::serve

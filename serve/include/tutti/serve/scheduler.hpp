@@ -9,10 +9,13 @@
 // wait at the front of the queue to be recomputed (prompt and the tokens
 // they already generated), which yields the same tokens because every row
 // is computed batch-invariantly. Single-threaded: the service's thread
-// owns it.
+// owns it. With several ranks (expert parallelism) each rank has its own
+// KV cache: a request joins on the rank with the most free blocks and stays
+// there until it ends or is preempted.
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,14 +36,20 @@ class scheduler {
 public:
   scheduler(engine& e, kv_cache& cache, const batch_limits& limits,
             serve_metrics* metrics = nullptr);
+  // A step through `forward` (ep_ranks::forward) over one cache per rank.
+  using forward_fn =
+    std::function<status(const std::vector<seq_chunk>&, std::vector<float>&)>;
+  scheduler(const served_model& model, std::vector<kv_cache*> caches,
+            forward_fn forward, const batch_limits& limits,
+            serve_metrics* metrics = nullptr);
 
   // Queues a request (the caller enforces the queue limit and checks that
   // it can ever fit in the cache: fits()).
   void add(std::unique_ptr<request> r);
 
-  // Whether `tokens` positions fit in the whole cache.
+  // Whether `tokens` positions fit in the whole cache of a rank.
   bool fits(int64_t tokens) const {
-    return cache_.blocks_for_tokens(tokens) <= cache_.total_blocks();
+    return caches_[0]->blocks_for_tokens(tokens) <= caches_[0]->total_blocks();
   }
 
   // Ends request `id` (running or waiting) with `why`, freeing its blocks.
@@ -54,7 +63,8 @@ public:
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
-  const kv_cache& cache() const { return cache_; }
+  int64_t used_blocks() const;  // over every rank's cache
+  int64_t total_blocks() const; // over every rank's cache
   // Every request's id with its deadline, for the service's timeouts.
   std::vector<std::pair<uint64_t, clock::time_point>> deadlines() const;
 
@@ -71,8 +81,12 @@ private:
   void end(std::unique_ptr<request> r, finish_reason why,
            const std::string& error);
 
-  engine& engine_;
-  kv_cache& cache_;
+  kv_cache& cache_of(const request& r) { return *caches_[r.rank]; }
+  int32_t emptiest_rank() const;
+
+  const served_model& model_;
+  std::vector<kv_cache*> caches_;
+  forward_fn forward_;
   batch_limits limits_;
   serve_metrics* metrics_;
   std::vector<std::unique_ptr<request>> running_; // in admission order
