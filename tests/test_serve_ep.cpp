@@ -169,8 +169,11 @@ TEST_CASE("an expert shard killed mid-generation: every stream complete and "
   s.stop();
   CHECK(s.ranks()->shard_restarts() == 2);
   CHECK(s.preemptions() == 0); // none recomputed from scratch
-  // The supervisor's restarted shards serve the next requests too.
+  // The supervisor's restarted shards serve the next requests too, the
+  // prompts now from the ranks' prefix caches.
   s.start();
   CHECK(s.shards_up());
   check_same(serve_all(s, js), want, js);
+  CHECK(s.metrics().gauges().prefix_cache_hit_tokens > 0);
+  CHECK(s.metrics().gauges().expert_shard_restarts == 2);
 }

@@ -53,14 +53,52 @@ int64_t scheduler::total_blocks() const {
   return n;
 }
 
-// Where a joining request goes: the rank with the most free blocks, the
-// first of equals.
-int32_t scheduler::emptiest_rank() const {
+// Where a joining request goes: the rank that caches the longest prefix of
+// its tokens, else the one with the most free blocks, the first of equals;
+// it takes the cached blocks and starts after them.
+void scheduler::place(request& r) {
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
   int32_t best = 0;
-  for (size_t r = 1; r < caches_.size(); ++r)
-    if (caches_[r]->free_blocks() > caches_[best]->free_blocks())
-      best = static_cast<int32_t>(r);
-  return best;
+  int64_t best_match = -1;
+  for (size_t i = 0; i < caches_.size(); ++i) {
+    const int64_t match = limits_.prefix_caching
+                            ? caches_[i]->match_prefix(r.tokens.data(), n)
+                            : 0;
+    if (match > best_match
+        || (match == best_match
+            && caches_[i]->free_blocks() > caches_[best]->free_blocks())) {
+      best = static_cast<int32_t>(i);
+      best_match = match;
+    }
+  }
+  r.rank = best;
+  r.hashed = 0;
+  r.prefix_hash = 0;
+  r.computed = 0;
+  if (best_match > 0) {
+    r.hashed = cache_of(r).match_prefix(r.tokens.data(), n, &r.blocks,
+                                        &r.prefix_hash);
+    r.computed = r.hashed * cache_of(r).geometry().block_tokens;
+    prefix_hit_tokens_ += r.computed;
+  }
+}
+
+void scheduler::forget_blocks(request& r) {
+  cache_of(r).release(r.blocks);
+  r.computed = 0;
+  r.hashed = 0;
+  r.prefix_hash = 0;
+}
+
+// Blocks r has filled become shareable.
+void scheduler::register_full_blocks(request& r) {
+  if (!limits_.prefix_caching)
+    return;
+  auto& cache = cache_of(r);
+  const int64_t bt = cache.geometry().block_tokens;
+  for (; (r.hashed + 1) * bt <= r.computed; ++r.hashed)
+    r.prefix_hash = cache.register_block(r.blocks[r.hashed], r.prefix_hash,
+                                         r.tokens.data() + r.hashed * bt);
 }
 
 void scheduler::add(std::unique_ptr<request> r) {
@@ -127,8 +165,7 @@ void scheduler::preempt(request* victim, std::vector<planned>& plan,
                          [&](const auto& p) { return p.get() == victim; });
   auto r = std::move(*it);
   running_.erase(it);
-  cache_of(*r).release(r->blocks);
-  r->computed = 0;
+  forget_blocks(*r);
   ++r->preemptions;
   ++preemptions_;
   if (metrics_)
@@ -221,12 +258,14 @@ expected<bool> scheduler::step() {
   while (!waiting_.empty() && budget > 0
          && static_cast<int64_t>(running_.size()) < limits_.max_sequences) {
     request* r = waiting_.front().get();
+    if (r->blocks.empty())
+      place(*r);
     const int64_t n = std::min<int64_t>(
       static_cast<int64_t>(r->tokens.size()) - r->computed, budget);
-    if (r->blocks.empty())
-      r->rank = emptiest_rank();
-    if (!cache_of(*r).reserve(r->blocks, r->computed + n))
+    if (!cache_of(*r).reserve(r->blocks, r->computed + n)) {
+      forget_blocks(*r); // waiting requests hold no blocks
       break;
+    }
     if (!r->started && metrics_)
       metrics_->started(*r, clock::now());
     r->started = true;
@@ -262,6 +301,7 @@ expected<bool> scheduler::step() {
   for (size_t i = 0; i < plan.size(); ++i) {
     request& r = *plan[i].r;
     r.computed += plan[i].n;
+    register_full_blocks(r);
     if (chunks_[i].want != seq_chunk::logits::last)
       continue;
     const auto t = sample_token(logits_.data() + row * vocab, vocab, r.sampling,

@@ -139,7 +139,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
     {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
      "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
-     "ep_size", "step_timeout_s"}));
+     "ep_size", "step_timeout_s", "prefix_caching"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
@@ -169,6 +169,8 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "ep_size", c.ep_size, 1));
   TUTTI_RETURN_IF_ERROR(
     read_double(s, prefix, "step_timeout_s", l.step_timeout_s));
+  TUTTI_RETURN_IF_ERROR(
+    read_bool(s, prefix, "prefix_caching", l.batch.prefix_caching));
   return {};
 }
 

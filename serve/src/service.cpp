@@ -231,10 +231,12 @@ void service::cancel(uint64_t id) {
 }
 
 void service::publish_gauges() {
-  metrics_.set_gauges({scheduler_->running(), scheduler_->waiting(),
-                       scheduler_->used_blocks(), scheduler_->total_blocks()},
-                      ranks_ ? ranks_->expert_activations()
-                             : engine_->expert_activations());
+  metrics_.set_gauges(
+    {scheduler_->running(), scheduler_->waiting(), scheduler_->used_blocks(),
+     scheduler_->total_blocks(), scheduler_->prefix_hit_tokens(),
+     ranks_ ? ranks_->exchanged_bytes() : 0,
+     ranks_ ? ranks_->shard_restarts() : 0},
+    ranks_ ? ranks_->expert_activations() : engine_->expert_activations());
 }
 
 // The scheduler actor: takes what arrived (waiting for it only when there

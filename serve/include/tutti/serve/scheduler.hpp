@@ -11,7 +11,9 @@
 // is computed batch-invariantly. Single-threaded: the service's thread
 // owns it. With several ranks (expert parallelism) each rank has its own
 // KV cache: a request joins on the rank with the most free blocks and stays
-// there until it ends or is preempted.
+// there until it ends or is preempted. A joining request whose leading
+// blocks of tokens are cached (kv_cache.hpp) takes them and starts after
+// them; the blocks each request fills are registered as it goes.
 
 #include <cstdint>
 #include <deque>
@@ -30,6 +32,7 @@ class serve_metrics;
 struct batch_limits {
   int64_t max_batch_tokens = 256; // rows per engine step
   int64_t max_sequences = 32;     // requests running at once
+  bool prefix_caching = true;     // share cached blocks of equal prefixes
 };
 
 class scheduler {
@@ -63,6 +66,8 @@ public:
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  // Prompt positions taken from the prefix cache instead of computed.
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   int64_t used_blocks() const;  // over every rank's cache
   int64_t total_blocks() const; // over every rank's cache
   // Every request's id with its deadline, for the service's timeouts.
@@ -82,7 +87,9 @@ private:
            const std::string& error);
 
   kv_cache& cache_of(const request& r) { return *caches_[r.rank]; }
-  int32_t emptiest_rank() const;
+  void place(request& r);
+  void forget_blocks(request& r);
+  void register_full_blocks(request& r);
 
   const served_model& model_;
   std::vector<kv_cache*> caches_;
@@ -92,6 +99,7 @@ private:
   std::vector<std::unique_ptr<request>> running_; // in admission order
   std::deque<std::unique_ptr<request>> waiting_;
   int64_t preemptions_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
   std::vector<seq_chunk> chunks_;
   std::vector<float> logits_;
 };
