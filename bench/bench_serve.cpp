@@ -10,7 +10,10 @@
 //     against concurrency 1 (continuous batching's gain);
 //   - output tokens/s at concurrency 32 on 2 expert-parallel rank actors
 //     (each its own thread, half the sequences and half the experts),
-//     against the one engine thread.
+//     against the one engine thread;
+//   - invariant_linear on 32 rows (256 -> 512) in one call (rows in pairs
+//     where the CPU has AVX-512) against 32 one-row calls, the fastest of
+//     200 interleaved runs each (robust to a loaded machine).
 // Usage: bench_serve [requests per level, default 32]
 
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include "tutti/actors/system_config.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/invariant_ops.hpp"
 #include "tutti/serve/scheduler.hpp"
 
 using namespace tutti;
@@ -216,6 +220,32 @@ double throughput(const serve::served_model& m, int64_t concurrency,
   return double(tokens) / (bench::now_s() - t0);
 }
 
+// Seconds of the batched call and of the row-by-row calls, the fastest
+// of `reps` interleaved runs each.
+std::pair<double, double> linear_rows_s(int reps) {
+  const int64_t m = 32, k = D, n = 2 * D;
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : x)
+    v = u(rng);
+  for (auto& v : w)
+    v = u(rng);
+  double batched = 1e30, rows = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = bench::now_s();
+    serve::invariant_linear(x.data(), w.data(), y.data(), m, k, n);
+    const double t1 = bench::now_s();
+    for (int64_t i = 0; i < m; ++i)
+      serve::invariant_linear(x.data() + i * k, w.data(), y.data() + i * n, 1,
+                              k, n);
+    const double t2 = bench::now_s();
+    batched = std::min(batched, t1 - t0);
+    rows = std::min(rows, t2 - t1);
+  }
+  return {batched, rows};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -256,6 +286,10 @@ int main(int argc, char** argv) {
   t.add("output tok/s at concurrency 32, 2 expert-parallel ranks",
         bench::fmt("%.1f", ep2), "output tok/s at concurrency 32, one engine",
         bench::fmt("%.1f", one), ep2 / one);
+  const auto [batched, one_by_one] = linear_rows_s(200);
+  t.add("invariant_linear, 32 rows 256 -> 512 in one call (us)",
+        bench::fmt("%.1f", batched * 1e6), "32 one-row calls (us)",
+        bench::fmt("%.1f", one_by_one * 1e6), batched / one_by_one);
   t.print();
   return 0;
 }
