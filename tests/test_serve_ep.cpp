@@ -139,6 +139,10 @@ TEST_CASE("expert-parallel ranks give the one-rank engine's tokens", "[unit]") {
     CHECK(s.shards_up());
     check_same(serve_all(s, js), want, js);
     CHECK(s.ranks()->exchanged_bytes() > 0);
+    // Every rank's blocks are free again (cached prompt blocks count as
+    // free: no request holds them).
+    for (int64_t r = 0; r < s.ranks()->size(); ++r)
+      CHECK(s.ranks()->cache(r).used_blocks() == 0);
     s.stop();
     CHECK(s.kv_blocks() > 0);
   }

@@ -7,6 +7,8 @@
 // expert shard actors (ep_ranks.hpp); with 0, in an engine on the
 // scheduler actor's own thread.
 
+#include <caf/actor.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -14,8 +16,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <caf/actor.hpp>
 
 #include "tutti/base/status.hpp"
 #include "tutti/serve/ep_ranks.hpp"
