@@ -21,7 +21,7 @@ int serve_command(const std::vector<std::string>& args) {
     "'serve:' section (model, listen, max_batch_tokens, max_sequences,\n"
     "max_queue, max_prompt_tokens, max_output_tokens, request_timeout_s,\n"
     "kv_cache_bytes, kv_block_tokens, max_body_bytes, http_threads, "
-    "model_name)\n"
+    "model_name,\nep_size, step_timeout_s, prefix_caching)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
     "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
     "Stops on SIGINT or SIGTERM.");
@@ -47,16 +47,18 @@ int serve_command(const std::vector<std::string>& args) {
     return fail(2, "serve: " + model.message());
   if (!c.model_name.empty())
     model.value().name = c.model_name;
+  c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
   auto svc = serve::service::create(std::move(model.value()), c.limits);
   if (!svc)
     return fail(2, "serve: " + svc.message());
   if (c.devices() > 1)
     std::printf("serve: the manifest asks for expert parallelism over %lld "
-                "devices (%lld nodes x %lld); this build serves every expert "
-                "in this one process\n",
+                "devices (%lld nodes x %lld); this process runs %lld "
+                "expert-parallel ranks\n",
                 static_cast<long long>(c.devices()),
                 static_cast<long long>(c.num_nodes),
-                static_cast<long long>(c.num_gpus_per_node));
+                static_cast<long long>(c.num_gpus_per_node),
+                static_cast<long long>(c.limits.ep_ranks));
 
   // The signals are taken by sigwait below, so every thread blocks them.
   sigset_t stop_signals;

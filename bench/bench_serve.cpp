@@ -7,7 +7,13 @@
 //   - single-request decode tokens/s, against the same projections as
 //     OpenBLAS calls of one row;
 //   - output tokens/s through the scheduler at concurrency 8 and 32,
-//     against concurrency 1 (continuous batching's gain).
+//     against concurrency 1 (continuous batching's gain);
+//   - output tokens/s at concurrency 32 on 2 expert-parallel rank actors
+//     (each its own thread, half the sequences and half the experts),
+//     against the one engine thread;
+//   - invariant_linear on 32 rows (256 -> 512) in one call (rows in pairs
+//     where the CPU has AVX-512) against 32 one-row calls, the fastest of
+//     200 interleaved runs each (robust to a loaded machine).
 // Usage: bench_serve [requests per level, default 32]
 
 #include <cstdlib>
@@ -16,7 +22,12 @@
 #include "bench_util.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/param_layout.hpp"
+#include <caf/actor_system.hpp>
+
+#include "tutti/actors/system_config.hpp"
 #include "tutti/serve/engine.hpp"
+#include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/invariant_ops.hpp"
 #include "tutti/serve/scheduler.hpp"
 
 using namespace tutti;
@@ -148,11 +159,39 @@ double decode_s(const serve::served_model& m, int64_t start, int64_t steps,
 
 // Output tokens per second of `requests` requests, `concurrency` at a time
 // (a new one joins as one leaves), through the scheduler.
+// With `ranks` > 0, on that many expert-parallel rank actors.
 double throughput(const serve::served_model& m, int64_t concurrency,
-                  int64_t requests, int64_t prompt, int64_t output) {
+                  int64_t requests, int64_t prompt, int64_t output,
+                  int64_t ranks = 0) {
   serve::kv_cache cache({L, HKV, HD, 16}, 2048);
   serve::engine e(m, cache);
-  serve::scheduler s(e, cache, {512, concurrency});
+  std::unique_ptr<serve::scheduler> sched;
+  tutti_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::unique_ptr<serve::ep_ranks> group;
+  if (ranks == 0) {
+    sched = std::make_unique<serve::scheduler>(
+      e, cache, serve::batch_limits{512, concurrency});
+  } else {
+    serve::ep_options o;
+    o.ranks = ranks;
+    o.blocks_per_rank = 2048 / ranks;
+    auto g = serve::ep_ranks::start(sys, m, o);
+    if (!g)
+      std::exit(1);
+    group = std::move(g.value());
+    std::vector<serve::kv_cache*> caches;
+    for (int64_t r = 0; r < ranks; ++r)
+      caches.push_back(&group->cache(r));
+    auto* gp = group.get();
+    sched = std::make_unique<serve::scheduler>(
+      m, caches,
+      [gp](const std::vector<serve::seq_chunk>& b, std::vector<float>& l) {
+        return gp->forward(b, l);
+      },
+      serve::batch_limits{512, concurrency});
+  }
+  auto& s = *sched;
   int64_t added = 0, done = 0, tokens = 0;
   std::mt19937 rng(1);
   auto add = [&] {
@@ -179,6 +218,32 @@ double throughput(const serve::served_model& m, int64_t concurrency,
       add();
   }
   return double(tokens) / (bench::now_s() - t0);
+}
+
+// Seconds of the batched call and of the row-by-row calls, the fastest
+// of `reps` interleaved runs each.
+std::pair<double, double> linear_rows_s(int reps) {
+  const int64_t m = 32, k = D, n = 2 * D;
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : x)
+    v = u(rng);
+  for (auto& v : w)
+    v = u(rng);
+  double batched = 1e30, rows = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = bench::now_s();
+    serve::invariant_linear(x.data(), w.data(), y.data(), m, k, n);
+    const double t1 = bench::now_s();
+    for (int64_t i = 0; i < m; ++i)
+      serve::invariant_linear(x.data() + i * k, w.data(), y.data() + i * n, 1,
+                              k, n);
+    const double t2 = bench::now_s();
+    batched = std::min(batched, t1 - t0);
+    rows = std::min(rows, t2 - t1);
+  }
+  return {batched, rows};
 }
 
 } // namespace
@@ -216,6 +281,15 @@ int main(int argc, char** argv) {
             + " (prompt 64, output 64)",
           bench::fmt("%.1f", tc), "output tok/s at concurrency 1",
           bench::fmt("%.1f", c1), tc / c1);
+  const double ep2 = throughput(m, 32, requests, 64, 64, 2);
+  const double one = throughput(m, 32, requests, 64, 64);
+  t.add("output tok/s at concurrency 32, 2 expert-parallel ranks",
+        bench::fmt("%.1f", ep2), "output tok/s at concurrency 32, one engine",
+        bench::fmt("%.1f", one), ep2 / one);
+  const auto [batched, one_by_one] = linear_rows_s(200);
+  t.add("invariant_linear, 32 rows 256 -> 512 in one call (us)",
+        bench::fmt("%.1f", batched * 1e6), "32 one-row calls (us)",
+        bench::fmt("%.1f", one_by_one * 1e6), batched / one_by_one);
   t.print();
   return 0;
 }

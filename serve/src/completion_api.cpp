@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tutti/tokenizer/tokenizer.hpp"
+
 namespace tutti::serve {
 
 using json = nlohmann::json;
@@ -22,10 +24,26 @@ parsed_completion refuse(std::string param, std::string message,
   return p;
 }
 
-// Text to byte tokens; an empty optional-like status on a byte past the
-// vocabulary.
-bool encode(const std::string& text, int64_t vocab, std::vector<int32_t>& out,
-            std::string& why) {
+// Text to tokens: the model's tokenizer, else one token per byte; false
+// (and why) on a token past the vocabulary.
+bool encode(const std::string& text, const served_model& model,
+            std::vector<int32_t>& out, std::string& why) {
+  const int64_t vocab = model.shape.vocab;
+  if (model.text_tokenizer) {
+    auto ids = model.text_tokenizer->encode(text);
+    if (!ids) {
+      why = ids.message();
+      return false;
+    }
+    for (int32_t id : ids.value())
+      if (id < 0 || id >= vocab) {
+        why = "the tokenizer gave id " + std::to_string(id)
+              + ", outside the model's vocabulary";
+        return false;
+      }
+    out.insert(out.end(), ids.value().begin(), ids.value().end());
+    return true;
+  }
   for (unsigned char c : text) {
     if (c >= vocab) {
       why = "byte " + std::to_string(int(c))
@@ -39,7 +57,7 @@ bool encode(const std::string& text, int64_t vocab, std::vector<int32_t>& out,
 }
 
 json logprobs_json(const std::vector<sampled_token>& tokens,
-                   int64_t text_offset) {
+                   int64_t text_offset, const served_model* m) {
   json j;
   j["tokens"] = json::array();
   j["token_logprobs"] = json::array();
@@ -47,12 +65,12 @@ json logprobs_json(const std::vector<sampled_token>& tokens,
   j["text_offset"] = json::array();
   int64_t offset = text_offset;
   for (const auto& t : tokens) {
-    const auto text = token_text(t.token);
+    const auto text = token_text(m, t.token);
     j["tokens"].push_back(text);
     j["token_logprobs"].push_back(t.logprob);
     json top = json::object();
     for (const auto& [tok, lp] : t.top)
-      top[token_text(tok)] = lp;
+      top[token_text(m, tok)] = lp;
     j["top_logprobs"].push_back(top);
     j["text_offset"].push_back(offset);
     offset += static_cast<int64_t>(text.size());
@@ -72,6 +90,31 @@ std::string token_text(int32_t token) {
   if (token >= 0 && token < 256)
     return std::string(1, static_cast<char>(token));
   return "<|" + std::to_string(token) + "|>";
+}
+
+std::string token_text(const served_model* m, int32_t token) {
+  if (!m || !m->text_tokenizer || m->text_tokenizer->kind() == "bytes")
+    return token_text(token);
+  const auto& tok = *m->text_tokenizer;
+  if (token == tok.bos_id() || token == tok.eos_id())
+    return {};
+  // SentencePiece pieces: U+2581 stands for a space, <0xNN> for a byte.
+  auto piece = tok.piece(token);
+  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0
+      && piece.back() == '>')
+    return std::string(
+      1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string out;
+  static const std::string space = "\xe2\x96\x81";
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, space.size(), space) == 0) {
+      out += ' ';
+      i += space.size();
+    } else {
+      out += piece[i++];
+    }
+  }
+  return out;
 }
 
 std::string error_body(const std::string& message, const std::string& type,
@@ -117,7 +160,7 @@ parsed_completion parse_completion(const std::string& body,
     prompt = prompt[0];
   std::string why;
   if (prompt.is_string()) {
-    if (!encode(prompt.get<std::string>(), s.vocab, r->prompt, why))
+    if (!encode(prompt.get<std::string>(), model, r->prompt, why))
       return refuse("prompt", why);
   } else if (prompt.is_array()) {
     for (const auto& t : prompt) {
@@ -215,8 +258,8 @@ parsed_completion parse_completion(const std::string& body,
       if (!s1.is_string() || s1.get<std::string>().empty())
         return refuse("stop", "each stop sequence must be a non-empty string");
       std::vector<int32_t> seq;
-      for (unsigned char c : s1.get<std::string>())
-        seq.push_back(c);
+      if (!encode(s1.get<std::string>(), model, seq, why) || seq.empty())
+        return refuse("stop", "stop sequence: " + why);
       r->stop.push_back(std::move(seq));
     }
   }
@@ -228,18 +271,20 @@ parsed_completion parse_completion(const std::string& body,
 
 std::string completion_body(const std::string& id, const std::string& model,
                             int64_t created, const completion_result& r,
-                            const completion_options& o) {
+                            const completion_options& o,
+                            const served_model* m) {
   std::string text;
   json ids = json::array();
   for (const auto& t : r.tokens) {
-    text += token_text(t.token);
+    text += token_text(m, t.token);
     ids.push_back(t.token);
   }
   json choice;
   choice["index"] = 0;
   choice["text"] = text;
   choice["token_ids"] = ids;
-  choice["logprobs"] = o.logprobs ? logprobs_json(r.tokens, 0) : json(nullptr);
+  choice["logprobs"] = o.logprobs ? logprobs_json(r.tokens, 0, m)
+                                  : json(nullptr);
   choice["finish_reason"] = finish_json(r.finish);
   json j;
   j["id"] = id;
@@ -257,18 +302,18 @@ std::string completion_body(const std::string& id, const std::string& model,
 std::string stream_chunk(const std::string& id, const std::string& model,
                          int64_t created, const std::vector<sampled_token>& t,
                          int64_t text_offset, finish_reason finish,
-                         const completion_options& o) {
+                         const completion_options& o, const served_model* m) {
   std::string text;
   json ids = json::array();
   for (const auto& x : t) {
-    text += token_text(x.token);
+    text += token_text(m, x.token);
     ids.push_back(x.token);
   }
   json choice;
   choice["index"] = 0;
   choice["text"] = text;
   choice["token_ids"] = ids;
-  choice["logprobs"] = o.logprobs ? logprobs_json(t, text_offset)
+  choice["logprobs"] = o.logprobs ? logprobs_json(t, text_offset, m)
                                   : json(nullptr);
   choice["finish_reason"] = finish_json(finish);
   json j;

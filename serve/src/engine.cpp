@@ -14,6 +14,12 @@ engine::engine(const served_model& model, kv_cache& cache)
   : model_(model), cache_(cache),
     activations_(model.shape.layers * model.shape.experts, 0) {}
 
+engine::engine(const served_model& model, kv_cache& cache,
+               expert_exchange* experts)
+  : engine(model, cache) {
+  experts_ = experts;
+}
+
 status engine::forward(const std::vector<seq_chunk>& batch,
                        std::vector<float>& logits) {
   const auto& s = model_.shape;
@@ -40,6 +46,13 @@ status engine::forward(const std::vector<seq_chunk>& batch,
     }
   }
   const int64_t rows = static_cast<int64_t>(ids_.size());
+  if (rows == 0) {
+    // Nothing of its own this step: the rank still serves its peers' rows.
+    logits.clear();
+    for (int64_t l = 0; l < s.layers && experts_; ++l)
+      TUTTI_RETURN_IF_ERROR(experts_->run(l, nullptr, nullptr, 0, nullptr));
+    return {};
+  }
   const auto cpu = k::cpu_stream();
   x_.resize(rows * D);
   xn_.resize(rows * D);
@@ -54,7 +67,7 @@ status engine::forward(const std::vector<seq_chunk>& batch,
     attention(l, batch);
     k::rmsnorm_forward(cpu, x_.data(), w.post_norm.data(), xn_.data(),
                        rstd_.data(), rows, D, eps);
-    moe(l, rows);
+    TUTTI_RETURN_IF_ERROR(moe(l, rows));
   }
   // Final norm and LM head on the rows whose logits are wanted.
   std::vector<int64_t> wanted;
@@ -152,7 +165,7 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
 }
 
 // x += sum over the chosen experts of gate * SwiGLU expert(xn_).
-void engine::moe(int64_t l, int64_t rows) {
+status engine::moe(int64_t l, int64_t rows) {
   const auto& s = model_.shape;
   const auto& w = model_.layers[l];
   const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
@@ -168,27 +181,27 @@ void engine::moe(int64_t l, int64_t rows) {
   // Each expert's rows in token order, through its SwiGLU FFN; outputs kept
   // per (token, slot) and summed per token in slot order.
   moe_out_.assign(rows * K * D, 0.0f);
+  for (int64_t t = 0; t < rows * K; ++t)
+    ++activations_[l * E + topk_[t]];
+  if (experts_)
+    TUTTI_RETURN_IF_ERROR(
+      experts_->run(l, xn_.data(), topk_.data(), rows, moe_out_.data()));
   std::vector<int64_t> slots;
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < E && !experts_; ++e) {
     slots.clear();
     for (int64_t t = 0; t < rows * K; ++t)
       if (topk_[t] == e)
         slots.push_back(t);
     const int64_t m = static_cast<int64_t>(slots.size());
-    activations_[l * E + e] += m;
     if (m == 0)
       continue;
     xe_.resize(m * D);
-    a_.resize(m * F);
-    b_.resize(m * F);
-    h_.resize(m * F);
     ye_.resize(m * D);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(xn_.data() + (slots[i] / K) * D, D, xe_.data() + i * D);
-    invariant_linear(xe_.data(), w.w1.data() + e * F * D, a_.data(), m, D, F);
-    invariant_linear(xe_.data(), w.w3.data() + e * F * D, b_.data(), m, D, F);
-    k::swiglu_forward<float>(cpu, a_.data(), b_.data(), h_.data(), m * F);
-    invariant_linear(h_.data(), w.w2.data() + e * D * F, ye_.data(), m, F, D);
+    invariant_expert(xe_.data(), w.w1.data() + e * F * D,
+                     w.w3.data() + e * F * D, w.w2.data() + e * D * F,
+                     ye_.data(), m, D, F, a_, b_, h_);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(ye_.data() + i * D, D, moe_out_.data() + slots[i] * D);
   }
@@ -201,6 +214,7 @@ void engine::moe(int64_t l, int64_t rows) {
       xt[d] += acc;
     }
   }
+  return {};
 }
 
 } // namespace tutti::serve

@@ -135,7 +135,7 @@ void http_front::routes() {
     res.set_content(R"({"status":"ok"})", json_type);
   });
   server.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.ready())
+    if (service_.shards_up())
       res.set_content(R"({"status":"ready"})", json_type);
     else
       send_error(res, 503, "the model is not ready", "service_unavailable");
@@ -194,7 +194,8 @@ void http_front::routes() {
         }
       }
       res.set_content(completion_body(cmpl_id, parsed.options.model, now,
-                                      result, parsed.options),
+                                      result, parsed.options,
+                                      &service_.model()),
                       json_type);
       return;
     }
@@ -228,9 +229,11 @@ void http_front::routes() {
                 + "\n\n";
         } else if (!ev.tokens.empty() || ev.finish != finish_reason::none) {
           out = stream_chunk(st->cmpl_id, st->model, st->created, ev.tokens,
-                             st->offset, ev.finish, st->options);
+                             st->offset, ev.finish, st->options,
+                             &st->svc->model());
           for (const auto& t : ev.tokens)
-            st->offset += static_cast<int64_t>(token_text(t.token).size());
+            st->offset += static_cast<int64_t>(
+              token_text(&st->svc->model(), t.token).size());
         }
         if (ev.finish != finish_reason::none) {
           st->finished = true;

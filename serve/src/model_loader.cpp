@@ -10,6 +10,7 @@
 #include "tutti/serve/model.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/safetensors.hpp"
+#include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::serve {
 
@@ -345,10 +346,9 @@ expected<served_model> model_from_tensors(const model_shape& shape,
   return m;
 }
 
-expected<served_model> load_model(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return status::error(dir.string() + ": not a directory");
+namespace {
+
+expected<served_model> load_weights(const fs::path& dir) {
   if (fs::exists(dir / "config.json"))
     return load_hf_dir(dir);
   if (fs::exists(dir / "MANIFEST"))
@@ -356,6 +356,31 @@ expected<served_model> load_model(const fs::path& dir) {
   return status::error(dir.string()
                        + ": neither a model directory (config.json) nor a "
                          "tutti checkpoint (MANIFEST)");
+}
+
+} // namespace
+
+expected<served_model> load_model(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return status::error(dir.string() + ": not a directory");
+  auto m = load_weights(dir);
+  if (!m)
+    return m;
+  const auto file = dir / tokenizer::model_file_name;
+  if (!fs::exists(file, ec))
+    return m;
+  auto tok = tokenizer::tokenizer::load(file);
+  if (!tok)
+    return status::error(file.string() + ": " + tok.message());
+  if (tok.value().vocab_size() > static_cast<uint32_t>(m.value().shape.vocab))
+    return status::error(file.string() + ": its vocabulary of "
+                         + std::to_string(tok.value().vocab_size())
+                         + " is larger than the model's "
+                         + std::to_string(m.value().shape.vocab));
+  m.value().text_tokenizer = std::make_shared<const tokenizer::tokenizer>(
+    std::move(tok.value()));
+  return m;
 }
 
 } // namespace tutti::serve

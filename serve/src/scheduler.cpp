@@ -26,7 +26,80 @@ const char* finish_reason_name(finish_reason r) {
 
 scheduler::scheduler(engine& e, kv_cache& cache, const batch_limits& limits,
                      serve_metrics* metrics)
-  : engine_(e), cache_(cache), limits_(limits), metrics_(metrics) {}
+  : scheduler(
+    e.model(), {&cache},
+    [&e](const std::vector<seq_chunk>& batch, std::vector<float>& logits) {
+      return e.forward(batch, logits);
+    },
+    limits, metrics) {}
+
+scheduler::scheduler(const served_model& model, std::vector<kv_cache*> caches,
+                     forward_fn forward, const batch_limits& limits,
+                     serve_metrics* metrics)
+  : model_(model), caches_(std::move(caches)), forward_(std::move(forward)),
+    limits_(limits), metrics_(metrics) {}
+
+int64_t scheduler::used_blocks() const {
+  int64_t n = 0;
+  for (const auto* c : caches_)
+    n += c->used_blocks();
+  return n;
+}
+
+int64_t scheduler::total_blocks() const {
+  int64_t n = 0;
+  for (const auto* c : caches_)
+    n += c->total_blocks();
+  return n;
+}
+
+// Where a joining request goes: the rank that caches the longest prefix of
+// its tokens, else the one with the most free blocks, the first of equals;
+// it takes the cached blocks and starts after them.
+void scheduler::place(request& r) {
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
+  int32_t best = 0;
+  int64_t best_match = -1;
+  for (size_t i = 0; i < caches_.size(); ++i) {
+    const int64_t match = limits_.prefix_caching
+                            ? caches_[i]->match_prefix(r.tokens.data(), n)
+                            : 0;
+    if (match > best_match
+        || (match == best_match
+            && caches_[i]->free_blocks() > caches_[best]->free_blocks())) {
+      best = static_cast<int32_t>(i);
+      best_match = match;
+    }
+  }
+  r.rank = best;
+  r.hashed = 0;
+  r.prefix_hash = 0;
+  r.computed = 0;
+  if (best_match > 0) {
+    r.hashed = cache_of(r).match_prefix(r.tokens.data(), n, &r.blocks,
+                                        &r.prefix_hash);
+    r.computed = r.hashed * cache_of(r).geometry().block_tokens;
+    prefix_hit_tokens_ += r.computed;
+  }
+}
+
+void scheduler::forget_blocks(request& r) {
+  cache_of(r).release(r.blocks);
+  r.computed = 0;
+  r.hashed = 0;
+  r.prefix_hash = 0;
+}
+
+// Blocks r has filled become shareable.
+void scheduler::register_full_blocks(request& r) {
+  if (!limits_.prefix_caching)
+    return;
+  auto& cache = cache_of(r);
+  const int64_t bt = cache.geometry().block_tokens;
+  for (; (r.hashed + 1) * bt <= r.computed; ++r.hashed)
+    r.prefix_hash = cache.register_block(r.blocks[r.hashed], r.prefix_hash,
+                                         r.tokens.data() + r.hashed * bt);
+}
 
 void scheduler::add(std::unique_ptr<request> r) {
   r->tokens = r->prompt;
@@ -45,7 +118,7 @@ std::vector<std::pair<uint64_t, clock::time_point>> scheduler::deadlines()
 
 void scheduler::end(std::unique_ptr<request> r, finish_reason why,
                     const std::string& error) {
-  cache_.release(r->blocks);
+  cache_of(*r).release(r->blocks);
   request_event ev;
   // Whatever was held back for a possible stop sequence goes out (a
   // matched stop sequence is already cut off).
@@ -92,8 +165,7 @@ void scheduler::preempt(request* victim, std::vector<planned>& plan,
                          [&](const auto& p) { return p.get() == victim; });
   auto r = std::move(*it);
   running_.erase(it);
-  cache_.release(r->blocks);
-  r->computed = 0;
+  forget_blocks(*r);
   ++r->preemptions;
   ++preemptions_;
   if (metrics_)
@@ -102,12 +174,15 @@ void scheduler::preempt(request* victim, std::vector<planned>& plan,
 }
 
 // Blocks for r's next n positions, preempting the newest running requests
-// (r itself last) until they fit. False if r was preempted.
+// of r's rank (r itself last) until they fit. False if r was preempted.
 bool scheduler::reserve_or_preempt(request* r, int64_t n,
                                    std::vector<planned>& plan,
                                    int64_t& budget) {
-  while (!cache_.reserve(r->blocks, r->computed + n)) {
-    request* newest = running_.back().get();
+  while (!cache_of(*r).reserve(r->blocks, r->computed + n)) {
+    request* newest = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend() && !newest; ++it)
+      if ((*it)->rank == r->rank)
+        newest = it->get();
     preempt(newest, plan, budget);
     if (newest == r)
       return false;
@@ -156,8 +231,7 @@ bool scheduler::take_token(request& r, const sampled_token& t) {
   if (!ev.tokens.empty() && r.sink)
     r.sink(std::move(ev));
   return n >= r.max_tokens
-         || static_cast<int64_t>(r.tokens.size())
-              >= engine_.model().shape.max_positions;
+         || static_cast<int64_t>(r.tokens.size()) >= model_.shape.max_positions;
 }
 
 expected<bool> scheduler::step() {
@@ -184,10 +258,14 @@ expected<bool> scheduler::step() {
   while (!waiting_.empty() && budget > 0
          && static_cast<int64_t>(running_.size()) < limits_.max_sequences) {
     request* r = waiting_.front().get();
+    if (r->blocks.empty())
+      place(*r);
     const int64_t n = std::min<int64_t>(
       static_cast<int64_t>(r->tokens.size()) - r->computed, budget);
-    if (!cache_.reserve(r->blocks, r->computed + n))
+    if (!cache_of(*r).reserve(r->blocks, r->computed + n)) {
+      forget_blocks(*r); // waiting requests hold no blocks
       break;
+    }
     if (!r->started && metrics_)
       metrics_->started(*r, clock::now());
     r->started = true;
@@ -206,22 +284,24 @@ expected<bool> scheduler::step() {
     c.count = p.n;
     c.start = p.r->computed;
     c.blocks = &p.r->blocks;
+    c.rank = p.r->rank;
     c.want = p.r->computed + p.n == static_cast<int64_t>(p.r->tokens.size())
                ? seq_chunk::logits::last
                : seq_chunk::logits::none;
     chunks_.push_back(c);
   }
-  if (auto s = engine_.forward(chunks_, logits_); !s.ok()) {
+  if (auto s = forward_(chunks_, logits_); !s.ok()) {
     for (const auto& p : plan)
       finish(p.r->id, finish_reason::error, s.message());
     return s;
   }
-  const int64_t vocab = engine_.model().shape.vocab;
+  const int64_t vocab = model_.shape.vocab;
   int64_t row = 0;
   std::vector<request*> done;
   for (size_t i = 0; i < plan.size(); ++i) {
     request& r = *plan[i].r;
     r.computed += plan[i].n;
+    register_full_blocks(r);
     if (chunks_[i].want != seq_chunk::logits::last)
       continue;
     const auto t = sample_token(logits_.data() + row * vocab, vocab, r.sampling,
@@ -234,7 +314,7 @@ expected<bool> scheduler::step() {
     const bool stopped = static_cast<int64_t>(r->generated.size())
                            < r->max_tokens
                          && static_cast<int64_t>(r->tokens.size())
-                              < engine_.model().shape.max_positions;
+                              < model_.shape.max_positions;
     finish(r->id, stopped ? finish_reason::stop : finish_reason::length);
   }
   return true;

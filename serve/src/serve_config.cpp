@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -137,7 +138,8 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
     s, prefix,
     {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
-     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads"}));
+     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
+     "ep_size", "step_timeout_s", "prefix_caching"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
@@ -164,6 +166,11 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(
     read_bytes(s, prefix, "max_body_bytes", c.max_body_bytes));
   TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "http_threads", c.http_threads, 0));
+  TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "ep_size", c.ep_size, 1));
+  TUTTI_RETURN_IF_ERROR(
+    read_double(s, prefix, "step_timeout_s", l.step_timeout_s));
+  TUTTI_RETURN_IF_ERROR(
+    read_bool(s, prefix, "prefix_caching", l.batch.prefix_caching));
   return {};
 }
 
@@ -271,6 +278,16 @@ expected<serve_config> parse_serve_config(const std::string& text,
       source + ": " + (c.from_manifest ? "spec.serve.model" : "serve.model")
       + ": missing (the model directory to serve)");
   return c;
+}
+
+int64_t serve_config::ep_ranks_for(int64_t experts) const {
+  if (ep_size > 0)
+    return ep_size;
+  int64_t ranks = 1;
+  for (int64_t n = 1; n <= std::min(devices(), experts); ++n)
+    if (experts % n == 0)
+      ranks = n;
+  return ranks;
 }
 
 expected<serve_config> load_serve_config(const std::string& path) {

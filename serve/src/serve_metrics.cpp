@@ -126,6 +126,18 @@ std::string serve_metrics::render(const std::string& model) const {
   t.family("tutti_serve_preemptions_total", "counter",
            "requests preempted for KV cache blocks (recomputed later)");
   t.sample("tutti_serve_preemptions_total", m, double(preemptions_));
+  t.family("tutti_serve_prefix_cache_hit_tokens_total", "counter",
+           "prompt positions taken from cached KV blocks, not computed");
+  t.sample("tutti_serve_prefix_cache_hit_tokens_total", m,
+           double(gauges_.prefix_cache_hit_tokens));
+  t.family("tutti_serve_all_to_all_bytes_total", "counter",
+           "bytes the expert-parallel ranks sent in dispatch and combine");
+  t.sample("tutti_serve_all_to_all_bytes_total", m,
+           double(gauges_.all_to_all_bytes));
+  t.family("tutti_serve_expert_shard_restarts_total", "counter",
+           "expert shard failures the ranks survived by a restart");
+  t.sample("tutti_serve_expert_shard_restarts_total", m,
+           double(gauges_.expert_shard_restarts));
   t.family("tutti_serve_requests_finished_total", "counter",
            "requests finished, by finish reason");
   for (const auto& [why, n] : finished_)

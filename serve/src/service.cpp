@@ -1,5 +1,14 @@
 #include "tutti/serve/service.hpp"
 
+#include <caf/actor_system.hpp>
+#include <caf/blocking_actor.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <algorithm>
+
+#include "ep_actors.hpp"
+#include "tutti/actors/system_config.hpp"
+
 namespace tutti::serve {
 
 bool request_stream::next(request_event& ev, clock::duration wait) {
@@ -18,6 +27,11 @@ void request_stream::push(request_event ev) {
   }
   cv_.notify_all();
 }
+
+struct service::actor_runtime {
+  tutti_system_config config;
+  caf::actor_system system{config};
+};
 
 namespace {
 
@@ -40,45 +54,96 @@ expected<std::unique_ptr<service>> service::create(served_model model,
       + ") must be at least max_sequences ("
       + std::to_string(l.batch.max_sequences)
       + "): every running request decodes a token each step");
+  if (l.ep_ranks < 0)
+    return status::error("ep_size must be at least 1");
   const auto g = geometry_of(model, l);
-  const int64_t blocks = kv_cache::blocks_for_budget(g, l.kv_cache_bytes);
+  const int64_t ranks = std::max<int64_t>(l.ep_ranks, 1);
+  const int64_t blocks = kv_cache::blocks_for_budget(g, l.kv_cache_bytes)
+                         / ranks;
   if (blocks < 1)
     return status::error("kv_cache_bytes " + std::to_string(l.kv_cache_bytes)
-                         + " holds no block (one block is "
-                         + std::to_string(g.block_bytes()) + " bytes)");
-  return std::unique_ptr<service>(new service(std::move(model), l, blocks));
+                         + " holds no block per rank (one block is "
+                         + std::to_string(g.block_bytes()) + " bytes, "
+                         + std::to_string(ranks) + " ranks)");
+  std::unique_ptr<service> out(new service(std::move(model), l));
+  TUTTI_RETURN_IF_ERROR(out->build(blocks));
+  return out;
 }
 
-service::service(served_model model, const service_limits& l, int64_t blocks)
+service::service(served_model model, const service_limits& l)
   : model_(std::move(model)), limits_(l),
-    cache_(geometry_of(model_, l), blocks), engine_(model_, cache_),
-    metrics_(model_.shape.layers, model_.shape.experts),
-    scheduler_(engine_, cache_, l.batch, &metrics_) {
+    metrics_(model_.shape.layers, model_.shape.experts) {}
+
+// The engine on the scheduler's thread, or the rank and expert shard
+// actors.
+status service::build(int64_t blocks) {
+  runtime_ = std::make_unique<actor_runtime>();
+  if (limits_.ep_ranks == 0) {
+    cache_ = std::make_unique<kv_cache>(geometry_of(model_, limits_), blocks);
+    engine_ = std::make_unique<engine>(model_, *cache_);
+    scheduler_ = std::make_unique<scheduler>(*engine_, *cache_, limits_.batch,
+                                             &metrics_);
+  } else {
+    ep_options o;
+    o.ranks = limits_.ep_ranks;
+    o.blocks_per_rank = blocks;
+    o.block_tokens = limits_.kv_block_tokens;
+    o.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(limits_.step_timeout_s * 1000));
+    auto r = ep_ranks::start(runtime_->system, model_, o);
+    if (!r)
+      return r.error();
+    ranks_ = std::move(r.value());
+    std::vector<kv_cache*> caches;
+    for (int64_t i = 0; i < ranks_->size(); ++i)
+      caches.push_back(&ranks_->cache(i));
+    auto* ranks = ranks_.get();
+    scheduler_ = std::make_unique<scheduler>(
+      model_, std::move(caches),
+      [ranks](const std::vector<seq_chunk>& b, std::vector<float>& logits) {
+        return ranks->forward(b, logits);
+      },
+      limits_.batch, &metrics_);
+  }
   publish_gauges();
+  return {};
 }
 
-service::~service() { stop(); }
+bool service::shards_up() {
+  return ready() && (!ranks_ || ranks_->shards_up());
+}
+
+service::~service() {
+  stop();
+  scheduler_.reset();
+  ranks_.reset(); // the actors go before the model they read
+  runtime_.reset();
+}
 
 void service::start() {
-  if (thread_.joinable())
+  std::lock_guard lock(mutex_);
+  if (scheduler_actor_)
     return;
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
-  }
-  thread_ = std::thread([this] { loop(); });
+  scheduler_actor_ = runtime_->system.spawn<caf::detached>(
+    [this](caf::blocking_actor* self) { loop(self); });
   ready_ = true;
 }
 
 void service::stop() {
+  caf::actor scheduler;
   {
+    // Not ready first: a submission either got in before the stop message
+    // (and ends cancelled) or is refused.
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    ready_ = false;
+    scheduler = std::move(scheduler_actor_);
+    scheduler_actor_ = nullptr;
   }
-  wake_.notify_all();
-  if (thread_.joinable())
-    thread_.join();
-  ready_ = false;
+  if (!scheduler)
+    return;
+  caf::scoped_actor self{runtime_->system};
+  self->send(scheduler, stop_atom_v);
+  self->wait_for(scheduler);
 }
 
 service::submission service::submit(std::unique_ptr<request> r) {
@@ -127,16 +192,20 @@ service::submission service::submit(std::unique_ptr<request> r) {
                     + " tokens) + max_tokens (" + std::to_string(r->max_tokens)
                     + ") exceeds the model's context of "
                     + std::to_string(s.max_positions));
-  if (!scheduler_.fits(prompt + r->max_tokens))
+  if (!scheduler_->fits(prompt + r->max_tokens))
     return refuse(400, "invalid_request_error",
                   "prompt + max_tokens needs more KV cache blocks than the "
                   "cache holds ("
-                    + std::to_string(cache_.total_blocks()) + ")",
+                    + std::to_string(scheduler_->total_blocks()
+                                     / std::max<int64_t>(limits_.ep_ranks, 1))
+                    + " per rank)",
                   "max_tokens");
   auto stream = std::make_shared<request_stream>();
   {
     std::lock_guard lock(mutex_);
-    if (queued_ + static_cast<int64_t>(inbox_.size()) >= limits_.max_queue)
+    if (!ready())
+      return refuse(503, "service_unavailable", "the model is not ready");
+    if (queued_ + in_mailbox_ >= limits_.max_queue)
       return refuse(429, "rate_limit_exceeded",
                     "the queue is full (" + std::to_string(limits_.max_queue)
                       + " requests); retry later");
@@ -148,70 +217,90 @@ service::submission service::submit(std::unique_ptr<request> r) {
     r->sink = [stream](request_event ev) { stream->push(std::move(ev)); };
     out.id = r->id;
     out.stream = stream;
-    inbox_.push_back(std::move(r));
+    ++in_mailbox_;
+    caf::anon_send(scheduler_actor_,
+                   std::make_shared<std::unique_ptr<request>>(std::move(r)));
   }
-  wake_.notify_all();
   return out;
 }
 
 void service::cancel(uint64_t id) {
-  {
-    std::lock_guard lock(mutex_);
-    cancels_.push_back(id);
-  }
-  wake_.notify_all();
+  std::lock_guard lock(mutex_);
+  if (scheduler_actor_)
+    caf::anon_send(scheduler_actor_, abort_atom_v, static_cast<int64_t>(id));
 }
 
 void service::publish_gauges() {
-  metrics_.set_gauges({scheduler_.running(), scheduler_.waiting(),
-                       cache_.used_blocks(), cache_.total_blocks()},
-                      engine_.expert_activations());
+  metrics_.set_gauges(
+    {scheduler_->running(), scheduler_->waiting(), scheduler_->used_blocks(),
+     scheduler_->total_blocks(), scheduler_->prefix_hit_tokens(),
+     ranks_ ? ranks_->exchanged_bytes() : 0,
+     ranks_ ? ranks_->shard_restarts() : 0},
+    ranks_ ? ranks_->expert_activations() : engine_->expert_activations());
 }
 
-void service::loop() {
-  bool busy = false;
-  for (;;) {
-    std::vector<std::unique_ptr<request>> arrived;
-    std::vector<uint64_t> cancelled;
-    {
-      std::unique_lock lock(mutex_);
-      if (!busy)
-        wake_.wait_for(lock, std::chrono::milliseconds(100), [&] {
-          return stopping_ || !inbox_.empty() || !cancels_.empty();
-        });
-      if (stopping_)
-        break;
-      arrived.swap(inbox_);
-      cancelled.swap(cancels_);
+// The scheduler actor: takes what arrived (waiting for it only when there
+// is nothing to run), then runs one step.
+void service::loop(caf::blocking_actor* self) {
+  bool busy = false, stopping = false;
+  std::vector<std::unique_ptr<request>> arrived;
+  std::vector<uint64_t> cancelled;
+  auto take_mail = [&](std::chrono::milliseconds wait) {
+    for (bool more = true; more && !stopping;) {
+      more = false;
+      self->receive(
+        [&](request_handoff& h) {
+          arrived.push_back(std::move(*h));
+          more = true;
+        },
+        [&](abort_atom, int64_t id) {
+          cancelled.push_back(static_cast<uint64_t>(id));
+          more = true;
+        },
+        [&](stop_atom) { stopping = true; }, caf::after(wait) >> [] {});
+      wait = std::chrono::milliseconds(0);
     }
+    std::lock_guard lock(mutex_);
+    in_mailbox_ -= static_cast<int64_t>(arrived.size());
+  };
+  while (!stopping) {
+    take_mail(busy ? std::chrono::milliseconds(0)
+                   : std::chrono::milliseconds(100));
+    if (stopping)
+      break;
     for (auto& r : arrived)
-      scheduler_.add(std::move(r));
+      scheduler_->add(std::move(r));
+    arrived.clear();
     for (uint64_t id : cancelled)
-      scheduler_.finish(id, finish_reason::cancelled);
+      scheduler_->finish(id, finish_reason::cancelled);
+    cancelled.clear();
     const auto now = clock::now();
-    for (const auto& [id, deadline] : scheduler_.deadlines())
+    for (const auto& [id, deadline] : scheduler_->deadlines())
       if (now > deadline)
-        scheduler_.finish(id, finish_reason::timeout,
-                          "request timed out after "
-                            + std::to_string(limits_.request_timeout_s) + " s");
-    auto stepped = scheduler_.step();
+        scheduler_->finish(id, finish_reason::timeout,
+                           "request timed out after "
+                             + std::to_string(limits_.request_timeout_s)
+                             + " s");
+    auto stepped = scheduler_->step();
     busy = stepped.ok() && stepped.value();
     {
       std::lock_guard lock(mutex_);
-      queued_ = scheduler_.waiting();
+      queued_ = scheduler_->waiting();
     }
     publish_gauges();
   }
-  // Whatever is left ends as cancelled.
-  std::vector<std::unique_ptr<request>> arrived;
+  // Whatever is left, and whatever was sent before the stop, ends as
+  // cancelled.
+  stopping = false;
+  take_mail(std::chrono::milliseconds(0));
+  for (auto& r : arrived)
+    scheduler_->add(std::move(r));
+  for (const auto& [id, deadline] : scheduler_->deadlines())
+    scheduler_->finish(id, finish_reason::cancelled);
   {
     std::lock_guard lock(mutex_);
-    arrived.swap(inbox_);
+    queued_ = 0;
   }
-  for (auto& r : arrived)
-    scheduler_.add(std::move(r));
-  for (const auto& [id, deadline] : scheduler_.deadlines())
-    scheduler_.finish(id, finish_reason::cancelled);
   publish_gauges();
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // OpenAI's completions API as JSON: parsing a POST /v1/completions body
-// into a request, and the response, stream chunk and error bodies. Byte-
-// level tokens: text is UTF-8 bytes, token t < 256 is byte t (a token past
-// 255 prints as <|t|>). Pure functions; no HTTP.
+// into a request, and the response, stream chunk and error bodies. Text
+// goes through the model's tokenizer where it ships one; otherwise tokens
+// are bytes: text is UTF-8 bytes, token t < 256 is byte t (a token past 255
+// prints as <|t|>). Pure functions; no HTTP.
 
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,9 @@ parsed_completion parse_completion(const std::string& body,
                                    uint64_t random_seed);
 
 std::string token_text(int32_t token);
+// Token text with the model's tokenizer (SentencePiece pieces, U+2581 as a
+// space), byte-level without one or with no model.
+std::string token_text(const served_model* model, int32_t token);
 
 // {"error": {"message", "type", "param", "code"}}
 std::string error_body(const std::string& message, const std::string& type,
@@ -49,14 +53,16 @@ struct completion_result {
 // The whole response of a non-streamed request.
 std::string completion_body(const std::string& id, const std::string& model,
                             int64_t created, const completion_result& r,
-                            const completion_options& o);
+                            const completion_options& o,
+                            const served_model* m = nullptr);
 
 // One server-sent event ("data: {...}\n\n") with these tokens, and the
 // finish reason on the last.
 std::string stream_chunk(const std::string& id, const std::string& model,
                          int64_t created, const std::vector<sampled_token>& t,
                          int64_t text_offset, finish_reason finish,
-                         const completion_options& o);
+                         const completion_options& o,
+                         const served_model* m = nullptr);
 
 std::string models_body(const served_model& model, int64_t created);
 

@@ -6,7 +6,8 @@
 // own (invariant_ops.hpp and the row-wise ops of kernels/ops.hpp), so a
 // sequence's logits are the same bits alone or in any batch, and the same
 // whether its tokens came in one chunk or many. Runs on the calling
-// thread; one engine per thread.
+// thread; one engine per thread. An empty batch is a step too: with an
+// expert_exchange the rank still takes its part in every layer's exchange.
 
 #include <cstdint>
 #include <vector>
@@ -25,11 +26,27 @@ struct seq_chunk {
   // Which rows' logits to return: none, the last row (next-token sampling),
   // or every row (tests, prompt logprobs).
   enum class logits { none, last, all } want = logits::last;
+  int32_t rank = 0; // the rank whose KV cache holds the sequence (ep_ranks)
+};
+
+// Where a layer's experts run when not in the engine itself: expert
+// parallelism sends each (token, slot) row to the rank owning its expert and
+// brings the outputs back (ep_rank.cpp). Every rank of a group calls run()
+// once per layer and step, with zero rows too: it is a collective.
+class expert_exchange {
+public:
+  virtual ~expert_exchange() = default;
+  // xn: [rows, hidden]; topk: [rows * top_k] expert ids; out: [rows * top_k,
+  // hidden], the chosen expert's output for each (token, slot).
+  virtual status run(int64_t layer, const float* xn, const int32_t* topk,
+                     int64_t rows, float* out) = 0;
 };
 
 class engine {
 public:
   engine(const served_model& model, kv_cache& cache);
+  // Experts through `experts` (not owned) instead of in this engine.
+  engine(const served_model& model, kv_cache& cache, expert_exchange* experts);
 
   // Logits of the requested rows, chunk by chunk in batch order, each
   // [vocab]. Refuses (before touching the cache) a token outside the
@@ -46,10 +63,11 @@ public:
 
 private:
   void attention(int64_t layer, const std::vector<seq_chunk>& batch);
-  void moe(int64_t layer, int64_t rows);
+  status moe(int64_t layer, int64_t rows);
 
   const served_model& model_;
   kv_cache& cache_;
+  expert_exchange* experts_ = nullptr;
   std::vector<int64_t> activations_;
   // Per-step scratch, [rows, ...].
   std::vector<int32_t> ids_, topk_;

@@ -10,6 +10,7 @@
 // reused as they are.
 
 #include <cstdint>
+#include <vector>
 
 namespace tutti::serve {
 
@@ -25,5 +26,15 @@ void invariant_linear(const float* x, const float* w, float* y, int64_t m,
 // which takes positions from the sequence index only.
 void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
                        int64_t heads, int64_t head_dim, double theta);
+
+// One SwiGLU expert on m rows: y[m, hidden] = w2 (silu(w1 x) * (w3 x)),
+// w1 and w3 [intermediate, hidden], w2 [hidden, intermediate]; every row
+// batch-invariant. `a`, `b`, `h` are scratch, resized to m * intermediate.
+// The one-rank engine and the expert shards of expert-parallel serving both
+// run experts through this, so they give the same bits.
+void invariant_expert(const float* x, const float* w1, const float* w3,
+                      const float* w2, float* y, int64_t m, int64_t hidden,
+                      int64_t intermediate, std::vector<float>& a,
+                      std::vector<float>& b, std::vector<float>& h);
 
 } // namespace tutti::serve

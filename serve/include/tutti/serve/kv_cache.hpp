@@ -5,8 +5,21 @@
 // ids in position order); position p lives in block table[p / block_tokens]
 // at offset p % block_tokens. Not thread-safe: the scheduler's thread owns
 // it.
+//
+// Prefix caching: a full block can be registered under the hash of its
+// tokens chained with the hash of every block before it in its sequence.
+// A later sequence whose tokens start the same way takes those blocks
+// instead of computing them (reference-counted, shared, never written
+// again: a sequence only writes past its matched blocks). A registered
+// block whose last user is gone stays cached, on an LRU list, and counts
+// as free: it is evicted (oldest first) when the free list runs dry. The
+// keys and values of a position depend only on the tokens up to it (every
+// row is batch-invariant), so a shared block holds the very bits the
+// sequence would have computed.
 
 #include <cstdint>
+#include <list>
+#include <unordered_map>
 #include <vector>
 
 namespace tutti::serve {
@@ -39,8 +52,27 @@ public:
   // (and `table` unchanged) when the free list is too short.
   bool reserve(std::vector<int32_t>& table, int64_t tokens);
 
-  // Returns every block of `table` to the free list and clears it.
+  // Drops `table`'s hold on each of its blocks and clears it; a block no
+  // one holds goes back to the free list, or to the LRU list if cached.
   void release(std::vector<int32_t>& table);
+
+  // The chained hash of a block of tokens after the blocks hashed `parent`
+  // (0 for the first block).
+  static uint64_t chain_hash(uint64_t parent, const int32_t* tokens,
+                             int64_t block_tokens);
+  // How many leading full blocks of tokens[0, n) are cached, leaving at
+  // least one token uncached (its logits are still needed). With `table`
+  // (empty), takes them: appends their ids, holds them; `hash` is then the
+  // chain hash through the last of them.
+  int64_t match_prefix(const int32_t* tokens, int64_t n,
+                       std::vector<int32_t>* table = nullptr,
+                       uint64_t* hash = nullptr);
+  // Registers full block `block` (held) holding `tokens` after blocks
+  // hashed `parent`; returns its hash. A block already registered, or
+  // whose contents another block holds, stays as it is.
+  uint64_t register_block(int32_t block, uint64_t parent,
+                          const int32_t* tokens);
+  int64_t cached_blocks() const { return static_cast<int64_t>(cached_.size()); }
 
   // Key / value row ([kv_heads, head_dim]) of position `offset` in `block`.
   float* key(int32_t block, int64_t layer, int64_t offset) {
@@ -52,7 +84,10 @@ public:
 
   const kv_geometry& geometry() const { return geometry_; }
   int64_t total_blocks() const { return total_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks a reservation may take: free ones and cached ones no one holds.
+  int64_t free_blocks() const {
+    return static_cast<int64_t>(free_.size() + lru_.size());
+  }
   int64_t used_blocks() const { return total_ - free_blocks(); }
 
 private:
@@ -66,10 +101,24 @@ private:
               * row_size);
   }
 
+  int32_t take_block();       // from the free list, else the LRU's oldest
+  void forget(int32_t block); // unregisters it
+
+  struct cached_entry {
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    int32_t block = 0;
+  };
+
   kv_geometry geometry_;
   int64_t total_;
   std::vector<float> storage_;
-  std::vector<int32_t> free_; // a stack: the most recently freed first
+  std::vector<int32_t> free_;     // a stack: the most recently freed first
+  std::vector<int32_t> holders_;  // per block
+  std::vector<uint64_t> hash_of_; // per block; 0: none
+  std::unordered_map<uint64_t, cached_entry> cached_; // by chain hash
+  std::list<int32_t> lru_; // cached, held by no one; oldest first
+  std::vector<std::list<int32_t>::iterator> lru_at_; // per block
 };
 
 } // namespace tutti::serve

@@ -8,10 +8,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tutti/base/status.hpp"
+
+namespace tutti::tokenizer {
+class tokenizer;
+}
 
 namespace tutti::serve {
 
@@ -42,6 +47,9 @@ struct layer_weights {
 
 struct served_model {
   std::string name; // what /v1/models lists
+  // The tokenizer shipped with the model (its directory's tokenizer.model);
+  // null: byte-level text.
+  std::shared_ptr<const tokenizer::tokenizer> text_tokenizer;
   model_shape shape;
   std::vector<float> embed, final_norm, lm_head;
   std::vector<layer_weights> layers;
@@ -60,7 +68,8 @@ expected<served_model> model_from_tensors(
   const std::string& source);
 
 // A directory with config.json (a `tutti export` or Hugging Face Mixtral
-// directory) or with a MANIFEST (a tutti checkpoint). Errors are one line
+// directory) or with a MANIFEST (a tutti checkpoint), and the
+// tokenizer.model beside the weights if there is one. Errors are one line
 // naming the file, key or tensor.
 expected<served_model> load_model(const std::filesystem::path& dir);
 

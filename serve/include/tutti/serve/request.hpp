@@ -43,7 +43,10 @@ struct request {
   int64_t released = 0; // generated tokens already sent to the sink
   int64_t computed = 0; // positions whose keys and values are cached
   std::vector<int32_t> blocks;
-  bool started = false; // scheduled at least once
+  int32_t rank = 0;   // whose KV cache holds `blocks` (expert parallelism)
+  int64_t hashed = 0; // leading blocks registered in the prefix cache
+  uint64_t prefix_hash = 0; // chain hash through them
+  bool started = false;     // scheduled at least once
   int64_t preemptions = 0;
   clock::time_point first_token_at, last_token_at;
 };

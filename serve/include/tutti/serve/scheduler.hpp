@@ -9,10 +9,15 @@
 // wait at the front of the queue to be recomputed (prompt and the tokens
 // they already generated), which yields the same tokens because every row
 // is computed batch-invariantly. Single-threaded: the service's thread
-// owns it.
+// owns it. With several ranks (expert parallelism) each rank has its own
+// KV cache: a request joins on the rank with the most free blocks and stays
+// there until it ends or is preempted. A joining request whose leading
+// blocks of tokens are cached (kv_cache.hpp) takes them and starts after
+// them; the blocks each request fills are registered as it goes.
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,20 +32,27 @@ class serve_metrics;
 struct batch_limits {
   int64_t max_batch_tokens = 256; // rows per engine step
   int64_t max_sequences = 32;     // requests running at once
+  bool prefix_caching = true;     // share cached blocks of equal prefixes
 };
 
 class scheduler {
 public:
   scheduler(engine& e, kv_cache& cache, const batch_limits& limits,
             serve_metrics* metrics = nullptr);
+  // A step through `forward` (ep_ranks::forward) over one cache per rank.
+  using forward_fn =
+    std::function<status(const std::vector<seq_chunk>&, std::vector<float>&)>;
+  scheduler(const served_model& model, std::vector<kv_cache*> caches,
+            forward_fn forward, const batch_limits& limits,
+            serve_metrics* metrics = nullptr);
 
   // Queues a request (the caller enforces the queue limit and checks that
   // it can ever fit in the cache: fits()).
   void add(std::unique_ptr<request> r);
 
-  // Whether `tokens` positions fit in the whole cache.
+  // Whether `tokens` positions fit in the whole cache of a rank.
   bool fits(int64_t tokens) const {
-    return cache_.blocks_for_tokens(tokens) <= cache_.total_blocks();
+    return caches_[0]->blocks_for_tokens(tokens) <= caches_[0]->total_blocks();
   }
 
   // Ends request `id` (running or waiting) with `why`, freeing its blocks.
@@ -54,7 +66,10 @@ public:
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
-  const kv_cache& cache() const { return cache_; }
+  // Prompt positions taken from the prefix cache instead of computed.
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  int64_t used_blocks() const;  // over every rank's cache
+  int64_t total_blocks() const; // over every rank's cache
   // Every request's id with its deadline, for the service's timeouts.
   std::vector<std::pair<uint64_t, clock::time_point>> deadlines() const;
 
@@ -71,13 +86,20 @@ private:
   void end(std::unique_ptr<request> r, finish_reason why,
            const std::string& error);
 
-  engine& engine_;
-  kv_cache& cache_;
+  kv_cache& cache_of(const request& r) { return *caches_[r.rank]; }
+  void place(request& r);
+  void forget_blocks(request& r);
+  void register_full_blocks(request& r);
+
+  const served_model& model_;
+  std::vector<kv_cache*> caches_;
+  forward_fn forward_;
   batch_limits limits_;
   serve_metrics* metrics_;
   std::vector<std::unique_ptr<request>> running_; // in admission order
   std::deque<std::unique_ptr<request>> waiting_;
   int64_t preemptions_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
   std::vector<seq_chunk> chunks_;
   std::vector<float> logits_;
 };

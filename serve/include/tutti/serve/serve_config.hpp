@@ -21,6 +21,10 @@ struct serve_config {
   service_limits limits;
   int64_t max_body_bytes = 1 << 20;
   int64_t http_threads = 0; // 0: max_sequences + max_queue + 8
+  // Expert-parallel ranks in this process (serve.ep_size); 0: not given,
+  // then the manifest's devices as far as the model's experts divide
+  // (ep_ranks_for), one without a manifest.
+  int64_t ep_size = 0;
 
   // From an InferenceService manifest (defaults: one process, one device).
   bool from_manifest = false;
@@ -31,6 +35,8 @@ struct serve_config {
   std::string intra_rack_backend, inter_rack_backend;
 
   int64_t devices() const { return num_gpus_per_node * num_nodes; }
+  // The ranks to run for a model of `experts` experts.
+  int64_t ep_ranks_for(int64_t experts) const;
 };
 
 expected<serve_config> parse_serve_config(const std::string& yaml_text,

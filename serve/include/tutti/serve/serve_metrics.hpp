@@ -2,8 +2,9 @@
 // What the service measures, exposed at /metrics in Prometheus' text
 // format: latency histograms (time to first token, inter-token latency,
 // end-to-end, queue time), requests running and waiting, KV cache usage,
-// prompt and generated tokens, finished and rejected requests, preemptions
-// and the tokens routed to each expert of each layer. Thread-safe: the
+// prompt and generated tokens, finished and rejected requests, preemptions,
+// prefix cache hits, all-to-all bytes, expert shard restarts and the tokens
+// routed to each expert of each layer. Thread-safe: the
 // scheduler's thread records, HTTP threads render.
 
 #include <cstdint>
@@ -34,6 +35,9 @@ private:
 
 struct serve_gauges {
   int64_t running = 0, waiting = 0, kv_used_blocks = 0, kv_total_blocks = 0;
+  // Running totals the scheduler and the ranks keep.
+  int64_t prefix_cache_hit_tokens = 0, all_to_all_bytes = 0,
+          expert_shard_restarts = 0;
 };
 
 class serve_metrics {

@@ -1,8 +1,13 @@
 #pragma once
-// The serving engine of one replica on its own thread (never a CAF
-// worker: every step blocks on the kernels): requests come in through
-// submit() from any thread, the thread runs the scheduler step by step,
-// and each request's tokens come back through its request_stream.
+// The serving engine of one replica, as actors: requests come in through
+// submit() from any thread (the HTTP front's) as messages to the replica's
+// scheduler actor, which runs the scheduler step by step (detached: every
+// step blocks), and each request's tokens come back through its
+// request_stream. With ep_ranks >= 1 the steps run on supervised rank and
+// expert shard actors (ep_ranks.hpp); with 0, in an engine on the
+// scheduler actor's own thread.
+
+#include <caf/actor.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -10,13 +15,18 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/serve/scheduler.hpp"
 #include "tutti/serve/serve_metrics.hpp"
+
+namespace caf {
+class actor_system;
+class blocking_actor;
+} // namespace caf
 
 namespace tutti::serve {
 
@@ -28,6 +38,10 @@ struct service_limits {
   double request_timeout_s = 300.0; // arrival to the last token
   int64_t kv_cache_bytes = 64ll << 20;
   int64_t kv_block_tokens = 16;
+  // Ranks of the replica's expert-parallel actors (each with its share of
+  // the KV budget); 0: one engine on the scheduler's thread, no actors.
+  int64_t ep_ranks = 1;
+  double step_timeout_s = 30.0; // a rank's step, a shard restart included
 };
 
 // A request's events, in order, for the thread that waits on it.
@@ -58,9 +72,11 @@ public:
                                                    const service_limits& l);
   ~service();
 
-  void start(); // runs the engine thread; ready() from then on
-  void stop();  // ends every request (cancelled) and joins the thread
+  void start(); // spawns the scheduler actor; ready() from then on
+  void stop();  // ends every request (cancelled) and the scheduler actor
   bool ready() const { return ready_.load(); }
+  // Readiness: running, and (expert parallel) every expert shard up.
+  bool shards_up();
 
   struct submission {
     uint64_t id = 0;
@@ -76,29 +92,35 @@ public:
   const served_model& model() const { return model_; }
   const service_limits& limits() const { return limits_; }
   serve_metrics& metrics() { return metrics_; }
-  int64_t kv_blocks() const { return cache_.total_blocks(); }
+  int64_t kv_blocks() const { return scheduler_->total_blocks(); }
+  // Requests preempted and recomputed since the start (scheduler thread's
+  // count; read when idle).
+  int64_t preemptions() const { return scheduler_->preemptions(); }
+  // The expert-parallel ranks; null with ep_ranks 0.
+  ep_ranks* ranks() { return ranks_.get(); }
 
 private:
-  service(served_model model, const service_limits& l, int64_t blocks);
-  void loop();
+  service(served_model model, const service_limits& l);
+  status build(int64_t blocks);
+  void loop(caf::blocking_actor* self);
   void publish_gauges();
 
   served_model model_;
   service_limits limits_;
-  kv_cache cache_;
-  engine engine_;
+  struct actor_runtime; // the replica's actor system
+  std::unique_ptr<actor_runtime> runtime_;
+  std::unique_ptr<kv_cache> cache_; // ep_ranks 0
+  std::unique_ptr<engine> engine_;  // ep_ranks 0
+  std::unique_ptr<ep_ranks> ranks_; // ep_ranks >= 1
   serve_metrics metrics_;
-  scheduler scheduler_;
+  std::unique_ptr<scheduler> scheduler_;
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<std::unique_ptr<request>> inbox_;
-  std::vector<uint64_t> cancels_;
-  int64_t queued_ = 0; // inbox + scheduler's waiting, as of the last step
-  bool stopping_ = false;
+  std::mutex mutex_; // submissions against the queue limit; start and stop
+  int64_t in_mailbox_ = 0; // submitted, not yet taken by the scheduler
+  int64_t queued_ = 0;     // the scheduler's waiting, as of the last step
   uint64_t next_id_ = 1;
   std::atomic<bool> ready_{false};
-  std::thread thread_;
+  caf::actor scheduler_actor_;
 };
 
 } // namespace tutti::serve

@@ -1,0 +1,76 @@
+#pragma once
+// The actors of an expert-parallel serving replica (ep_ranks.hpp): a rank
+// actor per device holding attention and its KV cache, and an expert shard
+// per rank holding that rank's experts, as in training. Both are spawned
+// detached: their work blocks on the kernels and on the collectives.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tutti/actors/interfaces.hpp"
+#include "tutti/actors/supervisor.hpp"
+#include "tutti/comm/memory_communicator.hpp"
+#include "tutti/serve/engine.hpp"
+#include "tutti/serve/kv_cache.hpp"
+#include "tutti/serve/model.hpp"
+#include "tutti/serve/request.hpp"
+
+namespace tutti::serve {
+
+// One engine step of one rank: its chunks in, the wanted rows' logits out.
+struct rank_step {
+  std::vector<seq_chunk> chunks;
+  std::vector<float> logits;
+  std::string error;                // empty: the step ran
+  std::vector<int64_t> activations; // the rank's routed tokens so far
+  int64_t exchanged_bytes = 0;      // sent by its all-to-alls so far
+  int64_t shard_restarts = 0;       // restarts of its shard it survived
+};
+using rank_step_ptr = std::shared_ptr<rank_step>;
+
+// Experts [rank * per_rank, (rank + 1) * per_rank) of `model`, which
+// outlives the shard (the service owns it; a restarted shard reads the same
+// weights, so a restart loses nothing).
+struct serve_shard_args {
+  const served_model* model = nullptr;
+  int32_t rank = 0;
+  int32_t ranks = 1;
+};
+
+expert_shard_actor spawn_serve_expert_shard(caf::actor_system& sys,
+                                            serve_shard_args args);
+
+// The id of rank r's shard under the replica's supervisor.
+inline std::string shard_child_id(int32_t rank) {
+  return "expert_shard/" + std::to_string(rank);
+}
+
+struct ep_rank_args {
+  const served_model* model = nullptr;
+  kv_cache* cache = nullptr; // the rank's; the scheduler allocates its blocks
+  int32_t rank = 0;
+  int32_t ranks = 1;
+  std::shared_ptr<comm::memory_hub> hub;
+  std::string group; // the communicator's name in the hub
+  supervisor_actor experts;
+  std::chrono::milliseconds timeout{30000}; // a collective, a shard request
+};
+
+// Answers each rank_step_ptr with it, filled in; ends on stop_atom.
+caf::actor spawn_ep_rank(caf::actor_system& sys, ep_rank_args args);
+
+// A request on its way from submit() to the scheduler actor, which moves
+// it out.
+using request_handoff = std::shared_ptr<std::unique_ptr<request>>;
+
+} // namespace tutti::serve
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::serve::rank_step_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tutti::serve::request_handoff)
