@@ -51,25 +51,12 @@ TEST_CASE("roles are checked at the coordinator and every action and "
   auto [dir, data] = scratch_with_data("security_roles");
   auto pki = make_pki(dir);
   const int port = port_block(43);
-  const auto run_dir = dir / "run";
   const auto policy = dir / "policy.yaml";
   write_text(policy, "users:\n  vera: viewer\n  otto: operator\n"
                      "  ada: admin\n");
-  auto config = dir / "job.yaml";
-  write_text(config, tls_daemon_config(pki, data.string(), run_dir.string(),
-                                       port, 100000)
-                       + "  policy: " + policy.string() + "\n");
-  auto node0 = start_daemon(config, 0, dir / "node0.log");
-  auto node1 = start_daemon(config, 1, dir / "node1.log");
-  const auto metrics = run_dir / "metrics.jsonl";
-  REQUIRE(wait_until(
-    [&] {
-      return count_lines(metrics) >= 3 || !node0->running()
-             || !node1->running();
-    },
-    120));
-  INFO(tail(read_text(run_dir / "tuttid-0.log.jsonl")));
-  REQUIRE(node0->running());
+  auto job = start_tls_job(pki, dir, data, port,
+                           "  policy: " + policy.string() + "\n");
+  const auto& run_dir = job.run_dir;
 
   // No certificate: the TLS guard does not let the shell in.
   auto r = shell_as(pki, "", port, "status");
@@ -108,8 +95,8 @@ TEST_CASE("roles are checked at the coordinator and every action and "
   r = shell_as(pki, "ada", port, "stop");
   INFO(r.output);
   CHECK(r.status == 0);
-  CHECK(node0->wait(120) == 0);
-  CHECK(node1->wait(60) == 0);
+  CHECK(job.node0->wait(120) == 0);
+  CHECK(job.node1->wait(60) == 0);
 
   // The audit log: the refusals and actions, in order, chain intact.
   r = run(tutti_bin() + " audit verify " + run_dir.string(), 30);

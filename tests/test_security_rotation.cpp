@@ -18,21 +18,8 @@ TEST_CASE("a node certificate rotated mid-job is used for new connections "
   auto [dir, data] = scratch_with_data("security_rotation");
   auto pki = make_pki(dir);
   const int port = port_block(45);
-  const auto run_dir = dir / "run";
-  auto config = dir / "job.yaml";
-  write_text(config, tls_daemon_config(pki, data.string(), run_dir.string(),
-                                       port, 100000));
-  auto node0 = start_daemon(config, 0, dir / "node0.log");
-  auto node1 = start_daemon(config, 1, dir / "node1.log");
-  const auto metrics = run_dir / "metrics.jsonl";
-  REQUIRE(wait_until(
-    [&] {
-      return count_lines(metrics) >= 3 || !node0->running()
-             || !node1->running();
-    },
-    120));
-  INFO(tail(read_text(run_dir / "tuttid-0.log.jsonl")));
-  REQUIRE(node0->running());
+  auto job = start_tls_job(pki, dir, data, port);
+  const auto& metrics = job.metrics;
   const auto d = pki.dir.string();
   const auto ca = d + "/ca.crt";
   const auto before = presented_serial(port, ca, d + "/user-ada.crt",
@@ -69,6 +56,6 @@ TEST_CASE("a node certificate rotated mid-job is used for new connections "
                60);
   INFO(r.output);
   CHECK(r.status == 0);
-  CHECK(node0->wait(120) == 0);
-  CHECK(node1->wait(60) == 0);
+  CHECK(job.node0->wait(120) == 0);
+  CHECK(job.node1->wait(60) == 0);
 }
