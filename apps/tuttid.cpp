@@ -85,7 +85,8 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
     return {};
   }
   const auto files = security::for_node({sec.tls.ca, sec.tls.cert, sec.tls.key,
-                                         sec.tls.key_passphrase_file},
+                                         sec.tls.key_passphrase_file,
+                                         sec.tls.crl},
                                         node_rank);
   auto server = security::tls_endpoint::load(files, security::tls_role::server);
   if (!server)

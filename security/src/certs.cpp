@@ -166,7 +166,8 @@ status init_ca(const std::string& dir, int64_t days) {
     add_extension(c, c, NID_subject_key_identifier, "hash"));
   if (!X509_sign(c, key->get(), EVP_sha256()))
     return status::error("cannot sign the CA: " + openssl_error());
-  return write_pair(c, key->get(), to);
+  TUTTI_RETURN_IF_ERROR(write_pair(c, key->get(), to));
+  return write_empty_crl(dir);
 }
 
 expected<issued_files> issue_certificate(const std::string& ca_dir,

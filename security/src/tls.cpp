@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 #include <poll.h>
@@ -19,7 +20,7 @@ namespace {
 
 std::string files_stamp(const tls_files& files) {
   std::string out;
-  for (const auto* path : {&files.ca, &files.cert, &files.key}) {
+  for (const auto* path : {&files.ca, &files.cert, &files.key, &files.crl}) {
     struct stat st {};
     if (::stat(path->c_str(), &st) == 0)
       out += std::to_string(st.st_size) + ":"
@@ -31,12 +32,44 @@ std::string files_stamp(const tls_files& files) {
   return out;
 }
 
-// The certificate chains to the CA bundle and is valid now.
-status check_chain(X509* cert, const std::string& ca_path) {
+using crl_list = std::vector<std::shared_ptr<X509_CRL>>;
+
+// Every CRL in a PEM file.
+expected<crl_list> read_crls(const std::string& path) {
+  bio_ptr in(BIO_new_file(path.c_str(), "r"));
+  if (!in)
+    return status::error("cannot read the revocation list " + path + ": "
+                         + openssl_error());
+  crl_list out;
+  while (
+    X509_CRL* crl = PEM_read_bio_X509_CRL(in.get(), nullptr, nullptr, nullptr))
+    out.emplace_back(crl, X509_CRL_free);
+  ERR_clear_error(); // the end of the file reads as an error
+  if (out.empty())
+    return status::error("no revocation list in " + path);
+  return out;
+}
+
+// Checks certificates against `crls` too (every CA in the bundle then
+// needs its list in the file).
+status add_crls(X509_STORE* store, const crl_list& crls) {
+  for (const auto& crl : crls)
+    if (X509_STORE_add_crl(store, crl.get()) != 1)
+      return status::error("cannot use a revocation list: " + openssl_error());
+  if (!crls.empty() && X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1)
+    return status::error("cannot turn on revocation checks: "
+                         + openssl_error());
+  return {};
+}
+
+// The certificate chains to the CA bundle, is valid now and not revoked.
+status check_chain(X509* cert, const std::string& ca_path,
+                   const crl_list& crls) {
   std::unique_ptr<X509_STORE, deleter<X509_STORE_free>> store(X509_STORE_new());
   if (!store || X509_STORE_load_file(store.get(), ca_path.c_str()) != 1)
     return status::error("cannot load the CA " + ca_path + ": "
                          + openssl_error());
+  TUTTI_RETURN_IF_ERROR(add_crls(store.get(), crls));
   std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX_free>> ctx(
     X509_STORE_CTX_new());
   if (!ctx || X509_STORE_CTX_init(ctx.get(), store.get(), cert, nullptr) != 1)
@@ -50,8 +83,8 @@ status check_chain(X509* cert, const std::string& ca_path) {
 } // namespace
 
 tls_files for_node(tls_files files, int64_t node_rank) {
-  for (auto* path :
-       {&files.ca, &files.cert, &files.key, &files.key_passphrase_file})
+  for (auto* path : {&files.ca, &files.cert, &files.key,
+                     &files.key_passphrase_file, &files.crl})
     for (auto at = path->find("{node}"); at != std::string::npos;
          at = path->find("{node}"))
       path->replace(at, 6, std::to_string(node_rank));
@@ -64,7 +97,7 @@ expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
     return std::string(v ? v : "");
   };
   tls_files files{get("TUTTI_TLS_CA"), get("TUTTI_TLS_CERT"),
-                  get("TUTTI_TLS_KEY"), ""};
+                  get("TUTTI_TLS_KEY"), "", get("TUTTI_TLS_CRL")};
   if (files.empty())
     return std::shared_ptr<tls_endpoint>();
   auto loaded = tls_endpoint::load(files, tls_role::client);
@@ -118,7 +151,14 @@ status tls_endpoint::reload() {
   if (X509_check_private_key(cert->get(), key->get()) != 1)
     return status::error("key " + files_.key + " does not belong to "
                          + files_.cert);
-  if (auto chained = check_chain(cert->get(), files_.ca); !chained.ok())
+  crl_list crls;
+  if (!files_.crl.empty()) {
+    auto read = read_crls(files_.crl);
+    if (!read)
+      return read.error();
+    crls = std::move(*read);
+  }
+  if (auto chained = check_chain(cert->get(), files_.ca, crls); !chained.ok())
     return status::error("certificate " + files_.cert + ": " + chained.message()
                          + " (CA " + files_.ca + ")");
   auto who = identity_of(cert->get());
@@ -137,6 +177,7 @@ status tls_endpoint::reload() {
       || SSL_CTX_load_verify_locations(c, files_.ca.c_str(), nullptr) != 1)
     return status::error("cannot set up TLS with " + files_.cert + ": "
                          + openssl_error());
+  TUTTI_RETURN_IF_ERROR(add_crls(SSL_CTX_get_cert_store(c), crls));
   SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                      nullptr);
   SSL_CTX_set_verify_depth(c, 2);
@@ -154,6 +195,7 @@ status tls_endpoint::reload() {
   std::lock_guard<std::mutex> lock(mutex_);
   ctx_ = std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
   self_ = *who;
+  crls_ = std::move(crls);
   stamp_ = stamp;
   last_reload_error_.clear();
   return {};
@@ -174,6 +216,22 @@ std::shared_ptr<SSL_CTX> tls_endpoint::context() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   return ctx_;
+}
+
+std::string tls_endpoint::revoked(X509* cert) {
+  (void)context(); // re-reads changed files
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& crl : crls_) {
+    X509_REVOKED* entry = nullptr;
+    if (X509_CRL_get0_by_cert(crl.get(), &entry, cert) == 1)
+      return "its certificate was revoked (" + files_.crl + ")";
+  }
+  return "";
+}
+
+std::string tls_stream::recheck(tls_endpoint& endpoint) const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  return cert ? endpoint.revoked(cert) : "";
 }
 
 identity tls_endpoint::self() const {

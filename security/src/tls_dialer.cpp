@@ -141,7 +141,11 @@ struct dialer {
                   + ", not a node");
     } else {
       fail(key, "");
-      relay(**tls, local, stop);
+      auto& stream = **tls;
+      auto why = relay(stream, local, stop, {},
+                       [&] { return stream.recheck(*endpoint); });
+      if (!why.empty())
+        fail(key, why);
     }
     tls = status::error("closed"); // the TLS connection goes first
     ::close(remote);

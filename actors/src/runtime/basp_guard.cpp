@@ -135,9 +135,11 @@ struct basp_guard::impl {
     const auto who = (*tls_stream)->peer();
     security::peer_registry::add(port, {who, from});
     basp_reader reader;
+    auto& stream = **tls_stream;
     auto why = security::relay(
-      **tls_stream, inner, stop,
-      [&](const char* data, size_t n) { return reader.feed(data, n); });
+      stream, inner, stop,
+      [&](const char* data, size_t n) { return reader.feed(data, n); },
+      [&] { return stream.recheck(*tls.endpoint); });
     if (!why.empty())
       log_warn("basp_guard", "closed a connection of " + who.text() + " from "
                                + from + " to " + where + ": " + why);

@@ -478,6 +478,7 @@ struct tls_config {
   std::string cert;
   std::string key;
   std::string key_passphrase_file;
+  std::string crl;
 };
 
 template <class Visitor>
@@ -492,6 +493,10 @@ void visit_fields(Visitor& v, tls_config& c) {
   v.field("key_passphrase_file", c.key_passphrase_file,
           "the key's passphrase, if encrypted (a 0600 file; else "
           "TUTTI_TLS_KEY_PASSPHRASE)",
+          not_fingerprinted);
+  v.field("crl", c.crl,
+          "the CA's revocation list (`tutti certs revoke`; re-read when it "
+          "changes: listed certificates are refused and cut off)",
           not_fingerprinted);
 }
 

@@ -10,12 +10,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct x509_st X509;
+typedef struct X509_crl_st X509_CRL;
 
 namespace tutti::security {
 
@@ -24,6 +27,10 @@ struct tls_files {
   // The key's passphrase, if it is encrypted: read from this file (mode
   // 0600), or from TUTTI_TLS_KEY_PASSPHRASE when empty.
   std::string key_passphrase_file;
+  // The CA's revocation list (PEM; may hold one per CA), optional: a
+  // certificate it lists is refused, and open connections holding one
+  // are closed.
+  std::string crl;
   bool empty() const { return ca.empty() && cert.empty() && key.empty(); }
 };
 
@@ -44,6 +51,9 @@ public:
   // Who this endpoint's certificate names.
   identity self() const;
   const tls_files& files() const { return files_; }
+  // Why `cert` is no longer trusted ("" while it is): listed in the
+  // revocation list as it is now on disk (re-read when it changed).
+  std::string revoked(X509* cert);
 
 private:
   tls_endpoint(tls_files files, tls_role role);
@@ -54,6 +64,7 @@ private:
   mutable std::mutex mutex_;
   std::shared_ptr<SSL_CTX> ctx_;
   identity self_;
+  std::vector<std::shared_ptr<X509_CRL>> crls_;
   std::string stamp_; // the files' sizes and modification times
   std::string last_reload_error_;
 };
@@ -70,6 +81,9 @@ public:
   ~tls_stream();
 
   const identity& peer() const { return peer_; }
+  // Why the peer's certificate is no longer trusted by `endpoint` ("" if
+  // it is): checked again on open connections (revocation).
+  std::string recheck(tls_endpoint& endpoint) const;
   int fd() const { return fd_; }
   // Decrypted bytes buffered inside TLS (poll on fd() does not see them).
   bool pending() const;
