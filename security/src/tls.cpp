@@ -100,11 +100,32 @@ expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
                   get("TUTTI_TLS_KEY"), "", get("TUTTI_TLS_CRL")};
   if (files.empty())
     return std::shared_ptr<tls_endpoint>();
+  if (files.cert.empty() && files.key.empty()) {
+    auto token = client_token_from_environment();
+    if (!token)
+      return token.error();
+    if (token->empty())
+      return status::error("TUTTI_TLS_CA is set without TUTTI_TLS_CERT and "
+                           "TUTTI_TLS_KEY, and no token (TUTTI_TOKEN_FILE or "
+                           "TUTTI_TOKEN)");
+  }
   auto loaded = tls_endpoint::load(files, tls_role::client);
   if (!loaded)
     return loaded.error().with_context(
       "TUTTI_TLS_CA/TUTTI_TLS_CERT/TUTTI_TLS_KEY: ");
   return *loaded;
+}
+
+expected<secret> client_token_from_environment() {
+  if (const char* file = std::getenv("TUTTI_TOKEN_FILE"); file && *file) {
+    auto read = secret_from_file(file);
+    if (!read)
+      return read.error().with_context("TUTTI_TOKEN_FILE: ");
+    return *read;
+  }
+  if (auto env = secret_from_env("TUTTI_TOKEN"))
+    return *env;
+  return secret();
 }
 
 bool set_nonblocking(int fd) {
@@ -119,7 +140,9 @@ tls_endpoint::~tls_endpoint() = default;
 
 expected<std::shared_ptr<tls_endpoint>> tls_endpoint::load(
   const tls_files& files, tls_role role) {
-  if (files.ca.empty() || files.cert.empty() || files.key.empty())
+  const bool ca_only = role == tls_role::client && files.cert.empty()
+                       && files.key.empty() && !files.ca.empty();
+  if (!ca_only && (files.ca.empty() || files.cert.empty() || files.key.empty()))
     return status::error("TLS needs ca, cert and key");
   std::shared_ptr<tls_endpoint> out(new tls_endpoint(files, role));
   TUTTI_RETURN_IF_ERROR(out->reload());
@@ -128,6 +151,23 @@ expected<std::shared_ptr<tls_endpoint>> tls_endpoint::load(
 
 status tls_endpoint::reload() {
   const auto stamp = files_stamp(files_);
+  if (files_.cert.empty()) {
+    // A token client: it checks the daemons against the CA, and has no
+    // certificate of its own.
+    ssl_ctx_ptr ctx(SSL_CTX_new(TLS_client_method()));
+    if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1
+        || SSL_CTX_load_verify_locations(ctx.get(), files_.ca.c_str(), nullptr)
+             != 1)
+      return status::error("cannot set up TLS with the CA " + files_.ca + ": "
+                           + openssl_error());
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ctx_ = std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
+    self_ = identity{};
+    stamp_ = stamp;
+    return {};
+  }
   auto cert = read_certificate(files_.cert);
   if (!cert)
     return cert.error();
@@ -178,7 +218,12 @@ status tls_endpoint::reload() {
     return status::error("cannot set up TLS with " + files_.cert + ": "
                          + openssl_error());
   TUTTI_RETURN_IF_ERROR(add_crls(SSL_CTX_get_cert_store(c), crls));
-  SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+  // A client without a certificate is refused after the handshake unless
+  // the caller takes tokens (tls_stream::handshake).
+  SSL_CTX_set_verify(c,
+                     role_ == tls_role::server
+                       ? SSL_VERIFY_PEER
+                       : SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                      nullptr);
   SSL_CTX_set_verify_depth(c, 2);
   // No session tickets or resumption: every connection shows its
@@ -249,7 +294,7 @@ tls_stream::~tls_stream() {
 
 expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
   std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
-  std::chrono::milliseconds limit) {
+  std::chrono::milliseconds limit, bool allow_no_certificate) {
   if (!ctx)
     return status::error("no TLS context");
   if (!set_nonblocking(fd))
@@ -295,8 +340,11 @@ expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
   if (SSL_get_verify_result(ssl) != X509_V_OK)
     return status::error("peer certificate not verified");
   x509_ptr peer(SSL_get1_peer_certificate(ssl));
+  if (!peer && role == tls_role::server && allow_no_certificate)
+    return out; // it must show a token next
   if (!peer)
     return status::error("peer presented no certificate");
+  out->has_certificate_ = true;
   auto who = identity_of(peer.get());
   if (!who)
     return status::error("peer certificate: " + who.message());

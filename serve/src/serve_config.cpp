@@ -137,7 +137,8 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
     s, prefix,
     {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
-     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads"}));
+     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
+     "api_keys", "metrics_web_config"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
@@ -164,6 +165,9 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(
     read_bytes(s, prefix, "max_body_bytes", c.max_body_bytes));
   TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "http_threads", c.http_threads, 0));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "api_keys", c.api_keys));
+  TUTTI_RETURN_IF_ERROR(
+    read_string(s, prefix, "metrics_web_config", c.metrics_web_config));
   return {};
 }
 

@@ -407,6 +407,7 @@ void visit_fields(Visitor& v, recovery_config& c) {
 // Prometheus: node N serves /metrics on its own host at port + N.
 struct metrics_config {
   int64_t port = 0;
+  std::string web_config;
 };
 
 template <class Visitor>
@@ -415,6 +416,10 @@ void visit_fields(Visitor& v, metrics_config& c) {
   v.field("port", c.port,
           "node N serves /metrics at port + N (0 = off); below 65536 for "
           "every node",
+          not_fingerprinted);
+  v.field("web_config", c.web_config,
+          "TLS and basic auth for /metrics: a Prometheus web config file "
+          "(tls_server_config, basic_auth_users with bcrypt hashes)",
           not_fingerprinted);
 }
 

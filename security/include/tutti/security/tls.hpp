@@ -14,6 +14,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
@@ -40,7 +41,8 @@ class tls_endpoint {
 public:
   // Loads and checks the files: each readable, the key matching the
   // certificate, the certificate issued by the CA and valid now, and naming
-  // an identity. Fails naming the file and why.
+  // an identity. Fails naming the file and why. A client may have only the
+  // CA (no cert, no key): it then authenticates with a token.
   static expected<std::shared_ptr<tls_endpoint>> load(const tls_files& files,
                                                       tls_role role);
   ~tls_endpoint();
@@ -75,12 +77,15 @@ public:
   // Runs the handshake within `limit` (poll, no spinning). Fails with why:
   // a plaintext peer, another CA, an expired certificate, no certificate,
   // or the time limit.
+  // `allow_no_certificate`: a server lets a client without a certificate
+  // through (it must then present a token; peer() is empty).
   static expected<std::unique_ptr<tls_stream>> handshake(
     std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
-    std::chrono::milliseconds limit);
+    std::chrono::milliseconds limit, bool allow_no_certificate = false);
   ~tls_stream();
 
   const identity& peer() const { return peer_; }
+  bool peer_has_certificate() const { return has_certificate_; }
   // Why the peer's certificate is no longer trusted by `endpoint` ("" if
   // it is): checked again on open connections (revocation).
   std::string recheck(tls_endpoint& endpoint) const;
@@ -98,6 +103,7 @@ private:
   SSL* ssl_;
   int fd_;
   identity peer_;
+  bool has_certificate_ = false;
 };
 
 // The files with "{node}" replaced by `node_rank` (one config for every
@@ -106,7 +112,13 @@ tls_files for_node(tls_files files, int64_t node_rank);
 
 // A client's TLS identity from TUTTI_TLS_CA, TUTTI_TLS_CERT and
 // TUTTI_TLS_KEY (a user certificate for the CLI); nullptr when none is set.
+// With a token instead of a certificate (client_token_from_environment),
+// TUTTI_TLS_CA alone: the client checks the daemons, and shows no
+// certificate itself.
 expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment();
+// An admin-issued token from the file TUTTI_TOKEN_FILE (mode 0600) or the
+// variable TUTTI_TOKEN; empty when neither is set.
+expected<secret> client_token_from_environment();
 
 // Makes a socket non-blocking; false on failure.
 bool set_nonblocking(int fd);

@@ -21,6 +21,9 @@ struct serve_config {
   service_limits limits;
   int64_t max_body_bytes = 1 << 20;
   int64_t http_threads = 0; // 0: max_sequences + max_queue + 8
+  // Access (serve/src/api_auth.cpp): a file of API key hashes for /v1/*,
+  // and a Prometheus web config (basic auth) for /metrics; "" = open.
+  std::string api_keys, metrics_web_config;
 
   // From an InferenceService manifest (defaults: one process, one device).
   bool from_manifest = false;
