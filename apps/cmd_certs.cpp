@@ -13,7 +13,9 @@ namespace tutti::cli {
 namespace {
 
 const char* certs_usage = "init DIR | issue --ca DIR (--node N | --user NAME "
-                          "--role ROLE) | show FILE";
+                          "--role ROLE) | show FILE |\n"
+                          "  revoke --ca DIR (--node N | --user NAME | --cert "
+                          "FILE)";
 
 int certs_init(const std::vector<std::string>& args) {
   command_line cl("certs init", "DIR [--days D]",
@@ -114,6 +116,38 @@ int certs_show(const std::vector<std::string>& args) {
   return 0;
 }
 
+int certs_revoke(const std::vector<std::string>& args) {
+  command_line cl("certs revoke",
+                  "--ca DIR (--node N | --user NAME | --cert FILE)",
+                  "adds a certificate to the CA's revocation list DIR/ca.crl;"
+                  "\ndaemons whose security.tls.crl is that file refuse it "
+                  "and close\nits open connections");
+  cl.options()("ca", po::value<std::string>(), "the CA directory")(
+    "node", po::value<int64_t>(), "revoke DIR/node-N.crt")(
+    "user", po::value<std::string>(), "revoke DIR/user-NAME.crt")(
+    "cert", po::value<std::string>(), "revoke this certificate file");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("ca"))
+    return cl.bad("--ca DIR is required");
+  const auto ca = vm["ca"].as<std::string>();
+  if (vm.count("node") + vm.count("user") + vm.count("cert") != 1)
+    return cl.bad("give exactly one of --node N, --user NAME or --cert FILE");
+  std::string cert;
+  if (vm.count("node"))
+    cert = ca + "/node-" + std::to_string(vm["node"].as<int64_t>()) + ".crt";
+  else if (vm.count("user"))
+    cert = ca + "/user-" + vm["user"].as<std::string>() + ".crt";
+  else
+    cert = vm["cert"].as<std::string>();
+  auto crl = security::revoke_certificate(ca, cert);
+  if (!crl)
+    return fail(2, "certs revoke: " + crl.message());
+  std::printf("revoked %s: listed in %s\n", cert.c_str(), crl->c_str());
+  return 0;
+}
+
 } // namespace
 
 int certs_command(const std::vector<std::string>& args) {
@@ -126,6 +160,8 @@ int certs_command(const std::vector<std::string>& args) {
     return certs_issue(rest);
   if (args[0] == "show")
     return certs_show(rest);
+  if (args[0] == "revoke")
+    return certs_revoke(rest);
   if (args[0] == "--help" || args[0] == "-h") {
     std::printf("usage: tutti certs %s\n'tutti certs SUB --help' describes "
                 "each.\n",
@@ -133,7 +169,7 @@ int certs_command(const std::vector<std::string>& args) {
     return 0;
   }
   return fail(2, "certs: unknown subcommand '" + args[0]
-                   + "' (init, issue or show)");
+                   + "' (init, issue, show or revoke)");
 }
 
 } // namespace tutti::cli

@@ -46,9 +46,12 @@ const char* usage =
   "  serve CONFIG [--listen HOST:PORT]\n"
   "                              OpenAI-style completions from a model\n"
   "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
-  "  certs init|issue|show ...   the cluster CA, node and user certificates\n"
+  "  certs init|issue|show|revoke\n"
+  "                              the cluster CA, node and user certificates\n"
   "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
   "                              hash chain\n"
+  "  token issue --policy FILE --user NAME --role ROLE\n"
+  "                              an access token (only its hash is kept)\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -98,11 +101,14 @@ int main(int argc, char** argv) {
       return tutti::cli::certs_command(args);
     if (command == "audit")
       return tutti::cli::audit_command(args);
+    if (command == "token")
+      return tutti::cli::token_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample, serve, bench, certs, audit; see tutti --help)");
+           "export, data, sample, serve, bench, certs, audit, token; see tutti "
+           "--help)");
 }

@@ -33,6 +33,7 @@
 #include "tutti/security/access_policy.hpp"
 #include "tutti/security/audit_log.hpp"
 #include "tutti/security/tls_dialer.hpp"
+#include "tutti/security/web_endpoint.hpp"
 
 namespace po = boost::program_options;
 using namespace tutti;
@@ -85,7 +86,8 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
     return {};
   }
   const auto files = security::for_node({sec.tls.ca, sec.tls.cert, sec.tls.key,
-                                         sec.tls.key_passphrase_file},
+                                         sec.tls.key_passphrase_file,
+                                         sec.tls.crl},
                                         node_rank);
   auto server = security::tls_endpoint::load(files, security::tls_role::server);
   if (!server)
@@ -98,16 +100,24 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
   auto client = security::tls_endpoint::load(files, security::tls_role::client);
   if (!client)
     return client.error();
-  if (!sec.policy.empty())
-    if (auto policy = security::access_policy::open(sec.policy); !policy)
+  std::function<std::optional<security::identity>(const security::secret&)>
+    tokens;
+  if (!sec.policy.empty()) {
+    auto policy = security::access_policy::open(sec.policy);
+    if (!policy)
       return status::error("security.policy: " + policy.message());
+    // Clients without a certificate may show a token the policy holds.
+    tokens = [policy = *policy](const security::secret& token) {
+      return policy->token_identity(token);
+    };
+  }
   if (node_rank == 0)
     if (auto audit = security::audit_log::open(cfg.run.dir + "/audit.jsonl");
         !audit)
       return audit.error();
   const auto limit = std::chrono::milliseconds(
     static_cast<int64_t>(sec.handshake_timeout_s * 1000));
-  guard_tls = {*server, limit};
+  guard_tls = {*server, limit, tokens};
   security::tls_dialer::install(*client, limit);
   log_info("tuttid",
            "mutual TLS 1.3 on as " + self.text() + " (CA " + files.ca + ")");
@@ -148,7 +158,26 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   auto job_board = std::make_shared<metrics_board>();
   auto node_board = std::make_shared<metrics_board>();
   std::unique_ptr<observability::metrics_http_server> metrics_server;
-  if (cfg.metrics.port > 0) {
+  std::unique_ptr<security::web_endpoint> secured_metrics;
+  if (cfg.metrics.port > 0 && !cfg.metrics.web_config.empty()) {
+    auto web = security::load_web_config(cfg.metrics.web_config);
+    if (!web)
+      return fail(2, "metrics.web_config: " + web.message());
+    const auto host = cfg.cluster.node(opt.node_rank).host;
+    const auto port = cfg.metrics.port + opt.node_rank;
+    auto started = security::web_endpoint::start(
+      host, static_cast<uint16_t>(port), *web, "/metrics",
+      "text/plain; version=0.0.4; charset=utf-8", [job_board, node_board] {
+        return job_board->read() + node_board->read();
+      });
+    if (!started)
+      return fail(1, started.message() + " (metrics.port)");
+    secured_metrics = std::move(*started);
+    log_info("tuttid", std::string("metrics on ")
+                         + (web->tls() ? "https://" : "http://") + host + ":"
+                         + std::to_string(port) + "/metrics"
+                         + (web->basic_auth() ? " (basic auth)" : ""));
+  } else if (cfg.metrics.port > 0) {
     const auto host = cfg.cluster.node(opt.node_rank).host;
     const auto port = cfg.metrics.port + opt.node_rank;
     auto started = observability::metrics_http_server::start(

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -99,6 +100,44 @@ inline int port_block(int salt, int count = 3) {
   return 10000 + slot * 10;
 }
 
+// TUTTI_TEST_TLS=1 runs the daemon tests with mutual TLS: every config of
+// daemon_config gets a security section (a CA and node certificates made
+// once per test process by `tutti certs`), and the test process exports
+// TUTTI_TLS_CA/CERT/KEY (an admin's certificate), so every `tutti` client
+// it starts (status, chaos, shell, drill) connects as that admin.
+inline bool tls_mode() {
+  const char* v = std::getenv("TUTTI_TEST_TLS");
+  return v && std::string(v) == "1";
+}
+
+// The security section of tls_mode's configs ("" when it is off).
+inline std::string tls_mode_section() {
+  if (!tls_mode())
+    return "";
+  static const std::string section = [] {
+    const auto dir = std::filesystem::path(binary_dir()) / "test-scratch"
+                     / ("tls-mode-pki-" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    const auto d = dir.string(), certs = tutti_bin() + " certs ";
+    for (const auto& args :
+         {"init " + d, "issue --ca " + d + " --node 0",
+          "issue --ca " + d + " --node 1",
+          "issue --ca " + d + " --user tester --role admin"}) {
+      auto r = run(certs + args, 60);
+      INFO(r.output);
+      REQUIRE(r.status == 0);
+    }
+    ::setenv("TUTTI_TLS_CA", (d + "/ca.crt").c_str(), 1);
+    ::setenv("TUTTI_TLS_CERT", (d + "/user-tester.crt").c_str(), 1);
+    ::setenv("TUTTI_TLS_KEY", (d + "/user-tester.key").c_str(), 1);
+    return "security:\n  required: true\n  handshake_timeout_s: 2\n"
+           "  tls:\n    ca: "
+           + d + "/ca.crt\n    cert: " + d + "/node-{node}.crt\n    key: " + d
+           + "/node-{node}.key\n";
+  }();
+  return section;
+}
+
 // A 2-node (world 4, 2 ranks per node, EP 4) daemon config on the tiny
 // model of small_config. `hosts` gives each node's address (and so its
 // Gloo bind address); the coordinator runs on hosts[0]:port and node N
@@ -120,7 +159,7 @@ inline std::string daemon_config(
                + std::to_string(n) + "}\n";
   const std::string from = "  nnodes: 1\n  nproc_per_node: 4\n";
   text.replace(text.find(from), from.size(), cluster);
-  return text;
+  return text + tls_mode_section();
 }
 
 // The same job in one process (`tutti run`): 4 ranks on one node.

@@ -56,12 +56,46 @@ inline std::string tls_daemon_config(const test_pki& pki,
                                      const std::string& run_dir, int port,
                                      int steps, int join_timeout_s = 20) {
   const auto d = pki.dir.string();
-  return daemon_config(data_dir, run_dir, port, steps,
-                       {"127.0.0.1", "127.0.0.1"}, join_timeout_s)
+  auto base = daemon_config(data_dir, run_dir, port, steps,
+                            {"127.0.0.1", "127.0.0.1"}, join_timeout_s);
+  if (const auto& mode = tls_mode_section(); !mode.empty())
+    base.erase(base.rfind(mode)); // this test brings its own PKI
+  return base
          + "security:\n  required: true\n  handshake_timeout_s: 2\n"
            "  tls:\n    ca: "
          + d + "/ca.crt\n    cert: " + d + "/node-{node}.crt\n    key: " + d
          + "/node-{node}.key\n";
+}
+
+// A live 2-daemon job under mutual TLS (tls_daemon_config's), training.
+struct tls_job {
+  std::filesystem::path config, run_dir, metrics;
+  std::unique_ptr<child_process> node0, node1;
+};
+
+// Writes DIR/job.yaml (tls_daemon_config plus `extra` lines appended to
+// its security section), starts both daemons (logs DIR/node{0,1}.log) and
+// waits until 3 steps are done.
+inline tls_job start_tls_job(const test_pki& pki,
+                             const std::filesystem::path& dir,
+                             const std::filesystem::path& data, int port,
+                             const std::string& extra = "") {
+  tls_job job{dir / "job.yaml", dir / "run", dir / "run" / "metrics.jsonl",
+              nullptr, nullptr};
+  write_text(job.config, tls_daemon_config(pki, data.string(),
+                                           job.run_dir.string(), port, 100000)
+                           + extra);
+  job.node0 = start_daemon(job.config, 0, dir / "node0.log");
+  job.node1 = start_daemon(job.config, 1, dir / "node1.log");
+  REQUIRE(wait_until(
+    [&] {
+      return count_lines(job.metrics) >= 3 || !job.node0->running()
+             || !job.node1->running();
+    },
+    120));
+  INFO(tail(read_text(job.run_dir / "tuttid-0.log.jsonl")));
+  REQUIRE(job.node0->running());
+  return job;
 }
 
 // Opens a TLS connection to 127.0.0.1:port presenting `cert`/`key` (none

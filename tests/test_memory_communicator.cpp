@@ -41,7 +41,7 @@ std::vector<comm_ptr> make_group(bool memory, int n) {
         made[r] = comm::make_memory_communicator(*hub, r, n, o, out[r]);
       } else {
         comm::gloo_options o{"127.0.0.1", name, std::chrono::seconds(20),
-                             std::chrono::seconds(20)};
+                             std::chrono::seconds(20), {}};
         made[r] = comm::make_gloo_communicator(*store, r, n, o, out[r]);
       }
     });

@@ -3,12 +3,16 @@
 // operator's succeeds and is audited; a client without a certificate does
 // not get in; the policy file is re-read without a restart (a revoked user
 // is cut off); editing, removing or reordering an audit record makes
-// `tutti audit verify` name it.
+// `tutti audit verify` name it. An admin-issued token (stored as a hash)
+// stands in for a certificate, with its role enforced.
 
 #include <catch2/catch.hpp>
 
+#include <regex>
+
 #include "security_support.hpp"
 #include "test_support.hpp"
+#include "tutti/security/api_keys.hpp"
 
 using namespace tutti::testing;
 namespace fs = std::filesystem;
@@ -51,25 +55,12 @@ TEST_CASE("roles are checked at the coordinator and every action and "
   auto [dir, data] = scratch_with_data("security_roles");
   auto pki = make_pki(dir);
   const int port = port_block(43);
-  const auto run_dir = dir / "run";
   const auto policy = dir / "policy.yaml";
   write_text(policy, "users:\n  vera: viewer\n  otto: operator\n"
                      "  ada: admin\n");
-  auto config = dir / "job.yaml";
-  write_text(config, tls_daemon_config(pki, data.string(), run_dir.string(),
-                                       port, 100000)
-                       + "  policy: " + policy.string() + "\n");
-  auto node0 = start_daemon(config, 0, dir / "node0.log");
-  auto node1 = start_daemon(config, 1, dir / "node1.log");
-  const auto metrics = run_dir / "metrics.jsonl";
-  REQUIRE(wait_until(
-    [&] {
-      return count_lines(metrics) >= 3 || !node0->running()
-             || !node1->running();
-    },
-    120));
-  INFO(tail(read_text(run_dir / "tuttid-0.log.jsonl")));
-  REQUIRE(node0->running());
+  auto job = start_tls_job(pki, dir, data, port,
+                           "  policy: " + policy.string() + "\n");
+  const auto& run_dir = job.run_dir;
 
   // No certificate: the TLS guard does not let the shell in.
   auto r = shell_as(pki, "", port, "status");
@@ -108,8 +99,8 @@ TEST_CASE("roles are checked at the coordinator and every action and "
   r = shell_as(pki, "ada", port, "stop");
   INFO(r.output);
   CHECK(r.status == 0);
-  CHECK(node0->wait(120) == 0);
-  CHECK(node1->wait(60) == 0);
+  CHECK(job.node0->wait(120) == 0);
+  CHECK(job.node1->wait(60) == 0);
 
   // The audit log: the refusals and actions, in order, chain intact.
   r = run(tutti_bin() + " audit verify " + run_dir.string(), 30);
@@ -165,4 +156,73 @@ TEST_CASE("roles are checked at the coordinator and every action and "
         != std::string::npos);
   write_lines(audit, original);
   CHECK(verify().status == 0);
+}
+
+TEST_CASE("an admin-issued token stands in for a user certificate: stored "
+          "only as a hash, its role enforced",
+          "[security]") {
+  auto [dir, data] = scratch_with_data("security_tokens");
+  auto pki = make_pki(dir);
+  const int port = port_block(51);
+  const auto policy = dir / "policy.yaml";
+  write_text(policy, "users:\n  ada: admin\n");
+  auto issued = run(tutti_bin() + " token issue --policy " + policy.string()
+                      + " --user tina --role viewer",
+                    30);
+  INFO(issued.output);
+  REQUIRE(issued.status == 0);
+  std::smatch printed;
+  REQUIRE(std::regex_search(issued.output, printed,
+                            std::regex("(^|\n)(tutti_[0-9a-f]{64})\n")));
+  const auto token = printed[2].str();
+  // The policy file holds its hash, not the token, and is 0600.
+  const auto stored = read_text(policy);
+  INFO(stored);
+  CHECK(stored.find(token) == std::string::npos);
+  CHECK(stored.find(tutti::security::sha256_hex(token)) != std::string::npos);
+  CHECK((fs::status(policy).permissions() & fs::perms::others_read)
+        == fs::perms::none);
+  auto job = start_tls_job(pki, dir, data, port,
+                           "  policy: " + policy.string() + "\n");
+  const auto d = pki.dir.string();
+  auto token_file = dir / "token";
+  write_text(token_file, token + "\n");
+  fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+  auto shell_with = [&](const std::string& env, const std::string& commands) {
+    return run("env TUTTI_TLS_CA=" + d + "/ca.crt " + env + " " + tutti_bin()
+                 + " shell --connect 127.0.0.1:" + std::to_string(port)
+                 + " --yes -c '" + commands + "'",
+               60);
+  };
+  auto r = shell_with("TUTTI_TOKEN_FILE=" + token_file.string(), "status");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("running") != std::string::npos);
+  r = shell_with("TUTTI_TOKEN_FILE=" + token_file.string(),
+                 "kill node1/expert_shard/3");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("'kill' needs role operator; user tina is viewer")
+        != std::string::npos);
+  // A wrong token does not get past the guard.
+  r = shell_with("TUTTI_TOKEN=tutti_0000", "status");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(read_text(job.run_dir / "tuttid-0.log.jsonl")
+          .find("a token the policy does not hold")
+        != std::string::npos);
+  r = shell_with("TUTTI_TLS_CERT=" + d + "/user-ada.crt TUTTI_TLS_KEY=" + d
+                   + "/user-ada.key",
+                 "stop");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(job.node0->wait(120) == 0);
+  CHECK(job.node1->wait(60) == 0);
+  // Neither the token nor its file's contents reached a log or the audit.
+  for (const auto& file :
+       {dir / "node0.log", dir / "node1.log",
+        job.run_dir / "tuttid-0.log.jsonl", job.run_dir / "audit.jsonl"})
+    CHECK(read_text(file).find(token) == std::string::npos);
+  r = run(tutti_bin() + " audit " + job.run_dir.string(), 30);
+  CHECK(r.output.find("tina (viewer)") != std::string::npos);
 }

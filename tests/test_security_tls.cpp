@@ -40,7 +40,7 @@ std::string register_with_certificate(const test_pki& pki, int port,
   const auto d = pki.dir.string();
   auto client = security::tls_endpoint::load(
     {d + "/ca.crt", d + "/node-" + std::to_string(holding) + ".crt",
-     d + "/node-" + std::to_string(holding) + ".key", ""},
+     d + "/node-" + std::to_string(holding) + ".key", "", ""},
     security::tls_role::client);
   REQUIRE(client.ok());
   security::tls_dialer::install(*client, std::chrono::seconds(2));

@@ -29,13 +29,21 @@ status job_client::connect(const std::string& target) {
 
 status job_client::connect(const endpoint& at) {
   coordinator_ = nullptr;
-  // A user certificate in the environment: every connection under TLS.
+  // A user certificate (or a token) in the environment: every connection
+  // under TLS.
   if (!security::tls_dialer::installed()) {
     auto tls = security::client_tls_from_environment();
     if (!tls)
       return tls.error();
-    if (*tls)
-      security::tls_dialer::install(*tls, std::chrono::seconds(5));
+    if (*tls) {
+      // No certificate of its own: an admin-issued token instead.
+      auto token = (*tls)->files().cert.empty()
+                     ? security::client_token_from_environment()
+                     : expected<security::secret>(security::secret());
+      if (!token)
+        return token.error();
+      security::tls_dialer::install(*tls, std::chrono::seconds(5), *token);
+    }
   }
   auto direct = connect_coordinator(*system_, at);
   if (!direct) {

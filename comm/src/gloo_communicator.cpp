@@ -4,13 +4,16 @@
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 
 #include "gloo_abort.hpp"
+#include "tutti/comm/data_plane_peers.hpp"
 #include "gloo_check.hpp"
 
 namespace tutti::comm {
@@ -149,6 +152,26 @@ status make_gloo_communicator(gloo::rendezvous::Store& store, int rank,
   gloo::rendezvous::PrefixStore prefixed(options.group, store);
   TUTTI_GLOO_CHECK(context->connectFullMesh(prefixed, device));
   context->setTimeout(options.timeout);
+  if (!options.members.empty() && size > 1) {
+    // Every pair's address is this device's listener.
+    auto& pair = context->getPair(rank == 0 ? 1 : 0);
+    const auto& self = static_cast<const gloo::transport::tcp::Address&>(
+      pair->address());
+    const auto& ss = self.getSockaddr();
+    const uint16_t port = ntohs(
+      ss.ss_family == AF_INET6
+        ? reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port
+        : reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+    auto strangers = non_member_peers(port, options.members);
+    if (!strangers)
+      return strangers.error();
+    if (!strangers->empty()) {
+      context->closeConnections();
+      return status::error(
+        options.group + ": data-plane connection from " + strangers->front()
+        + ", which is not a cluster node (cluster_config.nodes): refused");
+    }
+  }
   out = std::make_unique<gloo_communicator>(std::move(context), options);
   return {};
 }

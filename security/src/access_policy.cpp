@@ -1,8 +1,15 @@
 #include "tutti/security/access_policy.hpp"
 
+#include "tutti/security/api_keys.hpp"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -11,6 +18,7 @@ namespace tutti::security {
 struct access_policy::rules {
   std::map<std::string, std::string> users; // user -> most role
   std::set<std::string> revoked;
+  std::map<std::string, identity> tokens; // SHA-256 hex -> who
 };
 
 namespace {
@@ -82,12 +90,98 @@ status access_policy::reload_if_changed() {
       for (const auto& user : revoked)
         next->revoked.insert(user.as<std::string>());
     }
+    if (auto tokens = root["tokens"]) {
+      if (!tokens.IsMap())
+        return status::error(path_
+                             + ": tokens must map a SHA-256 to "
+                               "{user, role}");
+      for (const auto& entry : tokens) {
+        identity who;
+        who.user = entry.second["user"] ? entry.second["user"].as<std::string>()
+                                        : "";
+        who.role = entry.second["role"] ? entry.second["role"].as<std::string>()
+                                        : "";
+        if (who.user.empty() || !known_role(who.role))
+          return status::error(path_
+                               + ": tokens: each needs a user and a "
+                                 "role (viewer, operator or admin)");
+        next->tokens[entry.first.as<std::string>()] = who;
+      }
+    }
   } catch (const YAML::Exception& ex) {
     return status::error(path_ + ": " + ex.what());
   }
   rules_ = std::move(next);
   stamp_ = stamp;
   return {};
+}
+
+std::optional<identity> access_policy::token_identity(const secret& token) {
+  if (path_.empty() || token.empty())
+    return std::nullopt;
+  std::shared_ptr<const rules> now;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    (void)reload_if_changed();
+    now = rules_;
+  }
+  if (!now)
+    return std::nullopt;
+  auto found = now->tokens.find(sha256_hex(token.reveal()));
+  if (found == now->tokens.end())
+    return std::nullopt;
+  return found->second;
+}
+
+expected<secret> issue_token(const std::string& path, const std::string& user,
+                             const std::string& role) {
+  if (!known_role(role))
+    return status::error("role '" + role
+                         + "' is not one of viewer, operator, admin");
+  if (user.empty() || user.find_first_of(" \t\n:") != std::string::npos)
+    return status::error("user name '" + user
+                         + "' must be non-empty, without spaces or ':'");
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+    return status::error("no random bytes for a token");
+  static const char* hex = "0123456789abcdef";
+  std::string token = "tutti_";
+  for (unsigned char b : bytes) {
+    token += hex[b >> 4];
+    token += hex[b & 15];
+  }
+  YAML::Node root;
+  try {
+    if (::access(path.c_str(), F_OK) == 0)
+      root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& ex) {
+    return status::error(path + ": " + ex.what());
+  }
+  if (!root.IsMap() && !root.IsNull())
+    return status::error(path + ": not a policy file (a mapping)");
+  if (!root["users"] || !root["users"][user])
+    root["users"][user] = role;
+  YAML::Node entry;
+  entry["user"] = user;
+  entry["role"] = role;
+  root["tokens"][sha256_hex(token)] = entry;
+  YAML::Emitter out;
+  out << root;
+  const auto temp = path + ".tmp";
+  ::unlink(temp.c_str());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return status::error("cannot write " + temp + ": " + std::strerror(errno));
+  std::string text = std::string(out.c_str()) + "\n";
+  const bool written = ::write(fd, text.data(), text.size())
+                         == static_cast<ssize_t>(text.size())
+                       && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    return status::error("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return secret(std::move(token));
 }
 
 access_decision access_policy::decide(const identity& who,

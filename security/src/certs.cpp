@@ -166,7 +166,8 @@ status init_ca(const std::string& dir, int64_t days) {
     add_extension(c, c, NID_subject_key_identifier, "hash"));
   if (!X509_sign(c, key->get(), EVP_sha256()))
     return status::error("cannot sign the CA: " + openssl_error());
-  return write_pair(c, key->get(), to);
+  TUTTI_RETURN_IF_ERROR(write_pair(c, key->get(), to));
+  return write_empty_crl(dir);
 }
 
 expected<issued_files> issue_certificate(const std::string& ca_dir,
@@ -225,6 +226,11 @@ expected<issued_files> issue_certificate(const std::string& ca_dir,
     who.kind == identity_kind::node ? "serverAuth,clientAuth" : "clientAuth"));
   TUTTI_RETURN_IF_ERROR(
     add_extension(c, issuer, NID_authority_key_identifier, "keyid:always"));
+  // A node's name as a DNS name too: HTTPS clients (a Prometheus scraping
+  // its /metrics with tls_config.server_name) check names there only.
+  if (who.kind == identity_kind::node)
+    TUTTI_RETURN_IF_ERROR(add_extension(c, issuer, NID_subject_alt_name,
+                                        ("DNS:" + common).c_str()));
   if (!X509_sign(c, ca_key->get(), EVP_sha256()))
     return status::error("cannot sign the certificate: " + openssl_error());
   const auto dir = out_dir.empty() ? ca_dir : out_dir;

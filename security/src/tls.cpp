@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 #include <poll.h>
@@ -19,7 +20,7 @@ namespace {
 
 std::string files_stamp(const tls_files& files) {
   std::string out;
-  for (const auto* path : {&files.ca, &files.cert, &files.key}) {
+  for (const auto* path : {&files.ca, &files.cert, &files.key, &files.crl}) {
     struct stat st {};
     if (::stat(path->c_str(), &st) == 0)
       out += std::to_string(st.st_size) + ":"
@@ -31,12 +32,44 @@ std::string files_stamp(const tls_files& files) {
   return out;
 }
 
-// The certificate chains to the CA bundle and is valid now.
-status check_chain(X509* cert, const std::string& ca_path) {
+using crl_list = std::vector<std::shared_ptr<X509_CRL>>;
+
+// Every CRL in a PEM file.
+expected<crl_list> read_crls(const std::string& path) {
+  bio_ptr in(BIO_new_file(path.c_str(), "r"));
+  if (!in)
+    return status::error("cannot read the revocation list " + path + ": "
+                         + openssl_error());
+  crl_list out;
+  while (
+    X509_CRL* crl = PEM_read_bio_X509_CRL(in.get(), nullptr, nullptr, nullptr))
+    out.emplace_back(crl, X509_CRL_free);
+  ERR_clear_error(); // the end of the file reads as an error
+  if (out.empty())
+    return status::error("no revocation list in " + path);
+  return out;
+}
+
+// Checks certificates against `crls` too (every CA in the bundle then
+// needs its list in the file).
+status add_crls(X509_STORE* store, const crl_list& crls) {
+  for (const auto& crl : crls)
+    if (X509_STORE_add_crl(store, crl.get()) != 1)
+      return status::error("cannot use a revocation list: " + openssl_error());
+  if (!crls.empty() && X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1)
+    return status::error("cannot turn on revocation checks: "
+                         + openssl_error());
+  return {};
+}
+
+// The certificate chains to the CA bundle, is valid now and not revoked.
+status check_chain(X509* cert, const std::string& ca_path,
+                   const crl_list& crls) {
   std::unique_ptr<X509_STORE, deleter<X509_STORE_free>> store(X509_STORE_new());
   if (!store || X509_STORE_load_file(store.get(), ca_path.c_str()) != 1)
     return status::error("cannot load the CA " + ca_path + ": "
                          + openssl_error());
+  TUTTI_RETURN_IF_ERROR(add_crls(store.get(), crls));
   std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX_free>> ctx(
     X509_STORE_CTX_new());
   if (!ctx || X509_STORE_CTX_init(ctx.get(), store.get(), cert, nullptr) != 1)
@@ -50,8 +83,8 @@ status check_chain(X509* cert, const std::string& ca_path) {
 } // namespace
 
 tls_files for_node(tls_files files, int64_t node_rank) {
-  for (auto* path :
-       {&files.ca, &files.cert, &files.key, &files.key_passphrase_file})
+  for (auto* path : {&files.ca, &files.cert, &files.key,
+                     &files.key_passphrase_file, &files.crl})
     for (auto at = path->find("{node}"); at != std::string::npos;
          at = path->find("{node}"))
       path->replace(at, 6, std::to_string(node_rank));
@@ -64,14 +97,35 @@ expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
     return std::string(v ? v : "");
   };
   tls_files files{get("TUTTI_TLS_CA"), get("TUTTI_TLS_CERT"),
-                  get("TUTTI_TLS_KEY"), ""};
+                  get("TUTTI_TLS_KEY"), "", get("TUTTI_TLS_CRL")};
   if (files.empty())
     return std::shared_ptr<tls_endpoint>();
+  if (files.cert.empty() && files.key.empty()) {
+    auto token = client_token_from_environment();
+    if (!token)
+      return token.error();
+    if (token->empty())
+      return status::error("TUTTI_TLS_CA is set without TUTTI_TLS_CERT and "
+                           "TUTTI_TLS_KEY, and no token (TUTTI_TOKEN_FILE or "
+                           "TUTTI_TOKEN)");
+  }
   auto loaded = tls_endpoint::load(files, tls_role::client);
   if (!loaded)
     return loaded.error().with_context(
       "TUTTI_TLS_CA/TUTTI_TLS_CERT/TUTTI_TLS_KEY: ");
   return *loaded;
+}
+
+expected<secret> client_token_from_environment() {
+  if (const char* file = std::getenv("TUTTI_TOKEN_FILE"); file && *file) {
+    auto read = secret_from_file(file);
+    if (!read)
+      return read.error().with_context("TUTTI_TOKEN_FILE: ");
+    return *read;
+  }
+  if (auto env = secret_from_env("TUTTI_TOKEN"))
+    return *env;
+  return secret();
 }
 
 bool set_nonblocking(int fd) {
@@ -86,7 +140,9 @@ tls_endpoint::~tls_endpoint() = default;
 
 expected<std::shared_ptr<tls_endpoint>> tls_endpoint::load(
   const tls_files& files, tls_role role) {
-  if (files.ca.empty() || files.cert.empty() || files.key.empty())
+  const bool ca_only = role == tls_role::client && files.cert.empty()
+                       && files.key.empty() && !files.ca.empty();
+  if (!ca_only && (files.ca.empty() || files.cert.empty() || files.key.empty()))
     return status::error("TLS needs ca, cert and key");
   std::shared_ptr<tls_endpoint> out(new tls_endpoint(files, role));
   TUTTI_RETURN_IF_ERROR(out->reload());
@@ -95,6 +151,23 @@ expected<std::shared_ptr<tls_endpoint>> tls_endpoint::load(
 
 status tls_endpoint::reload() {
   const auto stamp = files_stamp(files_);
+  if (files_.cert.empty()) {
+    // A token client: it checks the daemons against the CA, and has no
+    // certificate of its own.
+    ssl_ctx_ptr ctx(SSL_CTX_new(TLS_client_method()));
+    if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1
+        || SSL_CTX_load_verify_locations(ctx.get(), files_.ca.c_str(), nullptr)
+             != 1)
+      return status::error("cannot set up TLS with the CA " + files_.ca + ": "
+                           + openssl_error());
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ctx_ = std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
+    self_ = identity{};
+    stamp_ = stamp;
+    return {};
+  }
   auto cert = read_certificate(files_.cert);
   if (!cert)
     return cert.error();
@@ -118,7 +191,14 @@ status tls_endpoint::reload() {
   if (X509_check_private_key(cert->get(), key->get()) != 1)
     return status::error("key " + files_.key + " does not belong to "
                          + files_.cert);
-  if (auto chained = check_chain(cert->get(), files_.ca); !chained.ok())
+  crl_list crls;
+  if (!files_.crl.empty()) {
+    auto read = read_crls(files_.crl);
+    if (!read)
+      return read.error();
+    crls = std::move(*read);
+  }
+  if (auto chained = check_chain(cert->get(), files_.ca, crls); !chained.ok())
     return status::error("certificate " + files_.cert + ": " + chained.message()
                          + " (CA " + files_.ca + ")");
   auto who = identity_of(cert->get());
@@ -137,7 +217,13 @@ status tls_endpoint::reload() {
       || SSL_CTX_load_verify_locations(c, files_.ca.c_str(), nullptr) != 1)
     return status::error("cannot set up TLS with " + files_.cert + ": "
                          + openssl_error());
-  SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+  TUTTI_RETURN_IF_ERROR(add_crls(SSL_CTX_get_cert_store(c), crls));
+  // A client without a certificate is refused after the handshake unless
+  // the caller takes tokens (tls_stream::handshake).
+  SSL_CTX_set_verify(c,
+                     role_ == tls_role::server
+                       ? SSL_VERIFY_PEER
+                       : SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                      nullptr);
   SSL_CTX_set_verify_depth(c, 2);
   // No session tickets or resumption: every connection shows its
@@ -154,6 +240,7 @@ status tls_endpoint::reload() {
   std::lock_guard<std::mutex> lock(mutex_);
   ctx_ = std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
   self_ = *who;
+  crls_ = std::move(crls);
   stamp_ = stamp;
   last_reload_error_.clear();
   return {};
@@ -176,6 +263,22 @@ std::shared_ptr<SSL_CTX> tls_endpoint::context() {
   return ctx_;
 }
 
+std::string tls_endpoint::revoked(X509* cert) {
+  (void)context(); // re-reads changed files
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& crl : crls_) {
+    X509_REVOKED* entry = nullptr;
+    if (X509_CRL_get0_by_cert(crl.get(), &entry, cert) == 1)
+      return "its certificate was revoked (" + files_.crl + ")";
+  }
+  return "";
+}
+
+std::string tls_stream::recheck(tls_endpoint& endpoint) const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  return cert ? endpoint.revoked(cert) : "";
+}
+
 identity tls_endpoint::self() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return self_;
@@ -191,7 +294,7 @@ tls_stream::~tls_stream() {
 
 expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
   std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
-  std::chrono::milliseconds limit) {
+  std::chrono::milliseconds limit, bool allow_no_certificate) {
   if (!ctx)
     return status::error("no TLS context");
   if (!set_nonblocking(fd))
@@ -237,8 +340,11 @@ expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
   if (SSL_get_verify_result(ssl) != X509_V_OK)
     return status::error("peer certificate not verified");
   x509_ptr peer(SSL_get1_peer_certificate(ssl));
+  if (!peer && role == tls_role::server && allow_no_certificate)
+    return out; // it must show a token next
   if (!peer)
     return status::error("peer presented no certificate");
+  out->has_certificate_ = true;
   auto who = identity_of(peer.get());
   if (!who)
     return status::error("peer certificate: " + who.message());

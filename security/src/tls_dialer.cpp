@@ -78,6 +78,7 @@ struct dialer {
   std::mutex mutex;
   std::shared_ptr<tls_endpoint> client;
   std::chrono::milliseconds limit{5000};
+  secret token;
   std::map<std::string, std::unique_ptr<forwarder>> forwarders;
   std::map<std::string, std::string> failures;
   struct connection {
@@ -120,10 +121,12 @@ struct dialer {
     const auto key = f->host + ":" + std::to_string(f->remote_port);
     std::shared_ptr<tls_endpoint> endpoint;
     std::chrono::milliseconds handshake_limit;
+    secret token_now;
     {
       std::lock_guard<std::mutex> lock(mutex);
       endpoint = client;
       handshake_limit = limit;
+      token_now = token;
     }
     std::string why;
     int remote = connect_remote(f->host, f->remote_port, handshake_limit, why);
@@ -139,9 +142,18 @@ struct dialer {
     } else if ((*tls)->peer().kind != identity_kind::node) {
       fail(key, "the peer's certificate names " + (*tls)->peer().text()
                   + ", not a node");
+    } else if (!token_now.empty()
+               && !(*tls)->write_all(
+                 ("TUTTI-TOKEN " + token_now.reveal() + "\n").data(),
+                 token_now.reveal().size() + 13, handshake_limit)) {
+      fail(key, "could not send the token");
     } else {
       fail(key, "");
-      relay(**tls, local, stop);
+      auto& stream = **tls;
+      auto why = relay(stream, local, stop, {},
+                       [&] { return stream.recheck(*endpoint); });
+      if (!why.empty())
+        fail(key, why);
     }
     tls = status::error("closed"); // the TLS connection goes first
     ::close(remote);
@@ -185,11 +197,12 @@ dialer& the_dialer() {
 } // namespace
 
 void install(std::shared_ptr<tls_endpoint> client,
-             std::chrono::milliseconds handshake_limit) {
+             std::chrono::milliseconds handshake_limit, const secret& token) {
   auto& d = the_dialer();
   std::lock_guard<std::mutex> lock(d.mutex);
   d.client = std::move(client);
   d.limit = handshake_limit;
+  d.token = token;
 }
 
 bool installed() {

@@ -11,6 +11,7 @@ namespace tutti::security {
 namespace {
 
 constexpr auto write_limit = std::chrono::seconds(60);
+constexpr auto recheck_interval = std::chrono::seconds(1);
 
 bool send_all(int fd, const char* data, size_t n) {
   const auto deadline = std::chrono::steady_clock::now() + write_limit;
@@ -36,12 +37,18 @@ bool send_all(int fd, const char* data, size_t n) {
 } // namespace
 
 std::string relay(tls_stream& tls, int plain, const std::atomic<bool>& stop,
-                  const tls_inspector& inspect) {
+                  const tls_inspector& inspect, const tls_recheck& recheck) {
   if (!set_nonblocking(plain))
     return "cannot make the loopback socket non-blocking";
   char buf[64 * 1024];
   pollfd fds[2] = {{tls.fd(), POLLIN, 0}, {plain, POLLIN, 0}};
+  auto next_check = std::chrono::steady_clock::now() + recheck_interval;
   while (!stop) {
+    if (recheck && std::chrono::steady_clock::now() >= next_check) {
+      if (auto why = recheck(); !why.empty())
+        return why;
+      next_check = std::chrono::steady_clock::now() + recheck_interval;
+    }
     // Bytes TLS already decrypted do not show on the socket.
     const int wait_ms = tls.pending() ? 0 : 200;
     if (::poll(fds, 2, wait_ms) < 0 && errno != EINTR)

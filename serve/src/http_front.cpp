@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "api_auth.hpp"
+
 #include <sys/socket.h>
 
 #include <atomic>
@@ -97,6 +99,7 @@ expected<std::unique_ptr<http_front>> http_front::start(
     listen_fd = sock;
   });
   f->routes();
+  TUTTI_RETURN_IF_ERROR(install_api_auth(server, cfg));
   int port = cfg.port;
   if (cfg.port == 0)
     port = server.bind_to_any_port(cfg.host);

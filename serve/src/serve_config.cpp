@@ -139,7 +139,8 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
     {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
      "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
-     "ep_size", "step_timeout_s", "prefix_caching"}));
+     "ep_size", "step_timeout_s", "prefix_caching", "api_keys",
+     "metrics_web_config"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
@@ -171,6 +172,9 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
     read_double(s, prefix, "step_timeout_s", l.step_timeout_s));
   TUTTI_RETURN_IF_ERROR(
     read_bool(s, prefix, "prefix_caching", l.batch.prefix_caching));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "api_keys", c.api_keys));
+  TUTTI_RETURN_IF_ERROR(
+    read_string(s, prefix, "metrics_web_config", c.metrics_web_config));
   return {};
 }
 

@@ -159,8 +159,11 @@ void prober_main(caf::blocking_actor* self, diag_prober_args a) {
   auto run = [&]() -> status {
     coordinator_store store(self->system(), a.coordinator, timeout);
     std::unique_ptr<comm::communicator> c;
-    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(
-      store, me, n, {host, "diag" + std::to_string(a.round), timeout}, c));
+    comm::gloo_options opts;
+    opts.host = host;
+    opts.group = "diag" + std::to_string(a.round);
+    opts.timeout = timeout;
+    TUTTI_RETURN_IF_ERROR(comm::make_gloo_communicator(store, me, n, opts, c));
     prober p(*c, throttle);
     TUTTI_RETURN_IF_ERROR(p.point_to_point(row));
     for (int64_t size :

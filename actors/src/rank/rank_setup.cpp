@@ -48,7 +48,12 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
       TUTTI_RETURN_IF_ERROR(
         comm::make_memory_communicator(*a.memory_hub, member, size, opts, c));
     } else {
-      comm::gloo_options opts{host, epoch + group, timeout, rendezvous};
+      comm::gloo_options opts{host, epoch + group, timeout, rendezvous, {}};
+      // A secured cluster also refuses data-plane connections from
+      // addresses that are not its nodes'.
+      if (a.cfg.security.tls_on())
+        for (int64_t n = 0; n < cl.nnodes; ++n)
+          opts.members.push_back(cl.node(n).host);
       TUTTI_RETURN_IF_ERROR(
         comm::make_gloo_communicator(store, member, size, opts, c));
     }

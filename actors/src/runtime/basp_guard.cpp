@@ -118,26 +118,82 @@ struct basp_guard::impl {
   std::mutex mutex;
   std::list<std::thread> relays;
 
+  // A client without a certificate: the token line it sends first, within
+  // the handshake limit. Returns who it names, or why it is refused; the
+  // bytes after the line go to `rest`.
+  expected<security::identity> read_token(security::tls_stream& stream,
+                                          std::string& rest) {
+    constexpr size_t max_line = 512;
+    const std::string prefix = "TUTTI-TOKEN ";
+    const auto deadline = std::chrono::steady_clock::now()
+                          + tls.handshake_limit;
+    std::string line;
+    char buf[max_line];
+    while (line.find('\n') == std::string::npos && line.size() < max_line) {
+      const long n = stream.read(buf, sizeof(buf));
+      if (n < 0)
+        return status::error("closed before showing a token");
+      if (n > 0) {
+        line.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+      pollfd p{stream.fd(), POLLIN, 0};
+      if (left.count() <= 0
+          || ::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+        return status::error("no certificate and no token in time");
+    }
+    const auto end = line.find('\n');
+    if (end == std::string::npos || line.compare(0, prefix.size(), prefix) != 0)
+      return status::error("no certificate and no token");
+    security::secret token(line.substr(prefix.size(), end - prefix.size()));
+    rest = line.substr(end + 1);
+    auto who = tls.token_identity(token);
+    if (!who)
+      return status::error("a token the policy does not hold");
+    return *who;
+  }
+
   // TLS first, then the same BASP checks on the decrypted stream.
   void relay_tls(int peer, const std::string& from) {
     auto tls_stream = security::tls_stream::handshake(
       tls.endpoint->context(), peer, security::tls_role::server,
-      tls.handshake_limit);
+      tls.handshake_limit, static_cast<bool>(tls.token_identity));
     if (!tls_stream) {
       log_warn("basp_guard", "refused a connection from " + from + " to "
                                + where + ": " + tls_stream.message());
       return;
     }
+    auto who = (*tls_stream)->peer();
+    std::string rest; // bytes that came with the token line
+    if (!(*tls_stream)->peer_has_certificate()) {
+      auto named = read_token(**tls_stream, rest);
+      if (!named) {
+        log_warn("basp_guard", "refused a connection from " + from + " to "
+                                 + where + ": " + named.message());
+        return;
+      }
+      who = *named;
+    }
     int inner = connect_loopback(backend);
     if (inner < 0)
       return;
     const auto port = local_port(inner);
-    const auto who = (*tls_stream)->peer();
     security::peer_registry::add(port, {who, from});
     basp_reader reader;
+    if (!rest.empty()
+        && (!reader.feed(rest.data(), rest.size()).empty()
+            || !send_all(inner, rest.data(), rest.size()))) {
+      security::peer_registry::remove(port);
+      ::close(inner);
+      return;
+    }
+    auto& stream = **tls_stream;
     auto why = security::relay(
-      **tls_stream, inner, stop,
-      [&](const char* data, size_t n) { return reader.feed(data, n); });
+      stream, inner, stop,
+      [&](const char* data, size_t n) { return reader.feed(data, n); },
+      [&] { return stream.recheck(*tls.endpoint); });
     if (!why.empty())
       log_warn("basp_guard", "closed a connection of " + who.text() + " from "
                                + from + " to " + where + ": " + why);

@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -29,6 +31,11 @@ namespace tutti {
 struct basp_guard_tls {
   std::shared_ptr<security::tls_endpoint> endpoint;
   std::chrono::milliseconds handshake_limit{5000};
+  // Set: a client without a certificate may present an admin-issued token
+  // ("TUTTI-TOKEN <token>\n" first thing after the handshake) and is let
+  // through as the user it names.
+  std::function<std::optional<security::identity>(const security::secret&)>
+    token_identity;
 };
 
 class basp_guard {

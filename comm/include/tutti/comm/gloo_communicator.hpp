@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tutti/comm/communicator.hpp"
 
@@ -20,6 +21,10 @@ struct gloo_options {
   std::string group = "world";              // key prefix for rendezvous
   std::chrono::milliseconds timeout{60000}; // each collective
   std::chrono::milliseconds connect_timeout{120000}; // rendezvous
+  // The cluster's node addresses: once connected, a connection to this
+  // member's Gloo listener from any other address fails the communicator
+  // (data_plane_peers.hpp). Empty: not checked.
+  std::vector<std::string> members;
 };
 
 // Connects `size` members through `store`; blocks until all have joined or

@@ -407,6 +407,7 @@ void visit_fields(Visitor& v, recovery_config& c) {
 // Prometheus: node N serves /metrics on its own host at port + N.
 struct metrics_config {
   int64_t port = 0;
+  std::string web_config;
 };
 
 template <class Visitor>
@@ -415,6 +416,10 @@ void visit_fields(Visitor& v, metrics_config& c) {
   v.field("port", c.port,
           "node N serves /metrics at port + N (0 = off); below 65536 for "
           "every node",
+          not_fingerprinted);
+  v.field("web_config", c.web_config,
+          "TLS and basic auth for /metrics: a Prometheus web config file "
+          "(tls_server_config, basic_auth_users with bcrypt hashes)",
           not_fingerprinted);
 }
 
@@ -478,6 +483,7 @@ struct tls_config {
   std::string cert;
   std::string key;
   std::string key_passphrase_file;
+  std::string crl;
 };
 
 template <class Visitor>
@@ -492,6 +498,10 @@ void visit_fields(Visitor& v, tls_config& c) {
   v.field("key_passphrase_file", c.key_passphrase_file,
           "the key's passphrase, if encrypted (a 0600 file; else "
           "TUTTI_TLS_KEY_PASSPHRASE)",
+          not_fingerprinted);
+  v.field("crl", c.crl,
+          "the CA's revocation list (`tutti certs revoke`; re-read when it "
+          "changes: listed certificates are refused and cut off)",
           not_fingerprinted);
 }
 

@@ -13,13 +13,21 @@
 //     vera: viewer
 //     otto: operator
 //   revoked: [mallory]
+//   tokens:           # SHA-256 of each admin-issued token, never the token
+//     9f86d0...: {user: ci, role: viewer}
+//
+// A token (`tutti token issue`) stands in for a user certificate: a client
+// without one presents it after the TLS handshake, and holds the token's
+// user and role (limited by `users:` as a certificate's would be).
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
 
 namespace tutti::security {
 
@@ -42,6 +50,8 @@ public:
   static expected<std::shared_ptr<access_policy>> open(const std::string& path);
 
   access_decision decide(const identity& who, const std::string& command);
+  // The user a token names (the file as it is now), or nothing.
+  std::optional<identity> token_identity(const secret& token);
 
 private:
   explicit access_policy(std::string path) : path_(std::move(path)) {}
@@ -53,5 +63,12 @@ private:
   std::shared_ptr<const rules> rules_;
   std::string stamp_;
 };
+
+// Makes a new random token for `user` with `role`, adds its SHA-256 (and
+// the user, if the policy does not list them yet) to the policy file at
+// `path` (created if missing, mode 0600), and returns the token: the one
+// time it is shown.
+expected<secret> issue_token(const std::string& path, const std::string& user,
+                             const std::string& role);
 
 } // namespace tutti::security

@@ -18,7 +18,7 @@ struct issued_files {
 };
 
 // Makes DIR/ca.crt and DIR/ca.key (valid `days`). Refuses to overwrite an
-// existing CA.
+// existing CA. Also writes an empty revocation list (ca.crl).
 status init_ca(const std::string& dir, int64_t days);
 
 // Issues a certificate for `who`, signed by the CA in `ca_dir`, valid from
@@ -32,6 +32,18 @@ expected<issued_files> issue_certificate(const std::string& ca_dir,
                                          const std::string& out_dir = "",
                                          int64_t start_offset_s = -60,
                                          const secret& passphrase = {});
+
+// The CA's revocation list, DIR/ca.crl (PEM, signed by the CA, valid as
+// long as the CA). `security.tls.crl` points daemons at it: a listed
+// certificate fails every handshake, and open connections holding one are
+// closed once the daemon sees the new list (it is re-read when it changes).
+std::string crl_path(const std::string& ca_dir);
+// An empty list (init_ca writes one).
+status write_empty_crl(const std::string& ca_dir);
+// Adds the certificate in `cert_path` (issued by the CA in `ca_dir`) to
+// the list; returns the list's path.
+expected<std::string> revoke_certificate(const std::string& ca_dir,
+                                         const std::string& cert_path);
 
 // What a PEM certificate holds, in lines: subject, who it names, issuer,
 // validity (and whether it is expired), serial, usages.

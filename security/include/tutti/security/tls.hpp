@@ -10,12 +10,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/identity.hpp"
+#include "tutti/security/secret.hpp"
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct x509_st X509;
+typedef struct X509_crl_st X509_CRL;
 
 namespace tutti::security {
 
@@ -24,6 +28,10 @@ struct tls_files {
   // The key's passphrase, if it is encrypted: read from this file (mode
   // 0600), or from TUTTI_TLS_KEY_PASSPHRASE when empty.
   std::string key_passphrase_file;
+  // The CA's revocation list (PEM; may hold one per CA), optional: a
+  // certificate it lists is refused, and open connections holding one
+  // are closed.
+  std::string crl;
   bool empty() const { return ca.empty() && cert.empty() && key.empty(); }
 };
 
@@ -33,7 +41,8 @@ class tls_endpoint {
 public:
   // Loads and checks the files: each readable, the key matching the
   // certificate, the certificate issued by the CA and valid now, and naming
-  // an identity. Fails naming the file and why.
+  // an identity. Fails naming the file and why. A client may have only the
+  // CA (no cert, no key): it then authenticates with a token.
   static expected<std::shared_ptr<tls_endpoint>> load(const tls_files& files,
                                                       tls_role role);
   ~tls_endpoint();
@@ -44,6 +53,9 @@ public:
   // Who this endpoint's certificate names.
   identity self() const;
   const tls_files& files() const { return files_; }
+  // Why `cert` is no longer trusted ("" while it is): listed in the
+  // revocation list as it is now on disk (re-read when it changed).
+  std::string revoked(X509* cert);
 
 private:
   tls_endpoint(tls_files files, tls_role role);
@@ -54,6 +66,7 @@ private:
   mutable std::mutex mutex_;
   std::shared_ptr<SSL_CTX> ctx_;
   identity self_;
+  std::vector<std::shared_ptr<X509_CRL>> crls_;
   std::string stamp_; // the files' sizes and modification times
   std::string last_reload_error_;
 };
@@ -64,12 +77,18 @@ public:
   // Runs the handshake within `limit` (poll, no spinning). Fails with why:
   // a plaintext peer, another CA, an expired certificate, no certificate,
   // or the time limit.
+  // `allow_no_certificate`: a server lets a client without a certificate
+  // through (it must then present a token; peer() is empty).
   static expected<std::unique_ptr<tls_stream>> handshake(
     std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
-    std::chrono::milliseconds limit);
+    std::chrono::milliseconds limit, bool allow_no_certificate = false);
   ~tls_stream();
 
   const identity& peer() const { return peer_; }
+  bool peer_has_certificate() const { return has_certificate_; }
+  // Why the peer's certificate is no longer trusted by `endpoint` ("" if
+  // it is): checked again on open connections (revocation).
+  std::string recheck(tls_endpoint& endpoint) const;
   int fd() const { return fd_; }
   // Decrypted bytes buffered inside TLS (poll on fd() does not see them).
   bool pending() const;
@@ -84,6 +103,7 @@ private:
   SSL* ssl_;
   int fd_;
   identity peer_;
+  bool has_certificate_ = false;
 };
 
 // The files with "{node}" replaced by `node_rank` (one config for every
@@ -92,7 +112,13 @@ tls_files for_node(tls_files files, int64_t node_rank);
 
 // A client's TLS identity from TUTTI_TLS_CA, TUTTI_TLS_CERT and
 // TUTTI_TLS_KEY (a user certificate for the CLI); nullptr when none is set.
+// With a token instead of a certificate (client_token_from_environment),
+// TUTTI_TLS_CA alone: the client checks the daemons, and shows no
+// certificate itself.
 expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment();
+// An admin-issued token from the file TUTTI_TOKEN_FILE (mode 0600) or the
+// variable TUTTI_TOKEN; empty when neither is set.
+expected<secret> client_token_from_environment();
 
 // Makes a socket non-blocking; false on failure.
 bool set_nonblocking(int fd);

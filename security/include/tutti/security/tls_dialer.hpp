@@ -22,8 +22,11 @@ struct address {
 };
 
 // From now on, route() wraps connections in TLS with `client`.
+// `token`: for a client without a certificate, sent first on every
+// connection (an admin-issued token, access_policy.hpp).
 void install(std::shared_ptr<tls_endpoint> client,
-             std::chrono::milliseconds handshake_limit);
+             std::chrono::milliseconds handshake_limit,
+             const secret& token = {});
 bool installed();
 
 // Where to connect to reach `host:port`: a loopback forwarder when TLS is

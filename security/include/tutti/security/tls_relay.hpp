@@ -15,10 +15,15 @@ namespace tutti::security {
 // it, else why the connection is closed.
 using tls_inspector = std::function<std::string(const char*, size_t)>;
 
-// Copies both ways until a side closes or `stop` is set (checked every
-// 200 ms). Returns "" or why it closed the connection. Sockets are
-// neither owned nor closed.
+// Asked about once a second whether the connection may stay open; "" to
+// keep it, else why it is closed (a revoked certificate).
+using tls_recheck = std::function<std::string()>;
+
+// Copies both ways until a side closes, `stop` is set (checked every
+// 200 ms) or `recheck` says no. Returns "" or why it closed the
+// connection. Sockets are neither owned nor closed.
 std::string relay(tls_stream& tls, int plain, const std::atomic<bool>& stop,
-                  const tls_inspector& inspect = {});
+                  const tls_inspector& inspect = {},
+                  const tls_recheck& recheck = {});
 
 } // namespace tutti::security

@@ -25,6 +25,9 @@ struct serve_config {
   // then the manifest's devices as far as the model's experts divide
   // (ep_ranks_for), one without a manifest.
   int64_t ep_size = 0;
+  // Access (serve/src/api_auth.cpp): a file of API key hashes for /v1/*,
+  // and a Prometheus web config (basic auth) for /metrics; "" = open.
+  std::string api_keys, metrics_web_config;
 
   // From an InferenceService manifest (defaults: one process, one device).
   bool from_manifest = false;
