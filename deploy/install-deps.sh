@@ -13,6 +13,7 @@ packages=(
   libsentencepiece-dev sentencepiece zlib1g-dev python3-doc
   libcpp-httplib-dev curl
   libssl-dev
+  libonig-dev
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
