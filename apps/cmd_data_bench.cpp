@@ -226,6 +226,9 @@ int data_warm(const std::vector<std::string>& args) {
   if (!vm.count("target"))
     return cl.bad("missing DIR or CONFIG");
   fs::path dir = vm["target"].as<std::string>();
+  if (std::error_code ec; !fs::exists(dir, ec))
+    return fail(2, "data warm: " + dir.string()
+                     + ": no such dataset directory or config");
   if (!fs::is_directory(dir)) {
     auto loaded = load_job_config(dir.string());
     if (!loaded)
