@@ -1,4 +1,4 @@
-// tutti data synth | prepare | tokenizer | bench
+// tutti data synth | prepare | tokenizer | bench | warm
 
 #include <cstdio>
 
@@ -51,8 +51,8 @@ int synth(const std::vector<std::string>& args) {
 
 int data_command(const std::vector<std::string>& args) {
   if (args.empty())
-    return fail(2, "data: missing subcommand (synth, prepare, tokenizer or "
-                   "bench)");
+    return fail(2, "data: missing subcommand (synth, prepare, tokenizer, bench "
+                   "or warm)");
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "synth")
     return synth(rest);
@@ -62,8 +62,10 @@ int data_command(const std::vector<std::string>& args) {
     return data_tokenizer(rest);
   if (args[0] == "bench")
     return data_bench(rest);
+  if (args[0] == "warm")
+    return data_warm(rest);
   if (args[0] == "--help" || args[0] == "-h") {
-    command_line cl("data", "synth|prepare|tokenizer|bench [options]",
+    command_line cl("data", "synth|prepare|tokenizer|bench|warm [options]",
                     "subcommands:\n"
                     "  synth --out DIR ...            synthetic order-2 "
                     "Markov token data\n"
@@ -73,12 +75,14 @@ int data_command(const std::vector<std::string>& args) {
                     "tokenizers\n"
                     "  bench CONFIG                   loader tokens/s against "
                     "the job's need\n"
+                    "  warm DIR|CONFIG                shards into the page "
+                    "cache before a job\n"
                     "'tutti data SUBCOMMAND --help' describes each.");
     po::variables_map vm;
     return cl.parse(args, vm).value_or(0);
   }
   return fail(2, "data: unknown subcommand '" + args[0]
-                   + "' (synth, prepare, tokenizer or bench)");
+                   + "' (synth, prepare, tokenizer, bench or warm)");
 }
 
 } // namespace tutti::cli

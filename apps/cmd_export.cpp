@@ -60,8 +60,8 @@ std::string config_json(const store::shard_meta& m) {
 }
 
 // --tokenizer, else the run's: the checkpoint is RUN/checkpoints/step-N,
-// and the tokenizer.model is in RUN, RUN/tokenizer or RUN/data. Byte-level
-// when there is none.
+// and the tokenizer.model (or tokenizer.json) is in RUN, RUN/tokenizer or
+// RUN/data. Byte-level when there is none.
 expected<tokenizer::tokenizer> run_tokenizer(const fs::path& checkpoint,
                                              const std::string& given) {
   if (!given.empty())
@@ -69,14 +69,14 @@ expected<tokenizer::tokenizer> run_tokenizer(const fs::path& checkpoint,
   const auto run =
     fs::absolute(checkpoint).lexically_normal().parent_path().parent_path();
   for (const auto& dir : {run, run / "tokenizer", run / "data"})
-    if (fs::exists(dir / tokenizer::model_file_name))
+    if (tokenizer::holds_tokenizer(dir))
       return tokenizer::tokenizer::load(dir);
   return tokenizer::tokenizer::bytes();
 }
 
 // The tokenizer files a Llama-family loader reads (LlamaTokenizer over a
-// SentencePiece model: no BOS/EOS added, as tutti trained) and the token
-// ids generation stops on.
+// SentencePiece model, or the fast tokenizer over a tokenizer.json: no
+// BOS/EOS added, as tutti trained) and the token ids generation stops on.
 status write_tokenizer_files(const fs::path& out,
                              const tokenizer::tokenizer& tok,
                              std::int64_t max_seq_len) {
@@ -90,15 +90,20 @@ status write_tokenizer_files(const fs::path& out,
   gen["max_length"] = max_seq_len;
   TUTTI_RETURN_IF_ERROR(store::write_file_atomic(out / "generation_config.json",
                                                  gen.dump(2) + "\n"));
-  if (tok.kind() != "sentencepiece")
+  if (tok.kind() == "bytes")
     return {};
   TUTTI_RETURN_IF_ERROR(tok.save(out));
   nlohmann::ordered_json special;
-  special["bos_token"] = tok.piece(tok.bos_id());
-  special["eos_token"] = tok.piece(tok.eos_id());
-  special["unk_token"] = tok.piece(tok.unk_id());
+  for (const auto& [key, id] : {std::pair{"bos_token", tok.bos_id()},
+                                {"eos_token", tok.eos_id()},
+                                {"unk_token", tok.unk_id()}})
+    if (id >= 0)
+      special[key] = tok.piece(id);
   nlohmann::ordered_json cfg = special;
-  cfg["tokenizer_class"] = "LlamaTokenizer";
+  // A tokenizer.json is read as it is by the fast tokenizer class.
+  cfg["tokenizer_class"] = tok.kind() == "sentencepiece"
+                             ? "LlamaTokenizer"
+                             : "PreTrainedTokenizerFast";
   cfg["add_bos_token"] = false;
   cfg["add_eos_token"] = false;
   cfg["legacy"] = false;
@@ -120,10 +125,11 @@ int export_command(const std::vector<std::string>& args) {
   cl.options()("format", po::value<std::string>(),
                "hf (safetensors) or gguf (llama.cpp)")(
     "dtype", po::value<std::string>(), "gguf only: f32 (default) or f16")(
-    "out", po::value<std::string>(), "output directory")(
-    "tokenizer", po::value<std::string>(),
-    "hf: tokenizer.model or its directory (default: the run's, in RUN_DIR, "
-    "RUN_DIR/tokenizer or RUN_DIR/data)")(
+    "out", po::value<std::string>(),
+    "output directory")("tokenizer", po::value<std::string>(),
+                        "hf: tokenizer.model, tokenizer.json or their "
+                        "directory (default: the run's, in RUN_DIR, "
+                        "RUN_DIR/tokenizer or RUN_DIR/data)")(
     "init", po::value<std::string>(),
     "CONFIG: instead of a checkpoint, the config's model as initialised "
     "before training (a random model to serve)");
@@ -264,6 +270,8 @@ int export_command(const std::vector<std::string>& args) {
               static_cast<long long>(meta0.step), tensors.size(), out.c_str(),
               tok.value().kind() == "sentencepiece"
                 ? ", tokenizer.model, tokenizer_config.json"
+              : tok.value().kind() == "huggingface-bpe"
+                ? ", tokenizer.json, tokenizer_config.json"
                 : "; byte-level tokens, no tokenizer files");
   return 0;
 }

@@ -15,21 +15,22 @@ namespace {
 namespace fs = std::filesystem;
 
 // --tokenizer, else the first of RUN_DIR, RUN_DIR/tokenizer, RUN_DIR/data
-// holding a tokenizer.model, else byte-level for a 256-token model.
+// holding a tokenizer.model or tokenizer.json (the .model first), else
+// byte-level for a 256-token model.
 expected<tokenizer::tokenizer> find_tokenizer(const fs::path& run_dir,
                                               const std::string& given,
                                               std::int64_t vocab) {
   if (!given.empty())
     return tokenizer::tokenizer::load(given);
   for (const auto& dir : {run_dir, run_dir / "tokenizer", run_dir / "data"})
-    if (fs::exists(dir / tokenizer::model_file_name))
+    if (tokenizer::holds_tokenizer(dir))
       return tokenizer::tokenizer::load(dir);
   if (vocab == 256)
     return tokenizer::tokenizer::bytes();
-  return status::error("no tokenizer.model in " + run_dir.string()
-                       + " (or its tokenizer/ or data/) for a model of "
-                       + std::to_string(vocab)
-                       + " tokens: pass --tokenizer PATH");
+  return status::error(
+    "no tokenizer.model or tokenizer.json in " + run_dir.string()
+    + " (or its tokenizer/ or data/) for a model of " + std::to_string(vocab)
+    + " tokens: pass --tokenizer PATH");
 }
 
 } // namespace

@@ -81,8 +81,16 @@ rows = [
    "spm_encode x %s processes" % cores, "%.2f MB/s" % spm, prep / spm),
   ("tokens (prepare without EOS / spm_encode)", prep_tok, "", spm_tok,
    int(prep_tok) / max(1, int(spm_tok))),
-  ("shards read + verified (load_split)", "%.0f MB/s" % l["verify_mb_s"],
+  ("shards read + verified, through a read buffer, cold", "%.0f MB/s" % l["verify_buffered_mb_s"],
+   "dd sequential read", "%.0f MB/s" % dd, l["verify_buffered_mb_s"] / dd),
+  ("shards read + verified, mapped (load_split), cold", "%.0f MB/s" % l["verify_mb_s"],
    "dd sequential read", "%.0f MB/s" % dd, l["verify_mb_s"] / dd),
+  ("`tutti data warm`, then mapped read + verified", "%.0f MB/s" % l["warm_verify_mb_s"],
+   "dd sequential read", "%.0f MB/s" % dd, l["warm_verify_mb_s"] / dd),
+  # The disk's speed in the loader's unit: 2 bytes a token on disk.
+  ("one loader", "%.0f tok/s" % l["loader_tokens_per_s"],
+   "dd read, as tokens (2 B each)", "%.0f tok/s" % (dd * 1e6 / 2),
+   l["loader_tokens_per_s"] / (dd * 1e6 / 2)),
 ]
 if l["job_tokens_per_s_per_rank"] > 0:
   rows.append(("one loader", "%.0f tok/s" % l["loader_tokens_per_s"],

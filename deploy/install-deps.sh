@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev curl
   libssl-dev
   libcrypt-dev
+  libonig-dev
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

@@ -164,6 +164,11 @@ TEST_CASE("read_shard refuses damaged files, naming file and offset",
           == p.string()
                + ": token 500 (index 500) >= vocab_size 500 at offset 1048");
   }
+  SECTION("empty file (nothing to map)") {
+    spit(p, "");
+    CHECK_THAT(read_shard(p).message(),
+               Catch::StartsWith(p.string() + ": truncated at offset 0"));
+  }
   SECTION("missing file") {
     CHECK_THAT(read_shard(dir.path / "nope.tok").message(),
                Catch::Contains("nope.tok") && Catch::Contains("No such file"));
@@ -294,6 +299,18 @@ TEST_CASE("synth_dataset writes a deterministic, verifiable dataset",
 
   CHECK_THAT(synth_dataset(one.path, 64, 3, 11, 100).message(),
              Catch::Contains("only order 2"));
+
+  // The cache warm-up asks for every shard meta.json lists, and only those.
+  auto warmed = warm(one.path);
+  REQUIRE(warmed.ok());
+  CHECK(warmed.value().files == 4);
+  std::uint64_t bytes = 0;
+  for (const char* f :
+       {"train-00000.tok", "train-00001.tok", "train-00002.tok", "val-00000.tok"})
+    bytes += fs::file_size(one.path / f);
+  CHECK(warmed.value().bytes == bytes);
+  fs::remove(one.path / "val-00000.tok");
+  CHECK_THAT(warm(one.path).message(), Catch::Contains("val-00000.tok"));
 }
 
 namespace {

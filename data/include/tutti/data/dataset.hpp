@@ -42,8 +42,18 @@ status write_meta(const std::filesystem::path& dir, const dataset_meta& meta);
 expected<dataset_meta> read_meta(const std::filesystem::path& dir);
 
 // All shards of `split` ("train" or "val") as listed by meta.json, each
-// verified by read_shard and checked against meta's vocab_size.
+// verified by read_shard and checked against meta's vocab_size; the next
+// shard is read ahead while one is verified.
 expected<std::vector<std::vector<std::int32_t>>> load_split(
   const std::filesystem::path& dir, std::string_view split);
+
+// Cache warm-up: asks the kernel to bring every shard meta.json lists into
+// its page cache in the background (posix_fadvise WILLNEED), so a job
+// starting next reads them from memory. Returns what was asked for.
+struct warm_report {
+  std::uint32_t files = 0;
+  std::uint64_t bytes = 0;
+};
+expected<warm_report> warm(const std::filesystem::path& dir);
 
 } // namespace tutti::data

@@ -3,7 +3,10 @@
 //   bytes          one token per byte, vocabulary 256, no end-of-document
 //                  token (the default, for tiny tests and byte-level models);
 //   sentencepiece  a trained SentencePiece model (unigram or BPE), read from
-//                  `tokenizer.model`; ids 0, 1, 2 are <unk>, <s>, </s>.
+//                  `tokenizer.model`; ids 0, 1, 2 are <unk>, <s>, </s>;
+//   huggingface-bpe  a Hugging Face `tokenizer.json` of byte-level BPE type
+//                  (GPT-2, Llama 3): vocabulary, merges, added tokens and
+//                  the pre-tokenizer's expressions.
 // A loaded tokenizer is immutable: encode and decode may be called from
 // several threads at once.
 
@@ -22,20 +25,27 @@ namespace tutti::tokenizer {
 
 // The file name a tokenizer is saved as and looked for in a directory.
 inline constexpr std::string_view model_file_name = "tokenizer.model";
+inline constexpr std::string_view hf_json_file_name = "tokenizer.json";
 
 class tokenizer {
 public:
   tokenizer(); // byte-level
 
   static tokenizer bytes() { return {}; }
-  // `path` is a tokenizer.model file, or a directory: its tokenizer.model
-  // if there is one, otherwise byte-level.
+  // `path` is a tokenizer.model or tokenizer.json file, or a directory: its
+  // tokenizer.model if there is one, else its tokenizer.json, otherwise
+  // byte-level.
   static expected<tokenizer> load(const std::filesystem::path& path);
   // A SentencePiece model from its serialized bytes; `name` for messages.
   static expected<tokenizer> from_model_bytes(std::string bytes,
                                               std::string_view name);
 
-  std::string kind() const; // "bytes" or "sentencepiece"
+  // A Hugging Face tokenizer.json's text; `name` for messages. Anything but
+  // byte-level BPE is refused naming what is not supported.
+  static expected<tokenizer> from_hf_json(std::string json,
+                                          std::string_view name);
+
+  std::string kind() const; // "bytes", "sentencepiece" or "huggingface-bpe"
   std::uint32_t vocab_size() const;
   // End-of-document id, or -1 when the vocabulary has none (bytes).
   std::int32_t eos_id() const;
@@ -48,16 +58,19 @@ public:
   // Ids outside the vocabulary are an error naming the first one.
   expected<std::string> decode(std::span<const std::int32_t> ids) const;
 
-  // The SentencePiece model's bytes (empty for bytes), to copy next to a
-  // dataset or an export.
+  // The SentencePiece model's bytes or the tokenizer.json's text (empty for
+  // bytes), to copy next to a dataset or an export.
   const std::string& model_bytes() const;
-  // Writes dir/tokenizer.model (nothing for bytes).
+  // Writes dir/tokenizer.model or dir/tokenizer.json (nothing for bytes).
   status save(const std::filesystem::path& dir) const;
 
 private:
   struct impl;
   std::shared_ptr<const impl> impl_;
 };
+
+// Whether `dir` holds a tokenizer.model or a tokenizer.json.
+bool holds_tokenizer(const std::filesystem::path& dir);
 
 enum class model_type { unigram, bpe };
 
