@@ -49,6 +49,10 @@ const char* usage =
   "  certs init|issue|show ...   the cluster CA, node and user certificates\n"
   "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
   "                              hash chain\n"
+  "  config history|diff RUN_DIR ...\n"
+  "                              a job's config versions and their changes\n"
+  "  rollback RUN_DIR --to-version V [--checkpoint STEP]\n"
+  "                              restart a job on an earlier config version\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -98,11 +102,16 @@ int main(int argc, char** argv) {
       return tutti::cli::certs_command(args);
     if (command == "audit")
       return tutti::cli::audit_command(args);
+    if (command == "config")
+      return tutti::cli::config_command(args);
+    if (command == "rollback")
+      return tutti::cli::rollback_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample, serve, bench, certs, audit; see tutti --help)");
+           "export, data, sample, serve, bench, certs, audit, config, "
+           "rollback; see tutti --help)");
 }

@@ -91,9 +91,10 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     st.writers = start_helpers(
       self, "checkpoint_writers", cfg.supervision.checkpoint_writer,
       {{"checkpoint_writer", restart_of(cfg.supervision.checkpoint_writer),
-        [coordinator, in_flight](caf::actor_system& sys) {
+        [coordinator, in_flight,
+         min_free = cfg.checkpoint.min_free_gb](caf::actor_system& sys) {
           return caf::actor_cast<caf::actor>(
-            spawn_checkpoint_writer(sys, coordinator, in_flight));
+            spawn_checkpoint_writer(sys, coordinator, in_flight, min_free));
         }}});
   }
   std::vector<child_spec> loaders, experts;
@@ -125,10 +126,10 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
                              cfg.supervision.expert_shard, std::move(experts));
   for (auto rank : local) {
     auto control = std::make_shared<rank_control>();
-    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator, st.loaders,
-                              st.experts, st.writers, control, resume_step,
-                              memories[rank], st.in_flight,
-                              st.args.memory_hub});
+    auto r = spawn_rank(sys,
+                        {cfg, rank, epoch, st.args.coordinator, st.loaders,
+                         st.experts, st.writers, control, resume_step,
+                         memories[rank], st.in_flight, st.args.memory_hub});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
@@ -222,7 +223,8 @@ void register_node(node_pointer self) {
                         address.port,
                         address.rack,
                         cfg.cluster.nproc_per_node,
-                        fingerprint_text(cfg)};
+                        fingerprint_text(cfg),
+                        st.args.environment};
   self
     ->request(st.args.coordinator,
               std::chrono::seconds(cfg.cluster.join_timeout_s), register_atom_v,
