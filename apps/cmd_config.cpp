@@ -72,7 +72,8 @@ int config_command(const std::vector<std::string>& args) {
   if (args.empty())
     return fail(2, "config: " + usage);
   if (args[0] == "--help" || args[0] == "-h") {
-    std::printf("%s\n", usage.c_str());
+    std::printf("%s\n'tutti config SUBCOMMAND --help' describes each.\n",
+                usage.c_str());
     return 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
