@@ -67,6 +67,13 @@ TEST_CASE("tutti run serves /metrics and answers client commands",
   CHECK(versions.status == 0);
   CHECK(has(versions.output, "version 1"));
   CHECK(has(versions.output, "start"));
+  // tutti diag's environment table (one node: nothing to probe between
+  // nodes, so it exits 1 after the table).
+  auto diag = run(tutti_bin() + " diag " + config.string(), 90);
+  INFO(diag.output);
+  CHECK(has(diag.output, "environment (diag.environment: refuse)"));
+  CHECK(has(diag.output, "build_id"));
+  CHECK(has(diag.output, "data/train-00000.tok"));
   auto status = run(tutti_bin() + " status " + config.string(), 60);
   INFO(status.output);
   CHECK(status.status == 0);

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "tutti/data/dataset.hpp"
 #include "tutti/ops/checkpoint_tiers.hpp"
@@ -242,24 +241,29 @@ std::string environment_table(
       w = std::max(w, v.size());
     widths.push_back(w);
   }
-  std::ostringstream out;
+  std::string out, line;
   auto cell = [&](const std::string& text, size_t width) {
-    out << "  " << text
-        << std::string(width - std::min(width, text.size()), ' ');
+    line += "  " + text
+            + std::string(width - std::min(width, text.size()), ' ');
+  };
+  auto end_line = [&] {
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+    line.clear();
   };
   cell("component", key_width);
   for (size_t c = 0; c < nodes.size(); ++c)
     cell(nodes[c].first, widths[c]);
-  out << "\n";
+  end_line();
   for (const auto& r : rows) {
     cell(r, key_width);
     for (size_t c = 0; c < nodes.size(); ++c) {
       auto it = columns[c].find(r);
       cell(it == columns[c].end() ? "missing" : it->second, widths[c]);
     }
-    out << "\n";
+    end_line();
   }
-  return out.str();
+  return out;
 }
 
 } // namespace tutti::ops
