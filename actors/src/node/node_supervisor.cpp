@@ -126,10 +126,10 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
                              cfg.supervision.expert_shard, std::move(experts));
   for (auto rank : local) {
     auto control = std::make_shared<rank_control>();
-    auto r = spawn_rank(sys,
-                        {cfg, rank, epoch, st.args.coordinator, st.loaders,
-                         st.experts, st.writers, control, resume_step,
-                         memories[rank], st.in_flight, st.args.memory_hub});
+    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator, st.loaders,
+                              st.experts, st.writers, control, resume_step,
+                              memories[rank], st.in_flight,
+                              st.args.memory_hub});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }

@@ -510,9 +510,8 @@ struct tls_config {
 template <class Visitor>
 void visit_fields(Visitor& v, tls_config& c) {
   using namespace config;
-  v.field("ca", c.ca,
-          "the cluster CA's certificate (PEM; may hold two "
-          "during a CA changeover)",
+  v.field("ca", c.ca, "the cluster CA's certificate (PEM; may hold two "
+                      "during a CA changeover)",
           not_fingerprinted);
   v.field("cert", c.cert, "this daemon's node certificate ({node}: its rank)",
           not_fingerprinted);
