@@ -77,10 +77,11 @@ int run_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("config"))
     return cl.bad("missing CONFIG (usage: tutti run CONFIG)");
-  const auto path = vm["config"].as<std::string>();
-  const bool quiet = vm.count("quiet") > 0, fresh = vm.count("fresh") > 0,
-             yes = vm.count("yes") > 0;
+  return run_job_file(vm["config"].as<std::string>(), vm.count("quiet") > 0,
+                      vm.count("fresh") > 0, vm.count("yes") > 0);
+}
 
+int run_job_file(const std::string& path, bool quiet, bool fresh, bool yes) {
   auto loaded = load_job_config(path);
   if (!loaded)
     return fail(2, "config: " + loaded.message());

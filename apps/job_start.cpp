@@ -6,6 +6,8 @@
 
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/resume.hpp"
+#include "tutti/ops/checkpoint_tiers.hpp"
+#include "tutti/ops/config_versions.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
 
@@ -52,7 +54,34 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
       return refuse(program, 1, forgot.message());
   }
   auto yaml = store::read_file(config_path);
-  auto point = find_resume_point(*out.db, cfg, yaml.ok() ? yaml.value() : "");
+  const auto text = yaml.ok() ? yaml.value() : "";
+  // A restart with a changed config is a new config version (a changed
+  // model shape is refused); a first start is version 1 once it is known
+  // to be one.
+  auto spec = out.db->job_spec();
+  if (!spec.ok())
+    return refuse(program, 1, spec.message());
+  const bool first_start = !spec.value().has_value();
+  if (!first_start) {
+    auto version = ops::record_start(*out.db, cfg, text,
+                                     ops::who_am_i(program));
+    if (!version)
+      return refuse(program, 2, version.message());
+  }
+  // The archive tier may hold a newer checkpoint than the local one (or
+  // the only one left): bring it back first.
+  if (auto restored = ops::restore_from_archive(*out.db, cfg); !restored)
+    log_warn("job_start", "checkpoint.archive_dir: " + restored.message());
+  else if (*restored)
+    std::printf("checkpoint of step %lld restored from %s\n",
+                static_cast<long long>(**restored),
+                cfg.checkpoint.archive_dir.c_str());
+  auto point = find_resume_point(*out.db, cfg, text);
+  if (first_start && point.what != resume_point::refused)
+    if (auto version = ops::record_start(*out.db, cfg, text,
+                                         ops::who_am_i(program));
+        !version)
+      return refuse(program, 1, version.message());
   switch (point.what) {
   case resume_point::refused:
     return refuse(program, 2, point.message);

@@ -26,4 +26,9 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
                    const std::string& state_dir, bool fresh, bool yes,
                    const char* program);
 
+// `tutti run`'s job, from the config file at `path`, in this process
+// (also what `tutti rollback` restarts the job with). Returns the exit
+// status.
+int run_job_file(const std::string& path, bool quiet, bool fresh, bool yes);
+
 } // namespace tutti::cli

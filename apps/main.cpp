@@ -52,6 +52,10 @@ const char* usage =
   "                              hash chain\n"
   "  token issue --policy FILE --user NAME --role ROLE\n"
   "                              an access token (only its hash is kept)\n"
+  "  config history|diff RUN_DIR ...\n"
+  "                              a job's config versions and their changes\n"
+  "  rollback RUN_DIR --to-version V [--checkpoint STEP]\n"
+  "                              restart a job on an earlier config version\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -103,12 +107,16 @@ int main(int argc, char** argv) {
       return tutti::cli::audit_command(args);
     if (command == "token")
       return tutti::cli::token_command(args);
+    if (command == "config")
+      return tutti::cli::config_command(args);
+    if (command == "rollback")
+      return tutti::cli::rollback_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample, serve, bench, certs, audit, token; see tutti "
-           "--help)");
+           "export, data, sample, serve, bench, certs, audit, token, config, "
+           "rollback; see tutti --help)");
 }

@@ -23,10 +23,13 @@
 #include "tutti/actors/log.hpp"
 #include "tutti/actors/rank.hpp"
 #include "tutti/actors/metrics_board.hpp"
+#include "tutti/actors/node_endpoint.hpp"
 #include "job_start.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
+#include "tutti/kernels/blas_core.hpp"
+#include "tutti/ops/environment.hpp"
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/config/job_config.hpp"
@@ -48,25 +51,9 @@ int fail(int status, const std::string& what) {
   return status;
 }
 
-// Publishes `handle` on loopback for the middleman and puts a basp_guard
-// on the public address in front of it.
-// With TLS, the guard runs the handshake first.
+// With TLS, the guard in front of each published actor runs the handshake
+// first.
 basp_guard::tls_options guard_tls;
-
-template <class Handle>
-status publish_guarded(caf::actor_system& sys, const Handle& handle,
-                       const std::string& host, int64_t port,
-                       std::vector<std::unique_ptr<basp_guard>>& guards) {
-  auto inner = sys.middleman().publish(handle, 0, "127.0.0.1", true);
-  if (!inner)
-    return status::error("cannot listen on loopback: "
-                         + sys.render(inner.error()));
-  std::unique_ptr<basp_guard> guard;
-  TUTTI_RETURN_IF_ERROR(basp_guard::start(host, static_cast<uint16_t>(port),
-                                          *inner, guard, guard_tls));
-  guards.push_back(std::move(guard));
-  return {};
-}
 
 // Loads this node's certificate for the guard (server) and outgoing
 // connections (client): it must be valid, from the CA, and name this node.
@@ -129,6 +116,7 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              const job_config& cfg, const daemon_options& opt,
              const coordinator_actor& coordinator,
              std::shared_ptr<metrics_board> board,
+             const std::vector<std::string>& environment,
              std::unique_ptr<basp_guard>& node_guard);
 
 struct daemon_options {
@@ -151,6 +139,10 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
 
+  // What this node runs with; read once, before any actor (it hashes the
+  // data files), and compared by the coordinator when the node joins.
+  const auto environment = ops::environment_lines(
+    ops::node_environment(cfg, kernels::blas_core_name()));
   coordinator_actor coordinator;
   journal_actor journal;
   std::vector<std::unique_ptr<basp_guard>> guards; // outlive the system's use
@@ -178,17 +170,12 @@ int serve(const job_config& cfg, const daemon_options& opt) {
                          + std::to_string(port) + "/metrics"
                          + (web->basic_auth() ? " (basic auth)" : ""));
   } else if (cfg.metrics.port > 0) {
-    const auto host = cfg.cluster.node(opt.node_rank).host;
-    const auto port = cfg.metrics.port + opt.node_rank;
-    auto started = observability::metrics_http_server::start(
-      host, static_cast<uint16_t>(port), [job_board, node_board] {
-        return job_board->read() + node_board->read();
-      });
+    auto started = serve_metrics(cfg.cluster.node(opt.node_rank).host,
+                                 cfg.metrics.port + opt.node_rank,
+                                 {job_board, node_board});
     if (!started)
-      return fail(1, started.message() + " (metrics.port)");
+      return fail(1, started.message());
     metrics_server = std::move(*started);
-    log_info("tuttid", "metrics on http://" + host + ":" + std::to_string(port)
-                         + "/metrics");
   }
   if (opt.node_rank == 0) {
     auto start = cli::open_job(
@@ -200,12 +187,14 @@ int serve(const job_config& cfg, const daemon_options& opt) {
     if (start.status != 0 || start.completed)
       return start.status;
     journal = spawn_journal(sys, cfg, start.db);
-    coordinator = spawn_coordinator(sys, {cfg, caf::actor{self}, false, journal,
-                                          start.resume_step, job_board});
+    coordinator =
+      spawn_coordinator(sys, {cfg, caf::actor{self}, false, journal,
+                              start.resume_step, job_board, environment});
     // Bind only to the address the config gives.
     if (auto s = publish_guarded(sys, coordinator,
                                  cfg.cluster.coordinator_host(),
-                                 cfg.cluster.coordinator_port(), guards);
+                                 cfg.cluster.coordinator_port(), guards,
+                                 guard_tls);
         !s.ok())
       return fail(1, "coordinator: " + s.message());
     log_info("tuttid", "coordinator listening on " + cfg.cluster.coordinator);
@@ -227,7 +216,7 @@ int serve(const job_config& cfg, const daemon_options& opt) {
       coordinator = *handle;
     }
     auto lost = run_node(sys, self, cfg, opt, coordinator, node_board,
-                         node_guard);
+                         environment, node_guard);
     if (lost < 0 && opt.node_rank != 0 && !interrupted) {
       // The coordinator went away mid-job: wait for it to come back (its
       // daemon restarts and resumes the job from its store).
@@ -264,17 +253,19 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              const job_config& cfg, const daemon_options& opt,
              const coordinator_actor& coordinator,
              std::shared_ptr<metrics_board> board,
+             const std::vector<std::string>& environment,
              std::unique_ptr<basp_guard>& node_guard) {
   const auto address = cfg.cluster.node(opt.node_rank);
   const auto per_node = static_cast<int>(cfg.cluster.nproc_per_node);
   auto supervisor = spawn_node_supervisor(
     sys, {cfg, opt.node_rank, coordinator, opt.rack, std::move(board),
           std::make_shared<comm::memory_hub>(
-            static_cast<int>(opt.node_rank) * per_node, per_node)});
+            static_cast<int>(opt.node_rank) * per_node, per_node),
+          environment});
   node_guard.reset(); // the previous supervisor's, if any
   std::vector<std::unique_ptr<basp_guard>> published;
   if (auto s = publish_guarded(sys, supervisor, address.host, address.port,
-                               published);
+                               published, guard_tls);
       !s.ok())
     return fail(1, "node: " + s.message());
   node_guard = std::move(published.front());

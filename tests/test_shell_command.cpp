@@ -80,7 +80,7 @@ TEST_CASE("the command table lists every command once with usage and help",
   CHECK(names
         == strings{"help", "status", "nodes", "actors", "experts", "metrics",
                    "events", "logs", "pause", "resume", "checkpoint", "restart",
-                   "kill", "drain", "stop", "quit", "exit", "audit"});
+                   "kill", "drain", "stop", "quit", "exit", "audit", "config"});
   REQUIRE(find_command("experts"));
   CHECK(find_command("experts")->usage == "experts [LAYER]");
   CHECK(find_command("nope") == nullptr);

@@ -91,6 +91,12 @@ const std::vector<command_spec>& command_table() {
     {{"audit", "audit", "the audit log: operator actions and refusals"},
      {},
      {}},
+    {{"config", "config history | config diff V1 V2",
+      "the job's config versions: who changed what, when"},
+     {{"history|diff", value_kind::text, true},
+      {"V1", value_kind::whole_number, false},
+      {"V2", value_kind::whole_number, false}},
+     {}},
   };
   return table;
 }

@@ -1,7 +1,9 @@
 // The fingerprint: every declared key not marked not_fingerprinted, written
 // exactly, plus where each node listens.
 
+#include <charconv>
 #include <sstream>
+#include <type_traits>
 
 #include "field_traits.hpp"
 
@@ -12,33 +14,59 @@ using entries = std::vector<std::pair<std::string, std::string>>;
 
 class fingerprinter {
 public:
-  fingerprinter(std::string prefix, entries& out)
-    : prefix_(std::move(prefix)), out_(out) {}
+  // `every_key`: not_fingerprinted keys too (lists of sections aside).
+  fingerprinter(std::string prefix, entries& out, bool every_key = false)
+    : prefix_(std::move(prefix)), out_(out), every_key_(every_key) {}
 
   template <class T, class... Options>
   void field(const char* name, T& value, const char*, const Options&...) {
-    if constexpr (config::has_option<config::not_fingerprinted_t, Options...>) {
+    if constexpr (config::has_option<config::not_fingerprinted_t,
+                                     Options...> && !config::section<T>) {
+      if constexpr (!config::list_of_sections<T>::value)
+        if (every_key_)
+          out_.emplace_back(prefix_ + name, readable_text(value));
       return;
+    } else if constexpr (config::has_option<config::not_fingerprinted_t,
+                                            Options...>) {
+      if (!every_key_)
+        return;
+      fingerprinter inner(prefix_ + name + ".", out_, every_key_);
+      visit_fields(inner, value);
     } else if constexpr (config::section<T>) {
-      fingerprinter inner(prefix_ + name + ".", out_);
+      fingerprinter inner(prefix_ + name + ".", out_, every_key_);
       visit_fields(inner, value);
     } else {
       static_assert(!config::list_of_sections<T>::value,
                     "a list in the fingerprint needs its own text");
-      out_.emplace_back(prefix_ + name, config::exact_text(value));
+      out_.emplace_back(prefix_ + name, every_key_ ? readable_text(value)
+                                                   : config::exact_text(value));
     }
   }
 
 private:
+  // For people (config versions and their diffs): a double as its shortest
+  // text that reads back the same (0.003, not 0.0030000000000000001).
+  template <class T>
+  static std::string readable_text(const T& value) {
+    if constexpr (std::is_same_v<T, double>) {
+      char buf[32];
+      auto done = std::to_chars(buf, buf + sizeof buf, value);
+      return std::string(buf, done.ptr);
+    } else {
+      return config::exact_text(value);
+    }
+  }
+
   std::string prefix_;
   entries& out_;
+  bool every_key_ = false;
 };
 
 } // namespace
 
-entries config_fingerprint(const job_config& c) {
+static entries config_entries(const job_config& c, bool every_key) {
   entries out;
-  fingerprinter top("", out);
+  fingerprinter top("", out, every_key);
   // Visitors take their object mutable (as CAF's inspectors do); this one
   // only reads.
   visit_fields(top, const_cast<job_config&>(c));
@@ -53,6 +81,12 @@ entries config_fingerprint(const job_config& c) {
   }
   return out;
 }
+
+entries config_fingerprint(const job_config& c) {
+  return config_entries(c, false);
+}
+
+entries config_values(const job_config& c) { return config_entries(c, true); }
 
 std::string fingerprint_text(const job_config& c) {
   std::ostringstream out;

@@ -18,8 +18,8 @@ namespace {
 
 // Order matches the cf_* indices below.
 const char* const cf_names[] = {"job_spec", "job_state", "checkpoints",
-                                "events"};
-enum cf_index { cf_spec, cf_state, cf_ckpt, cf_events, cf_count };
+                                "events", "config_versions"};
+enum cf_index { cf_spec, cf_state, cf_ckpt, cf_events, cf_versions, cf_count };
 
 // Numeric keys are zero-padded decimal: RocksDB's bytewise order is then
 // numeric order, and `ldb scan` output stays readable.
@@ -353,6 +353,56 @@ expected<std::vector<event>> job_store::events(std::int64_t since_unix_ms) {
     });
   if (!err)
     return status::error(impl_->context("events", err.message()));
+  return out;
+}
+
+status job_store::put_config_version(const config_version_record& r) {
+  if (r.version < 1)
+    return status::error(impl_->context(
+      "put_config_version", "version " + std::to_string(r.version) + " < 1"));
+  msgpack::sbuffer buf;
+  detail::mp::packer pk(buf);
+  pk.pack_map(7);
+  detail::mp::key(pk, "version"), pk.pack(r.version);
+  detail::mp::key(pk, "time_unix_ms"),
+    pk.pack(r.time_unix_ms != 0 ? r.time_unix_ms : now_unix_ms());
+  detail::mp::key(pk, "who"), pk.pack(r.who);
+  detail::mp::key(pk, "reason"), pk.pack(r.reason);
+  detail::mp::key(pk, "config_yaml"), pk.pack(r.config_yaml);
+  detail::mp::key(pk, "values"), pk.pack(r.values);
+  detail::mp::key(pk, "diff"), pk.pack(r.diff);
+  if (auto err = impl_->put(cf_versions, number_key(r.version), buf,
+                            impl_->commit);
+      !err)
+    return status::error(impl_->context("put_config_version", err.message()));
+  return {};
+}
+
+expected<std::vector<config_version_record>> job_store::config_versions() {
+  std::vector<config_version_record> out;
+  auto err = impl_->scan(
+    impl_->cf[cf_versions],
+    [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
+      auto oh = impl_->decode(cf_versions, k, v);
+      if (!oh.ok())
+        return status::error(oh.message());
+      const auto& m = oh.value().get();
+      config_version_record r;
+      if (!detail::mp::get(m, "version", r.version)
+          || !detail::mp::get(m, "time_unix_ms", r.time_unix_ms)
+          || !detail::mp::get(m, "who", r.who)
+          || !detail::mp::get(m, "reason", r.reason)
+          || !detail::mp::get(m, "config_yaml", r.config_yaml)
+          || !detail::mp::get(m, "values", r.values)
+          || !detail::mp::get(m, "diff", r.diff))
+        return status::error(impl_->bad_field(
+          cf_versions, k,
+          "version/time_unix_ms/who/reason/config_yaml/values/diff"));
+      out.push_back(std::move(r));
+      return {};
+    });
+  if (!err)
+    return status::error(impl_->context("config_versions", err.message()));
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/ops/checkpoint_tiers.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -27,15 +28,31 @@ struct checkpoint_writer_state {
   std::shared_ptr<checkpoint_in_flight> in_flight;
   int64_t delay_ms = 0;
   bool crash_next = false;
+  double min_free_gb = 0;
+  bool space_alert = false; // the low-space alert is firing
 };
+
+// The shard's size on disk, near enough for a space check: its tensors and
+// a header allowance.
+uint64_t shard_bytes(const rank_snapshot& snap) {
+  uint64_t bytes = 1 << 20;
+  for (const auto& t : snap.tensors)
+    bytes += t.data.size() * sizeof(float);
+  return bytes;
+}
+
+std::string megabytes(uint64_t bytes) {
+  return std::to_string(bytes / (1 << 20)) + " MiB";
+}
 
 using writer_pointer =
   checkpoint_writer_actor::stateful_pointer<checkpoint_writer_state>;
 
 checkpoint_writer_actor::behavior_type checkpoint_writer(
   writer_pointer self, coordinator_actor coordinator,
-  std::shared_ptr<checkpoint_in_flight> in_flight) {
+  std::shared_ptr<checkpoint_in_flight> in_flight, double min_free_gb) {
   auto& st = self->state;
+  st.min_free_gb = min_free_gb;
   st.coordinator = std::move(coordinator);
   st.in_flight = std::move(in_flight);
   if (const char* d = std::getenv("TUTTI_CKPT_WRITE_DELAY_MS"))
@@ -82,8 +99,35 @@ checkpoint_writer_actor::behavior_type checkpoint_writer(
       auto file = std::filesystem::path(dir)
                   / store::shard_file_name(snap->rank);
       const auto t0 = std::chrono::steady_clock::now();
+      // Space first: a save that cannot fit is refused before a byte is
+      // written.
+      const auto need = shard_bytes(*snap);
+      const auto reserve = static_cast<uint64_t>(st.min_free_gb * 1e9);
+      auto room = ops::free_bytes(dir);
+      if (made && room && *room < need + reserve)
+        made = status::error(
+          "checkpoint.dir: " + dir + " has " + megabytes(*room)
+          + " free; the shard of rank " + std::to_string(snap->rank) + " needs "
+          + megabytes(need) + " and checkpoint.min_free_gb keeps "
+          + megabytes(reserve) + " free: not written");
       auto written = made ? store::write_shard_file(file, meta, views)
                           : expected<uint64_t>(made);
+      // Then whether the next save would fit: the alert comes before the
+      // disk is full, and resolves when space is back.
+      if (auto left = ops::free_bytes(dir); left) {
+        const bool low = *left < need + reserve;
+        if (low != st.space_alert) {
+          st.space_alert = low;
+          self->send(st.coordinator,
+                     alert_report{"checkpoint_disk", "important",
+                                  low ? dir + ": " + megabytes(*left)
+                                          + " free, the next checkpoint needs "
+                                          + megabytes(need) + " (+ checkpoint."
+                                          + "min_free_gb): free space or lower "
+                                            "keep_last"
+                                      : std::string()});
+        }
+      }
       const double took = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
@@ -114,11 +158,11 @@ checkpoint_writer_actor::behavior_type checkpoint_writer(
 
 checkpoint_writer_actor spawn_checkpoint_writer(
   caf::actor_system& sys, coordinator_actor coordinator,
-  std::shared_ptr<checkpoint_in_flight> in_flight) {
+  std::shared_ptr<checkpoint_in_flight> in_flight, double min_free_gb) {
   if (!in_flight)
     in_flight = std::make_shared<checkpoint_in_flight>();
   return sys.spawn<caf::detached>(checkpoint_writer, std::move(coordinator),
-                                  std::move(in_flight));
+                                  std::move(in_flight), min_free_gb);
 }
 
 } // namespace tutti

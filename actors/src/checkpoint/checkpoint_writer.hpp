@@ -44,8 +44,11 @@ struct checkpoint_in_flight {
   }
 };
 
+// `min_free_gb`: checkpoint.min_free_gb. A shard that would not fit with
+// that much left free is not written (shard_failed); when the next one
+// would not fit, the coordinator gets an alert before the disk is full.
 checkpoint_writer_actor spawn_checkpoint_writer(
   caf::actor_system& sys, coordinator_actor coordinator,
-  std::shared_ptr<checkpoint_in_flight> in_flight);
+  std::shared_ptr<checkpoint_in_flight> in_flight, double min_free_gb = 0);
 
 } // namespace tutti

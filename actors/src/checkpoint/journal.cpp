@@ -5,10 +5,13 @@
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/ops/checkpoint_tiers.hpp"
+#include "tutti/ops/config_versions.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/checksum.hpp"
@@ -25,6 +28,8 @@ struct journal_state {
   static inline const char* name = "journal";
   job_config cfg;
   std::shared_ptr<store::job_store> db;
+  // checkpoint.archive_dir: the background copier (its own thread).
+  std::unique_ptr<ops::archiver> archive;
 
   void event(const std::string& kind, const std::string& detail,
              double duration = -1) {
@@ -61,7 +66,8 @@ struct journal_state {
     return total;
   }
 
-  // Keeps the newest keep_last; the one just committed (verified by
+  // Keeps the newest keep_last, the milestones, and what is not yet
+  // archived; removes what expired. The one just committed (verified by
   // hashing) is the newest, so it is never the one removed.
   void retain() {
     auto all = db->checkpoints();
@@ -69,18 +75,34 @@ struct journal_state {
       log_error("journal", all.message());
       return;
     }
-    const auto keep = static_cast<size_t>(cfg.checkpoint.keep_last);
-    for (size_t i = 0; i + keep < all.value().size(); ++i) {
-      const auto& old = all.value()[i];
+    const auto policy = ops::retention_of(cfg.checkpoint);
+    std::vector<std::pair<int64_t, int64_t>> held;
+    for (const auto& c : all.value())
+      held.emplace_back(c.step, c.time_unix_ms);
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+    for (auto step :
+         ops::steps_to_remove(held, policy, policy.keep_last, now)) {
+      if (archive && archive->pending(step))
+        continue; // removed after its copy, at a later commit
+      const auto& old = *std::find_if(
+        all.value().begin(), all.value().end(),
+        [step](const auto& c) { return c.step == step; });
       if (auto err = db->remove_checkpoint(old.step); !err) {
         log_error("journal", err.message());
         continue;
       }
       std::error_code ec;
       fs::remove_all(old.dir, ec);
-      event("checkpoint_removed", "step " + std::to_string(old.step) + " ("
-                                    + old.dir + "): retention keep_last "
-                                    + std::to_string(keep));
+      event("checkpoint_removed",
+            "step " + std::to_string(old.step) + " (" + old.dir
+              + "): retention keep_last "
+              + std::to_string(cfg.checkpoint.keep_last)
+              + (cfg.checkpoint.expire_after_h > 0
+                   ? ", expire_after_h "
+                       + std::to_string(cfg.checkpoint.expire_after_h)
+                   : std::string()));
     }
   }
 };
@@ -91,6 +113,18 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
                                      std::shared_ptr<store::job_store> db) {
   self->state.cfg = std::move(cfg);
   self->state.db = std::move(db);
+  if (const auto& to = self->state.cfg.checkpoint.archive_dir; !to.empty())
+    self->state.archive = std::make_unique<ops::archiver>(
+      to, ops::retention_of(self->state.cfg.checkpoint),
+      [db = self->state.db](const std::string& kind, const std::string& detail,
+                            double seconds) {
+        if (kind == "checkpoint_archive_failed")
+          log_error("journal", kind + ": " + detail);
+        else
+          log_info("journal", kind + ": " + detail);
+        if (auto seq = db->append_event(kind, detail, seconds); !seq.ok())
+          log_error("journal", seq.message());
+      });
   return {
     [self](const commit_request& req) -> caf::result<int64_t> {
       auto& st = self->state;
@@ -109,6 +143,9 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
                "step " + std::to_string(step) + ", "
                  + std::to_string(done.value()) + " bytes",
                took);
+      if (st.archive)
+        st.archive->enqueue(step, fs::path(st.cfg.checkpoint.root(st.cfg.run))
+                                    / store::checkpoint_dir_name(step));
       return done.value();
     },
     [self](const job_event& e) {
@@ -131,6 +168,13 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
         out.push_back(std::move(line));
       }
       return out;
+    },
+    [self](config_atom, const std::vector<std::string>& args)
+      -> caf::result<std::vector<std::string>> {
+      auto lines = ops::version_lines(*self->state.db, args);
+      if (!lines)
+        return caf::make_error(errc::config_refused, lines.message());
+      return *lines;
     },
     [self](const job_final_state& end) {
       if (auto err = self->state.db->put_job_state(end.state, end.last_step);

@@ -29,7 +29,9 @@ resume_point find_resume_point(store::job_store& db, const job_config& cfg,
               + first_difference(fingerprint, spec.value()->first)
               + "); start over with --fresh"};
   auto state = db.job_state();
-  if (state.ok() && state.value() && state.value()->first == "completed")
+  // A job whose config now asks for more steps goes on.
+  if (state.ok() && state.value() && state.value()->first == "completed"
+      && state.value()->second >= cfg.train.steps)
     return {resume_point::completed, state.value()->second,
             "the job in " + cfg.run.dir + " completed at step "
               + std::to_string(state.value()->second)

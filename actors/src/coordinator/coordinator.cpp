@@ -18,6 +18,7 @@
 #include "coordinator/audit_writer.hpp"
 #include "coordinator/coordinator_access.hpp"
 #include "coordinator/sender_identity.hpp"
+#include "tutti/ops/environment.hpp"
 #include "tutti/protocol/errors.hpp"
 
 namespace tutti {
@@ -123,6 +124,38 @@ void start_job(coordinator_pointer self) {
 
 namespace {
 
+// The first component (build id, a library, a data file) in which a joining
+// node's environment differs from the coordinator's process; "" when none
+// does or the check is off (diag.environment).
+std::string environment_difference(const coordinator_state& st,
+                                   const node_registration& reg) {
+  if (st.cfg.diag.environment == preflight_check::off || st.environment.empty()
+      || reg.environment.empty())
+    return "";
+  const auto why = ops::environment_difference(
+    ops::parse_environment(st.environment), "node 0 (the coordinator's)",
+    ops::parse_environment(reg.environment),
+    "node " + std::to_string(reg.node_rank));
+  return why.empty() ? why
+                     : "node " + std::to_string(reg.node_rank) + " (" + reg.host
+                         + ") differs in " + why;
+}
+
+// The environment table of the joined nodes, for tutti diag.
+std::string environment_table(const coordinator_state& st) {
+  std::vector<std::pair<std::string, ops::environment>> columns;
+  for (const auto& [rank, m] : st.nodes)
+    if (!m.info.environment.empty())
+      columns.emplace_back("node " + std::to_string(rank),
+                           ops::parse_environment(m.info.environment));
+  if (columns.empty())
+    return "";
+  return "environment (diag.environment: "
+         + std::string(to_string(st.cfg.diag.environment)) + "):\n"
+         + ops::environment_table(columns) + "\n";
+}
+
+
 // The job ends once its outcome is known and no checkpoint is in flight.
 void settle(coordinator_pointer self) {
   auto& st = self->state;
@@ -197,6 +230,7 @@ void on_diag_row(coordinator_pointer self, const diag_row& row) {
     return;
   st.diag_running = false;
   auto report = make_diag_report(st.cfg, st.diag_rows);
+  report.text = environment_table(st) + report.text;
   log_info("coordinator", "diag:\n" + report.text);
   for (auto& p : st.diag_waiting)
     p.deliver(report);
@@ -249,6 +283,12 @@ caf::error on_register(coordinator_pointer self, const node_registration& reg,
   if (reg.config_fingerprint != st.fingerprint)
     return refuse("config differs from the coordinator's: "
                   + first_difference(reg.config_fingerprint, st.fingerprint));
+  if (auto why = environment_difference(st, reg); !why.empty()) {
+    if (st.cfg.diag.environment == preflight_check::refuse)
+      return refuse(why + " (diag.environment: refuse)");
+    log_warn("coordinator", why + "; joining anyway (diag.environment: warn)");
+    record_event(self, "environment_differs", why, -1);
+  }
   auto supervisor = caf::actor_cast<node_supervisor_actor>(handle);
   st.nodes[reg.node_rank] = {reg, supervisor, coordinator_clock::now()};
   self->monitor(supervisor);
@@ -362,6 +402,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
                                    caf::actor_cast<caf::actor>(self));
   self->monitor(st.writer);
   st.fingerprint = fingerprint_text(st.cfg);
+  st.environment = std::move(args.environment);
   st.journal = std::move(args.journal);
   st.resume_step = args.resume_step;
   st.last_step = args.resume_step;

@@ -340,6 +340,22 @@ caf::result<shell_reply> run_shell_command(
     record_event(self, "operator", "stop", -1);
     return said("stopping at the next step boundary");
   }
+  if (command == "config") {
+    auto promise = self->make_response_promise<shell_reply>();
+    self->request(st.journal, std::chrono::seconds(10), config_atom_v, args)
+      .then(
+        [promise](std::vector<std::string>& lines) mutable {
+          // One message: rendered as it is, text or JSON.
+          std::string text;
+          for (const auto& line : lines)
+            text += (text.empty() ? "" : "\n") + line;
+          promise.deliver(said(text));
+        },
+        [self, promise](caf::error& err) mutable {
+          promise.deliver(refuse("config: " + self->system().render(err)));
+        });
+    return promise;
+  }
   if (command == "audit") {
     // Small and local (RUN_DIR/audit.jsonl, appended by the audit writer).
     auto records = security::read_audit_log(st.cfg.run.dir + "/audit.jsonl");

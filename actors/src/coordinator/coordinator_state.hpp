@@ -70,7 +70,8 @@ struct coordinator_state {
 
   job_config cfg;
   std::string fingerprint;
-  std::map<int64_t, member> nodes; // by node rank
+  std::vector<std::string> environment; // this process's (coordinator_args)
+  std::map<int64_t, member> nodes;      // by node rank
   int64_t last_step = 0;
   journal_actor journal;
   int64_t resume_step = 0;

@@ -91,9 +91,10 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     st.writers = start_helpers(
       self, "checkpoint_writers", cfg.supervision.checkpoint_writer,
       {{"checkpoint_writer", restart_of(cfg.supervision.checkpoint_writer),
-        [coordinator, in_flight](caf::actor_system& sys) {
+        [coordinator, in_flight,
+         min_free = cfg.checkpoint.min_free_gb](caf::actor_system& sys) {
           return caf::actor_cast<caf::actor>(
-            spawn_checkpoint_writer(sys, coordinator, in_flight));
+            spawn_checkpoint_writer(sys, coordinator, in_flight, min_free));
         }}});
   }
   std::vector<child_spec> loaders, experts;
@@ -222,7 +223,8 @@ void register_node(node_pointer self) {
                         address.port,
                         address.rack,
                         cfg.cluster.nproc_per_node,
-                        fingerprint_text(cfg)};
+                        fingerprint_text(cfg),
+                        st.args.environment};
   self
     ->request(st.args.coordinator,
               std::chrono::seconds(cfg.cluster.join_timeout_s), register_atom_v,

@@ -35,6 +35,9 @@ struct coordinator_args {
   journal_actor journal;   // the daemon's RocksDB
   int64_t resume_step = 0; // the verified checkpoint to continue from
   std::shared_ptr<metrics_board> board; // /metrics text; null: none served
+  // The coordinator's process environment, which every joining node's is
+  // compared with (diag.environment); empty: not checked.
+  std::vector<std::string> environment;
 };
 
 coordinator_actor spawn_coordinator(caf::actor_system& sys,

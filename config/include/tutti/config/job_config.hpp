@@ -123,6 +123,7 @@ void visit_fields(Visitor& v, cluster_config& c) {
 struct diag_config {
   double min_fraction = 0.9;
   preflight_check on_start = preflight_check::off;
+  preflight_check environment = preflight_check::refuse;
 };
 
 template <class Visitor>
@@ -134,6 +135,11 @@ void visit_fields(Visitor& v, diag_config& c) {
   v.field("on_start", c.on_start,
           "run the interconnect check before every job start; refuse: do "
           "not start with a straggler",
+          not_fingerprinted);
+  v.field("environment", c.environment,
+          "a node whose build id, libraries, OS or data files differ from "
+          "the coordinator's: refuse it (naming node and component), warn, "
+          "or off",
           not_fingerprinted);
 }
 
@@ -310,6 +316,10 @@ struct checkpoint_config {
   int64_t interval_steps = 0;
   int64_t keep_last = 3;
   std::string dir;
+  int64_t milestone_every = 0;
+  std::string archive_dir;
+  double expire_after_h = 0;
+  double min_free_gb = 0;
 
   std::string root(const run_config& run) const {
     return dir.empty() ? run.dir + "/checkpoints" : dir;
@@ -326,6 +336,23 @@ void visit_fields(Visitor& v, checkpoint_config& c) {
           not_fingerprinted);
   v.field("dir", c.dir, "where checkpoints go (empty: RUN_DIR/checkpoints)",
           not_fingerprinted);
+  v.field("milestone_every", c.milestone_every,
+          "keep every checkpoint whose step is a multiple of this, in both "
+          "tiers, beside keep_last",
+          at_least(0, "0 = no milestones"), not_fingerprinted);
+  v.field("archive_dir", c.archive_dir,
+          "a slower tier: each committed checkpoint is copied here in the "
+          "background and verified; resume and rollback look here too",
+          not_fingerprinted);
+  v.field("expire_after_h", c.expire_after_h,
+          "remove checkpoints older than this (hours), in both tiers; never "
+          "a milestone or the newest",
+          at_least(0, "0 = never"), not_fingerprinted);
+  v.field("min_free_gb", c.min_free_gb,
+          "free space to leave on the checkpoint disk: a save that would "
+          "eat into it is refused before writing, and an alert fires once "
+          "the next save would",
+          at_least(0), not_fingerprinted);
 }
 
 // How one kind of child is supervised, Erlang/OTP style: its supervisor's
@@ -590,6 +617,11 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
 std::vector<std::pair<std::string, std::string>> config_fingerprint(
   const job_config& c);
 std::string fingerprint_text(const job_config& c);
+
+// Every key, not_fingerprinted ones included, as config_fingerprint writes
+// them: what a config version records and its diff compares.
+std::vector<std::pair<std::string, std::string>> config_values(
+  const job_config& c);
 
 // The first differing key of two fingerprints ("" if equal), as
 // "model.hidden_size: 64 here, 128 there".

@@ -62,12 +62,14 @@ struct node_registration {
   std::string rack;
   int64_t devices = 0;            // ranks it hosts
   std::string config_fingerprint; // fingerprint_text() of its config
+  // "component=value" lines (ops/environment.hpp); empty: not checked.
+  std::vector<std::string> environment;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_registration& x) {
   return f(caf::meta::type_name("node_registration"), x.node_rank, x.host,
-           x.port, x.rack, x.devices, x.config_fingerprint);
+           x.port, x.rack, x.devices, x.config_fingerprint, x.environment);
 }
 
 // One node's interconnect measurements (tutti diag): directional

@@ -102,4 +102,7 @@ CAF_ADD_ATOM(tutti, tutti, prefetch_atom, "prefetch")
 // Metrics.
 CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
 
+// Config versions (ops/): the shell's `config history|diff`, from the journal.
+CAF_ADD_ATOM(tutti, tutti, config_atom, "config")
+
 CAF_END_TYPE_ID_BLOCK(tutti)

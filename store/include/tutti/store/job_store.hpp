@@ -4,7 +4,8 @@
 // the daemon's data dir. This header is the whole interface: nothing outside
 // store/ sees RocksDB (pimpl), so the engine never depends on its headers.
 //
-// Column families: "job_spec", "job_state", "checkpoints", "events". Values
+// Column families: "job_spec", "job_state", "checkpoints", "events",
+// "config_versions". Values
 // are msgpack maps keyed by field name, so fields can be added later.
 // Thread-safe: one job_store may be shared by the actors of a daemon.
 
@@ -38,6 +39,18 @@ struct event {
   std::string kind;              // e.g. "checkpoint_committed"
   std::string detail;            // one human-readable line
   double duration_s = -1;        // -1 = none
+};
+
+// One version of the job's config: the first start, and every start with
+// a changed config or a rollback after it.
+struct config_version_record {
+  std::int64_t version = 0;      // 1, 2, 3, ...; the key
+  std::int64_t time_unix_ms = 0; // 0 on put means "now"
+  std::string who;               // user@host and the command
+  std::string reason;            // "start", "change", "rollback ..."
+  std::string config_yaml;       // the config as given
+  std::string values;            // every key, "section.key=value" lines
+  std::string diff;              // against the version before it
 };
 
 class job_store {
@@ -83,6 +96,12 @@ public:
                                       double duration_s = -1);
   // Events with time_unix_ms >= since_unix_ms, in seq order.
   expected<std::vector<event>> events(std::int64_t since_unix_ms = 0);
+
+  // Config versions (column family "config_versions"), committed with
+  // sync; a version already stored is replaced.
+  status put_config_version(const config_version_record& r);
+  // All versions, ascending.
+  expected<std::vector<config_version_record>> config_versions();
 
   // Deletes every record of every column family (for `--fresh`), synced.
   // Event sequence numbers start again at 1.
