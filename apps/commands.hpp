@@ -23,6 +23,8 @@ int serve_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 int certs_command(const std::vector<std::string>& args);
 int audit_command(const std::vector<std::string>& args);
+int experts_command(const std::vector<std::string>& args);
+int placement_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

@@ -49,6 +49,10 @@ const char* usage =
   "  certs init|issue|show ...   the cluster CA, node and user certificates\n"
   "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
   "                              hash chain\n"
+  "  experts stats RUN_DIR [--json FILE]\n"
+  "                              routing statistics: load, co-activation\n"
+  "  placement plan CONFIG --stats STATS.json [--out PLAN]\n"
+  "                              rack-aware expert placement\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -98,11 +102,16 @@ int main(int argc, char** argv) {
       return tutti::cli::certs_command(args);
     if (command == "audit")
       return tutti::cli::audit_command(args);
+    if (command == "experts")
+      return tutti::cli::experts_command(args);
+    if (command == "placement")
+      return tutti::cli::placement_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
   return tutti::cli::fail(
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
-           "export, data, sample, serve, bench, certs, audit; see tutti --help)");
+           "export, data, sample, serve, bench, certs, audit, experts, placement; "
+           "see tutti --help)");
 }

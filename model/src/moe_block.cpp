@@ -42,6 +42,8 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
                            + " (non-finite router logits?)");
     a.counts_global[topk[i]] += 1;
   }
+  if (stats.routing_ids)
+    stats.routing_ids->insert(stats.routing_ids->end(), topk, topk + n * K);
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(

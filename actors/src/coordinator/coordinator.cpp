@@ -453,6 +453,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       reports.push_back(r);
       if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
         auto merged = merge_reports(reports);
+        if (!merged.routing_window.empty() && st.journal)
+          self->send(st.journal, routing_window_atom_v, r.step,
+                     std::move(merged.routing_window));
+        merged.routing_window.clear();
         watch_stragglers(self, reports);
         st.steps.erase(r.step);
         st.last_step = std::max(st.last_step, r.step);

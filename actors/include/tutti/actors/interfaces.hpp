@@ -39,7 +39,8 @@ using checkpoint_writer_actor = caf::typed_actor<
 using journal_actor = caf::typed_actor<
   caf::replies_to<commit_request>::with<int64_t>, caf::reacts_to<job_event>,
   caf::reacts_to<job_final_state>,
-  caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>>;
+  caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>,
+  caf::reacts_to<routing_window_atom, int64_t, std::string>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
 // prefetching ahead.

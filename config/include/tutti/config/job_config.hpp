@@ -255,7 +255,9 @@ void visit_fields(Visitor& v, moe_config& c) {
           at_least(0, "0 = off"), not_fingerprinted);
   v.field("placement", c.placement,
           "a plan file from `tutti placement plan`: which rank and slot "
-          "holds each expert (empty = contiguous blocks)",
+          "holds each expert (empty = contiguous blocks); `tutti placement "
+          "plan` compares it, training refuses one that moves experts (not "
+          "applied yet)",
           not_fingerprinted);
 }
 

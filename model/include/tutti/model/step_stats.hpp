@@ -44,6 +44,9 @@ struct step_stats {
   // sum over ranks, so every rank stops at the same step boundary.
   double stop_votes = 0;
   step_timers time;
+  // When set, the router's choices of this rank's tokens are appended,
+  // [layer][token][k] (for routing statistics).
+  std::vector<int32_t>* routing_ids = nullptr;
 };
 
 } // namespace tutti::model

@@ -39,6 +39,10 @@ struct step_report {
   std::vector<double> router_bias; // [layer][expert], rank 0's (global)
   // Of step_time_s: waiting for this rank's batch from its data loader.
   double time_data_s = 0;
+  // Rank 0, at the end of a window of moe_config.routing_stats_window
+  // steps: the window's routing statistics summed over ranks (JSON,
+  // placement/routing_stats.hpp); empty otherwise.
+  std::string routing_window;
 };
 
 template <class Inspector>
@@ -48,7 +52,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.alltoall_bytes, x.expert_counts, x.time_compute_s,
            x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias, x.time_data_s);
+           x.router_bias, x.time_data_s, x.routing_window);
 }
 
 // A node daemon's request to join the job.

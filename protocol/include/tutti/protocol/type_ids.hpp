@@ -102,4 +102,7 @@ CAF_ADD_ATOM(tutti, tutti, prefetch_atom, "prefetch")
 // Metrics.
 CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
 
+// Routing statistics of a window of steps, coordinator -> journal.
+CAF_ADD_ATOM(tutti, tutti, routing_window_atom, "routing_w")
+
 CAF_END_TYPE_ID_BLOCK(tutti)

@@ -4,7 +4,8 @@
 // the daemon's data dir. This header is the whole interface: nothing outside
 // store/ sees RocksDB (pimpl), so the engine never depends on its headers.
 //
-// Column families: "job_spec", "job_state", "checkpoints", "events". Values
+// Column families: "job_spec", "job_state", "checkpoints", "events",
+// "routing_stats". Values
 // are msgpack maps keyed by field name, so fields can be added later.
 // Thread-safe: one job_store may be shared by the actors of a daemon.
 
@@ -47,6 +48,10 @@ public:
   // "job store <dir> is locked ..."; a damaged one with "... is corrupt ...".
   static expected<std::unique_ptr<job_store>> open(
     const std::filesystem::path& dir);
+  // The same store, read-only, while another process may hold it open
+  // (tutti experts stats on a live job's run directory).
+  static expected<std::unique_ptr<job_store>> open_read_only(
+    const std::filesystem::path& dir);
   ~job_store();
   job_store(const job_store&) = delete;
   job_store& operator=(const job_store&) = delete;
@@ -83,6 +88,12 @@ public:
                                       double duration_s = -1);
   // Events with time_unix_ms >= since_unix_ms, in seq order.
   expected<std::vector<event>> events(std::int64_t since_unix_ms = 0);
+
+  // Routing statistics of one window of steps ending at last_step (JSON
+  // text, placement/routing_stats.hpp), and all windows by step.
+  status put_routing_window(std::int64_t last_step, const std::string& json);
+  expected<std::vector<std::pair<std::int64_t, std::string>>>
+  routing_windows();
 
   // Deletes every record of every column family (for `--fresh`), synced.
   // Event sequence numbers start again at 1.
