@@ -166,8 +166,11 @@ int experts_command(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "stats")
     return stats({args.begin() + 1, args.end()});
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::printf("usage: tutti experts stats RUN_DIR [--json FILE]\n");
-    return 0;
+    command_line cl("experts", "stats RUN_DIR [--json FILE] [options]",
+                    "subcommands:\n  stats RUN_DIR   routing statistics a job "
+                    "kept: load, co-activation, heatmap, JSON");
+    po::variables_map vm;
+    return cl.parse(args, vm).value_or(0);
   }
   return fail(2, "experts: expected a subcommand: stats");
 }

@@ -133,9 +133,12 @@ int placement_command(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "plan")
     return plan({args.begin() + 1, args.end()});
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::printf(
-      "usage: tutti placement plan CONFIG --stats STATS.json [--out PLAN]\n");
-    return 0;
+    command_line cl(
+      "placement", "plan CONFIG --stats STATS.json [--out PLAN] [options]",
+      "subcommands:\n  plan CONFIG --stats STATS.json   rack-aware expert "
+      "placement, compared with contiguous and EPLB");
+    po::variables_map vm;
+    return cl.parse(args, vm).value_or(0);
   }
   return fail(2, "placement: expected a subcommand: plan");
 }
