@@ -270,14 +270,21 @@ expected<placement_plan> plan_rack_aware(const routing_stats& st,
   if (!(options.max_imbalance >= 1.0))
     return status::error("placement: the load bound (max/mean) must be >= 1");
   const int64_t S = E / P;
-  const double bound = options.max_imbalance;
-  // Upper levels keep half the slack, so ranks inside can still balance.
-  const double upper = 1.0 + 0.5 * (bound - 1.0);
   auto plan = placement_plan::contiguous(st.layers, E, P);
 
   for (int64_t l = 0; l < st.layers; ++l) {
     const layer_stats ls{st, l};
     const double mean = layer_total(ls, E) / double(P);
+    // No layout beats the heaviest expert's own share: where that is above
+    // the bound, the bound becomes it, so racks are not split for a balance
+    // no rank can reach.
+    double heaviest = 0;
+    for (int64_t e = 0; e < E; ++e)
+      heaviest = std::max(heaviest, ls.load(e));
+    const double bound = std::max(options.max_imbalance,
+                                  mean > 0 ? heaviest / mean : 0.0);
+    // Upper levels keep half the slack, so ranks inside can still balance.
+    const double upper = 1.0 + 0.5 * (bound - 1.0);
     auto spec = [&](int64_t ranks) {
       return group_spec{ranks * S, mean * double(ranks),
                         1.0 - double(ranks) / double(P)};
