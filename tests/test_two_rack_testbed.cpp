@@ -3,7 +3,8 @@
 // Checks the shaping (tc, and iperf3's measured ratio where iperf3 is
 // installed), then runs a 4-daemon job across it (one rank per node, nodes
 // labelled by rack) to its end, and plans a placement from the routing
-// statistics the job kept. Every namespace and daemon is removed on every
+// statistics the job kept; metrics.jsonl splits the all-to-all bytes by
+// link class. Every namespace and daemon is removed on every
 // path; waits are bounded.
 //
 // Needs root and iproute2/tc; where `ip netns add` is not allowed it prints
@@ -14,6 +15,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <fstream>
 #include <regex>
 
 #include "daemon_support.hpp"
@@ -157,6 +159,31 @@ TEST_CASE("a 4-daemon job runs across the two-rack testbed", "[integration]") {
                        dir / ("node" + std::to_string(3 - i) + ".log"))));
       CHECK(daemons[i]->wait(60) == 0);
     }
+  }
+  // Every step's all-to-all bytes by link class add up to the total, and
+  // the contiguous layout sends across the racks.
+  {
+    std::ifstream in(dir / "run" / "metrics.jsonl");
+    std::string line;
+    int seen = 0;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(
+            line, m,
+            std::regex("\"alltoall_bytes\":([0-9]+),\"alltoall_bytes_by_link\":"
+                       "\\{\"same_rank\":([0-9]+),\"intra_node\":([0-9]+),"
+                       "\"intra_rack\":([0-9]+),\"inter_rack\":([0-9]+)")))
+        continue;
+      ++seen;
+      const long long total = std::stoll(m[2]) + std::stoll(m[3])
+                              + std::stoll(m[4]) + std::stoll(m[5]);
+      INFO(line);
+      CHECK(total / 4 == std::stoll(m[1])); // alltoall_bytes: per rank
+      CHECK(std::stoll(m[3]) == 0);         // one rank per node
+      CHECK(std::stoll(m[4]) > 0);
+      CHECK(std::stoll(m[5]) > 0);
+    }
+    CHECK(seen == steps);
   }
   auto stats = run(tutti_bin() + " experts stats " + (dir / "run").string()
                      + " --json " + (dir / "stats.json").string(),

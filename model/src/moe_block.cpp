@@ -134,6 +134,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
       times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
+  count_sent_rows(a.send_counts);
 
   // Regroup the received rows from source-major to expert-major.
   std::vector<int64_t> src_index(a.recv_rows);
@@ -196,6 +197,7 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
       times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
+  count_sent_rows(a.send_counts);
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream

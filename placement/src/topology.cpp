@@ -41,6 +41,18 @@ double topology::gbps(link_class c) const {
   return 0;
 }
 
+link_class world_link(const job_config& cfg, int64_t a, int64_t b) {
+  const int64_t per_node = std::max<int64_t>(cfg.cluster.nproc_per_node, 1);
+  const int64_t na = a / per_node, nb = b / per_node;
+  if (a == b)
+    return link_class::same_rank;
+  if (na == nb)
+    return link_class::intra_node;
+  if (cfg.cluster.node(na).rack == cfg.cluster.node(nb).rack)
+    return link_class::intra_rack;
+  return link_class::inter_rack;
+}
+
 double backend_gbps(const std::string& name) {
   // Typical per-GPU figures: the planner needs ratios, not exact values.
   if (name == "nvlink_like" || name == "nvlink")

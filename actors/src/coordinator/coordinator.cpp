@@ -48,8 +48,12 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   double compute = 0, a2a = 0, overlap = 0, ar = 0, other = 0, slowest = 0,
          data_wait = 0;
   int64_t bytes = 0;
+  std::vector<int64_t> by_link;
   for (const auto& r : reports) {
     bytes += r.alltoall_bytes;
+    by_link.resize(std::max(by_link.size(), r.alltoall_bytes_by_link.size()));
+    for (size_t c = 0; c < r.alltoall_bytes_by_link.size(); ++c)
+      by_link[c] += r.alltoall_bytes_by_link[c];
     compute += r.time_compute_s;
     a2a += r.time_alltoall_s;
     overlap += r.time_overlap_s;
@@ -69,6 +73,8 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.time_data_s = data_wait;
   // Per rank, averaged: routing makes ranks send unevenly.
   out.alltoall_bytes = bytes / static_cast<int64_t>(reports.size());
+  // By link class: the step's total over all ranks.
+  out.alltoall_bytes_by_link = std::move(by_link);
   return out;
 }
 

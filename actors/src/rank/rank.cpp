@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "rank/rank_checkpoint.hpp"
+#include "rank/link_traffic.hpp"
 #include "rank/rank_setup.hpp"
 #include "rank/routing_window.hpp"
 #include "shard/shard_executor.hpp"
@@ -299,8 +300,8 @@ private:
     stats.routing_ids = routing_.ids_for_step();
     TUTTI_RETURN_IF_ERROR(model.train_step(
       batch->inputs.data(), batch->targets.data(), batch->seqs, stats));
-    TUTTI_RETURN_IF_ERROR(routing_.after_step(
-      step, *comms_.groups().world, a_.rank == 0, r.routing_window));
+    TUTTI_RETURN_IF_ERROR(routing_.after_step(step, *comms_.groups().world,
+                                              a_.rank == 0, r.routing_window));
     double dense_sq = 0, expert_sq = 0;
     TUTTI_RETURN_IF_ERROR(model.reduce_dense_grads(dense_sq, stats.time));
     TUTTI_RETURN_IF_ERROR(reduce_expert_grads(expert_sq, stats.time));
@@ -332,6 +333,8 @@ private:
     r.tokens = stats.tokens;
     r.dropped_tokens = stats.dropped_tokens;
     r.alltoall_bytes = stats.alltoall_bytes;
+    r.alltoall_bytes_by_link = bytes_by_link(a_.cfg, a_.rank,
+                                             stats.alltoall_bytes_to);
     r.expert_counts = std::move(stats.expert_counts);
     if (a_.rank == 0) {
       const auto bias = model.router_bias().to_host(stream_);

@@ -39,6 +39,7 @@ struct step_stats {
   int64_t tokens = 0;         // global tokens this step
   int64_t dropped_tokens = 0; // global (token, expert) assignments dropped
   int64_t alltoall_bytes = 0; // this rank's dispatch + combine payload sent
+  std::vector<int64_t> alltoall_bytes_to; // of it, to each EP member
   std::vector<int64_t> expert_counts; // [layer][expert], global, pre-drop
   // In: this rank's vote to end the job after this step (0 or 1). Out: the
   // sum over ranks, so every rank stops at the same step boundary.

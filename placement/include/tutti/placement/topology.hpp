@@ -42,6 +42,10 @@ struct topology {
                           int64_t ranks_per_node);
 };
 
+// The link between two world ranks of the job (any EP group): ranks share a
+// node by nproc_per_node, nodes a rack by cluster_config.nodes[].rack.
+link_class world_link(const job_config& cfg, int64_t a, int64_t b);
+
 // Bandwidth in Gb/s of a link technology named as seed 001 does
 // (nvlink_like, infiniband, high_speed_ethernet, ethernet); 0 if unknown.
 double backend_gbps(const std::string& name);

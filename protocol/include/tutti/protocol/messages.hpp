@@ -43,6 +43,9 @@ struct step_report {
   // steps: the window's routing statistics summed over ranks (JSON,
   // placement/routing_stats.hpp); empty otherwise.
   std::string routing_window;
+  // Of alltoall_bytes, what went over each link class: within the rank,
+  // intra_node, intra_rack, inter_rack (this rank's; summed when merged).
+  std::vector<int64_t> alltoall_bytes_by_link;
 };
 
 template <class Inspector>
@@ -52,7 +55,8 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.alltoall_bytes, x.expert_counts, x.time_compute_s,
            x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias, x.time_data_s, x.routing_window);
+           x.router_bias, x.time_data_s, x.routing_window,
+           x.alltoall_bytes_by_link);
 }
 
 // A node daemon's request to join the job.
