@@ -15,8 +15,9 @@ namespace {
 int synth(const std::vector<std::string>& args) {
   std::string out;
   uint32_t vocab = 0, order = 2, shards = 2;
+  uint32_t topics = 0;
   uint64_t seed = 0, tokens = 0;
-  double val_fraction = 0.1;
+  double val_fraction = 0.1, topic_switch = 0.002;
   command_line cl("data synth", "--out DIR --vocab V --seed S --tokens N",
                   "synthetic order-2 Markov token data (its entropy rate is "
                   "known)");
@@ -27,12 +28,23 @@ int synth(const std::vector<std::string>& args) {
     "tokens", po::value(&tokens)->required(), "tokens in total")(
     "val-fraction", po::value(&val_fraction)->default_value(0.1),
     "share held out")("shards", po::value(&shards)->default_value(2),
-                      "train shards");
+                      "train shards")(
+    "topics", po::value(&topics)->default_value(0),
+    "topic mode: N >= 2 topics, each an order-2 chain over its own slice of "
+    "the vocabulary (routers learn to co-activate experts in groups)")(
+    "topic-switch", po::value(&topic_switch)->default_value(0.002),
+    "topic mode: probability per token of switching to another topic");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (auto err = data::synth_dataset(out, vocab, order, seed, tokens,
-                                     val_fraction, shards);
+  if (topics > 0 && order != 2)
+    return fail(2, "data synth: --topics needs --order 2");
+  if (auto err = topics > 0
+                   ? data::synth_topic_dataset(out, vocab, topics, topic_switch,
+                                               seed, tokens, val_fraction,
+                                               shards)
+                   : data::synth_dataset(out, vocab, order, seed, tokens,
+                                         val_fraction, shards);
       !err)
     return fail(2, "data synth: " + err.message());
   auto meta = data::read_meta(out);

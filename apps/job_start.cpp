@@ -8,6 +8,7 @@
 #include "tutti/actors/resume.hpp"
 #include "tutti/ops/checkpoint_tiers.hpp"
 #include "tutti/ops/config_versions.hpp"
+#include "tutti/placement/plan.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
 
@@ -40,6 +41,18 @@ bool confirmed(const job_config& cfg) {
 job_start open_job(const job_config& cfg, const std::string& config_path,
                    const std::string& state_dir, bool fresh, bool yes,
                    const char* program) {
+  // Training runs the contiguous layout; a plan is for the planner to
+  // compare until dispatch applies it, so a moved expert is refused here.
+  if (!cfg.moe.placement.empty()) {
+    auto plan = placement::placement_plan::read(cfg.moe.placement);
+    if (!plan.ok())
+      return refuse(program, 2, "moe_config.placement: " + plan.message());
+    if (!plan.value().is_contiguous())
+      return refuse(program, 2,
+                    "moe_config.placement: " + cfg.moe.placement
+                      + " moves experts; training applies only the "
+                        "contiguous layout so far");
+  }
   auto opened = store::job_store::open(state_dir);
   if (!opened.ok())
     return refuse(program, 1, opened.message());

@@ -56,6 +56,10 @@ const char* usage =
   "                              a job's config versions and their changes\n"
   "  rollback RUN_DIR --to-version V [--checkpoint STEP]\n"
   "                              restart a job on an earlier config version\n"
+  "  experts stats RUN_DIR [--json FILE]\n"
+  "                              routing statistics: load, co-activation\n"
+  "  placement plan CONFIG --stats STATS.json [--out PLAN]\n"
+  "                              rack-aware expert placement\n"
   "\n"
   "'tutti <command> --help' describes each command.\n";
 
@@ -111,6 +115,10 @@ int main(int argc, char** argv) {
       return tutti::cli::config_command(args);
     if (command == "rollback")
       return tutti::cli::rollback_command(args);
+    if (command == "experts")
+      return tutti::cli::experts_command(args);
+    if (command == "placement")
+      return tutti::cli::placement_command(args);
   } catch (const std::exception& ex) {
     return tutti::cli::fail(1, command + ": " + ex.what());
   }
@@ -118,5 +126,5 @@ int main(int argc, char** argv) {
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
            "export, data, sample, serve, bench, certs, audit, token, config, "
-           "rollback; see tutti --help)");
+           "rollback, experts, placement; see tutti --help)");
 }

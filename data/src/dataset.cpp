@@ -34,6 +34,10 @@ std::string meta_to_json(const dataset_meta& m) {
   j["train_shards"] = m.train_shards;
   j["val_shards"] = m.val_shards;
   j["source"] = m.source;
+  if (m.topics > 0) {
+    j["topics"] = m.topics;
+    j["topic_switch_prob"] = m.topic_switch_prob;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -86,6 +90,12 @@ expected<dataset_meta> read_meta(const std::filesystem::path& dir) {
     m.val_shards = n[at].get<std::uint32_t>();
     at = "source";
     m.source = n[at].get<std::string>();
+    if (n.contains("topics")) {
+      at = "topics";
+      m.topics = n[at].get<std::uint32_t>();
+      at = "topic_switch_prob";
+      m.topic_switch_prob = n.value(at, 0.0);
+    }
     return m;
   } catch (const nlohmann::json::exception& e) {
     return status::error(path.string() + ": " + at + ": " + e.what());

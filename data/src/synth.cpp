@@ -6,6 +6,7 @@
 #include "rng.hpp"
 #include "tutti/data/markov_source.hpp"
 #include "tutti/data/shard_format.hpp"
+#include "tutti/data/topic_source.hpp"
 #include "tutti/store/atomic_file.hpp"
 
 namespace tutti::data {
@@ -88,6 +89,33 @@ status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab,
   meta.seed = seed;
   meta.entropy_rate_nats = source.value().entropy_rate();
   meta.source = "markov2";
+  return write_dataset(out_dir, train, val, shards, meta);
+}
+
+status synth_topic_dataset(const std::filesystem::path& out_dir,
+                           std::uint32_t vocab, std::uint32_t topics,
+                           double switch_prob, std::uint64_t seed,
+                           std::uint64_t tokens, double val_fraction,
+                           std::uint32_t shards) {
+  if (auto err = check_split_args(val_fraction, shards); !err)
+    return status::error("synth_topic_dataset: " + err.message());
+  auto source = topic_source::random(vocab, topics, switch_prob, seed);
+  if (!source.ok())
+    return status::error("synth_topic_dataset: " + source.message());
+  const auto val_tokens = static_cast<std::uint64_t>(
+    std::llround(double(tokens) * val_fraction));
+  const std::vector<std::int32_t> train = source.value().generate(
+    tokens - val_tokens, detail::derive_seed(seed, {0x747261696eULL}));
+  const std::vector<std::int32_t> val = source.value().generate(
+    val_tokens, detail::derive_seed(seed, {0x76616cULL}));
+  dataset_meta meta;
+  meta.vocab_size = vocab;
+  meta.order = 2;
+  meta.seed = seed;
+  meta.entropy_rate_nats = source.value().entropy_rate();
+  meta.source = "topics";
+  meta.topics = topics;
+  meta.topic_switch_prob = switch_prob;
   return write_dataset(out_dir, train, val, shards, meta);
 }
 

@@ -42,6 +42,8 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
                            + " (non-finite router logits?)");
     a.counts_global[topk[i]] += 1;
   }
+  if (stats.routing_ids)
+    stats.routing_ids->insert(stats.routing_ids->end(), topk, topk + n * K);
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(
@@ -132,6 +134,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
       times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
+  count_sent_rows(a.send_counts);
 
   // Regroup the received rows from source-major to expert-major.
   std::vector<int64_t> src_index(a.recv_rows);
@@ -194,6 +197,7 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
       times(a.recv_counts, d)));
   }
   alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
+  count_sent_rows(a.send_counts);
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream

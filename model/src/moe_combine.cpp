@@ -106,6 +106,7 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
       *comms_.ep, send, send_counts, recv, recv_counts));
   }
   alltoall_bytes_ += ch.rows * d * static_cast<int64_t>(sizeof(float));
+  count_sent_rows(ch.send);
   if (!whole) {
     int64_t offset = 0;
     for (int64_t q = 0; q < P; ++q) {
@@ -116,6 +117,14 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
     }
   }
   return {};
+}
+
+// Per EP member, for traffic by link class (train_step's stats).
+void rank_model::count_sent_rows(const std::vector<int64_t>& rows_to) {
+  if (alltoall_rows_to_.size() < rows_to.size())
+    alltoall_rows_to_.resize(rows_to.size(), 0);
+  for (size_t p = 0; p < rows_to.size(); ++p)
+    alltoall_rows_to_[p] += rows_to[p];
 }
 
 } // namespace tutti::model

@@ -18,8 +18,16 @@ namespace {
 
 // Order matches the cf_* indices below.
 const char* const cf_names[] = {"job_spec", "job_state", "checkpoints",
-                                "events", "config_versions"};
-enum cf_index { cf_spec, cf_state, cf_ckpt, cf_events, cf_versions, cf_count };
+                                "events", "config_versions", "routing_stats"};
+enum cf_index {
+  cf_spec,
+  cf_state,
+  cf_ckpt,
+  cf_events,
+  cf_versions,
+  cf_routing,
+  cf_count
+};
 
 // Numeric keys are zero-padded decimal: RocksDB's bytewise order is then
 // numeric order, and `ldb scan` output stays readable.
@@ -123,7 +131,7 @@ struct job_store::impl {
            + ": missing or mistyped field '" + field + "'";
   }
 
-  status open(const rocksdb::DBOptions& opts) {
+  status open(const rocksdb::DBOptions& opts, bool read_only = false) {
     auto hint = [this](const rocksdb::Status& s) {
       std::string m = s.ToString(), d = "job store " + dir.string();
       if (s.IsIOError()
@@ -142,6 +150,10 @@ struct job_store::impl {
     std::vector<std::string> names(cf_names, cf_names + cf_count);
     names.push_back(rocksdb::kDefaultColumnFamilyName);
     std::error_code ec;
+    // Read-only opens only the families present (an older store may lack
+    // some; those read as empty).
+    if (read_only)
+      names.clear();
     if (std::filesystem::exists(dir / "CURRENT", ec)) {
       std::vector<std::string> present;
       TUTTI_ROCKSDB_CHECK_HINT(
@@ -153,6 +165,19 @@ struct job_store::impl {
     std::vector<rocksdb::ColumnFamilyDescriptor> descs;
     for (auto& n : names)
       descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    if (read_only) {
+      if (names.empty())
+        return status::error("job store " + dir.string()
+                             + " does not exist (no CURRENT file)");
+      TUTTI_ROCKSDB_CHECK_HINT(rocksdb::DB::OpenForReadOnly(
+                                 opts, dir.string(), descs, &handles, &db),
+                               hint);
+      for (int c = 0; c < cf_count; ++c)
+        for (size_t i = 0; i < names.size(); ++i)
+          if (names[i] == cf_names[c])
+            cf[c] = handles[i];
+      return {};
+    }
     TUTTI_ROCKSDB_CHECK_HINT(
       rocksdb::DB::Open(opts, dir.string(), descs, &handles, &db), hint);
     for (int c = 0; c < cf_count; ++c)
@@ -189,6 +214,59 @@ expected<std::unique_ptr<job_store>> job_store::open(
   p->commit.sync = true;
   TUTTI_RETURN_IF_ERROR(p->open(opts));
   return result(new job_store(std::move(p)));
+}
+
+expected<std::unique_ptr<job_store>> job_store::open_read_only(
+  const std::filesystem::path& dir) {
+  using result = std::unique_ptr<job_store>;
+  rocksdb::DBOptions opts;
+  auto p = std::make_unique<impl>();
+  p->dir = dir;
+  TUTTI_RETURN_IF_ERROR(p->open(opts, /*read_only=*/true));
+  return result(new job_store(std::move(p)));
+}
+
+status job_store::put_routing_window(std::int64_t last_step,
+                                     const std::string& json) {
+  if (impl_->cf[cf_routing] == nullptr)
+    return status::error(impl_->context("put_routing_window",
+                                        "opened read-only"));
+  msgpack::sbuffer buf;
+  detail::mp::packer pk(buf);
+  pk.pack_map(3);
+  detail::mp::key(pk, "last_step"), pk.pack(last_step);
+  detail::mp::key(pk, "time_unix_ms"), pk.pack(now_unix_ms());
+  detail::mp::key(pk, "json"), pk.pack(json);
+  // Like events: in the WAL at once, synced by the next commit.
+  if (auto err = impl_->put(cf_routing, number_key(last_step), buf,
+                            impl_->append);
+      !err)
+    return status::error(impl_->context("put_routing_window", err.message()));
+  return {};
+}
+
+expected<std::vector<std::pair<std::int64_t, std::string>>>
+job_store::routing_windows() {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  if (impl_->cf[cf_routing] == nullptr)
+    return out;
+  auto err = impl_->scan(
+    impl_->cf[cf_routing],
+    [&](const rocksdb::Slice& k, const rocksdb::Slice& v) -> status {
+      auto oh = impl_->decode(cf_routing, k, v);
+      if (!oh.ok())
+        return status::error(oh.message());
+      std::pair<std::int64_t, std::string> w;
+      if (!detail::mp::get(oh.value().get(), "last_step", w.first)
+          || !detail::mp::get(oh.value().get(), "json", w.second))
+        return status::error(
+          impl_->bad_field(cf_routing, k, "last_step/json"));
+      out.push_back(std::move(w));
+      return {};
+    });
+  if (!err)
+    return status::error(impl_->context("routing_windows", err.message()));
+  return out;
 }
 
 status job_store::put_job_spec(const std::string& fingerprint,

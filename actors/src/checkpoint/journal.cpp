@@ -151,6 +151,10 @@ journal_actor::behavior_type journal(journal_pointer self, job_config cfg,
     [self](const job_event& e) {
       self->state.event(e.kind, e.text, e.seconds);
     },
+    [self](routing_window_atom, int64_t last_step, const std::string& json) {
+      if (auto err = self->state.db->put_routing_window(last_step, json); !err)
+        log_error("journal", err.message());
+    },
     [self](events_atom, int64_t since_unix_ms) -> std::vector<std::string> {
       std::vector<std::string> out;
       auto all = self->state.db->events(since_unix_ms);

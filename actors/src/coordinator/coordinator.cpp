@@ -49,8 +49,12 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   double compute = 0, a2a = 0, a2a_wait = 0, overlap = 0, ar = 0, other = 0,
          slowest = 0, data_wait = 0;
   int64_t bytes = 0;
+  std::vector<int64_t> by_link;
   for (const auto& r : reports) {
     bytes += r.alltoall_bytes;
+    by_link.resize(std::max(by_link.size(), r.alltoall_bytes_by_link.size()));
+    for (size_t c = 0; c < r.alltoall_bytes_by_link.size(); ++c)
+      by_link[c] += r.alltoall_bytes_by_link[c];
     compute += r.time_compute_s;
     a2a += r.time_alltoall_s;
     a2a_wait += r.time_alltoall_wait_s;
@@ -72,6 +76,8 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.time_data_s = data_wait;
   // Per rank, averaged: routing makes ranks send unevenly.
   out.alltoall_bytes = bytes / static_cast<int64_t>(reports.size());
+  // By link class: the step's total over all ranks.
+  out.alltoall_bytes_by_link = std::move(by_link);
   return out;
 }
 
@@ -496,6 +502,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       reports.push_back(r);
       if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
         auto merged = merge_reports(reports);
+        if (!merged.routing_window.empty() && st.journal)
+          self->send(st.journal, routing_window_atom_v, r.step,
+                     std::move(merged.routing_window));
+        merged.routing_window.clear();
         watch_stragglers(self, reports);
         st.steps.erase(r.step);
         st.last_step = std::max(st.last_step, r.step);

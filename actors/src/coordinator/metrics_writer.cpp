@@ -71,6 +71,14 @@ std::string metrics_json(const step_report& r, int64_t experts) {
   j["tokens_per_s"] = r.tokens / r.step_time_s;
   j["dropped_tokens"] = r.dropped_tokens;
   j["alltoall_bytes"] = r.alltoall_bytes;
+  if (r.alltoall_bytes_by_link.size() == 4) {
+    // All ranks' bytes this step by the link they crossed.
+    auto& links = j["alltoall_bytes_by_link"];
+    links["same_rank"] = r.alltoall_bytes_by_link[0];
+    links["intra_node"] = r.alltoall_bytes_by_link[1];
+    links["intra_rack"] = r.alltoall_bytes_by_link[2];
+    links["inter_rack"] = r.alltoall_bytes_by_link[3];
+  }
   j["load_imbalance"] = load_imbalance(r.expert_counts, experts);
   auto& counts = j["expert_counts"] = nlohmann::ordered_json::array();
   for (size_t l = 0; l < r.expert_counts.size(); l += experts)

@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "rank/rank_checkpoint.hpp"
+#include "rank/link_traffic.hpp"
 #include "rank/rank_setup.hpp"
+#include "rank/routing_window.hpp"
 #include "shard/shard_executor.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/kernels/device_memory.hpp"
@@ -296,8 +298,11 @@ private:
       (stop_requested_ ? 1 : 0)
       + (c.checkpoint_requested.exchange(false) ? checkpoint_vote : 0)
       + (c.pause_requested.exchange(false) ? pause_vote : 0));
+    stats.routing_ids = routing_.ids_for_step();
     TUTTI_RETURN_IF_ERROR(model.train_step(
       batch->inputs.data(), batch->targets.data(), batch->seqs, stats));
+    TUTTI_RETURN_IF_ERROR(routing_.after_step(step, *comms_.groups().world,
+                                              a_.rank == 0, r.routing_window));
     double dense_sq = 0, expert_sq = 0;
     TUTTI_RETURN_IF_ERROR(model.reduce_dense_grads(dense_sq, stats.time));
     TUTTI_RETURN_IF_ERROR(reduce_expert_grads(expert_sq, stats.time));
@@ -329,6 +334,8 @@ private:
     r.tokens = stats.tokens;
     r.dropped_tokens = stats.dropped_tokens;
     r.alltoall_bytes = stats.alltoall_bytes;
+    r.alltoall_bytes_by_link = bytes_by_link(a_.cfg, a_.rank,
+                                             stats.alltoall_bytes_to);
     r.expert_counts = std::move(stats.expert_counts);
     if (a_.rank == 0) {
       const auto bias = model.router_bias().to_host(stream_);
@@ -405,6 +412,7 @@ private:
   double final_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t last_step_ = 0;
   bool stop_requested_ = false;
+  routing_window routing_{a_.cfg};
 };
 
 void rank_main(caf::blocking_actor* self, rank_args args) {

@@ -42,7 +42,8 @@ using journal_actor = caf::typed_actor<
   caf::replies_to<events_atom, int64_t>::with<std::vector<std::string>>,
   // The job's config versions: {"history"} or {"diff", V1, V2}, as lines.
   caf::replies_to<config_atom, std::vector<std::string>>::with<
-    std::vector<std::string>>>;
+    std::vector<std::string>>,
+  caf::reacts_to<routing_window_atom, int64_t, std::string>>;
 
 // Hands one rank its batches, deterministically from (seed, step, rank),
 // prefetching ahead.

@@ -52,6 +52,12 @@ struct cluster_config {
   std::vector<node_address> nodes; // index = node rank
   double device_memory_gb = 0;
   double expected_bandwidth_gbps = 0;
+  // Link classes for rack-aware placement (0 = unknown; see topology).
+  double intra_node_gbps = 0;
+  double intra_rack_gbps = 0;
+  double inter_rack_gbps = 0;
+  std::string intra_rack_backend; // seed 001's names, e.g. nvlink_like
+  std::string inter_rack_backend; // e.g. high_speed_ethernet
 
   backend_kind backend() const {
     return from_string<backend_kind>(communication_backend)
@@ -117,6 +123,27 @@ void visit_fields(Visitor& v, cluster_config& c) {
           not_fingerprinted);
   v.field("expected_bandwidth_gbps", c.expected_bandwidth_gbps,
           "link bandwidth `tutti diag` compares to (0 = the median)",
+          not_fingerprinted);
+  v.field("intra_node_gbps", c.intra_node_gbps,
+          "bandwidth between ranks of one node, for placement (0 = from "
+          "intra_rack_backend, else 8x intra_rack_gbps)",
+          at_least(0), not_fingerprinted);
+  v.field("intra_rack_gbps", c.intra_rack_gbps,
+          "bandwidth between nodes of one rack, for placement (0 = from "
+          "intra_rack_backend, else 100)",
+          at_least(0), not_fingerprinted);
+  v.field("inter_rack_gbps", c.inter_rack_gbps,
+          "bandwidth between racks, for placement (0 = from "
+          "inter_rack_backend, else intra_rack_gbps / 8)",
+          at_least(0), not_fingerprinted);
+  v.field("intra_rack_backend", c.intra_rack_backend,
+          "the link inside a rack by name (nvlink_like, infiniband, "
+          "high_speed_ethernet, ethernet): its bandwidth when "
+          "intra_rack_gbps is 0",
+          not_fingerprinted);
+  v.field("inter_rack_backend", c.inter_rack_backend,
+          "the link between racks by name (as intra_rack_backend): its "
+          "bandwidth when inter_rack_gbps is 0",
           not_fingerprinted);
 }
 
@@ -194,6 +221,8 @@ struct moe_config {
   all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
+  int64_t routing_stats_window = 100; // steps; 0 = off
+  std::string placement;              // plan file; empty = contiguous
 };
 
 template <class Visitor>
@@ -225,6 +254,17 @@ void visit_fields(Visitor& v, moe_config& c) {
           "experts, each sent while the next computes (over Gloo or NCCL; "
           "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
+  v.field("routing_stats_window", c.routing_stats_window,
+          "steps per window of routing statistics (tokens per expert, "
+          "co-activation, layer transitions) kept in the job store for "
+          "`tutti experts stats`",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("placement", c.placement,
+          "a plan file from `tutti placement plan`: which rank and slot "
+          "holds each expert (empty = contiguous blocks); `tutti placement "
+          "plan` compares it, training refuses one that moves experts (not "
+          "applied yet)",
+          not_fingerprinted);
 }
 
 struct train_config {

@@ -30,6 +30,9 @@ struct dataset_meta {
   std::uint32_t train_shards = 0;
   std::uint32_t val_shards = 0;
   std::string source; // "markov2" or "bytes"
+  // Topic data (source "topics"): written only then, optional on reading.
+  std::uint32_t topics = 0;
+  double topic_switch_prob = 0;
 };
 
 // "train-00000.tok" for (dir, "train", 0).

@@ -21,4 +21,13 @@ status synth_dataset(const std::filesystem::path& out_dir, std::uint32_t vocab,
                      std::uint64_t tokens, double val_fraction = 0.1,
                      std::uint32_t shards = 2);
 
+// Topic data from topic_source::random(vocab, topics, switch_prob, seed),
+// split like synth_dataset. meta.json: source "topics", order 2, the exact
+// entropy rate, and the topic count and switch probability.
+status synth_topic_dataset(const std::filesystem::path& out_dir,
+                           std::uint32_t vocab, std::uint32_t topics,
+                           double switch_prob, std::uint64_t seed,
+                           std::uint64_t tokens, double val_fraction = 0.1,
+                           std::uint32_t shards = 2);
+
 } // namespace tutti::data

@@ -134,6 +134,8 @@ private:
   tensor<int64_t> combine_index_;
   int64_t global_tokens_ = 0;
   int64_t alltoall_bytes_ = 0; // payload this rank sent this step
+  std::vector<int64_t> alltoall_rows_to_; // rows sent to each EP member
+  void count_sent_rows(const std::vector<int64_t>& rows_to);
 };
 
 } // namespace tutti::model

@@ -60,11 +60,15 @@ struct step_stats {
   int64_t tokens = 0;         // global tokens this step
   int64_t dropped_tokens = 0; // global (token, expert) assignments dropped
   int64_t alltoall_bytes = 0; // this rank's dispatch + combine payload sent
+  std::vector<int64_t> alltoall_bytes_to; // of it, to each EP member
   std::vector<int64_t> expert_counts; // [layer][expert], global, pre-drop
   // In: this rank's vote to end the job after this step (0 or 1). Out: the
   // sum over ranks, so every rank stops at the same step boundary.
   double stop_votes = 0;
   step_timers time;
+  // When set, the router's choices of this rank's tokens are appended,
+  // [layer][token][k] (for routing statistics).
+  std::vector<int32_t>* routing_ids = nullptr;
 };
 
 } // namespace tutti::model

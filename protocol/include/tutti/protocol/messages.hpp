@@ -42,6 +42,13 @@ struct step_report {
   // Of time_alltoall_s: waiting for the other ranks to arrive (uneven
   // expert load), where the transport can tell (ranks of one process).
   double time_alltoall_wait_s = 0;
+  // Rank 0, at the end of a window of moe_config.routing_stats_window
+  // steps: the window's routing statistics summed over ranks (JSON,
+  // placement/routing_stats.hpp); empty otherwise.
+  std::string routing_window;
+  // Of alltoall_bytes, what went over each link class: within the rank,
+  // intra_node, intra_rack, inter_rack (this rank's; summed when merged).
+  std::vector<int64_t> alltoall_bytes_by_link;
 };
 
 template <class Inspector>
@@ -51,7 +58,8 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.alltoall_bytes, x.expert_counts, x.time_compute_s,
            x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias, x.time_data_s, x.time_alltoall_wait_s);
+           x.router_bias, x.time_data_s, x.time_alltoall_wait_s,
+           x.routing_window, x.alltoall_bytes_by_link);
 }
 
 // A node daemon's request to join the job.

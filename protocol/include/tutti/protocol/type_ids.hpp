@@ -104,5 +104,7 @@ CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
 
 // Config versions (ops/): the shell's `config history|diff`, from the journal.
 CAF_ADD_ATOM(tutti, tutti, config_atom, "config")
+// Routing statistics of a window of steps, coordinator -> journal.
+CAF_ADD_ATOM(tutti, tutti, routing_window_atom, "routing_w")
 
 CAF_END_TYPE_ID_BLOCK(tutti)

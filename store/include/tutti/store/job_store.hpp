@@ -5,7 +5,7 @@
 // store/ sees RocksDB (pimpl), so the engine never depends on its headers.
 //
 // Column families: "job_spec", "job_state", "checkpoints", "events",
-// "config_versions". Values
+// "config_versions", "routing_stats". Values
 // are msgpack maps keyed by field name, so fields can be added later.
 // Thread-safe: one job_store may be shared by the actors of a daemon.
 
@@ -60,6 +60,10 @@ public:
   // "job store <dir> is locked ..."; a damaged one with "... is corrupt ...".
   static expected<std::unique_ptr<job_store>> open(
     const std::filesystem::path& dir);
+  // The same store, read-only, while another process may hold it open
+  // (tutti experts stats on a live job's run directory).
+  static expected<std::unique_ptr<job_store>> open_read_only(
+    const std::filesystem::path& dir);
   ~job_store();
   job_store(const job_store&) = delete;
   job_store& operator=(const job_store&) = delete;
@@ -102,6 +106,11 @@ public:
   status put_config_version(const config_version_record& r);
   // All versions, ascending.
   expected<std::vector<config_version_record>> config_versions();
+  // Routing statistics of one window of steps ending at last_step (JSON
+  // text, placement/routing_stats.hpp), and all windows by step.
+  status put_routing_window(std::int64_t last_step, const std::string& json);
+  expected<std::vector<std::pair<std::int64_t, std::string>>>
+  routing_windows();
 
   // Deletes every record of every column family (for `--fresh`), synced.
   // Event sequence numbers start again at 1.

@@ -1,0 +1,146 @@
+// tutti placement plan CONFIG --stats STATS.json [--out PLAN]: where each
+// layer's experts should live, from routing statistics, compared with the
+// contiguous layout and a load-only balancer (EPLB).
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <vector>
+
+#include "command_line.hpp"
+#include "commands.hpp"
+#include "tutti/config/job_config.hpp"
+#include "tutti/placement/planner.hpp"
+#include "tutti/store/atomic_file.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+int plan(const std::vector<std::string>& args) {
+  std::string stats_file, out;
+  double max_imbalance = 1.1;
+  command_line cl("placement plan", "CONFIG --stats STATS.json [--out PLAN]",
+                  "assign each layer's experts to ranks, rack -> node -> "
+                  "rank, keeping co-activated experts together under a load "
+                  "bound; compares contiguous, EPLB and this plan");
+  cl.options()("stats", po::value(&stats_file)->required(),
+               "routing statistics (tutti experts stats --json)")(
+    "out", po::value(&out), "write the plan here (moe_config.placement)")(
+    "max-imbalance", po::value(&max_imbalance)->default_value(1.1),
+    "per-rank load bound, max/mean tokens")(
+    "json", "the comparison as one JSON object");
+  cl.positional("config");
+  po::variables_map vm;
+  if (auto done = cl.parse(args, vm))
+    return *done;
+  if (!vm.count("config"))
+    return cl.bad("missing CONFIG");
+  auto cfg = load_job_config(vm["config"].as<std::string>());
+  if (!cfg)
+    return fail(2, "config: " + cfg.message());
+  auto topo = placement::topology::from_config(*cfg);
+  if (!topo.ok())
+    return fail(2, "placement plan: " + topo.message());
+  auto text = store::read_file(stats_file);
+  if (!text.ok())
+    return fail(2, "placement plan: " + text.message());
+  auto st = placement::routing_stats::from_json(text.value());
+  if (!st.ok())
+    return fail(2, "placement plan: " + stats_file + ": " + st.message());
+  const auto& s = st.value();
+  if (s.experts != cfg->moe.num_experts
+      || s.layers != cfg->model.num_hidden_layers)
+    return fail(2, "placement plan: " + stats_file + " has "
+                     + std::to_string(s.layers) + " layers x "
+                     + std::to_string(s.experts) + " experts, the config "
+                     + std::to_string(cfg->model.num_hidden_layers) + " x "
+                     + std::to_string(cfg->moe.num_experts));
+  auto mine = placement::plan_rack_aware(s, topo.value(), {max_imbalance});
+  if (!mine.ok())
+    return fail(2, "placement plan: " + mine.message());
+  // Four crossings a layer (dispatch and combine, forward and backward) of
+  // one fp32 hidden vector.
+  const double bytes = 4.0 * double(cfg->model.hidden_size) * sizeof(float);
+  const auto& t = topo.value();
+  struct row {
+    const char* name;
+    placement::plan_cost cost;
+  };
+  std::vector<row> rows = {
+    {"contiguous", placement::evaluate(placement::placement_plan::contiguous(
+                                         s.layers, s.experts, t.ranks),
+                                       s, t, bytes)},
+    {"eplb", placement::evaluate(placement::plan_eplb(s, t), s, t, bytes)},
+    {"tutti", placement::evaluate(mine.value(), s, t, bytes)}};
+  // The plan the config names now, if any, for comparison.
+  if (!cfg->moe.placement.empty()) {
+    auto named = placement::placement_plan::read(cfg->moe.placement);
+    if (!named.ok())
+      return fail(2, "moe_config.placement: " + named.message());
+    if (named.value().layers != s.layers || named.value().experts != s.experts
+        || named.value().ranks != t.ranks)
+      return fail(2, "moe_config.placement: " + cfg->moe.placement
+                       + " is for another shape of layers, experts or ranks");
+    rows.push_back(
+      {"configured", placement::evaluate(named.value(), s, t, bytes)});
+  }
+  if (vm.count("json")) {
+    nlohmann::ordered_json j;
+    for (const auto& r : rows)
+      j[r.name] = {
+        {"cross_rack_bytes_per_token", r.cost.cross_rack_flat},
+        {"cross_rack_bytes_per_token_rack_aware", r.cost.cross_rack_dedup},
+        {"cross_node_bytes_per_token", r.cost.cross_node_flat},
+        {"cross_node_bytes_per_token_rack_aware", r.cost.cross_node_dedup},
+        {"load_imbalance", r.cost.imbalance}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+      "placement of %lld experts x %lld layers (top-%lld) on %lld "
+      "ranks, %lld nodes, %lld racks (inter-rack %.1f Gb/s, "
+      "intra-rack %.1f Gb/s)\n"
+      "expected bytes per token and step (dispatch + combine, "
+      "forward + backward); rack-aware = one crossing per remote "
+      "rack or node a token's experts are in\n\n",
+      static_cast<long long>(s.experts), static_cast<long long>(s.layers),
+      static_cast<long long>(s.top_k), static_cast<long long>(t.ranks),
+      static_cast<long long>(t.nodes()), static_cast<long long>(t.racks()),
+      t.inter_rack_gbps, t.intra_rack_gbps);
+    std::printf("%-11s %14s %14s %14s %14s %9s\n", "layout", "cross-rack",
+                "cross-rack", "cross-node", "cross-node", "load");
+    std::printf("%-11s %14s %14s %14s %14s %9s\n", "", "flat", "rack-aware",
+                "flat", "rack-aware", "max/mean");
+    for (const auto& r : rows)
+      std::printf("%-11s %14.1f %14.1f %14.1f %14.1f %9.3f\n", r.name,
+                  r.cost.cross_rack_flat, r.cost.cross_rack_dedup,
+                  r.cost.cross_node_flat, r.cost.cross_node_dedup,
+                  r.cost.imbalance);
+  }
+  if (!out.empty()) {
+    if (auto err = mine.value().write(out); !err)
+      return fail(1, "placement plan: " + err.message());
+    if (!vm.count("json"))
+      std::printf("\nwrote %s (name it in moe_config.placement)\n",
+                  out.c_str());
+  }
+  return 0;
+}
+
+} // namespace
+
+int placement_command(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "plan")
+    return plan({args.begin() + 1, args.end()});
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    command_line cl(
+      "placement", "plan CONFIG --stats STATS.json [--out PLAN] [options]",
+      "subcommands:\n  plan CONFIG --stats STATS.json   rack-aware expert "
+      "placement, compared with contiguous and EPLB");
+    po::variables_map vm;
+    return cl.parse(args, vm).value_or(0);
+  }
+  return fail(2, "placement: expected a subcommand: plan");
+}
+
+} // namespace tutti::cli

@@ -1,0 +1,42 @@
+#pragma once
+// A placement: for every MoE layer, which logical expert sits in each
+// physical slot of the expert-parallel group. Rank p holds slots
+// [p*S, (p+1)*S), S = experts / ranks; the contiguous layout puts expert i
+// in slot i. A plan is a JSON file the config names
+// (moe_config.placement):
+//   {"format": "tutti-placement-1", "layers": L, "experts": E, "ranks": P,
+//    "expert_at": [[expert in slot 0, slot 1, ...] per layer]}
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+
+namespace tutti::placement {
+
+struct placement_plan {
+  int64_t layers = 0, experts = 0, ranks = 0;
+  std::vector<int32_t> expert_at; // [layer][slot] -> logical expert
+
+  int64_t slots_per_rank() const { return experts / ranks; }
+  int32_t expert_in(int64_t l, int64_t slot) const {
+    return expert_at[l * experts + slot];
+  }
+  // [layer][logical expert] -> slot: the inverse of expert_at.
+  std::vector<int32_t> slot_of() const;
+  bool is_contiguous() const;
+
+  static placement_plan contiguous(int64_t layers, int64_t experts,
+                                   int64_t ranks);
+  // Every layer a permutation of 0..E-1 and E divisible by ranks.
+  status check() const;
+
+  std::string to_json() const;
+  static expected<placement_plan> from_json(const std::string& text);
+  status write(const std::filesystem::path& file) const;
+  static expected<placement_plan> read(const std::filesystem::path& file);
+};
+
+} // namespace tutti::placement

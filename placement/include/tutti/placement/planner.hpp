@@ -1,0 +1,55 @@
+#pragma once
+// Placement planners and the traffic model they are judged by.
+//
+// Traffic: a token starts on a rank of the EP group chosen uniformly (data
+// parallelism), and at each MoE layer goes to the ranks of its top-k
+// experts and back (forward dispatch and combine, and both again in the
+// backward: four crossings of hidden_size floats). A flat all-to-all sends
+// it once per expert; a rack-aware one (dedup) once per remote rack or node
+// that holds any of its experts. Expected per-token crossings come from the
+// routing statistics: load for the flat one, load minus co-activated pairs
+// (inclusion-exclusion, exact for top-2) for the dedup one.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+#include "tutti/placement/plan.hpp"
+#include "tutti/placement/routing_stats.hpp"
+#include "tutti/placement/topology.hpp"
+
+namespace tutti::placement {
+
+struct plan_cost {
+  // Expected bytes per token (one training step, all layers).
+  double cross_rack_flat = 0, cross_node_flat = 0;
+  double cross_rack_dedup = 0, cross_node_dedup = 0;
+  double imbalance = 0; // worst layer's max/mean tokens per rank
+};
+
+// bytes_per_crossing: what one token's hidden vector costs on a link, times
+// the crossings per step (training: 4 * hidden_size * sizeof(float)).
+plan_cost evaluate(const placement_plan& plan, const routing_stats& stats,
+                   const topology& topo, double bytes_per_crossing);
+
+// DeepSeek's EPLB without replicas (training has none): contiguous groups
+// of experts (one per node) packed to nodes by load, then each node's
+// experts packed to its ranks by load. Blind to racks and co-activation.
+placement_plan plan_eplb(const routing_stats& stats, const topology& topo);
+
+struct planner_options {
+  double max_imbalance = 1.1; // per-rank tokens, max/mean, per layer
+};
+
+// tutti's plan: per layer, experts to racks, then within each rack to
+// nodes, then within each node to ranks, each level a partition that keeps
+// co-activated experts together (fewest expected crossings of the dedup
+// all-to-all, weighted by how much of the group the token's origin is
+// outside) under the load bound, by greedy seeding and pair swaps. Slots
+// per rank are the memory bound (experts / ranks each).
+expected<placement_plan> plan_rack_aware(const routing_stats& stats,
+                                         const topology& topo,
+                                         planner_options options = {});
+
+} // namespace tutti::placement
