@@ -19,7 +19,7 @@ packages=(
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
 # build or test: `deploy/install-deps.sh --bench` adds them.
-bench_packages=(python3-torch linux-perf time)
+bench_packages=(python3-torch linux-perf time nodejs)
 if [ "${1:-}" = "--bench" ]; then
   packages+=("${bench_packages[@]}")
 fi
@@ -31,12 +31,30 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-sudo_cmd=""
-[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo_cmd apt-get update -qq
-$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# llama.cpp, the serving peer (bench/bench_vs_llama.sh, tests/test_llama_peer.sh):
+# node-llama-cpp's prebuilt CPU binaries from npm, at the versions locked in
+# bench/peer/package-lock.json, into bench/peer/node_modules (git-ignored).
+# npm install, not npm ci: the lock cannot list the other platforms' binaries,
+# which npm ci then calls missing.
+# Its install script is not run and it never builds or downloads llama.cpp,
+# so everything after this step works offline.
+if [ "${1:-}" = "--bench" ]; then
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$node_major" -lt 20 ]; then
+    echo "install-deps: node-llama-cpp needs node 20 or newer (found ${node_major}); llama.cpp peer not installed"
+  else
+    peer_dir="$(cd "$(dirname "$0")/.." && pwd)/bench/peer"
+    (cd "$peer_dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional \
+      --ignore-scripts --no-audit --no-fund --loglevel=error)
+    echo "install-deps: llama.cpp peer (node-llama-cpp) in $peer_dir/node_modules"
+  fi
+fi
