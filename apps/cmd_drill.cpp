@@ -134,7 +134,8 @@ public:
                 static_cast<long long>(plan_.job.cluster.nnodes));
     std::fflush(stdout);
     for (const auto& f : plan_.faults) {
-      fault_result r{f};
+      fault_result r;
+      r.fault = f;
       if (!inject(probe, r))
         return report(false, "the job did not reach step "
                                + std::to_string(f.at_step) + " in time");

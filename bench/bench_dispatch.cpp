@@ -75,8 +75,8 @@ void rank_main(int rank, gloo::rendezvous::Store& store, results& res) {
   CPU_SET(rank % std::thread::hardware_concurrency(), &core);
   pthread_setaffinity_np(pthread_self(), sizeof(core), &core);
   std::unique_ptr<comm::communicator> comm;
-  check(comm::make_gloo_communicator(store, rank, W,
-                                     {"127.0.0.1", "tutti", timeout}, comm));
+  check(comm::make_gloo_communicator(
+    store, rank, W, {"127.0.0.1", "tutti", timeout, timeout, {}}, comm));
   // The anchor gets its own context and connections, as a plain Gloo user.
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";

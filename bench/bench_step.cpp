@@ -251,7 +251,8 @@ void in_process_rank(const job_config& cfg, int rank,
                                          {"world", timeout, timeout}, world));
   else
     check(comm::make_gloo_communicator(
-      store, rank, W, {cfg.cluster.host, "world", timeout}, world));
+      store, rank, W, {cfg.cluster.host, "world", timeout, timeout, {}},
+      world));
   local_experts experts(cfg, rank);
   model::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
   for (int64_t step = 1; step <= steps; ++step) {

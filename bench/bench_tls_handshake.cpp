@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   const auto files = [&](int n) {
     const auto stem = (dir / ("node-" + std::to_string(n))).string();
     return tls_files{(dir / "ca.crt").string(), stem + ".crt", stem + ".key",
-                     ""};
+                     "", ""};
   };
   auto server = tls_endpoint::load(files(0), tls_role::server);
   auto client = tls_endpoint::load(files(1), tls_role::client);

@@ -74,7 +74,7 @@ TEST_CASE("a CA issues node and user certificates with 0600 keys",
   CHECK_FALSE(issue_certificate(dir.string(), user("a/b", "viewer"), 60).ok());
 
   auto loaded = tls_endpoint::load(
-    {(dir / "ca.crt").string(), n1->cert, n1->key, ""}, tls_role::server);
+    {(dir / "ca.crt").string(), n1->cert, n1->key, "", ""}, tls_role::server);
   REQUIRE(loaded.ok());
   CHECK((*loaded)->self().node_rank == 1);
   fs::remove_all(dir);
@@ -95,18 +95,19 @@ TEST_CASE("a TLS endpoint refuses another CA's, expired and mismatched files",
                                    (dir / "expired").string(), -7200);
   REQUIRE(expired.ok());
 
-  auto r = tls_endpoint::load({ca, foreign->cert, foreign->key, ""},
+  auto r = tls_endpoint::load({ca, foreign->cert, foreign->key, "", ""},
                               tls_role::server);
   REQUIRE_FALSE(r.ok());
   CHECK(r.message().find("unable to get local issuer") != std::string::npos);
-  r = tls_endpoint::load({ca, expired->cert, expired->key, ""},
+  r = tls_endpoint::load({ca, expired->cert, expired->key, "", ""},
                          tls_role::server);
   REQUIRE_FALSE(r.ok());
   CHECK(r.message().find("expired") != std::string::npos);
-  r = tls_endpoint::load({ca, good->cert, foreign->key, ""}, tls_role::server);
+  r = tls_endpoint::load({ca, good->cert, foreign->key, "", ""},
+                         tls_role::server);
   REQUIRE_FALSE(r.ok());
   CHECK(r.message().find("does not belong") != std::string::npos);
-  r = tls_endpoint::load({ca, good->cert, "/nonexistent.key", ""},
+  r = tls_endpoint::load({ca, good->cert, "/nonexistent.key", "", ""},
                          tls_role::server);
   REQUIRE_FALSE(r.ok());
   fs::remove_all(dir);

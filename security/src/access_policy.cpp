@@ -46,7 +46,7 @@ int role_rank(const std::string& role) {
 std::string required_role(const std::string& command) {
   static const std::set<std::string> viewer = {
     "status", "nodes", "actors", "experts", "metrics",
-    "events", "logs",  "audit",  "diag",    "help"};
+    "events", "logs",  "audit",  "diag",    "help",  "config"};
   static const std::set<std::string> operator_ = {
     "pause",   "resume", "checkpoint", "kill",
     "restart", "drain",  "stop",       "chaos"};
