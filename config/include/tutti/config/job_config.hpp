@@ -518,7 +518,8 @@ void visit_fields(Visitor& v, alerts_config& c) {
           "important: a daemon's memory over this", at_least(0, "0 = off"),
           not_fingerprinted);
   v.field("comm_time_factor", c.comm_time_factor,
-          "important: all-to-all time over its baseline times this",
+          "important: all-to-all exchange time (less the wait for late "
+          "ranks) over its baseline times this",
           at_least(0, "0 = off"), not_fingerprinted);
   v.field("expert_imbalance", c.expert_imbalance,
           "important: an expert over the mean load times this",
