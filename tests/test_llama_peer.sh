@@ -7,10 +7,10 @@ set -euo pipefail
 src=${TUTTI_SOURCE_DIR:?} bin=${TUTTI_BINARY_DIR:?}
 peer=$src/bench/peer
 if ! command -v node >/dev/null; then
-  echo "skipped: node is not installed"; exit 77
+  echo "SKIPPED test_llama_peer: node is not installed"; exit 77
 fi
 if [ ! -d "$peer/node_modules/node-llama-cpp" ]; then
-  echo "skipped: node-llama-cpp is not installed (deploy/install-deps.sh --bench)"; exit 77
+  echo "SKIPPED test_llama_peer: node-llama-cpp is not installed (deploy/install-deps.sh --bench)"; exit 77
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/tutti_llama_peer.XXXXXX")
 server=""
