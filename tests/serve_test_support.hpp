@@ -114,4 +114,20 @@ inline void write_export_dir(const std::filesystem::path& dir,
   REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
 }
 
+// A random model of `cfg`, exported once per test process into
+// scratch(name)/export and loaded afresh on every call.
+inline serve::served_model random_served_model(const std::string& name,
+                                               const job_config& cfg,
+                                               uint64_t seed) {
+  static std::map<std::string, std::filesystem::path> exported;
+  auto& dir = exported[name];
+  if (dir.empty()) {
+    dir = scratch(name) / "export";
+    write_export_dir(dir, cfg, random_model_tensors(cfg, seed));
+  }
+  auto m = serve::load_model(dir);
+  REQUIRE(m.ok());
+  return std::move(m.value());
+}
+
 } // namespace tutti::testing

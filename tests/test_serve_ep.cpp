@@ -18,16 +18,9 @@ using namespace tutti::testing;
 namespace {
 
 serve::served_model ep_model() {
-  static const auto dir = [] {
-    // 8 experts top-2: 2 ranks hold 4 each, 4 ranks 2 each.
-    auto cfg = serve_test_config(64, 32, 48, 2, 4, 2, 8, 2, 96);
-    auto d = scratch("serve_ep_model") / "export";
-    write_export_dir(d, cfg, random_model_tensors(cfg, 41));
-    return d;
-  }();
-  auto m = serve::load_model(dir);
-  REQUIRE(m.ok());
-  return std::move(m.value());
+  // 8 experts top-2: 2 ranks hold 4 each, 4 ranks 2 each.
+  return random_served_model(
+    "serve_ep_model", serve_test_config(64, 32, 48, 2, 4, 2, 8, 2, 96), 41);
 }
 
 struct outcome {

@@ -18,15 +18,9 @@ using namespace tutti::testing;
 namespace {
 
 serve::served_model prefix_model() {
-  static const auto dir = [] {
-    auto cfg = serve_test_config(64, 32, 48, 2, 4, 2, 4, 2, 128);
-    auto d = scratch("serve_prefix_model") / "export";
-    write_export_dir(d, cfg, random_model_tensors(cfg, 23));
-    return d;
-  }();
-  auto m = serve::load_model(dir);
-  REQUIRE(m.ok());
-  return std::move(m.value());
+  return random_served_model("serve_prefix_model",
+                             serve_test_config(64, 32, 48, 2, 4, 2, 4, 2, 128),
+                             23);
 }
 
 struct outcome {
