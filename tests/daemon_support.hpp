@@ -310,4 +310,14 @@ struct socket_guard {
   }
 };
 
+// GET http://127.0.0.1:port/metrics: the body of a 200 answer.
+inline std::string scrape_metrics(int port) {
+  socket_guard s(tcp_connect("127.0.0.1", port));
+  REQUIRE(s.fd >= 0);
+  REQUIRE(send_bytes(s.fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto reply = recv_for(s.fd, 3000, 1 << 22);
+  REQUIRE(reply.find("200 OK") != std::string::npos);
+  return reply.substr(reply.find("\r\n\r\n") + 4);
+}
+
 } // namespace tutti::testing

@@ -14,15 +14,6 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-std::string scrape(int port) {
-  socket_guard s(tcp_connect("127.0.0.1", port));
-  REQUIRE(s.fd >= 0);
-  REQUIRE(send_bytes(s.fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
-  auto reply = recv_for(s.fd, 3000, 1 << 22);
-  REQUIRE(has(reply, "200 OK"));
-  return reply.substr(reply.find("\r\n\r\n") + 4);
-}
-
 } // namespace
 
 TEST_CASE("tutti run serves /metrics and answers client commands",
@@ -45,7 +36,7 @@ TEST_CASE("tutti run serves /metrics and answers client commands",
   REQUIRE(wait_until([&] { return count_lines(metrics) >= 3; }, 120));
   INFO("tutti run: " << tail(read_text(log)));
 
-  auto body = scrape(metrics_port);
+  auto body = scrape_metrics(metrics_port);
   write_text(job.dir / "scrape.txt", body);
   auto check = run(
     "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);

@@ -20,16 +20,6 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// GET http://127.0.0.1:port/metrics, the body.
-std::string scrape(int port) {
-  socket_guard s(tcp_connect("127.0.0.1", port));
-  REQUIRE(s.fd >= 0);
-  REQUIRE(send_bytes(s.fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
-  auto reply = recv_for(s.fd, 3000, 1 << 22);
-  REQUIRE(has(reply, "200 OK"));
-  return reply.substr(reply.find("\r\n\r\n") + 4);
-}
-
 } // namespace
 
 TEST_CASE("tutti shell -c: every command, with its exit status",
@@ -134,7 +124,7 @@ TEST_CASE("tutti shell -c: every command, with its exit status",
 TEST_CASE("/metrics passes promtool and matches metrics.jsonl", "[metrics]") {
   live_job job("shell_metrics", 53);
   for (int port : {job.metrics_port, job.metrics_port + 1}) {
-    auto body = scrape(port);
+    auto body = scrape_metrics(port);
     write_text(job.dir / "scrape.txt", body);
     auto check = run(
       "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);
@@ -142,7 +132,7 @@ TEST_CASE("/metrics passes promtool and matches metrics.jsonl", "[metrics]") {
     CHECK(check.status == 0);
   }
   // The expert counts of the scrape's step, against that step's line.
-  auto body = scrape(job.metrics_port);
+  auto body = scrape_metrics(job.metrics_port);
   std::smatch m;
   REQUIRE(std::regex_search(body, m, std::regex("\ntutti_job_step ([0-9]+)")));
   const int step = std::stoi(m[1]);
@@ -176,7 +166,7 @@ TEST_CASE("/metrics passes promtool and matches metrics.jsonl", "[metrics]") {
   // Published when the ranks start and on every heartbeat tick.
   CHECK(wait_until(
     [&] {
-      return has(scrape(job.metrics_port + 1),
+      return has(scrape_metrics(job.metrics_port + 1),
                  "tutti_daemon_ranks_running{node=\"1\"} 2");
     },
     10));
