@@ -15,6 +15,7 @@
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
+#include "tutti/model/idle_core_pool.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/errors.hpp"
 
@@ -249,6 +250,17 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   st.ffn = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,
                                                st.count, c.model.hidden_size,
                                                c.model.intermediate_size);
+  if (args.device < 0 && c.moe.share_idle_cores) {
+    // A CPU shard lends and borrows cores among the shards of its process.
+    auto& pool = model::idle_core_pool::process();
+    pool.join();
+    self->attach_functor([&pool] { pool.leave(); });
+    st.ffn->share_idle_cores(true);
+    log_info("expert_shard", "rank " + std::to_string(st.rank)
+                               + ": experts run as tasks on the idle cores "
+                                 "of the process (pool threads: "
+                               + std::to_string(pool.threads()) + ")");
+  }
   return {
     [self](expert_fwd_atom, expert_task_ptr task) {
       return guarded(self, [&] {

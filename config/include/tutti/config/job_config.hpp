@@ -221,6 +221,7 @@ struct moe_config {
   all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
+  bool share_idle_cores = true;
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
 };
@@ -254,6 +255,10 @@ void visit_fields(Visitor& v, moe_config& c) {
           "experts, each sent while the next computes (over Gloo or NCCL; "
           "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
+  v.field("share_idle_cores", c.share_idle_cores,
+          "CPU expert shards of one process run each other's experts on "
+          "the cores their waiting ranks leave (the same bits)",
+          not_fingerprinted);
   v.field("routing_stats_window", c.routing_stats_window,
           "steps per window of routing statistics (tokens per expert, "
           "co-activation, layer transitions) kept in the job store for "

@@ -27,6 +27,10 @@ public:
   expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
              int64_t intermediate);
 
+  // On the CPU, run each expert as its own task in the process's
+  // idle_core_pool (the same bits; see there). Off by default.
+  void share_idle_cores(bool on) { share_cores_ = on; }
+
   // rows[j] (host memory) rows of x belong to local expert j, in order. y
   // is [sum rows, D]. x, y and the weights are in s's device memory.
   // `append`: the rows follow the last forward's of this layer (a later
@@ -43,11 +47,19 @@ public:
                 int64_t first_row = 0);
 
 private:
+  // Whether this call splits into per-expert tasks for the pool.
+  bool lends_work(const kernels::stream& s, const int64_t* rows) const;
+  // Runs task(j, first row of j) for every expert with rows, largest
+  // first, on the pool.
+  template <class Task>
+  void per_expert(const int64_t* rows, Task&& task) const;
+
   struct saved {
     std::vector<int64_t> rows;
     kernels::tensor<float> x, a, b, h;
   };
   int64_t experts_, hidden_, intermediate_;
+  bool share_cores_ = false;
   std::vector<saved> saved_;
   kernels::tensor<float> dh_, da_, db_, dx_tmp_;
 };
