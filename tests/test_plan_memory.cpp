@@ -24,7 +24,7 @@ std::string sized(std::string config) {
   };
   set("vocab_size: 32\n  hidden_size: 32\n  intermediate_size: 64\n"
       "  num_hidden_layers: 2\n",
-      "vocab_size: 32\n  hidden_size: 256\n  intermediate_size: 768\n"
+      "vocab_size: 4096\n  hidden_size: 256\n  intermediate_size: 768\n"
       "  num_hidden_layers: 4\n");
   set("  num_experts: 4\n", "  num_experts: 8\n");
   set("  eval_sequences: 8\n", "  eval_sequences: 0\n");
