@@ -2,7 +2,12 @@
 // warning naming cluster_config.device_memory_gb, within a second; on the
 // quickstart model its numbers agree with what `tutti run` reports: the
 // parameter count it prints at start, and the all-to-all bytes it logs at
-// every step (dropless routing, so the payload is known exactly).
+// every step (dropless routing, so the payload is known exactly). The
+// example as the users pasted it (no model) gets one line naming the
+// presets; with --model it plans, and --search lists layouts that fit,
+// fastest first with the 1F1B bubble, under a second for a Mixtral-8x7B-
+// and a DeepSeek-V3-sized model. Memory by component follows
+// micro-batches, optimizer sharding and recomputation.
 
 #include <catch2/catch.hpp>
 
