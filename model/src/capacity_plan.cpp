@@ -135,8 +135,10 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
       p.warnings.push_back(
         "does not fit: " + bytes_text(p.total_bytes) + " per rank > "
         + bytes_text(budget) + " (cluster_config.device_memory_gb); "
-        + "raise cluster_config.ep_size to spread experts, or lower "
-          "train.global_batch_size / train.seq_len for activations");
+        + "raise cluster_config.ep_size to spread experts, set "
+          "train.optimizer_sharding for the moments, raise "
+          "train.micro_batches or set train.recompute for activations; "
+          "`tutti plan CONFIG --search` lists layouts that fit");
     else if (p.activation_bytes > 0.5 * budget)
       p.warnings.push_back("activations take over half the device: lower "
                            "train.global_batch_size or train.seq_len");
