@@ -1,14 +1,20 @@
-// tutti plan CONFIG [--json]: memory, compute and traffic per rank.
+// tutti plan CONFIG [--json] [--model NAME] [--search]: memory by
+// component, compute and traffic per rank; with --search, the layouts that
+// fit device_memory_gb, fastest first.
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/model/capacity_plan.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/config/presets.hpp"
+#include "tutti/model/memory_plan.hpp"
 
 namespace tutti::cli {
 
@@ -38,28 +44,147 @@ std::string plan_json(const model::capacity_plan& p) {
   j["alltoall_cross_rack_bytes"] = whole(p.alltoall_cross_rack_bytes);
   j["allreduce_bytes"] = whole(p.allreduce_bytes);
   j["fits"] = p.warnings.empty();
+  const auto& m = p.memory;
+  j["memory"] = {{"weights", whole(m.weights)},
+                 {"gradients", whole(m.gradients)},
+                 {"optimizer", whole(m.optimizer)},
+                 {"optimizer_scratch", whole(m.optimizer_scratch)},
+                 {"activations_per_micro_batch", whole(m.activations_micro)},
+                 {"in_flight_micro_batches", m.in_flight},
+                 {"activations", whole(m.activations)},
+                 {"working", whole(m.working)},
+                 {"dispatch", whole(m.dispatch)},
+                 {"checkpoint_host", whole(m.checkpoint)},
+                 {"checkpoint_host_other_ranks", whole(m.checkpoint_other)},
+                 {"kv_cache_per_sequence", whole(m.kv_cache_per_sequence)},
+                 {"total", whole(m.total)}};
   return j.dump();
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  return buf;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+int print_search(const job_config& cfg, const model::hardware& hw,
+                 size_t top, bool json) {
+  int64_t considered = 0;
+  const auto found = model::search_layouts(cfg, hw, considered);
+  if (json) {
+    auto rows = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < found.size() && i < top; ++i) {
+      const auto& c = found[i];
+      rows.push_back({{"tp", c.layout.tp},
+                      {"pp", c.layout.pp},
+                      {"ep", c.layout.ep},
+                      {"dp", c.layout.dp},
+                      {"micro_batches", c.layout.micro_batches},
+                      {"recompute", to_string(c.layout.recompute)},
+                      {"optimizer_sharding", c.layout.optimizer_sharding},
+                      {"memory_bytes", whole(c.memory.total)},
+                      {"step_s", c.step.step_s},
+                      {"compute_s", c.step.compute_s},
+                      {"bubble", c.step.bubble},
+                      {"exposed_comm_s", c.step.exposed_comm_s}});
+    }
+    nlohmann::ordered_json j;
+    j["considered"] = considered;
+    j["fit"] = found.size();
+    j["layouts"] = rows;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("layouts for world %lld that fit %.0f GB per device: %zu of "
+              "%lld considered; step time from %.0f TFLOP/s, %.0f Gb/s in a "
+              "node, %.0f Gb/s between nodes\n",
+              static_cast<long long>(cfg.cluster.world_size),
+              cfg.cluster.device_memory_gb, found.size(),
+              static_cast<long long>(considered), hw.device_tflops,
+              hw.intra_node_gbps, hw.inter_node_gbps);
+  std::printf("  %3s %3s %4s %5s %4s %-9s %-7s %10s %10s %7s %10s\n", "TP",
+              "PP", "EP", "DP", "m", "recompute", "optim", "memory",
+              "step", "bubble", "exposed");
+  for (size_t i = 0; i < found.size() && i < top; ++i) {
+    const auto& c = found[i];
+    const auto& l = c.layout;
+    std::printf("  %3lld %3lld %4lld %5lld %4lld %-9s %-7s %10s %10s %6.1f%% "
+                "%10s\n",
+                static_cast<long long>(l.tp), static_cast<long long>(l.pp),
+                static_cast<long long>(l.ep), static_cast<long long>(l.dp),
+                static_cast<long long>(l.micro_batches),
+                to_string(l.recompute),
+                l.optimizer_sharding ? "sharded" : "whole",
+                gib(c.memory.total).c_str(),
+                seconds_text(c.step.step_s).c_str(), 100 * c.step.bubble,
+                seconds_text(c.step.exposed_comm_s).c_str());
+  }
+  if (cfg.expert_restart_in_place())
+    std::printf("counted: the experts' second set and the replay log of "
+                "restart in place (supervision.expert_shard.max_restarts: 0 "
+                "drops them)\n");
+  if (found.empty())
+    std::printf("none fits: raise cluster_config.device_memory_gb or the "
+                "world size, or lower train.seq_len\n");
+  return 0;
 }
 
 } // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  command_line cl("plan", "CONFIG [--json]",
+  command_line cl("plan", "CONFIG [--json] [--model NAME] [--search]",
                   "memory, compute and traffic per rank; what does not fit, "
                   "with the key to change");
-  cl.options()("json", "one JSON object instead of text");
+  cl.options()("json", "one JSON object instead of text")(
+    "model", po::value<std::string>(),
+    "a model preset: mixtral-8x7b, mixtral-8x22b or deepseek-v3")(
+    "search", "list the layouts (TP, PP, EP, DP, micro-batches, "
+              "recomputation, optimizer sharding) that fit, fastest first")(
+    "top", po::value<size_t>()->default_value(15), "layouts --search lists")(
+    "tflops", po::value<double>()->default_value(400),
+    "sustained TFLOP/s per device for the step-time estimate");
   cl.positional("config");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
   if (!vm.count("config"))
     return cl.bad("missing CONFIG (usage: tutti plan CONFIG)");
-  auto loaded = load_job_config(vm["config"].as<std::string>());
+  const auto path = vm["config"].as<std::string>();
+  std::ifstream in(path);
+  if (!in)
+    return fail(2, "config: " + path + ": cannot open config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<std::string> notes;
+  auto loaded = parse_plan_config(
+    text.str(), path,
+    vm.count("model") ? vm["model"].as<std::string>() : std::string(), notes);
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   const job_config& cfg = *loaded;
+  const bool json = vm.count("json") > 0;
+  if (!json)
+    for (const auto& note : notes)
+      std::printf("note: %s\n", note.c_str());
+  if (vm.count("search")) {
+    if (cfg.cluster.device_memory_gb <= 0)
+      return fail(2, "plan --search: cluster_config.device_memory_gb is not "
+                     "set; the search needs the device's size");
+    return print_search(cfg,
+                        model::hardware_of(cfg, vm["tflops"].as<double>()),
+                        vm["top"].as<size_t>(), json);
+  }
   auto p = model::make_capacity_plan(cfg);
-  if (vm.count("json"))
+  if (json)
     std::printf("%s\n", plan_json(p).c_str());
   else
     std::fputs(model::format_plan(cfg, p).c_str(), stdout);

@@ -73,6 +73,7 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
       "train.grad_clip",
       "train.gemm_precision",
       "train.seed",
+      "train.micro_batches",
       "train.eval_interval",
       "train.eval_sequences",
       "data.shard_per_rank",

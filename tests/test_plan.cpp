@@ -2,10 +2,16 @@
 // warning naming cluster_config.device_memory_gb, within a second; on the
 // quickstart model its numbers agree with what `tutti run` reports: the
 // parameter count it prints at start, and the all-to-all bytes it logs at
-// every step (dropless routing, so the payload is known exactly).
+// every step (dropless routing, so the payload is known exactly). The
+// example as the users pasted it (no model) gets one line naming the
+// presets; with --model it plans, and --search lists layouts that fit,
+// fastest first with the 1F1B bubble, under a second for a Mixtral-8x7B-
+// and a DeepSeek-V3-sized model. Memory by component follows
+// micro-batches, optimizer sharding and recomputation.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <regex>
@@ -156,4 +162,140 @@ TEST_CASE("tutti plan's parameter count and all-to-all bytes for the "
     CHECK(logged == alltoall);
   }
   CHECK(step == 3);
+}
+
+namespace {
+
+// The users' 8192-accelerator example as they wrote it: cluster and MoE
+// blocks only, no model.
+const char* seed_as_is = R"(cluster_config:
+  world_size: 8192
+  nnodes: 1024
+  nproc_per_node: 8
+  communication_backend: "custom_high_speed"
+  ep_size: 64
+  device_memory_gb: 80
+moe_config:
+  num_experts: 128
+  router_top_k: 2
+  all_to_all_communication: "enabled"
+  communication_buffer_size: "auto"
+)";
+
+// Wall time of `command` (best of 3) and its last result.
+double best_time(const std::string& command, command_result& r) {
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    r = run(command, 30);
+    best = std::min(
+      best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count());
+    if (r.status != 0)
+      break;
+  }
+  return best;
+}
+
+} // namespace
+
+TEST_CASE("a config without a model gets one line naming the presets",
+          "[unit]") {
+  auto dir = scratch("plan_no_model");
+  write_text(dir / "seed.yaml", seed_as_is);
+  auto r = run(tutti_bin() + " plan " + (dir / "seed.yaml").string(), 30);
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  for (const char* preset : {"mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"})
+    CHECK(r.output.find(preset) != std::string::npos);
+  auto bad = run(tutti_bin() + " plan " + (dir / "seed.yaml").string()
+                   + " --model gpt-5",
+                 30);
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("gpt-5") != std::string::npos);
+}
+
+TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
+          "that fit, fastest first, under a second",
+          "[unit]") {
+  auto dir = scratch("plan_search");
+  write_text(dir / "seed.yaml", seed_as_is);
+  // DeepSeek-V3 fits 80 GB only without restart in place's second set of
+  // expert weights and its replay log, which the plan counts.
+  write_text(dir / "seed_no_restart.yaml",
+             std::string(seed_as_is)
+               + "supervision:\n  expert_shard:\n    max_restarts: 0\n");
+  for (auto [preset, file] : {std::pair{"mixtral-8x7b", "seed.yaml"},
+                              std::pair{"deepseek-v3", "seed_no_restart.yaml"}}) {
+    command_result r;
+    const double t = best_time(tutti_bin() + " plan " + (dir / file).string()
+                                 + " --model " + preset + " --search --json",
+                               r);
+    INFO(preset << ": " << r.output);
+    INFO("wall time (best of 3): " << t << " s");
+    REQUIRE(r.status == 0);
+    CHECK(t < 1.0);
+    const auto j = nlohmann::json::parse(r.output);
+    CHECK(j["considered"].get<int64_t>() > 100);
+    REQUIRE(!j["layouts"].empty());
+    double last = 0;
+    for (const auto& l : j["layouts"]) {
+      CHECK(l["memory_bytes"].get<double>() <= 80e9);
+      CHECK(l["step_s"].get<double>() >= last);
+      last = l["step_s"].get<double>();
+      // 1F1B's bubble, (p - 1) / (m + p - 1).
+      const double p = l["pp"].get<double>();
+      const double m = l["micro_batches"].get<double>();
+      CHECK(l["bubble"].get<double>() == Approx((p - 1) / (m + p - 1)));
+      CHECK(l["tp"].get<int64_t>() * l["pp"].get<int64_t>()
+              * l["dp"].get<int64_t>()
+            == 8192);
+    }
+  }
+  // The text table, from the shipped config (its own model section).
+  auto r = run(tutti_bin() + " plan " + source_dir()
+                 + "/configs/seed_8192.yaml --search --top 5",
+               30);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("layouts for world 8192 that fit 80 GB") !=
+        std::string::npos);
+  CHECK(r.output.find("bubble") != std::string::npos);
+  CHECK(r.output.find("exposed") != std::string::npos);
+}
+
+TEST_CASE("memory by component follows micro-batches, sharding and "
+          "recomputation",
+          "[unit]") {
+  auto dir = scratch("plan_components");
+  auto base = read_text(source_dir() + "/configs/seed_8192.yaml");
+  // 4 sequences per rank, so 4 micro-batches are 1 each.
+  replace_once(base, "  global_batch_size: 8192\n",
+               "  global_batch_size: 32768\n");
+  auto plan = [&](const std::string& name, const std::string& train_keys) {
+    auto text = base;
+    replace_once(text, "  seq_len: 4096\n", "  seq_len: 4096\n" + train_keys);
+    write_text(dir / (name + ".yaml"), text);
+    auto r = run(tutti_bin() + " plan " + (dir / (name + ".yaml")).string()
+                   + " --json",
+                 30);
+    INFO(name << ": " << r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.output)["memory"];
+  };
+  auto plain = plan("plain", "");
+  auto micro = plan("micro", "  micro_batches: 4\n");
+  auto sharded = plan("sharded", "  optimizer_sharding: true\n");
+  auto selective = plan("selective", "  recompute: selective\n");
+  auto full = plan("full", "  recompute: full\n");
+  CHECK(micro["activations"].get<double>()
+        == Approx(plain["activations"].get<double>() / 4).epsilon(0.01));
+  CHECK(sharded["optimizer"].get<double>()
+        < plain["optimizer"].get<double>());
+  CHECK(sharded["weights"] == plain["weights"]);
+  CHECK(selective["activations"].get<double>()
+        < plain["activations"].get<double>());
+  CHECK(full["activations"].get<double>()
+        < selective["activations"].get<double>());
 }

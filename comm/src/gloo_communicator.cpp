@@ -14,6 +14,7 @@
 
 #include "gloo_abort.hpp"
 #include "tutti/comm/data_plane_peers.hpp"
+#include "tutti/comm/slices.hpp"
 #include "gloo_check.hpp"
 
 namespace tutti::comm {
@@ -104,11 +105,9 @@ private:
     const int n = size();
     if (n == 1 || count == 0)
       return {};
-    const auto slice = static_cast<int64_t>((count + n - 1) / n);
     std::vector<int64_t> lengths(n);
     for (int p = 0; p < n; ++p)
-      lengths[p] = std::clamp<int64_t>(static_cast<int64_t>(count) - p * slice,
-                                       0, slice);
+      lengths[p] = member_slice(static_cast<int64_t>(count), n, p).count;
     const int64_t mine = lengths[rank()];
     std::vector<T> gathered(static_cast<size_t>(mine) * n);
     TUTTI_RETURN_IF_ERROR(all_to_all_v(data, lengths, gathered.data(),

@@ -118,6 +118,12 @@ status check_train(const job_config& c) {
     require(t.global_batch_size % world == 0, "train.global_batch_size",
             "must be divisible by world_size (" + text(t.global_batch_size)
               + " % " + text(world) + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(
+    require((t.global_batch_size / world) % t.micro_batches == 0,
+            "train.micro_batches",
+            "must divide the per-rank batch (global_batch_size / world_size = "
+              + text(t.global_batch_size / world) + "), got "
+              + text(t.micro_batches)));
   TUTTI_RETURN_IF_ERROR(require(t.min_lr >= 0 && t.min_lr <= t.lr,
                                 "train.min_lr", "must be in [0, lr]"));
   TUTTI_RETURN_IF_ERROR(require(t.gemm_precision == gemm_precision::fp32

@@ -1,5 +1,7 @@
 #include "tutti/model/capacity_plan.hpp"
 
+#include "tutti/model/memory_plan.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -59,8 +61,9 @@ void remote_shares(const job_config& cfg, double& cross_node,
 
 int64_t dispatch_buffer_rows(const job_config& cfg) {
   const auto& e = cfg.moe;
+  // One micro-batch's tokens: a rank dispatches one at a time.
   const int64_t n = cfg.train.global_batch_size / cfg.cluster.world_size
-                    * cfg.train.seq_len;
+                    / cfg.train.micro_batches * cfg.train.seq_len;
   const int64_t ep = cfg.ep_size(), local = cfg.experts_per_rank();
   if (e.capacity_factor > 0) {
     auto capacity = static_cast<int64_t>(
@@ -95,26 +98,15 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   p.active_params_per_token = static_cast<int64_t>(p.dense_params
                                                    + layers * k * per_expert);
 
-  const double local_params = p.dense_params + p.expert_params_per_rank;
-  p.weights_bytes = local_params * fp32;
-  p.grads_bytes = local_params * fp32;
-  p.optimizer_bytes = 2 * local_params * fp32;
-
-  // What one step keeps for backward (rank_model's layer_acts and the
-  // expert shard's saved rows), per layer, plus the LM head.
-  const double rows = n * k; // routed rows, balanced routing
-  const double per_layer_acts = 4 * n * d + 2 * n + 2 * n * hq * hd
-                                + 2 * n * hkv * hd + seqs * hq * s * s
-                                + 2 * n * E + 3 * n * k + rows * d
-                                + rows * (d + 3 * f);
-  p.activation_bytes = (layers * per_layer_acts + 3 * n * d + n * v) * fp32;
-  p.dispatch_buffer_bytes =
-    e.communication_buffer_size > 0
-      ? static_cast<double>(e.communication_buffer_size)
-      : (2 * n * k + 2 * static_cast<double>(dispatch_buffer_rows(cfg))) * d
-          * fp32;
-  p.total_bytes = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
-                  + p.activation_bytes + p.dispatch_buffer_bytes;
+  // Memory by component: memory_plan.cpp, for the config's own layout.
+  p.memory = plan_memory(cfg, layout_of(cfg));
+  p.weights_bytes = p.memory.weights;
+  p.grads_bytes = p.memory.gradients;
+  p.optimizer_bytes = p.memory.optimizer + p.memory.optimizer_scratch;
+  p.activation_bytes = p.memory.activations + p.memory.working;
+  p.dispatch_buffer_bytes = p.memory.dispatch;
+  p.total_bytes = p.memory.total;
+  const double rows = n * k; // routed rows per step, balanced routing
 
   // 2 FLOPs per multiply-add, x3 for forward + backward; attention scores
   // and values over the causal half.
@@ -143,8 +135,10 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
       p.warnings.push_back(
         "does not fit: " + bytes_text(p.total_bytes) + " per rank > "
         + bytes_text(budget) + " (cluster_config.device_memory_gb); "
-        + "raise cluster_config.ep_size to spread experts, or lower "
-          "train.global_batch_size / train.seq_len for activations");
+        + "raise cluster_config.ep_size to spread experts, set "
+          "train.optimizer_sharding for the moments, raise "
+          "train.micro_batches or set train.recompute for activations; "
+          "`tutti plan CONFIG --search` lists layouts that fit");
     else if (p.activation_bytes > 0.5 * budget)
       p.warnings.push_back("activations take over half the device: lower "
                            "train.global_batch_size or train.seq_len");
@@ -170,19 +164,39 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("experts, all", count_text(p.expert_params_total));
   row("experts, per rank", count_text(p.expert_params_per_rank));
   row("active per token", count_text(p.active_params_per_token));
-  out << "memory per rank (fp32)\n";
-  row("weights", bytes_text(p.weights_bytes));
-  row("gradients", bytes_text(p.grads_bytes));
-  row("optimizer moments", bytes_text(p.optimizer_bytes), "AdamW m and v");
-  row("activations", bytes_text(p.activation_bytes), "one local batch");
-  row("dispatch buffers", bytes_text(p.dispatch_buffer_bytes),
-      cfg.moe.communication_buffer_size > 0 ? "communication_buffer_size"
-      : cfg.moe.capacity_factor > 0         ? "auto: from capacity"
-                                            : "auto: dropless worst case");
+  const auto& mem = p.memory;
+  const auto layout = layout_of(cfg);
+  out << "memory per rank (fp32), " << layout_text(layout) << "\n";
+  row("weights", bytes_text(mem.weights));
+  row("gradients", bytes_text(mem.gradients));
+  row("optimizer moments", bytes_text(mem.optimizer),
+      layout.optimizer_sharding
+        ? "AdamW m and v, dense ones sharded over DP "
+            + std::to_string(layout.dp)
+        : "AdamW m and v");
+  if (mem.optimizer_scratch > 0)
+    row("optimizer second set", bytes_text(mem.optimizer_scratch),
+        "experts' step taken aside (restart in place)");
+  row("activations", bytes_text(mem.activations),
+      bytes_text(mem.activations_micro) + " per micro-batch x "
+        + count_text(mem.in_flight) + " in flight, recompute "
+        + to_string(layout.recompute));
+  row("working buffers", bytes_text(mem.working),
+      "backward scratch, LM head, recomputed layer");
+  row("dispatch buffers", bytes_text(mem.dispatch),
+      std::string(cfg.moe.communication_buffer_size > 0
+                    ? "communication_buffer_size"
+                  : cfg.moe.capacity_factor > 0 ? "auto: from capacity"
+                                                : "auto: dropless worst case")
+        + (cfg.expert_restart_in_place() ? ", expert replay log" : ""));
   row("total", bytes_text(p.total_bytes),
       cl.device_memory_gb > 0
         ? "of " + bytes_text(cl.device_memory_gb * 1e9) + " device memory"
         : "");
+  row("checkpoint host copies", bytes_text(mem.checkpoint),
+      "rank 0, while a checkpoint is taken");
+  row("KV cache per sequence", bytes_text(mem.kv_cache_per_sequence),
+      "serving, at max_seq_len " + std::to_string(cfg.model.max_seq_len));
   out << "compute\n";
   row("FLOPs per token (fwd+bwd)", count_text(p.flops_per_token));
   row("FLOPs per step (global)", count_text(p.flops_per_step));

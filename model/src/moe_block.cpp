@@ -54,17 +54,20 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
     fraction[i] = static_cast<float>(
       static_cast<double>(a.counts_global[i])
       / (static_cast<double>(global_tokens_) * K));
-    stats.expert_counts[l * E + i] = a.counts_global[i];
+    // Summed over the step's micro-batches: the bias update and the
+    // reported counts see the whole global batch.
+    stats.expert_counts[l * E + i] += a.counts_global[i];
+    a.counts_step[i] += a.counts_global[i];
   }
   a.fraction.upload(stream_, fraction);
-  a.counts_global_dev.upload(stream_, a.counts_global);
+  a.counts_global_dev.upload(stream_, a.counts_step);
   if (e.aux_loss_coeff > 0)
     stats.aux_loss += k::switch_loss_forward(stream_, a.rprobs.data(),
                                              a.fraction.data(), n, E,
-                                             e.aux_loss_coeff, global_tokens_);
+                                             aux_coeff(), global_tokens_);
   if (e.z_loss_coeff > 0)
     stats.z_loss += k::z_loss_forward(stream_, a.logits.data(), n, E,
-                                      e.z_loss_coeff, global_tokens_);
+                                      z_coeff(), global_tokens_);
   return {};
 }
 
@@ -218,11 +221,11 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                           dgate_.data(), dlogits_.data(), n, E, K, temperature);
   if (e.aux_loss_coeff > 0)
     k::switch_loss_backward(stream_, a.rprobs.data(), a.fraction.data(),
-                            dlogits_.data(), n, E, e.aux_loss_coeff,
+                            dlogits_.data(), n, E, aux_coeff(),
                             global_tokens_, temperature);
   if (e.z_loss_coeff > 0)
     k::z_loss_backward(stream_, a.logits.data(), dlogits_.data(), n, E,
-                       e.z_loss_coeff, global_tokens_);
+                       z_coeff(), global_tokens_);
   k::linear_backward(
     stream_, a.xn2.data(), param(layer_name(l, "block_sparse_moe.gate.weight")),
     dlogits_.data(), dtmp2_.data(),

@@ -3,9 +3,14 @@
 
 #include "tutti/model/rank_model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 
+#include "tutti/comm/slices.hpp"
+#include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/capacity_plan.hpp"
 
@@ -34,20 +39,35 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     params_.upload(stream_, init);
   }
   grads_.zeros(stream_, layout_.total());
-  m_.zeros(stream_, layout_.total());
-  v_.zeros(stream_, layout_.total());
+  const int world = comms_.world->size();
+  sharded_ = cfg.train.optimizer_sharding && world > 1;
+  const auto slice = sharded_ ? comm::member_slice(layout_.total(), world,
+                                                   comms_.world->rank())
+                              : comm::slice{0, layout_.total()};
+  opt_first_ = slice.first;
+  opt_count_ = slice.count;
+  m_.zeros(stream_, static_cast<size_t>(opt_count_));
+  v_.zeros(stream_, static_cast<size_t>(opt_count_));
   router_bias_.zeros(stream_,
                      cfg.model.num_hidden_layers * cfg.moe.num_experts);
   acts_.resize(cfg.model.num_hidden_layers);
 
   const auto& m = cfg.model;
-  const int64_t seqs = cfg.train.global_batch_size / cfg.cluster.world_size;
+  micro_seqs_ = cfg.train.global_batch_size / cfg.cluster.world_size
+                / cfg.train.micro_batches;
+  const int64_t seqs = micro_seqs_;
   const int64_t s = cfg.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), e = cfg.moe.num_experts;
   const int64_t kk = cfg.moe.router_top_k;
   const auto& st = stream_;
-  for (auto& a : acts_) {
-    for (auto* buf : {&a.x_in, &a.xn1, &a.x_mid, &a.xn2})
+  const auto mode = cfg.train.recompute;
+  // What a layer needs while it runs; `probs`: the attention core's part.
+  auto size_working = [&](layer_acts& a, bool rest, bool probs) {
+    if (probs)
+      a.probs.resize(st, seqs * m.num_attention_heads * s * s);
+    if (!rest)
+      return;
+    for (auto* buf : {&a.xn1, &a.x_mid, &a.xn2})
       buf->resize(st, n * d);
     a.rstd1.resize(st, n);
     a.rstd2.resize(st, n);
@@ -55,7 +75,6 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.attn.resize(st, n * m.num_attention_heads * hd);
     a.k.resize(st, n * m.num_key_value_heads * hd);
     a.v.resize(st, n * m.num_key_value_heads * hd);
-    a.probs.resize(st, seqs * m.num_attention_heads * s * s);
     a.logits.resize(st, n * e);
     a.rprobs.resize(st, n * e);
     a.gate.resize(st, n * kk);
@@ -63,10 +82,17 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.topk_kept.resize(st, n * kk);
     a.slot_of_row.resize(st, n * kk);
     a.kept.resize(st, e);
+  };
+  for (auto& a : acts_) {
+    a.x_in.resize(st, n * d);
+    size_working(a, mode != recompute_mode::full, mode == recompute_mode::none);
     a.counts_global.assign(e, 0);
+    a.counts_step.assign(e, 0);
     a.counts_global_dev.zeros(st, e);
     a.fraction.resize(st, e);
   }
+  if (mode != recompute_mode::none)
+    size_working(work_, mode == recompute_mode::full, true);
   // communication_buffer_size: auto sizes the receive side of dispatch from
   // capacity (or the dropless worst case) up front, so steps do not grow it.
   const int64_t rows = cfg.moe.communication_buffer_size > 0
@@ -81,6 +107,14 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   rstdf_.resize(st, n);
   logits_out_.resize(st, n * m.vocab_size);
   lse_.resize(st, n);
+}
+
+double rank_model::aux_coeff() const {
+  return cfg_.moe.aux_loss_coeff / static_cast<double>(cfg_.train.micro_batches);
+}
+
+double rank_model::z_coeff() const {
+  return cfg_.moe.z_loss_coeff / static_cast<double>(cfg_.train.micro_batches);
 }
 
 float* rank_model::param(const std::string& name) {
@@ -107,8 +141,10 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
                        param("model.embed_tokens.weight"), acts_[0].x_in.data(),
                        n, d);
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    swap_working(acts_[l]);
     TUTTI_RETURN_IF_ERROR(attention_forward(l, seqs));
     TUTTI_RETURN_IF_ERROR(moe_forward(l, n, stats, time));
+    swap_working(acts_[l]);
   }
   k::rmsnorm_forward(stream_, x_final_.data(), param("model.norm.weight"),
                      xnf_.data(), rstdf_.data(), n, d,
@@ -128,7 +164,8 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   dtmp_.resize(stream_, n * d);
   k::cross_entropy_backward(stream_, logits_out_.data(), targets_.data(),
                             lse_.data(), dlogits_.data(), n, m.vocab_size,
-                            1.0f / static_cast<float>(global_tokens_));
+                            1.0f / static_cast<float>(
+                              global_tokens_ * cfg_.train.micro_batches));
   k::linear_backward(stream_, xnf_.data(), param("lm_head.weight"),
                      dlogits_.data(), dtmp_.data(), grad("lm_head.weight"), n,
                      d, m.vocab_size);
@@ -136,11 +173,62 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
                       rstdf_.data(), dtmp_.data(), dx_.data(),
                       grad("model.norm.weight"), n, d);
   for (int64_t l = m.num_hidden_layers - 1; l >= 0; --l) {
+    swap_working(acts_[l]);
+    TUTTI_RETURN_IF_ERROR(recompute(l, seqs, time));
     TUTTI_RETURN_IF_ERROR(moe_backward(l, n, dx_, time));
     attention_backward(l, seqs, dx_);
+    swap_working(acts_[l]);
   }
   k::embedding_backward(stream_, inputs_.data(), dx_.data(),
                         grad("model.embed_tokens.weight"), n, d);
+  return {};
+}
+
+void rank_model::swap_working(layer_acts& a) {
+  const auto mode = cfg_.train.recompute;
+  if (mode == recompute_mode::none)
+    return;
+  std::swap(a.probs, work_.probs);
+  if (mode != recompute_mode::full)
+    return;
+  using pair = std::pair<tensor<float>*, tensor<float>*>;
+  for (auto [mine, shared] : std::initializer_list<pair>{
+         {&a.xn1, &work_.xn1},       {&a.rstd1, &work_.rstd1},
+         {&a.q, &work_.q},           {&a.k, &work_.k},
+         {&a.v, &work_.v},           {&a.attn, &work_.attn},
+         {&a.x_mid, &work_.x_mid},   {&a.xn2, &work_.xn2},
+         {&a.rstd2, &work_.rstd2},   {&a.logits, &work_.logits},
+         {&a.rprobs, &work_.rprobs}, {&a.gate, &work_.gate},
+         {&a.y_rows, &work_.y_rows}})
+    std::swap(*mine, *shared);
+  std::swap(a.topk_orig, work_.topk_orig);
+  std::swap(a.topk_kept, work_.topk_kept);
+  std::swap(a.slot_of_row, work_.slot_of_row);
+  std::swap(a.kept, work_.kept);
+  std::swap(a.src_index, work_.src_index);
+}
+
+// The same kernels on the same inputs as the forward pass: the rebuilt
+// activations, and so every gradient and loss, are bit for bit those a run
+// that kept them computes. Full recomputation repeats the layer's dispatch
+// (routing statistics are not counted twice: no step_stats).
+status rank_model::recompute(int64_t l, int64_t seqs, step_timers& time) {
+  switch (cfg_.train.recompute) {
+  case recompute_mode::none:
+    return {};
+  case recompute_mode::selective: {
+    const auto& m = cfg_.model;
+    auto& a = acts_[l];
+    k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
+                         a.attn.data(), a.probs.data(), seqs,
+                         cfg_.train.seq_len, m.num_attention_heads,
+                         m.num_key_value_heads, m.head_dim());
+    return {};
+  }
+  case recompute_mode::full:
+    TUTTI_RETURN_IF_ERROR(attention_forward(l, seqs));
+    return moe_forward(l, seqs * cfg_.train.seq_len, nullptr, time);
+  }
   return {};
 }
 
@@ -152,10 +240,23 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.dropped_tokens = 0;
   alltoall_bytes_ = 0;
   alltoall_rows_to_.assign(comms_.ep->size(), 0);
+  for (auto& a : acts_)
+    std::fill(a.counts_step.begin(), a.counts_step.end(), 0);
+  const int64_t micro = cfg_.train.micro_batches;
+  if (seqs != micro_seqs_ * micro)
+    return status::error("train_step: " + std::to_string(seqs)
+                         + " sequences, expected "
+                         + std::to_string(micro_seqs_ * micro));
+  const int64_t tokens = micro_seqs_ * cfg_.train.seq_len;
   double ce_sum = 0;
-  TUTTI_RETURN_IF_ERROR(
-    forward(inputs, targets, seqs, ce_sum, &stats, stats.time));
-  TUTTI_RETURN_IF_ERROR(backward(seqs, stats.time));
+  for (int64_t i = 0; i < micro; ++i) {
+    double ce = 0;
+    TUTTI_RETURN_IF_ERROR(forward(inputs + i * tokens, targets + i * tokens,
+                                  micro_seqs_, ce, &stats, stats.time));
+    TUTTI_RETURN_IF_ERROR(backward(micro_seqs_, stats.time));
+    ce_sum += ce;
+  }
+  const int64_t step_tokens = global_tokens_ * micro;
   // One all-reduce for the scalars every rank reports identically.
   double sums[5] = {ce_sum, stats.aux_loss, stats.z_loss,
                     static_cast<double>(stats.dropped_tokens),
@@ -165,13 +266,13 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
     TUTTI_RETURN_IF_ERROR(comms_.world->all_reduce_sum(sums, 5));
   }
   stats.stop_votes = sums[4];
-  stats.tokens = global_tokens_;
+  stats.tokens = step_tokens;
   stats.alltoall_bytes = alltoall_bytes_;
   stats.alltoall_bytes_to.resize(alltoall_rows_to_.size());
   for (size_t p = 0; p < alltoall_rows_to_.size(); ++p)
     stats.alltoall_bytes_to[p] = alltoall_rows_to_[p] * cfg_.model.hidden_size
                                  * static_cast<int64_t>(sizeof(float));
-  stats.loss = sums[0] / static_cast<double>(global_tokens_);
+  stats.loss = sums[0] / static_cast<double>(step_tokens);
   stats.aux_loss = sums[1];
   stats.z_loss = sums[2];
   stats.dropped_tokens = static_cast<int64_t>(sums[3]);
@@ -181,39 +282,77 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
 status rank_model::evaluate(const int32_t* inputs, const int32_t* targets,
                             int64_t seqs, double& loss_sum, int64_t& tokens,
                             step_timers& time) {
+  const int64_t s = cfg_.train.seq_len;
   double ce_sum = 0;
-  TUTTI_RETURN_IF_ERROR(forward(inputs, targets, seqs, ce_sum, nullptr, time));
+  tokens = 0;
+  for (int64_t first = 0; first < seqs; first += micro_seqs_) {
+    const int64_t count = std::min(micro_seqs_, seqs - first);
+    double ce = 0;
+    TUTTI_RETURN_IF_ERROR(forward(inputs + first * s, targets + first * s,
+                                  count, ce, nullptr, time));
+    ce_sum += ce;
+    tokens += global_tokens_;
+  }
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(comms_.world->all_reduce_sum(&ce_sum, 1));
   }
   loss_sum = ce_sum;
-  tokens = global_tokens_;
   return {};
 }
 
 status rank_model::reduce_dense_grads(double& sum_squares, step_timers& time) {
   k::wait(stream_); // queued kernels count as compute
+  auto& world = *comms_.world;
+  const int members = world.size();
+  const auto total = static_cast<int64_t>(grads_.size());
+  if (sharded_) {
+    {
+      scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(
+        collectives_.reduce_scatter_sum(world, grads_.data(), grads_.size()));
+    }
+    sum_squares = k::sum_squares(stream_, grads_.data() + opt_first_,
+                                 opt_count_);
+    scoped_timer t(time.allreduce_s);
+    return world.all_reduce_sum(&sum_squares, 1); // in member order
+  }
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(
-      collectives_.all_reduce_sum(*comms_.world, grads_.data(), grads_.size()));
+      collectives_.all_reduce_sum(world, grads_.data(), grads_.size()));
   }
-  sum_squares = k::sum_squares(stream_, grads_.data(),
-                               static_cast<int64_t>(grads_.size()));
+  // Slice by slice in member order, as the sharded sum over ranks: the
+  // clipping factor does not depend on whether the optimizer is sharded.
+  sum_squares = 0;
+  for (int p = 0; p < members; ++p) {
+    const auto slice = comm::member_slice(total, members, p);
+    const double part = k::sum_squares(stream_, grads_.data() + slice.first,
+                                       slice.count);
+    sum_squares = p == 0 ? part : sum_squares + part;
+  }
   return {};
 }
 
-void rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
+status rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
   const auto& t = cfg_.train;
+  const int64_t lo = opt_first_, hi = opt_first_ + opt_count_;
   for (const auto& spec : layout_.tensors()) {
+    // This rank's part of the tensor (all of it unless sharded).
+    const int64_t first = std::max(lo, spec.offset);
+    const int64_t last = std::min(hi, spec.offset + spec.numel);
+    if (first >= last)
+      continue;
     // Decay matrices only, as is usual for norms' gains.
     const double wd = spec.shape.size() > 1 ? t.weight_decay : 0.0;
-    k::adamw_step(stream_, params_.data() + spec.offset,
-                  grads_.data() + spec.offset, m_.data() + spec.offset,
-                  v_.data() + spec.offset, spec.numel, lr, t.beta1, t.beta2,
-                  t.eps, wd, step, grad_scale);
+    k::adamw_step(stream_, params_.data() + first, grads_.data() + first,
+                  m_.data() + (first - lo), v_.data() + (first - lo),
+                  last - first, lr, t.beta1, t.beta2, t.eps, wd, step,
+                  grad_scale);
   }
+  if (sharded_)
+    TUTTI_RETURN_IF_ERROR(
+      collectives_.all_gather(*comms_.world, params_.data(), params_.size()));
   k::fill_zero(stream_, grads_.data(), static_cast<int64_t>(grads_.size()));
   if (cfg_.moe.bias_update_rate > 0) {
     const int64_t e = cfg_.moe.num_experts;
@@ -222,6 +361,36 @@ void rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
                      acts_[l].counts_global_dev.data(), e,
                      cfg_.moe.bias_update_rate);
   }
+  return {};
+}
+
+status rank_model::full_moments(std::vector<float>& m, std::vector<float>& v) {
+  const auto total = static_cast<size_t>(layout_.total());
+  const bool first = comms_.world->rank() == 0;
+  if (!sharded_) {
+    if (first) {
+      m = m_.to_host(stream_);
+      v = v_.to_host(stream_);
+    }
+    return {};
+  }
+  // Gathered on rank 0 only (the one that writes dense tensors): the
+  // other ranks hold no full-size copy, even for a moment.
+  tensor<float> full;
+  full.resize(stream_, first ? total : 1);
+  for (auto [source, out] : {std::pair{&m_, &m}, std::pair{&v_, &v}}) {
+    TUTTI_RETURN_IF_ERROR(collectives_.gather_to_first(
+      *comms_.world, source->data(), total, full.data()));
+    if (first)
+      *out = full.to_host(stream_);
+  }
+  return {};
+}
+
+void rank_model::load_moments(const std::vector<float>& m,
+                              const std::vector<float>& v) {
+  m_.upload(stream_, m.data() + opt_first_, static_cast<size_t>(opt_count_));
+  v_.upload(stream_, v.data() + opt_first_, static_cast<size_t>(opt_count_));
 }
 
 } // namespace tutti::model

@@ -312,7 +312,7 @@ private:
                            ? clip / (stats.grad_norm + 1e-6)
                            : 1.0;
     stats.lr = model::learning_rate(a_.cfg.train, step);
-    model.apply_optimizer(step, stats.lr, scale);
+    TUTTI_RETURN_IF_ERROR(model.apply_optimizer(step, stats.lr, scale));
     TUTTI_RETURN_IF_ERROR(optimize_experts(step, stats.lr, scale));
     votes = decode_votes(stats.stop_votes);
     // Decided for every rank by this step's vote: a request that reached

@@ -1,5 +1,6 @@
 #include "rank/rank_checkpoint.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tutti/store/checkpoint_files.hpp"
@@ -8,20 +9,24 @@ namespace tutti {
 
 namespace {
 
-// The dense tensors: weights, AdamW moments, router biases (copied to
-// the host from wherever the model computes).
-void add_dense(model::rank_model& model, const model_config& m,
+// The dense tensors: weights, AdamW moments (whole, however the
+// optimizer is sharded: a checkpoint resumes on any layout), router biases
+// (copied to the host from wherever the model computes).
+void add_dense(model::rank_model& model, const std::vector<float>& adam_m,
+               const std::vector<float>& adam_v, const model_config& m,
                const moe_config& e, rank_snapshot& snap) {
   const auto& s = model.stream();
-  for (const auto& spec : model.layout().tensors())
-    for (auto [prefix, source] :
-         {std::pair{std::string(), &model.params()},
-          std::pair{std::string("adam_m/"), &model.adam_m()},
-          std::pair{std::string("adam_v/"), &model.adam_v()}}) {
-      std::vector<float> host(spec.numel);
-      source->download(s, host.data(), spec.numel, spec.offset);
-      snap.tensors.push_back({prefix + spec.name, spec.shape, std::move(host)});
-    }
+  for (const auto& spec : model.layout().tensors()) {
+    std::vector<float> host(spec.numel);
+    model.params().download(s, host.data(), spec.numel, spec.offset);
+    snap.tensors.push_back({spec.name, spec.shape, std::move(host)});
+    for (auto [prefix, source] : {std::pair{"adam_m/", &adam_m},
+                                  std::pair{"adam_v/", &adam_v}})
+      snap.tensors.push_back(
+        {prefix + spec.name, spec.shape,
+         std::vector<float>(source->begin() + spec.offset,
+                            source->begin() + spec.offset + spec.numel)});
+  }
   snap.tensors.push_back({"router_bias",
                           {m.num_hidden_layers, e.num_experts},
                           model.router_bias().to_host(s)});
@@ -39,8 +44,11 @@ status take_snapshot(const rank_args& a, model::rank_model& model,
   snap->ints["data_cursor"] = step; // batches are a pure function of step
   snap->ints["world_size"] = a.cfg.cluster.world_size;
   snap->ints["ep_size"] = a.cfg.ep_size();
+  // Every rank takes its part in gathering sharded moments.
+  std::vector<float> adam_m, adam_v;
+  TUTTI_RETURN_IF_ERROR(model.full_moments(adam_m, adam_v));
   if (a.rank == 0) {
-    add_dense(model, a.cfg.model, a.cfg.moe, *snap);
+    add_dense(model, adam_m, adam_v, a.cfg.model, a.cfg.moe, *snap);
     // The model's shape travels with the weights, for `tutti export`.
     const auto& m = a.cfg.model;
     const auto& e = a.cfg.moe;
@@ -92,14 +100,23 @@ status restore_snapshot(const rank_args& a, model::rank_model& model,
     target.upload(model.stream(), t->data.data(), t->data.size(), offset);
     return status{};
   };
+  // Moments are whole in the file; the model keeps its optimizer slice.
+  const auto total = static_cast<size_t>(model.layout().total());
+  std::vector<float> adam_m(total), adam_v(total);
   for (const auto& spec : model.layout().tensors()) {
     TUTTI_RETURN_IF_ERROR(
       load(spec.name, model.params(), spec.offset, spec.numel));
-    TUTTI_RETURN_IF_ERROR(
-      load("adam_m/" + spec.name, model.adam_m(), spec.offset, spec.numel));
-    TUTTI_RETURN_IF_ERROR(
-      load("adam_v/" + spec.name, model.adam_v(), spec.offset, spec.numel));
+    for (auto [prefix, target] : {std::pair{"adam_m/", &adam_m},
+                                  std::pair{"adam_v/", &adam_v}}) {
+      auto* t = find(dense.value(), prefix + spec.name);
+      if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
+        return status::error(dir.string() + ": shard 0 lacks " + prefix
+                             + spec.name);
+      std::copy(t->data.begin(), t->data.end(),
+                target->begin() + spec.offset);
+    }
   }
+  model.load_moments(adam_m, adam_v);
   TUTTI_RETURN_IF_ERROR(load("router_bias", model.router_bias(), 0,
                              static_cast<int64_t>(model.router_bias().size())));
 

@@ -287,6 +287,9 @@ struct train_config {
   // The member's name is also the enum's: the type is spelled qualified.
   tutti::gemm_precision gemm_precision = tutti::gemm_precision::fp32;
   uint64_t seed = 1234;
+  int64_t micro_batches = 1;
+  bool optimizer_sharding = false;
+  tutti::recompute_mode recompute = tutti::recompute_mode::none;
   int64_t eval_interval = 0;
   int64_t eval_sequences = 0;
   int64_t log_interval = 1;
@@ -316,6 +319,21 @@ void visit_fields(Visitor& v, train_config& c) {
           "GEMM inputs; bf16 (cuda only) accumulates, keeps master weights "
           "and gradients in fp32");
   v.field("seed", c.seed, "seed of initialisation and data order");
+  v.field("micro_batches", c.micro_batches,
+          "gradient accumulation: each rank's batch runs as this many "
+          "micro-batches, gradients summed in order; divides the per-rank "
+          "batch",
+          at_least(1));
+  v.field("optimizer_sharding", c.optimizer_sharding,
+          "distributed optimizer (ZeRO-1): dense gradients reduce-scattered, "
+          "each rank updates its slice of AdamW state, weights all-gathered; "
+          "same results, so a job may resume with it flipped",
+          not_fingerprinted);
+  v.field("recompute", c.recompute,
+          "activations backward recomputes instead of keeping: none, "
+          "selective (attention core) or full (each layer from its input); "
+          "same results to the bit",
+          not_fingerprinted);
   v.field("eval_interval", c.eval_interval,
           "steps between evaluations (0 = only at the end)", at_least(0));
   v.field("eval_sequences", c.eval_sequences,

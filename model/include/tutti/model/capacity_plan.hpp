@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tutti/config/job_config.hpp"
+#include "tutti/model/memory_plan.hpp"
 
 namespace tutti::model {
 
@@ -19,10 +20,11 @@ struct capacity_plan {
   int64_t active_params_per_token = 0;
   // bytes per rank
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
-  double activation_bytes = 0; // one micro-batch (the local batch)
+  double activation_bytes = 0; // kept activations, scratch, LM head
   double dispatch_buffer_bytes =
-    0; // what communication_buffer_size: auto picks
+    0; // what communication_buffer_size: auto picks, the replay log
   double total_bytes = 0;
+  memory_breakdown memory; // the same, component by component
   // compute
   double flops_per_token = 0; // forward + backward, active experts
   double flops_per_step = 0;  // global

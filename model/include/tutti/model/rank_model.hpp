@@ -41,29 +41,46 @@ public:
              kernels::stream s = kernels::cpu_stream());
 
   // Forward and backward of one local batch ([seqs, seq_len] inputs and
-  // targets, host memory); accumulates gradients. Fills loss, aux, z, tokens, dropped,
-  // expert counts and timers of `stats` (global values).
+  // targets, host memory) as train.micro_batches micro-batches in order,
+  // each one's gradients added to the last's. Fills loss, aux, z, tokens,
+  // dropped, expert counts and timers of `stats` (global values, over the
+  // step's micro-batches).
   status train_step(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                     step_stats& stats);
 
-  // Forward only; returns global cross-entropy sum and token count.
+  // Forward only, micro-batch by micro-batch; returns global cross-entropy
+  // sum and token count.
   status evaluate(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                   double& loss_sum, int64_t& tokens, step_timers& time);
 
-  // All-reduces dense gradients over world; returns their squared norm.
+  // Sums dense gradients over world (all-reduce; with
+  // train.optimizer_sharding a reduce-scatter: only this rank's optimizer
+  // slice is summed); returns their global squared norm, summed slice by
+  // slice in member order either way, so both give the same bits.
   status reduce_dense_grads(double& sum_squares, step_timers& time);
 
-  // AdamW on the dense weights with the clipping factor; zeroes gradients;
-  // applies the router-bias update from this step's global counts.
-  void apply_optimizer(int64_t step, double lr, double grad_scale);
+  // AdamW on the dense weights of this rank's optimizer slice with the
+  // clipping factor (sharded: then all-gathers the weights); zeroes
+  // gradients; applies the router-bias update from this step's global
+  // counts.
+  status apply_optimizer(int64_t step, double lr, double grad_scale);
+
+  // The AdamW moments of every dense weight, in layout order, in host
+  // memory, on world rank 0 (elsewhere left empty). Sharded, a gather over
+  // world: every rank must call it.
+  status full_moments(std::vector<float>& m, std::vector<float>& v);
+  // Takes this rank's slice of full moments (layout order, host memory).
+  void load_moments(const std::vector<float>& m, const std::vector<float>& v);
+  // [first, first + count) of the dense buffer: the elements whose AdamW
+  // state this rank holds (all of them unless sharded).
+  int64_t optimizer_first() const { return opt_first_; }
+  int64_t optimizer_count() const { return opt_count_; }
 
   const param_layout& layout() const { return layout_; }
   const kernels::stream& stream() const { return stream_; }
   // On the model's device; checkpoints copy them with to_host / upload.
   kernels::tensor<float>& params() { return params_; }
   kernels::tensor<float>& grads() { return grads_; }
-  kernels::tensor<float>& adam_m() { return m_; }
-  kernels::tensor<float>& adam_v() { return v_; }
   kernels::tensor<float>& router_bias() { return router_bias_; }
 
 private:
@@ -78,12 +95,20 @@ private:
     // Host side of the dispatch plan.
     std::vector<int64_t> kept_host, send_counts, recv_counts,
       recv_expert_counts, rows_per_expert, counts_global;
+    std::vector<int64_t> counts_step; // counts_global over the micro-batches
     int64_t rows = 0, recv_rows = 0;
   };
 
   status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                  double& ce_sum, step_stats* stats, step_timers& time);
   status backward(int64_t seqs, step_timers& time);
+
+  // train.recompute: the activations a layer keeps only while it runs
+  // live in work_ and move into acts_[l] for the layer's forward, and again
+  // for its backward after recompute() rebuilt them (selective: the
+  // attention probabilities; full: all but the layer's input).
+  void swap_working(layer_acts& a);
+  status recompute(int64_t l, int64_t seqs, step_timers& time);
 
   status attention_forward(int64_t l, int64_t seqs);
   void attention_backward(int64_t l, int64_t seqs, tensor<float>& dx);
@@ -102,6 +127,11 @@ private:
                        const tensor<float>& expert_major,
                        tensor<float>& dispatch_order, step_timers& time);
 
+  // The router losses' coefficients: each micro-batch's loss is its mean
+  // over the micro-batch, and the step's is their mean.
+  double aux_coeff() const;
+  double z_coeff() const;
+
   float* param(const std::string& name);
   float* grad(const std::string& name);
   std::string layer_name(int64_t l, const char* suffix) const;
@@ -112,9 +142,13 @@ private:
   kernels::stream stream_;
   staged_collectives collectives_;
   param_layout layout_;
-  tensor<float> params_, grads_, m_, v_;
+  tensor<float> params_, grads_;
+  tensor<float> m_, v_; // AdamW moments of [opt_first_, + opt_count_)
+  int64_t opt_first_ = 0, opt_count_ = 0;
+  bool sharded_ = false; // train.optimizer_sharding over more than one rank
   tensor<float> router_bias_; // [layers, experts]; selection only
   std::vector<layer_acts> acts_;
+  layer_acts work_; // with recompute: one layer's worth, shared
   tensor<int32_t> inputs_, targets_;
   tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
   // backward scratch
@@ -132,7 +166,8 @@ private:
   std::vector<int64_t> expert_start_; // dispatch-order row of each expert
   tensor<float> dsend_, dcombine_;
   tensor<int64_t> combine_index_;
-  int64_t global_tokens_ = 0;
+  int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
+  int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks
   int64_t alltoall_bytes_ = 0; // payload this rank sent this step
   std::vector<int64_t> alltoall_rows_to_; // rows sent to each EP member
   void count_sent_rows(const std::vector<int64_t>& rows_to);

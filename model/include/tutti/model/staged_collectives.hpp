@@ -13,6 +13,7 @@
 
 #include "tutti/comm/communicator.hpp"
 #include "tutti/kernels/stream.hpp"
+#include "tutti/kernels/tensor.hpp"
 
 namespace tutti::model {
 
@@ -21,6 +22,22 @@ public:
   explicit staged_collectives(kernels::stream s) : stream_(s) {}
 
   status all_reduce_sum(comm::communicator& c, float* data, size_t count);
+
+  // Sum over the members of slice comm::member_slice(count, size, rank)
+  // of `data`, into that slice (the rest is left as it was). Each element
+  // is summed in member order, as all_reduce_sum over Gloo or in memory
+  // does: the slice gets the same bits an all-reduce would give it.
+  status reduce_scatter_sum(comm::communicator& c, float* data, size_t count);
+
+  // Every member's slice of `data` to every member: the inverse of
+  // reduce_scatter_sum's split.
+  status all_gather(comm::communicator& c, float* data, size_t count);
+
+  // Every member's slice of `data` (count elements) to member 0's `out`
+  // (count elements; ignored elsewhere): what a checkpoint of a sharded
+  // buffer needs, without a full-size buffer on the other members.
+  status gather_to_first(comm::communicator& c, const float* data,
+                         size_t count, float* out);
 
   // Counts are in floats per member, as comm::communicator::all_to_all_v.
   status all_to_all_v(comm::communicator& c, const float* send,
@@ -34,6 +51,7 @@ private:
 
   kernels::stream stream_;
   std::vector<float> send_host_, recv_host_;
+  kernels::tensor<float> slices_; // one slice per member, in the stream's memory
 };
 
 } // namespace tutti::model
