@@ -37,8 +37,12 @@ double learning_rate(const train_config& t, int64_t step);
 class rank_model {
 public:
   // `s`: where the model lives and computes (the rank's device stream).
+  // `slot_of_expert`: the placement, [layer][expert] -> slot of the EP
+  // group (EP member slot / (experts / ep_size) holds it; see
+  // placement::placement_plan); empty = contiguous, expert e in slot e.
   rank_model(const job_config& cfg, comm_groups comms, expert_executor& experts,
-             kernels::stream s = kernels::cpu_stream());
+             kernels::stream s = kernels::cpu_stream(),
+             std::vector<int32_t> slot_of_expert = {});
 
   // Forward and backward of one local batch ([seqs, seq_len] inputs and
   // targets, host memory); accumulates gradients. Fills loss, aux, z, tokens, dropped,
@@ -114,6 +118,9 @@ private:
   param_layout layout_;
   tensor<float> params_, grads_, m_, v_;
   tensor<float> router_bias_; // [layers, experts]; selection only
+  // The placement on the device, [layers, experts] -> slot; empty when
+  // contiguous (dispatch then groups rows by expert id, the same thing).
+  tensor<int32_t> slot_of_expert_;
   std::vector<layer_acts> acts_;
   tensor<int32_t> inputs_, targets_;
   tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
