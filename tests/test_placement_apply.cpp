@@ -143,15 +143,17 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
 
 TEST_CASE("a plan that does not fit the job is refused at start",
           "[integration]") {
-  auto dir = scratch("placement_refused");
+  auto job = scratch_with_data("placement_refused");
+  const auto& dir = job.dir;
   const auto plan = dir / "plan.json";
   write_text(plan, "{\"format\": \"tutti-placement-1\", \"layers\": 2, "
                    "\"experts\": 8, \"ranks\": 2, \"expert_at\": "
                    "[[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4, 5, 6, 7]]}\n");
   const auto cfg = dir / "job.yaml";
-  write_text(cfg, config((dir / "data").string(), (dir / "run").string(), 2,
+  write_text(cfg, config(job.data.string(), (dir / "run").string(), 2,
                          plan.string()));
   auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 60);
+  INFO(r.output);
   CHECK(r.status == 2);
   CHECK(r.output.find("moe_config.placement: " + plan.string()
                       + " places 8 experts of 2 layers on 2 ranks; the job "
