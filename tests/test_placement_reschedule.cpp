@@ -75,7 +75,7 @@ TEST_CASE("a drained node's experts stay in its rack when a spare is there",
   };
 
   // The spare of rack r1 replaces node 1; the one of r0 still waits.
-  CHECK(has(shell("drain 1"), "drained"));
+  CHECK(has(shell("drain 1"), "drained; a waiting spare takes its place"));
   CHECK(node1->wait(30) == 0);
   REQUIRE(wait_until(
     [&] { return has(read_text(dir / "spare_r1.log"), "now node 1"); }, 30));

@@ -194,6 +194,9 @@ void observe_routing(coordinator_pointer self, const std::string& window) {
     st.routing_seen = std::move(stats.value());
     return;
   }
+  // Steps trained again after a recovery's rewind are counted once.
+  if (stats.value().first_step <= st.routing_seen.last_step)
+    return;
   if (auto merged = st.routing_seen.merge(stats.value()); !merged)
     log_warn("coordinator", "routing statistics: " + merged.message());
 }
