@@ -7,7 +7,8 @@
 //     that moves experts of both layers across ranks, to step 6;
 //   - that plan from the start, 6 steps;
 // give the same loss and gradient norm at every step, to the bit, and the
-// last checkpoints hold the experts where the plan put them.
+// last checkpoints hold the experts where the plan put them; exported, the
+// three are the same model tensor for tensor.
 
 #include <catch2/catch.hpp>
 
@@ -16,6 +17,7 @@
 #include "test_support.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/expert_blocks.hpp"
+#include "tutti/store/safetensors.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -139,6 +141,29 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
   for (const auto& [step, d] : dropped)
     drops += d;
   CHECK(drops > 0); // capacity dropped rows, which the remap keeps dropped
+
+  // Exported (which names each block row by expert_ids), the moved model is
+  // the contiguous one, tensor for tensor.
+  auto exported = [&](const std::filesystem::path& run_dir) {
+    const auto out = run_dir / "export";
+    auto r = run(tutti_bin() + " export "
+                   + (run_dir / "checkpoints" / store::checkpoint_dir_name(6))
+                       .string()
+                   + " --format hf --out " + out.string(),
+                 60);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    auto read = store::read_safetensors(out / "model.safetensors");
+    REQUIRE(read.ok());
+    std::map<std::string, std::vector<float>> by_name;
+    for (auto& t : read.value())
+      by_name[t.name] = std::move(t.data);
+    return by_name;
+  };
+  const auto want = exported(ref);
+  CHECK(want.count("model.layers.1.block_sparse_moe.experts.7.w2.weight"));
+  CHECK(exported(changed) == want);
+  CHECK(exported(planned) == want);
 }
 
 TEST_CASE("a plan that does not fit the job is refused at start",
