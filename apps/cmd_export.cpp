@@ -17,6 +17,7 @@
 #include "initial_weights.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/expert_blocks.hpp"
 #include "tutti/store/safetensors.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
@@ -183,9 +184,9 @@ int export_command(const std::vector<std::string>& args) {
       return fail(2, "export: " + shard.message());
     if (shard.value().meta.rank == 0)
       meta0 = shard.value().meta;
-    const auto& ints = shard.value().meta.ints;
-    const int64_t first = ints.count("first_expert") ? ints.at("first_expert")
-                                                     : 0;
+    auto held = store::block_experts_of(shard.value().meta);
+    if (!held.ok())
+      return fail(2, "export: " + held.message());
     for (auto& t : shard.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue; // optimizer state stays with tutti
@@ -212,10 +213,12 @@ int export_command(const std::vector<std::string>& args) {
       // per expert, named by its global index.
       const auto which = t.name.substr(t.name.rfind('.') + 1); // w1|w2|w3
       const auto prefix = t.name.substr(0, t.name.rfind('.'));
+      const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
       const int64_t count = t.shape[0], per = t.shape[1] * t.shape[2];
       for (int64_t j = 0; j < count; ++j)
         tensors.push_back(
-          {prefix + "." + std::to_string(first + j) + "." + which + ".weight",
+          {prefix + "." + std::to_string(held.value().at(layer, j)) + "."
+             + which + ".weight",
            {t.shape[1], t.shape[2]},
            std::vector<float>(t.data.begin() + j * per,
                               t.data.begin() + (j + 1) * per)});

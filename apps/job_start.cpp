@@ -8,7 +8,7 @@
 #include "tutti/actors/resume.hpp"
 #include "tutti/ops/checkpoint_tiers.hpp"
 #include "tutti/ops/config_versions.hpp"
-#include "tutti/placement/plan.hpp"
+#include "tutti/placement/job_placement.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
 
@@ -41,18 +41,10 @@ bool confirmed(const job_config& cfg) {
 job_start open_job(const job_config& cfg, const std::string& config_path,
                    const std::string& state_dir, bool fresh, bool yes,
                    const char* program) {
-  // Training runs the contiguous layout; a plan is for the planner to
-  // compare until dispatch applies it, so a moved expert is refused here.
-  if (!cfg.moe.placement.empty()) {
-    auto plan = placement::placement_plan::read(cfg.moe.placement);
-    if (!plan.ok())
-      return refuse(program, 2, "moe_config.placement: " + plan.message());
-    if (!plan.value().is_contiguous())
-      return refuse(program, 2,
-                    "moe_config.placement: " + cfg.moe.placement
-                      + " moves experts; training applies only the "
-                        "contiguous layout so far");
-  }
+  // A plan that does not read or does not fit the job is refused here,
+  // before anything starts (the ranks read it again at each epoch).
+  if (auto plan = placement::plan_for(cfg); !plan.ok())
+    return refuse(program, 2, plan.message());
   auto opened = store::job_store::open(state_dir);
   if (!opened.ok())
     return refuse(program, 1, opened.message());

@@ -1,7 +1,10 @@
 // tuttid --config FILE --node-rank N [--data-dir DIR]: one node daemon.
 // Hosts the node's actor tree; node 0 also hosts the coordinator. Exits 0
 // when the job completes or is stopped (SIGTERM/SIGINT stop it at a step
-// boundary), 1 when it fails, 2 on bad input.
+// boundary), 1 when it fails, 2 on bad input. With --spare --rack R instead
+// of --node-rank it waits with the coordinator until a node leaves, then
+// becomes that node (coordinator_spares.cpp picks a spare of the node's
+// rack first).
 
 #include <boost/program_options.hpp>
 
@@ -16,6 +19,10 @@
 #include <filesystem>
 #include <iostream>
 #include <thread>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "tutti/actors/basp_guard.hpp"
 #include "tutti/actors/coordinator.hpp"
@@ -125,9 +132,101 @@ struct daemon_options {
   std::string data_dir;
   std::string rack;
   bool fresh = false, yes = false;
+  bool spare = false;
 };
 
-int serve(const job_config& cfg, const daemon_options& opt) {
+// Polls until host:port can be bound (the listener before us has closed),
+// for up to `seconds`.
+bool wait_until_bindable(const std::string& host, int64_t port,
+                         int64_t seconds) {
+  const auto deadline = std::chrono::steady_clock::now()
+                        + std::chrono::seconds(seconds);
+  for (;;) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const bool free = fd >= 0 && ::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1
+                      && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0)
+      ::close(fd);
+    if (free)
+      return true;
+    if (std::chrono::steady_clock::now() >= deadline || interrupted)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    return "?";
+  return name;
+}
+
+// --spare: offers this daemon to the coordinator and waits until it is
+// assigned the node rank of a node that left. The wait ends with the
+// assignment, the job's end or the coordinator's loss (-1, with the reason
+// in `why`), or a signal (-1).
+int64_t wait_as_spare(caf::actor_system& sys, caf::scoped_actor& self,
+                      const job_config& cfg, const daemon_options& opt,
+                      const std::vector<std::string>& environment,
+                      std::string& why) {
+  const auto patience = std::chrono::seconds(cfg.cluster.join_timeout_s);
+  auto handle = client::connect_coordinator(
+    sys,
+    {cfg.cluster.coordinator_host(),
+     static_cast<uint16_t>(cfg.cluster.coordinator_port())},
+    patience, [] { return interrupted.load(); });
+  if (!handle) {
+    why = handle.message();
+    return -1;
+  }
+  const auto coordinator = *handle;
+  node_registration reg{-1,
+                        host_name(),
+                        0,
+                        opt.rack,
+                        cfg.cluster.nproc_per_node,
+                        fingerprint_text(cfg),
+                        environment};
+  self->request(coordinator, patience, spare_atom_v, reg, caf::actor{self})
+    .receive([](caf::ok_atom) {},
+             [&](caf::error& err) {
+               why = "not admitted as a spare: " + sys.render(err);
+             });
+  if (!why.empty())
+    return -1;
+  log_info("tuttid", "waiting as a spare in rack '" + opt.rack + "'");
+  std::printf("waiting as a spare in rack '%s'\n", opt.rack.c_str());
+  std::fflush(stdout);
+  self->monitor(coordinator);
+  int64_t node = -2;
+  while (node == -2)
+    self->receive(
+      [&](assign_atom, int64_t n) { node = n; },
+      [&](const job_outcome& outcome) {
+        why = outcome.ok ? "" : "the job failed: " + outcome.message;
+        node = -1;
+      },
+      [&](caf::down_msg& dm) {
+        if (dm.source != coordinator.address())
+          return;
+        why = "the coordinator went away";
+        node = -1;
+      },
+      caf::after(std::chrono::milliseconds(200)) >> [&] {
+        if (interrupted)
+          node = -1;
+      });
+  self->demonitor(coordinator.address());
+  return node;
+}
+
+int serve(const job_config& cfg, daemon_options opt) {
   system_options sys_opt;
   sys_opt.network = true;
   // The middleman notices a silent peer as fast as the coordinator does.
@@ -143,6 +242,21 @@ int serve(const job_config& cfg, const daemon_options& opt) {
   // data files), and compared by the coordinator when the node joins.
   const auto environment = ops::environment_lines(
     ops::node_environment(cfg, kernels::blas_core_name()));
+  if (opt.spare) {
+    std::string why;
+    opt.node_rank = wait_as_spare(sys, self, cfg, opt, environment, why);
+    if (opt.node_rank < 0) {
+      if (!why.empty())
+        return fail(1, "spare: " + why);
+      log_info("tuttid", "spare: the job ended without needing this daemon");
+      return 0;
+    }
+    const auto now = "spare assigned: this daemon is now node "
+                     + std::to_string(opt.node_rank);
+    log_warn("tuttid", now);
+    std::printf("%s\n", now.c_str());
+    std::fflush(stdout);
+  }
   coordinator_actor coordinator;
   journal_actor journal;
   std::vector<std::unique_ptr<basp_guard>> guards; // outlive the system's use
@@ -264,6 +378,12 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
           environment});
   node_guard.reset(); // the previous supervisor's, if any
   std::vector<std::unique_ptr<basp_guard>> published;
+  // A spare takes over the address of a node that is still leaving (a
+  // drained daemon flushes its checkpoint writer first): it waits for it.
+  if (opt.spare && !wait_until_bindable(address.host, address.port,
+                                        cfg.cluster.join_timeout_s))
+    log_warn("tuttid", address.host + ":" + std::to_string(address.port)
+                         + " still in use after cluster_config.join_timeout_s");
   if (auto s = publish_guarded(sys, supervisor, address.host, address.port,
                                published, guard_tls);
       !s.ok())
@@ -326,7 +446,9 @@ int main(int argc, char** argv) {
   po::options_description desc("usage: tuttid --config FILE --node-rank N");
   desc.add_options()("help,h", "this text")(
     "config", po::value(&opt.config)->required(), "cluster config (YAML)")(
-    "node-rank", po::value(&opt.node_rank)->required(), "this node's rank")(
+    "node-rank", po::value(&opt.node_rank), "this node's rank")(
+    "spare", po::bool_switch(&opt.spare),
+    "no node rank: wait to replace a node that leaves (needs --rack)")(
     "data-dir", po::value(&opt.data_dir), "daemon state (default run.dir)")(
     "rack", po::value(&opt.rack), "rack label (overrides the config's)")(
     "fresh", po::bool_switch(&opt.fresh), "node 0: forget the job, start over")(
@@ -346,7 +468,13 @@ int main(int argc, char** argv) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   job_config cfg = std::move(*loaded);
-  if (opt.node_rank < 0 || opt.node_rank >= cfg.cluster.nnodes)
+  if (opt.spare && (vm.count("node-rank") || opt.rack.empty()))
+    return fail(2, "--spare takes --rack and no --node-rank (the coordinator "
+                   "assigns it one)");
+  if (opt.spare && cfg.security.tls_on())
+    return fail(2, "--spare needs security off (a node certificate names its "
+                   "node rank)");
+  if (!opt.spare && (opt.node_rank < 0 || opt.node_rank >= cfg.cluster.nnodes))
     return fail(2, "--node-rank " + std::to_string(opt.node_rank)
                      + " is outside 0.."
                      + std::to_string(cfg.cluster.nnodes - 1)
@@ -358,16 +486,19 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir, ec);
   if (opt.node_rank == 0)
     std::filesystem::create_directories(cfg.run.dir, ec);
-  log_open((std::filesystem::path(dir)
-            / ("tuttid-" + std::to_string(opt.node_rank) + ".log.jsonl"))
+  const auto name = opt.spare ? "spare-" + std::to_string(::getpid())
+                              : std::to_string(opt.node_rank);
+  log_open((std::filesystem::path(dir) / ("tuttid-" + name + ".log.jsonl"))
              .string(),
-           std::to_string(opt.node_rank));
+           name);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   // A peer that went away must be an error on its socket, not the end of
   // this daemon (aborted communicators shut their sockets down under Gloo).
   std::signal(SIGPIPE, SIG_IGN);
-  if (auto secured = set_up_security(cfg, opt.node_rank); !secured.ok()) {
+  // A spare runs without TLS (refused above): only the warning applies.
+  if (auto secured = set_up_security(cfg, opt.spare ? 1 : opt.node_rank);
+      !secured.ok()) {
     log_error("tuttid", "security: " + secured.message());
     log_close();
     return fail(2, "security: " + secured.message()

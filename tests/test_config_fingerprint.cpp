@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <cmath>
 #include <map>
 #include <set>
@@ -60,6 +63,7 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
       "moe_config.all_to_all_communication",
       "moe_config.communication_buffer_size",
       "moe_config.combine_chunks",
+      "moe_config.placement_plan",
       "train.steps",
       "train.global_batch_size",
       "train.seq_len",
@@ -124,6 +128,31 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
              "there");
     CHECK(first_difference(ours, "")
           == "cluster_config.world_size: 2 here, (absent) there");
+  }
+  SECTION("nodes must hold the same placement plan, wherever it lies") {
+    CHECK(entries["moe_config.placement_plan"] == "contiguous");
+    const auto dir = std::filesystem::temp_directory_path()
+                     / ("tutti_fp_plan_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto write = [&](const std::string& name, const std::string& text) {
+      std::ofstream(dir / name) << text;
+      return (dir / name).string();
+    };
+    const std::string plan = "{\"format\": \"tutti-placement-1\", "
+                             "\"layers\": 1, \"experts\": 2, \"ranks\": 2, "
+                             "\"expert_at\": [[1, 0]]}\n";
+    auto a = write("a.json", plan), b = write("b.json", plan);
+    auto moved = write("c.json", plan.substr(0, plan.find("[[")) + "[[0, 1]]}\n");
+    auto cfg = [&](const std::string& path) {
+      return fingerprint_text(parse(with(
+        "  capacity_factor: 0", "  capacity_factor: 0\n  placement: " + path)));
+    };
+    CHECK(cfg(a) == cfg(b)); // the content counts, not the path
+    CHECK_THAT(first_difference(cfg(a), cfg(moved)),
+               StartsWith("moe_config.placement_plan: fnv1a64:"));
+    CHECK_THAT(first_difference(fingerprint_text(c), cfg(a)),
+               StartsWith("moe_config.placement_plan: contiguous here"));
+    std::filesystem::remove_all(dir);
   }
   SECTION("keys nodes need not agree on leave it unchanged") {
     auto other = parse(with("  dir: some/data",

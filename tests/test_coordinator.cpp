@@ -255,7 +255,7 @@ struct fixture : temp_run_dir, test_coordinator_fixture<tutti_system_config> {
   void started(int64_t from_step, int64_t epoch) {
     for (auto& n : nodes)
       expect((epoch_start),
-             from(coord).to(n).with(epoch_start{from_step, epoch}));
+             from(coord).to(n).with(epoch_start{from_step, epoch, {}}));
   }
   // ... and the coordinator starts epoch + 1 from the newest checkpoint.
   void recover(int64_t epoch, int64_t from_step) {

@@ -18,6 +18,7 @@
 #include "tutti/model/rank_model.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/expert_blocks.hpp"
 #include "tutti/store/safetensors.hpp"
 
 using namespace tutti;
@@ -140,9 +141,8 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   for (int rank = 0; rank < 2; ++rank) {
     auto f = store::read_shard_file(ckpt / store::shard_file_name(rank));
     REQUIRE(f.ok());
-    const auto first = f.value().meta.ints.count("first_expert")
-                         ? f.value().meta.ints.at("first_expert")
-                         : 0;
+    auto held = store::block_experts_of(f.value().meta);
+    REQUIRE(held.ok());
     for (auto& t : f.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue;
@@ -161,9 +161,11 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
         continue;
       }
       const int64_t per = t.shape[1] * t.shape[2];
+      const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
       for (int64_t j = 0; j < t.shape[0]; ++j)
         from_ckpt[t.name.substr(0, t.name.rfind('.')) + "."
-                  + std::to_string(first + j) + t.name.substr(t.name.rfind('.'))
+                  + std::to_string(held.value().at(layer, j))
+                  + t.name.substr(t.name.rfind('.'))
                   + ".weight"] = std::vector<float>(t.data.begin() + j * per,
                                                     t.data.begin()
                                                       + (j + 1) * per);

@@ -2,6 +2,9 @@
 // exactly, plus where each node listens.
 
 #include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <type_traits>
 
@@ -62,6 +65,27 @@ private:
   bool every_key_ = false;
 };
 
+// moe_config.placement by what the plan says, not where it lies: nodes
+// must train with the same plan, each reading its own copy. FNV-1a over
+// the file's bytes (the same on every platform).
+std::string plan_digest(const std::string& path) {
+  if (path.empty())
+    return "contiguous";
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return "unreadable";
+  uint64_t h = 1469598103934665603ull;
+  for (auto i = std::istreambuf_iterator<char>(in);
+       i != std::istreambuf_iterator<char>(); ++i) {
+    h ^= static_cast<unsigned char>(*i);
+    h *= 1099511628211ull;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "fnv1a64:%016llx",
+                static_cast<unsigned long long>(h));
+  return text;
+}
+
 } // namespace
 
 static entries config_entries(const job_config& c, bool every_key) {
@@ -70,6 +94,8 @@ static entries config_entries(const job_config& c, bool every_key) {
   // Visitors take their object mutable (as CAF's inspectors do); this one
   // only reads.
   visit_fields(top, const_cast<job_config&>(c));
+  // The plan's content (the path itself is not fingerprinted).
+  out.emplace_back("moe_config.placement_plan", plan_digest(c.moe.placement));
   // Where each node listens, given or derived (nodes is not_fingerprinted
   // as written: this covers it, and host and the coordinator port when the
   // list is empty).

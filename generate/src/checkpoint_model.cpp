@@ -6,6 +6,7 @@
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/expert_blocks.hpp"
 
 namespace tutti::generate {
 
@@ -54,7 +55,8 @@ expected<checkpoint_model> checkpoint_model::load(const fs::path& dir) {
   checkpoint_model m;
   bool have_shape = false;
   struct expert_part {
-    std::int64_t layer, first, count;
+    std::int64_t layer, count;
+    std::vector<std::int64_t> experts; // of each row
     std::string which;
     std::vector<float> data;
   };
@@ -84,9 +86,9 @@ expected<checkpoint_model> checkpoint_model::load(const fs::path& dir) {
       m.step_ = meta.step;
       have_shape = true;
     }
-    const std::int64_t first = meta.ints.count("first_expert")
-                                 ? meta.ints.at("first_expert")
-                                 : 0;
+    auto held = store::block_experts_of(meta);
+    if (!held.ok())
+      return held.error();
     for (auto& t : shard.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue;
@@ -95,7 +97,11 @@ expected<checkpoint_model> checkpoint_model::load(const fs::path& dir) {
         continue;
       }
       if (t.name.find(experts_infix) != std::string::npos) {
-        parts.push_back({layer_of(t.name), first, t.shape.at(0),
+        const auto layer = layer_of(t.name);
+        std::vector<std::int64_t> experts;
+        for (std::int64_t j = 0; j < t.shape.at(0); ++j)
+          experts.push_back(held.value().at(layer, j));
+        parts.push_back({layer, t.shape.at(0), std::move(experts),
                          t.name.substr(t.name.rfind('.') + 1),
                          std::move(t.data)});
         continue;
@@ -115,15 +121,18 @@ expected<checkpoint_model> checkpoint_model::load(const fs::path& dir) {
   m.w2_.assign(L, std::vector<float>(E * D * F));
   std::vector<std::int64_t> filled(L * 3, 0);
   for (auto& p : parts) {
-    if (p.layer < 0 || p.layer >= L || p.first + p.count > E
+    const bool fits = std::all_of(p.experts.begin(), p.experts.end(),
+                                  [&](std::int64_t e) { return e < E; });
+    if (p.layer < 0 || p.layer >= L || !fits
         || static_cast<std::int64_t>(p.data.size()) != p.count * F * D)
       return status::error(dir.string() + ": expert block of layer "
                            + std::to_string(p.layer) + " does not fit "
                            + std::to_string(E) + " experts of "
                            + std::to_string(F) + " x " + std::to_string(D));
     auto& target = p.which == "w1" ? m.w1_ : p.which == "w3" ? m.w3_ : m.w2_;
-    std::copy(p.data.begin(), p.data.end(),
-              target[p.layer].begin() + p.first * F * D);
+    for (std::int64_t j = 0; j < p.count; ++j)
+      std::copy_n(p.data.begin() + j * F * D, F * D,
+                  target[p.layer].begin() + p.experts[j] * F * D);
     filled[p.layer * 3
            + (p.which == "w1"   ? 0
               : p.which == "w3" ? 1

@@ -2,8 +2,10 @@
 // rows grouped by expert, and back.
 //
 // The plan is a counting sort by expert over slots in (token, slot) order,
-// i.e. stable. Each op walks its rows in index order, so every row that
-// adds into the same token does so in the same order on every run.
+// i.e. stable. Whatever adds into a token's row (the combine, the backward
+// of the permutation) does so in slot order, the router's ranking, not in
+// row order: rows are grouped by where the experts live (the placement),
+// and the sum must not depend on it.
 
 #include "backends.hpp"
 
@@ -30,6 +32,13 @@ int64_t permute_plan(const stream&, const int32_t* topk_idx, int64_t n,
   return total;
 }
 
+void remap_experts(const stream&, int32_t* topk_idx, int64_t slots,
+                   const int32_t* slot_of_expert) {
+  for (int64_t s = 0; s < slots; ++s)
+    if (topk_idx[s] >= 0)
+      topk_idx[s] = slot_of_expert[topk_idx[s]];
+}
+
 template <class T>
 void permute_rows(const stream&, const T* x, const int32_t* slot_of_row, T* out,
                   int64_t rows, int64_t k, int64_t dim) {
@@ -37,13 +46,28 @@ void permute_rows(const stream&, const T* x, const int32_t* slot_of_row, T* out,
     std::memcpy(out + r * dim, x + (slot_of_row[r] / k) * dim, sizeof(T) * dim);
 }
 
+namespace {
+
+// The rows in slot order (each slot has at most one row).
+std::vector<int32_t> rows_by_slot(const int32_t* slot_of_row, int64_t rows) {
+  std::vector<int32_t> order(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    order[r] = static_cast<int32_t>(r);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return slot_of_row[a] < slot_of_row[b];
+  });
+  return order;
+}
+
+} // namespace
+
 template <class T>
 void permute_rows_backward(const stream&, const T* drows,
                            const int32_t* slot_of_row, T* dx, int64_t rows,
                            int64_t k, int64_t dim) {
-  for (int64_t r = 0; r < rows; ++r) {
+  for (const int32_t r : rows_by_slot(slot_of_row, rows)) {
     T* d = dx + (slot_of_row[r] / k) * dim;
-    const T* g = drows + r * dim;
+    const T* g = drows + int64_t(r) * dim;
     for (int64_t j = 0; j < dim; ++j)
       d[j] += g[j];
   }
@@ -54,11 +78,11 @@ void unpermute_combine(const stream&, const T* y, const int32_t* slot_of_row,
                        const T* topk_gate, T* out, int64_t rows, int64_t n,
                        int64_t k, int64_t dim) {
   std::fill(out, out + n * dim, T(0));
-  for (int64_t r = 0; r < rows; ++r) {
+  for (const int32_t r : rows_by_slot(slot_of_row, rows)) {
     const int64_t slot = slot_of_row[r];
     const T g = topk_gate[slot];
     T* o = out + (slot / k) * dim;
-    const T* yr = y + r * dim;
+    const T* yr = y + int64_t(r) * dim;
     for (int64_t j = 0; j < dim; ++j)
       o[j] += g * yr[j];
   }

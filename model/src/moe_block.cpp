@@ -1,7 +1,10 @@
 // The MoE half of a decoder layer: route, dispatch over the EP group,
 // experts (through the expert_executor) and combine, chunk by chunk
-// (moe_combine.cpp). Expert-parallel layout: EP member p holds experts
-// [p*L, (p+1)*L), L = experts / ep_size.
+// (moe_combine.cpp). Expert-parallel layout: EP member p holds slots
+// [p*L, (p+1)*L), L = experts / ep_size; slot s holds expert s, or under a
+// placement the expert whose slot_of_expert_ is s. Routing, capacity and
+// the router's statistics stay in expert ids; from the dispatch plan on,
+// rows are grouped by slot.
 
 #include <algorithm>
 #include <numeric>
@@ -103,6 +106,9 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                                             K, capacity);
   if (stats)
     stats->dropped_tokens += dropped;
+  if (slot_of_expert_.size() > 0)
+    k::remap_experts(stream_, a.topk_kept.data(), n * K,
+                     slot_of_expert_.data() + l * E);
   a.rows = k::permute_plan(stream_, a.topk_kept.data(), n, E, K,
                            a.slot_of_row.data(), a.kept.data());
   a.kept_host.resize(E);

@@ -107,8 +107,9 @@ void init_params(const param_layout& layout, float* values, uint64_t seed,
 }
 
 void init_expert_params(const param_layout& layout, float* values,
-                        const model_config& m, int64_t first_expert,
-                        int64_t count, uint64_t seed, double std) {
+                        const model_config& m,
+                        const std::vector<int32_t>& expert_ids, int64_t count,
+                        uint64_t seed, double std) {
   const int64_t per = m.intermediate_size * m.hidden_size;
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     for (const char* which : {"w1", "w3", "w2"}) {
@@ -116,13 +117,23 @@ void init_expert_params(const param_layout& layout, float* values,
       for (int64_t j = 0; j < count; ++j) {
         auto name = "model.layers." + std::to_string(l)
                     + ".block_sparse_moe.experts."
-                    + std::to_string(first_expert + j) + "." + which
-                    + ".weight";
+                    + std::to_string(expert_ids.at(l * count + j)) + "."
+                    + which + ".weight";
         fill_normal(values + block.offset + j * per, per, name_seed(seed, name),
                     std);
       }
     }
   }
+}
+
+void init_expert_params(const param_layout& layout, float* values,
+                        const model_config& m, int64_t first_expert,
+                        int64_t count, uint64_t seed, double std) {
+  std::vector<int32_t> ids;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l)
+    for (int64_t j = 0; j < count; ++j)
+      ids.push_back(static_cast<int32_t>(first_expert + j));
+  init_expert_params(layout, values, m, ids, count, seed, std);
 }
 
 } // namespace tutti::model

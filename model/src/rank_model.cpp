@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
+#include <stdexcept>
 #include <utility>
 
 #include "tutti/comm/slices.hpp"
@@ -30,9 +31,17 @@ double learning_rate(const train_config& t, int64_t step) {
 }
 
 rank_model::rank_model(const job_config& cfg, comm_groups comms,
-                       expert_executor& experts, kernels::stream where)
+                       expert_executor& experts, kernels::stream where,
+                       std::vector<int32_t> slot_of_expert)
   : cfg_(cfg), comms_(comms), experts_(experts), stream_(where),
     collectives_(where), layout_(dense_layout(cfg.model, cfg.moe)) {
+  if (!slot_of_expert.empty()) {
+    if (static_cast<int64_t>(slot_of_expert.size())
+        != cfg.model.num_hidden_layers * cfg.moe.num_experts)
+      throw std::invalid_argument("rank_model: the placement must give a slot "
+                                  "for every layer's experts");
+    slot_of_expert_.upload(stream_, slot_of_expert);
+  }
   {
     std::vector<float> init(layout_.total());
     init_params(layout_, init.data(), cfg.train.seed, cfg.model.init_std);

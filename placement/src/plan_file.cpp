@@ -13,6 +13,22 @@ std::vector<int32_t> placement_plan::slot_of() const {
   return out;
 }
 
+int64_t placement_plan::rank_of(int64_t layer, int32_t expert) const {
+  for (int64_t s = 0; s < experts; ++s)
+    if (expert_in(layer, s) == expert)
+      return s / slots_per_rank();
+  return -1;
+}
+
+std::vector<int32_t> placement_plan::experts_of_rank(int64_t rank) const {
+  std::vector<int32_t> out;
+  const int64_t per = slots_per_rank();
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t j = 0; j < per; ++j)
+      out.push_back(expert_in(l, rank * per + j));
+  return out;
+}
+
 bool placement_plan::is_contiguous() const {
   for (int64_t l = 0; l < layers; ++l)
     for (int64_t s = 0; s < experts; ++s)

@@ -9,6 +9,7 @@
 
 #include "tutti/serve/model.hpp"
 #include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/expert_blocks.hpp"
 #include "tutti/store/safetensors.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
@@ -213,8 +214,9 @@ expected<served_model> load_checkpoint_dir(const fs::path& dir) {
       s.router_temperature = d("router_temperature", 1.0);
       have_meta = true;
     }
-    const int64_t first = ints.count("first_expert") ? ints.at("first_expert")
-                                                     : 0;
+    auto held = store::block_experts_of(meta);
+    if (!held)
+      return held.error();
     for (auto& t : shard.value().tensors) {
       if (t.name.rfind("adam_", 0) == 0)
         continue;
@@ -238,9 +240,10 @@ expected<served_model> load_checkpoint_dir(const fs::path& dir) {
       const auto which = t.name.substr(t.name.rfind('.') + 1);
       const auto prefix = t.name.substr(0, t.name.rfind('.'));
       const int64_t per = t.shape[1] * t.shape[2];
+      const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
       for (int64_t j = 0; j < t.shape[0]; ++j) {
-        auto name = prefix + "." + std::to_string(first + j) + "." + which
-                    + ".weight";
+        auto name = prefix + "." + std::to_string(held.value().at(layer, j))
+                    + "." + which + ".weight";
         shapes[name] = {t.shape[1], t.shape[2]};
         tensors[name].assign(t.data.begin() + j * per,
                              t.data.begin() + (j + 1) * per);

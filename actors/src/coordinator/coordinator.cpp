@@ -94,6 +94,7 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
   for (auto& [n, m] : st.nodes)
     self->send(m.supervisor, job_outcome{outcome != job_state::failed,
                                          st.failure, st.final_eval_loss});
+  release_spares(self);
   if (outcome == job_state::failed)
     log_error("coordinator", "job failed: " + st.failure);
   else
@@ -125,7 +126,8 @@ void start_job(coordinator_pointer self) {
                                 + std::to_string(st.resume_step)
                             : std::string("job running"));
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, epoch_start{st.resume_step, st.epoch});
+    self->send(m.supervisor,
+               epoch_start{st.resume_step, st.epoch, st.expert_at});
 }
 
 namespace {
@@ -302,6 +304,8 @@ caf::error on_register(coordinator_pointer self, const node_registration& reg,
                             + reg.host + ", rack '" + reg.rack + "', "
                             + std::to_string(reg.devices) + " ranks)");
   st.draining.erase(reg.node_rank);
+  st.left_rack.erase(reg.node_rank);
+  st.assigned.erase(reg.node_rank);
   if (st.state == job_state::recovering) {
     // It runs no ranks of the old epoch.
     record_event(self, "node_joined", st.node_name(reg.node_rank) + " is back",
@@ -378,6 +382,8 @@ void on_down(coordinator_pointer self, caf::down_msg& dm) {
     self->quit();
     return;
   }
+  if (on_spare_down(self, dm.source))
+    return;
   for (auto& [rank, m] : st.nodes)
     if (dm.source == m.supervisor.address()) {
       if (!dm.reason || dm.reason == caf::exit_reason::normal) {
@@ -437,6 +443,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     [self](register_atom, const node_registration& reg,
            const caf::actor& handle) -> caf::result<caf::ok_atom> {
       return register_certified(self, reg, handle);
+    },
+    [self](spare_atom, const node_registration& reg,
+           const caf::actor& handle) -> caf::result<caf::ok_atom> {
+      return on_spare(self, reg, handle);
     },
     [self](diag_atom) -> caf::result<diag_report> {
       auto& st = self->state;
@@ -502,6 +512,8 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       reports.push_back(r);
       if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
         auto merged = merge_reports(reports);
+        if (!merged.routing_window.empty())
+          observe_routing(self, merged.routing_window);
         if (!merged.routing_window.empty() && st.journal)
           self->send(st.journal, routing_window_atom_v, r.step,
                      std::move(merged.routing_window));

@@ -60,7 +60,7 @@ void restart_from_checkpoint(coordinator_pointer self) {
   log_warn("coordinator", text);
   record_event(self, "recovery", text, took);
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, epoch_start{from, st.epoch});
+    self->send(m.supervisor, epoch_start{from, st.epoch, st.expert_at});
 }
 
 } // namespace
@@ -158,6 +158,7 @@ void on_node_lost(coordinator_pointer self, int64_t node,
   if (i == st.nodes.end())
     return;
   self->demonitor(i->second.supervisor.address());
+  st.left_rack[node] = i->second.info.rack; // for a spare of the same rack
   st.nodes.erase(i);
   auto text = st.node_name(node) + " lost: " + why;
   if (st.state == job_state::running) {
@@ -170,6 +171,7 @@ void on_node_lost(coordinator_pointer self, int64_t node,
   } else {
     log_warn("coordinator", text);
   }
+  reschedule(self);
 }
 
 void check_heartbeats(coordinator_pointer self) {

@@ -330,8 +330,11 @@ caf::result<shell_reply> run_shell_command(
     record_event(self, "operator", "drain node " + std::to_string(node), -1);
     on_node_lost(self, node, "drained on request");
     auto text = "node " + std::to_string(node)
-                + " drained; the job waits for a daemon with --node-rank "
-                + std::to_string(node);
+                + (st.assigned.count(node)
+                     ? " drained; a waiting spare takes its place (see the "
+                       "reschedule event)"
+                     : " drained; the job waits for a daemon with --node-rank "
+                         + std::to_string(node) + " or a spare (tuttid --spare)");
     return said(text);
   }
   if (command == "stop") {

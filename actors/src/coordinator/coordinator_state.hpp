@@ -18,6 +18,7 @@
 #include "coordinator/sender_identity.hpp"
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/metrics_board.hpp"
+#include "tutti/placement/routing_stats.hpp"
 #include "tutti/security/access_policy.hpp"
 
 namespace tutti {
@@ -34,6 +35,12 @@ struct member {
   node_supervisor_actor supervisor;
   coordinator_clock::time_point last_heartbeat;
   int64_t resident_bytes = 0; // its daemon's, from the heartbeat
+};
+
+// A daemon waiting to take the place of a node that leaves.
+struct spare_daemon {
+  node_registration info; // node_rank -1; its rack
+  caf::actor handle;      // told assign_atom and the node rank
 };
 
 // A rule that fires: since when, and what it said.
@@ -118,6 +125,16 @@ struct coordinator_state {
   job_observations seen;
   std::shared_ptr<metrics_board> board; // for /metrics; may be null
   std::set<int64_t> draining;           // nodes told to leave
+  // Rescheduling (coordinator_spares.cpp): spares waiting; the rack of
+  // each node that left, until a daemon takes its place; nodes a spare was
+  // assigned to; the placement planned again when a spare of another rack
+  // took a node ([layer][slot] -> expert; empty: moe_config.placement's);
+  // the routing statistics seen, which that plan is made from.
+  std::vector<spare_daemon> spares;
+  std::map<int64_t, std::string> left_rack;
+  std::set<int64_t> assigned;
+  std::vector<int32_t> expert_at;
+  placement::routing_stats routing_seen;
   bool user_paused = false;             // by the shell's pause
   // Access: remote senders by node (their certificates), the policy, the
   // audit log's writer.
@@ -167,6 +184,15 @@ void fire_alert(coordinator_pointer self, const std::string& name,
 void resolve_alert(coordinator_pointer self, const std::string& name);
 void publish_metrics(coordinator_pointer self);
 std::string render_metrics(const coordinator_state& st);
+
+// coordinator_spares.cpp
+caf::result<caf::ok_atom> on_spare(coordinator_pointer self,
+                                   const node_registration& reg,
+                                   const caf::actor& handle);
+void reschedule(coordinator_pointer self);
+bool on_spare_down(coordinator_pointer self, const caf::actor_addr& source);
+void release_spares(coordinator_pointer self);
+void observe_routing(coordinator_pointer self, const std::string& window);
 
 // coordinator_shell.cpp
 caf::result<shell_reply> run_shell_command(

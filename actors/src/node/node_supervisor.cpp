@@ -14,6 +14,7 @@
 #include "diag/diag_prober.hpp"
 #include "shard/expert_shard.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/placement/job_placement.hpp"
 #include "rank/rank_actor.hpp"
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/protocol/errors.hpp"
@@ -76,7 +77,24 @@ supervisor_actor start_helpers(node_pointer self, const char* label,
   return sup;
 }
 
-void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
+// The placement of an epoch: the coordinator's, when it planned again
+// (`expert_at` non-empty), else moe_config.placement's.
+expected<placement::placement_plan> epoch_plan(const job_config& cfg,
+                                               std::vector<int32_t> expert_at) {
+  if (expert_at.empty())
+    return placement::plan_for(cfg);
+  placement::placement_plan p;
+  p.layers = cfg.model.num_hidden_layers;
+  p.experts = cfg.moe.num_experts;
+  p.ranks = cfg.ep_size();
+  p.expert_at = std::move(expert_at);
+  if (auto ok = p.check(); !ok)
+    return status::error("the coordinator's placement: " + ok.message());
+  return p;
+}
+
+void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
+                 std::vector<int32_t> expert_at) {
   auto& st = self->state;
   if (epoch <= st.epoch)
     return;
@@ -100,6 +118,16 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
   std::vector<child_spec> loaders, experts;
   std::vector<int32_t> local;
   std::map<int32_t, std::shared_ptr<expert_shard_memory>> memories;
+  // The placement of this epoch: read once here, so a node's ranks and
+  // shards agree, and again at the next epoch (a resume from a checkpoint
+  // is where a changed plan takes effect).
+  auto plan = epoch_plan(cfg, std::move(expert_at));
+  if (!plan.ok())
+    log_error("node_supervisor", st.who() + ": " + plan.message());
+  auto held_by = [&](int32_t rank) {
+    return plan.ok() ? plan.value().experts_of_rank(rank % cfg.ep_size())
+                     : std::vector<int32_t>{};
+  };
   for (int64_t i = 0; i < cfg.cluster.nproc_per_node; ++i) {
     const auto rank = static_cast<int32_t>(st.first_rank() + i);
     local.push_back(rank);
@@ -114,9 +142,11 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
     memories[rank] = memory;
     experts.push_back({"expert_shard/" + std::to_string(rank),
                        restart_of(cfg.supervision.expert_shard),
-                       [cfg, rank, memory](caf::actor_system& sys) {
+                       [cfg, rank, memory,
+                        ids = held_by(rank)](caf::actor_system& sys) {
                          return caf::actor_cast<caf::actor>(spawn_expert_shard(
-                           sys, {cfg, rank, memory, rank_device(cfg, rank)}));
+                           sys,
+                           {cfg, rank, ids, memory, rank_device(cfg, rank)}));
                        }});
   }
   const auto e = std::to_string(epoch);
@@ -126,10 +156,13 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch) {
                              cfg.supervision.expert_shard, std::move(experts));
   for (auto rank : local) {
     auto control = std::make_shared<rank_control>();
-    auto r = spawn_rank(sys, {cfg, rank, epoch, st.args.coordinator, st.loaders,
-                              st.experts, st.writers, control, resume_step,
-                              memories[rank], st.in_flight,
-                              st.args.memory_hub});
+    const bool moved = plan.ok() && !plan.value().is_contiguous();
+    auto r = spawn_rank(
+      sys, {cfg, rank, epoch, st.args.coordinator, st.loaders, st.experts,
+            st.writers, control, resume_step, memories[rank], st.in_flight,
+            st.args.memory_hub, held_by(rank),
+            moved ? plan.value().slot_of() : std::vector<int32_t>{},
+            plan.ok() ? std::string() : plan.message()});
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
@@ -298,7 +331,9 @@ node_supervisor_actor::behavior_type node_supervisor(
   register_node(self);
   self->send(self, tick_atom_v);
   return {
-    [self](const epoch_start& e) { start_epoch(self, e.resume_step, e.epoch); },
+    [self](const epoch_start& e) {
+      start_epoch(self, e.resume_step, e.epoch, e.expert_at);
+    },
     [self](abort_atom, int64_t epoch) {
       auto& st = self->state;
       log_warn("node_supervisor", st.who() + ": aborting ranks for epoch "

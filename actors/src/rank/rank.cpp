@@ -20,6 +20,7 @@
 #include "tutti/kernels/blas_core.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/capacity_plan.hpp"
+#include "tutti/model/param_layout.hpp"
 #include "tutti/model/rank_model.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -86,6 +87,8 @@ public:
   }
 
   status run_steps() {
+    if (!a_.placement_error.empty())
+      return status::error(a_.placement_error);
     const int device = rank_device(a_.cfg, a_.rank);
     if (device >= 0) {
       kernels::cuda_set_device(device); // this thread's, for good
@@ -107,7 +110,8 @@ public:
       [this] { return a_.control->aborted(); });
     TUTTI_RETURN_IF_ERROR(experts.connect());
     experts_ = &experts;
-    model::rank_model model(a_.cfg, comms_.groups(), experts, stream_);
+    model::rank_model model(a_.cfg, comms_.groups(), experts, stream_,
+                            a_.slot_of_expert);
     if (a_.rank == 0) {
       const auto& e = a_.cfg.moe;
       const auto bytes = e.communication_buffer_size > 0
@@ -352,6 +356,9 @@ private:
     return {};
   }
 
+  // The experts' part of the gradient norm, summed per expert and then
+  // over experts in id order: the same bits whichever rank holds which
+  // expert (a placement moves them; the clipping factor must not move).
   status reduce_expert_grads(double& sum_squares, model::step_timers& time) {
     grad_view grads;
     TUTTI_RETURN_IF_ERROR(experts_->grads(grads));
@@ -362,13 +369,43 @@ private:
       TUTTI_RETURN_IF_ERROR(collectives_->all_reduce_sum(
         *comms_.expert_dp, grads.data, static_cast<size_t>(grads.size)));
     }
-    sum_squares = kernels::sum_squares(stream_, grads.data, grads.size);
+    const auto& c = a_.cfg;
+    const int64_t L = c.model.num_hidden_layers, E = c.moe.num_experts;
+    const int64_t count = c.experts_per_rank();
+    if (expert_layout_.tensors().empty())
+      expert_layout_ = model::expert_layout(c.model, 0, count);
+    // Zeros but at this rank's experts; the EP sum then adds each expert's
+    // value to zeros only, which is exact.
+    std::vector<double> per_expert(L * E, 0.0);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < count; ++j) {
+        double sum = 0;
+        for (const char* w : {"w1", "w3", "w2"}) {
+          const auto& block = expert_layout_.at(model::expert_block_name(l, w));
+          const int64_t per = block.numel / count;
+          sum += kernels::sum_squares(stream_,
+                                      grads.data + block.offset + j * per, per);
+        }
+        per_expert[l * E + expert_id(l, j)] = sum;
+      }
     auto* ep = comms_.groups().ep;
     if (ep->size() > 1) {
       model::scoped_timer t(time.allreduce_s);
-      TUTTI_RETURN_IF_ERROR(ep->all_reduce_sum(&sum_squares, 1));
+      TUTTI_RETURN_IF_ERROR(ep->all_reduce_sum(per_expert.data(),
+                                               per_expert.size()));
     }
+    sum_squares = 0;
+    for (double v : per_expert)
+      sum_squares += v;
     return {};
+  }
+
+  // The expert in row j of this rank's layer-l blocks.
+  int32_t expert_id(int64_t l, int64_t j) const {
+    const int64_t count = a_.cfg.experts_per_rank();
+    if (!a_.expert_ids.empty())
+      return a_.expert_ids[l * count + j];
+    return static_cast<int32_t>((a_.rank % a_.cfg.ep_size()) * count + j);
   }
 
   status optimize_experts(int64_t step, double lr, double scale) {
@@ -413,6 +450,7 @@ private:
   int64_t last_step_ = 0;
   bool stop_requested_ = false;
   routing_window routing_{a_.cfg};
+  model::param_layout expert_layout_; // of the shard's blocks
 };
 
 void rank_main(caf::blocking_actor* self, rank_args args) {

@@ -71,6 +71,13 @@ struct rank_args {
   std::shared_ptr<checkpoint_in_flight> checkpoint_writes;
   // The process's in-memory rendezvous (node_supervisor_args); may be null.
   std::shared_ptr<comm::memory_hub> memory_hub;
+  // The placement (placement::plan_for, read by the node once per epoch):
+  // the experts this rank's shard holds, [layer][row], and every expert's
+  // slot in the EP group, [layer][expert], for dispatch (empty: the
+  // contiguous layout). placement_error: why the plan could not be read;
+  // the rank then fails with it.
+  std::vector<int32_t> expert_ids, slot_of_expert;
+  std::string placement_error;
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);

@@ -18,6 +18,7 @@
 #include "tutti/model/idle_core_pool.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/protocol/errors.hpp"
+#include "tutti/store/expert_blocks.hpp"
 
 namespace tutti {
 
@@ -31,8 +32,9 @@ struct expert_shard_state {
 
   job_config cfg;
   int32_t rank = 0;
-  int64_t first_expert = 0;
+  int64_t first_expert = 0; // of the contiguous layout, for the checkpoint
   int64_t count = 0;
+  std::vector<int32_t> expert_ids; // [layer][row]
   model::param_layout layout;
   std::shared_ptr<expert_shard_memory> mem;
   std::unique_ptr<model::expert_ffn> ffn;
@@ -164,8 +166,9 @@ void initialize(expert_shard_state& st) {
   auto& mem = *st.mem;
   if (!mem.initialized) {
     std::vector<float> init(st.layout.total());
-    model::init_expert_params(st.layout, init.data(), c.model, st.first_expert,
+    model::init_expert_params(st.layout, init.data(), c.model, st.expert_ids,
                               st.count, c.train.seed, c.model.init_std);
+    mem.expert_ids = st.expert_ids;
     mem.params.upload(st.stream, init);
     mem.grads.zeros(st.stream, st.layout.total());
     mem.m.zeros(st.stream, st.layout.total());
@@ -177,6 +180,7 @@ void initialize(expert_shard_state& st) {
   // A restart: the live set is the state at the start of the step (only
   // a completed optimizer step changes it). Gradients stay: the rank
   // decides whether to replay them (shard_executor).
+  st.expert_ids = mem.expert_ids;
   log_warn("expert_shard", "rank " + std::to_string(st.rank)
                              + ": expert shard restarted from its "
                                "state at the start of step "
@@ -189,6 +193,12 @@ rank_snapshot_ptr take_snapshot(expert_shard_state& st, int64_t step) {
   snap->step = step;
   snap->ints["first_expert"] = st.first_expert;
   snap->ints["expert_count"] = st.count;
+  // Under a placement the blocks hold any experts: name each row.
+  std::vector<std::vector<int64_t>> ids(st.cfg.model.num_hidden_layers);
+  for (size_t l = 0; l < ids.size(); ++l)
+    ids[l].assign(st.expert_ids.begin() + std::ptrdiff_t(l * st.count),
+                  st.expert_ids.begin() + std::ptrdiff_t((l + 1) * st.count));
+  snap->strings["expert_ids"] = store::block_experts_text(ids);
   for (const auto& spec : st.layout.tensors()) {
     auto copy = [&](const std::string& name,
                     const expert_shard_memory::tensor& t) {
@@ -220,8 +230,8 @@ caf::result<caf::ok_atom> restore(expert_shard_state& st,
       if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
         return caf::make_error(errc::expert_failed,
                                "checkpoint lacks " + prefix + spec.name
-                                 + " for experts from "
-                                 + std::to_string(st.first_expert));
+                                 + " for the experts of rank "
+                                 + std::to_string(st.rank));
       target->upload(st.stream, t->data.data(), t->data.size(), spec.offset);
     }
   k::wait(st.stream);
@@ -245,6 +255,11 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   const auto& c = st.cfg;
   st.count = c.experts_per_rank();
   st.first_expert = (args.rank % c.ep_size()) * st.count;
+  st.expert_ids = std::move(args.expert_ids);
+  if (st.expert_ids.empty())
+    for (int64_t l = 0; l < c.model.num_hidden_layers; ++l)
+      for (int64_t j = 0; j < st.count; ++j)
+        st.expert_ids.push_back(static_cast<int32_t>(st.first_expert + j));
   st.layout = model::expert_layout(c.model, st.first_expert, st.count);
   initialize(st);
   st.ffn = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,

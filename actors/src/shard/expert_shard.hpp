@@ -15,6 +15,7 @@
 // no second set and updates in place.
 
 #include <memory>
+#include <vector>
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/kernels/tensor.hpp"
@@ -30,11 +31,17 @@ struct expert_shard_memory {
                                       // restarts are in place
   int64_t optimized_step = 0;         // last step whose update is live
   bool initialized = false;
+  // Which experts the blocks hold, [layer][row]: fixed when the memory is
+  // first initialised, so a restarted shard keeps them.
+  std::vector<int32_t> expert_ids;
 };
 
 struct expert_shard_args {
   job_config cfg;
   int32_t rank = 0; // global rank; its EP rank picks the experts
+  // The experts it holds, [layer][row] (placement_plan::experts_of_rank of
+  // its EP rank); empty: the contiguous block of its EP rank.
+  std::vector<int32_t> expert_ids;
   std::shared_ptr<expert_shard_memory> memory;
   int device = -1; // CUDA device ordinal (its rank's); -1: the CPU
 };

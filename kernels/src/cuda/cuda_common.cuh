@@ -180,13 +180,15 @@ V value_to_host(const stream& s, const V* device_value) {
 }
 
 // dst[keys[i] / divisor, :] += src[i, :] for i < rows (keys >= 0). Rows
-// that share a key add in increasing i, as the CPU's sequential loops do,
-// without atomics: a stable radix sort of i by key, then one thread per
-// (key, column) walks its run. Uses the main scratch slot.
-// (cuda_dispatch.cu; float and double.)
+// that share a destination add in increasing i, as the CPU's sequential
+// loops do, or with `in_key_order` in increasing key (slot order: the
+// combine's backward), without atomics: a stable radix sort of i by key,
+// then one thread per (destination, column) walks its run. Uses the main
+// scratch slot. (cuda_dispatch.cu; float and double.)
 template <class T>
 void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
-                     const T* src, T* dst, int64_t rows, int64_t dim);
+                     const T* src, T* dst, int64_t rows, int64_t dim,
+                     bool in_key_order = false);
 
 // cuBLAS and CUB take int sizes.
 inline int as_int(int64_t v, const char* what) {

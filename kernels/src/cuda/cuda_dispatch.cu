@@ -4,9 +4,9 @@
 // The plan is the CPU's stable counting sort by expert, done with one block
 // per expert scanning the slots in order (a ballot-based block scan), so
 // slot_of_row comes out identical to the CPU's. Every accumulation into a
-// token's row goes through an explicit ordering (an inverse map sorted by
-// row, or a stable radix sort by key) instead of atomics, so rows add in
-// the same order as on the CPU, every run.
+// token's row goes through an explicit ordering (an inverse map of slots,
+// or a radix sort by slot) instead of atomics, so rows add in slot order,
+// as on the CPU, every run, wherever the placement put their experts.
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -81,20 +81,12 @@ __global__ void invert_plan(const int32_t* slot_of_row, int64_t rows,
   TUTTI_GRID_STRIDE(r, rows) row_of_slot[slot_of_row[r]] = int32_t(r);
 }
 
-// Per token: its (at most k) rows in increasing row order, -1 after them.
-__global__ void order_token_rows(int32_t* row_of_slot, int64_t n, int64_t k) {
-  TUTTI_GRID_STRIDE(t, n) {
-    int32_t* r = row_of_slot + t * k;
-    // Insertion sort of k tiny entries; -1 (no row) sorts last.
-    for (int64_t a = 1; a < k; ++a) {
-      const int32_t v = r[a];
-      int64_t b = a - 1;
-      while (b >= 0 && (r[b] < 0 || (v >= 0 && r[b] > v))) {
-        r[b + 1] = r[b];
-        --b;
-      }
-      r[b + 1] = v;
-    }
+__global__ void remap_kernel(int32_t* topk_idx, int64_t slots,
+                             const int32_t* slot_of_expert) {
+  TUTTI_GRID_STRIDE(s, slots) {
+    const int32_t e = topk_idx[s];
+    if (e >= 0)
+      topk_idx[s] = slot_of_expert[e];
   }
 }
 
@@ -105,10 +97,10 @@ __global__ void combine_fwd(const T* y, const int32_t* slot_of_row,
   TUTTI_GRID_STRIDE(i, n * dim) {
     const int64_t t = i / dim, c = i % dim;
     T acc = T(0);
-    for (int64_t q = 0; q < k; ++q) {
+    for (int64_t q = 0; q < k; ++q) { // slot order; -1: dropped
       const int32_t r = token_rows[t * k + q];
       if (r < 0)
-        break;
+        continue;
       acc += topk_gate[slot_of_row[r]] * y[int64_t(r) * dim + c];
     }
     out[i] = acc;
@@ -149,26 +141,31 @@ __global__ void scatter_kernel(const T* src, const int64_t* index, T* dst,
 
 // -- add_rows_by_key ---------------------------------------------------------------
 
+// Sort keys: keys / divisor, or the whole key when the rows of one
+// destination must add in key order (then divided in add_runs).
 __global__ void make_keys(const int32_t* keys, int64_t divisor, int64_t rows,
-                          int32_t* key_out, int32_t* index_out) {
+                          bool whole_key, int32_t* key_out,
+                          int32_t* index_out) {
   TUTTI_GRID_STRIDE(i, rows) {
-    key_out[i] = int32_t(keys[i] / divisor);
+    key_out[i] = whole_key ? keys[i] : int32_t(keys[i] / divisor);
     index_out[i] = int32_t(i);
   }
 }
 
-// Thread per (sorted position p, column) where p starts a run of equal keys:
-// adds the run's rows in increasing original index (the sort is stable).
+// Thread per (sorted position p, column) where p starts a run of one
+// destination (key / divisor, divisor 1 when the keys are divided
+// already): adds the run's rows in sorted order (the sort is stable).
 template <class T>
 __global__ void add_runs(const int32_t* key, const int32_t* index, const T* src,
-                         T* dst, int64_t rows, int64_t dim) {
+                         T* dst, int64_t rows, int64_t dim, int64_t divisor) {
   TUTTI_GRID_STRIDE(i, rows * dim) {
     const int64_t p = i / dim, c = i % dim;
-    if (p > 0 && key[p - 1] == key[p])
+    const int64_t to = key[p] / divisor;
+    if (p > 0 && key[p - 1] / divisor == to)
       continue;
-    T* d = dst + int64_t(key[p]) * dim + c;
+    T* d = dst + to * dim + c;
     T acc = *d;
-    for (int64_t q = p; q < rows && key[q] == key[p]; ++q)
+    for (int64_t q = p; q < rows && key[q] / divisor == to; ++q)
       acc += src[int64_t(index[q]) * dim + c];
     *d = acc;
   }
@@ -178,7 +175,8 @@ __global__ void add_runs(const int32_t* key, const int32_t* index, const T* src,
 
 template <class T>
 void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
-                     const T* src, T* dst, int64_t rows, int64_t dim) {
+                     const T* src, T* dst, int64_t rows, int64_t dim,
+                     bool in_key_order) {
   if (rows == 0 || dim == 0)
     return;
   const int items = as_int(rows, "add_rows_by_key rows");
@@ -197,14 +195,14 @@ void add_rows_by_key(const stream& s, const int32_t* keys, int64_t divisor,
   int32_t* key_out = cut.take<int32_t>(rows);
   int32_t* index_out = cut.take<int32_t>(rows);
   void* sort_temp = cut.take<unsigned char>(int64_t(sort_bytes));
-  make_keys<<<grid_for(rows), kThreads, 0, raw(s)>>>(keys, divisor, rows,
-                                                     key_in, index_in);
+  make_keys<<<grid_for(rows), kThreads, 0, raw(s)>>>(
+    keys, divisor, rows, in_key_order, key_in, index_in);
   TUTTI_CUDA_LAUNCH_CHECK();
   TUTTI_CUDA_CHECK(
     cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, key_in, key_out,
                                     index_in, index_out, items, 0, 32, raw(s)));
-  add_runs<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(key_out, index_out,
-                                                          src, dst, rows, dim);
+  add_runs<<<grid_for(rows * dim), kThreads, 0, raw(s)>>>(
+    key_out, index_out, src, dst, rows, dim, in_key_order ? divisor : 1);
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 
@@ -228,6 +226,15 @@ int64_t permute_plan(const stream& s, const int32_t* topk_idx, int64_t n,
   return value_to_host(s, offsets + experts);
 }
 
+void remap_experts(const stream& s, int32_t* topk_idx, int64_t slots,
+                   const int32_t* slot_of_expert) {
+  if (slots == 0)
+    return;
+  remap_kernel<<<grid_for(slots), kThreads, 0, raw(s)>>>(topk_idx, slots,
+                                                         slot_of_expert);
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
+
 template <class T>
 void permute_rows(const stream& s, const T* x, const int32_t* slot_of_row,
                   T* out, int64_t rows, int64_t k, int64_t dim) {
@@ -243,8 +250,9 @@ void permute_rows_backward(const stream& s, const T* drows,
                            const int32_t* slot_of_row, T* dx, int64_t rows,
                            int64_t k, int64_t dim) {
   // The API gives no token count, so the rows are grouped by token with a
-  // sort rather than an inverse map of n * k slots.
-  add_rows_by_key(s, slot_of_row, k, drows, dx, rows, dim);
+  // sort by slot rather than an inverse map of n * k slots: a token's rows
+  // add in slot order.
+  add_rows_by_key(s, slot_of_row, k, drows, dx, rows, dim, true);
 }
 
 template <class T>
@@ -263,8 +271,6 @@ void unpermute_combine(const stream& s, const T* y, const int32_t* slot_of_row,
                                                          token_rows);
     TUTTI_CUDA_LAUNCH_CHECK();
   }
-  order_token_rows<<<grid_for(n), kThreads, 0, raw(s)>>>(token_rows, n, k);
-  TUTTI_CUDA_LAUNCH_CHECK();
   combine_fwd<<<grid_for(n * dim), kThreads, 0, raw(s)>>>(
     y, slot_of_row, topk_gate, token_rows, out, n, k, dim);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -309,9 +315,11 @@ void scatter_rows(const stream& s, const T* src, const int64_t* index, T* dst,
 
 // add_rows_by_key is this backend's own helper (cuda_common.cuh), not an op.
 template void add_rows_by_key<float>(const stream&, const int32_t*, int64_t,
-                                     const float*, float*, int64_t, int64_t);
+                                     const float*, float*, int64_t, int64_t,
+                                     bool);
 template void add_rows_by_key<double>(const stream&, const int32_t*, int64_t,
-                                      const double*, double*, int64_t, int64_t);
+                                      const double*, double*, int64_t, int64_t,
+                                      bool);
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_DISPATCH
 #include "../instantiate_ops.inc"

@@ -77,6 +77,10 @@ using node_supervisor_actor = caf::typed_actor<
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_registration,
                   caf::actor>::with<caf::ok_atom>,
+  // A spare daemon (node_rank -1) waits to be told assign_atom and a
+  // node rank; job_outcome when the job ends first.
+  caf::replies_to<spare_atom, node_registration,
+                  caf::actor>::with<caf::ok_atom>,
   caf::reacts_to<join_deadline_atom>,
   caf::replies_to<diag_atom>::with<diag_report>, caf::reacts_to<diag_row>,
   caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,

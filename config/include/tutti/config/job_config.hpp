@@ -266,9 +266,10 @@ void visit_fields(Visitor& v, moe_config& c) {
           at_least(0, "0 = off"), not_fingerprinted);
   v.field("placement", c.placement,
           "a plan file from `tutti placement plan`: which rank and slot "
-          "holds each expert (empty = contiguous blocks); `tutti placement "
-          "plan` compares it, training refuses one that moves experts (not "
-          "applied yet)",
+          "holds each expert (empty = contiguous blocks); training applies "
+          "it from the start or, changed, at the resume from a checkpoint "
+          "(the loss is the same bits); nodes must hold the same plan (its "
+          "content is fingerprinted, not the path)",
           not_fingerprinted);
 }
 

@@ -54,4 +54,11 @@ void init_expert_params(const param_layout& layout, float* values,
                         const model_config& m, int64_t first_expert,
                         int64_t count, uint64_t seed, double std);
 
+// The same for blocks holding any experts: `expert_ids` [layer][row of the
+// block] (a placement's experts_of_rank), count = rows per layer.
+void init_expert_params(const param_layout& layout, float* values,
+                        const model_config& m,
+                        const std::vector<int32_t>& expert_ids, int64_t count,
+                        uint64_t seed, double std);
+
 } // namespace tutti::model

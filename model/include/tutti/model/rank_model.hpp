@@ -37,8 +37,12 @@ double learning_rate(const train_config& t, int64_t step);
 class rank_model {
 public:
   // `s`: where the model lives and computes (the rank's device stream).
+  // `slot_of_expert`: the placement, [layer][expert] -> slot of the EP
+  // group (EP member slot / (experts / ep_size) holds it; see
+  // placement::placement_plan); empty = contiguous, expert e in slot e.
   rank_model(const job_config& cfg, comm_groups comms, expert_executor& experts,
-             kernels::stream s = kernels::cpu_stream());
+             kernels::stream s = kernels::cpu_stream(),
+             std::vector<int32_t> slot_of_expert = {});
 
   // Forward and backward of one local batch ([seqs, seq_len] inputs and
   // targets, host memory) as train.micro_batches micro-batches in order,
@@ -147,6 +151,9 @@ private:
   int64_t opt_first_ = 0, opt_count_ = 0;
   bool sharded_ = false; // train.optimizer_sharding over more than one rank
   tensor<float> router_bias_; // [layers, experts]; selection only
+  // The placement on the device, [layers, experts] -> slot; empty when
+  // contiguous (dispatch then groups rows by expert id, the same thing).
+  tensor<int32_t> slot_of_expert_;
   std::vector<layer_acts> acts_;
   layer_acts work_; // with recompute: one layer's worth, shared
   tensor<int32_t> inputs_, targets_;

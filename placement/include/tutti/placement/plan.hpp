@@ -26,6 +26,12 @@ struct placement_plan {
   }
   // [layer][logical expert] -> slot: the inverse of expert_at.
   std::vector<int32_t> slot_of() const;
+  // The expert -> rank map: the EP member (0..ranks-1) whose shard holds
+  // `expert` of `layer`, in every EP group alike. Dispatch sends a token's
+  // row for that expert there; O(experts) per call (use slot_of() in loops).
+  int64_t rank_of(int64_t layer, int32_t expert) const;
+  // The experts EP member `rank` holds, [layer][local slot 0..S-1].
+  std::vector<int32_t> experts_of_rank(int64_t rank) const;
   bool is_contiguous() const;
 
   static placement_plan contiguous(int64_t layers, int64_t experts,

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tutti {
 
@@ -17,13 +18,18 @@ namespace tutti {
 struct epoch_start {
   int64_t resume_step = 0;
   int64_t epoch = 0;
+  // The placement the coordinator planned again for this epoch (a spare
+  // in another rack took a node's ranks), [layer][slot] -> expert; empty:
+  // each node applies moe_config.placement.
+  std::vector<int32_t> expert_at;
 
   friend bool operator==(const epoch_start&, const epoch_start&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_start& x) {
-  return f(caf::meta::type_name("epoch_start"), x.resume_step, x.epoch);
+  return f(caf::meta::type_name("epoch_start"), x.resume_step, x.epoch,
+           x.expert_at);
 }
 
 // Node -> coordinator: this node has ended its ranks of `epoch`.

@@ -106,5 +106,9 @@ CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
 CAF_ADD_ATOM(tutti, tutti, config_atom, "config")
 // Routing statistics of a window of steps, coordinator -> journal.
 CAF_ADD_ATOM(tutti, tutti, routing_window_atom, "routing_w")
+// A daemon without a node rank offers itself as a spare; the coordinator
+// assigns it the node rank of a lost or drained node.
+CAF_ADD_ATOM(tutti, tutti, spare_atom, "spare")
+CAF_ADD_ATOM(tutti, tutti, assign_atom, "assign")
 
 CAF_END_TYPE_ID_BLOCK(tutti)
