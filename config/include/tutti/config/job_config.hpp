@@ -221,6 +221,7 @@ struct moe_config {
   all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
+  bool rack_aware_alltoall = false; // model/rack_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
 };
@@ -254,6 +255,12 @@ void visit_fields(Visitor& v, moe_config& c) {
           "experts, each sent while the next computes (over Gloo or NCCL; "
           "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
+  v.field("rack_aware_alltoall", c.rack_aware_alltoall,
+          "all-to-all through one relay per rack: a token crosses to a "
+          "rack once and is fanned out there, expert outputs come back "
+          "batched per rack; same bits as the flat exchange (the combine "
+          "in one chunk)",
+          not_fingerprinted);
   v.field("routing_stats_window", c.routing_stats_window,
           "steps per window of routing statistics (tokens per expert, "
           "co-activation, layer transitions) kept in the job store for "
@@ -506,6 +513,7 @@ struct alerts_config {
   double slow_log_write_ms = 200;
   double low_utilisation = 0;
   double data_wait = 0.25;
+  double cross_rack_share = 0;
 };
 
 template <class Visitor>
@@ -540,6 +548,12 @@ void visit_fields(Visitor& v, alerts_config& c) {
           "the step time (and 10 ms), 3 steps in a row",
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the step time: must be < 1"),
+          not_fingerprinted);
+  v.field("cross_rack_share", c.cross_rack_share,
+          "important: over this share of a step's all-to-all bytes on "
+          "links crossed racks",
+          at_least(0, "0 = off"),
+          with_message(below(1), "is a share of the bytes: must be < 1"),
           not_fingerprinted);
 }
 
