@@ -26,9 +26,12 @@ struct throttled_pair {
     auto [scratch_dir, data] = scratch_with_data(name);
     dir = scratch_dir;
     config = dir / "c.yaml";
-    write_text(config, daemon_config(data.string(), (dir / "run").string(),
-                                     port_block(salt), steps)
-                         + "diag:\n  on_start: " + on_start + "\n");
+    auto text = daemon_config(data.string(), (dir / "run").string(),
+                              port_block(salt), steps);
+    const std::string cluster = "cluster_config:\n";
+    text.insert(text.find(cluster) + cluster.size(),
+                "  inter_rack_gbps: 100000\n");
+    write_text(config, text + "diag:\n  on_start: " + on_start + "\n");
     node0 = start_daemon(config, 0, dir / "node0.log");
     node1 = start_daemon(config, 1, dir / "node1.log",
                          {"env", "TUTTI_DIAG_THROTTLE_GBPS=0.05"});
@@ -57,6 +60,15 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
   CHECK(line.substr(0, line.find('\n')).find("STRAGGLER") != std::string::npos);
   auto line0 = r.output.substr(r.output.find("  node 0 ("));
   CHECK(line0.substr(0, line0.find('\n')).find("ok") != std::string::npos);
+  // The nodes are in racks r0 and r1: their pairs are inter_rack, measured
+  // on loopback far from the 100 Tb/s the config claims.
+  CHECK(r.output.find("bandwidth by link class") != std::string::npos);
+  auto inter = r.output.substr(r.output.find("  inter_rack "));
+  CHECK(inter.substr(0, inter.find('\n')).find("FAR FROM CONFIGURED")
+        != std::string::npos);
+  auto intra = r.output.substr(r.output.find("  intra_rack "));
+  CHECK(intra.substr(0, intra.find('\n')).find("no such pair")
+        != std::string::npos);
   job.node0->signal(SIGTERM);
   job.node1->signal(SIGTERM);
   CHECK(job.node0->wait(60) == 0);

@@ -43,7 +43,27 @@ TEST_CASE("status as text and JSON", "[render]") {
            "\"epoch\":1,\"last_checkpoint\":10,\"loss\":2.5,"
            "\"tokens_per_s\":1234.4,\"eta_s\":56.6,\"recoveries\":1,"
            "\"restarts\":2,\"nodes\":[0,1],\"nnodes\":3,\"message\":\"\","
-           "\"alerts\":[\"important expert_imbalance: high\"]}");
+           "\"alerts\":[\"important expert_imbalance: high\"],"
+           "\"alltoall_bytes_by_link\":{\"same_rank\":0,\"intra_node\":0,"
+           "\"intra_rack\":0,\"inter_rack\":0},"
+           "\"cross_rack_bytes_per_token\":0.0}");
+}
+
+TEST_CASE("status shows the all-to-all traffic by link class", "[render]") {
+  tutti::shell_reply r;
+  r.status.job.state = "running";
+  r.status.alltoall_bytes_by_link = {5000000, 1000000, 2000000, 1000000};
+  r.status.tokens = 2000;
+  const auto text = shell_text("status", r);
+  CHECK_THAT(text, Catch::Contains("all-to-all   4.00 MB/step on links: "
+                                   "intra_node 25%, intra_rack 50%, "
+                                   "inter_rack 25%\n"
+                                   "cross-rack   500.0 bytes/token\n"));
+  CHECK_THAT(shell_json("status", r),
+             Catch::Contains("\"alltoall_bytes_by_link\":{\"same_rank\":"
+                             "5000000,\"intra_node\":1000000,\"intra_rack\":"
+                             "2000000,\"inter_rack\":1000000},"
+                             "\"cross_rack_bytes_per_token\":500.0"));
 }
 
 TEST_CASE("nodes, actors and experts as aligned tables", "[render]") {

@@ -2,9 +2,10 @@
 // network namespaces, the inter-rack link shaped to 1/8 of the node links.
 // Checks the shaping (tc, and iperf3's measured ratio where iperf3 is
 // installed), then runs a 4-daemon job across it (one rank per node, nodes
-// labelled by rack) to its end, and plans a placement from the routing
-// statistics the job kept; metrics.jsonl splits the all-to-all bytes by
-// link class. Every namespace and daemon is removed on every
+// labelled by rack) to its end, again with the rack-aware all-to-all (same
+// losses to the bit, fewer inter-rack bytes), and plans a placement from
+// the routing statistics the job kept; metrics.jsonl splits the
+// all-to-all bytes by link class. Every namespace and daemon is removed on every
 // path; waits are bounded.
 //
 // Needs root and iproute2/tc; where `ip netns add` is not allowed it prints
@@ -143,22 +144,58 @@ TEST_CASE("a 4-daemon job runs across the two-rack testbed", "[integration]") {
                bias + "  routing_stats_window: 5\n");
   const auto cfg = dir / "job.yaml";
   write_text(cfg, text);
-  {
+  auto run_job = [&](const std::filesystem::path& config,
+                     const std::string& logs) {
     const char* nodes[] = {"r0n0", "r0n1", "r1n0", "r1n1"};
     std::vector<std::unique_ptr<tutti::child_process>> daemons;
     for (int n = 3; n >= 0; --n)
       daemons.push_back(
-        start_daemon(cfg, n, dir / ("node" + std::to_string(n) + ".log"),
+        start_daemon(config, n, dir / (logs + std::to_string(n) + ".log"),
                      tb.exec_in(nodes[n])));
     const int s0 = daemons.back()->wait(300);
-    INFO("node0: " << tail(read_text(dir / "node0.log")));
+    INFO("node0: " << tail(read_text(dir / (logs + "0.log"))));
     REQUIRE(s0 == 0);
     for (int i = 0; i < 3; ++i) {
       INFO("node" << 3 - i << ": "
                   << tail(read_text(
-                       dir / ("node" + std::to_string(3 - i) + ".log"))));
+                       dir / (logs + std::to_string(3 - i) + ".log"))));
       CHECK(daemons[i]->wait(60) == 0);
     }
+  };
+  run_job(cfg, "node");
+  // The same job with the rack-aware all-to-all, over the shaped links and
+  // Gloo between the daemons: the same losses to the bit, fewer bytes
+  // across the racks.
+  {
+    auto rack_text = text;
+    const std::string run_dir = (dir / "run").string();
+    rack_text.replace(rack_text.find(run_dir), run_dir.size(),
+                      (dir / "run-rack").string());
+    const std::string top_k = "  router_top_k: 2\n";
+    rack_text.replace(rack_text.find(top_k), top_k.size(),
+                      top_k + "  rack_aware_alltoall: true\n");
+    const auto rack_cfg = dir / "job-rack.yaml";
+    write_text(rack_cfg, rack_text);
+    run_job(rack_cfg, "rack-node");
+    for (const char* field : {"loss", "aux_loss", "z_loss", "grad_norm"}) {
+      INFO(field);
+      const auto flat = metric_series(dir / "run" / "metrics.jsonl", field);
+      CHECK(flat.size() == steps);
+      CHECK(metric_series(dir / "run-rack" / "metrics.jsonl", field) == flat);
+    }
+    const auto inter = [&](const char* run) {
+      std::ifstream in(dir / run / "metrics.jsonl");
+      std::string line;
+      double bytes = 0;
+      std::smatch m;
+      while (std::getline(in, line))
+        if (std::regex_search(line, m, std::regex("\"inter_rack\":([0-9]+)")))
+          bytes += std::stod(m[1]);
+      return bytes;
+    };
+    INFO("inter_rack bytes: flat " << inter("run") << ", rack-aware "
+                                   << inter("run-rack"));
+    CHECK(inter("run-rack") < inter("run"));
   }
   // Every step's all-to-all bytes by link class add up to the total, and
   // the contiguous layout sends across the racks.

@@ -16,18 +16,6 @@ namespace tutti::model {
 
 namespace k = tutti::kernels;
 
-namespace {
-
-// Rows of the dispatch buffers are hidden-size vectors of float.
-std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
-  std::vector<int64_t> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i)
-    out[i] = counts[i] * d;
-  return out;
-}
-
-} // namespace
-
 // The global pre-drop counts: the f_i of the Switch loss and the load that
 // bias balancing reacts to, over the whole global batch (so the loss does
 // not depend on how the batch is split over ranks).
@@ -133,17 +121,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
 
   drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
   drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
-                  a.rows, K, d);
-  k::wait(stream_); // queued kernels count as compute
-  {
-    exchange_timer t(time, *comms_.ep);
-    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
-      *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
-      times(a.recv_counts, d)));
-  }
-  alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
-  count_sent_rows(a.send_counts);
+  TUTTI_RETURN_IF_ERROR(dispatch_rows(a, time)); // moe_exchange.cpp
 
   // Regroup the received rows from source-major to expert-major.
   std::vector<int64_t> src_index(a.recv_rows);
@@ -198,15 +176,9 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
                                 a.slot_of_row.data(), a.gate.data(),
                                 drows_.data(), dgate_.data(), a.rows, n, K, d);
-  k::wait(stream_); // queued kernels count as compute
-  {
-    exchange_timer t(time, *comms_.ep);
-    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
-      *comms_.ep, drows_.data(), times(a.send_counts, d), drecv_.data(),
-      times(a.recv_counts, d)));
-  }
-  alltoall_bytes_ += a.rows * d * static_cast<int64_t>(sizeof(float));
-  count_sent_rows(a.send_counts);
+  TUTTI_RETURN_IF_ERROR(exchange_rows(relay_direction::out_of_origin,
+                                      drows_.data(), a.send_counts,
+                                      drecv_.data(), a.recv_counts, time));
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream

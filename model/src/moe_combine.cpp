@@ -22,8 +22,11 @@ namespace k = tutti::kernels;
 void rank_model::plan_combine(const layer_acts& a) {
   const int64_t E = cfg_.moe.num_experts, P = comms_.ep->size(), L = E / P;
   // In one process the combine is the ranks' own copies, competing with
-  // the experts for the same cores: chunking it would only add steps.
-  const int64_t C = comms_.ep->in_process() ? 1 : combine_chunk_count(cfg_);
+  // the experts for the same cores: chunking it would only add steps. The
+  // rack relays batch a rack's outputs into one message: one chunk.
+  const int64_t C = comms_.ep->in_process() || rack_
+                      ? 1
+                      : combine_chunk_count(cfg_);
   expert_start_.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e)
     expert_start_[e + 1] = expert_start_[e] + a.kept_host[e];
@@ -94,19 +97,8 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
   if (!whole)
     dcombine_.resize(stream_, std::max<int64_t>(got, 1) * d);
   float* recv = whole ? dispatch_order.data() : dcombine_.data();
-  k::wait(stream_); // queued kernels count as compute
-  {
-    exchange_timer t(time, *comms_.ep);
-    std::vector<int64_t> send_counts(P), recv_counts(P);
-    for (int64_t p = 0; p < P; ++p) {
-      send_counts[p] = ch.send[p] * d;
-      recv_counts[p] = ch.recv[p] * d;
-    }
-    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
-      *comms_.ep, send, send_counts, recv, recv_counts));
-  }
-  alltoall_bytes_ += ch.rows * d * static_cast<int64_t>(sizeof(float));
-  count_sent_rows(ch.send);
+  TUTTI_RETURN_IF_ERROR(exchange_rows(relay_direction::back_to_origin, send,
+                                      ch.send, recv, ch.recv, time));
   if (!whole) {
     int64_t offset = 0;
     for (int64_t q = 0; q < P; ++q) {
@@ -117,14 +109,6 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
     }
   }
   return {};
-}
-
-// Per EP member, for traffic by link class (train_step's stats).
-void rank_model::count_sent_rows(const std::vector<int64_t>& rows_to) {
-  if (alltoall_rows_to_.size() < rows_to.size())
-    alltoall_rows_to_.resize(rows_to.size(), 0);
-  for (size_t p = 0; p < rows_to.size(); ++p)
-    alltoall_rows_to_[p] += rows_to[p];
 }
 
 } // namespace tutti::model

@@ -60,6 +60,11 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   router_bias_.zeros(stream_,
                      cfg.model.num_hidden_layers * cfg.moe.num_experts);
   acts_.resize(cfg.model.num_hidden_layers);
+  if (cfg.moe.rack_aware_alltoall) {
+    auto racks = rack_layout::of_group(cfg, comms_.world->rank());
+    if (racks.racks() > 1) // in one rack it is the flat exchange
+      rack_ = std::make_unique<rack_exchange>(std::move(racks), where);
+  }
 
   const auto& m = cfg.model;
   micro_seqs_ = cfg.train.global_batch_size / cfg.cluster.world_size
@@ -248,7 +253,7 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.aux_loss = stats.z_loss = 0;
   stats.dropped_tokens = 0;
   alltoall_bytes_ = 0;
-  alltoall_rows_to_.assign(comms_.ep->size(), 0);
+  alltoall_bytes_to_.assign(comms_.ep->size(), 0);
   for (auto& a : acts_)
     std::fill(a.counts_step.begin(), a.counts_step.end(), 0);
   const int64_t micro = cfg_.train.micro_batches;
@@ -277,10 +282,7 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.stop_votes = sums[4];
   stats.tokens = step_tokens;
   stats.alltoall_bytes = alltoall_bytes_;
-  stats.alltoall_bytes_to.resize(alltoall_rows_to_.size());
-  for (size_t p = 0; p < alltoall_rows_to_.size(); ++p)
-    stats.alltoall_bytes_to[p] = alltoall_rows_to_[p] * cfg_.model.hidden_size
-                                 * static_cast<int64_t>(sizeof(float));
+  stats.alltoall_bytes_to = alltoall_bytes_to_;
   stats.loss = sums[0] / static_cast<double>(step_tokens);
   stats.aux_loss = sums[1];
   stats.z_loss = sums[2];

@@ -27,6 +27,17 @@ json status_json(const status_view& v) {
   j["nnodes"] = v.nnodes;
   j["message"] = s.message;
   j["alerts"] = s.alerts;
+  // The last step's all-to-all bytes by link class, every rank's.
+  const auto& b = v.alltoall_bytes_by_link;
+  auto& links = j["alltoall_bytes_by_link"];
+  const char* names[] = {"same_rank", "intra_node", "intra_rack",
+                         "inter_rack"};
+  for (size_t c = 0; c < 4; ++c)
+    links[names[c]] = c < b.size() ? b[c] : 0;
+  j["cross_rack_bytes_per_token"] =
+    b.size() == 4 && v.tokens > 0
+      ? rounded(double(b[3]) / double(v.tokens), 1)
+      : 0.0;
   return j;
 }
 

@@ -25,6 +25,18 @@ std::string status_text(const status_view& v) {
     << ", restarts " << s.restarts << ")\n"
     << "nodes        " << s.nodes.size() << " of " << v.nnodes
     << " connected\n";
+  const auto& b = v.alltoall_bytes_by_link;
+  if (b.size() == 4 && b[1] + b[2] + b[3] > 0) {
+    // Bytes on links: a rank's copies to itself cross none.
+    const double linked = double(b[1] + b[2] + b[3]);
+    auto share = [&](int64_t x) { return fixed(100 * x / linked, 0) + "%"; };
+    t << "all-to-all   " << fixed(linked / 1e6, 2) << " MB/step on links: "
+      << "intra_node " << share(b[1]) << ", intra_rack " << share(b[2])
+      << ", inter_rack " << share(b[3]) << "\n";
+    if (v.tokens > 0)
+      t << "cross-rack   " << fixed(double(b[3]) / double(v.tokens), 1)
+        << " bytes/token\n";
+  }
   if (!s.message.empty())
     t << "message      " << s.message << "\n";
   for (const auto& a : s.alerts)

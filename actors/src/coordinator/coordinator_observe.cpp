@@ -108,6 +108,13 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + std::to_string(a.comm_time_factor) + " x its baseline "
          + std::to_string(seen.comm_baseline_s) + " s" + step);
 
+  const double cross = cross_rack_share(r.alltoall_bytes_by_link);
+  rule(self, a.cross_rack_share > 0, cross > a.cross_rack_share,
+       "cross_rack_share", "important",
+       "all-to-all bytes crossing racks " + std::to_string(cross)
+         + " of those on links, over alerts.cross_rack_share "
+         + std::to_string(a.cross_rack_share) + step);
+
   const double busy = r.step_time_s > 0 ? r.time_compute_s / r.step_time_s : 1;
   rule(self, a.low_utilisation > 0, busy < a.low_utilisation, "low_utilisation",
        "normal",
@@ -181,6 +188,14 @@ void resolve_alert(coordinator_pointer self, const std::string& name) {
   alerts.erase(i);
 }
 
+double cross_rack_share(const std::vector<int64_t>& by_link) {
+  if (by_link.size() != 4)
+    return 0;
+  const double linked = double(by_link[1]) + double(by_link[2])
+                        + double(by_link[3]);
+  return linked > 0 ? double(by_link[3]) / linked : 0;
+}
+
 void observe_step(coordinator_pointer self, const step_report& merged) {
   auto& st = self->state;
   auto& seen = st.seen;
@@ -193,6 +208,10 @@ void observe_step(coordinator_pointer self, const step_report& merged) {
   for (size_t i = 0; i < merged.expert_counts.size(); ++i)
     seen.expert_sum[i] += static_cast<double>(merged.expert_counts[i]);
   ++seen.expert_steps;
+  const auto& by_link = merged.alltoall_bytes_by_link;
+  seen.alltoall_bytes_total.resize(std::max<size_t>(by_link.size(), 4), 0.0);
+  for (size_t c = 0; c < by_link.size(); ++c)
+    seen.alltoall_bytes_total[c] += static_cast<double>(by_link[c]);
   evaluate_rules(self, merged);
   publish_metrics(self);
 }
@@ -296,11 +315,24 @@ std::string render_metrics(const coordinator_state& st) {
                {{"layer", std::to_string(l)}},
                sum > 0 ? max / (sum / experts) : 0);
     }
+    gauge("tutti_alltoall_cross_rack_share",
+          "Of the last step's all-to-all bytes on links, the share that "
+          "crossed racks.",
+          cross_rack_share(r.alltoall_bytes_by_link));
     m.family("tutti_dropped_tokens_total", "counter",
              "Tokens dropped over expert capacity, since the daemon started.");
     m.sample("tutti_dropped_tokens_total", {},
              static_cast<double>(seen.dropped_total));
   }
+  m.family("tutti_alltoall_bytes_total", "counter",
+           "All-to-all bytes every rank sent, by the link class they "
+           "crossed, since the daemon started.");
+  const char* links[] = {"same_rank", "intra_node", "intra_rack",
+                         "inter_rack"};
+  for (size_t c = 1; c < 4; ++c) // a rank's copies to itself cross no link
+    m.sample("tutti_alltoall_bytes_total", {{"link", links[c]}},
+             c < seen.alltoall_bytes_total.size() ? seen.alltoall_bytes_total[c]
+                                                  : 0.0);
   gauge("tutti_checkpoint_last_step",
         "Step of the newest committed checkpoint.",
         static_cast<double>(st.last_committed));

@@ -53,6 +53,10 @@ shell_reply status_reply(const coordinator_state& st) {
   const double per_step = seen.steps_seen > 0 ? seen.elapsed_s / seen.steps_seen
                                               : 0;
   v.eta_s = per_step * static_cast<double>(v.job.steps - v.job.step);
+  if (seen.have_last) {
+    v.alltoall_bytes_by_link = seen.last.alltoall_bytes_by_link;
+    v.tokens = seen.last.tokens;
+  }
   return r;
 }
 

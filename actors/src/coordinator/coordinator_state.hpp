@@ -68,6 +68,9 @@ struct job_observations {
   std::vector<double> comm_samples; // all-to-all seconds, first steps
   double comm_baseline_s = 0;
   int64_t data_wait_steps = 0; // steps in a row over alerts.data_wait
+  // All-to-all bytes by link class (same_rank, intra_node, intra_rack,
+  // inter_rack), every rank's, summed over the steps seen.
+  std::vector<double> alltoall_bytes_total;
   std::map<std::string, firing_alert> alerts; // by rule name
 };
 
@@ -184,6 +187,10 @@ void fire_alert(coordinator_pointer self, const std::string& name,
 void resolve_alert(coordinator_pointer self, const std::string& name);
 void publish_metrics(coordinator_pointer self);
 std::string render_metrics(const coordinator_state& st);
+// Of a step's all-to-all bytes that went over a link (same_rank, the
+// ranks' copies to themselves, left out), the share that crossed racks; 0
+// without traffic. by_link as step_report.alltoall_bytes_by_link.
+double cross_rack_share(const std::vector<int64_t>& by_link);
 
 // coordinator_spares.cpp
 caf::result<caf::ok_atom> on_spare(coordinator_pointer self,

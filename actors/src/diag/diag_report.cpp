@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "diag/diag_prober.hpp"
+#include "tutti/placement/topology.hpp"
 
 namespace tutti {
 
@@ -35,6 +36,63 @@ std::string fmt(const char* f, double x) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), f, x);
   return buf;
+}
+
+// A link class measured this many times above or below its configured
+// figure is flagged: the placement planner and the capacity plan price
+// traffic with the figures, so a wrong one misleads both.
+constexpr double far_factor = 2;
+
+// The node-to-node matrix by link class (nodes of one rack, or of two),
+// the median of each next to the figure the config gives it.
+std::string by_link_class(const job_config& cfg,
+                          const std::vector<diag_row>& rows) {
+  std::ostringstream out;
+  out << "bandwidth by link class, GB/s (median over node pairs)\n"
+      << "  class        pairs   measured  configured   ratio\n";
+  auto topo = placement::topology::from_config(cfg);
+  if (!topo)
+    return out.str() + "  " + topo.message() + "\n";
+  const auto& cl = cfg.cluster;
+  for (auto c : {placement::link_class::intra_rack,
+                 placement::link_class::inter_rack}) {
+    std::vector<double> measured;
+    for (const auto& r : rows)
+      for (size_t j = 0; j < r.send_gbps.size(); ++j) {
+        if (static_cast<int64_t>(j) == r.node_rank)
+          continue;
+        const bool same = cl.node(r.node_rank).rack
+                          == cl.node(static_cast<int64_t>(j)).rack;
+        if (same == (c == placement::link_class::intra_rack))
+          measured.push_back(r.send_gbps[j]);
+      }
+    const bool given = c == placement::link_class::intra_rack
+                         ? cl.intra_rack_gbps > 0
+                             || !cl.intra_rack_backend.empty()
+                         : cl.inter_rack_gbps > 0
+                             || !cl.inter_rack_backend.empty();
+    const double configured = topo->gbps(c) / 8; // Gb/s to GB/s
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-11s %6zu", placement::to_string(c),
+                  measured.size());
+    out << line;
+    if (measured.empty()) {
+      out << "          -  (no such pair of nodes)\n";
+      continue;
+    }
+    const double m = median_of(measured);
+    const double ratio = configured > 0 ? m / configured : 0;
+    out << fmt("%11.3f", m) << fmt("%12.3f", configured) << fmt("%8.2f", ratio);
+    if (!given)
+      out << "  (default figure)";
+    else if (ratio < 1 / far_factor || ratio > far_factor)
+      out << "  FAR FROM CONFIGURED";
+    out << "\n";
+  }
+  out << "  intra_node       -          -" << fmt("%12.3f",
+                                                  topo->intra_node_gbps / 8)
+      << "       -  (not probed: diag measures between nodes)\n";
+  return out.str();
 }
 
 } // namespace
@@ -85,6 +143,8 @@ diag_report make_diag_report(const job_config& cfg,
         << fmt("%13.3f", r0.busbw_gbps[i])
         << fmt("%16.3f", r0.raw_busbw_gbps[i])
         << fmt("%8.2f", r0.busbw_gbps[i] / r0.raw_busbw_gbps[i]) << "\n";
+
+  out << by_link_class(cfg, rows);
 
   // Each node's outgoing bandwidth: the median over its peers.
   std::vector<double> per_node;

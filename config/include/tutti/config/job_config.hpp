@@ -222,6 +222,7 @@ struct moe_config {
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
   bool share_idle_cores = true;
+  bool rack_aware_alltoall = false; // model/rack_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
 };
@@ -258,6 +259,12 @@ void visit_fields(Visitor& v, moe_config& c) {
   v.field("share_idle_cores", c.share_idle_cores,
           "CPU expert shards of one process run each other's experts on "
           "the cores their waiting ranks leave (the same bits)",
+          not_fingerprinted);
+  v.field("rack_aware_alltoall", c.rack_aware_alltoall,
+          "all-to-all through one relay per rack: a token crosses to a "
+          "rack once and is fanned out there, expert outputs come back "
+          "batched per rack; same bits as the flat exchange (the combine "
+          "in one chunk)",
           not_fingerprinted);
   v.field("routing_stats_window", c.routing_stats_window,
           "steps per window of routing statistics (tokens per expert, "
@@ -530,6 +537,7 @@ struct alerts_config {
   double slow_log_write_ms = 200;
   double low_utilisation = 0;
   double data_wait = 0.25;
+  double cross_rack_share = 0;
 };
 
 template <class Visitor>
@@ -564,6 +572,12 @@ void visit_fields(Visitor& v, alerts_config& c) {
           "the step time (and 10 ms), 3 steps in a row",
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the step time: must be < 1"),
+          not_fingerprinted);
+  v.field("cross_rack_share", c.cross_rack_share,
+          "important: over this share of a step's all-to-all bytes on "
+          "links crossed racks",
+          at_least(0, "0 = off"),
+          with_message(below(1), "is a share of the bytes: must be < 1"),
           not_fingerprinted);
 }
 

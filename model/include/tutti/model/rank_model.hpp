@@ -10,6 +10,7 @@
 // through staged_collectives, so a GPU model runs over NCCL or Gloo.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tutti/comm/communicator.hpp"
@@ -17,6 +18,7 @@
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/model/expert_executor.hpp"
 #include "tutti/model/param_layout.hpp"
+#include "tutti/model/rack_exchange.hpp"
 #include "tutti/model/staged_collectives.hpp"
 #include "tutti/model/step_stats.hpp"
 #include "tutti/config/job_config.hpp"
@@ -176,8 +178,22 @@ private:
   int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
   int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks
   int64_t alltoall_bytes_ = 0; // payload this rank sent this step
-  std::vector<int64_t> alltoall_rows_to_; // rows sent to each EP member
+  std::vector<int64_t> alltoall_bytes_to_; // of it, to each EP member
   void count_sent_rows(const std::vector<int64_t>& rows_to);
+  void count_sent_bytes(const std::vector<int64_t>& bytes_to);
+
+  // The exchanges of the MoE block (moe_exchange.cpp), flat or through the
+  // rack relays (moe_config.rack_aware_alltoall): same bits either way.
+  // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_.
+  status dispatch_rows(layer_acts& a, step_timers& time);
+  // Rows of hidden-size floats by EP member; `dir` says which end is the
+  // tokens' home (the dispatch leaves it, the combine returns to it).
+  status exchange_rows(relay_direction dir, const float* send,
+                       const std::vector<int64_t>& send_rows, float* recv,
+                       const std::vector<int64_t>& recv_rows,
+                       step_timers& time);
+  std::unique_ptr<rack_exchange> rack_; // null: flat all-to-all
+  std::vector<int32_t> slot_host_;      // staging
 };
 
 } // namespace tutti::model

@@ -18,12 +18,16 @@ struct status_view {
   int64_t nnodes = 0;      // of the config
   double tokens_per_s = 0; // of the last step
   double eta_s = 0;        // at the mean step time so far
+  // The last step's all-to-all bytes, every rank's, by link class
+  // (same_rank, intra_node, intra_rack, inter_rack), and its tokens.
+  std::vector<int64_t> alltoall_bytes_by_link;
+  int64_t tokens = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, status_view& x) {
   return f(caf::meta::type_name("status_view"), x.job, x.nnodes, x.tokens_per_s,
-           x.eta_s);
+           x.eta_s, x.alltoall_bytes_by_link, x.tokens);
 }
 
 // One node of the config, for `nodes`.

@@ -1,0 +1,92 @@
+// The MoE block's all-to-alls: the flat exchange (every row straight to
+// the member holding its expert) or the rack-aware one (rack_exchange.hpp).
+// Both leave the same rows in the same order, so the choice changes the
+// traffic on each link class and never the numerics.
+
+#include "tutti/kernels/ops.hpp"
+#include "tutti/model/rank_model.hpp"
+
+namespace tutti::model {
+
+namespace k = tutti::kernels;
+
+namespace {
+
+std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
+  std::vector<int64_t> out(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    out[i] = counts[i] * d;
+  return out;
+}
+
+} // namespace
+
+status rank_model::dispatch_rows(layer_acts& a, step_timers& time) {
+  const int64_t d = cfg_.model.hidden_size, K = cfg_.moe.router_top_k;
+  if (!rack_) {
+    k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
+                    a.rows, K, d);
+    return exchange_rows(relay_direction::out_of_origin, drows_.data(),
+                         a.send_counts, drecv_.data(), a.recv_counts, time);
+  }
+  // The relays need each row's token, to send a token once per rack.
+  std::vector<int64_t> row_token(a.rows);
+  if (a.rows > 0) {
+    slot_host_.resize(a.rows);
+    a.slot_of_row.download(stream_, slot_host_.data(), a.rows);
+  }
+  for (int64_t r = 0; r < a.rows; ++r)
+    row_token[r] = slot_host_[r] / K;
+  k::wait(stream_); // queued kernels count as compute
+  rack_->reset_bytes();
+  {
+    exchange_timer t(time, *comms_.ep);
+    TUTTI_RETURN_IF_ERROR(rack_->dispatch(*comms_.ep, collectives_,
+                                          a.xn2.data(), d, row_token,
+                                          a.send_counts, drecv_.data(),
+                                          a.recv_counts));
+  }
+  count_sent_bytes(rack_->bytes_to());
+  return {};
+}
+
+status rank_model::exchange_rows(relay_direction dir, const float* send,
+                                 const std::vector<int64_t>& send_rows,
+                                 float* recv,
+                                 const std::vector<int64_t>& recv_rows,
+                                 step_timers& time) {
+  const int64_t d = cfg_.model.hidden_size;
+  k::wait(stream_); // queued kernels count as compute
+  exchange_timer t(time, *comms_.ep);
+  if (!rack_) {
+    TUTTI_RETURN_IF_ERROR(collectives_.all_to_all_v(
+      *comms_.ep, send, times(send_rows, d), recv, times(recv_rows, d)));
+    count_sent_rows(send_rows);
+    return {};
+  }
+  rack_->reset_bytes();
+  TUTTI_RETURN_IF_ERROR(rack_->relayed(*comms_.ep, collectives_, dir, send,
+                                       send_rows, recv, recv_rows, d));
+  count_sent_bytes(rack_->bytes_to());
+  return {};
+}
+
+// Per EP member, for traffic by link class (train_step's stats).
+void rank_model::count_sent_rows(const std::vector<int64_t>& rows_to) {
+  const int64_t row = cfg_.model.hidden_size * int64_t(sizeof(float));
+  std::vector<int64_t> bytes(rows_to.size());
+  for (size_t p = 0; p < rows_to.size(); ++p)
+    bytes[p] = rows_to[p] * row;
+  count_sent_bytes(bytes);
+}
+
+void rank_model::count_sent_bytes(const std::vector<int64_t>& bytes_to) {
+  if (alltoall_bytes_to_.size() < bytes_to.size())
+    alltoall_bytes_to_.resize(bytes_to.size(), 0);
+  for (size_t p = 0; p < bytes_to.size(); ++p) {
+    alltoall_bytes_to_[p] += bytes_to[p];
+    alltoall_bytes_ += bytes_to[p];
+  }
+}
+
+} // namespace tutti::model

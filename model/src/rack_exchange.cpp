@@ -1,0 +1,289 @@
+#include "tutti/model/rack_exchange.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "tutti/kernels/ops.hpp"
+
+namespace tutti::model {
+
+namespace k = tutti::kernels;
+
+namespace {
+
+std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
+  std::vector<int64_t> out(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    out[i] = counts[i] * d;
+  return out;
+}
+
+std::vector<int64_t> starts(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> out(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), out.begin() + 1);
+  return out;
+}
+
+int64_t total(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+}
+
+// dst[i] = src[index[i]] for rows of d floats, index from the host.
+void gather(const k::stream& s, k::tensor<int64_t>& index_dev,
+            const std::vector<int64_t>& index, const float* src, float* dst,
+            int64_t d) {
+  if (index.empty())
+    return;
+  index_dev.upload(s, index);
+  k::gather_rows(s, src, index_dev.data(), dst, int64_t(index.size()), d);
+}
+
+} // namespace
+
+rack_layout::rack_layout(std::vector<int64_t> rack_of_member)
+  : rack_of_(std::move(rack_of_member)), position_(rack_of_.size()) {
+  for (size_t p = 0; p < rack_of_.size(); ++p) {
+    const auto r = static_cast<size_t>(rack_of_[p]);
+    if (r >= in_rack_.size())
+      in_rack_.resize(r + 1);
+    position_[p] = int64_t(in_rack_[r].size());
+    in_rack_[r].push_back(int64_t(p));
+  }
+}
+
+rack_layout rack_layout::of_group(const job_config& cfg, int64_t world_rank) {
+  const int64_t ep = std::max<int64_t>(cfg.ep_size(), 1);
+  const int64_t per_node = std::max<int64_t>(cfg.cluster.nproc_per_node, 1);
+  const int64_t first = world_rank / ep * ep;
+  std::vector<std::string> names;
+  std::vector<int64_t> racks;
+  for (int64_t p = 0; p < ep; ++p) {
+    const auto name = cfg.cluster.node((first + p) / per_node).rack;
+    auto at = std::find(names.begin(), names.end(), name);
+    if (at == names.end())
+      at = names.insert(names.end(), name);
+    racks.push_back(at - names.begin());
+  }
+  return rack_layout(std::move(racks));
+}
+
+int64_t rack_layout::relay(int64_t origin, int64_t rack) const {
+  if (rack_of_[origin] == rack)
+    return origin;
+  const auto& there = in_rack_[rack];
+  return there[position_[origin] % int64_t(there.size())];
+}
+
+rack_exchange::rack_exchange(rack_layout layout, kernels::stream s)
+  : layout_(std::move(layout)), stream_(s) {
+  reset_bytes();
+}
+
+int64_t rack_exchange::via(relay_direction dir, int64_t s, int64_t p) const {
+  return dir == relay_direction::out_of_origin
+           ? layout_.relay(s, layout_.rack_of(p))
+           : layout_.relay(p, layout_.rack_of(s));
+}
+
+void rack_exchange::count(const std::vector<int64_t>& rows_to,
+                          int64_t bytes_per_row) {
+  for (size_t p = 0; p < rows_to.size(); ++p)
+    bytes_to_[p] += rows_to[p] * bytes_per_row;
+}
+
+status rack_exchange::share_counts(comm::communicator& c,
+                                   const std::vector<int64_t>& send_rows,
+                                   std::vector<int64_t>& extra) {
+  const int64_t P = layout_.members(), me = c.rank();
+  const int64_t X = int64_t(extra.size());
+  if (c.size() != P || int64_t(send_rows.size()) != P)
+    return status::error("rack all-to-all: the EP group has "
+                         + std::to_string(c.size()) + " members, the rack "
+                         + "layout " + std::to_string(P));
+  counts_.assign(P * P + P * X, 0);
+  std::copy(send_rows.begin(), send_rows.end(), counts_.begin() + me * P);
+  std::copy(extra.begin(), extra.end(), counts_.begin() + P * P + me * X);
+  // A relay must know what passes through it, which only the senders do.
+  TUTTI_RETURN_IF_ERROR(c.all_reduce_sum(counts_.data(), counts_.size()));
+  // extra becomes everyone's: [s * X + j].
+  extra.assign(counts_.begin() + P * P, counts_.end());
+  return {};
+}
+
+template <class Locate>
+status rack_exchange::fan_out(comm::communicator& c, staged_collectives& coll,
+                              relay_direction dir, Locate row_in_stage1,
+                              float* recv,
+                              const std::vector<int64_t>& recv_rows,
+                              int64_t d) {
+  const int64_t P = layout_.members(), me = c.rank();
+  auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
+  // Stage two, as relay: to each member, the rows each sender routed
+  // through this member for it, senders in order.
+  std::vector<int64_t> index, send2(P, 0), recv2(P, 0);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t s = 0; s < P; ++s)
+      if (rows(s, p) > 0 && via(dir, s, p) == me) {
+        for (int64_t r = 0; r < rows(s, p); ++r)
+          index.push_back(row_in_stage1(s, p, r));
+        send2[p] += rows(s, p);
+      }
+  for (int64_t s = 0; s < P; ++s) {
+    if (rows(s, me) != recv_rows[s])
+      return status::error("rack all-to-all: member " + std::to_string(s)
+                           + " sends " + std::to_string(rows(s, me))
+                           + " rows, " + std::to_string(recv_rows[s])
+                           + " expected");
+    recv2[via(dir, s, me)] += rows(s, me);
+  }
+  send_.resize(stream_, std::max<int64_t>(int64_t(index.size()), 1) * d);
+  gather(stream_, index_, index, stage1_.data(), send_.data(), d);
+  stage2_.resize(stream_, std::max<int64_t>(total(recv2), 1) * d);
+  TUTTI_RETURN_IF_ERROR(coll.all_to_all_v(c, send_.data(), times(send2, d),
+                                          stage2_.data(), times(recv2, d)));
+  count(send2, d * int64_t(sizeof(float)));
+  // From each relay in member order come its senders' rows in order; the
+  // flat exchange has them by sender.
+  const auto at = starts(recv_rows);
+  std::vector<int64_t> regroup(static_cast<size_t>(at.back()));
+  int64_t pos = 0;
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t s = 0; s < P; ++s)
+      if (via(dir, s, me) == r)
+        for (int64_t k = 0; k < recv_rows[s]; ++k)
+          regroup[at[s] + k] = pos++;
+  gather(stream_, index_, regroup, stage2_.data(), recv, d);
+  k::wait(stream_);
+  return {};
+}
+
+status rack_exchange::relayed(comm::communicator& c, staged_collectives& coll,
+                              relay_direction dir, const float* send,
+                              const std::vector<int64_t>& send_rows,
+                              float* recv,
+                              const std::vector<int64_t>& recv_rows,
+                              int64_t d) {
+  std::vector<int64_t> none;
+  TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, none));
+  const int64_t P = layout_.members(), me = c.rank();
+  auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
+  // Stage one: to each relay, this member's rows for the members it
+  // carries them to, in member order.
+  const auto from = starts(send_rows);
+  std::vector<int64_t> index, send1(P, 0), recv1(P, 0);
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t p = 0; p < P; ++p)
+      if (via(dir, me, p) == r) {
+        for (int64_t k = 0; k < send_rows[p]; ++k)
+          index.push_back(from[p] + k);
+        send1[r] += send_rows[p];
+      }
+  // What arrives here as relay, and where each (sender, member) block is.
+  std::vector<int64_t> block_at(P * P, 0);
+  int64_t pos = 0;
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t p = 0; p < P; ++p)
+      if (via(dir, s, p) == me) {
+        block_at[s * P + p] = pos;
+        pos += rows(s, p);
+        recv1[s] += rows(s, p);
+      }
+  send_.resize(stream_, std::max<int64_t>(int64_t(index.size()), 1) * d);
+  gather(stream_, index_, index, send, send_.data(), d);
+  stage1_.resize(stream_, std::max<int64_t>(pos, 1) * d);
+  TUTTI_RETURN_IF_ERROR(coll.all_to_all_v(c, send_.data(), times(send1, d),
+                                          stage1_.data(), times(recv1, d)));
+  count(send1, d * int64_t(sizeof(float)));
+  return fan_out(
+    c, coll, dir,
+    [&](int64_t s, int64_t p, int64_t k) { return block_at[s * P + p] + k; },
+    recv, recv_rows, d);
+}
+
+status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
+                               const float* tokens, int64_t d,
+                               const std::vector<int64_t>& row_token,
+                               const std::vector<int64_t>& send_rows,
+                               float* recv,
+                               const std::vector<int64_t>& recv_rows) {
+  const int64_t P = layout_.members(), R = layout_.racks(), me = c.rank();
+  const auto from = starts(send_rows);
+  if (int64_t(row_token.size()) != from.back())
+    return status::error("rack all-to-all: " + std::to_string(row_token.size())
+                         + " row tokens for " + std::to_string(from.back())
+                         + " rows");
+  // The tokens this member sends to each rack, once each, ascending.
+  std::vector<std::vector<int64_t>> unique(R);
+  for (int64_t p = 0; p < P; ++p) {
+    auto& u = unique[layout_.rack_of(p)];
+    u.insert(u.end(), row_token.begin() + from[p],
+             row_token.begin() + from[p + 1]);
+  }
+  std::vector<int64_t> unique_count(R);
+  for (int64_t r = 0; r < R; ++r) {
+    auto& u = unique[r];
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    unique_count[r] = int64_t(u.size());
+  }
+  TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, unique_count));
+  auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
+
+  // Stage one: each rack's tokens to its relay for this member, with the
+  // relay's instructions: for each member of the rack in order, the
+  // position among those tokens of each row it wants (int32).
+  std::vector<int64_t> index, send1(P, 0), recv1(P, 0);
+  std::vector<int64_t> meta_send(P, 0), meta_recv(P, 0);
+  std::vector<int32_t> meta;
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t rack = layout_.rack_of(r);
+    if (layout_.relay(me, rack) != r)
+      continue;
+    const auto& u = unique[rack];
+    index.insert(index.end(), u.begin(), u.end());
+    send1[r] = int64_t(u.size());
+    for (int64_t p : layout_.in_rack(rack)) {
+      for (int64_t k = from[p]; k < from[p + 1]; ++k)
+        meta.push_back(static_cast<int32_t>(
+          std::lower_bound(u.begin(), u.end(), row_token[k]) - u.begin()));
+      meta_send[r] += send_rows[p];
+    }
+  }
+  // As relay: from each sender whose relay in this rack is this member.
+  const int64_t mine = layout_.rack_of(me);
+  std::vector<int64_t> meta_at(P * P, 0);
+  int64_t meta_pos = 0;
+  for (int64_t s = 0; s < P; ++s) {
+    if (layout_.relay(s, mine) != me)
+      continue;
+    recv1[s] = unique_count[s * R + mine]; // everyone's, after sharing
+    for (int64_t p : layout_.in_rack(mine)) {
+      meta_at[s * P + p] = meta_pos;
+      meta_pos += rows(s, p);
+      meta_recv[s] += rows(s, p);
+    }
+  }
+  std::vector<int32_t> meta_in(static_cast<size_t>(std::max<int64_t>(
+    meta_pos, 1)));
+  meta.resize(std::max<size_t>(meta.size(), 1));
+  TUTTI_RETURN_IF_ERROR(c.all_to_all_v(meta.data(), meta_send, meta_in.data(),
+                                       meta_recv, sizeof(int32_t)));
+  count(meta_send, int64_t(sizeof(int32_t)));
+
+  send_.resize(stream_, std::max<int64_t>(int64_t(index.size()), 1) * d);
+  gather(stream_, index_, index, tokens, send_.data(), d);
+  const auto token_at = starts(recv1);
+  stage1_.resize(stream_, std::max<int64_t>(token_at.back(), 1) * d);
+  TUTTI_RETURN_IF_ERROR(coll.all_to_all_v(c, send_.data(), times(send1, d),
+                                          stage1_.data(), times(recv1, d)));
+  count(send1, d * int64_t(sizeof(float)));
+  return fan_out(
+    c, coll, relay_direction::out_of_origin,
+    [&](int64_t s, int64_t p, int64_t k) {
+      return token_at[s] + meta_in[meta_at[s * P + p] + k];
+    },
+    recv, recv_rows, d);
+}
+
+} // namespace tutti::model
