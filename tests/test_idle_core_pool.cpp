@@ -144,9 +144,9 @@ TEST_CASE("a job trains to the same losses with and without the pool",
   for (const std::string name : {"shared", "alone"}) {
     auto run_dir = dir / name;
     auto text = small_config(data.string(), run_dir.string(), 2, 6);
-    if (name == "alone")
+    if (name == "shared")
       text.replace(text.find("moe_config:\n"), 12,
-                   "moe_config:\n  share_idle_cores: false\n");
+                   "moe_config:\n  share_idle_cores: true\n");
     auto cfg = dir / (name + ".yaml");
     write_text(cfg, text);
     auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
