@@ -147,36 +147,51 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     row += c.count;
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  const int64_t kv_row = hkv * hd; // a position's keys in a block
   row = 0;
   for (const auto& c : batch) {
     for (int64_t i = 0; i < c.count; ++i) {
-      const int64_t p = c.start + i, r = row + i;
-      scores_.resize(p + 1);
-      for (int64_t h = 0; h < hq; ++h) {
-        const float* qh = q_.data() + (r * hq + h) * hd;
-        const int64_t g = h / group;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= p; ++j) {
-          const float* kj = cache_.key((*c.blocks)[j / bt], l, j % bt) + g * hd;
-          scores_[j] = invariant_dot(qh, kj, hd) * scale;
-          mx = std::max(mx, scores_[j]);
+      const int64_t p = c.start + i, r = row + i, n = p + 1;
+      // Per KV head, its `group` query heads together: each key and value
+      // row is read once for all of them. scores_[h * n + j].
+      scores_.resize(group * n);
+      for (int64_t g = 0; g < hkv; ++g) {
+        const float* q0 = q_.data() + (r * hq + g * group) * hd;
+        for (int64_t j0 = 0; j0 < n; j0 += bt) {
+          const int32_t block = (*c.blocks)[j0 / bt];
+          const float* keys = cache_.key(block, l, 0) + g * hd;
+          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
+            for (int64_t h = 0; h < group; ++h)
+              scores_[h * n + j] =
+                invariant_dot(q0 + h * hd, keys + (j - j0) * kv_row, hd)
+                * scale;
         }
         // Softmax weights and the weighted values in float, position by
         // position in order (the same for a sequence in any batch).
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= p; ++j) {
-          scores_[j] = std::exp(scores_[j] - mx);
-          sum += scores_[j];
+        std::vector<float> sums(group, 0.0f);
+        for (int64_t h = 0; h < group; ++h) {
+          float* s_h = scores_.data() + h * n;
+          const float mx = *std::max_element(s_h, s_h + n);
+          for (int64_t j = 0; j < n; ++j) {
+            s_h[j] = std::exp(s_h[j] - mx);
+            sums[h] += s_h[j];
+          }
         }
-        float* o = attn_.data() + (r * hq + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t j = 0; j <= p; ++j)
-          weighted_add(o, scores_[j],
-                       cache_.value((*c.blocks)[j / bt], l, j % bt) + g * hd,
-                       hd);
-        const float inv = 1.0f / sum;
-        for (int64_t d = 0; d < hd; ++d)
-          o[d] *= inv;
+        float* o0 = attn_.data() + (r * hq + g * group) * hd;
+        std::fill(o0, o0 + group * hd, 0.0f);
+        for (int64_t j0 = 0; j0 < n; j0 += bt) {
+          const int32_t block = (*c.blocks)[j0 / bt];
+          const float* values = cache_.value(block, l, 0) + g * hd;
+          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
+            for (int64_t h = 0; h < group; ++h)
+              weighted_add(o0 + h * hd, scores_[h * n + j],
+                           values + (j - j0) * kv_row, hd);
+        }
+        for (int64_t h = 0; h < group; ++h) {
+          const float inv = 1.0f / sums[h];
+          for (int64_t d = 0; d < hd; ++d)
+            o0[h * hd + d] *= inv;
+        }
       }
     }
     row += c.count;

@@ -55,8 +55,14 @@ inline void strips(const float* x, int64_t ldx, const float* wt, int64_t n,
   int64_t i = 0;
   for (; i + R <= m; i += R)
     block<R, C>(x + i * ldx, ldx, wt + j, n, k, y + i * ldy + j, ldy);
-  for (; i < m; ++i)
-    block<1, C>(x + i * ldx, ldx, wt + j, n, k, y + i * ldy + j, ldy);
+  // The last rows together (an expert's rows rarely come in fours).
+  float* out = y + i * ldy + j;
+  if (m - i == 3)
+    block<3, C>(x + i * ldx, ldx, wt + j, n, k, out, ldy);
+  else if (m - i == 2)
+    block<2, C>(x + i * ldx, ldx, wt + j, n, k, out, ldy);
+  else if (m - i == 1)
+    block<1, C>(x + i * ldx, ldx, wt + j, n, k, out, ldy);
 }
 
 } // namespace
