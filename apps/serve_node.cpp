@@ -90,9 +90,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
     return fail(1, prog, front.message());
   }
   const auto& s = service.model().shape;
-  std::printf("serving %s on http://%s:%u (vocab %lld, %lld layers, %lld "
+  std::printf("serving %s on %s://%s:%u (vocab %lld, %lld layers, %lld "
               "experts top-%lld; KV cache %lld blocks of %lld tokens)\n",
-              service.model().name.c_str(), c.host.c_str(),
+              service.model().name.c_str(),
+              front.value()->tls() ? "https" : "http", c.host.c_str(),
               static_cast<unsigned>(front.value()->port()),
               static_cast<long long>(s.vocab), static_cast<long long>(s.layers),
               static_cast<long long>(s.experts),
