@@ -3,7 +3,9 @@
 // expert shards of the ranks (compute) and a second all-to-all (combine),
 // as training's MoE block does, over the ranks' communicator. Each row's
 // output comes back to the slot it left from and is summed in slot order
-// by the engine, so the tokens are those of the one-rank engine.
+// by the engine, so the tokens are those of the one-rank engine. The
+// communicator is the in-process one, or Gloo across daemons, where node
+// 0's rank leads each step and the others follow it (ep_ranks.hpp).
 
 #include <caf/blocking_actor.hpp>
 
