@@ -1,5 +1,7 @@
 // tuttid --config FILE --node-rank N [--data-dir DIR]: one node daemon.
-// Hosts the node's actor tree; node 0 also hosts the coordinator. Exits 0
+// Hosts the node's actor tree; node 0 also hosts the coordinator. Given a
+// serve config instead of a job's, node N of a serving replica across
+// daemons (serve_node.hpp). Exits 0
 // when the job completes or is stopped (SIGTERM/SIGINT stop it at a step
 // boundary), 1 when it fails, 2 on bad input. With --spare --rack R instead
 // of --node-rank it waits with the coordinator until a node leaves, then
@@ -32,6 +34,7 @@
 #include "tutti/actors/metrics_board.hpp"
 #include "tutti/actors/node_endpoint.hpp"
 #include "job_start.hpp"
+#include "serve_node.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
@@ -44,6 +47,7 @@
 #include "tutti/security/audit_log.hpp"
 #include "tutti/security/tls_dialer.hpp"
 #include "tutti/security/web_endpoint.hpp"
+#include "tutti/serve/serve_config.hpp"
 
 namespace po = boost::program_options;
 using namespace tutti;
@@ -227,6 +231,7 @@ int64_t wait_as_spare(caf::actor_system& sys, caf::scoped_actor& self,
 }
 
 int serve(const job_config& cfg, daemon_options opt) {
+int serve_job(const job_config& cfg, const daemon_options& opt) {
   system_options sys_opt;
   sys_opt.network = true;
   // The middleman notices a silent peer as fast as the coordinator does.
@@ -464,6 +469,13 @@ int main(int argc, char** argv) {
   } catch (const po::error& ex) {
     return fail(2, ex.what());
   }
+  // A serve config: this daemon is node N of a serving replica.
+  if (serve::is_serve_config_file(opt.config)) {
+    auto served = serve::load_serve_config(opt.config);
+    if (!served)
+      return fail(2, "config: " + served.message());
+    return cli::run_serve_node(std::move(*served), opt.node_rank, "tuttid");
+  }
   auto loaded = load_job_config(opt.config);
   if (!loaded)
     return fail(2, "config: " + loaded.message());
@@ -504,7 +516,7 @@ int main(int argc, char** argv) {
     return fail(2, "security: " + secured.message()
                      + " (not starting without valid security files)");
   }
-  int status = serve(cfg, opt);
+  int status = serve_job(cfg, opt);
   log_close();
   return status;
 }

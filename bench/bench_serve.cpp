@@ -11,10 +11,11 @@
 //   - output tokens/s at concurrency 32 on 2 expert-parallel rank actors
 //     (each its own thread, half the sequences and half the experts),
 //     against the one engine thread;
-//   - invariant_linear on 32 rows (256 -> 512) in one call (rows in pairs
-//     where the CPU has AVX-512) against 32 one-row calls, the fastest of
+//   - packed_gemm on 32 rows (256 -> 512) in one call (blocks of rows
+//     sharing each weight load) against 32 one-row calls, the fastest of
 //     200 interleaved runs each (robust to a loaded machine).
 // Usage: bench_serve [requests per level, default 32]
+//        bench_serve decode B   (decode steps at batch B only, to profile)
 
 #include <cstdlib>
 #include <random>
@@ -138,19 +139,26 @@ double decode_s(const serve::served_model& m, int64_t start, int64_t steps,
                 int64_t batch = 1) {
   serve::kv_cache cache({L, HKV, HD, 16}, 64 * batch);
   serve::engine e(m, cache);
-  std::vector<int32_t> tokens(start + steps, 5);
+  // Each sequence its own random tokens, so that a batch's rows route to
+  // experts as different requests' would.
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> tokens(batch);
+  for (auto& t : tokens)
+    for (int64_t i = 0; i < start + steps; ++i)
+      t.push_back(static_cast<int32_t>(rng() % V));
   std::vector<std::vector<int32_t>> blocks(batch);
   std::vector<float> logits;
-  for (auto& b : blocks) {
-    cache.reserve(b, start + steps);
-    (void)e.forward(
-      {{tokens.data(), start, 0, &b, serve::seq_chunk::logits::last}}, logits);
+  for (int64_t b = 0; b < batch; ++b) {
+    cache.reserve(blocks[b], start + steps);
+    (void)e.forward({{tokens[b].data(), start, 0, &blocks[b],
+                      serve::seq_chunk::logits::last}},
+                    logits);
   }
   const double t0 = bench::now_s();
   for (int64_t i = 0; i < steps; ++i) {
     std::vector<serve::seq_chunk> chunks;
-    for (auto& b : blocks)
-      chunks.push_back({tokens.data() + start + i, 1, start + i, &b,
+    for (int64_t b = 0; b < batch; ++b)
+      chunks.push_back({tokens[b].data() + start + i, 1, start + i, &blocks[b],
                         serve::seq_chunk::logits::last});
     (void)e.forward(chunks, logits);
   }
@@ -231,14 +239,14 @@ std::pair<double, double> linear_rows_s(int reps) {
     v = u(rng);
   for (auto& v : w)
     v = u(rng);
+  const auto packed = serve::pack_matrix(w.data(), n, k);
   double batched = 1e30, rows = 1e30;
   for (int r = 0; r < reps; ++r) {
     const double t0 = bench::now_s();
-    serve::invariant_linear(x.data(), w.data(), y.data(), m, k, n);
+    serve::packed_gemm(x.data(), packed, y.data(), m);
     const double t1 = bench::now_s();
     for (int64_t i = 0; i < m; ++i)
-      serve::invariant_linear(x.data() + i * k, w.data(), y.data() + i * n, 1,
-                              k, n);
+      serve::packed_gemm(x.data() + i * k, packed, y.data() + i * n, 1);
     const double t2 = bench::now_s();
     batched = std::min(batched, t1 - t0);
     rows = std::min(rows, t2 - t1);
@@ -250,8 +258,15 @@ std::pair<double, double> linear_rows_s(int reps) {
 
 int main(int argc, char** argv) {
   kernels::use_single_threaded_blas();
-  const int64_t requests = argc > 1 ? std::atoll(argv[1]) : 32;
   const auto m = medium();
+  // `bench_serve decode B`: only decode steps at batch B, for a profiler.
+  if (argc > 2 && std::string(argv[1]) == "decode") {
+    const int64_t b = std::atoll(argv[2]);
+    std::printf("decode, %lld requests in one batch: %.1f tok/s\n",
+                static_cast<long long>(b), 1.0 / decode_s(m, 128, 64, b));
+    return 0;
+  }
+  const int64_t requests = argc > 1 ? std::atoll(argv[1]) : 32;
   bench::table t;
   const double pre = prefill_s(m, 128, 5);
   const double pre_blas = blas_projections_s(128, 1, 5);
@@ -268,6 +283,10 @@ int main(int argc, char** argv) {
   t.add("decode, 8 requests in one batch, context 128-160 (tok/s)",
         bench::fmt("%.1f", 1.0 / dec8), "decode, 1 request (tok/s)",
         bench::fmt("%.1f", 1.0 / dec), dec / dec8);
+  const double dec32 = decode_s(m, 128, 32, 32);
+  t.add("decode, 32 requests in one batch, context 128-160 (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec32), "decode, 1 request (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec), dec / dec32);
   // Concurrency 1 is measured before and after the others and averaged:
   // these machines drift.
   const int64_t few = std::max<int64_t>(4, requests / 8);
@@ -287,7 +306,7 @@ int main(int argc, char** argv) {
         bench::fmt("%.1f", ep2), "output tok/s at concurrency 32, one engine",
         bench::fmt("%.1f", one), ep2 / one);
   const auto [batched, one_by_one] = linear_rows_s(200);
-  t.add("invariant_linear, 32 rows 256 -> 512 in one call (us)",
+  t.add("packed_gemm, 32 rows 256 -> 512 in one call (us)",
         bench::fmt("%.1f", batched * 1e6), "32 one-row calls (us)",
         bench::fmt("%.1f", one_by_one * 1e6), batched / one_by_one);
   t.print();

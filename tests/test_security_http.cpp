@@ -4,7 +4,8 @@
 // port refused; a client certificate required when client_ca_file is
 // given), and `tutti serve` with API keys (/v1/* 401 without or with a
 // wrong key, 200 with one, 429 with Retry-After past its rate; /health
-// open; /metrics under basic auth).
+// open; /metrics under basic auth), and `tutti serve` over HTTPS from the
+// same web config's tls_server_config.
 
 #include <catch2/catch.hpp>
 
@@ -202,4 +203,54 @@ TEST_CASE("tutti serve: API keys on /v1/* with a rate limit, /health open, "
   CHECK(http_status("-u prometheus:scrape-secret " + url + "/metrics")
         == "200");
   CHECK(read_text(log).find(key) == std::string::npos);
+}
+
+TEST_CASE("tutti serve over HTTPS: the web config's tls_server_config puts "
+          "the whole front on TLS",
+          "[security]") {
+  auto root = scratch("security_http_serve_tls");
+  auto pki = make_pki(root);
+  const auto d = pki.dir.string();
+  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
+  auto model = root / "model";
+  write_export_dir(model, cfg, random_model_tensors(cfg, 43));
+  auto web = root / "web.yaml";
+  write_text(web, "tls_server_config:\n  cert_file: " + d
+                    + "/node-0.crt\n  key_file: " + d
+                    + "/node-0.key\n  min_version: TLS13\n");
+  auto file = root / "serve.yaml";
+  write_text(file, "serve:\n  model: " + model.string()
+                     + "\n  listen: 127.0.0.1:0\n  metrics_web_config: "
+                     + web.string() + "\n");
+  auto log = root / "serve.log";
+  child_process p({tutti_bin(), "serve", file.string()}, log);
+  std::smatch m;
+  const std::regex listening("on https://127\\.0\\.0\\.1:([0-9]+)");
+  std::string text;
+  REQUIRE(wait_until(
+    [&] {
+      text = read_text(log);
+      return std::regex_search(text, m, listening) || !p.running();
+    },
+    30));
+  INFO(text);
+  REQUIRE(std::regex_search(text, m, listening));
+  const auto port = m[1].str();
+  // The certificate names node-0: clients check it against the cluster CA.
+  const auto tls = "--resolve node-0:" + port + ":127.0.0.1 --cacert " + d
+                   + "/ca.crt ";
+  const auto url = "https://node-0:" + port;
+  CHECK(http_status(tls + url + "/health") == "200");
+  CHECK(http_status(tls + url + "/metrics") == "200");
+  auto done = run("curl -sS --max-time 20 " + tls + url
+                    + "/v1/completions -H 'Content-Type: application/json' "
+                      "-d '{\"prompt\": \"hi\", \"max_tokens\": 4, "
+                      "\"temperature\": 0, \"stream\": true}'",
+                  30);
+  INFO(done.output);
+  CHECK(done.output.find("data: [DONE]") != std::string::npos);
+  // No plaintext on the same port, and a client without the CA is refused.
+  CHECK(http_status("http://127.0.0.1:" + port + "/health") != "200");
+  CHECK(http_status(url + "/health --resolve node-0:" + port + ":127.0.0.1")
+        == "000");
 }

@@ -98,6 +98,20 @@ TEST_CASE("tutti serve refuses bad configs and models before listening",
     {"serve:\n  model: " + model + "\n  unknown_limit: 1\n",
      "serve.unknown_limit"},
     {"serving:\n  model: " + model + "\n", "serving"},
+    // Across daemons: node 0's rendezvous port, addresses without ports,
+    // as many as the manifest's nodes, one rank each.
+    {std::string(seed_manifest) + serve_model
+       + "    nodes: [127.0.0.1, 127.0.0.1]\n",
+     "spec.serve.rendezvous_port"},
+    {std::string(seed_manifest) + serve_model
+       + "    nodes: [127.0.0.1]\n    rendezvous_port: 29600\n",
+     "spec.serve.nodes"},
+    {"serve:\n  model: " + model
+       + "\n  nodes: [a:1, b]\n  rendezvous_port: 29600\n",
+     "serve.nodes"},
+    {"serve:\n  model: " + model
+       + "\n  nodes: [a, b]\n  rendezvous_port: 29600\n  ep_size: 2\n",
+     "serve.ep_size"},
   };
   int n = 0;
   for (const auto& [text, named] : cases) {

@@ -329,27 +329,35 @@ TEST_CASE("the KV cache hands out blocks all or nothing", "[unit]") {
   CHECK(cache.used_blocks() == 2);
 }
 
-TEST_CASE("invariant_linear gives every row the bits of a lone dot product",
+TEST_CASE("packed_gemm gives every row the bits of its left-to-right "
+          "chain of fused multiply-adds, "
+          "alone or in any batch",
           "[unit]") {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  for (int64_t k : {1, 7, 8, 29, 256}) {
-    const int64_t m = 9, n = 23;
-    std::vector<float> x(m * k), w(n * k), y(m * n), one(n);
-    for (auto& v : x)
-      v = u(rng);
-    for (auto& v : w)
-      v = u(rng);
-    serve::invariant_linear(x.data(), w.data(), y.data(), m, k, n);
-    for (int64_t i = 0; i < m; ++i) {
-      serve::invariant_linear(x.data() + i * k, w.data(), one.data(), 1, k, n);
-      for (int64_t j = 0; j < n; ++j) {
-        CHECK(y[i * n + j] == one[j]);
-        CHECK(y[i * n + j]
-              == serve::invariant_dot(x.data() + i * k, w.data() + j * k, k));
+  // Widths through every path: groups of 64 and 16 outputs and the tail;
+  // row counts through blocks of 4 and single rows.
+  for (int64_t k : {1, 7, 8, 29, 256})
+    for (int64_t n : {8, 23, 64, 100, 144}) {
+      const int64_t m = 9;
+      std::vector<float> x(m * k), w(n * k), y(m * n), one(n);
+      for (auto& v : x)
+        v = u(rng);
+      for (auto& v : w)
+        v = u(rng);
+      const auto packed = serve::pack_matrix(w.data(), n, k);
+      serve::packed_gemm(x.data(), packed, y.data(), m);
+      for (int64_t i = 0; i < m; ++i) {
+        serve::packed_gemm(x.data() + i * k, packed, one.data(), 1);
+        for (int64_t j = 0; j < n; ++j) {
+          float sum = 0.0f; // the chain of fused multiply-adds
+          for (int64_t t = 0; t < k; ++t)
+            sum = std::fma(x[i * k + t], w[j * k + t], sum);
+          CHECK(y[i * n + j] == one[j]);
+          CHECK(y[i * n + j] == sum);
+        }
       }
     }
-  }
 }
 
 namespace {

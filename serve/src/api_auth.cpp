@@ -33,10 +33,6 @@ status install_api_auth(httplib::Server& server, const serve_config& cfg) {
     auto loaded = security::load_web_config(cfg.metrics_web_config);
     if (!loaded)
       return loaded.error().with_context("serve.metrics_web_config: ");
-    if (loaded->tls())
-      return status::error("serve.metrics_web_config: tls_server_config is "
-                           "not supported by tutti serve yet (basic_auth_"
-                           "users only; terminate TLS in front of it)");
     web = std::make_shared<security::web_config>(std::move(*loaded));
   }
   if (!keys && !web)

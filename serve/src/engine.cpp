@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "tutti/kernels/ops.hpp"
 #include "tutti/serve/invariant_ops.hpp"
@@ -9,6 +10,26 @@
 namespace tutti::serve {
 
 namespace k = tutti::kernels;
+
+namespace {
+
+typedef float lanes8 __attribute__((vector_size(32)));
+
+// o[0, n) += e * v[0, n), eight lanes at a time.
+inline void weighted_add(float* o, float e, const float* v, int64_t n) {
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    lanes8 a, b;
+    std::memcpy(&a, o + d, sizeof a);
+    std::memcpy(&b, v + d, sizeof b);
+    a += e * b;
+    std::memcpy(o + d, &a, sizeof a);
+  }
+  for (; d < n; ++d)
+    o[d] += e * v[d];
+}
+
+} // namespace
 
 engine::engine(const served_model& model, kv_cache& cache)
   : model_(model), cache_(cache),
@@ -88,8 +109,7 @@ status engine::forward(const std::vector<seq_chunk>& batch,
   k::rmsnorm_forward(cpu, tmp_.data(), model_.final_norm.data(), xn_.data(),
                      rstd_.data(), n, D, eps);
   logits.resize(n * s.vocab);
-  invariant_linear(xn_.data(), model_.lm_head.data(), logits.data(), n, D,
-                   s.vocab);
+  packed_gemm(xn_.data(), model_.lm_head_t, logits.data(), n);
   return {};
 }
 
@@ -105,9 +125,9 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
   v_.resize(rows * hkv * hd);
   attn_.resize(rows * hq * hd);
   tmp_.resize(rows * D);
-  invariant_linear(xn_.data(), w.q.data(), q_.data(), rows, D, hq * hd);
-  invariant_linear(xn_.data(), w.k.data(), k_.data(), rows, D, hkv * hd);
-  invariant_linear(xn_.data(), w.v.data(), v_.data(), rows, D, hkv * hd);
+  packed_gemm(xn_.data(), w.q_t, q_.data(), rows);
+  packed_gemm(xn_.data(), w.k_t, k_.data(), rows);
+  packed_gemm(xn_.data(), w.v_t, v_.data(), rows);
   rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
   rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
 
@@ -126,40 +146,57 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     }
     row += c.count;
   }
-  const double scale = 1.0 / std::sqrt(double(hd));
-  std::vector<double> out(hd);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  const int64_t kv_row = hkv * hd; // a position's keys in a block
   row = 0;
   for (const auto& c : batch) {
     for (int64_t i = 0; i < c.count; ++i) {
-      const int64_t p = c.start + i, r = row + i;
-      scores_.resize(p + 1);
-      for (int64_t h = 0; h < hq; ++h) {
-        const float* qh = q_.data() + (r * hq + h) * hd;
-        const int64_t g = h / group;
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= p; ++j) {
-          const float* kj = cache_.key((*c.blocks)[j / bt], l, j % bt) + g * hd;
-          scores_[j] = static_cast<float>(invariant_dot(qh, kj, hd) * scale);
-          mx = std::max(mx, double(scores_[j]));
+      const int64_t p = c.start + i, r = row + i, n = p + 1;
+      // Per KV head, its `group` query heads together: each key and value
+      // row is read once for all of them. scores_[h * n + j].
+      scores_.resize(group * n);
+      for (int64_t g = 0; g < hkv; ++g) {
+        const float* q0 = q_.data() + (r * hq + g * group) * hd;
+        for (int64_t j0 = 0; j0 < n; j0 += bt) {
+          const int32_t block = (*c.blocks)[j0 / bt];
+          const float* keys = cache_.key(block, l, 0) + g * hd;
+          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
+            for (int64_t h = 0; h < group; ++h)
+              scores_[h * n + j] =
+                invariant_dot(q0 + h * hd, keys + (j - j0) * kv_row, hd)
+                * scale;
         }
-        double sum = 0.0;
-        std::fill(out.begin(), out.end(), 0.0);
-        for (int64_t j = 0; j <= p; ++j) {
-          const double e = std::exp(double(scores_[j]) - mx);
-          sum += e;
-          const float* vj = cache_.value((*c.blocks)[j / bt], l, j % bt)
-                            + g * hd;
+        // Softmax weights and the weighted values in float, position by
+        // position in order (the same for a sequence in any batch).
+        std::vector<float> sums(group, 0.0f);
+        for (int64_t h = 0; h < group; ++h) {
+          float* s_h = scores_.data() + h * n;
+          const float mx = *std::max_element(s_h, s_h + n);
+          for (int64_t j = 0; j < n; ++j) {
+            s_h[j] = std::exp(s_h[j] - mx);
+            sums[h] += s_h[j];
+          }
+        }
+        float* o0 = attn_.data() + (r * hq + g * group) * hd;
+        std::fill(o0, o0 + group * hd, 0.0f);
+        for (int64_t j0 = 0; j0 < n; j0 += bt) {
+          const int32_t block = (*c.blocks)[j0 / bt];
+          const float* values = cache_.value(block, l, 0) + g * hd;
+          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
+            for (int64_t h = 0; h < group; ++h)
+              weighted_add(o0 + h * hd, scores_[h * n + j],
+                           values + (j - j0) * kv_row, hd);
+        }
+        for (int64_t h = 0; h < group; ++h) {
+          const float inv = 1.0f / sums[h];
           for (int64_t d = 0; d < hd; ++d)
-            out[d] += e * double(vj[d]);
+            o0[h * hd + d] *= inv;
         }
-        float* o = attn_.data() + (r * hq + h) * hd;
-        for (int64_t d = 0; d < hd; ++d)
-          o[d] = static_cast<float>(out[d] / sum);
       }
     }
     row += c.count;
   }
-  invariant_linear(attn_.data(), w.o.data(), tmp_.data(), rows, hq * hd, D);
+  packed_gemm(attn_.data(), w.o_t, tmp_.data(), rows);
   for (int64_t i = 0; i < rows * D; ++i)
     x_[i] += tmp_[i];
 }
@@ -168,13 +205,13 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
 status engine::moe(int64_t l, int64_t rows) {
   const auto& s = model_.shape;
   const auto& w = model_.layers[l];
-  const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
+  const int64_t D = s.hidden, E = s.experts;
   const int64_t K = s.top_k;
   const auto cpu = k::cpu_stream();
   router_.resize(rows * E);
   topk_.resize(rows * K);
   gate_.resize(rows * K);
-  invariant_linear(xn_.data(), w.router.data(), router_.data(), rows, D, E);
+  packed_gemm(xn_.data(), w.router_t, router_.data(), rows);
   k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
                                 topk_.data(), gate_.data(), nullptr, rows, E, K,
                                 static_cast<float>(s.router_temperature));
@@ -199,9 +236,8 @@ status engine::moe(int64_t l, int64_t rows) {
     ye_.resize(m * D);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(xn_.data() + (slots[i] / K) * D, D, xe_.data() + i * D);
-    invariant_expert(xe_.data(), w.w1.data() + e * F * D,
-                     w.w3.data() + e * F * D, w.w2.data() + e * D * F,
-                     ye_.data(), m, D, F, a_, b_, h_);
+    invariant_expert(xe_.data(), w.w13_t[e], w.w2_t[e], ye_.data(), m, a_,
+                     h_);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(ye_.data() + i * D, D, moe_out_.data() + slots[i] * D);
   }

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,13 +54,33 @@ inline std::string shard_child_id(int32_t rank) {
   return "expert_shard/" + std::to_string(rank);
 }
 
+// How a rank joins its group: the in-process memory communicator, or Gloo
+// across daemons (ep_world.cpp). Called on the rank's own thread.
+using connect_fn = std::function<status(
+  int rank, int size, std::unique_ptr<comm::communicator>& out)>;
+
+// A rank's part in the steps: `local` ranks all get their steps from
+// ep_ranks::forward; across daemons the `leader` (node 0's) opens each
+// step with a one-number collective that `follower`s wait on.
+enum class rank_role { local, leader, follower };
+
+// What a rank tells the ep_ranks that started it, from its thread.
+struct rank_signals {
+  std::atomic<bool> joined{false}; // its communicator is up
+  std::atomic<bool> ended{false};
+  std::atomic<bool> broken{false}; // its group failed; steps fail from now
+  std::mutex mutex;
+  std::string failure; // why it ended, if not by a stop
+};
+
 struct ep_rank_args {
   const served_model* model = nullptr;
   kv_cache* cache = nullptr; // the rank's; the scheduler allocates its blocks
-  int32_t rank = 0;
+  int32_t rank = 0;          // in the group
   int32_t ranks = 1;
-  std::shared_ptr<comm::memory_hub> hub;
-  std::string group; // the communicator's name in the hub
+  connect_fn connect;
+  rank_role role = rank_role::local;
+  std::shared_ptr<rank_signals> signals;
   supervisor_actor experts;
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
 };

@@ -3,7 +3,9 @@
 // expert shards of the ranks (compute) and a second all-to-all (combine),
 // as training's MoE block does, over the ranks' communicator. Each row's
 // output comes back to the slot it left from and is summed in slot order
-// by the engine, so the tokens are those of the one-rank engine.
+// by the engine, so the tokens are those of the one-rank engine. The
+// communicator is the in-process one, or Gloo across daemons, where node
+// 0's rank leads each step and the others follow it (ep_ranks.hpp).
 
 #include <caf/blocking_actor.hpp>
 
@@ -168,24 +170,82 @@ status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
   return {};
 }
 
+// The leader's one-number collective before each step; followers learn
+// from it what comes next.
+enum step_header : int64_t { keep_alive = 0, run_step = 1, stop_ranks = 2 };
+
+// The leader sends a keep-alive this often while idle, well within the
+// followers' collective timeout.
+constexpr auto keep_alive_every = std::chrono::seconds(1);
+
+status exchange_header(comm::communicator& comm, int64_t& header) {
+  if (comm.rank() != 0)
+    header = 0;
+  return comm.all_reduce_sum(&header, 1);
+}
+
+void end_rank(const ep_rank_args& a, const std::string& failure) {
+  if (!failure.empty()) {
+    log_error("ep_rank", "rank " + std::to_string(a.rank) + ": " + failure);
+    std::lock_guard lock(a.signals->mutex);
+    a.signals->failure = failure;
+  }
+  a.signals->ended = true;
+}
+
+// A rank of another daemon: no sequences of its own; it takes part in each
+// layer's exchange of every step node 0's rank opens, until told to stop
+// or until node 0 stops answering.
+void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
+                  comm::communicator& comm, engine& eng) {
+  std::vector<float> none;
+  for (;;) {
+    bool stopped = false;
+    self->receive([&](stop_atom) { stopped = true; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    if (stopped)
+      return end_rank(a, {});
+    int64_t header = 0;
+    if (auto s = exchange_header(comm, header); !s.ok())
+      return end_rank(a, "node 0's rank: " + s.message());
+    if (header == stop_ranks)
+      return end_rank(a, {});
+    if (header == run_step)
+      if (auto s = eng.forward({}, none); !s.ok())
+        return end_rank(a, s.message());
+  }
+}
+
 void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
   kernels::use_single_threaded_blas();
   std::unique_ptr<comm::communicator> comm;
-  comm::memory_options options;
-  options.group = a.group;
-  options.timeout = a.timeout;
-  options.connect_timeout = a.timeout;
-  const auto joined = comm::make_memory_communicator(*a.hub, a.rank, a.ranks,
-                                                     options, comm);
-  if (!joined.ok())
-    log_error("ep_rank",
-              "rank " + std::to_string(a.rank) + ": " + joined.message());
+  const auto joined = a.connect(a.rank, a.ranks, comm);
   std::unique_ptr<actor_exchange> exchange;
   std::unique_ptr<engine> eng;
   if (joined.ok()) {
     exchange = std::make_unique<actor_exchange>(self, *comm, a);
     eng = std::make_unique<engine>(*a.model, *a.cache, exchange.get());
+    a.signals->joined = true;
+  } else {
+    log_error("ep_rank",
+              "rank " + std::to_string(a.rank) + ": " + joined.message());
   }
+  if (a.role == rank_role::follower) {
+    if (!eng)
+      return end_rank(a, joined.message());
+    return follow_steps(self, a, *comm, *eng);
+  }
+  const bool leads = a.role == rank_role::leader;
+  std::string broken; // the group's failure, once a header failed
+  auto header = [&](int64_t h) {
+    if (!leads || !eng || !broken.empty())
+      return;
+    if (auto s = exchange_header(*comm, h); !s.ok()) {
+      broken = "the other daemons' ranks: " + s.message();
+      a.signals->broken = true;
+      log_error("ep_rank", "rank " + std::to_string(a.rank) + ": " + broken);
+    }
+  };
   bool running = true;
   self->receive_while(running)(
     [&](rank_step_ptr step) {
@@ -194,14 +254,22 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
                       + joined.message();
         return step;
       }
-      if (auto s = eng->forward(step->chunks, step->logits); !s.ok())
+      header(run_step);
+      if (!broken.empty())
+        step->error = broken;
+      else if (auto s = eng->forward(step->chunks, step->logits); !s.ok())
         step->error = s.message();
       step->activations = eng->expert_activations();
       step->exchanged_bytes = exchange->exchanged_bytes();
       step->shard_restarts = exchange->restarts();
       return step;
     },
-    [&](stop_atom) { running = false; });
+    [&](stop_atom) {
+      header(stop_ranks);
+      running = false;
+    },
+    caf::after(keep_alive_every) >> [&] { header(keep_alive); });
+  end_rank(a, {});
 }
 
 } // namespace

@@ -4,8 +4,10 @@
 #include <caf/scoped_actor.hpp>
 
 #include <atomic>
+#include <thread>
 
 #include "ep_actors.hpp"
+#include "ep_world.hpp"
 
 namespace tutti::serve {
 
@@ -14,16 +16,26 @@ struct ep_ranks::actors {
   caf::actor_system& system;
   supervisor_actor experts;
   std::vector<caf::actor> ranks;
-  std::shared_ptr<comm::memory_hub> hub;
+  std::vector<std::shared_ptr<rank_signals>> signals;
 };
 
 expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
                                                     const served_model& model,
                                                     const ep_options& o) {
   const auto& s = model.shape;
-  if (o.ranks < 1 || s.experts % o.ranks != 0)
-    return status::error("ep_size " + std::to_string(o.ranks)
-                         + " must divide the model's "
+  const bool across = o.cluster.spans_daemons();
+  if (across && o.ranks != 1)
+    return status::error("serve.ep_size must be 1 when serve.nodes lists "
+                         "several daemons (one rank each), got "
+                         + std::to_string(o.ranks));
+  // The group: this process's ranks, or one rank per daemon.
+  const int64_t group = across ? static_cast<int64_t>(o.cluster.nodes.size())
+                               : o.ranks;
+  const int64_t first = across ? o.cluster.node_rank : 0;
+  if (o.ranks < 1 || s.experts % group != 0)
+    return status::error(std::string(across ? "the number of serve.nodes "
+                                            : "ep_size ")
+                         + std::to_string(group) + " must divide the model's "
                          + std::to_string(s.experts) + " experts");
   if (o.blocks_per_rank < 1)
     return status::error("the KV cache holds no block per rank");
@@ -31,34 +43,67 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   out->model_ = &model;
   out->options_ = o;
   const kv_geometry g{s.layers, s.kv_heads, s.head_dim, o.block_tokens};
+  // A follower holds no sequences: one block keeps its engine well formed.
+  const bool follows = across && first > 0;
   for (int64_t r = 0; r < o.ranks; ++r)
-    out->caches_.push_back(std::make_unique<kv_cache>(g, o.blocks_per_rank));
+    out->caches_.push_back(
+      std::make_unique<kv_cache>(g, follows ? 1 : o.blocks_per_rank));
   out->activations_.assign(s.layers * s.experts, 0);
   out->bytes_.assign(o.ranks, 0);
   out->restarts_.assign(o.ranks, 0);
   out->actors_ = std::make_unique<actors>(sys);
   auto& act = *out->actors_;
-  const auto ranks = static_cast<int32_t>(o.ranks);
+  const auto ranks = static_cast<int32_t>(group);
+  connect_fn connect;
+  if (across) {
+    auto c = connect_across_daemons(sys, o.cluster, o.timeout);
+    if (!c)
+      return c.error();
+    connect = std::move(c.value());
+  } else {
+    auto hub = std::make_shared<comm::memory_hub>(0, ranks);
+    static std::atomic<int64_t> replicas{0};
+    comm::memory_options mo;
+    mo.group = "serve/" + std::to_string(replicas++);
+    mo.timeout = o.timeout;
+    mo.connect_timeout = o.timeout;
+    connect = [hub, mo](int rank, int size,
+                        std::unique_ptr<comm::communicator>& c) {
+      return comm::make_memory_communicator(*hub, rank, size, mo, c);
+    };
+  }
   std::vector<child_spec> shards;
-  for (int32_t r = 0; r < ranks; ++r)
+  for (int64_t i = 0; i < o.ranks; ++i) {
+    const auto r = static_cast<int32_t>(first + i);
     shards.push_back({shard_child_id(r), restart_type::permanent,
                       [&model, r, ranks](caf::actor_system& sys) {
                         return caf::actor_cast<caf::actor>(
                           spawn_serve_expert_shard(sys, {&model, r, ranks}));
                       }});
+  }
   supervisor_flags flags;
   flags.strategy = restart_strategy::one_for_one;
   flags.max_restarts = o.max_restarts;
   flags.period = o.restart_period;
   act.experts = spawn_supervisor(act.system, "serve_expert_shards", flags,
                                  std::move(shards), nullptr);
-  act.hub = std::make_shared<comm::memory_hub>(0, ranks);
-  static std::atomic<int64_t> replicas{0};
-  const auto group = "serve/" + std::to_string(replicas++);
-  for (int32_t r = 0; r < ranks; ++r)
-    act.ranks.push_back(
-      spawn_ep_rank(act.system, {&model, out->caches_[r].get(), r, ranks,
-                                 act.hub, group, act.experts, o.timeout}));
+  const auto role = !across       ? rank_role::local
+                    : first == 0 ? rank_role::leader
+                                 : rank_role::follower;
+  for (int64_t i = 0; i < o.ranks; ++i) {
+    act.signals.push_back(std::make_shared<rank_signals>());
+    act.ranks.push_back(spawn_ep_rank(
+      act.system,
+      {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
+       connect, role, act.signals.back(), act.experts, o.timeout}));
+  }
+  // Ranks in this process join at once: ready on return. Across daemons
+  // the others may start later; shards_up() says when they have.
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  for (const auto& sig : act.signals)
+    while (!across && !sig->joined && !sig->ended
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
 }
 
@@ -150,6 +195,9 @@ int64_t ep_ranks::shard_restarts() const {
 
 bool ep_ranks::shards_up() {
   auto& act = *actors_;
+  for (const auto& sig : act.signals)
+    if (!sig->joined || sig->ended || sig->broken)
+      return false;
   caf::scoped_actor self{act.system};
   bool up = false;
   self->request(act.experts, options_.timeout, children_atom_v)
@@ -163,6 +211,26 @@ bool ep_ranks::shards_up() {
   return up;
 }
 
+status ep_ranks::follow(const std::atomic<bool>& stop) {
+  auto& act = *actors_;
+  for (;;) {
+    bool ended = true;
+    for (const auto& sig : act.signals)
+      ended = ended && sig->ended;
+    if (ended)
+      break;
+    if (stop)
+      return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const auto& sig : act.signals) {
+    std::lock_guard lock(sig->mutex);
+    if (!sig->failure.empty())
+      return status::error(sig->failure);
+  }
+  return {};
+}
+
 status ep_ranks::inject_fault(int64_t rank, const std::string& fault) {
   if (rank < 0 || rank >= size())
     return status::error("no rank " + std::to_string(rank));
@@ -170,9 +238,13 @@ status ep_ranks::inject_fault(int64_t rank, const std::string& fault) {
   caf::scoped_actor self{act.system};
   std::string why;
   caf::actor shard;
+  // Shards are named by their rank in the group.
+  const auto in_group = options_.cluster.spans_daemons()
+                          ? options_.cluster.node_rank + rank
+                          : rank;
   self
     ->request(act.experts, options_.timeout, which_child_atom_v,
-              shard_child_id(static_cast<int32_t>(rank)))
+              shard_child_id(static_cast<int32_t>(in_group)))
     .receive([&](caf::actor& h) { shard = std::move(h); },
              [&](caf::error& e) { why = self->system().render(e); });
   if (!shard)

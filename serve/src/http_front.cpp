@@ -12,6 +12,7 @@
 #include <chrono>
 #include <random>
 
+#include "tutti/security/web_config.hpp"
 #include "tutti/serve/completion_api.hpp"
 
 namespace tutti::serve {
@@ -63,8 +64,37 @@ struct stream_state {
 
 } // namespace
 
-http_front::http_front(service& svc, const serve_config& cfg)
-  : service_(svc), cfg_(cfg), server_(std::make_unique<httplib::Server>()) {}
+http_front::http_front(service& svc, const serve_config& cfg,
+                       std::unique_ptr<httplib::Server> server)
+  : service_(svc), cfg_(cfg), server_(std::move(server)) {}
+
+namespace {
+
+// HTTPS where serve.metrics_web_config has a tls_server_config, else HTTP.
+expected<std::unique_ptr<httplib::Server>> make_server(const serve_config& cfg,
+                                                       bool& tls) {
+  tls = false;
+  if (cfg.metrics_web_config.empty())
+    return std::make_unique<httplib::Server>();
+  auto web = security::load_web_config(cfg.metrics_web_config);
+  if (!web)
+    return web.error().with_context("serve.metrics_web_config: ");
+  if (!web->tls())
+    return std::make_unique<httplib::Server>();
+  std::string why;
+  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+    auto s = security::configure_server_tls(*web, ctx);
+    why = s.message();
+    return s.ok();
+  });
+  if (!server->is_valid())
+    return status::error("serve.metrics_web_config: no TLS context"
+                         + (why.empty() ? std::string() : ": " + why));
+  tls = true;
+  return std::unique_ptr<httplib::Server>(std::move(server));
+}
+
+} // namespace
 
 http_front::~http_front() { stop(); }
 
@@ -77,7 +107,13 @@ void http_front::stop() {
 
 expected<std::unique_ptr<http_front>> http_front::start(
   service& svc, const serve_config& cfg) {
-  std::unique_ptr<http_front> f(new http_front(svc, cfg));
+  bool tls = false;
+  auto made = make_server(cfg, tls);
+  if (!made)
+    return made.error();
+  std::unique_ptr<http_front> f(
+    new http_front(svc, cfg, std::move(made.value())));
+  f->tls_ = tls;
   auto& server = *f->server_;
   // Every connection waits on its request: one thread each for as many as
   // may be running and queued, and a few more to answer 429s and probes.

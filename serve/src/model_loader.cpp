@@ -346,7 +346,31 @@ expected<served_model> model_from_tensors(const model_shape& shape,
   if (!tensors.empty())
     return status::error(source + ": unexpected tensor "
                          + tensors.begin()->first);
+  pack_for_serving(m);
   return m;
+}
+
+void pack_for_serving(served_model& m) {
+  const auto& s = m.shape;
+  const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
+  const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+  m.lm_head_t = pack_matrix(m.lm_head.data(), s.vocab, D);
+  for (auto& w : m.layers) {
+    w.q_t = pack_matrix(w.q.data(), Q, D);
+    w.k_t = pack_matrix(w.k.data(), KV, D);
+    w.v_t = pack_matrix(w.v.data(), KV, D);
+    w.o_t = pack_matrix(w.o.data(), D, Q);
+    w.router_t = pack_matrix(w.router.data(), E, D);
+    w.w13_t.clear();
+    w.w2_t.clear();
+    std::vector<float> w13(2 * F * D);
+    for (int64_t e = 0; e < E; ++e) {
+      std::copy_n(w.w1.data() + e * F * D, F * D, w13.data());
+      std::copy_n(w.w3.data() + e * F * D, F * D, w13.data() + F * D);
+      w.w13_t.push_back(pack_matrix(w13.data(), 2 * F, D));
+      w.w2_t.push_back(pack_matrix(w.w2.data() + e * D * F, D, F));
+    }
+  }
 }
 
 namespace {

@@ -131,6 +131,39 @@ status read_bool(const YAML::Node& map, const std::string& prefix,
   return {};
 }
 
+// serve.nodes (the daemons' addresses, node 0 first) and the port node 0's
+// rendezvous listens on, which a list of several nodes needs.
+status read_nodes(const YAML::Node& s, const std::string& prefix,
+                  serve_config& c) {
+  auto& cl = c.limits.cluster;
+  if (const auto n = s["nodes"]) {
+    if (!n.IsSequence() || n.size() == 0)
+      return refuse(prefix + "nodes",
+                    "must be a list of the daemons' addresses, node 0 first");
+    for (const auto& host : n) {
+      if (!host.IsScalar() || host.Scalar().empty()
+          || host.Scalar().find(':') != std::string::npos)
+        return refuse(prefix + "nodes",
+                      "each entry must be a host address without a port");
+      cl.nodes.push_back(host.Scalar());
+    }
+  }
+  int64_t port = 0;
+  TUTTI_RETURN_IF_ERROR(read_int(s, prefix, "rendezvous_port", port, 1));
+  if (port > 65535)
+    return refuse(prefix + "rendezvous_port", "must be 1..65535");
+  cl.rendezvous_port = static_cast<uint16_t>(port);
+  if (cl.spans_daemons() && port == 0)
+    return refuse(prefix + "rendezvous_port",
+                  "missing (node 0's rendezvous port, which nodes lists "
+                  "of several daemons need)");
+  if (cl.spans_daemons() && c.ep_size > 1)
+    return refuse(prefix + "ep_size",
+                  "must be 1 across daemons (one rank each), got "
+                    + std::to_string(c.ep_size));
+  return {};
+}
+
 // The `serve` keys, in `serve:` or in a manifest's `spec.serve:`.
 status read_serve_section(const YAML::Node& s, const std::string& prefix,
                           serve_config& c) {
@@ -140,7 +173,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
      "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
      "ep_size", "step_timeout_s", "prefix_caching", "api_keys",
-     "metrics_web_config"}));
+     "metrics_web_config", "nodes", "rendezvous_port"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
@@ -175,6 +208,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "api_keys", c.api_keys));
   TUTTI_RETURN_IF_ERROR(
     read_string(s, prefix, "metrics_web_config", c.metrics_web_config));
+  TUTTI_RETURN_IF_ERROR(read_nodes(s, prefix, c));
   return {};
 }
 
@@ -230,6 +264,13 @@ status read_manifest(const YAML::Node& root, serve_config& c) {
   }
   if (spec["serve"])
     TUTTI_RETURN_IF_ERROR(read_serve_section(spec["serve"], "spec.serve.", c));
+  const auto listed = static_cast<int64_t>(c.limits.cluster.nodes.size());
+  if (listed > 0 && spec["parallelism"] && spec["parallelism"]["num_nodes"]
+      && listed != c.num_nodes)
+    return refuse("spec.serve.nodes",
+                  "lists " + std::to_string(listed)
+                    + " daemons, but spec.parallelism.num_nodes is "
+                    + std::to_string(c.num_nodes));
   return {};
 }
 
@@ -285,6 +326,8 @@ expected<serve_config> parse_serve_config(const std::string& text,
 }
 
 int64_t serve_config::ep_ranks_for(int64_t experts) const {
+  if (limits.cluster.spans_daemons())
+    return 1; // per daemon
   if (ep_size > 0)
     return ep_size;
   int64_t ranks = 1;
@@ -304,6 +347,15 @@ expected<serve_config> load_serve_config(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return parse_serve_config(s.str(), path);
+}
+
+bool is_serve_config_file(const std::string& path) {
+  try {
+    const auto root = YAML::LoadFile(path);
+    return root.IsMap() && (root["serve"] || root["kind"]);
+  } catch (const YAML::Exception&) {
+    return false; // the job config's loader names what is wrong
+  }
 }
 
 } // namespace tutti::serve

@@ -28,7 +28,7 @@ struct serve_shard_state {
   // Injected (chaos): fires on the `fault_in`-th task with rows from now.
   std::string fault;
   int64_t fault_in = 0;
-  std::vector<float> a, b, h;
+  std::vector<float> ab, h;
 };
 
 using shard_pointer = expert_shard_actor::stateful_pointer<serve_shard_state>;
@@ -51,16 +51,15 @@ caf::error training_only(const char* what) {
 void forward(serve_shard_state& st, expert_task& task) {
   const auto& s = st.args.model->shape;
   const auto& w = st.args.model->layers.at(task.layer);
-  const int64_t D = s.hidden, F = s.intermediate;
+  const int64_t D = s.hidden;
   int64_t row = 0;
   for (int64_t i = 0; i < st.count; ++i) {
     const int64_t m = task.rows_per_expert[i];
     if (m == 0)
       continue;
     const int64_t e = st.first + i;
-    invariant_expert(task.input + row * D, w.w1.data() + e * F * D,
-                     w.w3.data() + e * F * D, w.w2.data() + e * D * F,
-                     task.output + row * D, m, D, F, st.a, st.b, st.h);
+    invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
+                     task.output + row * D, m, st.ab, st.h);
     row += m;
   }
 }

@@ -28,7 +28,9 @@ void request_stream::push(request_event ev) {
   cv_.notify_all();
 }
 
+// With the io middleman where the replica spans daemons (the rendezvous).
 struct service::actor_runtime {
+  explicit actor_runtime(bool network) : config(system_options{network}) {}
   tutti_system_config config;
   caf::actor_system system{config};
 };
@@ -77,7 +79,8 @@ service::service(served_model model, const service_limits& l)
 // The engine on the scheduler's thread, or the rank and expert shard
 // actors.
 status service::build(int64_t blocks) {
-  runtime_ = std::make_unique<actor_runtime>();
+  runtime_ = std::make_unique<actor_runtime>(
+    limits_.cluster.spans_daemons());
   if (limits_.ep_ranks == 0) {
     cache_ = std::make_unique<kv_cache>(geometry_of(model_, limits_), blocks);
     engine_ = std::make_unique<engine>(model_, *cache_);
@@ -90,6 +93,7 @@ status service::build(int64_t blocks) {
     o.block_tokens = limits_.kv_block_tokens;
     o.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(limits_.step_timeout_s * 1000));
+    o.cluster = limits_.cluster;
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "coordinator/coordinator_store.hpp"
+#include "tutti/actors/rendezvous.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 
@@ -157,7 +157,7 @@ void prober_main(caf::blocking_actor* self, diag_prober_args a) {
   if (const char* t = std::getenv("TUTTI_DIAG_THROTTLE_GBPS"))
     throttle = std::atof(t);
   auto run = [&]() -> status {
-    coordinator_store store(self->system(), a.coordinator, timeout);
+    actor_store store(self->system(), a.coordinator, timeout);
     std::unique_ptr<comm::communicator> c;
     comm::gloo_options opts;
     opts.host = host;

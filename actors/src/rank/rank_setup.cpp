@@ -2,7 +2,7 @@
 
 #include "rank/rank_setup.hpp"
 
-#include "coordinator/coordinator_store.hpp"
+#include "tutti/actors/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/comm/nccl_communicator.hpp"
@@ -19,7 +19,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const auto timeout = std::chrono::milliseconds(cl.collective_timeout_ms);
   const auto rendezvous = std::chrono::milliseconds(
     a.cfg.recovery.rendezvous_timeout_ms);
-  coordinator_store store(sys, a.coordinator, rendezvous);
+  actor_store store(sys, a.coordinator, rendezvous);
   const auto epoch = "e" + std::to_string(a.epoch) + "/";
   // Bind the data plane to this node's own address (nodes[N].host).
   const auto host = cl.node(a.rank / cl.nproc_per_node).host;

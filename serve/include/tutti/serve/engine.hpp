@@ -3,9 +3,9 @@
 // new tokens of one sequence whose earlier positions are already in the
 // paged KV cache. It writes the new tokens' keys and values into the cache
 // and returns the logits the chunks ask for. Every row is computed on its
-// own (invariant_ops.hpp and the row-wise ops of kernels/ops.hpp), so a
-// sequence's logits are the same bits alone or in any batch, and the same
-// whether its tokens came in one chunk or many. Runs on the calling
+// own (packed_gemm.hpp, invariant_ops.hpp and the row-wise ops of
+// kernels/ops.hpp), so a sequence's logits are the same bits alone or in
+// any batch, and the same whether its tokens came in one chunk or many. Runs on the calling
 // thread; one engine per thread. An empty batch is a step too: with an
 // expert_exchange the rank still takes its part in every layer's exchange.
 
@@ -73,7 +73,7 @@ private:
   std::vector<int32_t> ids_, topk_;
   std::vector<int64_t> pos_;
   std::vector<float> x_, xn_, rstd_, q_, k_, v_, attn_, tmp_, router_, gate_,
-    moe_out_, xe_, a_, b_, h_, ye_, scores_;
+    moe_out_, xe_, a_, h_, ye_, scores_;
 };
 
 } // namespace tutti::serve

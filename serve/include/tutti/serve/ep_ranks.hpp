@@ -7,7 +7,16 @@
 // ranks exchange expert rows over their in-process communicator. An expert
 // shard that fails is restarted by the supervisor and its rank resends the
 // work, so the step's result is unchanged.
+//
+// Across daemons (ep_cluster, one rank per daemon): node 0's rank holds
+// the sequences, their attention and KV cache; every node's rank holds its
+// share of the experts; the ranks exchange expert rows over Gloo, meeting
+// through a rendezvous actor node 0 publishes (as a training job's ranks
+// meet through the coordinator). Node 0's rank opens each step with a
+// one-number collective the other nodes' ranks wait on (step, keep-alive
+// while idle, stop), then every rank takes part in each layer's exchange.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -25,13 +34,23 @@ class actor_system;
 
 namespace tutti::serve {
 
+// A serving replica across daemons: `nodes` are their addresses (node 0
+// first, the one with the HTTP front); each runs one rank.
+struct ep_cluster {
+  std::vector<std::string> nodes;
+  int64_t node_rank = 0;
+  uint16_t rendezvous_port = 0; // node 0's rendezvous actor listens here
+  bool spans_daemons() const { return nodes.size() > 1; }
+};
+
 struct ep_options {
-  int64_t ranks = 1;
+  int64_t ranks = 1; // in this process; 1 with a cluster
   int64_t blocks_per_rank = 0;
   int64_t block_tokens = 16;
   std::chrono::milliseconds timeout{30000}; // a step, a collective
   int64_t max_restarts = 3;                 // per shard within period
   std::chrono::milliseconds restart_period{60000};
+  ep_cluster cluster; // empty: every rank in this process
 };
 
 class ep_ranks {
@@ -58,8 +77,12 @@ public:
   }
   int64_t exchanged_bytes() const; // by every rank's all-to-alls
   int64_t shard_restarts() const;  // survived by the ranks
-  // Whether every rank's shard is running (readiness).
+  // Whether every rank has joined its group and its shard is running
+  // (readiness).
   bool shards_up();
+  // Node > 0 of a cluster: blocks until its rank ends (node 0 stopped,
+  // failed or went away: the reason, or ok for a stop) or `stop` is set.
+  status follow(const std::atomic<bool>& stop);
   // Arms `fault` in rank r's expert shard: it fails on its next task.
   status inject_fault(int64_t rank, const std::string& fault);
 

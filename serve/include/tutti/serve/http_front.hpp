@@ -6,7 +6,9 @@
 // bad fields, 404 unknown model or path, 413 body over the limit, 429 with
 // Retry-After on a full queue, 503 not ready, 504 request timeout. A
 // streaming client that goes away cancels its request, which frees its KV
-// blocks.
+// blocks. With a serve.metrics_web_config that has a tls_server_config the
+// whole front (the API, the probes and /metrics: one listener) is HTTPS,
+// with the certificate, key and client CA that config names (security/).
 
 #include <cstdint>
 #include <memory>
@@ -31,15 +33,18 @@ public:
   ~http_front();
   void stop();
   uint16_t port() const { return port_; }
+  bool tls() const { return tls_; }
 
 private:
-  http_front(service& svc, const serve_config& cfg);
+  http_front(service& svc, const serve_config& cfg,
+             std::unique_ptr<httplib::Server> server);
   void routes();
 
   service& service_;
   serve_config cfg_;
   std::unique_ptr<httplib::Server> server_;
   uint16_t port_ = 0;
+  bool tls_ = false;
   std::thread thread_;
 };
 

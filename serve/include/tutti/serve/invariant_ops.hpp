@@ -5,21 +5,19 @@
 // in its batch, nor on how its prompt was chunked. (OpenBLAS chooses its
 // blocking and kernels by the matrix sizes, so the training GEMM gives a
 // row different bits in a batch of 1 and of 32; that is why these are not
-// kernels::linear_forward.) The row-wise ops of kernels/ops.hpp (RMSNorm,
-// embedding, router top-k, SwiGLU) already are row-invariant and are
-// reused as they are.
+// kernels::linear_forward.) The matrix products are packed_gemm.hpp's;
+// the row-wise ops of kernels/ops.hpp (RMSNorm, embedding, router top-k,
+// SwiGLU) already are row-invariant and are reused as they are.
 
 #include <cstdint>
 #include <vector>
+
+#include "tutti/serve/packed_gemm.hpp"
 
 namespace tutti::serve {
 
 // sum_i a[i] * b[i] in a fixed order (8 lanes, then a fixed tree).
 float invariant_dot(const float* a, const float* b, int64_t n);
-
-// y[m,n] = x[m,k] * w[n,k]^T, each y[i,j] = invariant_dot(x_i, w_j, k).
-void invariant_linear(const float* x, const float* w, float* y, int64_t m,
-                      int64_t k, int64_t n);
 
 // Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
 // same rotate_half convention and angle arithmetic as kernels::rope_forward,
@@ -28,13 +26,12 @@ void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
                        int64_t heads, int64_t head_dim, double theta);
 
 // One SwiGLU expert on m rows: y[m, hidden] = w2 (silu(w1 x) * (w3 x)),
-// w1 and w3 [intermediate, hidden], w2 [hidden, intermediate]; every row
-// batch-invariant. `a`, `b`, `h` are scratch, resized to m * intermediate.
-// The one-rank engine and the expert shards of expert-parallel serving both
-// run experts through this, so they give the same bits.
-void invariant_expert(const float* x, const float* w1, const float* w3,
-                      const float* w2, float* y, int64_t m, int64_t hidden,
-                      int64_t intermediate, std::vector<float>& a,
-                      std::vector<float>& b, std::vector<float>& h);
+// w13 = [w1; w3] packed ([hidden, 2 * intermediate]), w2 packed; every row
+// batch-invariant. `ab`, `h` are scratch. The one-rank engine and the
+// expert shards of expert-parallel serving both run experts through this,
+// so they give the same bits.
+void invariant_expert(const float* x, const packed_matrix& w13,
+                      const packed_matrix& w2, float* y, int64_t m,
+                      std::vector<float>& ab, std::vector<float>& h);
 
 } // namespace tutti::serve

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/serve/packed_gemm.hpp"
 
 namespace tutti::tokenizer {
 class tokenizer;
@@ -43,6 +44,10 @@ struct layer_weights {
   std::vector<float> input_norm, q, k, v, o, post_norm;
   std::vector<float> router, router_bias; // [experts, hidden], [experts]
   std::vector<float> w1, w3, w2;
+  // The same matrices packed for the serving forward (packed_gemm.hpp);
+  // per expert, w1 and w3 side by side: [hidden, 2 * intermediate].
+  packed_matrix q_t, k_t, v_t, o_t, router_t;
+  std::vector<packed_matrix> w13_t, w2_t;
 };
 
 struct served_model {
@@ -52,8 +57,13 @@ struct served_model {
   std::shared_ptr<const tokenizer::tokenizer> text_tokenizer;
   model_shape shape;
   std::vector<float> embed, final_norm, lm_head;
+  packed_matrix lm_head_t;
   std::vector<layer_weights> layers;
 };
+
+// Fills in the packed matrices from the row-major ones (model_from_tensors
+// does).
+void pack_for_serving(served_model& m);
 
 // The shape's own consistency (positive sizes, heads dividing, top_k <=
 // experts); names the first bad field.

@@ -46,6 +46,11 @@ expected<serve_config> parse_serve_config(const std::string& yaml_text,
                                           const std::string& source);
 expected<serve_config> load_serve_config(const std::string& path);
 
+// Whether the YAML file at `path` is a serve config (a `serve:` section or
+// an InferenceService manifest) rather than a training job's: tuttid runs
+// whichever it is given.
+bool is_serve_config_file(const std::string& path);
+
 // "HOST:PORT" into host and port; refuses anything else.
 status parse_listen_address(const std::string& text, std::string& host,
                             uint16_t& port);

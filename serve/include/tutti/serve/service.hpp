@@ -42,6 +42,9 @@ struct service_limits {
   // the KV budget); 0: one engine on the scheduler's thread, no actors.
   int64_t ep_ranks = 1;
   double step_timeout_s = 30.0; // a rank's step, a shard restart included
+  // Across daemons (serve.nodes): this is node 0, with one rank of the
+  // group; the others follow (expert_node.hpp).
+  ep_cluster cluster;
 };
 
 // A request's events, in order, for the thread that waits on it.

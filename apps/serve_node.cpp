@@ -1,0 +1,114 @@
+#include "serve_node.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "tutti/serve/expert_node.hpp"
+#include "tutti/serve/http_front.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+int fail(int status, const char* prog, const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", prog, what.c_str());
+  return status;
+}
+
+std::atomic<bool> follower_stop{false};
+void on_follower_signal(int) { follower_stop = true; }
+
+int follow(const serve::served_model& model, const serve::serve_config& c,
+           const char* prog) {
+  std::signal(SIGINT, on_follower_signal);
+  std::signal(SIGTERM, on_follower_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  const auto& cl = c.limits.cluster;
+  auto s = serve::run_expert_node(model, c.limits, follower_stop, [&] {
+    std::printf("serve node %lld of %zu: experts of rank %lld joined node 0 "
+                "at %s:%u\n",
+                static_cast<long long>(cl.node_rank), cl.nodes.size(),
+                static_cast<long long>(cl.node_rank), cl.nodes[0].c_str(),
+                static_cast<unsigned>(cl.rendezvous_port));
+    std::fflush(stdout);
+  });
+  if (!s.ok())
+    return fail(1, prog, s.message());
+  std::printf("serve node %lld: stopped\n", static_cast<long long>(cl.node_rank));
+  return 0;
+}
+
+} // namespace
+
+int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
+  auto& cl = c.limits.cluster;
+  const auto nodes = static_cast<int64_t>(std::max<size_t>(cl.nodes.size(), 1));
+  if (node_rank < 0 || node_rank >= nodes)
+    return fail(2, prog,
+                "--node-rank " + std::to_string(node_rank)
+                  + " is outside 0.." + std::to_string(nodes - 1)
+                  + " (serve.nodes)");
+  cl.node_rank = node_rank;
+  auto model = serve::load_model(c.model);
+  if (!model)
+    return fail(2, prog, model.message());
+  if (!c.model_name.empty())
+    model.value().name = c.model_name;
+  c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
+  if (node_rank > 0)
+    return follow(model.value(), c, prog);
+  auto svc = serve::service::create(std::move(model.value()), c.limits);
+  if (!svc)
+    return fail(2, prog, svc.message());
+  if (cl.spans_daemons())
+    std::printf("serve: expert parallelism over %zu daemons (one rank each, "
+                "rendezvous on %s:%u)\n",
+                cl.nodes.size(), cl.nodes[0].c_str(),
+                static_cast<unsigned>(cl.rendezvous_port));
+  else if (c.devices() > 1)
+    std::printf("serve: the manifest asks for expert parallelism over %lld "
+                "devices (%lld nodes x %lld); this process runs %lld "
+                "expert-parallel ranks\n",
+                static_cast<long long>(c.devices()),
+                static_cast<long long>(c.num_nodes),
+                static_cast<long long>(c.num_gpus_per_node),
+                static_cast<long long>(c.limits.ep_ranks));
+
+  // The signals are taken by sigwait below, so every thread blocks them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto& service = *svc.value();
+  service.start();
+  auto front = serve::http_front::start(service, c);
+  if (!front) {
+    service.stop();
+    return fail(1, prog, front.message());
+  }
+  const auto& s = service.model().shape;
+  std::printf("serving %s on %s://%s:%u (vocab %lld, %lld layers, %lld "
+              "experts top-%lld; KV cache %lld blocks of %lld tokens)\n",
+              service.model().name.c_str(),
+              front.value()->tls() ? "https" : "http", c.host.c_str(),
+              static_cast<unsigned>(front.value()->port()),
+              static_cast<long long>(s.vocab), static_cast<long long>(s.layers),
+              static_cast<long long>(s.experts),
+              static_cast<long long>(s.top_k),
+              static_cast<long long>(service.kv_blocks()),
+              static_cast<long long>(c.limits.kv_block_tokens));
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::printf("serve: stopping (signal %d)\n", sig);
+  // The engine first: requests in flight end (503, or an error event on a
+  // stream) instead of holding the HTTP threads until they finish.
+  service.stop();
+  front.value()->stop();
+  return 0;
+}
+
+} // namespace tutti::cli

@@ -1,0 +1,18 @@
+#pragma once
+// One process of `tutti serve`: the whole service (node 0, or the only
+// node), or, across daemons (serve.nodes), a follower node holding its
+// share of the experts. `tutti serve CONFIG` runs node 0; `tuttid --config
+// CONFIG --node-rank N` with a serve config runs node N. Runs until SIGINT
+// or SIGTERM (or, on a follower, until node 0 stops or goes away).
+
+#include <cstdint>
+
+#include "tutti/serve/serve_config.hpp"
+
+namespace tutti::cli {
+
+// `prog` prefixes messages; bad config or model: exit 2, before listening.
+int run_serve_node(serve::serve_config c, int64_t node_rank,
+                   const char* prog);
+
+} // namespace tutti::cli

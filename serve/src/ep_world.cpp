@@ -1,0 +1,75 @@
+#include "ep_world.hpp"
+
+#include <caf/io/middleman.hpp>
+
+#include <thread>
+
+#include "tutti/actors/rendezvous.hpp"
+#include "tutti/comm/gloo_communicator.hpp"
+
+namespace tutti::serve {
+
+namespace {
+
+// Node 0's rendezvous from another node, retried every 250 ms.
+expected<rendezvous_actor> find_rendezvous(caf::actor_system& sys,
+                                           const std::string& host,
+                                           uint16_t port,
+                                           std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto handle = sys.middleman().remote_actor<rendezvous_actor>(host, port);
+    if (handle)
+      return *handle;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return status::error("no rendezvous of node 0 at " + host + ":"
+                           + std::to_string(port) + " within "
+                           + std::to_string(timeout.count())
+                           + " ms: " + sys.render(handle.error()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+} // namespace
+
+expected<connect_fn> connect_across_daemons(caf::actor_system& sys,
+                                            const ep_cluster& cluster,
+                                            std::chrono::milliseconds timeout) {
+  const auto node = cluster.node_rank;
+  if (node < 0 || node >= static_cast<int64_t>(cluster.nodes.size()))
+    return status::error("node rank " + std::to_string(node) + " of "
+                         + std::to_string(cluster.nodes.size()) + " nodes");
+  rendezvous_actor local;
+  if (node == 0) {
+    local = spawn_rendezvous(sys);
+    auto port = sys.middleman().publish(local, cluster.rendezvous_port,
+                                        cluster.nodes[0].c_str(), true);
+    if (!port)
+      return status::error("serve.rendezvous_port: cannot listen on "
+                           + cluster.nodes[0] + ":"
+                           + std::to_string(cluster.rendezvous_port) + ": "
+                           + sys.render(port.error()));
+  }
+  return connect_fn(
+    [&sys, cluster, timeout, local](
+      int rank, int size, std::unique_ptr<comm::communicator>& out) -> status {
+      auto store = local;
+      if (!store) {
+        auto found = find_rendezvous(sys, cluster.nodes[0],
+                                     cluster.rendezvous_port, timeout);
+        if (!found)
+          return found.error();
+        store = *found;
+      }
+      actor_store gloo_store(sys, store, timeout);
+      comm::gloo_options o;
+      o.host = cluster.nodes[cluster.node_rank];
+      o.group = "serve";
+      o.timeout = timeout;
+      o.connect_timeout = timeout;
+      o.members = cluster.nodes;
+      return comm::make_gloo_communicator(gloo_store, rank, size, o, out);
+    });
+}
+
+} // namespace tutti::serve

@@ -1,0 +1,43 @@
+#include "tutti/serve/expert_node.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <thread>
+
+#include "tutti/actors/system_config.hpp"
+#include "tutti/serve/ep_ranks.hpp"
+
+namespace tutti::serve {
+
+status run_expert_node(const served_model& model, const service_limits& l,
+                       const std::atomic<bool>& stop,
+                       const std::function<void()>& ready) {
+  if (!l.cluster.spans_daemons() || l.cluster.node_rank < 1)
+    return status::error("an expert node is node 1 or above of serve.nodes");
+  tutti_system_config config(system_options{true});
+  caf::actor_system system{config};
+  ep_options o;
+  o.ranks = 1;
+  o.blocks_per_rank = 1;
+  o.block_tokens = l.kv_block_tokens;
+  o.timeout = std::chrono::milliseconds(
+    static_cast<int64_t>(l.step_timeout_s * 1000));
+  o.cluster = l.cluster;
+  auto ranks = ep_ranks::start(system, model, o);
+  if (!ranks)
+    return ranks.error();
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  while (!ranks.value()->shards_up()) {
+    if (stop)
+      return {};
+    // A rank that gave up joining has ended: follow() says why.
+    if (std::chrono::steady_clock::now() >= deadline)
+      return ranks.value()->follow(stop);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (ready)
+    ready();
+  return ranks.value()->follow(stop);
+}
+
+} // namespace tutti::serve

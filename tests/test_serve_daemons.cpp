@@ -1,0 +1,148 @@
+// The same service across two `tuttid` daemons from one config (serve.nodes:
+// one rank each, the experts split between them, dispatch and combine over
+// Gloo between the processes) answers every request with the tokens and
+// log-probabilities of `tutti serve` in one process: greedy and seeded
+// sampling, sent concurrently by a real HTTP client. When node 1 dies, node
+// 0 reports not ready and a request gets an error, not a hang.
+
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+
+#include <thread>
+
+#include "daemon_support.hpp"
+#include "serve_test_support.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string serve_yaml(const fs::path& model, int http_port,
+                       const std::string& cluster) {
+  return "serve:\n  model: " + model.string() + "\n  listen: 127.0.0.1:"
+         + std::to_string(http_port)
+         + "\n  max_sequences: 8\n  max_batch_tokens: 64\n"
+           "  kv_cache_bytes: 4MiB\n  step_timeout_s: 10\n"
+         + cluster;
+}
+
+httplib::Client client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  c.set_connection_timeout(2, 0);
+  return c;
+}
+
+bool ready(int port) {
+  auto r = client(port).Get("/ready");
+  return r && r->status == 200;
+}
+
+// The requests: prompts of several lengths, greedy and seeded sampling.
+std::vector<json> requests() {
+  std::vector<json> out;
+  for (int i = 0; i < 6; ++i) {
+    json body = {{"prompt", std::string("tutti serves ") + char('a' + i)
+                              + std::string(i * 5, 'x')},
+                 {"max_tokens", 12},
+                 {"logprobs", 1}};
+    if (i % 2) {
+      body["temperature"] = 0.9;
+      body["seed"] = 100 + i;
+    } else {
+      body["temperature"] = 0;
+    }
+    out.push_back(body);
+  }
+  return out;
+}
+
+// Every request at once; each answer's text, tokens and log-probabilities.
+std::vector<json> answers(int port) {
+  const auto bodies = requests();
+  std::vector<json> out(bodies.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto r = client(port).Post("/v1/completions", bodies[i].dump(),
+                                 "application/json");
+      if (r && r->status == 200)
+        out[i] = json::parse(r->body)["choices"][0];
+      else
+        out[i] = {{"failed", r ? r->body : httplib::to_string(r.error())}};
+    });
+  for (auto& t : threads)
+    t.join();
+  return out;
+}
+
+// The value of the first sample of `name` (any labels); -1 if none.
+double metric(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name);
+  if (at == std::string::npos)
+    return -1;
+  const auto end = text.find('\n', at + 1);
+  const auto line = text.substr(at + 1, end - at - 1);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
+} // namespace
+
+TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
+          "[integration]") {
+  auto root = scratch("serve_daemons");
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  const auto model = root / "model";
+  write_export_dir(model, cfg, random_model_tensors(cfg, 53));
+  const int base = port_block(53, 3);
+  const int one_port = base, two_port = base + 1, rendezvous = base + 2;
+
+  write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
+  write_text(root / "two.yaml",
+             serve_yaml(model, two_port,
+                        "  nodes: [127.0.0.1, 127.0.0.1]\n"
+                        "  rendezvous_port: "
+                          + std::to_string(rendezvous) + "\n"));
+  child_process one({tutti_bin(), "serve", (root / "one.yaml").string()},
+                    root / "one.log");
+  // Node 1 first: the daemons start in any order.
+  auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
+  auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
+  const auto logs = [&] {
+    return "node 0: " + read_text(root / "node0.log") + "\nnode 1: "
+           + read_text(root / "node1.log") + "\none process: "
+           + read_text(root / "one.log");
+  };
+  if (!wait_until([&] { return ready(one_port) && ready(two_port); }, 30))
+    FAIL("not ready within 30 s; " << logs());
+
+  const auto alone = answers(one_port);
+  const auto split = answers(two_port);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    INFO("request " << i << ": " << alone[i].dump() << " vs "
+                    << split[i].dump());
+    REQUIRE(alone[i].contains("logprobs"));
+    CHECK(alone[i]["logprobs"]["tokens"].size() == 12);
+    // The same tokens and the same log-probabilities, bit for bit.
+    CHECK(split[i] == alone[i]);
+  }
+  // The experts of rank 1 ran in node 1: rows crossed between the daemons.
+  auto scraped = client(two_port).Get("/metrics");
+  REQUIRE(scraped);
+  CHECK(metric(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
+  CHECK(read_text(root / "node1.log").find("joined node 0")
+        != std::string::npos);
+
+  // Node 1 gone: node 0 is no longer ready and a request fails in bounded
+  // time instead of hanging.
+  node1.reset();
+  auto r = client(two_port).Post("/v1/completions", requests()[0].dump(),
+                                 "application/json");
+  REQUIRE(r);
+  CHECK(r->status != 200);
+  CHECK(wait_until([&] { return !ready(two_port); }, 15));
+}
