@@ -21,7 +21,8 @@ int serve_command(const std::vector<std::string>& args) {
     "'serve:' section (model, listen, max_batch_tokens, max_sequences,\n"
     "max_queue, max_prompt_tokens, max_output_tokens, request_timeout_s,\n"
     "kv_cache_bytes, kv_block_tokens, max_body_bytes, http_threads, "
-    "model_name,\nep_size, step_timeout_s, prefix_caching)\n"
+    "model_name,\nep_size, step_timeout_s, prefix_caching, model_version (NAME@VERSION\n"
+    "published by `tutti publish`, instead of model), registry)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
     "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
     "Stops on SIGINT or SIGTERM.");
@@ -42,7 +43,10 @@ int serve_command(const std::vector<std::string>& args) {
                                              c.host, c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
-  auto model = serve::load_model(c.model);
+  auto dir = serve::served_model_dir(c);
+  if (!dir)
+    return fail(2, "serve: " + dir.message());
+  auto model = serve::load_model(dir.value());
   if (!model)
     return fail(2, "serve: " + model.message());
   if (!c.model_name.empty())
