@@ -1,0 +1,150 @@
+// The gateway in front of two `tutti serve` replicas (real processes, real
+// sockets): under load from several clients one replica is killed with
+// SIGKILL. Requests that had sent nothing to their client go to the other
+// replica (retried), those already streaming end with an error event,
+// others with a clean status; nothing hangs. The replica restarted on its
+// port rejoins: health check, circuit breaker closed, traffic again.
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "gateway_test_support.hpp"
+#include "tutti/gateway/gateway.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+
+namespace {
+
+gateway::gateway_config two_replicas(int p1, int p2) {
+  auto cfg = gateway::parse_gateway_config(
+    "gateway:\n  listen: 127.0.0.1:0\n  request_timeout_s: 60\n"
+    "  max_retries: 2\n  health_interval_s: 0.2\n  health_timeout_s: 2\n"
+    "  breaker_failures: 2\n  breaker_open_s: 1\n"
+    "stable:\n  version: tiny@v1\n  replicas: [127.0.0.1:"
+      + std::to_string(p1) + ", 127.0.0.1:" + std::to_string(p2) + "]\n",
+    "test");
+  REQUIRE(cfg.ok());
+  return cfg.value();
+}
+
+struct tally {
+  std::mutex m;
+  int ok = 0, stream_errors = 0, clean_failures = 0, unclean = 0;
+  std::vector<std::string> unclean_bodies;
+  void add(const completion_result& r, bool stream) {
+    std::lock_guard<std::mutex> lock(m);
+    if (r.complete)
+      ++ok;
+    else if (stream && r.status == 200 && r.error_event
+             && r.body.find("failed mid-stream") != std::string::npos)
+      ++stream_errors;
+    else if (r.status >= 500 && r.body.find("\"error\"") != std::string::npos)
+      ++clean_failures;
+    else {
+      ++unclean;
+      unclean_bodies.push_back(std::to_string(r.status) + " " + r.body);
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("a replica killed under load is routed around and rejoins",
+          "[integration][fault]") {
+  const auto root = scratch("gateway_failover");
+  const auto model = gateway_model(root / "model", 5);
+  const int base = port_block(181, 2);
+  serve_replica a{serve_config_file(root / "serve.yaml", model),
+                  root / "a.log", base, nullptr};
+  serve_replica b{root / "serve.yaml", root / "b.log", base + 1, nullptr};
+  a.start();
+  b.start();
+  REQUIRE(a.wait_listening(60));
+  REQUIRE(b.wait_listening(60));
+
+  auto gw = gateway::gateway::start(two_replicas(a.port, b.port), nullptr);
+  REQUIRE(gw.ok());
+  auto& fleet = gw.value()->state();
+  const int port = gw.value()->port();
+  auto replicas_healthy = [&](int n) {
+    std::lock_guard<std::mutex> lock(fleet.mutex);
+    int up = 0;
+    for (const auto& r : fleet.replicas)
+      up += r->healthy;
+    return up == n;
+  };
+  REQUIRE(wait_until([&] { return replicas_healthy(2); }, 30));
+
+  // Several clients, half of them streaming, until told to stop.
+  std::atomic<bool> stop{false};
+  tally before, after;
+  std::atomic<bool> killed{false};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&, i] {
+      const bool stream = i % 2 == 0;
+      while (!stop) {
+        auto r = complete(port, stream, 48, 60);
+        (killed ? after : before).add(r, stream);
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  killed = true; // what ends from here on counts as after the kill
+  a.kill9();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Routed around: requests after the kill settle on b.
+  CHECK(wait_until([&] { return !replicas_healthy(2); }, 10));
+  a.start();
+  REQUIRE(a.wait_listening(60));
+  // Rejoins: healthy, breaker closed, and taking requests again.
+  int64_t a_requests = 0;
+  {
+    std::lock_guard<std::mutex> lock(fleet.mutex);
+    a_requests = fleet.replicas[0]->requests;
+  }
+  CHECK(wait_until(
+    [&] {
+      std::lock_guard<std::mutex> lock(fleet.mutex);
+      const auto& r = *fleet.replicas[0];
+      return r.healthy
+             && r.breaker.current() == gateway::circuit_breaker::state::closed
+             && r.requests > a_requests + 3;
+    },
+    30));
+  stop = true;
+  // Every client ends: each request has a deadline, none hangs.
+  const auto joined_by = std::chrono::steady_clock::now()
+                         + std::chrono::seconds(90);
+  for (auto& t : clients)
+    t.join();
+  CHECK(std::chrono::steady_clock::now() < joined_by);
+
+  INFO("before: ok " << before.ok << ", after: ok " << after.ok
+                     << " stream errors " << after.stream_errors
+                     << " clean failures " << after.clean_failures
+                     << " unclean " << after.unclean << "; first: "
+                     << (before.unclean_bodies.empty()
+                           ? (after.unclean_bodies.empty()
+                                ? std::string()
+                                : after.unclean_bodies.front())
+                           : before.unclean_bodies.front()));
+  CHECK(before.ok > 0);
+  CHECK(before.unclean + before.stream_errors + before.clean_failures == 0);
+  CHECK(after.ok > before.ok / 4);
+  CHECK(after.unclean == 0);
+  std::lock_guard<std::mutex> lock(fleet.mutex);
+  // Requests in flight on the killed replica that had sent nothing to
+  // their clients went to the other one.
+  CHECK(fleet.retries > 0);
+  bool saw_down = false, saw_up = false;
+  for (const auto& e : fleet.events) {
+    saw_down |= e.kind == "replica_down";
+    saw_up |= e.kind == "replica_up";
+  }
+  CHECK(saw_down);
+  CHECK(saw_up);
+}
