@@ -148,3 +148,71 @@ TEST_CASE("a replica killed under load is routed around and rejoins",
   CHECK(saw_down);
   CHECK(saw_up);
 }
+
+TEST_CASE("a stream whose replica dies after its first token ends with an "
+          "error event",
+          "[integration][fault]") {
+  const auto root = scratch("gateway_midstream");
+  // The medium shape: slow enough that most of 100 tokens are still to
+  // come when the first one arrives.
+  auto cfg = serve_test_config(256, 256, 512, 4, 8, 4, 8, 2, 128);
+  const auto model = root / "model";
+  write_export_dir(model, cfg, random_model_tensors(cfg, 9));
+  const int base = port_block(187, 2);
+  serve_replica a{serve_config_file(root / "serve.yaml", model),
+                  root / "a.log", base, nullptr};
+  serve_replica b{root / "serve.yaml", root / "b.log", base + 1, nullptr};
+  a.start();
+  b.start();
+  REQUIRE(a.wait_listening(60));
+  REQUIRE(b.wait_listening(60));
+  auto gw = gateway::gateway::start(two_replicas(a.port, b.port), nullptr);
+  REQUIRE(gw.ok());
+  auto& fleet = gw.value()->state();
+  REQUIRE(wait_until(
+    [&] {
+      std::lock_guard<std::mutex> lock(fleet.mutex);
+      return fleet.replicas[0]->healthy && fleet.replicas[1]->healthy;
+    },
+    30));
+
+  httplib::Client c("127.0.0.1", gw.value()->port());
+  c.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt":[3,1,4,1,5],"max_tokens":100,"temperature":0,)"
+             R"("stream":true})";
+  req.set_header("Content-Type", "application/json");
+  std::string replica, body;
+  bool killed = false;
+  req.response_handler = [&](const httplib::Response& r) {
+    replica = r.get_header_value("X-Tutti-Replica");
+    return true;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    body.append(d, n);
+    if (!killed && body.find("\"choices\"") != std::string::npos) {
+      killed = true; // the first token is here: its replica dies
+      (replica == fleet.replicas[0]->id ? a : b).kill9();
+    }
+    return true;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.send(req);
+  const double took = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+  INFO(body.substr(0, 2000));
+  REQUIRE(r);
+  CHECK(killed);
+  CHECK(r->status == 200); // it had started: the status was sent
+  CHECK(body.find("failed mid-stream") != std::string::npos);
+  CHECK(body.find("\"code\":502") != std::string::npos);
+  CHECK(body.rfind("data: [DONE]") != std::string::npos);
+  CHECK(took < 30);
+  // The next request goes to the replica that is left, and completes.
+  auto next = complete(gw.value()->port(), true, 8, 60);
+  CHECK(next.complete);
+  CHECK(next.replica != replica);
+}
