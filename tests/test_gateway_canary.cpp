@@ -231,3 +231,37 @@ TEST_CASE("a healthy canary is promoted through its steps",
   CHECK(s["stable_version"] == "tiny@v3");
   CHECK(s["alert"] == false);
 }
+
+TEST_CASE("tutti gateway and tutti service refuse bad input in one line",
+          "[integration]") {
+  const auto root = scratch("gateway_cli_bad");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+    {"stable:\n  version: a\n", "stable.replicas"},
+    {"stable:\n  version: a\n  replicas: [127.0.0.1:1]\ngateway:\n"
+     "  breaker_open_s: -1\n",
+     "gateway.breaker_open_s"},
+    {"stable:\n  version: a\n  serve_config: " + (root / "absent.yaml").string()
+       + "\n",
+     "absent.yaml"},
+    {"stable:\n  version: a\n  replicas: [127.0.0.1:1]\ncanary:\n"
+     "  version: b\n  replicas: [127.0.0.1:2]\n  steps: [50, 200]\n",
+     "canary.steps"},
+  };
+  int n = 0;
+  for (const auto& [text, named] : cases) {
+    const auto file = root / ("bad" + std::to_string(n++) + ".yaml");
+    write_text(file, text);
+    auto r = run(tutti_bin() + " gateway " + file.string()
+                 + " --listen 127.0.0.1:0", 30);
+    INFO(text);
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(named) != std::string::npos);
+    CHECK(r.output.find("gateway on http://") == std::string::npos);
+  }
+  CHECK(run(tutti_bin() + " service frob 127.0.0.1:1").status == 2);
+  CHECK(run(tutti_bin() + " service status nowhere").status == 2);
+  // Nothing listens there: a run-time failure, not a hang.
+  auto none = run(tutti_bin() + " service status 127.0.0.1:1", 30);
+  CHECK(none.status == 1);
+}
