@@ -13,6 +13,7 @@
 
 #include "gateway_test_support.hpp"
 #include "tutti/gateway/gateway.hpp"
+#include "tutti/security/api_keys.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -215,4 +216,45 @@ TEST_CASE("a stream whose replica dies after its first token ends with an "
   auto next = complete(gw.value()->port(), true, 8, 60);
   CHECK(next.complete);
   CHECK(next.replica != replica);
+}
+
+TEST_CASE("the gateway checks API keys and their rates before any replica",
+          "[integration][security]") {
+  const auto root = scratch("gateway_keys");
+  const auto model = gateway_model(root / "model", 5);
+  const int base = port_block(189, 1);
+  serve_replica a{serve_config_file(root / "serve.yaml", model),
+                  root / "a.log", base, nullptr};
+  a.start();
+  REQUIRE(a.wait_listening(60));
+  write_text(root / "keys.yaml",
+             "rate_per_minute: 600\nkeys:\n  batch: {sha256: "
+               + security::sha256_hex("batch-key") + ", rate_per_minute: 3}\n");
+  auto cfg = gateway::parse_gateway_config(
+    "gateway:\n  listen: 127.0.0.1:0\n  health_interval_s: 0.2\n"
+    "  api_keys: " + (root / "keys.yaml").string()
+      + "\nstable:\n  version: tiny@v1\n  replicas: [127.0.0.1:"
+      + std::to_string(a.port) + "]\n",
+    "test");
+  REQUIRE(cfg.ok());
+  auto gw = gateway::gateway::start(cfg.value(), nullptr);
+  REQUIRE(gw.ok());
+  auto& fleet = gw.value()->state();
+  REQUIRE(wait_until(
+    [&] {
+      std::lock_guard<std::mutex> lock(fleet.mutex);
+      return fleet.replicas[0]->healthy;
+    },
+    30));
+  const int port = gw.value()->port();
+  CHECK(complete(port, false, 4).status == 401);
+  CHECK(complete(port, false, 4, 60, "wrong").status == 401);
+  CHECK(complete(port, false, 4, 60, "batch-key").status == 200);
+  int limited = 0;
+  for (int i = 0; i < 5; ++i)
+    limited += complete(port, false, 4, 60, "batch-key").status == 429;
+  CHECK(limited >= 1);
+  std::lock_guard<std::mutex> lock(fleet.mutex);
+  // Refused at the gateway: the replica saw only the allowed requests.
+  CHECK(fleet.replicas[0]->requests <= 3);
 }
