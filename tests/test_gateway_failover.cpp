@@ -258,3 +258,74 @@ TEST_CASE("the gateway checks API keys and their rates before any replica",
   // Refused at the gateway: the replica saw only the allowed requests.
   CHECK(fleet.replicas[0]->requests <= 3);
 }
+
+namespace {
+
+struct test_child : gateway::launched_process {
+  test_child(const std::vector<std::string>& argv,
+             const std::filesystem::path& log)
+    : child(argv, log) {}
+  bool running() override { return child.running(); }
+  child_process child;
+};
+
+} // namespace
+
+TEST_CASE("a replica the gateway started is replaced when it dies",
+          "[integration][fault]") {
+  const auto root = scratch("gateway_supervise");
+  const auto serve = serve_config_file(root / "serve.yaml",
+                                       gateway_model(root / "model", 5));
+  const int base = port_block(199, 4);
+  std::mutex m;
+  std::vector<std::shared_ptr<test_child>> started;
+  int next_port = base;
+  auto launch = [&](const std::string& config)
+    -> expected<gateway::launched> {
+    std::lock_guard<std::mutex> lock(m);
+    const int port = next_port++;
+    auto c = std::make_shared<test_child>(
+      std::vector<std::string>{tutti_bin(), "serve", config, "--listen",
+                               "127.0.0.1:" + std::to_string(port)},
+      root / ("replica-" + std::to_string(port) + ".log"));
+    started.push_back(c);
+    return gateway::launched{{"127.0.0.1", static_cast<uint16_t>(port)}, c};
+  };
+  auto cfg = gateway::parse_gateway_config(
+    "gateway:\n  listen: 127.0.0.1:0\n  health_interval_s: 0.2\n"
+    "stable:\n  version: tiny@v1\n  serve_config: "
+      + serve.string() + "\n  count: 2\n",
+    "test");
+  REQUIRE(cfg.ok());
+  auto gw = gateway::gateway::start(cfg.value(), launch);
+  REQUIRE(gw.ok());
+  auto& fleet = gw.value()->state();
+  auto healthy = [&] {
+    std::lock_guard<std::mutex> lock(fleet.mutex);
+    int n = 0;
+    for (const auto& r : fleet.replicas)
+      n += r->healthy;
+    return n;
+  };
+  REQUIRE(wait_until([&] { return healthy() == 2; }, 60));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    started[0]->child.signal(SIGKILL);
+  }
+  auto replaced = [&] {
+    std::lock_guard<std::mutex> lock(fleet.mutex);
+    for (const auto& e : fleet.events)
+      if (e.kind == "replica_exited")
+        return true;
+    return false;
+  };
+  CHECK(wait_until(replaced, 30));
+  CHECK(wait_until([&] { return healthy() == 2; }, 60));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    CHECK(started.size() == 3);
+  }
+  auto r = complete(gw.value()->port(), true, 8);
+  CHECK(r.complete);
+  gw.value()->stop();
+}

@@ -140,6 +140,7 @@ struct gateway::impl {
         r.healthy = false;
       }
     }
+    restart_exited();
     judge_rollout(f, now);
     if (f.phase == rollout_phase::promoted && !f.cfg.canary.serve_config.empty())
       stable_config = f.cfg.canary.serve_config;
@@ -147,6 +148,31 @@ struct gateway::impl {
     autoscale(f, now, [this](replica_role role) {
       return start_replica("stable", f.stable_version, stable_config, role);
     });
+  }
+
+  // Supervision of the replicas this gateway started (lock held): one
+  // that exited after it had been ready is replaced by a new one of the
+  // same group and role; one that exited before it was ever ready is
+  // dropped with an event (a bad config would otherwise restart forever).
+  void restart_exited() {
+    for (size_t i = 0; i < f.replicas.size(); ++i) {
+      auto r = f.replicas[i];
+      if (!r->process || r->process->running()
+          || r->role == replica_role::draining)
+        continue;
+      f.replicas.erase(f.replicas.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      if (r->ready_at == clock::time_point{}) {
+        f.event("start_failed", r->id + " exited before it was ready; not "
+                                        "restarted (see its log)");
+        continue;
+      }
+      f.event("replica_exited", r->id + " exited; starting a replacement");
+      start_replica(r->group, r->version,
+                    r->group == "canary" ? f.cfg.canary.serve_config
+                                         : stable_config,
+                    r->role);
+    }
   }
 
   void routes();
