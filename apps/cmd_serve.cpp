@@ -21,7 +21,8 @@ int serve_command(const std::vector<std::string>& args) {
     "max_queue, max_prompt_tokens, max_output_tokens, request_timeout_s,\n"
     "kv_cache_bytes, kv_block_tokens, max_body_bytes, http_threads, "
     "model_name,\nep_size, step_timeout_s, prefix_caching, nodes, "
-    "rendezvous_port)\n"
+    "rendezvous_port, model_version\n(NAME@VERSION published by `tutti "
+    "publish`, instead of model), registry)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
     "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
     "Stops on SIGINT or SIGTERM.");

@@ -46,6 +46,12 @@ const char* usage =
   "  serve CONFIG [--listen HOST:PORT]\n"
   "                              OpenAI-style completions from a model\n"
   "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
+  "  gateway CONFIG [--listen HOST:PORT]\n"
+  "                              one endpoint in front of serve replicas\n"
+  "  service status|events|promote|rollback HOST:PORT\n"
+  "                              a gateway's rollout, shown and steered\n"
+  "  publish DIR --name N --version V [--registry R]\n"
+  "                              register an immutable, verified model version\n"
   "  certs init|issue|show|revoke\n"
   "                              the cluster CA, node and user certificates\n"
   "  audit [list|verify] RUN_DIR operator actions and refusals; check the\n"
@@ -113,6 +119,12 @@ int main(int argc, char** argv) {
       return tutti::cli::token_command(args);
     if (command == "config")
       return tutti::cli::config_command(args);
+    if (command == "gateway")
+      return tutti::cli::gateway_command(args);
+    if (command == "service")
+      return tutti::cli::service_command(args);
+    if (command == "publish")
+      return tutti::cli::publish_command(args);
     if (command == "rollback")
       return tutti::cli::rollback_command(args);
     if (command == "experts")
@@ -126,5 +138,5 @@ int main(int argc, char** argv) {
     2, "unknown command '" + command
          + "' (try: run, plan, diag, status, shell, logs, chaos, drill, ckpt, "
            "export, data, sample, serve, bench, certs, audit, token, config, "
-           "rollback, experts, placement; see tutti --help)");
+           "rollback, experts, placement, publish, gateway, service; see tutti --help)");
 }

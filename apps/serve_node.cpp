@@ -50,7 +50,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
                   + " is outside 0.." + std::to_string(nodes - 1)
                   + " (serve.nodes)");
   cl.node_rank = node_rank;
-  auto model = serve::load_model(c.model);
+  auto dir = serve::served_model_dir(c); // a published version is verified
+  if (!dir)
+    return fail(2, prog, dir.message());
+  auto model = serve::load_model(dir.value());
   if (!model)
     return fail(2, prog, model.message());
   if (!c.model_name.empty())

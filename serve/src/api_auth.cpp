@@ -1,4 +1,4 @@
-#include "api_auth.hpp"
+#include "tutti/serve/api_auth.hpp"
 
 #include <httplib.h>
 
@@ -58,7 +58,8 @@ status install_api_auth(httplib::Server& server, const serve_config& cfg) {
           return result::Handled;
         }
       }
-      if (web && req.path == "/metrics"
+      // /admin/ is the gateway's (tutti service promote|rollback).
+      if (web && (req.path == "/metrics" || req.path.rfind("/admin/", 0) == 0)
           && !security::basic_auth_allows(*web, authorization)) {
         res.status = 401;
         res.set_header("WWW-Authenticate", "Basic realm=\"tutti\"");

@@ -2,7 +2,7 @@
 
 #include <httplib.h>
 
-#include "api_auth.hpp"
+#include "tutti/serve/api_auth.hpp"
 
 #include <sys/socket.h>
 

@@ -1,6 +1,7 @@
 #include "tutti/serve/scheduler.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tutti/serve/serve_metrics.hpp"
 
@@ -298,15 +299,23 @@ expected<bool> scheduler::step() {
   const int64_t vocab = model_.shape.vocab;
   int64_t row = 0;
   std::vector<request*> done;
+  std::vector<uint64_t> broken; // non-finite logits: ended as errors
   for (size_t i = 0; i < plan.size(); ++i) {
     request& r = *plan[i].r;
     r.computed += plan[i].n;
     register_full_blocks(r);
     if (chunks_[i].want != seq_chunk::logits::last)
       continue;
-    const auto t = sample_token(logits_.data() + row * vocab, vocab, r.sampling,
-                                static_cast<int64_t>(r.generated.size()));
+    const float* lg = logits_.data() + row * vocab;
     ++row;
+    // A damaged model (NaN or Inf weights) answers with an error, not with
+    // whatever token a NaN compares into.
+    if (!std::all_of(lg, lg + vocab, [](float v) { return std::isfinite(v); })) {
+      broken.push_back(r.id);
+      continue;
+    }
+    const auto t = sample_token(lg, vocab, r.sampling,
+                                static_cast<int64_t>(r.generated.size()));
     if (take_token(r, t))
       done.push_back(&r);
   }
@@ -317,6 +326,9 @@ expected<bool> scheduler::step() {
                               < model_.shape.max_positions;
     finish(r->id, stopped ? finish_reason::stop : finish_reason::length);
   }
+  for (uint64_t id : broken)
+    finish(id, finish_reason::error,
+           "the model produced non-finite logits (NaN or Inf)");
   return true;
 }
 

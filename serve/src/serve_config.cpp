@@ -1,5 +1,8 @@
 #include "tutti/serve/serve_config.hpp"
 
+#include "tutti/serve/config_fields.hpp"
+#include "tutti/serve/model_registry.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -12,124 +15,6 @@
 namespace tutti::serve {
 
 namespace {
-
-status refuse(const std::string& key, const std::string& why) {
-  return status::error(key + ": " + why);
-}
-
-// Keys of `map` must be among `known`; `prefix` names the mapping.
-status check_keys(const YAML::Node& map, const std::string& prefix,
-                  const std::set<std::string>& known) {
-  if (!map.IsMap())
-    return refuse(prefix.empty() ? "config"
-                                 : prefix.substr(0, prefix.size() - 1),
-                  "must be a mapping");
-  std::set<std::string> seen;
-  for (const auto& kv : map) {
-    const auto key = kv.first.Scalar();
-    if (!seen.insert(key).second)
-      return refuse(prefix + key, "duplicate key");
-    if (!known.count(key))
-      return refuse(prefix + key, "unknown key");
-  }
-  return {};
-}
-
-status read_int(const YAML::Node& map, const std::string& prefix,
-                const char* key, int64_t& out, int64_t min) {
-  if (!map[key])
-    return {};
-  const auto& v = map[key];
-  const auto text = v.IsScalar() ? v.Scalar() : std::string();
-  int64_t value = 0;
-  size_t used = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size())
-    return refuse(prefix + key, "must be a whole number, got '" + text + "'");
-  if (value < min)
-    return refuse(prefix + key, "must be >= " + std::to_string(min));
-  out = value;
-  return {};
-}
-
-// Bytes as a whole number or with a KiB/MiB/GiB suffix.
-status read_bytes(const YAML::Node& map, const std::string& prefix,
-                  const char* key, int64_t& out) {
-  if (!map[key])
-    return {};
-  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  const auto unit = used ? text.substr(used) : std::string("?");
-  int64_t scale = 0;
-  if (unit.empty())
-    scale = 1;
-  else if (unit == "KiB")
-    scale = 1ll << 10;
-  else if (unit == "MiB")
-    scale = 1ll << 20;
-  else if (unit == "GiB")
-    scale = 1ll << 30;
-  if (!scale || value <= 0)
-    return refuse(prefix + key,
-                  "must be a positive byte count (e.g. 67108864 or 64MiB), "
-                  "got '"
-                    + text + "'");
-  out = value * scale;
-  return {};
-}
-
-status read_double(const YAML::Node& map, const std::string& prefix,
-                   const char* key, double& out) {
-  if (!map[key])
-    return {};
-  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size() || !(value > 0))
-    return refuse(prefix + key,
-                  "must be a positive number, got '" + text + "'");
-  out = value;
-  return {};
-}
-
-status read_string(const YAML::Node& map, const std::string& prefix,
-                   const char* key, std::string& out) {
-  if (!map[key])
-    return {};
-  if (!map[key].IsScalar() || map[key].Scalar().empty())
-    return refuse(prefix + key, "must be a non-empty string");
-  out = map[key].Scalar();
-  return {};
-}
-
-status read_bool(const YAML::Node& map, const std::string& prefix,
-                 const char* key, bool& out) {
-  if (!map[key])
-    return {};
-  const auto text = map[key].IsScalar() ? map[key].Scalar() : std::string();
-  if (text == "true")
-    out = true;
-  else if (text == "false")
-    out = false;
-  else
-    return refuse(prefix + key, "must be true or false, got '" + text + "'");
-  return {};
-}
 
 // serve.nodes (the daemons' addresses, node 0 first) and the port node 0's
 // rendezvous listens on, which a list of several nodes needs.
@@ -173,8 +58,20 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
      "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
      "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
      "ep_size", "step_timeout_s", "prefix_caching", "api_keys",
-     "metrics_web_config", "nodes", "rendezvous_port"}));
+     "metrics_web_config", "nodes", "rendezvous_port", "model_version",
+     "registry"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
+  TUTTI_RETURN_IF_ERROR(
+    read_string(s, prefix, "model_version", c.model_version));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "registry", c.registry));
+  if (!c.model.empty() && !c.model_version.empty())
+    return refuse(prefix + "model_version",
+                  "give either model or model_version, not both");
+  if (!c.model_version.empty()) {
+    std::string n, v;
+    if (auto st = parse_version_ref(c.model_version, n, v); !st.ok())
+      return refuse(prefix + "model_version", st.message());
+  }
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model_name", c.model_name));
   std::string listen;
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "listen", listen));
@@ -318,10 +215,10 @@ expected<serve_config> parse_serve_config(const std::string& text,
   }
   if (!st.ok())
     return status::error(source + ": " + st.message());
-  if (c.model.empty())
+  if (c.model.empty() && c.model_version.empty())
     return status::error(
       source + ": " + (c.from_manifest ? "spec.serve.model" : "serve.model")
-      + ": missing (the model directory to serve)");
+      + ": missing (the model directory to serve, or model_version)");
   return c;
 }
 
@@ -335,6 +232,19 @@ int64_t serve_config::ep_ranks_for(int64_t experts) const {
     if (experts % n == 0)
       ranks = n;
   return ranks;
+}
+
+expected<std::string> served_model_dir(serve_config& cfg) {
+  if (cfg.model_version.empty())
+    return cfg.model;
+  std::string name, version;
+  TUTTI_RETURN_IF_ERROR(parse_version_ref(cfg.model_version, name, version));
+  auto v = verify_model_version(cfg.registry, name, version);
+  if (!v)
+    return v.error();
+  if (cfg.model_name.empty())
+    cfg.model_name = name;
+  return v.value().model_dir.string();
 }
 
 expected<serve_config> load_serve_config(const std::string& path) {

@@ -15,6 +15,9 @@ namespace tutti::serve {
 
 struct serve_config {
   std::string model;      // a `tutti export` / HF directory or a checkpoint
+  // Or a published version (model_registry.hpp): NAME@VERSION in the
+  // registry directory (default "registry"), verified before it loads.
+  std::string model_version, registry = "registry";
   std::string model_name; // what /v1/models lists; default: the directory
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
@@ -50,6 +53,10 @@ expected<serve_config> load_serve_config(const std::string& path);
 // an InferenceService manifest) rather than a training job's: tuttid runs
 // whichever it is given.
 bool is_serve_config_file(const std::string& path);
+// The directory to load: serve.model, or serve.model_version's files in the
+// registry once every one matches its recorded hash (the first that does
+// not is named). Sets cfg.model_name to the version's name if none is set.
+expected<std::string> served_model_dir(serve_config& cfg);
 
 // "HOST:PORT" into host and port; refuses anything else.
 status parse_listen_address(const std::string& text, std::string& host,

@@ -2,7 +2,7 @@
 // Who may use the serving API: `Authorization: Bearer KEY` on /v1/* checked
 // against the key hashes of serve.api_keys (401 without or with a wrong
 // key, 429 with Retry-After past the key's rate), basic auth on /metrics
-// from serve.metrics_web_config's basic_auth_users (401). /health and
+// (and a gateway's /admin/) from serve.metrics_web_config's basic_auth_users (401). /health and
 // /ready stay open for probes. Without either file, nothing is checked.
 
 namespace httplib {

@@ -1,0 +1,494 @@
+#include "tutti/gateway/gateway.hpp"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "proxy.hpp"
+#include "tutti/actors/system_config.hpp"
+#include "tutti/gateway/autoscale.hpp"
+#include "tutti/gateway/rollout.hpp"
+#include "tutti/protocol/type_ids.hpp"
+#include "tutti/serve/api_auth.hpp"
+#include "tutti/serve/serve_config.hpp"
+
+namespace tutti::gateway {
+
+namespace {
+
+const char* json_type = "application/json";
+
+template <class D>
+std::pair<time_t, time_t> sec_usec(D d) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(d)
+                    .count();
+  return {us / 1000000, us % 1000000};
+}
+
+// GET /ready of a replica within `timeout_s`.
+bool ready(const replica_address& a, double timeout_s) {
+  httplib::Client cli(a.host, a.port);
+  const auto [s, us] = sec_usec(std::chrono::duration<double>(timeout_s));
+  cli.set_connection_timeout(s, us);
+  cli.set_read_timeout(s, us);
+  cli.set_keep_alive(false);
+  auto r = cli.Get("/ready");
+  return r && r->status == 200;
+}
+
+struct control_state {
+  static inline const char* name = "gateway_control";
+};
+
+} // namespace
+
+struct gateway::impl {
+  explicit impl(const gateway_config& cfg, launcher l)
+    : f(cfg), launch(std::move(l)), stable_config(cfg.stable.serve_config) {}
+
+  fleet f;
+  launcher launch;
+  std::string stable_config; // what autoscaling starts
+  httplib::Server server;
+  std::thread thread;
+  uint16_t port = 0;
+  tutti_system_config actor_config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor control;
+  std::atomic<bool> stopping{false};
+
+  // Starts a replica of `config` (lock held). Null after an event if the
+  // start failed.
+  std::shared_ptr<replica> start_replica(const std::string& group,
+                                         const std::string& version,
+                                         const std::string& config,
+                                         replica_role role) {
+    auto l = launch ? launch(config)
+                    : expected<launched>(status::error("no launcher"));
+    const auto id = group + "-" + std::to_string(f.next_replica_id++);
+    if (!l) {
+      f.event("start_failed", id + ": " + l.message());
+      return nullptr;
+    }
+    auto r = std::make_shared<replica>(id, group, version, l.value().address,
+                                       f.cfg);
+    r->process = l.value().process;
+    r->role = role;
+    f.replicas.push_back(r);
+    f.event("started", id + " (" + version + ") on " + r->address.host + ":"
+                         + std::to_string(r->address.port) + " as "
+                         + role_name(role));
+    return r;
+  }
+
+  void add_group(const replica_group& g, const std::string& group,
+                 int64_t count) {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    for (const auto& a : g.replicas) {
+      auto r = std::make_shared<replica>(
+        group + "-" + std::to_string(f.next_replica_id++), group, g.version,
+        a, f.cfg);
+      f.replicas.push_back(r);
+    }
+    for (int64_t i = 0; i < count; ++i)
+      start_replica(group, g.version, g.serve_config, replica_role::serving);
+  }
+
+  // One round of the control actor: probe, then judge and scale.
+  void tick() {
+    std::vector<std::pair<std::shared_ptr<replica>, replica_address>> probe;
+    {
+      std::lock_guard<std::mutex> lock(f.mutex);
+      for (const auto& r : f.replicas)
+        probe.emplace_back(r, r->address);
+    }
+    std::vector<bool> up;
+    for (const auto& [r, a] : probe)
+      up.push_back(!stopping && ready(a, f.cfg.health_timeout_s));
+    std::lock_guard<std::mutex> lock(f.mutex);
+    const auto now = clock::now();
+    for (size_t i = 0; i < probe.size(); ++i) {
+      auto& r = *probe[i].first;
+      if (up[i]) {
+        if (!r.healthy)
+          f.event("replica_up", r.id + " answers /ready"
+                                  + (r.ready_at == clock::time_point{}
+                                       ? " (first time, "
+                                           + std::to_string(
+                                             std::chrono::duration<double>(
+                                               now - r.started)
+                                               .count())
+                                           + " s after its start)"
+                                       : std::string()));
+        if (r.ready_at == clock::time_point{})
+          r.ready_at = now;
+        r.healthy = true;
+        r.probe_failures = 0;
+      } else {
+        ++r.probe_failures;
+        if (r.healthy)
+          f.event("replica_down", r.id + " failed its health check");
+        r.healthy = false;
+      }
+    }
+    restart_exited();
+    judge_rollout(f, now);
+    if (f.phase == rollout_phase::promoted && !f.cfg.canary.serve_config.empty())
+      stable_config = f.cfg.canary.serve_config;
+    retire_drained(f);
+    autoscale(f, now, [this](replica_role role) {
+      return start_replica("stable", f.stable_version, stable_config, role);
+    });
+  }
+
+  // Supervision of the replicas this gateway started (lock held): one
+  // that exited after it had been ready is replaced by a new one of the
+  // same group and role; one that exited before it was ever ready is
+  // dropped with an event (a bad config would otherwise restart forever).
+  void restart_exited() {
+    for (size_t i = 0; i < f.replicas.size(); ++i) {
+      auto r = f.replicas[i];
+      if (!r->process || r->process->running()
+          || r->role == replica_role::draining)
+        continue;
+      f.replicas.erase(f.replicas.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      if (r->ready_at == clock::time_point{}) {
+        f.event("start_failed", r->id + " exited before it was ready; not "
+                                        "restarted (see its log)");
+        continue;
+      }
+      f.event("replica_exited", r->id + " exited; starting a replacement");
+      start_replica(r->group, r->version,
+                    r->group == "canary" ? f.cfg.canary.serve_config
+                                         : stable_config,
+                    r->role);
+    }
+  }
+
+  void routes();
+};
+
+namespace {
+
+std::string metrics_text(fleet& f) {
+  std::lock_guard<std::mutex> lock(f.mutex);
+  std::string out;
+  auto line = [&](const std::string& name, const std::string& labels,
+                  double v) {
+    out += name;
+    if (!labels.empty())
+      out += "{" + labels + "}";
+    out += " " + std::to_string(v) + "\n";
+  };
+  auto help = [&](const char* name, const char* type, const char* text) {
+    out += std::string("# HELP ") + name + " " + text + "\n# TYPE " + name
+           + " " + type + "\n";
+  };
+  auto label = [](const replica& r) {
+    return "replica=\"" + r.id + "\",version=\"" + r.version + "\",role=\""
+           + role_name(r.role) + "\"";
+  };
+  help("tutti_gateway_replica_up", "gauge",
+       "1 while the replica's /ready answers");
+  for (const auto& r : f.replicas)
+    line("tutti_gateway_replica_up", label(*r), r->healthy ? 1 : 0);
+  help("tutti_gateway_replica_outstanding", "gauge",
+       "requests sent to the replica and not ended");
+  for (const auto& r : f.replicas)
+    line("tutti_gateway_replica_outstanding", label(*r),
+         static_cast<double>(r->outstanding));
+  help("tutti_gateway_replica_breaker_open", "gauge",
+       "1 while the replica's circuit breaker is open or half-open");
+  for (const auto& r : f.replicas)
+    line("tutti_gateway_replica_breaker_open", label(*r),
+         r->breaker.current() == circuit_breaker::state::closed ? 0 : 1);
+  help("tutti_gateway_replica_requests_total", "counter",
+       "requests sent to the replica");
+  for (const auto& r : f.replicas)
+    line("tutti_gateway_replica_requests_total", label(*r),
+         static_cast<double>(r->requests));
+  help("tutti_gateway_replica_failures_total", "counter",
+       "requests the replica failed");
+  for (const auto& r : f.replicas)
+    line("tutti_gateway_replica_failures_total", label(*r),
+         static_cast<double>(r->failures));
+  help("tutti_gateway_in_flight", "gauge", "requests in the gateway");
+  line("tutti_gateway_in_flight", "", static_cast<double>(f.in_flight));
+  help("tutti_gateway_retries_total", "counter",
+       "requests sent again to another replica before they started");
+  line("tutti_gateway_retries_total", "", static_cast<double>(f.retries));
+  help("tutti_gateway_rejected_total", "counter",
+       "requests refused by the gateway");
+  line("tutti_gateway_rejected_total", "reason=\"busy\"",
+       static_cast<double>(f.rejected_busy));
+  line("tutti_gateway_rejected_total", "reason=\"no_replica\"",
+       static_cast<double>(f.rejected_none));
+  help("tutti_gateway_canary_share_percent", "gauge",
+       "the canary version's share of requests");
+  line("tutti_gateway_canary_share_percent",
+       "version=\"" + f.canary_version + "\"", f.canary_share);
+  help("tutti_gateway_rollbacks_total", "counter", "canary rollbacks");
+  line("tutti_gateway_rollbacks_total", "", static_cast<double>(f.rollbacks));
+  help("tutti_gateway_promotions_total", "counter",
+       "canaries promoted to stable");
+  line("tutti_gateway_promotions_total", "",
+       static_cast<double>(f.promotions));
+  help("tutti_gateway_rollback_alert", "gauge",
+       "1 after a canary was rolled back (the alert)");
+  line("tutti_gateway_rollback_alert", "", f.alert ? 1 : 0);
+  help("tutti_gateway_scale_ups_total", "counter", "replicas added");
+  line("tutti_gateway_scale_ups_total", "", static_cast<double>(f.scale_ups));
+  help("tutti_gateway_scale_downs_total", "counter", "replicas removed");
+  line("tutti_gateway_scale_downs_total", "",
+       static_cast<double>(f.scale_downs));
+  int64_t serving = 0, spares = 0;
+  for (const auto& r : f.replicas) {
+    serving += r->role == replica_role::serving;
+    spares += r->role == replica_role::spare;
+  }
+  help("tutti_gateway_replicas", "gauge", "replicas by role");
+  line("tutti_gateway_replicas", "role=\"serving\"",
+       static_cast<double>(serving));
+  line("tutti_gateway_replicas", "role=\"spare\"",
+       static_cast<double>(spares));
+  return out;
+}
+
+std::string events_json(fleet& f, int64_t after) {
+  std::lock_guard<std::mutex> lock(f.mutex);
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& e : f.events)
+    if (e.seq > after)
+      j.push_back({{"seq", e.seq},
+                   {"unix_ms", e.unix_ms},
+                   {"kind", e.kind},
+                   {"detail", e.detail}});
+  return j.dump();
+}
+
+} // namespace
+
+std::string status_json(fleet& f) {
+  std::lock_guard<std::mutex> lock(f.mutex);
+  nlohmann::json j;
+  j["stable_version"] = f.stable_version;
+  j["canary_version"] = f.canary_version;
+  j["rollout"] = phase_name(f.phase);
+  j["canary_share_percent"] = f.canary_share;
+  if (f.phase == rollout_phase::running) {
+    j["step"] = f.step + 1;
+    j["steps"] = f.cfg.rollout.steps;
+  }
+  j["alert"] = f.alert;
+  if (f.alert)
+    j["alert_reason"] = f.alert_reason;
+  auto window = [](const version_window& w) {
+    return nlohmann::json{{"requests", w.requests},
+                          {"errors", w.errors},
+                          {"ttft_median_s", median(w.ttft_s)},
+                          {"tpot_median_s", median(w.tpot_s)}};
+  };
+  j["stable_window"] = window(f.stable_window);
+  j["canary_window"] = window(f.canary_window);
+  j["in_flight"] = f.in_flight;
+  j["retries"] = f.retries;
+  j["scale_ups"] = f.scale_ups;
+  j["scale_downs"] = f.scale_downs;
+  if (f.rollback_after_failure_s >= 0)
+    j["rollback_after_failure_s"] = f.rollback_after_failure_s;
+  if (f.last_take_traffic_s >= 0)
+    j["last_take_traffic_s"] = f.last_take_traffic_s;
+  j["replicas"] = nlohmann::json::array();
+  for (const auto& r : f.replicas)
+    j["replicas"].push_back(
+      {{"id", r->id},
+       {"version", r->version},
+       {"group", r->group},
+       {"address",
+        r->address.host + ":" + std::to_string(r->address.port)},
+       {"role", role_name(r->role)},
+       {"healthy", r->healthy},
+       {"breaker", state_name(r->breaker.current())},
+       {"outstanding", r->outstanding},
+       {"requests", r->requests},
+       {"failures", r->failures}});
+  return j.dump(2);
+}
+
+void gateway::impl::routes() {
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", json_type);
+  });
+  server.Get("/ready", [this](const httplib::Request&,
+                              httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    for (const auto& r : f.replicas)
+      if (r->healthy && r->role == replica_role::serving)
+        return res.set_content(R"({"status":"ready"})", json_type);
+    res.status = 503;
+    res.set_content(
+      R"({"error":{"message":"no replica is ready","type":"service_unavailable"}})",
+      json_type);
+  });
+  server.Get("/metrics", [this](const httplib::Request&,
+                                httplib::Response& res) {
+    res.set_content(metrics_text(f), "text/plain; version=0.0.4");
+  });
+  server.Get("/v1/models", [this](const httplib::Request&,
+                                  httplib::Response& res) {
+    std::vector<replica_address> up;
+    {
+      std::lock_guard<std::mutex> lock(f.mutex);
+      for (const auto& r : f.replicas)
+        if (r->healthy && r->role == replica_role::serving)
+          up.push_back(r->address);
+    }
+    for (const auto& a : up) {
+      httplib::Client cli(a.host, a.port);
+      cli.set_connection_timeout(2, 0);
+      cli.set_read_timeout(5, 0);
+      if (auto r = cli.Get("/v1/models"); r && r->status == 200)
+        return res.set_content(r->body, json_type);
+    }
+    res.status = 503;
+    res.set_content(
+      R"({"error":{"message":"no replica is ready","type":"service_unavailable"}})",
+      json_type);
+  });
+  server.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                proxy_completion(f, req, res);
+              });
+  server.Get("/admin/status", [this](const httplib::Request&,
+                                     httplib::Response& res) {
+    res.set_content(status_json(f), json_type);
+  });
+  server.Get("/admin/events", [this](const httplib::Request& req,
+                                     httplib::Response& res) {
+    int64_t after = 0;
+    if (req.has_param("after"))
+      after = std::atoll(req.get_param_value("after").c_str());
+    res.set_content(events_json(f, after), json_type);
+  });
+  auto steer = [this](bool forward) {
+    return [this, forward](const httplib::Request&, httplib::Response& res) {
+      std::string refused;
+      bool ok;
+      {
+        std::lock_guard<std::mutex> lock(f.mutex);
+        ok = forward ? promote(f, "operator", refused)
+                     : roll_back(f, "operator", refused);
+      }
+      if (!ok) {
+        res.status = 409;
+        res.set_content(nlohmann::json{{"error", refused}}.dump(), json_type);
+        return;
+      }
+      res.set_content(status_json(f), json_type);
+    };
+  };
+  server.Post("/admin/promote", steer(true));
+  server.Post("/admin/rollback", steer(false));
+}
+
+gateway::gateway(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+gateway::~gateway() { stop(); }
+
+uint16_t gateway::port() const { return impl_->port; }
+fleet& gateway::state() { return impl_->f; }
+
+void gateway::stop() {
+  if (!impl_ || impl_->stopping.exchange(true))
+    return;
+  impl_->server.stop();
+  if (impl_->thread.joinable())
+    impl_->thread.join();
+  if (impl_->control)
+    caf::anon_send_exit(impl_->control, caf::exit_reason::user_shutdown);
+  impl_->control = nullptr;
+  impl_->system.reset(); // waits for the control actor's last round
+  std::lock_guard<std::mutex> lock(impl_->f.mutex);
+  impl_->f.replicas.clear(); // the replicas it started stop
+}
+
+expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
+                                                  launcher launch) {
+  auto p = std::make_unique<impl>(cfg, std::move(launch));
+  auto& g = *p;
+  int64_t stable_count = cfg.stable.count;
+  if (cfg.autoscale.enabled)
+    stable_count = std::max(stable_count, cfg.autoscale.min_replicas);
+  g.add_group(cfg.stable, "stable", stable_count);
+  if (cfg.canary.given())
+    g.add_group(cfg.canary, "canary", cfg.canary.count);
+  {
+    std::lock_guard<std::mutex> lock(g.f.mutex);
+    if (cfg.canary.given())
+      g.f.event("canary_step",
+                cfg.canary.version + " takes "
+                  + std::to_string(static_cast<int64_t>(g.f.canary_share))
+                  + "% (rollout start)");
+  }
+
+  const int64_t threads = cfg.http_threads > 0 ? cfg.http_threads
+                                               : cfg.max_in_flight + 8;
+  g.server.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  g.server.set_read_timeout(30, 0);
+  g.server.set_write_timeout(30, 0);
+  std::atomic<int> listen_fd{-1};
+  g.server.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
+  g.routes();
+  serve::serve_config auth;
+  auth.api_keys = cfg.api_keys;
+  auth.metrics_web_config = cfg.metrics_web_config;
+  if (auto s = serve::install_api_auth(g.server, auth); !s.ok())
+    return status::error(
+      std::string(s.message()).replace(0, 6, "gateway."));
+  int port = cfg.port;
+  if (cfg.port == 0)
+    port = g.server.bind_to_any_port(cfg.host);
+  else if (!g.server.bind_to_port(cfg.host, cfg.port))
+    port = -1;
+  if (port <= 0)
+    return status::error("cannot listen on " + cfg.host + ":"
+                         + std::to_string(cfg.port));
+  // A real backlog (cpp-httplib's is 5), as serve's front does.
+  if (::listen(listen_fd.load(), SOMAXCONN) != 0)
+    return status::error("listen on " + cfg.host + ":" + std::to_string(port)
+                         + ": " + std::strerror(errno));
+  g.port = static_cast<uint16_t>(port);
+
+  g.system = std::make_unique<caf::actor_system>(g.actor_config);
+  auto* raw = p.get();
+  const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::duration<double>(cfg.health_interval_s));
+  // Detached: a round blocks on HTTP probes.
+  g.control = g.system->spawn<caf::detached>(
+    [raw, interval](caf::stateful_actor<control_state>* self) -> caf::behavior {
+      self->send(self, tick_atom_v);
+      return {[=](tick_atom) {
+        raw->tick();
+        self->delayed_send(self, interval, tick_atom_v);
+      }};
+    });
+  g.thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  return std::unique_ptr<gateway>(new gateway(std::move(p)));
+}
+
+} // namespace tutti::gateway
