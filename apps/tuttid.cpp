@@ -230,8 +230,7 @@ int64_t wait_as_spare(caf::actor_system& sys, caf::scoped_actor& self,
   return node;
 }
 
-int serve(const job_config& cfg, daemon_options opt) {
-int serve_job(const job_config& cfg, const daemon_options& opt) {
+int serve_job(const job_config& cfg, daemon_options opt) {
   system_options sys_opt;
   sys_opt.network = true;
   // The middleman notices a silent peer as fast as the coordinator does.
