@@ -52,13 +52,8 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
     INFO(r.output);
     REQUIRE(r.status == 0);
     auto metrics = run_dir / "metrics.jsonl";
-    std::vector<double> all;
-    for (const char* field : {"loss", "aux_loss", "z_loss", "grad_norm"}) {
-      auto s = metric_series(metrics, field);
-      REQUIRE(s.size() == 6);
-      all.insert(all.end(), s.begin(), s.end());
-    }
-    series.push_back(all);
+    series.push_back(training_series(metrics));
+    REQUIRE(series.back().size() == 4 * 6);
     auto o = metric_series(metrics, "time_overlap_s");
     REQUIRE(o.size() == 6);
     overlap.push_back(std::accumulate(o.begin(), o.end(), 0.0));

@@ -80,13 +80,8 @@ TEST_CASE("rack-aware all-to-all: the flat losses to the bit, fewer "
     INFO(names[v] << ": " << tail(r.output));
     REQUIRE(r.status == 0);
     const auto metrics = run_dir / "metrics.jsonl";
-    std::vector<double> all;
-    for (const char* field : {"loss", "aux_loss", "z_loss", "grad_norm"}) {
-      auto s = metric_series(metrics, field);
-      REQUIRE(s.size() == steps);
-      all.insert(all.end(), s.begin(), s.end());
-    }
-    series.push_back(all);
+    series.push_back(training_series(metrics));
+    REQUIRE(series.back().size() == 4 * steps);
     const auto c = cross_rack_per_token(metrics);
     REQUIRE(c.size() == steps);
     cross.push_back(c.front());

@@ -122,6 +122,18 @@ inline std::vector<double> metric_series(const std::filesystem::path& path,
   return out;
 }
 
+// What two runs that must train to the same bits compare: every step's
+// loss, aux_loss, z_loss and grad_norm from a metrics.jsonl, one after
+// the other (4 x steps values).
+inline std::vector<double> training_series(const std::filesystem::path& path) {
+  std::vector<double> all;
+  for (const char* field : {"loss", "aux_loss", "z_loss", "grad_norm"}) {
+    auto s = metric_series(path, field);
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
+}
+
 // A small job config; `overrides` replaces whole lines by key prefix.
 inline std::string small_config(const std::string& data_dir,
                                 const std::string& run_dir, int world,
