@@ -30,7 +30,12 @@ inline std::string tutti_bin() { return binary_dir() + "/apps/tutti"; }
 
 // A fresh scratch directory under the build tree.
 inline std::filesystem::path scratch(const std::string& name) {
-  auto dir = std::filesystem::path(binary_dir()) / "test-scratch" / name;
+  // A test's TLS variant (TUTTI_TEST_TLS=1, its own CTest entry) may run
+  // beside it under ctest -j: each gets its own directory.
+  const char* tls = std::getenv("TUTTI_TEST_TLS");
+  const bool tls_variant = tls != nullptr && std::string(tls) == "1";
+  auto dir = std::filesystem::path(binary_dir()) / "test-scratch"
+             / (tls_variant ? name + "_tls" : name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
