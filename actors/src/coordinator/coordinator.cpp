@@ -471,38 +471,15 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     },
     [self](store_set_atom, const std::string& key,
            const std::string& value) -> caf::ok_atom {
-      auto& st = self->state;
-      st.store[key] = value;
-      auto range = st.gets.equal_range(key);
-      for (auto i = range.first; i != range.second; ++i)
-        i->second.deliver(value);
-      st.gets.erase(range.first, range.second);
-      auto ready = std::partition(
-        st.waits.begin(), st.waits.end(),
-        [&](const pending_wait& w) { return !st.has_all(w.keys); });
-      for (auto i = ready; i != st.waits.end(); ++i)
-        i->promise.deliver(caf::ok_atom_v);
-      st.waits.erase(ready, st.waits.end());
+      self->state.store.set(key, value);
       return caf::ok_atom_v;
     },
     [self](store_get_atom, const std::string& key) -> caf::result<std::string> {
-      auto& st = self->state;
-      if (auto i = st.store.find(key); i != st.store.end())
-        return i->second;
-      // Not there yet: answer when it is set (the requester's timeout
-      // bounds the wait).
-      auto promise = self->make_response_promise<std::string>();
-      st.gets.emplace(key, promise);
-      return promise;
+      return self->state.store.get(self, key);
     },
     [self](store_wait_atom,
            const std::vector<std::string>& keys) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      if (st.has_all(keys))
-        return caf::ok_atom_v;
-      auto promise = self->make_response_promise<caf::ok_atom>();
-      st.waits.push_back({keys, promise});
-      return promise;
+      return self->state.store.wait(self, keys);
     },
     [self](const step_report& r) {
       auto& st = self->state;

@@ -30,15 +30,8 @@ void restart_from_checkpoint(coordinator_pointer self) {
   const auto from = st.last_committed;
   // Keys of the old epoch's rendezvous are never read again; its waiters
   // (aborted ranks still connecting) get an error instead of a timeout.
-  st.store.clear();
-  const auto gone = caf::make_error(errc::rendezvous_failed,
-                                    "the epoch was aborted");
-  for (auto& [key, promise] : st.gets)
-    promise.deliver(gone);
-  for (auto& w : st.waits)
-    w.promise.deliver(gone);
-  st.gets.clear();
-  st.waits.clear();
+  st.store.clear(
+    caf::make_error(errc::rendezvous_failed, "the epoch was aborted"));
   st.steps.clear();
   st.saved.clear();
   st.done.clear();

@@ -16,6 +16,7 @@
 #include <deque>
 
 #include "coordinator/sender_identity.hpp"
+#include "runtime/key_store.hpp"
 #include "tutti/actors/coordinator.hpp"
 #include "tutti/actors/metrics_board.hpp"
 #include "tutti/placement/routing_stats.hpp"
@@ -24,11 +25,6 @@
 namespace tutti {
 
 using coordinator_clock = std::chrono::steady_clock;
-
-struct pending_wait {
-  std::vector<std::string> keys;
-  caf::typed_response_promise<caf::ok_atom> promise;
-};
 
 struct member {
   node_registration info;
@@ -101,9 +97,7 @@ struct coordinator_state {
   caf::actor listener;
   job_state state = job_state::pending;
   metrics_writer_actor writer;
-  std::map<std::string, std::string> store;
-  std::multimap<std::string, caf::typed_response_promise<std::string>> gets;
-  std::vector<pending_wait> waits;
+  key_store store; // the ranks' rendezvous
   std::map<int64_t, std::vector<step_report>> steps;
   std::set<int32_t> done;
   double final_eval_loss = std::numeric_limits<double>::quiet_NaN();
@@ -145,10 +139,6 @@ struct coordinator_state {
   std::shared_ptr<security::access_policy> policy;
   caf::actor auditor;
 
-  bool has_all(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(),
-                       [&](const auto& k) { return store.count(k) > 0; });
-  }
   bool ended() const {
     return state == job_state::completed || state == job_state::failed
            || state == job_state::stopped;

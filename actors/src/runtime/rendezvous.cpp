@@ -1,5 +1,7 @@
 #include "tutti/actors/rendezvous.hpp"
 
+#include "runtime/key_store.hpp"
+
 #include <caf/scoped_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -13,55 +15,23 @@ namespace {
 
 struct rendezvous_state {
   static inline const char* name = "rendezvous";
-  std::map<std::string, std::string> keys;
-  std::multimap<std::string, caf::typed_response_promise<std::string>> gets;
-  struct pending_wait {
-    std::vector<std::string> keys;
-    caf::typed_response_promise<caf::ok_atom> promise;
-  };
-  std::vector<pending_wait> waits;
-
-  bool has_all(const std::vector<std::string>& wanted) const {
-    return std::all_of(wanted.begin(), wanted.end(),
-                       [&](const auto& k) { return keys.count(k) > 0; });
-  }
+  key_store store;
 };
 
-rendezvous_actor::behavior_type
-rendezvous(rendezvous_actor::stateful_pointer<rendezvous_state> self) {
+rendezvous_actor::behavior_type rendezvous(
+  rendezvous_actor::stateful_pointer<rendezvous_state> self) {
   return {
     [self](store_set_atom, const std::string& key,
            const std::string& value) -> caf::ok_atom {
-      auto& st = self->state;
-      st.keys[key] = value;
-      auto range = st.gets.equal_range(key);
-      for (auto i = range.first; i != range.second; ++i)
-        i->second.deliver(value);
-      st.gets.erase(range.first, range.second);
-      auto ready = std::partition(
-        st.waits.begin(), st.waits.end(),
-        [&](const auto& w) { return !st.has_all(w.keys); });
-      for (auto i = ready; i != st.waits.end(); ++i)
-        i->promise.deliver(caf::ok_atom_v);
-      st.waits.erase(ready, st.waits.end());
+      self->state.store.set(key, value);
       return caf::ok_atom_v;
     },
     [self](store_get_atom, const std::string& key) -> caf::result<std::string> {
-      auto& st = self->state;
-      if (auto i = st.keys.find(key); i != st.keys.end())
-        return i->second;
-      auto promise = self->make_response_promise<std::string>();
-      st.gets.emplace(key, promise);
-      return promise;
+      return self->state.store.get(self, key);
     },
     [self](store_wait_atom,
            const std::vector<std::string>& keys) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      if (st.has_all(keys))
-        return caf::ok_atom_v;
-      auto promise = self->make_response_promise<caf::ok_atom>();
-      st.waits.push_back({keys, promise});
-      return promise;
+      return self->state.store.wait(self, keys);
     },
   };
 }
