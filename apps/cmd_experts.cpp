@@ -1,6 +1,9 @@
-// tutti experts stats RUN_DIR: the routing statistics a job kept in its
-// store (RUN_DIR/state, read-only, so a live job's too): tokens per expert,
-// the most co-activated pairs, a co-activation heatmap, and JSON.
+// tutti experts stats RUN_DIR|HOST:PORT: the routing statistics a job kept
+// in its store (RUN_DIR/state, read-only, so a live job's too), or those a
+// serving replica counts (its /metrics): tokens per expert, the most
+// co-activated pairs, a co-activation heatmap (jobs only), and JSON.
+
+#include <httplib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +13,8 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/placement/routing_stats.hpp"
+#include "tutti/serve/serve_config.hpp"
+#include "tutti/serve/served_routing_stats.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
 
@@ -91,16 +96,84 @@ void print_heatmap(const routing_stats& s, int64_t l) {
   }
 }
 
+// The windows a job kept, summed (or the last); the error's exit status.
+expected<routing_stats> job_stats(const std::filesystem::path& run_dir,
+                                  const std::string& which, int& code) {
+  code = 1;
+  const auto dir = run_dir / "state";
+  auto db = store::job_store::open_read_only(dir);
+  if (!db.ok()) {
+    code = 2;
+    return status::error(db.message());
+  }
+  auto windows = db.value()->routing_windows();
+  if (!windows.ok())
+    return windows.error();
+  if (windows.value().empty())
+    return status::error("no routing statistics in " + dir.string()
+                         + " (moe_config.routing_stats_window is 0, or no "
+                           "window has ended yet)");
+  routing_stats total;
+  size_t used = 0;
+  for (size_t i = which == "last" ? windows.value().size() - 1 : 0;
+       i < windows.value().size(); ++i, ++used) {
+    auto w = routing_stats::from_json(windows.value()[i].second);
+    if (!w.ok())
+      return status::error("window ending at step "
+                           + std::to_string(windows.value()[i].first) + ": "
+                           + w.message());
+    if (used == 0)
+      total = std::move(w.value());
+    else if (auto err = total.merge(w.value()); !err)
+      return err;
+  }
+  std::printf(
+    "routing statistics: %zu window(s), steps %lld..%lld, %lld "
+    "tokens, %lld layers x %lld experts, top-%lld\n",
+    used, static_cast<long long>(total.first_step),
+    static_cast<long long>(total.last_step),
+    static_cast<long long>(total.tokens), static_cast<long long>(total.layers),
+    static_cast<long long>(total.experts), static_cast<long long>(total.top_k));
+  return total;
+}
+
+// A serving replica's counts since its start, from its /metrics.
+expected<routing_stats> served_stats(const std::string& host, uint16_t port) {
+  httplib::Client cli(host, port);
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(30, 0);
+  const auto where = host + ":" + std::to_string(port);
+  auto r = cli.Get("/metrics");
+  if (!r)
+    return status::error(where + ": " + httplib::to_string(r.error()));
+  if (r->status != 200)
+    return status::error(where + "/metrics answered "
+                         + std::to_string(r->status));
+  auto st = serve::routing_stats_from_metrics(r->body);
+  if (!st)
+    return status::error(where + ": " + st.message());
+  std::printf("routing statistics of the replica at %s since its start: "
+              "%lld (token, slot) pairs per layer, %lld layers x %lld "
+              "experts (serving counts no co-activation)\n",
+              where.c_str(), static_cast<long long>(st.value().tokens),
+              static_cast<long long>(st.value().layers),
+              static_cast<long long>(st.value().experts));
+  return st;
+}
+
 int stats(const std::vector<std::string>& args) {
   std::string json_out, which;
   int64_t layer = 0, top = 10;
-  command_line cl("experts stats", "RUN_DIR [--json FILE] [--layer L]",
+  command_line cl("experts stats",
+                  "RUN_DIR|HOST:PORT [--json FILE] [--layer L]",
                   "routing statistics kept by a job (moe_config."
                   "routing_stats_window): tokens per expert, co-activated "
-                  "pairs, a heatmap; works on a live job's run directory");
+                  "pairs, a heatmap; works on a live job's run directory. "
+                  "HOST:PORT: a serving replica's tokens per expert (its "
+                  "/metrics), e.g. for serve.offload");
   cl.options()("json", po::value(&json_out),
                "also write the statistics "
-               "as JSON (the planner's --stats)")(
+               "as JSON (the planner's --stats, serve.offload.stats)")(
     "layer", po::value(&layer)->default_value(0), "layer of the heatmap")(
     "top", po::value(&top)->default_value(10), "co-activated pairs to list")(
     "window", po::value(&which)->default_value("all"), "all (summed) or last");
@@ -109,48 +182,29 @@ int stats(const std::vector<std::string>& args) {
   if (auto done = cl.parse(args, vm))
     return *done;
   if (!vm.count("run_dir"))
-    return cl.bad("missing RUN_DIR");
+    return cl.bad("missing RUN_DIR or HOST:PORT");
   if (which != "all" && which != "last")
     return cl.bad("--window must be all or last, got " + which);
-  const auto dir = std::filesystem::path(vm["run_dir"].as<std::string>())
-                   / "state";
-  auto db = store::job_store::open_read_only(dir);
-  if (!db.ok())
-    return fail(2, "experts stats: " + db.message());
-  auto windows = db.value()->routing_windows();
-  if (!windows.ok())
-    return fail(1, "experts stats: " + windows.message());
-  if (windows.value().empty())
-    return fail(1, "experts stats: no routing statistics in " + dir.string()
-                     + " (moe_config.routing_stats_window is 0, or no window "
-                       "has ended yet)");
-  routing_stats total;
-  size_t used = 0;
-  for (size_t i = which == "last" ? windows.value().size() - 1 : 0;
-       i < windows.value().size(); ++i, ++used) {
-    auto w = routing_stats::from_json(windows.value()[i].second);
-    if (!w.ok())
-      return fail(1, "experts stats: window ending at step "
-                       + std::to_string(windows.value()[i].first) + ": "
-                       + w.message());
-    if (used == 0)
-      total = std::move(w.value());
-    else if (auto err = total.merge(w.value()); !err)
-      return fail(1, "experts stats: " + err.message());
-  }
+  const auto source = vm["run_dir"].as<std::string>();
+  std::string host;
+  uint16_t port = 0;
+  const bool served =
+    !std::filesystem::exists(source)
+    && serve::parse_listen_address(source, host, port).ok();
+  int code = 1;
+  auto got = served ? served_stats(host, port)
+                    : job_stats(source, which, code);
+  if (!got)
+    return fail(code, "experts stats: " + got.message());
+  const auto& total = got.value();
   if (layer < 0 || layer >= total.layers)
     return cl.bad("--layer must be in [0, " + std::to_string(total.layers)
                   + ")");
-  std::printf(
-    "routing statistics: %zu window(s), steps %lld..%lld, %lld "
-    "tokens, %lld layers x %lld experts, top-%lld\n",
-    used, static_cast<long long>(total.first_step),
-    static_cast<long long>(total.last_step),
-    static_cast<long long>(total.tokens), static_cast<long long>(total.layers),
-    static_cast<long long>(total.experts), static_cast<long long>(total.top_k));
   print_load_table(total);
-  print_top_pairs(total, top);
-  print_heatmap(total, layer);
+  if (!served) {
+    print_top_pairs(total, top);
+    print_heatmap(total, layer);
+  }
   if (!json_out.empty()) {
     if (auto err = store::write_file_atomic(json_out, total.to_json() + "\n");
         !err)
@@ -166,9 +220,11 @@ int experts_command(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "stats")
     return stats({args.begin() + 1, args.end()});
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    command_line cl("experts", "stats RUN_DIR [--json FILE] [options]",
+    command_line cl("experts",
+                    "stats RUN_DIR|HOST:PORT [--json FILE] [options]",
                     "subcommands:\n  stats RUN_DIR   routing statistics a job "
-                    "kept: load, co-activation, heatmap, JSON");
+                    "kept: load, co-activation, heatmap, JSON\n  stats "
+                    "HOST:PORT   a serving replica's load per expert");
     po::variables_map vm;
     return cl.parse(args, vm).value_or(0);
   }

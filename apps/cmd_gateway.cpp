@@ -16,6 +16,7 @@
 #include "child_process.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "service_client.hpp"
 #include "tutti/gateway/gateway.hpp"
 #include "tutti/serve/serve_config.hpp"
 
@@ -138,43 +139,31 @@ int gateway_command(const std::vector<std::string>& args) {
 }
 
 int service_command(const std::vector<std::string>& args) {
-  command_line cl("service", "status|events|promote|rollback HOST:PORT",
+  command_line cl("service",
+                  "status|events|promote|rollback HOST:PORT [--token-file F]",
                   "a gateway's versions, replicas and rollout (status), its "
                   "events, or\nthe canary moved to its next step (promote) "
-                  "or back to the stable\nversion (rollback)");
+                  "or back to the stable\nversion (rollback). Loopback "
+                  "clients need no token; others present one\nof the "
+                  "gateway's admin_policy (--token-file, TUTTI_TOKEN_FILE or "
+                  "TUTTI_TOKEN),\nan operator's to promote or roll back.");
+  std::string token_file;
+  cl.options()("token-file", po::value(&token_file),
+               "a 0600 file holding the access token (tutti token issue)");
   cl.positional("action").positional("address");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
   if (!vm.count("address"))
     return cl.bad("usage: " + cl.usage_line());
-  const auto action = vm["action"].as<std::string>();
-  std::string method, path;
-  if (action == "status")
-    method = "GET", path = "/admin/status";
-  else if (action == "events")
-    method = "GET", path = "/admin/events";
-  else if (action == "promote" || action == "rollback")
-    method = "POST", path = "/admin/" + action;
-  else
-    return cl.bad("unknown action '" + action
-                  + "' (status, events, promote, rollback)");
-  std::string host;
-  uint16_t port = 0;
-  if (auto s = serve::parse_listen_address(vm["address"].as<std::string>(),
-                                           host, port);
-      !s.ok())
-    return cl.bad("HOST:PORT: " + s.message());
-  httplib::Client cli(host, port);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(10, 0);
-  auto r = method == "GET" ? cli.Get(path.c_str())
-                           : cli.Post(path.c_str(), "", "application/json");
-  if (!r)
-    return fail(1, "service: " + host + ":" + std::to_string(port) + ": "
-                     + httplib::to_string(r.error()));
-  std::printf("%s\n", r->body.c_str());
-  return r->status == 200 ? 0 : (r->status == 409 ? 2 : 1);
+  auto answer = service_request(vm["action"].as<std::string>(),
+                                vm["address"].as<std::string>(), token_file);
+  if (answer.exit_status == 2 && answer.text.rfind('{', 0) != 0)
+    return cl.bad(answer.text);
+  if (answer.exit_status != 0 && answer.text.rfind('{', 0) != 0)
+    return fail(answer.exit_status, "service: " + answer.text);
+  std::printf("%s\n", answer.text.c_str());
+  return answer.exit_status;
 }
 
 } // namespace tutti::cli

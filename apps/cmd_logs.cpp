@@ -45,7 +45,7 @@ int logs_command(const std::vector<std::string>& args) {
   if (auto s = job.connect(vm["target"].as<std::string>()); !s)
     return fail(1, "logs: " + s.message());
   shell_session::catch_interrupts();
-  shell_session session(job, false, false, false);
+  shell_session session(&job, false, false, false);
   bool quit = false;
   return session.run(line, quit);
 }

@@ -18,15 +18,17 @@ namespace tutti::cli {
 namespace {
 
 int plan(const std::vector<std::string>& args) {
-  std::string stats_file, out;
+  std::string stats_file, out, method = "tutti";
   double max_imbalance = 1.1;
-  command_line cl("placement plan", "CONFIG --stats STATS.json [--out PLAN]",
+  command_line cl("placement plan", "CONFIG --stats STATS.json [--out PLAN [--method M]]",
                   "assign each layer's experts to ranks, rack -> node -> "
                   "rank, keeping co-activated experts together under a load "
                   "bound; compares contiguous, EPLB and this plan");
   cl.options()("stats", po::value(&stats_file)->required(),
                "routing statistics (tutti experts stats --json)")(
     "out", po::value(&out), "write the plan here (moe_config.placement)")(
+    "method", po::value(&method)->default_value("tutti"),
+    "which plan --out writes: tutti, eplb or contiguous (for comparisons)")(
     "max-imbalance", po::value(&max_imbalance)->default_value(1.1),
     "per-rank load bound, max/mean tokens")(
     "json", "the comparison as one JSON object");
@@ -56,6 +58,9 @@ int plan(const std::vector<std::string>& args) {
                      + std::to_string(s.experts) + " experts, the config "
                      + std::to_string(cfg->model.num_hidden_layers) + " x "
                      + std::to_string(cfg->moe.num_experts));
+  if (method != "tutti" && method != "eplb" && method != "contiguous")
+    return cl.bad("--method: '" + method
+                  + "' is not one of tutti, eplb, contiguous");
   auto mine = placement::plan_rack_aware(s, topo.value(), {max_imbalance});
   if (!mine.ok())
     return fail(2, "placement plan: " + mine.message());
@@ -101,8 +106,16 @@ int plan(const std::vector<std::string>& args) {
       "ranks, %lld nodes, %lld racks (inter-rack %.1f Gb/s, "
       "intra-rack %.1f Gb/s)\n"
       "expected bytes per token and step (dispatch + combine, "
-      "forward + backward); rack-aware = one crossing per remote "
-      "rack or node a token's experts are in\n\n",
+      "forward + backward); cross-rack rack-aware = what training's "
+      "rack relays (moe_config.rack_aware_alltoall) send: a token crosses "
+      "to each remote rack holding any of its experts once per exchange, "
+      "exact for top-2 (for top-k > 2 the combine and its input gradients "
+      "come back once per rack only for a token's leading top-k slots "
+      "there, else once per expert, and the column subtracts pairs only: "
+      "it may promise less than is sent); rows only, not the relays' "
+      "4-12 B of instructions and gate values per row. Cross-node rack-aware: the same per node, which no engine "
+      "does (the relays fan out inside a rack per expert). Serving "
+      "deduplicates its dispatch only.\n\n",
       static_cast<long long>(s.experts), static_cast<long long>(s.layers),
       static_cast<long long>(s.top_k), static_cast<long long>(t.ranks),
       static_cast<long long>(t.nodes()), static_cast<long long>(t.racks()),
@@ -118,11 +131,17 @@ int plan(const std::vector<std::string>& args) {
                   r.cost.imbalance);
   }
   if (!out.empty()) {
-    if (auto err = mine.value().write(out); !err)
+    const auto written =
+      method == "eplb"         ? placement::plan_eplb(s, t)
+      : method == "contiguous" ? placement::placement_plan::contiguous(
+                                   s.layers, s.experts, t.ranks)
+                               : mine.value();
+    if (auto err = written.write(out); !err)
       return fail(1, "placement plan: " + err.message());
     if (!vm.count("json"))
-      std::printf("\nwrote %s (name it in moe_config.placement)\n",
-                  out.c_str());
+      std::printf("\nwrote the %s plan to %s (name it in "
+                  "moe_config.placement)\n",
+                  method.c_str(), out.c_str());
   }
   return 0;
 }

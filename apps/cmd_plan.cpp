@@ -56,8 +56,12 @@ std::string plan_json(const model::capacity_plan& p) {
                  {"dispatch", whole(m.dispatch)},
                  {"checkpoint_host", whole(m.checkpoint)},
                  {"checkpoint_host_other_ranks", whole(m.checkpoint_other)},
+                 {"checkpoint_host_all_other_ranks",
+                  whole(m.checkpoint_others)},
                  {"kv_cache_per_sequence", whole(m.kv_cache_per_sequence)},
-                 {"total", whole(m.total)}};
+                 {"total", whole(m.total)},
+                 {"total_all_stages", whole(m.total_all_stages)},
+                 {"pipeline_stages", m.stages}};
   return j.dump();
 }
 

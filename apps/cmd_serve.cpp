@@ -3,7 +3,8 @@
 // until SIGINT or SIGTERM; across daemons (serve.nodes) this is node 0 and
 // `tuttid --config CONFIG --node-rank N` the others. The config and the
 // model are checked before anything listens; a bad one is one line and
-// exit 2.
+// exit 2. Its log goes to serve.log_dir (default: the config's directory)
+// as tutti-serve-PORT.log.jsonl, which `tutti logs CONFIG` shows.
 
 #include "command_line.hpp"
 #include "commands.hpp"
@@ -22,10 +23,11 @@ int serve_command(const std::vector<std::string>& args) {
     "kv_cache_bytes, kv_block_tokens, max_body_bytes, http_threads, "
     "model_name,\nep_size, step_timeout_s, prefix_caching, nodes, "
     "rendezvous_port, model_version\n(NAME@VERSION published by `tutti "
-    "publish`, instead of model), registry)\n"
+    "publish`, instead of model), registry, log_dir)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
     "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
-    "Stops on SIGINT or SIGTERM.");
+    "Stops on SIGINT or SIGTERM. `tutti status|shell|logs|chaos CONFIG` on\n"
+    "this machine reach it through its listener (loopback only).");
   cl.options()("listen", po::value<std::string>(),
                "HOST:PORT to listen on, over the config's (port 0: any)");
   cl.positional("config");
@@ -43,7 +45,7 @@ int serve_command(const std::vector<std::string>& args) {
                                              c.host, c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
-  return run_serve_node(std::move(c), 0, "serve");
+  return run_serve_node(std::move(c), 0, "serve", true);
 }
 
 } // namespace tutti::cli

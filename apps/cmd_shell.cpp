@@ -1,5 +1,7 @@
-// tutti shell --connect HOST:PORT [-c "CMD; CMD"] [--json] [--yes]: a REPL
-// against a live job, through any of its daemons (or its config). On a
+// tutti shell [--connect HOST:PORT] [-c "CMD; CMD"] [--json] [--yes]: a
+// REPL against a live job, through any of its daemons (or its config).
+// Without --connect only the commands that need no job work (service,
+// rollback RUN_DIR, help). On a
 // terminal: line editing, history (~/.tutti_history, or
 // $TUTTI_SHELL_HISTORY) and Tab completion of commands and actor paths.
 // With -c, or stdin not a terminal: runs the commands and exits 0 only if
@@ -29,7 +31,7 @@ std::string history_path() {
   return std::string(home ? home : ".") + "/.tutti_history";
 }
 
-int repl(shell_session& session) {
+int repl(shell_session& session, bool connected) {
   shell::line_editor editor(
     "tutti", history_path(), [&](const std::string& before) {
       return shell::complete_command_line(before, session.actor_paths());
@@ -37,7 +39,8 @@ int repl(shell_session& session) {
   if (!editor.history_problem().empty())
     std::fprintf(stderr, "tutti shell: history: %s\n",
                  editor.history_problem().c_str());
-  std::printf("tutti shell: connected. help lists the commands; quit ends.\n");
+  std::printf("tutti shell: %s help lists the commands; quit ends.\n",
+              connected ? "connected." : "");
   std::string line;
   bool quit = false;
   while (!quit && editor.read_line("tutti> ", line)) {
@@ -69,7 +72,7 @@ std::string command_list() {
 
 int shell_command(const std::vector<std::string>& args) {
   command_line cl("shell",
-                  "--connect HOST:PORT|CONFIG [-c \"CMD; CMD\"] "
+                  "[--connect HOST:PORT|CONFIG] [-c \"CMD; CMD\"] "
                   "[--json] [--yes]",
                   command_list());
   cl.options()("connect", po::value<std::string>(),
@@ -80,22 +83,25 @@ int shell_command(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("connect"))
-    return cl.bad("missing --connect HOST:PORT (any daemon of the job, or "
-                  "its config)");
-  client::job_client job;
-  if (auto s = job.connect(vm["connect"].as<std::string>()); !s)
-    return fail(1, "shell: " + s.message());
-  shell_session::catch_interrupts();
   const bool have_commands = vm.count("commands") > 0;
   const bool terminal = isatty(STDIN_FILENO) && !have_commands;
-  shell_session session(job, vm.count("json") > 0, vm.count("yes") > 0,
-                        terminal);
+  // Without a job the shell still steers gateways and rolls stopped jobs
+  // back; an interactive shell with nothing to connect to says how.
+  if (!vm.count("connect") && terminal)
+    std::printf("tutti shell: not connected to a job (--connect HOST:PORT "
+                "or CONFIG); service and rollback RUN_DIR work without it.\n");
+  client::job_client job;
+  if (vm.count("connect"))
+    if (auto s = job.connect(vm["connect"].as<std::string>()); !s)
+      return fail(1, "shell: " + s.message());
+  shell_session::catch_interrupts();
+  shell_session session(vm.count("connect") ? &job : nullptr,
+                        vm.count("json") > 0, vm.count("yes") > 0, terminal);
   if (have_commands)
     return script(session,
                   shell::split_commands(vm["commands"].as<std::string>()));
   if (terminal)
-    return repl(session);
+    return repl(session, vm.count("connect") > 0);
   std::vector<std::string> lines;
   std::string line;
   while (std::getline(std::cin, line))

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tutti/base/process_memory.hpp"
 
 namespace {
 
@@ -26,8 +27,9 @@ const char* usage =
   "                              inject a fault into a live job\n"
   "  drill DRILL.yaml            run a job under scripted faults; report\n"
   "                              detection, recovery and the loss curve\n"
-  "  shell --connect HOST:PORT [-c \"CMD; CMD\"] [--json]\n"
-  "                              watch and steer a live job (any daemon)\n"
+  "  shell [--connect HOST:PORT] [-c \"CMD; CMD\"] [--json]\n"
+  "                              watch and steer a live job (any daemon),\n"
+  "                              a gateway (service), a stopped job (rollback)\n"
   "  logs CONFIG|HOST:PORT [--node N] [--level L] [--follow]\n"
   "                              every daemon's log, merged by time\n"
   "  ckpt list RUN_DIR           committed checkpoints (step, size, time)\n"
@@ -48,7 +50,7 @@ const char* usage =
   "  bench serve [--url URL] ...  load generator for OpenAI-style servers\n"
   "  gateway CONFIG [--listen HOST:PORT]\n"
   "                              one endpoint in front of serve replicas\n"
-  "  service status|events|promote|rollback HOST:PORT\n"
+  "  service status|events|promote|rollback HOST:PORT [--token-file F]\n"
   "                              a gateway's rollout, shown and steered\n"
   "  publish DIR --name N --version V [--registry R]\n"
   "                              register an immutable, verified model version\n"
@@ -62,7 +64,7 @@ const char* usage =
   "                              a job's config versions and their changes\n"
   "  rollback RUN_DIR --to-version V [--checkpoint STEP]\n"
   "                              restart a job on an earlier config version\n"
-  "  experts stats RUN_DIR [--json FILE]\n"
+  "  experts stats RUN_DIR|HOST:PORT [--json FILE]\n"
   "                              routing statistics: load, co-activation\n"
   "  placement plan CONFIG --stats STATS.json [--out PLAN]\n"
   "                              rack-aware expert placement\n"
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   // Closed sockets are errors to handle, not a reason to die (Gloo writes
   // to peers that may be gone; recovery shuts sockets down on purpose).
   std::signal(SIGPIPE, SIG_IGN);
+  tutti::return_large_buffers_on_free();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);

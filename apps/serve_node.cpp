@@ -2,10 +2,14 @@
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "tutti/actors/log.hpp"
 #include "tutti/serve/expert_node.hpp"
 #include "tutti/serve/http_front.hpp"
+#include "tutti/serve/serve_layout.hpp"
 
 namespace tutti::cli {
 
@@ -39,9 +43,29 @@ int follow(const serve::served_model& model, const serve::serve_config& c,
   return 0;
 }
 
+// The service's log, which `tutti logs CONFIG` reads back through it; one
+// file per port, as replicas of one config (tutti gateway) share log_dir.
+void open_serve_log(const std::string& dir, uint16_t port, const char* prog) {
+  const auto path = std::filesystem::path(dir)
+                    / ("tutti-serve-" + std::to_string(port) + ".log.jsonl");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::ofstream(path, std::ios::app)) {
+    std::fprintf(stderr,
+                 "%s: cannot write the log %s (serve.log_dir): `tutti logs` "
+                 "will show nothing\n",
+                 prog, path.string().c_str());
+    return;
+  }
+  log_open(path.string(), "0");
+  std::printf("serve: log %s\n", path.string().c_str());
+  std::fflush(stdout);
+}
+
 } // namespace
 
-int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
+int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
+                   bool write_log) {
   auto& cl = c.limits.cluster;
   const auto nodes = static_cast<int64_t>(std::max<size_t>(cl.nodes.size(), 1));
   if (node_rank < 0 || node_rank >= nodes)
@@ -59,6 +83,14 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
   if (!c.model_name.empty())
     model.value().name = c.model_name;
   c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
+  auto layout = serve::layout_for(c, model.value().shape);
+  if (!layout)
+    return fail(2, prog, layout.message());
+  c.limits.layout = layout.value();
+  auto replan = serve::replan_for(c);
+  if (!replan)
+    return fail(2, prog, replan.message());
+  c.limits.replan = replan.value();
   if (node_rank > 0)
     return follow(model.value(), c, prog);
   auto svc = serve::service::create(std::move(model.value()), c.limits);
@@ -77,6 +109,24 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
                 static_cast<long long>(c.num_nodes),
                 static_cast<long long>(c.num_gpus_per_node),
                 static_cast<long long>(c.limits.ep_ranks));
+  if (!c.placement.empty())
+    std::printf("serve: experts placed by %s\n", c.placement.c_str());
+  if (const auto& x = c.limits.layout; x && x->offload_rank >= 0) {
+    int64_t n = 0;
+    for (char o : x->offloaded)
+      n += o ? 1 : 0;
+    std::printf("serve: %lld of %lld (layer, expert) pairs used below %g of "
+                "their layer's tokens (%s) are offloaded to rank %lld\n",
+                static_cast<long long>(n),
+                static_cast<long long>(x->layers * x->experts),
+                c.offload.threshold, c.offload.stats.c_str(),
+                static_cast<long long>(x->offload_rank));
+  }
+  if (c.limits.replan.enabled() && c.replan)
+    std::printf("serve: experts replanned by rack when more than %g of a "
+                "window's rows cross racks (every %lld steps)\n",
+                c.limits.replan.max_cross_rack_share,
+                static_cast<long long>(c.limits.replan.window_steps));
 
   // The signals are taken by sigwait below, so every thread blocks them.
   sigset_t stop_signals;
@@ -104,9 +154,18 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog) {
               static_cast<long long>(service.kv_blocks()),
               static_cast<long long>(c.limits.kv_block_tokens));
   std::fflush(stdout);
+  const auto address = c.host + ":" + std::to_string(front.value()->port());
+  if (write_log)
+    open_serve_log(c.log_dir, front.value()->port(), prog);
+  log_info("serve", "serving " + service.model().name + " on " + address
+                      + " (" + std::to_string(service.kv_blocks())
+                      + " KV blocks, "
+                      + std::to_string(c.limits.ep_ranks)
+                      + " expert-parallel ranks)");
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::printf("serve: stopping (signal %d)\n", sig);
+  log_info("serve", "stopping (signal " + std::to_string(sig) + ")");
   // The engine first: requests in flight end (503, or an error event on a
   // stream) instead of holding the HTTP threads until they finish.
   service.stop();

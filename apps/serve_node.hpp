@@ -12,7 +12,9 @@
 namespace tutti::cli {
 
 // `prog` prefixes messages; bad config or model: exit 2, before listening.
-int run_serve_node(serve::serve_config c, int64_t node_rank,
-                   const char* prog);
+// `write_log`: node 0 logs to c.log_dir/tutti-serve-PORT.log.jsonl once it
+// listens (tuttid keeps its own log).
+int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
+                   bool write_log = false);
 
 } // namespace tutti::cli

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "commands.hpp"
+#include "service_client.hpp"
 #include "shell_command.hpp"
 
 namespace tutti::cli {
@@ -28,7 +30,7 @@ void shell_session::catch_interrupts() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-shell_session::shell_session(client::job_client& job, bool json, bool yes,
+shell_session::shell_session(client::job_client* job, bool json, bool yes,
                              bool interactive)
   : job_(job), json_(json), yes_(yes), interactive_(interactive) {}
 
@@ -47,6 +49,10 @@ int shell_session::run(const std::string& line, bool& quit) {
   }
   if (cmd.name == "help")
     return help(cmd.args);
+  if (cmd.name == "service")
+    return service(cmd.args, cmd.options);
+  if (cmd.name == "rollback")
+    return rollback(cmd.args, cmd.options);
   if (cmd.name == "kill" && !confirm("kill " + cmd.args[0]))
     return 1;
   std::vector<std::string> args = cmd.args;
@@ -71,7 +77,9 @@ std::vector<std::string> shell_session::actor_paths() {
   if (now - paths_at_ < std::chrono::seconds(2))
     return paths_;
   paths_at_ = now;
-  auto reply = job_.shell("actors", {});
+  if (!job_)
+    return paths_;
+  auto reply = job_->shell("actors", {});
   if (reply && reply->ok) {
     paths_.clear();
     for (const auto& a : reply->actors)
@@ -82,7 +90,14 @@ std::vector<std::string> shell_session::actor_paths() {
 
 int shell_session::ask(const std::string& name,
                        const std::vector<std::string>& args) {
-  auto reply = job_.shell(name, args);
+  if (!job_) {
+    std::fprintf(stderr,
+                 "tutti shell: %s: not connected to a job (start the shell "
+                 "with --connect HOST:PORT|CONFIG)\n",
+                 name.c_str());
+    return 1;
+  }
+  auto reply = job_->shell(name, args);
   if (!reply) {
     std::fprintf(stderr, "tutti shell: %s\n", reply.message().c_str());
     return 1;
@@ -123,12 +138,60 @@ bool shell_session::confirm(const std::string& what) {
   return answer == "y" || answer == "yes";
 }
 
+// With RUN_DIR: what `tutti rollback RUN_DIR ...` does (the job must be
+// stopped; its store is locked while it runs), the job run in the
+// foreground. Without: the connected job's coordinator answers (it checks
+// the operator role and audits; a running job is refused, naming what to
+// do instead).
+int shell_session::rollback(const std::vector<std::string>& args,
+                            const std::map<std::string, std::string>& options) {
+  auto option = [&](const std::string& name) {
+    auto i = options.find(name);
+    return i == options.end() ? std::string() : i->second;
+  };
+  if (args.empty()) {
+    if (!job_) {
+      std::fprintf(stderr, "tutti shell: rollback: name the job's RUN_DIR, or "
+                           "connect to the job (--connect)\n");
+      return 2;
+    }
+    return ask("rollback", {option("to-version"), option("checkpoint")});
+  }
+  std::vector<std::string> argv = {args[0], "--to-version",
+                                   option("to-version")};
+  if (options.count("checkpoint"))
+    argv.insert(argv.end(), {"--checkpoint", option("checkpoint")});
+  for (const char* flag : {"prepare-only", "quiet"})
+    if (options.count(flag))
+      argv.push_back(std::string("--") + flag);
+  return rollback_command(argv);
+}
+
+int shell_session::service(const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& options) {
+  auto token_file = options.find("token-file");
+  auto answer = service_request(
+    args[0], args[1], token_file == options.end() ? "" : token_file->second);
+  const bool json_answer = answer.text.rfind('{', 0) == 0
+                           || answer.text.rfind('[', 0) == 0;
+  if (answer.exit_status != 0 && !json_answer) {
+    std::fprintf(stderr, "tutti shell: service: %s\n", answer.text.c_str());
+    return answer.exit_status;
+  }
+  std::fprintf(answer.exit_status == 0 ? stdout : stderr, "%s\n",
+               answer.text.c_str());
+  std::fflush(stdout);
+  return answer.exit_status == 0 ? 0 : 1;
+}
+
 // Prints new lines every second until interrupted (Ctrl-C).
 int shell_session::follow_logs(const std::vector<std::string>& args) {
   std::string last;
   interrupted = false;
+  if (!job_)
+    return ask("logs", args); // says it is not connected
   while (!interrupted) {
-    auto reply = job_.shell("logs", args);
+    auto reply = job_->shell("logs", args);
     if (!reply || !reply->ok) {
       std::fprintf(stderr, "tutti shell: %s",
                    reply ? render::shell_text("logs", *reply).c_str()

@@ -1,9 +1,11 @@
 #pragma once
 // The shell's side of `tutti shell` and `tutti logs`: runs one command line
 // against a live job through its job_client and prints the answer (text,
-// or JSON with --json).
+// or JSON with --json). `service` talks to a gateway and `rollback RUN_DIR`
+// works on a stopped job's directory, so those need no job connection.
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,8 +15,9 @@ namespace tutti::cli {
 
 class shell_session {
 public:
-  // `interactive`: may ask on the terminal before a kill.
-  shell_session(client::job_client& job, bool json, bool yes, bool interactive);
+  // `interactive`: may ask on the terminal before a kill. `job` null: not
+  // connected; the job's commands say so.
+  shell_session(client::job_client* job, bool json, bool yes, bool interactive);
 
   // 0 ok, 1 refused or failed, 2 malformed; `quit` set by quit/exit.
   int run(const std::string& line, bool& quit);
@@ -31,8 +34,12 @@ private:
   int help(const std::vector<std::string>& args);
   bool confirm(const std::string& what);
   int follow_logs(const std::vector<std::string>& args);
+  int rollback(const std::vector<std::string>& args,
+               const std::map<std::string, std::string>& options);
+  int service(const std::vector<std::string>& args,
+              const std::map<std::string, std::string>& options);
 
-  client::job_client& job_;
+  client::job_client* job_;
   bool json_, yes_, interactive_;
   std::vector<std::string> paths_;
   std::chrono::steady_clock::time_point paths_at_{};

@@ -37,6 +37,7 @@
 #include "serve_node.hpp"
 #include "tutti/actors/node_supervisor.hpp"
 #include "tutti/actors/system_config.hpp"
+#include "tutti/base/process_memory.hpp"
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/kernels/blas_core.hpp"
 #include "tutti/ops/environment.hpp"
@@ -507,6 +508,7 @@ int main(int argc, char** argv) {
   // A peer that went away must be an error on its socket, not the end of
   // this daemon (aborted communicators shut their sockets down under Gloo).
   std::signal(SIGPIPE, SIG_IGN);
+  tutti::return_large_buffers_on_free();
   // A spare runs without TLS (refused above): only the warning applies.
   if (auto secured = set_up_security(cfg, opt.spare ? 1 : opt.node_rank);
       !secured.ok()) {

@@ -180,4 +180,62 @@ inline void check_event_counts(
   }
 }
 
+// The fault job's configs (its own and the reference's) on two daemons
+// with `parallel_key: 2` (tensor_ or pipeline_model_parallel_size) and
+// `train_lines` added: world 4 spreads the experts over the two
+// data-parallel ranks of each TP index or stage; world 2 runs one rank per
+// daemon.
+inline void make_model_parallel(const fault_job& job, int world,
+                                const std::string& parallel_key,
+                                const std::string& train_lines = "") {
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    auto set = [&](const std::string& from, const std::string& to) {
+      const auto at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+    };
+    set("  ep_size: 4\n", "  ep_size: " + std::to_string(world / 2) + "\n  "
+                            + parallel_key + ": 2\n");
+    set("  log_interval: 10\n", "  log_interval: 10\n" + train_lines);
+    if (world == 2) {
+      set("  world_size: 4\n", "  world_size: 2\n");
+      set("  nproc_per_node: 2\n", "  nproc_per_node: 1\n");
+    }
+    write_text(file, text);
+  }
+}
+
+// Node 1's daemon killed with SIGKILL at a random step (its ranks die
+// mid-step, their partners on node 0 block in a collective) and started
+// again: the job recovers from its checkpoint with the fault-free losses.
+inline void check_node1_kill_recovers(fault_job& job) {
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(12, 45);
+  nodes.node1->kill_and_reap();
+  CHECK(job.seconds_until("node0.log", "job interrupted", 10) >= 0);
+  nodes.node1 = job.daemon(1, "node1-again.log");
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs() + read_text(job.dir / "node1-again.log");
+  INFO(log);
+  CHECK(log.find("recovered: epoch 1 starts from the checkpoint of step")
+        != std::string::npos);
+  job.check_losses();
+  check_event_counts(job.events(),
+                     {{"node_lost", 1}, {"recovery", 1}, {"resumed", 1}});
+}
+
+// Rank 1 crashed by chaos kill_rank at a random step: the job recovers
+// from its checkpoint with the fault-free losses.
+inline void check_rank1_kill_recovers(fault_job& job) {
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(12, 45);
+  job.inject("kill_rank --rank 1");
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs();
+  INFO(log);
+  CHECK(log.find("recovered: epoch 1") != std::string::npos);
+  job.check_losses();
+}
+
 } // namespace tutti::testing

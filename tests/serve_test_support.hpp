@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno> // program_invocation_short_name
 #include <filesystem>
 #include <map>
 #include <random>
@@ -122,7 +123,10 @@ inline serve::served_model random_served_model(const std::string& name,
   static std::map<std::string, std::filesystem::path> exported;
   auto& dir = exported[name];
   if (dir.empty()) {
-    dir = scratch(name) / "export";
+    // Under the test program's own name: several programs share a model
+    // (serve_requests.hpp) and CTest runs them side by side.
+    dir = scratch(std::string(program_invocation_short_name) + "_" + name)
+          / "export";
     write_export_dir(dir, cfg, random_model_tensors(cfg, seed));
   }
   auto m = serve::load_model(dir);

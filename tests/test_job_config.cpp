@@ -38,6 +38,27 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(c.cluster.tensor_model_parallel_size == 1);
   CHECK(c.cluster.pipeline_model_parallel_size == 1);
   CHECK(c.cluster.host == "127.0.0.1");
+  // With tensor parallelism, ep_size 0 means "all data-parallel ranks".
+  const auto tp = parse(
+    with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2"));
+  CHECK(tp.tp_size() == 2);
+  CHECK(tp.dp_size() == 1);
+  CHECK(tp.ep_size() == 1);
+  CHECK(tp.tp_rank_of(1) == 1);
+  CHECK(tp.dp_rank_of(1) == 0);
+  // TP and PP together (world 4): the stage outermost, then the TP index.
+  const auto tp_pp = parse(
+    with("  world_size: 2", "  world_size: 4",
+         with("  nproc_per_node: 2", "  nproc_per_node: 4",
+              with("  ep_size: 0", "  ep_size: 0\n"
+                                   "  tensor_model_parallel_size: 2\n"
+                                   "  pipeline_model_parallel_size: 2"))));
+  CHECK(tp_pp.dp_size() == 1);
+  CHECK(tp_pp.ep_size() == 1);
+  CHECK(tp_pp.tp_rank_of(1) == 1);
+  CHECK(tp_pp.pp_stage_of(1) == 0);
+  CHECK(tp_pp.tp_rank_of(2) == 0);
+  CHECK(tp_pp.pp_stage_of(2) == 1);
   CHECK(c.cluster.collective_timeout_ms == 60000);
 
   CHECK(c.model.vocab_size == 32);
@@ -114,6 +135,18 @@ TEST_CASE("cluster_config is optional and defaults to one rank", "[unit]") {
   CHECK(c.cluster.world_size == 1);
   CHECK(c.cluster.ep_size == 1);
   CHECK(c.experts_per_rank() == 4);
+}
+
+TEST_CASE("pipeline parallelism takes the distributed optimizer and "
+          "recomputation",
+          "[unit]") {
+  const auto c = parse(with(
+    "  steps: 10",
+    "  steps: 10\n  optimizer_sharding: true\n  recompute: selective",
+    with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2")));
+  CHECK(c.pp_size() == 2);
+  CHECK(c.train.optimizer_sharding);
+  CHECK(c.train.recompute == recompute_mode::selective);
 }
 
 TEST_CASE("load_job_config names a missing file", "[unit]") {
@@ -309,15 +342,37 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("model.hidden_size"));
     CHECK_THAT(msg, Contains("even"));
   }
-  SECTION("tensor parallelism") {
+  SECTION("tensor parallelism not dividing world_size") {
     auto msg = refusal(
-      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2"));
+      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 3"));
     CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
   }
-  SECTION("pipeline parallelism") {
-    auto msg = refusal(
-      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2"));
+  SECTION("tensor parallelism over more heads than the model has") {
+    auto msg = refusal(with(
+      "  num_key_value_heads: 2", "  num_key_value_heads: 1",
+      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2")));
+    CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
+    CHECK_THAT(msg, Contains("num_key_value_heads"));
+  }
+  SECTION("tensor parallelism with the distributed optimizer") {
+    auto msg = refusal(with(
+      "  steps: 10", "  steps: 10\n  optimizer_sharding: true",
+      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2")));
+    CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
+  }
+  SECTION("pipeline parallelism with the rack-aware all-to-all") {
+    auto msg = refusal(with(
+      "  capacity_factor: 0", "  capacity_factor: 0\n  rack_aware_alltoall: true",
+      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2")));
     CHECK_THAT(msg, StartsWith("cluster_config.pipeline_model_parallel_size"));
+    CHECK_THAT(msg, Contains("rack_aware_alltoall"));
+  }
+  SECTION("pipeline stages that do not split the layers") {
+    auto msg = refusal(with(
+      "  num_hidden_layers: 2", "  num_hidden_layers: 3",
+      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2")));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_model_parallel_size"));
+    CHECK_THAT(msg, Contains("num_hidden_layers"));
   }
   SECTION("global_batch_size not divisible by world_size") {
     auto msg = refusal(

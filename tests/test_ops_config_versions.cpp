@@ -119,4 +119,36 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
             .status
           == 2);
   }
+
+  SECTION("the shell's rollback does what tutti rollback does") {
+    const auto shell = [&](const std::string& commands) {
+      return run(tutti_bin() + " shell -c '" + commands + "'", 300);
+    };
+    auto back = shell("rollback " + run_dir.string()
+                      + " --to-version 1 --checkpoint 4 --quiet");
+    INFO(back.output);
+    REQUIRE(back.status == 0);
+    CHECK(has(back.output, "rolled back to config version 1"));
+    CHECK(has(back.output, "resuming after step 4"));
+    const auto after = metric_series(metrics, "loss");
+    REQUIRE(after.size() == 8);
+    for (size_t i = 0; i < 8; ++i) {
+      INFO("step " << i + 1);
+      CHECK(after[i] == losses_v1[i]);
+    }
+    auto later = run(tutti_bin() + " config history " + run_dir.string(), 30);
+    INFO(later.output);
+    CHECK(has(later.output, "rollback to version 1 from step 4"));
+    // Refusals, as tutti rollback's: a version that does not exist (2), and
+    // the shell's own: no --to-version, no RUN_DIR without a job (2).
+    auto missing = shell("rollback " + run_dir.string() + " --to-version 7");
+    CHECK(missing.status == 2);
+    CHECK(has(missing.output, "--to-version 7"));
+    auto no_version = shell("rollback " + run_dir.string());
+    CHECK(no_version.status == 2);
+    CHECK(has(no_version.output, "missing --to-version"));
+    auto no_dir = shell("rollback --to-version 1");
+    CHECK(no_dir.status == 2);
+    CHECK(has(no_dir.output, "RUN_DIR"));
+  }
 }

@@ -221,13 +221,75 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
           "[unit]") {
   auto dir = scratch("plan_search");
   write_text(dir / "seed.yaml", seed_as_is);
-  // DeepSeek-V3 fits 80 GB only without restart in place's second set of
-  // expert weights and its replay log, which the plan counts.
+  // Mixtral-8x7B with restart in place's second set of expert weights and
+  // its replay log (which the plan counts) fits 80 GB only pipelined with
+  // recomputation: 49 layouts (none before PP took recomputation and the
+  // distributed optimizer), the smallest (PP32·EP128·DP256, 32
+  // micro-batches, full recomputation, sharded) 52.6 GiB; before that the
+  // smallest was 82.8 GiB. Without them 361 layouts fit (59 before).
+  // DeepSeek-V3 fits in no layout: its 61 layers split into no equal
+  // stages, so only TP divides the model; the smallest (TP8) needs 121 GiB.
   write_text(dir / "seed_no_restart.yaml",
              std::string(seed_as_is)
                + "supervision:\n  expert_shard:\n    max_restarts: 0\n");
-  for (auto [preset, file] : {std::pair{"mixtral-8x7b", "seed.yaml"},
-                              std::pair{"deepseek-v3", "seed_no_restart.yaml"}}) {
+  {
+    auto r = run(tutti_bin() + " plan " + (dir / "seed.yaml").string()
+                   + " --model mixtral-8x7b --search --json --top 100000",
+                 30);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.output);
+    CHECK(j["fit"].get<int64_t>() > 0);
+    int64_t sharded = 0;
+    for (const auto& l : j["layouts"]) {
+      CHECK(l["pp"].get<int64_t>() > 1);
+      CHECK(l["recompute"] != "none");
+      sharded += l["optimizer_sharding"].get<bool>();
+    }
+    CHECK(sharded > 0);
+  }
+  {
+    auto r = run(tutti_bin() + " plan " + (dir / "seed_no_restart.yaml").string()
+                   + " --model deepseek-v3 --search --json",
+                 30);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(nlohmann::json::parse(r.output)["fit"] == 0);
+  }
+  // Without a memory limit to speak of: PP is ranked as training runs it
+  // (equal stages; the distributed optimizer only without TP), with TP as
+  // well as without, with the distributed optimizer and with recomputation.
+  {
+    std::string roomy(seed_as_is);
+    replace_once(roomy, "  device_memory_gb: 80\n",
+                 "  device_memory_gb: 100000\n");
+    write_text(dir / "roomy.yaml", roomy);
+    auto r = run(tutti_bin() + " plan " + (dir / "roomy.yaml").string()
+                   + " --model mixtral-8x7b --search --json --top 100000",
+                 30);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    int64_t pipelined = 0, with_tp = 0, sharded = 0, recomputed = 0;
+    const auto j = nlohmann::json::parse(r.output);
+    for (const auto& l : j["layouts"]) {
+      if (l["pp"].get<int64_t>() == 1)
+        continue;
+      ++pipelined;
+      with_tp += l["tp"].get<int64_t>() > 1;
+      sharded += l["optimizer_sharding"].get<bool>();
+      recomputed += l["recompute"] != "none";
+      CHECK(!(l["tp"].get<int64_t>() > 1
+              && l["optimizer_sharding"].get<bool>()));
+      CHECK(32 % l["pp"].get<int64_t>() == 0);
+    }
+    CHECK(pipelined > 0);
+    CHECK(with_tp > 0); // TP·PP
+    CHECK(with_tp < pipelined);
+    CHECK(sharded > 0);
+    CHECK(recomputed > 0);
+  }
+  for (auto [preset, file] :
+       {std::pair{"mixtral-8x7b", "seed_no_restart.yaml"}}) {
     command_result r;
     const double t = best_time(tutti_bin() + " plan " + (dir / file).string()
                                  + " --model " + preset + " --search --json",
@@ -240,7 +302,9 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
     CHECK(j["considered"].get<int64_t>() > 100);
     REQUIRE(!j["layouts"].empty());
     double last = 0;
+    int64_t pipelined = 0; // PP saves weight and optimizer memory
     for (const auto& l : j["layouts"]) {
+      pipelined += l["pp"].get<int64_t>() > 1;
       CHECK(l["memory_bytes"].get<double>() <= 80e9);
       CHECK(l["step_s"].get<double>() >= last);
       last = l["step_s"].get<double>();
@@ -251,7 +315,11 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
       CHECK(l["tp"].get<int64_t>() * l["pp"].get<int64_t>()
               * l["dp"].get<int64_t>()
             == 8192);
+      // Training refuses TP with the distributed optimizer.
+      CHECK(!(l["tp"].get<int64_t>() > 1
+              && l["optimizer_sharding"].get<bool>()));
     }
+    CHECK(pipelined > 0);
   }
   // The text table, from the shipped config (its own model section).
   auto r = run(tutti_bin() + " plan " + source_dir()
@@ -263,6 +331,9 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
         std::string::npos);
   CHECK(r.output.find("bubble") != std::string::npos);
   CHECK(r.output.find("exposed") != std::string::npos);
+  // Its Mixtral-sized model fits pipelined with recomputation (above).
+  CHECK(r.output.find("none fits") == std::string::npos);
+  CHECK(r.output.find("selective") != std::string::npos);
 }
 
 TEST_CASE("memory by component follows micro-batches, sharding and "

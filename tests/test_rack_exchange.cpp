@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "memory_group.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/model/rack_exchange.hpp"
 
@@ -49,33 +50,9 @@ member_rows random_rows(int64_t me, int64_t P, std::mt19937& rng) {
   return m;
 }
 
-// Runs `body(member, communicator)` on every member of an in-process group.
 template <class Body>
 void on_group(int P, Body body) {
-  static int round = 0;
-  comm::memory_hub hub(0, P);
-  const std::string name = "rack" + std::to_string(round++);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(P);
-  for (int r = 0; r < P; ++r)
-    threads.emplace_back([&, r] {
-      std::unique_ptr<comm::communicator> c;
-      comm::memory_options o{name, std::chrono::seconds(20),
-                             std::chrono::seconds(20)};
-      auto made = comm::make_memory_communicator(hub, r, P, o, c);
-      if (!made.ok()) {
-        errors[r] = made.message();
-        return;
-      }
-      errors[r] = body(r, *c);
-    });
-  for (auto& t : threads)
-    t.join();
-  for (int r = 0; r < P; ++r) {
-    INFO("member " << r);
-    INFO(errors[r]);
-    CHECK(errors[r].empty());
-  }
+  tutti::testing::on_memory_group("rack", P, body);
 }
 
 } // namespace

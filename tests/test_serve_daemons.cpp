@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon_support.hpp"
+#include "serve_http_support.hpp"
 #include "serve_test_support.hpp"
 
 using namespace tutti;
@@ -20,27 +21,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string serve_yaml(const fs::path& model, int http_port,
-                       const std::string& cluster) {
-  return "serve:\n  model: " + model.string() + "\n  listen: 127.0.0.1:"
-         + std::to_string(http_port)
-         + "\n  max_sequences: 8\n  max_batch_tokens: 64\n"
-           "  kv_cache_bytes: 4MiB\n  step_timeout_s: 10\n"
-         + cluster;
-}
-
-httplib::Client client(int port) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(30, 0);
-  c.set_connection_timeout(2, 0);
-  return c;
-}
-
-bool ready(int port) {
-  auto r = client(port).Get("/ready");
-  return r && r->status == 200;
-}
 
 // The requests: prompts of several lengths, greedy and seeded sampling.
 std::vector<json> requests() {
@@ -68,8 +48,8 @@ std::vector<json> answers(int port) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < bodies.size(); ++i)
     threads.emplace_back([&, i] {
-      auto r = client(port).Post("/v1/completions", bodies[i].dump(),
-                                 "application/json");
+      auto r = local_client(port).Post("/v1/completions", bodies[i].dump(),
+                                       "application/json");
       if (r && r->status == 200)
         out[i] = json::parse(r->body)["choices"][0];
       else
@@ -113,11 +93,12 @@ TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
   auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
   auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
   const auto logs = [&] {
-    return "node 0: " + read_text(root / "node0.log") + "\nnode 1: "
-           + read_text(root / "node1.log") + "\none process: "
-           + read_text(root / "one.log");
+    return "node 0: " + read_text(root / "node0.log")
+           + "\nnode 1: " + read_text(root / "node1.log")
+           + "\none process: " + read_text(root / "one.log");
   };
-  if (!wait_until([&] { return ready(one_port) && ready(two_port); }, 30))
+  if (!wait_until(
+        [&] { return serve_ready(one_port) && serve_ready(two_port); }, 30))
     FAIL("not ready within 30 s; " << logs());
 
   const auto alone = answers(one_port);
@@ -131,7 +112,7 @@ TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
     CHECK(split[i] == alone[i]);
   }
   // The experts of rank 1 ran in node 1: rows crossed between the daemons.
-  auto scraped = client(two_port).Get("/metrics");
+  auto scraped = local_client(two_port).Get("/metrics");
   REQUIRE(scraped);
   CHECK(metric(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
   CHECK(read_text(root / "node1.log").find("joined node 0")
@@ -140,9 +121,9 @@ TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
   // Node 1 gone: node 0 is no longer ready and a request fails in bounded
   // time instead of hanging.
   node1.reset();
-  auto r = client(two_port).Post("/v1/completions", requests()[0].dump(),
-                                 "application/json");
+  auto r = local_client(two_port).Post("/v1/completions", requests()[0].dump(),
+                                       "application/json");
   REQUIRE(r);
   CHECK(r->status != 200);
-  CHECK(wait_until([&] { return !ready(two_port); }, 15));
+  CHECK(wait_until([&] { return !serve_ready(two_port); }, 15));
 }

@@ -80,7 +80,8 @@ TEST_CASE("the command table lists every command once with usage and help",
   CHECK(names
         == strings{"help", "status", "nodes", "actors", "experts", "metrics",
                    "events", "logs", "pause", "resume", "checkpoint", "restart",
-                   "kill", "drain", "stop", "quit", "exit", "audit", "config"});
+                   "kill", "drain", "stop", "quit", "exit", "audit", "config",
+                   "rollback", "service"});
   REQUIRE(find_command("experts"));
   CHECK(find_command("experts")->usage == "experts [LAYER]");
   CHECK(find_command("nope") == nullptr);
@@ -321,6 +322,48 @@ TEST_CASE("completing options and levels", "[shell]") {
   CHECK(complete_command_line("events -", actors) == strings{"--since"});
   CHECK(complete_command_line("status --", actors).empty());
   CHECK(complete_command_line("metrics \"lo", actors).empty()); // inside quotes
+}
+
+TEST_CASE("rollback [RUN_DIR] --to-version V [--checkpoint STEP]",
+          "[shell]") {
+  auto local = parse_ok("rollback /runs/a --to-version 2 --checkpoint 40");
+  CHECK(local.args == strings{"/runs/a"});
+  CHECK(local.options["to-version"] == "2");
+  CHECK(local.options["checkpoint"] == "40");
+  auto live = parse_ok("rollback --to-version=1 --prepare-only");
+  CHECK(live.args.empty());
+  CHECK(live.options["prepare-only"] == "true");
+  CHECK_THAT(parse_error("rollback /runs/a"),
+             Contains("rollback: missing --to-version (usage: rollback"));
+  CHECK_THAT(parse_error("rollback --to-version 0"),
+             Contains("--to-version must be a whole number >= 1, got '0'"));
+  CHECK_THAT(parse_error("rollback --to-version 1 --checkpoint x"),
+             Contains("--checkpoint must be a whole number >= 0"));
+  CHECK_THAT(parse_error("rollback a b --to-version 1"),
+             Contains("unexpected argument 'b'"));
+  CHECK(complete_command_line("rollback --", actors)
+        == strings{"--checkpoint", "--prepare-only", "--quiet",
+                   "--to-version"});
+  CHECK(complete_command_line("rollback /r --to-version 2 ", actors)
+        == strings{"--checkpoint", "--prepare-only", "--quiet"});
+}
+
+TEST_CASE("service ACTION HOST:PORT [--token-file F]", "[shell]") {
+  auto cmd = parse_ok("service promote 10.0.0.5:9000 --token-file /t");
+  CHECK(cmd.args == strings{"promote", "10.0.0.5:9000"});
+  CHECK(cmd.options["token-file"] == "/t");
+  CHECK(parse_ok("service status 127.0.0.1:9000").args[0] == "status");
+  CHECK_THAT(parse_error("service promot 127.0.0.1:9000"),
+             Contains("ACTION must be one of status, events, promote, "
+                      "rollback, got 'promot' (did you mean 'promote'?)"));
+  CHECK_THAT(parse_error("service status"), Contains("missing HOST:PORT"));
+  CHECK_THAT(parse_error("service"), Contains("missing ACTION"));
+  CHECK(complete_command_line("service ", actors)
+        == strings{"events", "promote", "rollback", "status"});
+  CHECK(complete_command_line("service p", actors) == strings{"promote"});
+  CHECK(complete_command_line("service status 127.0.0.1:9000 ", actors)
+        == strings{"--token-file"});
+  CHECK(complete_command_line("ro", actors) == strings{"rollback"});
 }
 
 TEST_CASE("line_editor compiles and links", "[shell]") {

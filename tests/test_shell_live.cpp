@@ -91,6 +91,9 @@ TEST_CASE("tutti shell -c: every command, with its exit status",
   refused("drain 0", 1, "coordinator");
   refused("status; stauts", 2, "stauts");
   refused("resume", 1, "not paused");
+  // A live job's store is in use: rollback names what to do instead.
+  refused("rollback --to-version 1", 1, "stop it first (stop), then rollback");
+  refused("rollback", 2, "missing --to-version");
   {
     auto r = job.shell("kill node1/expert_shard/2");
     INFO(r.output);

@@ -20,17 +20,20 @@ enum class value_kind {
   duration,     // --since: 300, 90s, 5m, 2h
   level,        // --level
   flag,         // --follow: no value
+  choice,       // one of the arg's choices: service ACTION
 };
 
 struct arg_spec {
   std::string label; // "LAYER", as in the usage line
   value_kind kind;
   bool required;
+  std::vector<std::string> choices = {}; // value_kind::choice
 };
 
 struct option_spec {
   std::string name; // without dashes
   value_kind kind;
+  bool required = false; // rollback --to-version
 };
 
 struct command_spec {
@@ -97,6 +100,21 @@ const std::vector<command_spec>& command_table() {
       {"V1", value_kind::whole_number, false},
       {"V2", value_kind::whole_number, false}},
      {}},
+    {{"rollback",
+      "rollback [RUN_DIR] --to-version V [--checkpoint STEP] [--prepare-only]",
+      "restart a stopped job on config version V from a checkpoint"},
+     {{"RUN_DIR", value_kind::text, false}},
+     {{"to-version", value_kind::count, true},
+      {"checkpoint", value_kind::whole_number},
+      {"prepare-only", value_kind::flag},
+      {"quiet", value_kind::flag}}},
+    {{"service",
+      "service status|events|promote|rollback HOST:PORT [--token-file F]",
+      "a gateway's rollout: show it, or steer its canary"},
+     {{"ACTION", value_kind::choice, true,
+       {"status", "events", "promote", "rollback"}},
+      {"HOST:PORT", value_kind::text, true}},
+     {{"token-file", value_kind::text}}},
   };
   return table;
 }
@@ -258,6 +276,7 @@ std::string check_value(value_kind kind, const std::string& value) {
     return value.empty() ? "non-empty" : "";
   case value_kind::command_name: // checked by the caller, which suggests
   case value_kind::flag:
+  case value_kind::choice:        // checked against the arg's choices
     return "";
   }
   return "";
@@ -321,7 +340,17 @@ std::string check_args(const command_spec& spec, const parsed_command& cmd) {
     }
     if (std::string want = check_value(arg.kind, cmd.args[i]); !want.empty())
       return arg.label + " must be " + want + ", got '" + cmd.args[i] + "'";
+    if (arg.kind == value_kind::choice
+        && !std::count(arg.choices.begin(), arg.choices.end(), cmd.args[i])) {
+      std::string guess = closest(cmd.args[i], arg.choices);
+      return arg.label + " must be one of " + join(arg.choices, ", ")
+             + ", got '" + cmd.args[i] + "'"
+             + (guess.empty() ? "" : " (did you mean '" + guess + "'?)");
+    }
   }
+  for (const auto& opt : spec.options)
+    if (opt.required && !cmd.options.count(opt.name))
+      return "missing --" + opt.name;
   return "";
 }
 
@@ -547,6 +576,8 @@ std::vector<std::string> complete_command_line(
     return with_prefix(actor_paths, partial);
   case value_kind::command_name:
     return with_prefix(command_names(), partial);
+  case value_kind::choice:
+    return with_prefix(spec->args[positional].choices, partial);
   default:
     return {};
   }

@@ -1,7 +1,10 @@
 #include "tutti/client/job_client.hpp"
 
+#include <filesystem>
+
 #include "tutti/actors/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
+#include "tutti/client/service_client.hpp"
 #include "tutti/security/tls_dialer.hpp"
 
 namespace tutti::client {
@@ -21,6 +24,16 @@ job_client::~job_client() {
 }
 
 status job_client::connect(const std::string& target) {
+  if (std::filesystem::is_regular_file(target) && is_service_config(target)) {
+    auto at = service_endpoint(target);
+    if (!at)
+      return at.error();
+    coordinator_ = nullptr;
+    service_.reset();
+    TUTTI_RETURN_IF_ERROR(probe_service(*at));
+    service_ = *at;
+    return {};
+  }
   auto at = resolve_target(target);
   if (!at)
     return at.error();
@@ -29,6 +42,7 @@ status job_client::connect(const std::string& target) {
 
 status job_client::connect(const endpoint& at) {
   coordinator_ = nullptr;
+  service_.reset();
   // A user certificate (or a token) in the environment: every connection
   // under TLS.
   if (!security::tls_dialer::installed()) {
@@ -71,22 +85,41 @@ expected<Reply> job_client::ask(timeout wait, Ts&&... xs) {
   return out;
 }
 
+namespace {
+
+tutti::status for_jobs(const char* what) {
+  return tutti::status::error(std::string(what)
+                              + " is a training job's; a service (tutti "
+                                "serve) answers status, actors, metrics, "
+                                "logs, kill and chaos kill_expert");
+}
+
+} // namespace
+
 expected<job_status> job_client::get_status(timeout wait) {
+  if (service_)
+    return for_jobs("the job status");
   return ask<job_status>(wait, status_atom_v);
 }
 
 expected<std::string> job_client::chaos(const chaos_request& request,
                                         timeout wait) {
+  if (service_)
+    return service_chaos(*service_, request, wait);
   return ask<std::string>(wait, chaos_atom_v, request);
 }
 
 expected<diag_report> job_client::diag(timeout wait) {
+  if (service_)
+    return for_jobs("the interconnect check (diag)");
   return ask<diag_report>(wait, diag_atom_v);
 }
 
 expected<shell_reply> job_client::shell(const std::string& command,
                                         const std::vector<std::string>& args,
                                         timeout wait) {
+  if (service_)
+    return service_shell(*service_, command, args, wait);
   auto reply = ask<shell_reply>(wait, shell_atom_v, command, args);
   if (!reply)
     return reply.error().with_context("lost the coordinator: ");

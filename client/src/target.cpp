@@ -1,4 +1,5 @@
 #include "tutti/client/target.hpp"
+#include "tutti/base/whole_number.hpp"
 
 #include <filesystem>
 
@@ -10,13 +11,8 @@ namespace {
 
 // 1..65535, all of `text` a number; 0 otherwise.
 int64_t parse_port(const std::string& text) {
-  try {
-    size_t used = 0;
-    const auto port = std::stoll(text, &used);
-    return used == text.size() && port > 0 && port <= 65535 ? port : 0;
-  } catch (const std::exception&) {
-    return 0;
-  }
+  const auto port = whole_number(text).value_or(0);
+  return port > 0 && port <= 65535 ? port : 0;
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 // The coordinator's address and each node's, from cluster_config.
 
 #include <exception>
+#include "tutti/base/whole_number.hpp"
 
 #include "tutti/config/job_config.hpp"
 
@@ -15,14 +16,7 @@ int64_t cluster_config::coordinator_port() const {
   auto colon = coordinator.rfind(':');
   if (colon == std::string::npos)
     return 0;
-  try {
-    size_t used = 0;
-    auto text = coordinator.substr(colon + 1);
-    auto port = std::stoll(text, &used);
-    return used == text.size() ? port : 0;
-  } catch (const std::exception&) {
-    return 0;
-  }
+  return whole_number(coordinator.substr(colon + 1)).value_or(0);
 }
 
 node_address cluster_config::node(int64_t rank) const {

@@ -38,10 +38,71 @@ status check_cluster(const cluster_config& cl) {
                 && cl.nodes[i].port < 65536,
               "cluster_config.nodes[" + std::to_string(i) + "]",
               "needs host and a port in 1..65535"));
-  return require(cl.ep_size >= 1 && cl.world_size % cl.ep_size == 0,
+  const auto tp = cl.tensor_model_parallel_size;
+  TUTTI_RETURN_IF_ERROR(require(
+    cl.world_size % tp == 0, "cluster_config.tensor_model_parallel_size",
+    "must divide world_size " + text(cl.world_size) + ", got " + text(tp)));
+  const auto pp = cl.pipeline_model_parallel_size;
+  TUTTI_RETURN_IF_ERROR(require(
+    cl.world_size % (tp * pp) == 0,
+    "cluster_config.pipeline_model_parallel_size",
+    "times tensor_model_parallel_size must divide world_size "
+      + text(cl.world_size) + ", got " + text(pp)));
+  // Experts are spread over the data-parallel ranks of one TP index of one
+  // pipeline stage.
+  const auto dp = cl.world_size / (tp * pp);
+  return require(cl.ep_size >= 1 && dp % cl.ep_size == 0,
                  "cluster_config.ep_size",
-                 "must divide world_size " + text(cl.world_size) + ", got "
-                   + text(cl.ep_size));
+                 tp * pp == 1
+                   ? "must divide world_size " + text(cl.world_size) + ", got "
+                       + text(cl.ep_size)
+                   : "must divide the data-parallel size world_size / "
+                     "(tensor_model_parallel_size * "
+                     "pipeline_model_parallel_size) "
+                       + text(dp) + ", got " + text(cl.ep_size));
+}
+
+// What pipeline parallelism needs of the model, and the features it does
+// not combine with yet (refused rather than silently wrong).
+status check_pipeline_parallel(const job_config& c) {
+  const auto pp = c.pp_size();
+  if (pp == 1)
+    return {};
+  const std::string key = "cluster_config.pipeline_model_parallel_size";
+  TUTTI_RETURN_IF_ERROR(require(
+    c.model.num_hidden_layers % pp == 0, key,
+    text(pp) + " must divide model.num_hidden_layers ("
+      + text(c.model.num_hidden_layers) + "): stages hold equal layers"));
+  TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
+                                "> 1 does not combine with "
+                                "moe_config.rack_aware_alltoall yet"));
+  return require(c.moe.placement.empty(), key,
+                 "> 1 does not combine with moe_config.placement yet");
+}
+
+// What tensor parallelism needs of the model, and the features it does
+// not combine with yet (refused rather than silently wrong).
+status check_tensor_parallel(const job_config& c) {
+  const auto tp = c.tp_size();
+  if (tp == 1)
+    return {};
+  const std::string key = "cluster_config.tensor_model_parallel_size";
+  TUTTI_RETURN_IF_ERROR(require(
+    c.model.num_key_value_heads % tp == 0, key,
+    text(tp) + " must divide model.num_key_value_heads ("
+      + text(c.model.num_key_value_heads) + "): attention splits by head"));
+  TUTTI_RETURN_IF_ERROR(require(
+    c.model.intermediate_size % tp == 0, key,
+    text(tp) + " must divide model.intermediate_size ("
+      + text(c.model.intermediate_size) + "): experts split their FFN"));
+  TUTTI_RETURN_IF_ERROR(require(!c.train.optimizer_sharding, key,
+                                "> 1 does not combine with "
+                                "train.optimizer_sharding yet"));
+  TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
+                                "> 1 does not combine with "
+                                "moe_config.rack_aware_alltoall yet"));
+  return require(c.moe.placement.empty(), key,
+                 "> 1 does not combine with moe_config.placement yet");
 }
 
 status check_recovery(const job_config& c) {
@@ -110,18 +171,24 @@ status check_moe(const job_config& c) {
 
 status check_train(const job_config& c) {
   const auto& t = c.train;
-  const auto world = c.cluster.world_size;
+  // Ranks of one TP index and the stages of one pipeline share their
+  // tokens: batches split over the data-parallel ranks.
+  const auto world = c.dp_size();
+  const std::string dp = "the data-parallel size (world_size / (tensor x "
+                         "pipeline parallel size) = "
+                         + text(world) + ")";
   TUTTI_RETURN_IF_ERROR(require(t.seq_len <= c.model.max_seq_len,
                                 "train.seq_len",
                                 "must be <= model.max_seq_len"));
   TUTTI_RETURN_IF_ERROR(
     require(t.global_batch_size % world == 0, "train.global_batch_size",
-            "must be divisible by world_size (" + text(t.global_batch_size)
-              + " % " + text(world) + " != 0)"));
+            "must be divisible by " + dp + ", " + text(t.global_batch_size)
+              + " is not"));
   TUTTI_RETURN_IF_ERROR(
     require((t.global_batch_size / world) % t.micro_batches == 0,
             "train.micro_batches",
-            "must divide the per-rank batch (global_batch_size / world_size = "
+            "must divide the per-rank batch (global_batch_size / "
+            "data-parallel size = "
               + text(t.global_batch_size / world) + "), got "
               + text(t.micro_batches)));
   TUTTI_RETURN_IF_ERROR(require(t.min_lr >= 0 && t.min_lr <= t.lr,
@@ -132,7 +199,7 @@ status check_train(const job_config& c) {
                                 "bf16 needs cluster_config.device: cuda"));
   return require(t.eval_sequences >= 0 && t.eval_sequences % world == 0,
                  "train.eval_sequences",
-                 "must be >= 0 and divisible by world_size");
+                 "must be >= 0 and divisible by " + dp);
 }
 
 status check_security(const security_config& s) {
@@ -152,6 +219,8 @@ status check_across_keys(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(check_cluster(c.cluster));
   TUTTI_RETURN_IF_ERROR(check_recovery(c));
   TUTTI_RETURN_IF_ERROR(check_model(c.model));
+  TUTTI_RETURN_IF_ERROR(check_tensor_parallel(c));
+  TUTTI_RETURN_IF_ERROR(check_pipeline_parallel(c));
   TUTTI_RETURN_IF_ERROR(check_moe(c));
   TUTTI_RETURN_IF_ERROR(check_train(c));
   return check_security(c.security);

@@ -1,6 +1,7 @@
 // load_job_config: read the YAML, fill in what defaults to another key,
 // check each key, then the keys together.
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -21,7 +22,10 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
   c.source_path = source_name;
   TUTTI_RETURN_IF_ERROR(config::read_sections(root, source_name, c));
   if (c.cluster.ep_size == 0)
-    c.cluster.ep_size = c.cluster.world_size;
+    c.cluster.ep_size =
+      c.cluster.world_size
+      / std::max<int64_t>(1, c.cluster.tensor_model_parallel_size
+                               * c.cluster.pipeline_model_parallel_size);
   TUTTI_RETURN_IF_ERROR(config::check_fields(c));
   TUTTI_RETURN_IF_ERROR(config::check_across_keys(c));
   return c;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "admin_access.hpp"
 #include "proxy.hpp"
 #include "tutti/actors/system_config.hpp"
 #include "tutti/gateway/autoscale.hpp"
@@ -56,6 +57,7 @@ struct gateway::impl {
     : f(cfg), launch(std::move(l)), stable_config(cfg.stable.serve_config) {}
 
   fleet f;
+  admin_access admin; // who may use /admin/
   launcher launch;
   std::string stable_config; // what autoscaling starts
   httplib::Server server;
@@ -369,19 +371,25 @@ void gateway::impl::routes() {
               [this](const httplib::Request& req, httplib::Response& res) {
                 proxy_completion(f, req, res);
               });
-  server.Get("/admin/status", [this](const httplib::Request&,
+  server.Get("/admin/status", [this](const httplib::Request& req,
                                      httplib::Response& res) {
-    res.set_content(status_json(f), json_type);
+    if (admin.admit(req, res, "status"))
+      res.set_content(status_json(f), json_type);
   });
   server.Get("/admin/events", [this](const httplib::Request& req,
                                      httplib::Response& res) {
+    if (!admin.admit(req, res, "events"))
+      return;
     int64_t after = 0;
     if (req.has_param("after"))
       after = std::atoll(req.get_param_value("after").c_str());
     res.set_content(events_json(f, after), json_type);
   });
   auto steer = [this](bool forward) {
-    return [this, forward](const httplib::Request&, httplib::Response& res) {
+    return [this, forward](const httplib::Request& req,
+                           httplib::Response& res) {
+      if (!admin.admit(req, res, forward ? "promote" : "rollback"))
+        return;
       std::string refused;
       bool ok;
       {
@@ -389,11 +397,8 @@ void gateway::impl::routes() {
         ok = forward ? promote(f, "operator", refused)
                      : roll_back(f, "operator", refused);
       }
-      if (!ok) {
-        res.status = 409;
-        res.set_content(nlohmann::json{{"error", refused}}.dump(), json_type);
-        return;
-      }
+      if (!ok)
+        return send_error(res, 409, refused, "conflict");
       res.set_content(status_json(f), json_type);
     };
   };
@@ -453,11 +458,17 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
     httplib::default_socket_options(sock);
     listen_fd = sock;
   });
+  auto admin = admin_access::open(cfg.admin_policy);
+  if (!admin)
+    return admin.error();
+  g.admin = std::move(*admin);
   g.routes();
   serve::serve_config auth;
   auth.api_keys = cfg.api_keys;
   auth.metrics_web_config = cfg.metrics_web_config;
-  if (auto s = serve::install_api_auth(g.server, auth); !s.ok())
+  if (auto s = serve::install_api_auth(g.server, auth,
+                                       cfg.admin_policy.empty());
+      !s.ok())
     return status::error(
       std::string(s.message()).replace(0, 6, "gateway."));
   int port = cfg.port;

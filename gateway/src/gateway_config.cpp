@@ -131,7 +131,7 @@ status read_root(const YAML::Node& root, gateway_config& c) {
       {"listen", "request_timeout_s", "connect_timeout_s", "max_retries",
        "max_in_flight", "replica_max_outstanding", "health_interval_s",
        "health_timeout_s", "breaker_failures", "breaker_open_s",
-       "http_threads", "api_keys", "metrics_web_config"}));
+       "http_threads", "api_keys", "metrics_web_config", "admin_policy"}));
     std::string listen;
     TUTTI_RETURN_IF_ERROR(read_string(g, p, "listen", listen));
     if (!listen.empty())
@@ -158,6 +158,7 @@ status read_root(const YAML::Node& root, gateway_config& c) {
     TUTTI_RETURN_IF_ERROR(read_string(g, p, "api_keys", c.api_keys));
     TUTTI_RETURN_IF_ERROR(
       read_string(g, p, "metrics_web_config", c.metrics_web_config));
+    TUTTI_RETURN_IF_ERROR(read_string(g, p, "admin_policy", c.admin_policy));
   }
   if (!root["stable"])
     return refuse("stable", "missing (the replicas of the stable version)");

@@ -21,12 +21,6 @@ std::string error_json(const std::string& message, const std::string& type,
   return j.dump();
 }
 
-void send_error(httplib::Response& res, int status, const std::string& msg,
-                const std::string& type) {
-  res.status = status;
-  res.set_content(error_json(msg, type, status), json_type);
-}
-
 std::string where(const replica& r) {
   return r.id + " (" + r.address.host + ":" + std::to_string(r.address.port)
          + ")";
@@ -386,6 +380,12 @@ void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
 }
 
 } // namespace
+
+void send_error(httplib::Response& res, int status, const std::string& msg,
+                const std::string& type) {
+  res.status = status;
+  res.set_content(error_json(msg, type, status), json_type);
+}
 
 void proxy_completion(fleet& f, const httplib::Request& req,
                       httplib::Response& res) {

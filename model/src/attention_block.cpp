@@ -1,5 +1,9 @@
 // The attention half of a decoder layer: x_mid = x + o(attn(rope(q), rope(k),
-// v)) on RMSNorm(x), with grouped-query heads.
+// v)) on RMSNorm(x), with grouped-query heads. Under tensor parallelism a
+// rank computes heads_ of the query heads and kv_heads_ of the key/value
+// heads (its slices of q/k/v_proj's rows and o_proj's columns); o_proj's
+// partial outputs are summed over the TP group, and so, backward, are the
+// partial gradients of the normed input.
 
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/rank_model.hpp"
@@ -8,12 +12,12 @@ namespace tutti::model {
 
 namespace k = tutti::kernels;
 
-status rank_model::attention_forward(int64_t l, int64_t seqs) {
+status rank_model::attention_forward(int64_t l, int64_t seqs,
+                                     step_timers& time) {
   const auto& m = cfg_.model;
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
-  const int64_t hd = m.head_dim(), hq = m.num_attention_heads;
-  const int64_t hkv = m.num_key_value_heads;
+  const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
   k::rmsnorm_forward(
     stream_, a.x_in.data(), param(layer_name(l, "input_layernorm.weight")),
     a.xn1.data(), a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
@@ -33,18 +37,18 @@ status rank_model::attention_forward(int64_t l, int64_t seqs) {
   k::linear_forward(stream_, a.attn.data(),
                     param(layer_name(l, "self_attn.o_proj.weight")),
                     a.x_mid.data(), n, hq * hd, d);
+  TUTTI_RETURN_IF_ERROR(tp_sum(a.x_mid.data(), n * d, time));
   k::axpy(stream_, 1.0f, a.x_in.data(), a.x_mid.data(), n * d);
   return {};
 }
 
 // dx: gradient of x_mid in, gradient of x_in out.
-void rank_model::attention_backward(int64_t l, int64_t seqs,
-                                    tensor<float>& dx) {
+status rank_model::attention_backward(int64_t l, int64_t seqs,
+                                      tensor<float>& dx, step_timers& time) {
   const auto& m = cfg_.model;
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
-  const int64_t hd = m.head_dim(), hq = m.num_attention_heads;
-  const int64_t hkv = m.num_key_value_heads;
+  const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
   dattn_.resize(stream_, n * hq * hd);
   dq_.resize(stream_, n * hq * hd);
   dk_.resize(stream_, n * hkv * hd);
@@ -75,11 +79,13 @@ void rank_model::attention_backward(int64_t l, int64_t seqs,
     dv_.data(), dtmp2_.data(), grad(layer_name(l, "self_attn.v_proj.weight")),
     n, d, hkv * hd);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
+  TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   k::rmsnorm_backward(stream_, a.x_in.data(),
                       param(layer_name(l, "input_layernorm.weight")),
                       a.rstd1.data(), dtmp_.data(), dtmp2_.data(),
                       grad(layer_name(l, "input_layernorm.weight")), n, d);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
+  return {};
 }
 
 } // namespace tutti::model

@@ -179,7 +179,9 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
         "experts' step taken aside (restart in place)");
   row("activations", bytes_text(mem.activations),
       bytes_text(mem.activations_micro) + " per micro-batch x "
-        + count_text(mem.in_flight) + " in flight, recompute "
+        + count_text(mem.in_flight) + " in flight"
+        + (mem.in_flight > 1 ? " (the experts' saved rows once)" : "")
+        + ", recompute "
         + to_string(layout.recompute));
   row("working buffers", bytes_text(mem.working),
       "backward scratch, LM head, recomputed layer");

@@ -29,10 +29,12 @@ shapes shapes_of(const job_config& cfg, const parallel_layout& l) {
   const auto& e = cfg.moe;
   shapes x{};
   x.d = m.hidden_size;
+  // TP as built: heads (query and KV; T divides both) and the experts'
+  // intermediate dimension split, the embedding and LM head replicated.
   x.f = static_cast<double>(m.intermediate_size) / l.tp;
-  x.v = static_cast<double>(m.vocab_size) / l.tp;
+  x.v = static_cast<double>(m.vocab_size);
   x.hq = static_cast<double>(m.num_attention_heads) / l.tp;
-  x.hkv = std::max(1.0, static_cast<double>(m.num_key_value_heads) / l.tp);
+  x.hkv = static_cast<double>(m.num_key_value_heads) / l.tp;
   x.hd = m.head_dim();
   x.E = e.num_experts;
   x.K = e.router_top_k;
@@ -80,26 +82,50 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
   const shapes x = shapes_of(cfg, l);
   const double d = x.d, n = x.n, nd = n * d;
   memory_breakdown b;
-  // The fullest stage: the embedding and the LM head (with its logits)
-  // sit on the first and the last; with PP = 1 one rank has both.
-  const double ends = l.pp > 1 ? 1.0 : 2.0;
-  const double dense = x.layers * x.dense_layer + ends * x.v * d + d;
-  const double experts = x.layers * x.expert_layer;
-  b.weights = (dense + experts) * fp32;
-  b.gradients = b.weights;
-  b.optimizer = 2 * fp32
-                * (dense / (l.optimizer_sharding ? l.dp : 1) + experts);
-  if (cfg.expert_restart_in_place())
-    b.optimizer_scratch = 3 * experts * fp32;
+  // PP: each stage holds, trains and updates its own layers' weights and
+  // experts, the first the embedding, the last the final norm and LM head
+  // (stage_layout.hpp). The whole model's counts size the checkpoint.
+  parallel_layout whole_layers = l;
+  whole_layers.tp = 1;
+  whole_layers.pp = 1;
+  parallel_layout one_stage = l;
+  one_stage.pp = 1;
+  const shapes all = shapes_of(cfg, one_stage);
+  const double dense = all.layers * all.dense_layer + 2 * x.v * d + d;
+  const double experts = all.layers * all.expert_layer;
+  const double stage_experts = x.layers * x.expert_layer;
+  auto stage_dense = [&](int64_t stage) {
+    return x.layers * x.dense_layer + (stage == 0 ? x.v * d : 0)
+           + (stage + 1 == l.pp ? x.v * d + d : 0);
+  };
+  // Weights, gradients, moments and the experts' second set of a stage.
+  auto stage_fixed = [&](int64_t stage) {
+    const double own = stage_dense(stage);
+    return (2 * (own + stage_experts)
+            + 2 * (own / (l.optimizer_sharding ? l.dp : 1) + stage_experts)
+            + (cfg.expert_restart_in_place() ? 3 * stage_experts : 0))
+           * fp32;
+  };
+  auto set_fixed = [&](int64_t stage) {
+    const double own = stage_dense(stage);
+    b.weights = (own + stage_experts) * fp32;
+    b.gradients = b.weights;
+    b.optimizer = 2 * fp32
+                  * (own / (l.optimizer_sharding ? l.dp : 1) + stage_experts);
+    b.optimizer_scratch =
+      cfg.expert_restart_in_place() ? 3 * stage_experts * fp32 : 0;
+  };
 
-  // Sequence parallelism divides what is [tokens, hidden] by TP.
-  const double sp = static_cast<double>(l.tp);
+  // No sequence parallelism: every TP rank holds the whole [tokens,
+  // hidden] activations and runs the norms on all of them.
   const double probs = x.seqs * x.hq * x.s * x.s;
-  const double layer_rest = 3 * nd / sp + 2 * n / sp + 2 * n * x.hq * x.hd
+  const double layer_rest = 3 * nd + 2 * n + 2 * n * x.hq * x.hd
                             + 2 * n * x.hkv * x.hd + 2 * n * x.E + 4 * n * x.K
                             + x.recv * d + 2 * x.recv;
-  const double shard_saved = x.recv * (d + 3 * x.f);
-  double per_layer = nd / sp + shard_saved;
+  // The expert shard keeps a layer's last forward only, once per layer
+  // however many micro-batches are in flight.
+  const double shard_saved = x.layers * x.recv * (d + 3 * x.f);
+  double per_layer = nd;
   double shared = 0; // recompute's one layer
   switch (l.recompute) {
   case recompute_mode::none:
@@ -113,16 +139,23 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     shared = layer_rest + probs;
     break;
   }
-  b.activations_micro = x.layers * per_layer * fp32;
-  // 1F1B: the first stage holds p micro-batches' activations at most.
-  b.in_flight = static_cast<double>(std::min(l.pp, l.micro_batches));
-  b.activations = b.activations_micro * b.in_flight;
-
-  const double head = l.pp > 1 ? 0 : 2 * nd + 2 * n + n * x.v
-                                       + n * std::max(x.v, x.E);
+  // A stage's micro-batch: its layers' activations and, before the last
+  // stage, its output (the next stage's input) kept with them.
+  auto kept_micro = [&](int64_t stage) {
+    return x.layers * per_layer + (stage + 1 < l.pp ? nd : 0);
+  };
+  // 1F1B: stage s keeps up to min(pp - s, m) micro-batches in flight.
+  auto in_flight = [&](int64_t stage) {
+    return static_cast<double>(std::min(l.pp - stage, l.micro_batches));
+  };
+  // The final norm, LM head logits and loss buffers are sized on every
+  // stage; the logits' gradient only where the loss is, the last stage.
+  auto head = [&](int64_t stage) {
+    return 2 * nd + 2 * n + n * x.v
+           + (stage + 1 == l.pp ? n * std::max(x.v, x.E) : 0);
+  };
   const double scratch = 3 * nd + 2 * n * x.hq * x.hd + 2 * n * x.hkv * x.hd
                          + n * x.K + 3 * x.recv * x.f + x.recv * d + 2 * n;
-  b.working = (shared + head + scratch) * fp32;
 
   const double rows = cfg.moe.communication_buffer_size > 0
                         ? cfg.moe.communication_buffer_size / (d * fp32)
@@ -135,16 +168,57 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     dispatch += calls * x.layers * l.micro_batches * x.recv * d;
   }
   b.dispatch = dispatch * fp32;
+  auto stage_total = [&](int64_t stage) {
+    return stage_fixed(stage) + b.dispatch
+           + (in_flight(stage) * kept_micro(stage) + shard_saved) * fp32
+           + (shared + head(stage) + scratch) * fp32;
+  };
+  // The fullest stage: the first keeps the most micro-batches, the last
+  // the logits' gradient.
+  int64_t fullest = 0;
+  b.stages = l.pp;
+  for (int64_t stage = 0; stage < l.pp; ++stage) {
+    b.total_all_stages += stage_total(stage);
+    if (stage_total(stage) > stage_total(fullest))
+      fullest = stage;
+  }
+  set_fixed(fullest);
+  b.in_flight = in_flight(fullest);
+  b.activations_micro = (kept_micro(fullest) + shard_saved) * fp32;
+  b.activations = (b.in_flight * kept_micro(fullest) + shard_saved) * fp32;
+  b.working = (shared + head(fullest) + scratch) * fp32;
+
   // Rank 0 at a checkpoint: host copies of weights and moments (the dense
-  // moments whole, gathered when sharded) and the experts' twice (the
-  // shard's snapshot and the rank's).
-  b.checkpoint_other = 6 * experts * fp32;
-  b.checkpoint = (5 + (l.optimizer_sharding ? 1 : 0)) * dense * fp32
-                 + b.checkpoint_other;
-  b.kv_cache_per_sequence = 2 * x.layers * x.hkv * x.hd
+  // moments whole, gathered when sharded) and the experts' (the shard's
+  // snapshot, which the rank's shares). Under PP stage 0's ranks receive
+  // the later stages' layers tensor by tensor and write the whole model.
+  const double snapshot = 3 * experts * fp32; // weights and both moments
+  const double writers = static_cast<double>(std::min(l.ep, l.dp));
+  if (l.tp == 1) {
+    b.checkpoint_other = snapshot;
+    b.checkpoint = (5 + (l.optimizer_sharding ? 1 : 0)) * dense * fp32
+                   + snapshot;
+    // The first ep data-parallel ranks write experts; a later stage's
+    // holds its own layers' snapshot while it sends them.
+    b.checkpoint_others = (writers - 1) * snapshot
+                          + (l.pp - 1) * writers * 3 * stage_experts * fp32;
+  } else {
+    // TP rank 0 of each of the first ep data-parallel ranks gathers its TP
+    // group's slices: the received parts and their host copy, each T
+    // snapshots (the join into whole tensors, as large, comes after the
+    // buffer is freed). The other TP ranks send: their snapshot and the
+    // buffer it is copied to. Rank 0 also joins the dense tensors whole.
+    const shapes w = shapes_of(cfg, whole_layers);
+    const double dense_whole = w.layers * w.dense_layer + 2 * w.v * d + d;
+    const double t = static_cast<double>(l.tp);
+    const double gathering = 2 * t * snapshot, sending = 2 * snapshot;
+    b.checkpoint_other = writers > 1 ? gathering : sending;
+    b.checkpoint = 5 * dense_whole * fp32 + gathering;
+    b.checkpoint_others = (writers - 1) * gathering + writers * (t - 1) * sending;
+  }
+  b.kv_cache_per_sequence = 2 * all.layers * x.hkv * x.hd
                             * cfg.model.max_seq_len * fp32;
-  b.total = b.weights + b.gradients + b.optimizer + b.optimizer_scratch
-            + b.activations + b.working + b.dispatch;
+  b.total = stage_total(fullest);
   return b;
 }
 
@@ -242,6 +316,9 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
       continue;
     for (int64_t pp = 1; pp <= std::min<int64_t>(64, m.num_hidden_layers);
          pp *= 2) {
+      // Training refuses stages of unequal layer counts.
+      if (pp > 1 && m.num_hidden_layers % pp != 0)
+        break;
       if (world % (tp * pp) != 0)
         continue;
       const int64_t dp = world / (tp * pp);
@@ -258,7 +335,8 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
           for (auto rc : {recompute_mode::none, recompute_mode::selective,
                           recompute_mode::full})
             for (bool shard : {false, true}) {
-              if (shard && dp == 1)
+              // Training refuses TP with the distributed optimizer.
+              if (shard && (dp == 1 || tp > 1))
                 continue;
               ++considered;
               parallel_layout l{tp, pp, ep, dp, micro, rc, shard};

@@ -5,6 +5,12 @@
 // placement the expert whose slot_of_expert_ is s. Routing, capacity and
 // the router's statistics stay in expert ids; from the dispatch plan on,
 // rows are grouped by slot.
+//
+// Tensor parallelism: every TP rank routes the same tokens the same way
+// (replicated router), exchanges them within its own EP group (the ranks
+// of its TP index) and runs its slice of each expert's intermediate
+// dimension; the combined partial outputs, and backward the gate and
+// input gradients, are summed over the TP group.
 
 #include <algorithm>
 #include <numeric>
@@ -38,7 +44,7 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(
-      comms_.world->all_reduce_sum(a.counts_global.data(), E));
+      comms_.dp->all_reduce_sum(a.counts_global.data(), E));
   }
   std::vector<float> fraction(E);
   for (int64_t i = 0; i < E; ++i) {
@@ -48,17 +54,28 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
     // Summed over the step's micro-batches: the bias update and the
     // reported counts see the whole global batch.
     stats.expert_counts[l * E + i] += a.counts_global[i];
-    a.counts_step[i] += a.counts_global[i];
+    counts_step_[l][i] += a.counts_global[i];
   }
   a.fraction.upload(stream_, fraction);
-  a.counts_global_dev.upload(stream_, a.counts_step);
-  if (e.aux_loss_coeff > 0)
-    stats.aux_loss += k::switch_loss_forward(stream_, a.rprobs.data(),
-                                             a.fraction.data(), n, E,
-                                             aux_coeff(), global_tokens_);
-  if (e.z_loss_coeff > 0)
-    stats.z_loss += k::z_loss_forward(stream_, a.logits.data(), n, E,
-                                      z_coeff(), global_tokens_);
+  counts_step_dev_[l].upload(stream_, counts_step_[l]);
+  const auto term = static_cast<size_t>(micro_ * cfg_.model.num_hidden_layers + l);
+  // Pipeline: each term also by (micro-batch, layer), for the step's sum
+  // in the one-stage order.
+  if (e.aux_loss_coeff > 0) {
+    const double aux = k::switch_loss_forward(stream_, a.rprobs.data(),
+                                              a.fraction.data(), n, E,
+                                              aux_coeff(), global_tokens_);
+    stats.aux_loss += aux;
+    if (term < aux_terms_.size())
+      aux_terms_[term] = aux;
+  }
+  if (e.z_loss_coeff > 0) {
+    const double z = k::z_loss_forward(stream_, a.logits.data(), n, E,
+                                       z_coeff(), global_tokens_);
+    stats.z_loss += z;
+    if (term < z_terms_.size())
+      z_terms_[term] = z;
+  }
   return {};
 }
 
@@ -121,7 +138,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
 
   drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
   drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  TUTTI_RETURN_IF_ERROR(dispatch_rows(a, time)); // moe_exchange.cpp
+  TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time)); // moe_exchange.cpp
 
   // Regroup the received rows from source-major to expert-major.
   std::vector<int64_t> src_index(a.recv_rows);
@@ -146,16 +163,47 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
                  a.recv_rows, d);
   a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  if (slots_.size() > 1) // a later forward may come before this backward
+    a.expert_in.assign(stream_, dexp_in_.data(),
+                       static_cast<size_t>(std::max<int64_t>(a.recv_rows, 1) * d));
+  expert_forward_of_[l] = micro_;
   k::wait(stream_); // the shard reads them on its own stream
   // Experts and combine, chunk by chunk (moe_combine.cpp).
   plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
     l, dexp_in_.data(), dexp_out_.data(), d, combine_chunk_rows(),
-    [&](size_t c) { return combine_chunk(a, c, dexp_out_, a.y_rows, time); },
+    [&](size_t c) {
+      return combine_chunk(a, c, dexp_out_, a.y_rows, combine_kind::outputs,
+                           time);
+    },
     time.overlap_s));
-  k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(),
-                       a.gate.data(), out, a.rows, n, K, d);
+  // Through the rack relays a group's outputs come summed on its lead row
+  // (rack_plan.hpp): gate 1 there, 0 on the group's other (zero) rows.
+  const float* gate = a.gate.data();
+  if (rack_) {
+    rack_combine_gates(a, n);
+    gate = gate_combine_.data();
+  }
+  k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(), gate,
+                       out, a.rows, n, K, d);
+  TUTTI_RETURN_IF_ERROR(tp_sum(out, n * d, time));
   k::axpy(stream_, 1.0f, a.x_mid.data(), out, n * d);
+  return {};
+}
+
+// 1F1B runs micro-batch i+1's forward before micro-batch i's backward on
+// all but the last stage; the expert shard keeps only the last forward of
+// each layer for backward, so it runs micro-batch i's rows again (the same
+// kernels on the same rows: the same saved values, bit for bit).
+status rank_model::restore_expert_forward(int64_t l, layer_acts& a,
+                                          step_timers& time) {
+  if (expert_forward_of_[l] == micro_)
+    return {};
+  plan_combine(a);
+  TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
+    l, a.expert_in.data(), dexp_out_.data(), cfg_.model.hidden_size,
+    combine_chunk_rows(), [](size_t) { return status{}; }, time.compute_s));
+  expert_forward_of_[l] = micro_;
   return {};
 }
 
@@ -172,13 +220,23 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  TUTTI_RETURN_IF_ERROR(restore_expert_forward(l, a, time));
 
+  // Through the rack relays y_rows holds what the combine left (a group's
+  // sum on its lead): the rows' gradients are right, the gate gradients of
+  // the groups' rows come from the relays with the input gradients.
   k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
                                 a.slot_of_row.data(), a.gate.data(),
                                 drows_.data(), dgate_.data(), a.rows, n, K, d);
-  TUTTI_RETURN_IF_ERROR(exchange_rows(relay_direction::out_of_origin,
-                                      drows_.data(), a.send_counts,
-                                      drecv_.data(), a.recv_counts, time));
+  if (rack_) {
+    TUTTI_RETURN_IF_ERROR(rack_dispatch_gradient(a, dx.data(), time));
+  } else {
+    // y_rows are this TP rank's partial outputs: so are the gates' gradients.
+    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
+    TUTTI_RETURN_IF_ERROR(exchange_rows(relay_direction::out_of_origin,
+                                        drows_.data(), a.send_counts,
+                                        drecv_.data(), a.recv_counts, time));
+  }
   k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
                  a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream
@@ -187,13 +245,19 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.backward_chunks(
     l, dexp_out_.data(), dexp_in_.data(), d, combine_chunk_rows(),
-    [&](size_t c) { return combine_chunk(a, c, dexp_in_, drows_, time); },
+    [&](size_t c) {
+      return combine_chunk(a, c, dexp_in_, drows_,
+                           combine_kind::input_gradients, time);
+    },
     time.overlap_s));
+  if (rack_) // the relays' gate gradients are TP partials as well
+    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
 
   dtmp_.zeros(stream_, n * d);
   dtmp2_.resize(stream_, n * d);
   k::permute_rows_backward(stream_, drows_.data(), a.slot_of_row.data(),
                            dtmp_.data(), a.rows, K, d);
+  TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   dlogits_.resize(stream_, n * E);
   k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
                           dgate_.data(), dlogits_.data(), n, E, K, temperature);

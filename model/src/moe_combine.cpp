@@ -23,7 +23,8 @@ void rank_model::plan_combine(const layer_acts& a) {
   const int64_t E = cfg_.moe.num_experts, P = comms_.ep->size(), L = E / P;
   // In one process the combine is the ranks' own copies, competing with
   // the experts for the same cores: chunking it would only add steps. The
-  // rack relays batch a rack's outputs into one message: one chunk.
+  // rack relays sum and batch a rack's outputs for a member into one
+  // message: one chunk.
   const int64_t C = comms_.ep->in_process() || rack_
                       ? 1
                       : combine_chunk_count(cfg_);
@@ -59,10 +60,10 @@ std::vector<std::vector<int64_t>> rank_model::combine_chunk_rows() const {
   return rows;
 }
 
-status rank_model::combine_chunk(const layer_acts& a, size_t c,
+status rank_model::combine_chunk(layer_acts& a, size_t c,
                                  const tensor<float>& expert_major,
                                  tensor<float>& dispatch_order,
-                                 step_timers& time) {
+                                 combine_kind kind, step_timers& time) {
   const int64_t d = cfg_.model.hidden_size, P = comms_.ep->size();
   const int64_t L = cfg_.moe.num_experts / P;
   const auto& ch = combine_[c];
@@ -97,6 +98,8 @@ status rank_model::combine_chunk(const layer_acts& a, size_t c,
   if (!whole)
     dcombine_.resize(stream_, std::max<int64_t>(got, 1) * d);
   float* recv = whole ? dispatch_order.data() : dcombine_.data();
+  if (rack_) // one chunk: the relays' sums land in dispatch order
+    return rack_combine(a, kind, send, ch.send, recv, ch.recv, time);
   TUTTI_RETURN_IF_ERROR(exchange_rows(relay_direction::back_to_origin, send,
                                       ch.send, recv, ch.recv, time));
   if (!whole) {

@@ -1,6 +1,8 @@
 // The MoE block's all-to-alls: the flat exchange (every row straight to
-// the member holding its expert) or the rack-aware one (rack_exchange.hpp).
-// Both leave the same rows in the same order, so the choice changes the
+// the member holding its expert) or the rack-aware one (rack_exchange.hpp),
+// whose relays also sum a token's outputs (and input gradients) where that
+// gives the same bits and take the output gradient once per rack. Either
+// way the block's results are the same bits: the choice changes the
 // traffic on each link class and never the numerics.
 
 #include "tutti/kernels/ops.hpp"
@@ -21,7 +23,7 @@ std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
 
 } // namespace
 
-status rank_model::dispatch_rows(layer_acts& a, step_timers& time) {
+status rank_model::dispatch_rows(layer_acts& a, int64_t n, step_timers& time) {
   const int64_t d = cfg_.model.hidden_size, K = cfg_.moe.router_top_k;
   if (!rack_) {
     k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
@@ -29,25 +31,65 @@ status rank_model::dispatch_rows(layer_acts& a, step_timers& time) {
     return exchange_rows(relay_direction::out_of_origin, drows_.data(),
                          a.send_counts, drecv_.data(), a.recv_counts, time);
   }
-  // The relays need each row's token, to send a token once per rack.
-  std::vector<int64_t> row_token(a.rows);
+  // The relays need each row's token and slot (to send a token once per
+  // rack and sum its outputs in slot order) and the gates.
+  std::vector<int64_t> row_slot(a.rows);
   if (a.rows > 0) {
     slot_host_.resize(a.rows);
     a.slot_of_row.download(stream_, slot_host_.data(), a.rows);
   }
   for (int64_t r = 0; r < a.rows; ++r)
-    row_token[r] = slot_host_[r] / K;
+    row_slot[r] = slot_host_[r];
+  const float* gate = a.gate.host_view(stream_, gate_host_);
   k::wait(stream_); // queued kernels count as compute
   rack_->reset_bytes();
   {
     exchange_timer t(time, *comms_.ep);
     TUTTI_RETURN_IF_ERROR(rack_->dispatch(*comms_.ep, collectives_,
-                                          a.xn2.data(), d, row_token,
-                                          a.send_counts, drecv_.data(),
-                                          a.recv_counts));
+                                          a.xn2.data(), n, d, K, row_slot,
+                                          gate, a.send_counts, drecv_.data(),
+                                          a.recv_counts, a.rack_plan));
   }
   count_sent_bytes(rack_->bytes_to());
   return {};
+}
+
+status rank_model::rack_combine(layer_acts& a, combine_kind kind,
+                                const float* send,
+                                const std::vector<int64_t>& send_rows,
+                                float* recv,
+                                const std::vector<int64_t>& recv_rows,
+                                step_timers& time) {
+  k::wait(stream_); // queued kernels count as compute
+  exchange_timer t(time, *comms_.ep);
+  rack_->reset_bytes();
+  float* dgate = kind == combine_kind::input_gradients ? dgate_.data()
+                                                       : nullptr;
+  TUTTI_RETURN_IF_ERROR(rack_->combine(*comms_.ep, collectives_, a.rack_plan,
+                                       kind, send, send_rows, recv, recv_rows,
+                                       dgate, cfg_.model.hidden_size));
+  count_sent_bytes(rack_->bytes_to());
+  return {};
+}
+
+status rank_model::rack_dispatch_gradient(layer_acts& a, const float* dx,
+                                          step_timers& time) {
+  k::wait(stream_); // queued kernels count as compute
+  exchange_timer t(time, *comms_.ep);
+  rack_->reset_bytes();
+  TUTTI_RETURN_IF_ERROR(rack_->dispatch_gradient(
+    *comms_.ep, collectives_, a.rack_plan, dx, drows_.data(), drecv_.data(),
+    a.recv_counts, cfg_.model.hidden_size));
+  count_sent_bytes(rack_->bytes_to());
+  return {};
+}
+
+void rank_model::rack_combine_gates(const layer_acts& a, int64_t n) {
+  const int64_t slots = n * cfg_.moe.router_top_k;
+  const float* gate = a.gate.host_view(stream_, gate_host_);
+  gate_mix_.assign(gate, gate + slots);
+  combine_gates(a.rack_plan, gate_mix_);
+  gate_combine_.upload(stream_, gate_mix_);
 }
 
 status rank_model::exchange_rows(relay_direction dir, const float* send,

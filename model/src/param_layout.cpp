@@ -23,6 +23,13 @@ const tensor_spec& param_layout::at(const std::string& name) const {
   throw std::out_of_range("no tensor named " + name);
 }
 
+const tensor_spec* param_layout::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
 param_layout dense_layout(const model_config& m, const moe_config& e) {
   param_layout p;
   const int64_t d = m.hidden_size, hd = m.head_dim();
@@ -112,6 +119,8 @@ void init_expert_params(const param_layout& layout, float* values,
                         uint64_t seed, double std) {
   const int64_t per = m.intermediate_size * m.hidden_size;
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    if (!layout.find(expert_block_name(l, "w1")))
+      continue; // another pipeline stage's layer
     for (const char* which : {"w1", "w3", "w2"}) {
       const auto& block = layout.at(expert_block_name(l, which));
       for (int64_t j = 0; j < count; ++j) {

@@ -1,45 +1,19 @@
 #include "tutti/model/rack_exchange.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <numeric>
 #include <string>
 
+#include "rack_rows.hpp"
 #include "tutti/kernels/ops.hpp"
 
 namespace tutti::model {
 
 namespace k = tutti::kernels;
 
-namespace {
-
-std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
-  std::vector<int64_t> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i)
-    out[i] = counts[i] * d;
-  return out;
-}
-
-std::vector<int64_t> starts(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> out(counts.size() + 1, 0);
-  std::partial_sum(counts.begin(), counts.end(), out.begin() + 1);
-  return out;
-}
-
-int64_t total(const std::vector<int64_t>& counts) {
-  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
-}
-
-// dst[i] = src[index[i]] for rows of d floats, index from the host.
-void gather(const k::stream& s, k::tensor<int64_t>& index_dev,
-            const std::vector<int64_t>& index, const float* src, float* dst,
-            int64_t d) {
-  if (index.empty())
-    return;
-  index_dev.upload(s, index);
-  k::gather_rows(s, src, index_dev.data(), dst, int64_t(index.size()), d);
-}
-
-} // namespace
+using namespace rack_rows;
 
 rack_layout::rack_layout(std::vector<int64_t> rack_of_member)
   : rack_of_(std::move(rack_of_member)), position_(rack_of_.size()) {
@@ -111,10 +85,9 @@ status rack_exchange::share_counts(comm::communicator& c,
   return {};
 }
 
-template <class Locate>
 status rack_exchange::fan_out(comm::communicator& c, staged_collectives& coll,
-                              relay_direction dir, Locate row_in_stage1,
-                              float* recv,
+                              relay_direction dir, const float* stage1,
+                              const locate& row_in_stage1, float* recv,
                               const std::vector<int64_t>& recv_rows,
                               int64_t d) {
   const int64_t P = layout_.members(), me = c.rank();
@@ -138,7 +111,7 @@ status rack_exchange::fan_out(comm::communicator& c, staged_collectives& coll,
     recv2[via(dir, s, me)] += rows(s, me);
   }
   send_.resize(stream_, std::max<int64_t>(int64_t(index.size()), 1) * d);
-  gather(stream_, index_, index, stage1_.data(), send_.data(), d);
+  gather(stream_, index_, index, stage1, send_.data(), d);
   stage2_.resize(stream_, std::max<int64_t>(total(recv2), 1) * d);
   TUTTI_RETURN_IF_ERROR(coll.all_to_all_v(c, send_.data(), times(send2, d),
                                           stage2_.data(), times(recv2, d)));
@@ -196,7 +169,7 @@ status rack_exchange::relayed(comm::communicator& c, staged_collectives& coll,
                                           stage1_.data(), times(recv1, d)));
   count(send1, d * int64_t(sizeof(float)));
   return fan_out(
-    c, coll, dir,
+    c, coll, dir, stage1_.data(),
     [&](int64_t s, int64_t p, int64_t k) { return block_at[s * P + p] + k; },
     recv, recv_rows, d);
 }
@@ -207,6 +180,53 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
                                const std::vector<int64_t>& send_rows,
                                float* recv,
                                const std::vector<int64_t>& recv_rows) {
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, recv,
+                       recv_rows, nullptr, nullptr);
+}
+
+status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
+                               const float* tokens, int64_t n, int64_t d,
+                               int64_t k, const std::vector<int64_t>& row_slot,
+                               const float* gate,
+                               const std::vector<int64_t>& send_rows,
+                               float* recv,
+                               const std::vector<int64_t>& recv_rows,
+                               relay_plan& plan) {
+  if (k < 1 || (n * k) * 2 >= int64_t(INT32_MAX))
+    return status::error("rack all-to-all: " + std::to_string(n)
+                         + " tokens of top-" + std::to_string(k)
+                         + " do not fit the relays' instructions");
+  std::vector<int64_t> row_token(row_slot.size());
+  for (size_t r = 0; r < row_slot.size(); ++r) {
+    if (row_slot[r] < 0 || row_slot[r] >= n * k)
+      return status::error("rack all-to-all: row slot "
+                           + std::to_string(row_slot[r]) + " outside "
+                           + std::to_string(n) + " x top-" + std::to_string(k));
+    row_token[r] = row_slot[r] / k;
+  }
+  if (int64_t(send_rows.size()) != layout_.members()
+      || total(send_rows) != int64_t(row_slot.size()))
+    return status::error("rack all-to-all: " + std::to_string(row_slot.size())
+                         + " rows, " + std::to_string(total(send_rows))
+                         + " in the counts for " + std::to_string(send_rows.size())
+                         + " members");
+  plan.k = k;
+  plan.tokens = n;
+  plan.row_slot = row_slot;
+  plan.send_rows = send_rows;
+  plan_home(plan, layout_, c.rank());
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, recv,
+                       recv_rows, &plan, gate);
+}
+
+status rack_exchange::dispatch_rows(comm::communicator& c,
+                                    staged_collectives& coll,
+                                    const float* tokens, int64_t d,
+                                    const std::vector<int64_t>& row_token,
+                                    const std::vector<int64_t>& send_rows,
+                                    float* recv,
+                                    const std::vector<int64_t>& recv_rows,
+                                    relay_plan* plan, const float* gate) {
   const int64_t P = layout_.members(), R = layout_.racks(), me = c.rank();
   const auto from = starts(send_rows);
   if (int64_t(row_token.size()) != from.back())
@@ -214,25 +234,22 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
                          + " row tokens for " + std::to_string(from.back())
                          + " rows");
   // The tokens this member sends to each rack, once each, ascending.
-  std::vector<std::vector<int64_t>> unique(R);
-  for (int64_t p = 0; p < P; ++p) {
-    auto& u = unique[layout_.rack_of(p)];
-    u.insert(u.end(), row_token.begin() + from[p],
-             row_token.begin() + from[p + 1]);
-  }
-  std::vector<int64_t> unique_count(R);
+  const auto unique = plan ? plan->unique
+                           : unique_by_rack(layout_, row_token, send_rows);
+  // Shared: each sender's tokens per rack, and (routed) its shared rows
+  // there, whose gates the instructions carry.
+  std::vector<int64_t> extra(2 * R, 0);
   for (int64_t r = 0; r < R; ++r) {
-    auto& u = unique[r];
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
-    unique_count[r] = int64_t(u.size());
+    extra[r] = int64_t(unique[r].size());
+    extra[R + r] = plan ? plan->shared_rows[r] : 0;
   }
-  TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, unique_count));
+  TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, extra));
   auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
 
   // Stage one: each rack's tokens to its relay for this member, with the
   // relay's instructions: for each member of the rack in order, the
-  // position among those tokens of each row it wants (int32).
+  // position among those tokens of each row it wants (int32); routed, the
+  // row's code (rack_plan.hpp), then the gate bits of the shared rows.
   std::vector<int64_t> index, send1(P, 0), recv1(P, 0);
   std::vector<int64_t> meta_send(P, 0), meta_recv(P, 0);
   std::vector<int32_t> meta;
@@ -243,26 +260,41 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
     const auto& u = unique[rack];
     index.insert(index.end(), u.begin(), u.end());
     send1[r] = int64_t(u.size());
-    for (int64_t p : layout_.in_rack(rack)) {
-      for (int64_t k = from[p]; k < from[p + 1]; ++k)
-        meta.push_back(static_cast<int32_t>(
-          std::lower_bound(u.begin(), u.end(), row_token[k]) - u.begin()));
-      meta_send[r] += send_rows[p];
-    }
+    const size_t first = meta.size();
+    for (int64_t p : layout_.in_rack(rack))
+      for (int64_t k = from[p]; k < from[p + 1]; ++k) {
+        const int64_t pos =
+          std::lower_bound(u.begin(), u.end(), row_token[k]) - u.begin();
+        meta.push_back(plan ? relay_code(pos, plan->row_slot[k] % plan->k,
+                                         plan->k,
+                                         plan->role[k] != row_role::single)
+                            : static_cast<int32_t>(pos));
+      }
+    if (plan)
+      for (int64_t p : layout_.in_rack(rack))
+        for (int64_t k = from[p]; k < from[p + 1]; ++k)
+          if (plan->shared[k]) {
+            int32_t bits = 0;
+            std::memcpy(&bits, gate + plan->row_slot[k], sizeof(bits));
+            meta.push_back(bits);
+          }
+    meta_send[r] = int64_t(meta.size() - first);
   }
   // As relay: from each sender whose relay in this rack is this member.
   const int64_t mine = layout_.rack_of(me);
-  std::vector<int64_t> meta_at(P * P, 0);
+  std::vector<int64_t> meta_at(P * P, 0), gates_at(P, 0);
   int64_t meta_pos = 0;
   for (int64_t s = 0; s < P; ++s) {
     if (layout_.relay(s, mine) != me)
       continue;
-    recv1[s] = unique_count[s * R + mine]; // everyone's, after sharing
+    recv1[s] = extra[s * 2 * R + mine]; // everyone's, after sharing
     for (int64_t p : layout_.in_rack(mine)) {
       meta_at[s * P + p] = meta_pos;
       meta_pos += rows(s, p);
-      meta_recv[s] += rows(s, p);
     }
+    gates_at[s] = meta_pos;
+    meta_pos += extra[s * 2 * R + R + mine];
+    meta_recv[s] = meta_pos - meta_at[s * P + layout_.in_rack(mine)[0]];
   }
   std::vector<int32_t> meta_in(static_cast<size_t>(std::max<int64_t>(
     meta_pos, 1)));
@@ -270,6 +302,10 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
   TUTTI_RETURN_IF_ERROR(c.all_to_all_v(meta.data(), meta_send, meta_in.data(),
                                        meta_recv, sizeof(int32_t)));
   count(meta_send, int64_t(sizeof(int32_t)));
+  if (plan) {
+    plan->counts.assign(counts_.begin(), counts_.begin() + P * P);
+    plan_relay(*plan, layout_, me, meta_in, meta_at, gates_at, recv1);
+  }
 
   send_.resize(stream_, std::max<int64_t>(int64_t(index.size()), 1) * d);
   gather(stream_, index_, index, tokens, send_.data(), d);
@@ -279,9 +315,11 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
                                           stage1_.data(), times(recv1, d)));
   count(send1, d * int64_t(sizeof(float)));
   return fan_out(
-    c, coll, relay_direction::out_of_origin,
+    c, coll, relay_direction::out_of_origin, stage1_.data(),
     [&](int64_t s, int64_t p, int64_t k) {
-      return token_at[s] + meta_in[meta_at[s * P + p] + k];
+      return token_at[s]
+             + meta_in[size_t(meta_at[s * P + p] + k)]
+                 / (plan ? 2 * plan->k : 1);
     },
     recv, recv_rows, d);
 }

@@ -70,8 +70,10 @@ const std::vector<std::string>& shape_keys() {
     "model.vocab_size",          "model.hidden_size",
     "model.intermediate_size",   "model.num_hidden_layers",
     "model.num_attention_heads", "model.num_key_value_heads",
-    "moe_config.num_experts",    "cluster_config.world_size",
-    "cluster_config.ep_size"};
+    "moe_config.num_experts"};
+  // Not the layout (world_size, ep_size, tensor_model_parallel_size):
+  // checkpoints hold whole tensors, and a resume finds each expert in
+  // whichever shard the checkpoint's own ep_size put it.
   return keys;
 }
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tutti/protocol/shell_messages.hpp"
+
 namespace tutti::render {
 
 using json = nlohmann::ordered_json;
@@ -28,6 +30,12 @@ inline double rounded(double x, int digits) {
 // U+FFFD instead of failing the answer.
 inline std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A service's `status` (tutti serve) comes as its JSON object in `lines`,
+// `message` "service" (client/service_client.hpp), not as a job's.
+inline bool is_service_status(const shell_reply& reply) {
+  return reply.ok && reply.message == "service" && reply.lines.size() == 1;
 }
 
 } // namespace tutti::render

@@ -88,6 +88,8 @@ json experts_json(const std::vector<layer_load>& layers) {
 std::string shell_json(const std::string& command, const shell_reply& reply) {
   if (!reply.ok)
     return dump(json{{"error", reply.error}});
+  if (command == "status" && is_service_status(reply))
+    return dump(json::parse(reply.lines[0], nullptr, false));
   if (command == "status")
     return dump(status_json(reply.status));
   if (command == "nodes")

@@ -44,6 +44,36 @@ std::string status_text(const status_view& v) {
   return t.str();
 }
 
+// A service's status (tutti serve): its JSON object, as the client
+// carries it (client/service_client.hpp).
+std::string service_status_text(const std::string& object) {
+  const auto j = json::parse(object, nullptr, false);
+  if (!j.is_object())
+    return "service status: not JSON: " + object + "\n";
+  auto n = [](const json& v, const char* key) {
+    return std::to_string(v.value(key, int64_t{0}));
+  };
+  const auto& r = j.value("requests", json::object());
+  const auto& kv = j.value("kv_cache_blocks", json::object());
+  const auto& e = j.value("expert_shards", json::object());
+  const auto& t = j.value("tokens", json::object());
+  std::ostringstream o;
+  o << "model        " << j.value("model", "") << " on "
+    << j.value("address", "") << "\n"
+    << "state        " << (j.value("ready", false) ? "ready" : "not ready")
+    << "  (up " << fixed(j.value("uptime_s", 0.0), 1) << " s)\n"
+    << "requests     running " << n(r, "running") << ", waiting "
+    << n(r, "waiting") << ", finished " << n(r, "finished") << ", rejected "
+    << n(r, "rejected") << "\n"
+    << "kv cache     " << n(kv, "used") << " of " << n(kv, "total")
+    << " blocks used\n"
+    << "experts      " << n(e, "up") << " of " << n(e, "ranks")
+    << " shards up, restarts " << n(e, "restarts") << "\n"
+    << "tokens       generated " << n(t, "generated") << ", prompt "
+    << n(t, "prompt") << "\n";
+  return o.str();
+}
+
 std::string nodes_text(const std::vector<node_view>& nodes) {
   std::string t =
     "node  address                 rack      ranks    heartbeat  state\n";
@@ -115,6 +145,8 @@ std::string lines_text(const std::vector<std::string>& lines) {
 std::string shell_text(const std::string& command, const shell_reply& reply) {
   if (!reply.ok)
     return reply.error + "\n";
+  if (command == "status" && is_service_status(reply))
+    return service_status_text(reply.lines[0]);
   if (command == "status")
     return status_text(reply.status);
   if (command == "nodes")

@@ -47,9 +47,11 @@ std::string required_role(const std::string& command) {
   static const std::set<std::string> viewer = {
     "status", "nodes", "actors", "experts", "metrics",
     "events", "logs",  "audit",  "diag",    "help",  "config"};
+  // rollback: a job's config (the shell) or a gateway's canary; promote: a
+  // gateway's canary to its next step.
   static const std::set<std::string> operator_ = {
-    "pause",   "resume", "checkpoint", "kill",
-    "restart", "drain",  "stop",       "chaos"};
+    "pause", "resume", "checkpoint", "kill",    "restart",
+    "drain", "stop",   "chaos",      "rollback", "promote"};
   if (viewer.count(command))
     return "viewer";
   if (operator_.count(command))

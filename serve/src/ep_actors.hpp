@@ -8,6 +8,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -20,11 +21,41 @@
 #include "tutti/actors/supervisor.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/serve/engine.hpp"
+#include "tutti/serve/expert_layout.hpp"
 #include "tutti/serve/kv_cache.hpp"
+#include "tutti/serve/link_bytes.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/serve/request.hpp"
 
 namespace tutti::serve {
+
+// The replica's current layout, shared by its ranks and shards. It is
+// replaced only between steps (ep_ranks::set_layout; across daemons node
+// 0's rank sends it to the others before the next step), so every layer of
+// a step sees one layout.
+class layout_cell {
+public:
+  explicit layout_cell(std::shared_ptr<const expert_layout> x)
+    : x_(std::move(x)) {}
+  std::shared_ptr<const expert_layout> get() const {
+    std::lock_guard lock(mutex_);
+    return x_;
+  }
+  void set(std::shared_ptr<const expert_layout> x) {
+    std::lock_guard lock(mutex_);
+    x_ = std::move(x);
+    ++version_;
+  }
+  int64_t version() const {
+    std::lock_guard lock(mutex_);
+    return version_;
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const expert_layout> x_;
+  int64_t version_ = 0;
+};
 
 // One engine step of one rank: its chunks in, the wanted rows' logits out.
 struct rank_step {
@@ -33,17 +64,24 @@ struct rank_step {
   std::string error;                // empty: the step ran
   std::vector<int64_t> activations; // the rank's routed tokens so far
   int64_t exchanged_bytes = 0;      // sent by its all-to-alls so far
+  link_bytes exchanged_link_bytes{}; // the same by link class
   int64_t shard_restarts = 0;       // restarts of its shard it survived
+  // Offload (offload_layout.hpp): rows (token, layer) of this rank that
+  // chose an offloaded expert, and all its routed rows, so far; seconds
+  // this step waited in the combine of layers where its rows had.
+  int64_t offloaded_rows = 0, routed_rows = 0;
+  double offload_wait_s = 0.0;
 };
 using rank_step_ptr = std::shared_ptr<rank_step>;
 
-// Experts [rank * per_rank, (rank + 1) * per_rank) of `model`, which
+// The experts the current layout puts on `rank`, layer by layer, of `model`, which
 // outlives the shard (the service owns it; a restarted shard reads the same
 // weights, so a restart loses nothing).
 struct serve_shard_args {
   const served_model* model = nullptr;
   int32_t rank = 0;
   int32_t ranks = 1;
+  std::shared_ptr<layout_cell> layout;
 };
 
 expert_shard_actor spawn_serve_expert_shard(caf::actor_system& sys,
@@ -69,6 +107,9 @@ struct rank_signals {
   std::atomic<bool> joined{false}; // its communicator is up
   std::atomic<bool> ended{false};
   std::atomic<bool> broken{false}; // its group failed; steps fail from now
+  // Node 0's rank across daemons: the other daemons' all-to-all bytes by
+  // link class, as of the last step header.
+  std::array<std::atomic<int64_t>, link_classes> peer_link_bytes{};
   std::mutex mutex;
   std::string failure; // why it ended, if not by a stop
 };
@@ -83,6 +124,9 @@ struct ep_rank_args {
   std::shared_ptr<rank_signals> signals;
   supervisor_actor experts;
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
+  std::shared_ptr<layout_cell> layout; // where dispatch sends rows
+  std::vector<int32_t> racks;          // per rank of the group; empty: one
+  bool rack_aware_alltoall = false;    // through model::rack_exchange
 };
 
 // Answers each rank_step_ptr with it, filled in; ends on stop_atom.

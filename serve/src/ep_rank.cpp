@@ -3,17 +3,24 @@
 // expert shards of the ranks (compute) and a second all-to-all (combine),
 // as training's MoE block does, over the ranks' communicator. Each row's
 // output comes back to the slot it left from and is summed in slot order
-// by the engine, so the tokens are those of the one-rank engine. The
+// by the engine, so the tokens are those of the one-rank engine, wherever
+// the layout (expert_layout.hpp) puts the experts. With
+// serve.rack_aware_alltoall both exchanges go through training's
+// rack_exchange (one relay per rack, a token crossing to a rack once),
+// which leaves the receive buffers as the flat exchange does: the same
+// bits, fewer bytes across racks. The
 // communicator is the in-process one, or Gloo across daemons, where node
 // 0's rank leads each step and the others follow it (ep_ranks.hpp).
 
 #include <caf/blocking_actor.hpp>
 
 #include <thread>
+#include <utility>
 
 #include "ep_actors.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/kernels/ops.hpp"
+#include "tutti/model/rack_exchange.hpp"
 
 namespace tutti::serve {
 
@@ -22,28 +29,74 @@ namespace {
 class actor_exchange final : public expert_exchange {
 public:
   actor_exchange(caf::blocking_actor* self, comm::communicator& comm,
-                 const ep_rank_args& a)
-    : self_(self), comm_(comm), a_(a) {}
+                 const ep_rank_args& a);
 
   status run(int64_t layer, const float* xn, const int32_t* topk, int64_t rows,
              float* out) override;
 
   int64_t exchanged_bytes() const { return bytes_; }
+  const link_bytes& exchanged_link_bytes() const { return link_; }
   int64_t restarts() const { return restarts_; }
+  int64_t offloaded_rows() const { return offloaded_rows_; }
+  int64_t routed_rows() const { return routed_rows_; }
+  // Seconds waited on offloaded experts since the last call.
+  double take_step_wait() { return std::exchange(step_wait_s_, 0.0); }
 
 private:
   status compute(const expert_task_ptr& task);
   status find_shard(const caf::actor& failed);
+  bool count_offloaded(const expert_layout& x, int64_t layer,
+                       const int32_t* topk, int64_t rows);
+  // Rows of D floats from the flat exchange's float counts.
+  std::vector<int64_t> rows_of(const std::vector<int64_t>& floats) const;
+  // Bytes this rank sent to each rank, into link_ and bytes_.
+  void count_links(const std::vector<int64_t>& bytes_to);
 
   caf::blocking_actor* self_;
   comm::communicator& comm_;
   const ep_rank_args& a_;
   expert_shard_actor shard_;
-  int64_t bytes_ = 0, restarts_ = 0;
+  std::vector<int64_t> rack_of_; // per rank of the group
+  std::unique_ptr<model::rack_exchange> rack_; // rack-aware exchanges
+  model::staged_collectives collectives_{kernels::cpu_stream()};
+  link_bytes link_{};
+  std::vector<int64_t> row_token_;
+  int64_t bytes_ = 0, restarts_ = 0, offloaded_rows_ = 0, routed_rows_ = 0;
+  double step_wait_s_ = 0.0;
   std::vector<int64_t> order_, send_counts_, recv_counts_, send_n_, recv_n_,
     rows_per_expert_, placement_;
   std::vector<float> send_, recv_, input_, output_, back_, returned_;
 };
+
+actor_exchange::actor_exchange(caf::blocking_actor* self,
+                               comm::communicator& comm, const ep_rank_args& a)
+  : self_(self), comm_(comm), a_(a), rack_of_(a.ranks, 0) {
+  if (static_cast<int64_t>(a.racks.size()) == a.ranks)
+    for (int32_t p = 0; p < a.ranks; ++p)
+      rack_of_[p] = a.racks[p];
+  if (a.rack_aware_alltoall)
+    rack_ = std::make_unique<model::rack_exchange>(
+      model::rack_layout(rack_of_), kernels::cpu_stream());
+}
+
+std::vector<int64_t> actor_exchange::rows_of(
+  const std::vector<int64_t>& floats) const {
+  const int64_t D = a_.model->shape.hidden;
+  std::vector<int64_t> rows(floats.size());
+  for (size_t p = 0; p < floats.size(); ++p)
+    rows[p] = floats[p] / D;
+  return rows;
+}
+
+void actor_exchange::count_links(const std::vector<int64_t>& bytes_to) {
+  for (int64_t p = 0; p < static_cast<int64_t>(bytes_to.size()); ++p) {
+    const auto l = p == a_.rank                        ? link_class::self
+                   : rack_of_[p] == rack_of_[a_.rank] ? link_class::intra_rack
+                                                      : link_class::inter_rack;
+    link_[static_cast<int>(l)] += bytes_to[p];
+    bytes_ += bytes_to[p];
+  }
+}
 
 // Waits for the supervisor's running shard, other than `failed`.
 status actor_exchange::find_shard(const caf::actor& failed) {
@@ -97,51 +150,83 @@ status actor_exchange::compute(const expert_task_ptr& task) {
 status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
                            int64_t rows, float* out) {
   const auto& s = a_.model->shape;
-  const int64_t P = a_.ranks, E = s.experts, per = E / P, K = s.top_k;
+  const auto layout = a_.layout->get();
+  const auto& x = *layout;
+  const int64_t P = a_.ranks, E = s.experts, K = s.top_k;
   const int64_t D = s.hidden, slots = rows * K;
-  // Dispatch: slots by expert (so by owning rank), each expert's in order.
+  // This rank's experts of the layer: positions [mine0, mine0 + mine).
+  const int64_t mine0 = x.begin(layer, a_.rank);
+  const int64_t mine = x.end(layer, a_.rank) - mine0;
+  // Dispatch: slots by their expert's position in the layout (so by owning
+  // rank), each expert's in order.
   send_counts_.assign(E, 0);
   for (int64_t t = 0; t < slots; ++t)
-    ++send_counts_[topk[t]];
+    ++send_counts_[x.position_of(layer, topk[t])];
   std::vector<int64_t> at(E + 1, 0);
   for (int64_t e = 0; e < E; ++e)
     at[e + 1] = at[e] + send_counts_[e];
   order_.resize(slots);
   for (int64_t t = 0; t < slots; ++t)
-    order_[at[topk[t]]++] = t;
-  send_.resize(slots * D);
-  for (int64_t i = 0; i < slots; ++i)
-    std::copy_n(xn + (order_[i] / K) * D, D, send_.data() + i * D);
-  recv_counts_.assign(E, 0);
-  TUTTI_RETURN_IF_ERROR(
-    comm_.all_to_all(send_counts_.data(), recv_counts_.data(), per));
+    order_[at[x.position_of(layer, topk[t])]++] = t;
+  const bool touches = count_offloaded(x, layer, topk, rows);
+  // Counts: rank p gets those of its positions; each rank sends this one
+  // the counts of its `mine` experts.
   send_n_.assign(P, 0);
-  recv_n_.assign(P, 0);
-  rows_per_expert_.assign(per, 0);
+  recv_n_.assign(P, mine);
   for (int64_t p = 0; p < P; ++p)
-    for (int64_t i = 0; i < per; ++i) {
-      send_n_[p] += send_counts_[p * per + i] * D;
-      recv_n_[p] += recv_counts_[p * per + i] * D;
-      rows_per_expert_[i] += recv_counts_[p * per + i];
+    send_n_[p] = x.end(layer, p) - x.begin(layer, p);
+  recv_counts_.assign(P * mine, 0);
+  TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(send_counts_.data(), send_n_,
+                                           recv_counts_.data(), recv_n_,
+                                           sizeof(int64_t)));
+  rows_per_expert_.assign(mine, 0);
+  for (int64_t p = 0; p < P; ++p) {
+    send_n_[p] = 0;
+    recv_n_[p] = 0;
+    for (int64_t i = x.begin(layer, p); i < x.end(layer, p); ++i)
+      send_n_[p] += send_counts_[i] * D;
+    for (int64_t i = 0; i < mine; ++i) {
+      recv_n_[p] += recv_counts_[p * mine + i] * D;
+      rows_per_expert_[i] += recv_counts_[p * mine + i];
     }
+  }
   int64_t m = 0;
   for (auto n : recv_n_)
     m += n / D;
   recv_.resize(m * D);
-  TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(send_.data(), send_n_, recv_.data(),
-                                           recv_n_, sizeof(float)));
+  if (rack_) {
+    // The relays send each token to a rack once: they need its rows' token.
+    row_token_.resize(slots);
+    for (int64_t i = 0; i < slots; ++i)
+      row_token_[i] = order_[i] / K;
+    rack_->reset_bytes();
+    TUTTI_RETURN_IF_ERROR(rack_->dispatch(comm_, collectives_, xn, D,
+                                          row_token_, rows_of(send_n_),
+                                          recv_.data(), rows_of(recv_n_)));
+    count_links(rack_->bytes_to());
+  } else {
+    send_.resize(slots * D);
+    for (int64_t i = 0; i < slots; ++i)
+      std::copy_n(xn + (order_[i] / K) * D, D, send_.data() + i * D);
+    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(
+      send_.data(), send_n_, recv_.data(), recv_n_, sizeof(float)));
+    std::vector<int64_t> sent(P);
+    for (int64_t p = 0; p < P; ++p)
+      sent[p] = send_n_[p] * int64_t(sizeof(float));
+    count_links(sent);
+  }
   // Received rows are by source rank, then local expert; the shard takes
   // them by local expert, then source rank. placement_[received row] = its
   // row in the shard's task.
   placement_.resize(m);
   {
-    std::vector<int64_t> next(per, 0);
-    for (int64_t i = 1; i < per; ++i)
+    std::vector<int64_t> next(mine, 0);
+    for (int64_t i = 1; i < mine; ++i)
       next[i] = next[i - 1] + rows_per_expert_[i - 1];
     int64_t r = 0;
     for (int64_t p = 0; p < P; ++p)
-      for (int64_t i = 0; i < per; ++i)
-        for (int64_t j = 0; j < recv_counts_[p * per + i]; ++j)
+      for (int64_t i = 0; i < mine; ++i)
+        for (int64_t j = 0; j < recv_counts_[p * mine + i]; ++j)
           placement_[r++] = next[i]++;
   }
   input_.resize(m * D);
@@ -157,31 +242,111 @@ status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
     task->rows = m;
     TUTTI_RETURN_IF_ERROR(compute(task));
   }
-  // Combine: outputs go back in the order their rows came.
+  // Combine: outputs go back in the order their rows came, not summed on
+  // the way (the engine sums a token's outputs in slot order with its own
+  // code; training's relays sum a token's leading slots with training's
+  // kernel, model/rack_plan.hpp, which is not this one), so with racks a
+  // rack's outputs for this rank come back unsummed in one message. Where this
+  // rank's rows chose an offloaded expert, the time spent here is the wait
+  // on the offload rank (it ends when the slowest rank has sent).
   back_.resize(m * D);
   for (int64_t r = 0; r < m; ++r)
     std::copy_n(output_.data() + placement_[r] * D, D, back_.data() + r * D);
   returned_.resize(slots * D);
-  TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(
-    back_.data(), recv_n_, returned_.data(), send_n_, sizeof(float)));
+  const auto combine_start = std::chrono::steady_clock::now();
+  if (rack_) {
+    rack_->reset_bytes();
+    TUTTI_RETURN_IF_ERROR(rack_->relayed(
+      comm_, collectives_, model::relay_direction::back_to_origin,
+      back_.data(), rows_of(recv_n_), returned_.data(), rows_of(send_n_), D));
+    count_links(rack_->bytes_to());
+  } else {
+    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(
+      back_.data(), recv_n_, returned_.data(), send_n_, sizeof(float)));
+    std::vector<int64_t> sent(P);
+    for (int64_t p = 0; p < P; ++p)
+      sent[p] = recv_n_[p] * int64_t(sizeof(float));
+    count_links(sent);
+  }
+  if (touches)
+    step_wait_s_ += std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - combine_start)
+                      .count();
   for (int64_t i = 0; i < slots; ++i)
     std::copy_n(returned_.data() + i * D, D, out + order_[i] * D);
-  bytes_ += static_cast<int64_t>((send_.size() + back_.size()) * sizeof(float));
   return {};
 }
 
-// The leader's one-number collective before each step; followers learn
-// from it what comes next.
-enum step_header : int64_t { keep_alive = 0, run_step = 1, stop_ranks = 2 };
+// Counts the layer's rows and those that chose an offloaded expert;
+// whether there was one.
+bool actor_exchange::count_offloaded(const expert_layout& x, int64_t layer,
+                                     const int32_t* topk, int64_t rows) {
+  routed_rows_ += rows;
+  if (x.offload_rank < 0)
+    return false;
+  const int64_t K = a_.model->shape.top_k;
+  int64_t touched = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k)
+      if (x.is_offloaded(layer, topk[r * K + k])) {
+        ++touched;
+        break;
+      }
+  offloaded_rows_ += touched;
+  return touched > 0;
+}
+
+// The leader's collective before each step; followers learn from it what
+// comes next, and the leader their all-to-all bytes by link so far (its
+// /metrics shows the whole group's).
+// new_layout: the layout's order and bounds follow, in one sum.
+enum step_header : int64_t {
+  keep_alive = 0,
+  run_step = 1,
+  stop_ranks = 2,
+  new_layout = 3
+};
 
 // The leader sends a keep-alive this often while idle, well within the
 // followers' collective timeout.
 constexpr auto keep_alive_every = std::chrono::seconds(1);
 
-status exchange_header(comm::communicator& comm, int64_t& header) {
-  if (comm.rank() != 0)
-    header = 0;
-  return comm.all_reduce_sum(&header, 1);
+status exchange_header(comm::communicator& comm, int64_t& header,
+                       const link_bytes& mine, rank_signals& signals) {
+  std::array<int64_t, 1 + link_classes> buf{};
+  if (comm.rank() == 0)
+    buf[0] = header;
+  else
+    std::copy(mine.begin(), mine.end(), buf.begin() + 1);
+  TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
+  header = buf[0];
+  if (comm.rank() == 0)
+    for (int l = 0; l < link_classes; ++l)
+      signals.peer_link_bytes[l] = buf[1 + l];
+  return {};
+}
+
+// Node 0's rank sends its current layout; the others take it (a sum with
+// zeros from them), between steps. Only order and bounds travel: offload
+// is fixed at the start.
+status share_layout(comm::communicator& comm, layout_cell& cell) {
+  const auto now = cell.get();
+  const int64_t L = now->layers, E = now->experts, P = now->ranks;
+  std::vector<int64_t> buf(L * E + L * (P + 1), 0);
+  if (comm.rank() == 0) {
+    std::copy(now->order.begin(), now->order.end(), buf.begin());
+    std::copy(now->bounds.begin(), now->bounds.end(), buf.begin() + L * E);
+  }
+  TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
+  if (comm.rank() == 0)
+    return {};
+  auto got = expert_layout::from_order(
+    L, E, P, std::vector<int32_t>(buf.begin(), buf.begin() + L * E),
+    std::vector<int64_t>(buf.begin() + L * E, buf.end()));
+  if (!got)
+    return status::error("the layout node 0 sent: " + got.message());
+  cell.set(std::make_shared<const expert_layout>(std::move(got.value())));
+  return {};
 }
 
 void end_rank(const ep_rank_args& a, const std::string& failure) {
@@ -197,7 +362,8 @@ void end_rank(const ep_rank_args& a, const std::string& failure) {
 // layer's exchange of every step node 0's rank opens, until told to stop
 // or until node 0 stops answering.
 void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
-                  comm::communicator& comm, engine& eng) {
+                  comm::communicator& comm, engine& eng,
+                  const actor_exchange& exchange) {
   std::vector<float> none;
   for (;;) {
     bool stopped = false;
@@ -206,10 +372,15 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
     if (stopped)
       return end_rank(a, {});
     int64_t header = 0;
-    if (auto s = exchange_header(comm, header); !s.ok())
+    if (auto s = exchange_header(comm, header,
+                                 exchange.exchanged_link_bytes(), *a.signals);
+        !s.ok())
       return end_rank(a, "node 0's rank: " + s.message());
     if (header == stop_ranks)
       return end_rank(a, {});
+    if (header == new_layout)
+      if (auto s = share_layout(comm, *a.layout); !s.ok())
+        return end_rank(a, s.message());
     if (header == run_step)
       if (auto s = eng.forward({}, none); !s.ok())
         return end_rank(a, s.message());
@@ -233,14 +404,17 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
   if (a.role == rank_role::follower) {
     if (!eng)
       return end_rank(a, joined.message());
-    return follow_steps(self, a, *comm, *eng);
+    return follow_steps(self, a, *comm, *eng, *exchange);
   }
   const bool leads = a.role == rank_role::leader;
   std::string broken; // the group's failure, once a header failed
+  int64_t sent_layout = a.layout->version(); // the others start with it
   auto header = [&](int64_t h) {
     if (!leads || !eng || !broken.empty())
       return;
-    if (auto s = exchange_header(*comm, h); !s.ok()) {
+    if (auto s = exchange_header(*comm, h, exchange->exchanged_link_bytes(),
+                                 *a.signals);
+        !s.ok()) {
       broken = "the other daemons' ranks: " + s.message();
       a.signals->broken = true;
       log_error("ep_rank", "rank " + std::to_string(a.rank) + ": " + broken);
@@ -254,6 +428,17 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
                       + joined.message();
         return step;
       }
+      // A layout replaced since the last step goes to the other daemons
+      // first (ep_ranks::set_layout).
+      if (leads && broken.empty() && a.layout->version() != sent_layout) {
+        header(new_layout);
+        if (broken.empty())
+          if (auto s = share_layout(*comm, *a.layout); !s.ok()) {
+            broken = "sending the layout: " + s.message();
+            a.signals->broken = true;
+          }
+        sent_layout = a.layout->version();
+      }
       header(run_step);
       if (!broken.empty())
         step->error = broken;
@@ -261,7 +446,11 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
         step->error = s.message();
       step->activations = eng->expert_activations();
       step->exchanged_bytes = exchange->exchanged_bytes();
+      step->exchanged_link_bytes = exchange->exchanged_link_bytes();
       step->shard_restarts = exchange->restarts();
+      step->offloaded_rows = exchange->offloaded_rows();
+      step->routed_rows = exchange->routed_rows();
+      step->offload_wait_s = exchange->take_step_wait();
       return step;
     },
     [&](stop_atom) {

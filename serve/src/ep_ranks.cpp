@@ -3,6 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -32,16 +33,39 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   const int64_t group = across ? static_cast<int64_t>(o.cluster.nodes.size())
                                : o.ranks;
   const int64_t first = across ? o.cluster.node_rank : 0;
-  if (o.ranks < 1 || s.experts % group != 0)
+  if (o.ranks < 1 || (!o.layout && s.experts % group != 0))
     return status::error(std::string(across ? "the number of serve.nodes "
                                             : "ep_size ")
                          + std::to_string(group) + " must divide the model's "
                          + std::to_string(s.experts) + " experts");
+  auto layout = o.layout;
+  if (!layout)
+    layout = std::make_shared<const expert_layout>(
+      expert_layout::contiguous(s.layers, s.experts, group).value());
+  if (layout->layers != s.layers || layout->experts != s.experts
+      || layout->ranks != group)
+    return status::error("the expert layout places "
+                         + std::to_string(layout->experts) + " experts of "
+                         + std::to_string(layout->layers) + " layers on "
+                         + std::to_string(layout->ranks)
+                         + " ranks; the replica has "
+                         + std::to_string(group));
+  TUTTI_RETURN_IF_ERROR(layout->check());
+  if (!o.racks.empty() && static_cast<int64_t>(o.racks.size()) != group)
+    return status::error("serve.racks names " + std::to_string(o.racks.size())
+                         + " racks for a replica of " + std::to_string(group)
+                         + " ranks");
+  if (o.rack_aware_alltoall && o.racks.empty())
+    return status::error("serve.rack_aware_alltoall needs serve.racks (a "
+                         "rack per rank)");
   if (o.blocks_per_rank < 1)
     return status::error("the KV cache holds no block per rank");
   std::unique_ptr<ep_ranks> out(new ep_ranks());
   out->model_ = &model;
   out->options_ = o;
+  out->layout_ = std::make_shared<layout_cell>(layout);
+  out->rank_activations_.assign(o.ranks,
+                                std::vector<int64_t>(s.layers * s.experts, 0));
   const kv_geometry g{s.layers, s.kv_heads, s.head_dim, o.block_tokens};
   // A follower holds no sequences: one block keeps its engine well formed.
   const bool follows = across && first > 0;
@@ -50,6 +74,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       std::make_unique<kv_cache>(g, follows ? 1 : o.blocks_per_rank));
   out->activations_.assign(s.layers * s.experts, 0);
   out->bytes_.assign(o.ranks, 0);
+  out->link_bytes_.assign(o.ranks, link_bytes{});
   out->restarts_.assign(o.ranks, 0);
   out->actors_ = std::make_unique<actors>(sys);
   auto& act = *out->actors_;
@@ -76,9 +101,11 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   for (int64_t i = 0; i < o.ranks; ++i) {
     const auto r = static_cast<int32_t>(first + i);
     shards.push_back({shard_child_id(r), restart_type::permanent,
-                      [&model, r, ranks](caf::actor_system& sys) {
+                      [&model, r, ranks,
+                       cell = out->layout_](caf::actor_system& sys) {
                         return caf::actor_cast<caf::actor>(
-                          spawn_serve_expert_shard(sys, {&model, r, ranks}));
+                          spawn_serve_expert_shard(sys,
+                                                   {&model, r, ranks, cell}));
                       }});
   }
   supervisor_flags flags;
@@ -95,7 +122,8 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
     act.ranks.push_back(spawn_ep_rank(
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
-       connect, role, act.signals.back(), act.experts, o.timeout}));
+       connect, role, act.signals.back(), act.experts, o.timeout,
+       out->layout_, o.racks, o.rack_aware_alltoall}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
   // the others may start later; shards_up() says when they have.
@@ -158,12 +186,20 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   if (!error.empty())
     return status::error(error);
   std::fill(activations_.begin(), activations_.end(), 0);
+  offloaded_rows_ = routed_rows_ = 0;
+  double waited = 0.0;
   for (int64_t r = 0; r < P; ++r) {
+    rank_activations_[r] = steps[r]->activations;
+    offloaded_rows_ += steps[r]->offloaded_rows;
+    routed_rows_ += steps[r]->routed_rows;
+    waited = std::max(waited, steps[r]->offload_wait_s);
     for (size_t i = 0; i < activations_.size(); ++i)
       activations_[i] += steps[r]->activations[i];
     bytes_[r] = steps[r]->exchanged_bytes;
+    link_bytes_[r] = steps[r]->exchanged_link_bytes;
     restarts_[r] = steps[r]->shard_restarts;
   }
+  offload_wait_s_ += waited;
   // Merge the ranks' logits back into batch order.
   logits.clear();
   std::vector<int64_t> next(P, 0);
@@ -179,10 +215,39 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   return {};
 }
 
+std::shared_ptr<const expert_layout> ep_ranks::layout() const {
+  return layout_->get();
+}
+
+status ep_ranks::set_layout(std::shared_ptr<const expert_layout> x) {
+  const auto now = layout_->get();
+  if (!x || x->layers != now->layers || x->experts != now->experts
+      || x->ranks != now->ranks)
+    return status::error("a new expert layout must keep the replica's "
+                         "layers, experts and ranks");
+  if (now->offload_rank >= 0 || x->offload_rank >= 0)
+    return status::error("a layout with offload is fixed at the start");
+  TUTTI_RETURN_IF_ERROR(x->check());
+  layout_->set(std::move(x));
+  return {};
+}
+
 int64_t ep_ranks::exchanged_bytes() const {
   int64_t n = 0;
   for (auto b : bytes_)
     n += b;
+  return n;
+}
+
+link_bytes ep_ranks::exchanged_link_bytes() const {
+  link_bytes n{};
+  for (const auto& b : link_bytes_)
+    for (int l = 0; l < link_classes; ++l)
+      n[l] += b[l];
+  if (actors_)
+    for (const auto& sig : actors_->signals)
+      for (int l = 0; l < link_classes; ++l)
+        n[l] += sig->peer_link_bytes[l];
   return n;
 }
 
@@ -231,12 +296,14 @@ status ep_ranks::follow(const std::atomic<bool>& stop) {
   return {};
 }
 
-status ep_ranks::inject_fault(int64_t rank, const std::string& fault) {
+// Rank r's running expert shard, as its supervisor hands it out.
+expected<caf::actor> ep_ranks::shard_of(int64_t rank) {
   if (rank < 0 || rank >= size())
-    return status::error("no rank " + std::to_string(rank));
+    return status::error("no rank " + std::to_string(rank) + " (ranks 0.."
+                         + std::to_string(size() - 1) + ")");
   auto& act = *actors_;
   caf::scoped_actor self{act.system};
-  std::string why;
+  std::string why = "no answer";
   caf::actor shard;
   // Shards are named by their rank in the group.
   const auto in_group = options_.cluster.spans_daemons()
@@ -248,9 +315,35 @@ status ep_ranks::inject_fault(int64_t rank, const std::string& fault) {
     .receive([&](caf::actor& h) { shard = std::move(h); },
              [&](caf::error& e) { why = self->system().render(e); });
   if (!shard)
-    return status::error(why);
-  self->send(caf::actor_cast<expert_shard_actor>(shard), chaos_atom_v, fault);
+    return status::error("expert shard of rank " + std::to_string(rank)
+                         + " is not running: " + why);
+  return shard;
+}
+
+status ep_ranks::inject_fault(int64_t rank, const std::string& fault) {
+  auto shard = shard_of(rank);
+  if (!shard)
+    return shard.error();
+  caf::anon_send(caf::actor_cast<expert_shard_actor>(*shard), chaos_atom_v,
+                 fault);
   return {};
+}
+
+status ep_ranks::kill_shard(int64_t rank) {
+  auto shard = shard_of(rank);
+  if (!shard)
+    return shard.error();
+  caf::anon_send_exit(*shard, caf::exit_reason::kill);
+  return {};
+}
+
+std::vector<child_status> ep_ranks::shard_states() {
+  std::vector<child_status> out;
+  caf::scoped_actor self{actors_->system};
+  self->request(actors_->experts, options_.timeout, children_atom_v)
+    .receive([&](std::vector<child_status>& children) { out = children; },
+             [](caf::error&) {});
+  return out;
 }
 
 } // namespace tutti::serve

@@ -23,6 +23,9 @@ status run_expert_node(const served_model& model, const service_limits& l,
   o.timeout = std::chrono::milliseconds(
     static_cast<int64_t>(l.step_timeout_s * 1000));
   o.cluster = l.cluster;
+  o.layout = l.layout;
+  o.racks = l.replan.rack;
+  o.rack_aware_alltoall = l.rack_aware_alltoall;
   auto ranks = ep_ranks::start(system, model, o);
   if (!ranks)
     return ranks.error();

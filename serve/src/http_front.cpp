@@ -14,6 +14,7 @@
 
 #include "tutti/security/web_config.hpp"
 #include "tutti/serve/completion_api.hpp"
+#include "tutti/serve/service_admin.hpp"
 
 namespace tutti::serve {
 
@@ -49,6 +50,21 @@ bool failed(finish_reason f, int& status, std::string& type) {
   default:
     return false;
   }
+}
+
+// The admin endpoints answer the machine the service runs on only: the
+// operator's tutti status / shell / logs / chaos, over loopback or (a
+// front bound to one address) from that address to itself.
+bool from_loopback(const httplib::Request& req) {
+  const auto& a = req.remote_addr;
+  return a.rfind("127.", 0) == 0 || a == "::1"
+         || a.rfind("::ffff:127.", 0) == 0
+         || (!a.empty() && a == req.local_addr);
+}
+
+void send_admin(httplib::Response& res, const admin_answer& a) {
+  res.status = a.http_status;
+  res.set_content(a.body, json_type);
 }
 
 // What a streaming response keeps between calls of its content provider.
@@ -148,6 +164,7 @@ expected<std::unique_ptr<http_front>> http_front::start(
     return status::error("listen on " + cfg.host + ":" + std::to_string(port)
                          + ": " + std::strerror(errno));
   f->port_ = static_cast<uint16_t>(port);
+  f->admin_->address = cfg.host + ":" + std::to_string(port);
   f->thread_ = std::thread([&server] { server.listen_after_bind(); });
   return f;
 }
@@ -184,6 +201,44 @@ void http_front::routes() {
                res.set_content(service_.metrics().render(service_.model().name),
                                "text/plain; version=0.0.4");
              });
+  // The client commands (service_admin.hpp), from loopback only.
+  auto admin = std::make_shared<admin_context>();
+  admin->svc = &service_;
+  admin->started = std::chrono::steady_clock::now();
+  admin_ = admin;
+  auto loopback_only = [](const httplib::Request& req,
+                          httplib::Response& res) {
+    if (from_loopback(req))
+      return true;
+    send_error(res, 403,
+               "the admin endpoints answer loopback clients only (tutti "
+               "status, shell, logs and chaos on the service's machine)",
+               "permission_error");
+    return false;
+  };
+  server.Post("/admin/shell", [admin, loopback_only](
+                                const httplib::Request& req,
+                                httplib::Response& res) {
+    if (!loopback_only(req, res))
+      return;
+    send_admin(res, admin_shell(*admin, req.get_param_value("command"),
+                                req.get_param_value("args")));
+  });
+  server.Post("/admin/chaos", [admin, loopback_only](
+                                const httplib::Request& req,
+                                httplib::Response& res) {
+    if (!loopback_only(req, res))
+      return;
+    int64_t rank = -1;
+    try {
+      rank = std::stoll(req.get_param_value("rank"));
+    } catch (const std::exception&) {
+      return send_admin(
+        res, {400, R"({"ok":false,"error":"--rank must be a whole number"})"});
+    }
+    send_admin(res, admin_chaos(*admin, req.get_param_value("fault"), rank));
+  });
+
   server.Get("/v1/models", [this, created](const httplib::Request&,
                                            httplib::Response& res) {
     res.set_content(models_body(service_.model(), created), json_type);

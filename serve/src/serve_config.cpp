@@ -49,6 +49,66 @@ status read_nodes(const YAML::Node& s, const std::string& prefix,
   return {};
 }
 
+// serve.offload: {stats, threshold, rank}, every key given.
+status read_offload(const YAML::Node& s, const std::string& prefix,
+                    offload_config& o) {
+  const auto n = s["offload"];
+  if (!n)
+    return {};
+  const auto pre = prefix + "offload.";
+  TUTTI_RETURN_IF_ERROR(check_keys(n, pre, {"stats", "threshold", "rank"}));
+  for (const char* key : {"stats", "threshold", "rank"})
+    if (!n[key])
+      return refuse(pre + key, "missing (serve.offload needs stats, "
+                               "threshold and rank)");
+  TUTTI_RETURN_IF_ERROR(read_string(n, pre, "stats", o.stats));
+  TUTTI_RETURN_IF_ERROR(read_double(n, pre, "threshold", o.threshold));
+  if (!(o.threshold > 0.0 && o.threshold <= 1.0))
+    return refuse(pre + "threshold", "must be a share in (0, 1]");
+  TUTTI_RETURN_IF_ERROR(read_int(n, pre, "rank", o.rank, 0));
+  return {};
+}
+
+// serve.racks (one name per rank) and serve.replan: {max_cross_rack_share,
+// window_steps}.
+status read_replan(const YAML::Node& s, const std::string& prefix,
+                   serve_config& c) {
+  if (const auto n = s["racks"]) {
+    if (!n.IsSequence() || n.size() == 0)
+      return refuse(prefix + "racks", "must be a list of rack names, one per "
+                                      "rank (per node of serve.nodes)");
+    for (const auto& r : n) {
+      if (!r.IsScalar() || r.Scalar().empty())
+        return refuse(prefix + "racks", "each entry must be a rack name");
+      c.racks.push_back(r.Scalar());
+    }
+  }
+  TUTTI_RETURN_IF_ERROR(read_bool(s, prefix, "rack_aware_alltoall",
+                                  c.limits.rack_aware_alltoall));
+  if (c.limits.rack_aware_alltoall && c.racks.empty())
+    return refuse(prefix + "rack_aware_alltoall",
+                  "needs serve.racks (a rack per rank)");
+  const auto n = s["replan"];
+  if (!n)
+    return {};
+  const auto pre = prefix + "replan.";
+  TUTTI_RETURN_IF_ERROR(
+    check_keys(n, pre, {"max_cross_rack_share", "window_steps"}));
+  c.replan = true;
+  TUTTI_RETURN_IF_ERROR(read_double(n, pre, "max_cross_rack_share",
+                                    c.max_cross_rack_share));
+  if (!(c.max_cross_rack_share > 0.0 && c.max_cross_rack_share <= 1.0))
+    return refuse(pre + "max_cross_rack_share", "must be a share in (0, 1]");
+  TUTTI_RETURN_IF_ERROR(
+    read_int(n, pre, "window_steps", c.replan_window_steps, 1));
+  if (c.racks.empty())
+    return refuse(prefix + "replan", "needs serve.racks (a rack per rank)");
+  if (c.offload.enabled())
+    return refuse(prefix + "replan", "not with serve.offload (an offload "
+                                     "layout is fixed at the start)");
+  return {};
+}
+
 // The `serve` keys, in `serve:` or in a manifest's `spec.serve:`.
 status read_serve_section(const YAML::Node& s, const std::string& prefix,
                           serve_config& c) {
@@ -59,7 +119,8 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
      "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
      "ep_size", "step_timeout_s", "prefix_caching", "api_keys",
      "metrics_web_config", "nodes", "rendezvous_port", "model_version",
-     "registry"}));
+     "registry", "log_dir", "placement", "offload", "racks", "replan",
+     "rack_aware_alltoall"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(
     read_string(s, prefix, "model_version", c.model_version));
@@ -105,7 +166,11 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "api_keys", c.api_keys));
   TUTTI_RETURN_IF_ERROR(
     read_string(s, prefix, "metrics_web_config", c.metrics_web_config));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "log_dir", c.log_dir));
   TUTTI_RETURN_IF_ERROR(read_nodes(s, prefix, c));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "placement", c.placement));
+  TUTTI_RETURN_IF_ERROR(read_offload(s, prefix, c.offload));
+  TUTTI_RETURN_IF_ERROR(read_replan(s, prefix, c));
   return {};
 }
 
@@ -256,7 +321,11 @@ expected<serve_config> load_serve_config(const std::string& path) {
     return status::error(path + ": cannot be read");
   std::ostringstream s;
   s << in.rdbuf();
-  return parse_serve_config(s.str(), path);
+  auto cfg = parse_serve_config(s.str(), path);
+  if (cfg && cfg.value().log_dir.empty())
+    cfg.value().log_dir =
+      std::filesystem::absolute(path, ec).parent_path().string();
+  return cfg;
 }
 
 bool is_serve_config_file(const std::string& path) {

@@ -1,5 +1,6 @@
 // The serving expert shard: the training shard's interface (expert_fwd on
-// an expert_task of rows grouped by local expert), computed with the
+// an expert_task of rows grouped by local expert, the experts its layout
+// puts on its rank in layout order), computed with the
 // batch-invariant expert of the one-rank engine, so a row's output has the
 // same bits whichever rank computes it and whatever else is in the task.
 // A failure ends the shard with the reason; its supervisor restarts it and
@@ -24,7 +25,6 @@ struct serve_shard_state {
   serve_shard_state() = default; // not an aggregate (CAF would pass `this`)
   static inline const char* name = "serve_expert_shard";
   serve_shard_args args;
-  int64_t first = 0, count = 0;
   // Injected (chaos): fires on the `fault_in`-th task with rows from now.
   std::string fault;
   int64_t fault_in = 0;
@@ -51,13 +51,17 @@ caf::error training_only(const char* what) {
 void forward(serve_shard_state& st, expert_task& task) {
   const auto& s = st.args.model->shape;
   const auto& w = st.args.model->layers.at(task.layer);
+  const auto layout = st.args.layout->get();
+  const auto& x = *layout;
   const int64_t D = s.hidden;
+  const int64_t first = x.begin(task.layer, st.args.rank);
+  const int64_t count = x.end(task.layer, st.args.rank) - first;
   int64_t row = 0;
-  for (int64_t i = 0; i < st.count; ++i) {
+  for (int64_t i = 0; i < count; ++i) {
     const int64_t m = task.rows_per_expert[i];
     if (m == 0)
       continue;
-    const int64_t e = st.first + i;
+    const int64_t e = x.expert_at(task.layer, first + i);
     invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
                      task.output + row * D, m, st.ab, st.h);
     row += m;
@@ -68,8 +72,6 @@ expert_shard_actor::behavior_type serve_expert_shard(shard_pointer self,
                                                      serve_shard_args args) {
   auto& st = self->state;
   st.args = args;
-  st.count = args.model->shape.experts / args.ranks;
-  st.first = args.rank * st.count;
   return {
     [self](expert_fwd_atom, expert_task_ptr task) -> caf::result<caf::ok_atom> {
       auto& st = self->state;

@@ -48,6 +48,7 @@ void histogram::render(std::string& out, const std::string& name,
 serve_metrics::serve_metrics(int64_t layers, int64_t experts)
   : layers_(layers), experts_(experts), ttft_(latency_buckets()),
     itl_(latency_buckets()), e2e_(latency_buckets()), queue_(latency_buckets()),
+    offload_wait_(latency_buckets()),
     activations_(layers * experts, 0) {}
 
 void serve_metrics::started(const request& r, clock::time_point now) {
@@ -82,11 +83,26 @@ void serve_metrics::preempted() {
   ++preemptions_;
 }
 
+void serve_metrics::offload_waited(double seconds) {
+  std::lock_guard lock(mutex_);
+  offload_wait_.observe(seconds);
+}
+
 void serve_metrics::set_gauges(const serve_gauges& g,
                                const std::vector<int64_t>& activations) {
   std::lock_guard lock(mutex_);
   gauges_ = g;
   activations_ = activations;
+}
+
+serve_totals serve_metrics::totals() const {
+  std::lock_guard lock(mutex_);
+  serve_totals t{prompt_tokens_, generation_tokens_, preemptions_, 0, 0};
+  for (const auto& [why, n] : finished_)
+    t.finished += n;
+  for (const auto& [why, n] : rejected_)
+    t.rejected += n;
+  return t;
 }
 
 serve_gauges serve_metrics::gauges() const {
@@ -134,6 +150,21 @@ std::string serve_metrics::render(const std::string& model) const {
            "bytes the expert-parallel ranks sent in dispatch and combine");
   t.sample("tutti_serve_all_to_all_bytes_total", m,
            double(gauges_.all_to_all_bytes));
+  t.family("tutti_serve_alltoall_bytes_total", "counter",
+           "all-to-all bytes the replica's ranks sent (rows and relay "
+           "metadata), by the link they crossed: self (a rank's own "
+           "copies), intra_rack, inter_rack (serve.racks)");
+  const auto& lb = gauges_.all_to_all_link_bytes;
+  for (int l = 0; l < link_classes; ++l)
+    t.sample("tutti_serve_alltoall_bytes_total",
+             {{"model", model}, {"link", link_name(link_class(l))}},
+             double(lb[l]));
+  t.family("tutti_serve_alltoall_cross_rack_share", "gauge",
+           "share of the all-to-all bytes on links (not self) that crossed "
+           "racks, since the start");
+  const double on_links = double(lb[1] + lb[2]);
+  t.sample("tutti_serve_alltoall_cross_rack_share", m,
+           on_links > 0 ? double(lb[2]) / on_links : 0.0);
   t.family("tutti_serve_expert_shard_restarts_total", "counter",
            "expert shard failures the ranks survived by a restart");
   t.sample("tutti_serve_expert_shard_restarts_total", m,
@@ -157,6 +188,30 @@ std::string serve_metrics::render(const std::string& model) const {
                 {"layer", std::to_string(l)},
                 {"expert", std::to_string(e)}},
                double(activations_[l * experts_ + e]));
+  t.family("tutti_serve_offloaded_experts", "gauge",
+           "(layer, expert) pairs served by the offload rank (serve.offload)");
+  t.sample("tutti_serve_offloaded_experts", m,
+           double(gauges_.offloaded_experts));
+  t.family("tutti_serve_offloaded_expert_rows_total", "counter",
+           "rows (token, layer) that chose an offloaded expert");
+  t.sample("tutti_serve_offloaded_expert_rows_total", m,
+           double(gauges_.offloaded_rows));
+  t.family("tutti_serve_routed_rows_total", "counter",
+           "rows (token, layer) routed to experts");
+  t.sample("tutti_serve_routed_rows_total", m, double(gauges_.routed_rows));
+  t.family("tutti_serve_offloaded_token_share", "gauge",
+           "share of routed rows that chose an offloaded expert");
+  t.sample("tutti_serve_offloaded_token_share", m,
+           gauges_.routed_rows ? double(gauges_.offloaded_rows)
+                                   / double(gauges_.routed_rows)
+                               : 0.0);
+  t.family("tutti_serve_cross_rack_share", "gauge",
+           "share of routed rows whose expert was in another rack than "
+           "their sequence, over the last replan window (serve.racks)");
+  t.sample("tutti_serve_cross_rack_share", m, gauges_.cross_rack_share);
+  t.family("tutti_serve_expert_replans_total", "counter",
+           "expert layouts replanned live by rack (serve.replan)");
+  t.sample("tutti_serve_expert_replans_total", m, double(gauges_.replans));
   std::string out = t.str();
   ttft_.render(out, "tutti_serve_time_to_first_token_seconds",
                "from arrival to the first generated token");
@@ -166,6 +221,9 @@ std::string serve_metrics::render(const std::string& model) const {
               "from arrival to the end of the request");
   queue_.render(out, "tutti_serve_queue_time_seconds",
                 "from arrival to the first step that ran it");
+  offload_wait_.render(out, "tutti_serve_offload_wait_seconds",
+                       "per step whose tokens chose an offloaded expert, "
+                       "the time waited in those layers' combine");
   return out;
 }
 

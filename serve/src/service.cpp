@@ -94,10 +94,15 @@ status service::build(int64_t blocks) {
     o.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(limits_.step_timeout_s * 1000));
     o.cluster = limits_.cluster;
+    o.layout = limits_.layout;
+    o.racks = limits_.replan.rack;
+    o.rack_aware_alltoall = limits_.rack_aware_alltoall;
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();
     ranks_ = std::move(r.value());
+    if (limits_.replan.enabled())
+      replanner_ = std::make_unique<live_replanner>(limits_.replan);
     std::vector<kv_cache*> caches;
     for (int64_t i = 0; i < ranks_->size(); ++i)
       caches.push_back(&ranks_->cache(i));
@@ -235,12 +240,26 @@ void service::cancel(uint64_t id) {
 }
 
 void service::publish_gauges() {
-  metrics_.set_gauges(
-    {scheduler_->running(), scheduler_->waiting(), scheduler_->used_blocks(),
-     scheduler_->total_blocks(), scheduler_->prefix_hit_tokens(),
-     ranks_ ? ranks_->exchanged_bytes() : 0,
-     ranks_ ? ranks_->shard_restarts() : 0},
-    ranks_ ? ranks_->expert_activations() : engine_->expert_activations());
+  serve_gauges g{scheduler_->running(), scheduler_->waiting(),
+                 scheduler_->used_blocks(), scheduler_->total_blocks(),
+                 scheduler_->prefix_hit_tokens()};
+  if (ranks_) {
+    g.all_to_all_bytes = ranks_->exchanged_bytes();
+    g.all_to_all_link_bytes = ranks_->exchanged_link_bytes();
+    g.expert_shard_restarts = ranks_->shard_restarts();
+    g.offloaded_rows = ranks_->offloaded_rows();
+    g.routed_rows = ranks_->routed_rows();
+    for (char c : ranks_->layout()->offloaded)
+      g.offloaded_experts += c ? 1 : 0;
+    if (replanner_) {
+      g.cross_rack_share = replanner_->cross_rack_share();
+      g.replans = replanner_->replans();
+    }
+    if (const double waited = ranks_->take_offload_wait_s(); waited > 0.0)
+      metrics_.offload_waited(waited);
+  }
+  metrics_.set_gauges(g, ranks_ ? ranks_->expert_activations()
+                                : engine_->expert_activations());
 }
 
 // The scheduler actor: takes what arrived (waiting for it only when there
@@ -287,6 +306,8 @@ void service::loop(caf::blocking_actor* self) {
                              + " s");
     auto stepped = scheduler_->step();
     busy = stepped.ok() && stepped.value();
+    if (busy && replanner_) // between two steps: none in flight
+      replanner_->after_step(*ranks_);
     {
       std::lock_guard lock(mutex_);
       queued_ = scheduler_->waiting();

@@ -36,8 +36,8 @@ struct checkpoint_writer_state {
 // a header allowance.
 uint64_t shard_bytes(const rank_snapshot& snap) {
   uint64_t bytes = 1 << 20;
-  for (const auto& t : snap.tensors)
-    bytes += t.data.size() * sizeof(float);
+  snap.for_each_tensor(
+    [&](const owned_tensor& t) { bytes += t.data.size() * sizeof(float); });
   return bytes;
 }
 
@@ -94,8 +94,9 @@ checkpoint_writer_actor::behavior_type checkpoint_writer(
       meta.ints = snap->ints;
       meta.strings = snap->strings;
       std::vector<store::tensor_view> views;
-      for (const auto& t : snap->tensors)
+      snap->for_each_tensor([&](const owned_tensor& t) {
         views.push_back({t.name, t.shape, t.data.data()});
+      });
       auto file = std::filesystem::path(dir)
                   / store::shard_file_name(snap->rank);
       const auto t0 = std::chrono::steady_clock::now();

@@ -36,6 +36,8 @@ void restart_from_checkpoint(coordinator_pointer self) {
   st.saved.clear();
   st.done.clear();
   st.slow_streak.clear();
+  st.fast_streak.clear();
+  st.steps_this_epoch = 0;
   st.failed_steps.erase(st.failed_steps.upper_bound(from),
                         st.failed_steps.end());
   st.last_step = from;
@@ -187,10 +189,16 @@ void check_heartbeats(coordinator_pointer self) {
 
 // A rank whose busy time (compute and waits outside collectives) is over
 // straggler_factor times the median for straggler_steps steps in a row.
+// It is alerted once, and again only after as many steps in a row at the
+// pace of the others: one step that happens to be quick (a loaded host
+// slows every rank alike) does not end it and start a new alert. The
+// first steps of an epoch are not judged: first touches of memory and
+// connections make one rank slower there than it will be.
 void watch_stragglers(coordinator_pointer self,
                       const std::vector<step_report>& reports) {
   auto& st = self->state;
-  if (reports.size() < 2)
+  constexpr int64_t warm_up_steps = 5;
+  if (reports.size() < 2 || ++st.steps_this_epoch <= warm_up_steps)
     return;
   std::vector<double> busy;
   for (const auto& r : reports)
@@ -206,9 +214,12 @@ void watch_stragglers(coordinator_pointer self,
     const bool slow = busy[i] > rc.straggler_factor * median
                       && busy[i] - median > 1e-3;
     auto& streak = st.slow_streak[rank];
+    auto& fast = st.fast_streak[rank];
     streak = slow ? streak + 1 : 0;
+    fast = slow ? 0 : fast + 1;
     if (!slow) {
-      st.stragglers.erase(rank);
+      if (fast >= rc.straggler_steps)
+        st.stragglers.erase(rank);
       continue;
     }
     if (streak < rc.straggler_steps || st.stragglers.count(rank))

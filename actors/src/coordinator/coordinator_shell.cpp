@@ -4,6 +4,7 @@
 // refused command is ok = false with one line saying why.
 
 #include <caf/send.hpp>
+#include "tutti/base/whole_number.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -32,13 +33,10 @@ shell_reply said(std::string message) {
 }
 
 bool parse_int(const std::string& text, int64_t& out) {
-  try {
-    size_t used = 0;
-    out = std::stoll(text, &used);
-    return used == text.size();
-  } catch (const std::exception&) {
-    return false;
-  }
+  const auto value = whole_number(text);
+  if (value)
+    out = *value;
+  return value.has_value();
 }
 
 shell_reply status_reply(const coordinator_state& st) {
@@ -362,6 +360,22 @@ caf::result<shell_reply> run_shell_command(
           promise.deliver(refuse("config: " + self->system().render(err)));
         });
     return promise;
+  }
+  if (command == "rollback") {
+    // The job's store and checkpoints are in use while it runs: a rollback
+    // moves checkpoints aside and records a new version, so it is done on
+    // the stopped job (tutti rollback, or the shell's rollback RUN_DIR).
+    const std::string to = "rollback " + st.cfg.run.dir + " --to-version "
+                           + (arg(0).empty() ? "V" : arg(0))
+                           + (arg(1).empty() ? "" : " --checkpoint " + arg(1));
+    if (st.ended())
+      return refuse("rollback: the job is " + describe_job(st).state
+                    + " but its process still holds the store; once it has "
+                      "exited, "
+                    + to + " restarts it on that version");
+    return refuse("rollback: the job is " + describe_job(st).state
+                  + "; stop it first (stop), then " + to
+                  + " restarts it on that version");
   }
   if (command == "audit") {
     // Small and local (RUN_DIR/audit.jsonl, appended by the audit writer).

@@ -116,8 +116,9 @@ struct coordinator_state {
   bool awaiting_first_step = false; // of the new epoch: "training resumed"
   int64_t recoveries = 0, restarts = 0;
   int64_t fruitless_recoveries = 0;
-  // Stragglers: steps in a row each rank was slow; ranks alerted.
-  std::map<int32_t, int64_t> slow_streak;
+  // Stragglers: steps in a row each rank was slow, and not; ranks alerted.
+  std::map<int32_t, int64_t> slow_streak, fast_streak;
+  int64_t steps_this_epoch = 0; // the first few are not judged
   std::set<int32_t> stragglers;
   job_observations seen;
   std::shared_ptr<metrics_board> board; // for /metrics; may be null

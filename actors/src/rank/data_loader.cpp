@@ -21,6 +21,8 @@ struct data_loader_state {
   static inline const char* name = "data_loader";
 
   job_config cfg;
+  // The rank's data-parallel index: the ranks of one TP group read the
+  // same batches.
   int32_t rank = 0;
   data::batch_sampler sampler;
   data::batch eval; // this rank's held-out windows
@@ -32,13 +34,13 @@ struct data_loader_state {
   std::chrono::steady_clock::time_point read_start;
 
   int64_t local_seqs() const {
-    return cfg.train.global_batch_size / cfg.cluster.world_size;
+    return cfg.train.global_batch_size / cfg.dp_size();
   }
 
   expected<token_batch_ptr> make(int64_t step) {
     const auto& t = cfg.train;
     auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
-                                  cfg.cluster.world_size,
+                                  cfg.dp_size(),
                                   cfg.data.shard_per_rank);
     if (!ids.ok())
       return status::error(ids.message());
@@ -103,7 +105,7 @@ struct data_loader_state {
         return status::error(val.message());
       // Each rank evaluates its own contiguous slice of the held-out set.
       const int64_t per_rank = cfg.train.eval_sequences
-                               / cfg.cluster.world_size;
+                               / cfg.dp_size();
       auto all = data::eval_windows(val.value(),
                                     static_cast<uint32_t>(cfg.train.seq_len),
                                     cfg.train.eval_sequences);
@@ -130,7 +132,7 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
                                              data_loader_args args) {
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
-  st.rank = args.rank;
+  st.rank = static_cast<int32_t>(st.cfg.dp_rank_of(args.rank));
   if (auto err = st.load(); !err) {
     // Quitting here ends the actor before it handles anything; its
     // supervisor sees the reason in the down message.

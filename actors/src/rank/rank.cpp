@@ -22,6 +22,8 @@
 #include "tutti/model/capacity_plan.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/model/rank_model.hpp"
+#include "tutti/model/stage_layout.hpp"
+#include "tutti/model/tensor_parallel.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
@@ -302,10 +304,13 @@ private:
       (stop_requested_ ? 1 : 0)
       + (c.checkpoint_requested.exchange(false) ? checkpoint_vote : 0)
       + (c.pause_requested.exchange(false) ? pause_vote : 0));
-    stats.routing_ids = routing_.ids_for_step();
+    // Routing statistics count every layer of a token on one rank; a
+    // pipeline stage sees only its own layers (not collected yet).
+    stats.routing_ids = a_.cfg.pp_size() > 1 ? nullptr
+                                              : routing_.ids_for_step();
     TUTTI_RETURN_IF_ERROR(model.train_step(
       batch->inputs.data(), batch->targets.data(), batch->seqs, stats));
-    TUTTI_RETURN_IF_ERROR(routing_.after_step(step, *comms_.groups().world,
+    TUTTI_RETURN_IF_ERROR(routing_.after_step(step, *comms_.groups().dp,
                                               a_.rank == 0, r.routing_window));
     double dense_sq = 0, expert_sq = 0;
     TUTTI_RETURN_IF_ERROR(model.reduce_dense_grads(dense_sq, stats.time));
@@ -349,6 +354,7 @@ private:
     r.time_overlap_s = stats.time.overlap_s;
     r.time_alltoall_wait_s = stats.time.alltoall_wait_s;
     r.time_allreduce_s = stats.time.allreduce_s;
+    r.time_pipeline_s = stats.time.pipeline_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
                                        - stats.time.allreduce_s);
     r.time_other_s = std::max(0.0, total - work);
@@ -372,12 +378,15 @@ private:
     const auto& c = a_.cfg;
     const int64_t L = c.model.num_hidden_layers, E = c.moe.num_experts;
     const int64_t count = c.experts_per_rank();
+    // The shard holds its pipeline stage's layers only.
+    const auto layers = model::stage_layers(c, c.pp_stage_of(a_.rank));
     if (expert_layout_.tensors().empty())
-      expert_layout_ = model::expert_layout(c.model, 0, count);
-    // Zeros but at this rank's experts; the EP sum then adds each expert's
-    // value to zeros only, which is exact.
+      expert_layout_ = model::tp_local_layout(
+        model::expert_layout(c.model, count, layers), c.tp_size());
+    // Zeros but at this rank's experts; the EP sum (and the stages' sum)
+    // then adds each expert's value to zeros only, which is exact.
     std::vector<double> per_expert(L * E, 0.0);
-    for (int64_t l = 0; l < L; ++l)
+    for (int64_t l = layers.first; l < layers.last; ++l)
       for (int64_t j = 0; j < count; ++j) {
         double sum = 0;
         for (const char* w : {"w1", "w3", "w2"}) {
@@ -388,10 +397,21 @@ private:
         }
         per_expert[l * E + expert_id(l, j)] = sum;
       }
+    // Each TP rank has its slice of every expert's squares.
+    if (comms_.tp) {
+      model::scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(comms_.tp->all_reduce_sum(per_expert.data(),
+                                                      per_expert.size()));
+    }
     auto* ep = comms_.groups().ep;
     if (ep->size() > 1) {
       model::scoped_timer t(time.allreduce_s);
       TUTTI_RETURN_IF_ERROR(ep->all_reduce_sum(per_expert.data(),
+                                               per_expert.size()));
+    }
+    if (auto* pp = comms_.groups().pp) {
+      model::scoped_timer t(time.allreduce_s);
+      TUTTI_RETURN_IF_ERROR(pp->all_reduce_sum(per_expert.data(),
                                                per_expert.size()));
     }
     sum_squares = 0;
@@ -414,8 +434,8 @@ private:
 
   status evaluate(model::rank_model& model, double& eval_loss) {
     const auto& t = a_.cfg.train;
-    const int64_t per_rank = t.eval_sequences / a_.cfg.cluster.world_size;
-    const int64_t chunk = t.global_batch_size / a_.cfg.cluster.world_size;
+    const int64_t per_rank = t.eval_sequences / a_.cfg.dp_size();
+    const int64_t chunk = t.global_batch_size / a_.cfg.dp_size();
     double loss_sum = 0;
     int64_t tokens = 0;
     model::step_timers unused;

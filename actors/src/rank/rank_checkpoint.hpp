@@ -3,6 +3,9 @@
 // boundary, and how it comes back on resume. Rank 0 holds the replicated
 // dense weights, their AdamW moments and the router biases; the ranks of the
 // first expert-data-parallel replica (rank < ep_size) hold their experts.
+// Files hold whole tensors of the whole model: under pipeline parallelism
+// the later stages' ranks send their layers to stage 0's (which are those
+// ranks), and on resume each stage takes its own layers.
 
 #include <caf/blocking_actor.hpp>
 

@@ -2,6 +2,8 @@
 
 #include "rank/rank_setup.hpp"
 
+#include <algorithm>
+
 #include "tutti/actors/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/comm/memory_communicator.hpp"
@@ -62,14 +64,49 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   };
   const int world = static_cast<int>(cl.world_size);
   const int ep = static_cast<int>(a.cfg.ep_size());
+  const int dp = static_cast<int>(a.cfg.dp_size());
+  const int tp = static_cast<int>(a.cfg.tp_size());
+  const int pp = static_cast<int>(a.cfg.pp_size());
+  // rank = stage * tp * dp + tp_rank * dp + dp_rank (job_config): `outer`
+  // (stage * tp + tp_rank) names the block of dp ranks, `across` (tp_rank
+  // * dp + dp_rank) a rank's place within its stage.
+  const int dp_rank = a.rank % dp, outer = a.rank / dp;
+  const int stage = outer / tp, tp_rank = outer % tp;
+  const int across = tp_rank * dp + dp_rank;
   TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", 0, 1, out.world));
-  if (ep < world) {
+  if (tp > 1 || pp > 1)
+    TUTTI_RETURN_IF_ERROR(make(dp_rank, dp, "dp" + std::to_string(outer),
+                               outer * dp, 1, out.dp));
+  if (tp > 1) // this stage's ranks of this dp index, dp apart
+    TUTTI_RETURN_IF_ERROR(make(tp_rank, tp,
+                               "tp" + std::to_string(stage * dp + dp_rank),
+                               stage * tp * dp + dp_rank, dp, out.tp));
+  if (pp > 1) {
+    // All stages of this TP and dp index (for the step's sums), tp * dp
+    // apart, and the two-member links to the neighbouring stages
+    // (activations and their gradients).
+    const int stride = tp * dp;
+    const auto tail = std::to_string(across);
+    TUTTI_RETURN_IF_ERROR(
+      make(stage, pp, "pp" + tail, across, stride, out.pp));
+    for (int b = std::max(0, stage - 1); b <= std::min(stage, pp - 2); ++b)
+      TUTTI_RETURN_IF_ERROR(make(stage - b, 2,
+                                 "pplink" + std::to_string(b) + "." + tail,
+                                 b * stride + across, stride,
+                                 b < stage ? out.prev : out.next));
+  }
+  if (ep < dp) {
+    // Blocks of ep consecutive ranks never straddle two TP indices or
+    // stages (ep divides dp), so the EP groups of all are named apart.
     TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
                                "ep" + std::to_string(a.rank / ep),
                                a.rank / ep * ep, 1, out.ep));
-    TUTTI_RETURN_IF_ERROR(make(a.rank / ep, world / ep,
-                               "edp" + std::to_string(a.rank % ep),
-                               a.rank % ep, ep, out.expert_dp));
+    const auto edp = tp > 1 || pp > 1 ? "edp" + std::to_string(outer) + "."
+                                          + std::to_string(dp_rank % ep)
+                                      : "edp" + std::to_string(a.rank % ep);
+    TUTTI_RETURN_IF_ERROR(make(dp_rank / ep, dp / ep, edp,
+                               outer * dp + dp_rank % ep, ep,
+                               out.expert_dp));
   }
   return {};
 }

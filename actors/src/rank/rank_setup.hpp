@@ -14,14 +14,23 @@ class actor_system;
 
 namespace tutti {
 
-// The communicators of one rank: world, its EP group (a block of ep_size
-// consecutive ranks) and its expert-data-parallel group (the ranks that
-// hold the same experts).
+// The communicators of one rank: world; with tensor parallelism its
+// data-parallel group (the dp_size consecutive ranks of its TP index) and
+// its TP group (the ranks of its dp index, dp_size apart); its EP group (a
+// block of ep_size consecutive ranks) and its expert-data-parallel group
+// (the ranks of its TP index that hold the same experts); with pipeline
+// parallelism all of these are within the rank's stage, and pp/prev/next
+// connect the stages (TP index and dp index kept).
 struct rank_comms {
-  std::unique_ptr<comm::communicator> world, ep, expert_dp;
+  std::unique_ptr<comm::communicator> world, dp, tp, ep, expert_dp;
+  // Pipeline parallelism: the stages of this rank's TP and dp index, and the
+  // links to the stage before and after (null at the ends).
+  std::unique_ptr<comm::communicator> pp, prev, next;
 
   model::comm_groups groups() const {
-    return {world.get(), ep ? ep.get() : world.get(), expert_dp.get()};
+    auto* data = dp ? dp.get() : world.get();
+    return {data,     ep ? ep.get() : data, expert_dp.get(), tp.get(),
+            pp.get(), prev.get(),           next.get()};
   }
 };
 

@@ -15,8 +15,10 @@
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
+#include "tutti/model/tensor_parallel.hpp"
 #include "tutti/model/idle_core_pool.hpp"
 #include "tutti/model/param_layout.hpp"
+#include "tutti/model/stage_layout.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/store/expert_blocks.hpp"
 
@@ -34,7 +36,8 @@ struct expert_shard_state {
   int32_t rank = 0;
   int64_t first_expert = 0; // of the contiguous layout, for the checkpoint
   int64_t count = 0;
-  std::vector<int32_t> expert_ids; // [layer][row]
+  model::layer_range layers; // its pipeline stage's
+  std::vector<int32_t> expert_ids; // [layer][row], every layer's
   model::param_layout layout;
   std::shared_ptr<expert_shard_memory> mem;
   std::unique_ptr<model::expert_ffn> ffn;
@@ -165,9 +168,15 @@ void initialize(expert_shard_state& st) {
   const auto& c = st.cfg;
   auto& mem = *st.mem;
   if (!mem.initialized) {
-    std::vector<float> init(st.layout.total());
-    model::init_expert_params(st.layout, init.data(), c.model, st.expert_ids,
+    // Whole experts, then this TP rank's slice of their intermediate
+    // dimension: every layout starts from the same weights.
+    const auto full = model::expert_layout(c.model, st.count, st.layers);
+    std::vector<float> init(full.total());
+    model::init_expert_params(full, init.data(), c.model, st.expert_ids,
                               st.count, c.train.seed, c.model.init_std);
+    if (c.tp_size() > 1)
+      init = model::take_tp_parts(full, init.data(), c.tp_size(),
+                                  c.tp_rank_of(st.rank));
     mem.expert_ids = st.expert_ids;
     mem.params.upload(st.stream, init);
     mem.grads.zeros(st.stream, st.layout.total());
@@ -260,11 +269,15 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
     for (int64_t l = 0; l < c.model.num_hidden_layers; ++l)
       for (int64_t j = 0; j < st.count; ++j)
         st.expert_ids.push_back(static_cast<int32_t>(st.first_expert + j));
-  st.layout = model::expert_layout(c.model, st.first_expert, st.count);
+  // Its pipeline stage's layers only (all of them without PP).
+  st.layers = model::stage_layers(c, c.pp_stage_of(args.rank));
+  st.layout = model::tp_local_layout(
+    model::expert_layout(c.model, st.count, st.layers), c.tp_size());
   initialize(st);
   st.ffn = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers,
                                                st.count, c.model.hidden_size,
-                                               c.model.intermediate_size);
+                                               c.model.intermediate_size
+                                                 / c.tp_size());
   if (args.device < 0 && c.moe.share_idle_cores) {
     // A CPU shard lends and borrows cores among the shards of its process.
     auto& pool = model::idle_core_pool::process();

@@ -1,6 +1,7 @@
 #pragma once
 // expert_shard: owns one rank's experts (weights, gradients, AdamW moments)
-// and runs them on the rows its rank dispatched. Spawned detached: its
+// of its pipeline stage's layers and runs them on the rows its rank
+// dispatched. Spawned detached: its
 // GEMMs block.
 //
 // Restart in place: the tensors live in an expert_shard_memory that the

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,12 +36,21 @@ public:
   job_client& operator=(const job_client&) = delete;
 
   // `target`: a config file or HOST:PORT of the coordinator or of any node
-  // daemon of the job. Replaces an earlier connection.
+  // daemon of the job. A serve config instead: its service on this machine
+  // (service_client.hpp), which answers shell() and chaos() only.
+  // Replaces an earlier connection.
   status connect(const std::string& target);
   status connect(const endpoint& at);
-  bool connected() const { return static_cast<bool>(coordinator_); }
+  bool connected() const {
+    return static_cast<bool>(coordinator_) || service_.has_value();
+  }
+  // Whether the target is a service (`tutti serve`), not a job.
+  bool is_service() const { return service_.has_value(); }
   // Forgets the coordinator (e.g. after it went away); connect again.
-  void disconnect() { coordinator_ = nullptr; }
+  void disconnect() {
+    coordinator_ = nullptr;
+    service_.reset();
+  }
 
   // The job's state, step, loss, epoch, recoveries.
   expected<job_status> get_status(timeout wait = std::chrono::seconds(10));
@@ -66,6 +76,7 @@ private:
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<caf::scoped_actor> self_;
   coordinator_actor coordinator_;
+  std::optional<endpoint> service_; // a service's front, not a coordinator
 };
 
 } // namespace tutti::client

@@ -63,6 +63,10 @@ struct gateway_config {
   double breaker_open_s = 5;    // open this long, then one trial request
   int64_t http_threads = 0;     // 0: max_in_flight + 8
   std::string api_keys, metrics_web_config;
+  // A policy file (security.policy's format, `tutti token issue`): its
+  // tokens let non-loopback clients use /admin/ (operator role to promote
+  // or roll back). "": /admin/ answers loopback clients only.
+  std::string admin_policy;
 
   replica_group stable, canary;
   canary_policy rollout;

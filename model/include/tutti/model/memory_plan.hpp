@@ -4,10 +4,18 @@
 // and a step-time estimate from FLOPs and link bandwidths: what `tutti
 // plan` prints and what `tutti plan --search` ranks layouts by.
 //
-// Tensor and pipeline parallelism are planned as Megatron-Core lays them
-// out (heads, the experts' FFN and the vocabulary split over TP with
-// sequence parallelism; layers split over PP stages, 1F1B), although the
-// engine runs TP = PP = 1 today: their rows are estimates, not measured.
+// Tensor parallelism is planned as the engine runs it: heads (query and
+// KV) and the experts' FFN split over TP, the embedding and LM head
+// replicated, no sequence parallelism (the [tokens, hidden] activations
+// whole on every TP rank), the checkpoint gathering TP slices on TP rank 0.
+// Pipeline parallelism is planned as the engine runs it: each stage holds
+// only its layers' weights, gradients, AdamW moments and experts (the
+// first the embedding, the last the final norm and LM head); a stage's
+// layers' activations kept for up to (stages - its index) micro-batches
+// (1F1B); the LM head's buffers on every stage, its logits' gradient on
+// the last; stage 0's ranks receive the later stages' layers and take the
+// checkpoint copies of the whole model. The two combine (TP·PP): each
+// stage holds its TP rank's slices of its layers.
 
 #include <cstdint>
 #include <string>
@@ -27,20 +35,24 @@ struct parallel_layout {
 // The layout a config asks for.
 parallel_layout layout_of(const job_config& cfg);
 
-// Bytes per rank, the fullest rank (pipeline: the first or the last stage).
+// Bytes per rank, the fullest rank (pipeline: the first or the last stage,
+// whichever holds more).
 struct memory_breakdown {
   double weights = 0, gradients = 0;
   double optimizer = 0;         // AdamW moments (the dense ones / dp if sharded)
   double optimizer_scratch = 0; // the experts' second set (restart in place)
   double activations_micro = 0; // kept for backward by one micro-batch
   double in_flight = 1;         // micro-batches whose activations are kept
-  double activations = 0;       // activations_micro * in_flight
+  double activations = 0; // in_flight micro-batches' and the shard's saved rows
   double working = 0; // backward scratch, recompute's shared layer, LM head
   double dispatch = 0;   // all-to-all buffers, the replay log of expert work
   double checkpoint = 0; // host copies while a checkpoint is taken: rank 0
-  double checkpoint_other = 0; // another rank's (its experts only)
+  double checkpoint_other = 0; // another rank's, the largest (its experts)
+  double checkpoint_others = 0; // every other rank's together
   double kv_cache_per_sequence = 0; // serving, at model.max_seq_len
   double total = 0; // everything but the KV cache
+  double total_all_stages = 0; // one rank of each pipeline stage together
+  int64_t stages = 1;          // pipeline stages
 };
 
 memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l);

@@ -21,6 +21,8 @@ class param_layout {
 public:
   const tensor_spec& add(std::string name, std::vector<int64_t> shape);
   const tensor_spec& at(const std::string& name) const;
+  // Null when the layout has no tensor of that name.
+  const tensor_spec* find(const std::string& name) const;
   const std::vector<tensor_spec>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
 
@@ -55,7 +57,8 @@ void init_expert_params(const param_layout& layout, float* values,
                         int64_t count, uint64_t seed, double std);
 
 // The same for blocks holding any experts: `expert_ids` [layer][row of the
-// block] (a placement's experts_of_rank), count = rows per layer.
+// block] (a placement's experts_of_rank), count = rows per layer. Layers
+// whose blocks `layout` lacks (another pipeline stage's) are skipped.
 void init_expert_params(const param_layout& layout, float* values,
                         const model_config& m,
                         const std::vector<int32_t>& expert_ids, int64_t count,

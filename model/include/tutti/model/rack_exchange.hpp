@@ -6,23 +6,28 @@
 // in one message. The dispatch also sends each token once per rack, not
 // once per chosen expert there (as DeepEP dedups per node before NVLink).
 //
-// Every exchange leaves the receive buffer exactly as the flat
-// all_to_all_v would: the same rows in the same order. So the experts, the
-// combine's sum and every gradient are the same bits; only the path and
-// the bytes on each link change. The combine is not summed inside the
-// remote rack: a partial sum there would add a token's expert outputs in a
-// different order (and the backward pass needs each output anyway), so
-// the outputs travel back per expert, batched per rack.
+// A routed dispatch (training) also leaves a relay_plan (rack_plan.hpp),
+// with which the later exchanges of the layer are deduplicated too: the
+// combine sums a token's outputs at the relay where that is the same bits
+// (its leading top-k slots in one remote rack: every top-2 token whose
+// experts share one), the output gradient crosses to a rack once per token
+// (the relay computes the rows' gradients and the gate gradients from the
+// outputs it kept), and the input gradients are summed there like the
+// outputs. The unrouted exchanges leave the receive buffer exactly as the
+// flat all_to_all_v would (the same rows in the same order); the routed
+// ones leave what the home's kernels then turn into the flat result's bits.
 //
 // Any expert-to-member map works: callers pass rows packed by member.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tutti/comm/communicator.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/kernels/stream.hpp"
 #include "tutti/kernels/tensor.hpp"
+#include "tutti/model/rack_plan.hpp"
 #include "tutti/model/staged_collectives.hpp"
 
 namespace tutti::model {
@@ -58,6 +63,10 @@ private:
 // combine back to it (relay in the sender's rack, chosen by the receiver).
 enum class relay_direction { out_of_origin, back_to_origin };
 
+// What a routed combine carries back: the experts' outputs (summed at the
+// relay with their gates) or their input gradients (summed plain).
+enum class combine_kind { outputs, input_gradients };
+
 class rack_exchange {
 public:
   rack_exchange(rack_layout layout, kernels::stream s);
@@ -71,6 +80,43 @@ public:
                   const std::vector<int64_t>& row_token,
                   const std::vector<int64_t>& send_rows, float* recv,
                   const std::vector<int64_t>& recv_rows);
+
+  // The routed dispatch: as above, row r the token row_slot[r] / k of
+  // `tokens` ([n, d]); `gate` the router's gates [n * k] (host). Fills
+  // `plan` for the combine and the backward exchanges of this layer.
+  status dispatch(comm::communicator& c, staged_collectives& coll,
+                  const float* tokens, int64_t n, int64_t d, int64_t k,
+                  const std::vector<int64_t>& row_slot, const float* gate,
+                  const std::vector<int64_t>& send_rows, float* recv,
+                  const std::vector<int64_t>& recv_rows, relay_plan& plan);
+
+  // The combine of a routed dispatch: `send` the owner's rows for each
+  // home, packed by home as the dispatch left them (send_rows), to the
+  // homes' `recv` ([rows, d], dispatch order, recv_rows by owner): a
+  // single row as it was sent, a group's sum on its lead, zeros on its
+  // followers (rack_plan.hpp). input_gradients: also the gate gradients
+  // of the groups' rows into `dgate` ([n * k], other slots untouched),
+  // from dispatch_gradient.
+  status combine(comm::communicator& c, staged_collectives& coll,
+                 relay_plan& plan, combine_kind kind, const float* send,
+                 const std::vector<int64_t>& send_rows, float* recv,
+                 const std::vector<int64_t>& recv_rows, float* dgate,
+                 int64_t d);
+
+  // The backward of the combine, after the home's own backward of it
+  // (unpermute_combine_backward on the rows the combine left: `drows`, the
+  // rows' gradients [rows, d], all right; the gate gradients right but for
+  // the groups' rows, whose outputs the relays hold). `dout` ([n, d], the
+  // combined output's gradient) crosses to a rack once for a token's
+  // shared rows there, a lone row's gradient from `drows` otherwise; the
+  // relays compute the shared rows' gradients gate * dout (into the
+  // owners' `recv`, as the flat exchange of `drows` would leave them) and
+  // the groups' gate gradients dot(dout, output), which the input
+  // gradients' combine brings home.
+  status dispatch_gradient(comm::communicator& c, staged_collectives& coll,
+                           relay_plan& plan, const float* dout,
+                           const float* drows, float* recv,
+                           const std::vector<int64_t>& recv_rows, int64_t d);
 
   // Rows of d floats, packed by member, through the relays: one message per
   // (member, rack) crosses racks. `recv` ends as the flat exchange leaves it.
@@ -90,25 +136,45 @@ private:
   int64_t via(relay_direction dir, int64_t s, int64_t p) const;
   // Every member's rows to every member ([s * P + p]), and `extra` values
   // each member adds (its per-rack unique tokens), summed over the group.
+  status dispatch_rows(comm::communicator& c, staged_collectives& coll,
+                       const float* tokens, int64_t d,
+                       const std::vector<int64_t>& row_token,
+                       const std::vector<int64_t>& send_rows, float* recv,
+                       const std::vector<int64_t>& recv_rows, relay_plan* plan,
+                       const float* gate);
   status share_counts(comm::communicator& c,
                       const std::vector<int64_t>& send_rows,
                       std::vector<int64_t>& extra);
   // Stage two and the final regrouping, shared by both exchanges: stage
-  // one has left in stage1_ (this member as relay) the rows each sender
+  // one has left in `stage1` (this member as relay) the rows each sender
   // routed through it; `row_in_stage1(s, p, k)` says where the k-th row
   // from s for p is. Sends them on and regroups what arrives into `recv`.
-  template <class Locate>
+  using locate = std::function<int64_t(int64_t, int64_t, int64_t)>;
   status fan_out(comm::communicator& c, staged_collectives& coll,
-                 relay_direction dir, Locate row_in_stage1, float* recv,
+                 relay_direction dir, const float* stage1,
+                 const locate& row_in_stage1, float* recv,
                  const std::vector<int64_t>& recv_rows, int64_t d);
+  // The routed combine's first stage: owners to relays, into `into`
+  // ([relay rows + groups, d]).
+  status combine_to_relays(comm::communicator& c, staged_collectives& coll,
+                           const relay_plan& plan, const float* send,
+                           kernels::tensor<float>& into, int64_t d);
+  // Its second stage: each home's rows (and gate gradients) from `pool`,
+  // landed in the home's `recv` and `dgate`.
+  status combine_to_homes(comm::communicator& c, staged_collectives& coll,
+                          const relay_plan& plan, const float* pool,
+                          const float* slots, float* recv, float* dgate,
+                          int64_t d);
   void count(const std::vector<int64_t>& rows_to, int64_t bytes_per_row);
 
   rack_layout layout_;
   kernels::stream stream_;
   std::vector<int64_t> counts_; // [s * P + p] rows, then extras
   std::vector<int64_t> bytes_to_;
-  kernels::tensor<float> send_, stage1_, stage2_;
-  kernels::tensor<int64_t> index_;
+  kernels::tensor<float> send_, stage1_, stage2_, group_in_, grads_, vgate_,
+    vdgate_;
+  kernels::tensor<int64_t> index_, index2_;
+  kernels::tensor<int32_t> slots_;
 };
 
 } // namespace tutti::model

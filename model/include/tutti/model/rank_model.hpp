@@ -1,6 +1,6 @@
 #pragma once
-// One rank's share of the Mixtral model: the replicated dense weights with
-// their gradients and AdamW state, the activations of the current step, and
+// One rank's share of the Mixtral model: its pipeline stage's dense
+// weights (all of them without PP) with their gradients and AdamW state, the activations of the current step, and
 // the MoE plumbing (route, dispatch over the EP group, experts through an
 // expert_executor, combine). Blocking: runs on the rank's own thread.
 //
@@ -25,12 +25,22 @@
 
 namespace tutti::model {
 
-// The communicators one rank takes part in. ep may equal world;
-// expert_dp (ranks holding the same experts) is null when it has one member.
+// The communicators one rank takes part in. dp: the data-parallel group,
+// the ranks that see different tokens (every rank without tensor
+// parallelism; with it, the ranks of this rank's TP index). ep may equal
+// dp; expert_dp (ranks holding the same experts) and tp (the ranks that
+// split this rank's weights, tensor_parallel.hpp) are null when they would
+// have one member. With pipeline parallelism (pipeline_schedule.cpp) pp
+// holds the stages of this rank's dp index, prev and next the two-member
+// links to the neighbouring stages (null at the ends); all null without.
 struct comm_groups {
-  comm::communicator* world = nullptr;
+  comm::communicator* dp = nullptr;
   comm::communicator* ep = nullptr;
   comm::communicator* expert_dp = nullptr;
+  comm::communicator* tp = nullptr;
+  comm::communicator* pp = nullptr;
+  comm::communicator* prev = nullptr;
+  comm::communicator* next = nullptr;
 };
 
 // Learning rate at 1-based `step`: linear warmup, then cosine to min_lr.
@@ -59,10 +69,11 @@ public:
   status evaluate(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                   double& loss_sum, int64_t& tokens, step_timers& time);
 
-  // Sums dense gradients over world (all-reduce; with
+  // Sums dense gradients over the data-parallel group (all-reduce; with
   // train.optimizer_sharding a reduce-scatter: only this rank's optimizer
-  // slice is summed); returns their global squared norm, summed slice by
-  // slice in member order either way, so both give the same bits.
+  // slice is summed); returns their global squared norm, over all stages,
+  // summed piece by piece in the one-stage buffer's order whatever the
+  // layout, so sharded or not, one stage or several give the same bits.
   status reduce_dense_grads(double& sum_squares, step_timers& time);
 
   // AdamW on the dense weights of this rank's optimizer slice with the
@@ -83,6 +94,13 @@ public:
   int64_t optimizer_count() const { return opt_count_; }
 
   const param_layout& layout() const { return layout_; }
+  // The TP group (null without tensor parallelism); layout() then holds
+  // this TP rank's slices (tensor_parallel.hpp).
+  comm::communicator* tp_group() const { return comms_.tp; }
+  // The stages of this rank's dp index (null without pipeline
+  // parallelism). Each stage holds, trains and updates only its own
+  // tensors (stage_layout.hpp): layout() is the stage's.
+  comm::communicator* pp_group() const { return comms_.pp; }
   const kernels::stream& stream() const { return stream_; }
   // On the model's device; checkpoints copy them with to_host / upload.
   kernels::tensor<float>& params() { return params_; }
@@ -96,18 +114,46 @@ private:
   struct layer_acts {
     tensor<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2, rstd2,
       logits, rprobs, gate, y_rows, fraction;
+    // Pipeline: the experts' input rows, for running them again before
+    // backward when a later micro-batch's forward came in between.
+    tensor<float> expert_in;
     tensor<int32_t> topk_orig, topk_kept, slot_of_row;
-    tensor<int64_t> kept, src_index, counts_global_dev;
+    tensor<int64_t> kept, src_index;
+    // The rack relays' plan of the layer's exchanges (rack-aware only).
+    relay_plan rack_plan;
     // Host side of the dispatch plan.
     std::vector<int64_t> kept_host, send_counts, recv_counts,
       recv_expert_counts, rows_per_expert, counts_global;
-    std::vector<int64_t> counts_step; // counts_global over the micro-batches
     int64_t rows = 0, recv_rows = 0;
   };
 
+  // This stage's layers of one micro-batch (all of them without pipeline
+  // parallelism): from the embedding on the first stage, else from the
+  // received acts_[first_layer_].x_in; to the loss on the last stage, else
+  // into acts_[last_layer_].x_in. Backward likewise from dx_ as received.
   status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                  double& ce_sum, step_stats* stats, step_timers& time);
   status backward(int64_t seqs, step_timers& time);
+
+  // Pipeline parallelism (pipeline_schedule.cpp): the step's micro-batches
+  // in 1F1B order; the step's sums over the stages; evaluation's forwards.
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ + 1 == stages_; }
+  status pipeline_step(const int32_t* inputs, const int32_t* targets,
+                       step_stats& stats, double& ce_sum);
+  status pipeline_sums(step_stats& stats, double& ce_sum);
+  status pipeline_evaluate(const int32_t* inputs, const int32_t* targets,
+                           int64_t seqs, double& ce_sum, int64_t& tokens,
+                           step_timers& time);
+  // One exchange with a neighbouring stage over `link` (prev or next):
+  // `send` and/or `recv` `count` floats (null: nothing that way).
+  status link_exchange(comm::communicator* link, const float* send,
+                       float* recv, int64_t count, step_timers& time);
+  // Makes micro-batch i's activations (slot i % slots) the current ones.
+  void use_slot(int64_t i);
+  // Before backward: when the expert shard's saved forward of layer l is
+  // another micro-batch's, runs the experts again on this one's rows.
+  status restore_expert_forward(int64_t l, layer_acts& a, step_timers& time);
 
   // train.recompute: the activations a layer keeps only while it runs
   // live in work_ and move into acts_[l] for the layer's forward, and again
@@ -116,8 +162,18 @@ private:
   void swap_working(layer_acts& a);
   status recompute(int64_t l, int64_t seqs, step_timers& time);
 
-  status attention_forward(int64_t l, int64_t seqs);
-  void attention_backward(int64_t l, int64_t seqs, tensor<float>& dx);
+  status attention_forward(int64_t l, int64_t seqs, step_timers& time);
+  status attention_backward(int64_t l, int64_t seqs, tensor<float>& dx,
+                            step_timers& time);
+  // Tensor parallelism: sums a row-parallel layer's partial outputs (or a
+  // column-parallel one's partial input gradients) over the TP group; does
+  // nothing without one.
+  status tp_sum(float* data, int64_t count, step_timers& time);
+  // The dense gradients' squared norm: per piece of the one-stage buffer
+  // (plan_norm_pieces), summed over the ranks that hold them, then in
+  // order (rank_model.cpp).
+  void plan_norm_pieces();
+  status dense_sum_squares(double& sum_squares, step_timers& time);
   status moe_forward(int64_t l, int64_t n, step_stats* stats,
                      step_timers& time);
   status route_counts(layer_acts& a, int64_t n, step_stats& stats, int64_t l,
@@ -129,9 +185,10 @@ private:
   // back to the ranks they came from, into `dispatch_order`.
   void plan_combine(const layer_acts& a);
   std::vector<std::vector<int64_t>> combine_chunk_rows() const;
-  status combine_chunk(const layer_acts& a, size_t c,
+  status combine_chunk(layer_acts& a, size_t c,
                        const tensor<float>& expert_major,
-                       tensor<float>& dispatch_order, step_timers& time);
+                       tensor<float>& dispatch_order, combine_kind kind,
+                       step_timers& time);
 
   // The router losses' coefficients: each micro-batch's loss is its mean
   // over the micro-batch, and the step's is their mean.
@@ -147,7 +204,20 @@ private:
   expert_executor& experts_;
   kernels::stream stream_;
   staged_collectives collectives_;
+  // This stage's tensors (stage_layout.hpp), this TP rank's slices of
+  // them (tensor_parallel.hpp).
   param_layout layout_;
+  struct norm_piece {
+    int64_t local = -1; // offset in grads_; -1: another stage's
+    int64_t count = 0;
+    bool split = false; // a TP-split tensor's
+    // Sharded under pipeline parallelism: the piece crosses where a stage's
+    // optimizer slices are cut (not where the whole model's are), so its
+    // summed values lie on two or more data-parallel ranks.
+    bool straddles = false;
+  };
+  std::vector<norm_piece> norm_pieces_;
+  int64_t heads_ = 0, kv_heads_ = 0; // attention heads this TP rank computes
   tensor<float> params_, grads_;
   tensor<float> m_, v_; // AdamW moments of [opt_first_, + opt_count_)
   int64_t opt_first_ = 0, opt_count_ = 0;
@@ -157,6 +227,24 @@ private:
   // contiguous (dispatch then groups rows by expert id, the same thing).
   tensor<int32_t> slot_of_expert_;
   std::vector<layer_acts> acts_;
+  // Pipeline stage: layers [first_layer_, last_layer_) of stage_ of
+  // stages_. slots_ park the activations of the micro-batches in flight
+  // that are not current (slot_ is the current one's, in acts_).
+  int64_t stage_ = 0, stages_ = 1, first_layer_ = 0, last_layer_ = 0;
+  struct slot {
+    std::vector<layer_acts> acts;
+    tensor<int32_t> inputs, targets;
+  };
+  std::vector<slot> slots_;
+  int64_t slot_ = 0;
+  int64_t micro_ = 0; // the micro-batch being computed
+  std::vector<int64_t> expert_forward_of_; // [layer] -> its micro-batch
+  // Router losses of each [micro-batch][layer] (pipeline: summed over the
+  // stages, then in the one-stage order), and counts over the step's
+  // micro-batches [layer][expert], for bias balancing.
+  std::vector<double> aux_terms_, z_terms_;
+  std::vector<std::vector<int64_t>> counts_step_;
+  std::vector<tensor<int64_t>> counts_step_dev_;
   layer_acts work_; // with recompute: one layer's worth, shared
   tensor<int32_t> inputs_, targets_;
   tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
@@ -185,15 +273,30 @@ private:
   // The exchanges of the MoE block (moe_exchange.cpp), flat or through the
   // rack relays (moe_config.rack_aware_alltoall): same bits either way.
   // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_.
-  status dispatch_rows(layer_acts& a, step_timers& time);
+  status dispatch_rows(layer_acts& a, int64_t n, step_timers& time);
   // Rows of hidden-size floats by EP member; `dir` says which end is the
   // tokens' home (the dispatch leaves it, the combine returns to it).
   status exchange_rows(relay_direction dir, const float* send,
                        const std::vector<int64_t>& send_rows, float* recv,
                        const std::vector<int64_t>& recv_rows,
                        step_timers& time);
+  // Through the relays after the dispatch (rack_exchange.hpp): the
+  // combine (outputs, or input gradients with the groups' gate gradients
+  // into dgate_), and the output gradient dx (with the rows' gradients
+  // drows_) to the experts, into drecv_.
+  status rack_combine(layer_acts& a, combine_kind kind, const float* send,
+                      const std::vector<int64_t>& send_rows, float* recv,
+                      const std::vector<int64_t>& recv_rows,
+                      step_timers& time);
+  status rack_dispatch_gradient(layer_acts& a, const float* dx,
+                                step_timers& time);
+  // The gates of the combine at home: the router's, with 1 on the relays'
+  // group sums and 0 on the rows they hold (rack_plan.hpp).
+  void rack_combine_gates(const layer_acts& a, int64_t n);
   std::unique_ptr<rack_exchange> rack_; // null: flat all-to-all
   std::vector<int32_t> slot_host_;      // staging
+  std::vector<float> gate_host_, gate_mix_;
+  tensor<float> gate_combine_;
 };
 
 } // namespace tutti::model

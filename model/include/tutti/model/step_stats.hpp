@@ -16,6 +16,9 @@ struct step_timers {
   // late (uneven expert load, mostly), not the exchange. Measured where the
   // transport can tell (ranks of one process); 0 otherwise.
   double alltoall_wait_s = 0;
+  // Pipeline parallelism: waiting for and exchanging with the neighbouring
+  // stages (the pipeline bubble, mostly).
+  double pipeline_s = 0;
 };
 
 // Adds the wall time of its scope to one of the step_timers' fields.

@@ -28,8 +28,8 @@ std::string values_text(const job_config& cfg);
 std::vector<std::string> diff_values(const std::string& from,
                                      const std::string& to);
 
-// The keys that fix the shape of the weights and of the checkpoint's
-// shards: a config differing in one of them cannot continue the job.
+// The keys that fix the shape of the weights: a config differing in one of
+// them cannot continue the job (the parallel layout may change).
 const std::vector<std::string>& shape_keys();
 
 // The first shape key whose value differs between two values texts, as

@@ -8,7 +8,10 @@
 // it once per expert; a rack-aware one (dedup) once per remote rack or node
 // that holds any of its experts. Expected per-token crossings come from the
 // routing statistics: load for the flat one, load minus co-activated pairs
-// (inclusion-exclusion, exact for top-2) for the dedup one.
+// (inclusion-exclusion, exact for top-2) for the dedup one. Training's rack
+// relays (model/rack_plan.hpp) do exactly that across racks for top-2; for
+// top-k > 2 their combine and input gradients come back once per rack only
+// for a token's leading top-k slots there. No engine dedups per node.
 
 #include <cstdint>
 #include <string>

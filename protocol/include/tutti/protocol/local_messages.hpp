@@ -59,6 +59,18 @@ struct rank_snapshot {
   std::vector<owned_tensor> tensors;
   std::map<std::string, int64_t> ints;
   std::map<std::string, std::string> strings;
+  // The expert shard's tensors, shared with the shard's answer rather than
+  // copied: a copy would hold the experts' weights and moments twice while
+  // the checkpoint is taken. Written after `tensors`.
+  std::shared_ptr<const rank_snapshot> experts;
+
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    for (const auto& t : tensors)
+      f(t);
+    if (experts)
+      experts->for_each_tensor(f);
+  }
 };
 using rank_snapshot_ptr = std::shared_ptr<const rank_snapshot>;
 

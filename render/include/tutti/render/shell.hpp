@@ -3,7 +3,8 @@
 // people (what `tutti shell` prints) or as JSON for scripts (--json).
 // `command` is the command that was asked; it says which part of the reply
 // holds the answer. A refused reply renders as its error: one line of text,
-// or {"error": ...}.
+// or {"error": ...}. A service's (tutti serve) `status` is its own: the
+// model, readiness, requests, KV cache, expert shards and tokens.
 
 #include <string>
 

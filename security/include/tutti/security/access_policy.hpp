@@ -2,7 +2,7 @@
 // Who may do what. Three roles, each including the one before:
 //   viewer    status, nodes, actors, experts, metrics, events, logs, audit
 //   operator  also pause, resume, checkpoint, kill, restart, drain, stop,
-//             chaos
+//             chaos, rollback, promote (a gateway's canary)
 //   admin     also certificates and policy (and any command not listed:
 //             deny by default)
 // A user's role is the one their certificate names, limited by the policy

@@ -15,7 +15,9 @@ class Server;
 namespace tutti::serve {
 
 // Reads the files and installs the check as `server`'s pre-routing
-// handler. Fails in one line naming the file.
-status install_api_auth(httplib::Server& server, const serve_config& cfg);
+// handler. Fails in one line naming the file. `basic_auth_on_admin` false:
+// /admin/ is left to the caller (a gateway with its own admin_policy).
+status install_api_auth(httplib::Server& server, const serve_config& cfg,
+                        bool basic_auth_on_admin = true);
 
 } // namespace tutti::serve

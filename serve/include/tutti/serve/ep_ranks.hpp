@@ -1,8 +1,9 @@
 #pragma once
 // The ranks of one expert-parallel serving replica, in this process, as
 // supervised actors: a rank actor per device holding attention and its own
-// paged KV cache, and each rank's expert shard (its experts, spread over
-// the ranks as training spreads them) under one supervisor. A step goes to
+// paged KV cache, and each rank's expert shard (the experts its layout puts
+// there: contiguous blocks as in training, a plan, offload; replaceable
+// between steps) under one supervisor. A step goes to
 // every rank at once, each with the chunks of the sequences it holds; the
 // ranks exchange expert rows over their in-process communicator. An expert
 // shard that fails is restarted by the supervisor and its rank resends the
@@ -21,21 +22,28 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/protocol/messages.hpp"
 #include "tutti/serve/engine.hpp"
+#include "tutti/serve/expert_layout.hpp"
 #include "tutti/serve/kv_cache.hpp"
+#include "tutti/serve/link_bytes.hpp"
 #include "tutti/serve/model.hpp"
 
 namespace caf {
+class actor;
 class actor_system;
-}
+} // namespace caf
 
 namespace tutti::serve {
 
 // A serving replica across daemons: `nodes` are their addresses (node 0
 // first, the one with the HTTP front); each runs one rank.
+class layout_cell; // ep_actors.hpp
+
 struct ep_cluster {
   std::vector<std::string> nodes;
   int64_t node_rank = 0;
@@ -51,12 +59,20 @@ struct ep_options {
   int64_t max_restarts = 3;                 // per shard within period
   std::chrono::milliseconds restart_period{60000};
   ep_cluster cluster; // empty: every rank in this process
+  // Where the experts live (serve_layout.hpp); null: contiguous.
+  std::shared_ptr<const expert_layout> layout;
+  // Each rank's rack in the group (serve.racks); empty: one rack. With
+  // rack_aware_alltoall, dispatch and combine go through one relay per
+  // rack (model/rack_exchange.hpp) instead of straight to each rank.
+  std::vector<int32_t> racks;
+  bool rack_aware_alltoall = false;
 };
 
 class ep_ranks {
 public:
   // Spawns the actors in `sys`; `model` and `sys` outlive the ranks.
-  // Refuses a rank count that does not divide the experts.
+  // Refuses a rank count that does not divide the experts (contiguous) or
+  // a layout of another shape.
   static expected<std::unique_ptr<ep_ranks>> start(caf::actor_system& sys,
                                                    const served_model& model,
                                                    const ep_options& options);
@@ -76,6 +92,28 @@ public:
     return activations_;
   }
   int64_t exchanged_bytes() const; // by every rank's all-to-alls
+  // The same by link class, over the whole group: across daemons node 0
+  // adds the other daemons' counts as of their last step (they travel
+  // with each step's header and the idle keep-alive).
+  link_bytes exchanged_link_bytes() const;
+  // Where the experts live now.
+  std::shared_ptr<const expert_layout> layout() const;
+  // Moves experts: the next step, and every one after, runs on `x`
+  // (across daemons node 0 sends it to the others first). Call between
+  // steps, from the thread that calls forward(). Refuses a layout of
+  // another shape or with an offload (fixed at the start).
+  status set_layout(std::shared_ptr<const expert_layout> x);
+  // Tokens routed to each expert by the sequences of rank r of this
+  // process, [layer * experts + e], since the start.
+  const std::vector<int64_t>& rank_activations(int64_t r) const {
+    return rank_activations_[r];
+  }
+  // Offload: rows (token, layer) that chose an offloaded expert and all
+  // routed rows, since the start; seconds the steps since the last call
+  // waited on offloaded experts (per step the longest of the ranks' waits).
+  int64_t offloaded_rows() const { return offloaded_rows_; }
+  int64_t routed_rows() const { return routed_rows_; }
+  double take_offload_wait_s() { return std::exchange(offload_wait_s_, 0.0); }
   int64_t shard_restarts() const;  // survived by the ranks
   // Whether every rank has joined its group and its shard is running
   // (readiness).
@@ -85,10 +123,17 @@ public:
   status follow(const std::atomic<bool>& stop);
   // Arms `fault` in rank r's expert shard: it fails on its next task.
   status inject_fault(int64_t rank, const std::string& fault);
+  // Kills rank r's expert shard actor now (chaos kill_expert): its
+  // supervisor restarts it and the rank resends the task it had out.
+  status kill_shard(int64_t rank);
+  // Each shard as its supervisor sees it (id expert_shard/R, running,
+  // restarts); empty if the supervisor did not answer.
+  std::vector<child_status> shard_states();
 
 private:
   struct actors;
   ep_ranks() = default;
+  expected<caf::actor> shard_of(int64_t rank);
 
   const served_model* model_ = nullptr;
   ep_options options_;
@@ -96,6 +141,11 @@ private:
   std::unique_ptr<actors> actors_;
   std::vector<int64_t> activations_;
   std::vector<int64_t> bytes_, restarts_;
+  std::vector<link_bytes> link_bytes_; // per rank of this process
+  std::shared_ptr<layout_cell> layout_;
+  std::vector<std::vector<int64_t>> rank_activations_;
+  int64_t offloaded_rows_ = 0, routed_rows_ = 0;
+  double offload_wait_s_ = 0.0;
 };
 
 } // namespace tutti::serve

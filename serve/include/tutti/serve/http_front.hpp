@@ -2,7 +2,9 @@
 // The HTTP front of a service (cpp-httplib, on its own thread pool; no
 // engine work runs on its threads): POST /v1/completions (JSON or server-
 // sent events), GET /v1/models, /health (alive), /ready (503 until the
-// service runs), /metrics (Prometheus). Errors in OpenAI's JSON shape: 400
+// service runs), /metrics (Prometheus); POST /admin/shell and /admin/chaos
+// answer the client commands, to loopback peers only (403 otherwise;
+// service_admin.hpp). Errors in OpenAI's JSON shape: 400
 // bad fields, 404 unknown model or path, 413 body over the limit, 429 with
 // Retry-After on a full queue, 503 not ready, 504 request timeout. A
 // streaming client that goes away cancels its request, which frees its KV
@@ -25,6 +27,8 @@ class Server;
 
 namespace tutti::serve {
 
+struct admin_context;
+
 class http_front {
 public:
   // Binds cfg.host:cfg.port (0: any free port) and serves on a thread.
@@ -45,6 +49,7 @@ private:
   std::unique_ptr<httplib::Server> server_;
   uint16_t port_ = 0;
   bool tls_ = false;
+  std::shared_ptr<admin_context> admin_; // the admin endpoints' view
   std::thread thread_;
 };
 

@@ -7,11 +7,23 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tutti/base/status.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace tutti::serve {
+
+// serve.offload (offload_layout.hpp): experts whose share of their layer's
+// routed tokens in `stats` (tutti experts stats --json) is below
+// `threshold` are served by `rank` (across daemons, that node of
+// serve.nodes). Unset: rank -1.
+struct offload_config {
+  std::string stats;
+  double threshold = 0.0;
+  int64_t rank = -1;
+  bool enabled() const { return rank >= 0; }
+};
 
 struct serve_config {
   std::string model;      // a `tutti export` / HF directory or a checkpoint
@@ -31,6 +43,19 @@ struct serve_config {
   // Access (serve/src/api_auth.cpp): a file of API key hashes for /v1/*,
   // and a Prometheus web config (basic auth) for /metrics; "" = open.
   std::string api_keys, metrics_web_config;
+  // Where `tutti serve` writes its log, tutti-serve-PORT.log.jsonl (what
+  // `tutti logs CONFIG` shows); default: the config file's directory.
+  std::string log_dir;
+  // Where the experts live (serve_layout.hpp): a plan file in the format
+  // of `tutti placement plan` ("" = contiguous), and offload.
+  std::string placement;
+  offload_config offload;
+  // Each rank's rack (serve.racks; across daemons each node's) and live
+  // replanning by rack (serve.replan, live_replan.hpp).
+  std::vector<std::string> racks;
+  bool replan = false;
+  double max_cross_rack_share = 0.5;
+  int64_t replan_window_steps = 50;
 
   // From an InferenceService manifest (defaults: one process, one device).
   bool from_manifest = false;

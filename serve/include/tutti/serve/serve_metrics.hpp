@@ -3,8 +3,9 @@
 // format: latency histograms (time to first token, inter-token latency,
 // end-to-end, queue time), requests running and waiting, KV cache usage,
 // prompt and generated tokens, finished and rejected requests, preemptions,
-// prefix cache hits, all-to-all bytes, expert shard restarts and the tokens
-// routed to each expert of each layer. Thread-safe: the
+// prefix cache hits, all-to-all bytes, expert shard restarts, the tokens
+// routed to each expert of each layer, and what offloaded experts cost
+// (the share of rows that chose one, the steps' wait on them). Thread-safe: the
 // scheduler's thread records, HTTP threads render.
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tutti/serve/link_bytes.hpp"
 #include "tutti/serve/request.hpp"
 
 namespace tutti::serve {
@@ -38,6 +40,21 @@ struct serve_gauges {
   // Running totals the scheduler and the ranks keep.
   int64_t prefix_cache_hit_tokens = 0, all_to_all_bytes = 0,
           expert_shard_restarts = 0;
+  // The whole group's all-to-all bytes by link class (ep_ranks.hpp).
+  link_bytes all_to_all_link_bytes{};
+  // Offload (offload_layout.hpp): (layer, expert) pairs offloaded; rows
+  // (token, layer) that chose one of them, of all routed rows.
+  int64_t offloaded_experts = 0, offloaded_rows = 0, routed_rows = 0;
+  // With serve.racks: the last window's cross-rack share of rows, and
+  // the layouts replanned live (serve.replan).
+  double cross_rack_share = 0.0;
+  int64_t replans = 0;
+};
+
+// Counts since the start, for the shell's `status` of a service.
+struct serve_totals {
+  int64_t prompt_tokens = 0, generation_tokens = 0, preemptions = 0;
+  int64_t finished = 0, rejected = 0; // requests, whatever the reason
 };
 
 class serve_metrics {
@@ -49,16 +66,19 @@ public:
   void finished(const request& r, finish_reason why, clock::time_point now);
   void rejected(const std::string& why);
   void preempted();
+  // A step whose tokens chose offloaded experts waited `seconds` on them.
+  void offload_waited(double seconds);
   void set_gauges(const serve_gauges& g,
                   const std::vector<int64_t>& expert_activations);
 
   serve_gauges gauges() const;
+  serve_totals totals() const;
   std::string render(const std::string& model_name) const;
 
 private:
   mutable std::mutex mutex_;
   int64_t layers_, experts_;
-  histogram ttft_, itl_, e2e_, queue_;
+  histogram ttft_, itl_, e2e_, queue_, offload_wait_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
   std::map<std::string, int64_t> finished_, rejected_;
   serve_gauges gauges_;

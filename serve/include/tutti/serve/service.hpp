@@ -19,6 +19,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/serve/scheduler.hpp"
 #include "tutti/serve/serve_metrics.hpp"
@@ -45,6 +46,14 @@ struct service_limits {
   // Across daemons (serve.nodes): this is node 0, with one rank of the
   // group; the others follow (expert_node.hpp).
   ep_cluster cluster;
+  // Where the experts live (serve_layout.hpp); null: contiguous.
+  std::shared_ptr<const expert_layout> layout;
+  // The ranks' racks: the cross-rack share measured, and experts moved
+  // by rack above its bound (live_replan.hpp).
+  replan_config replan;
+  // Dispatch and combine through one relay per rack (needs the racks):
+  // the same tokens, fewer bytes across racks.
+  bool rack_aware_alltoall = false;
 };
 
 // A request's events, in order, for the thread that waits on it.
@@ -115,6 +124,7 @@ private:
   std::unique_ptr<kv_cache> cache_; // ep_ranks 0
   std::unique_ptr<engine> engine_;  // ep_ranks 0
   std::unique_ptr<ep_ranks> ranks_; // ep_ranks >= 1
+  std::unique_ptr<live_replanner> replanner_; // with racks
   serve_metrics metrics_;
   std::unique_ptr<scheduler> scheduler_;
 

@@ -1,0 +1,57 @@
+#include "service_client.hpp"
+
+#include <httplib.h>
+
+#include "tutti/security/secret.hpp"
+#include "tutti/security/tls.hpp"
+#include "tutti/serve/serve_config.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+service_answer failed(int exit_status, std::string text) {
+  return {exit_status, std::move(text)};
+}
+
+} // namespace
+
+service_answer service_request(const std::string& action,
+                               const std::string& address,
+                               const std::string& token_file) {
+  std::string method, path;
+  if (action == "status")
+    method = "GET", path = "/admin/status";
+  else if (action == "events")
+    method = "GET", path = "/admin/events";
+  else if (action == "promote" || action == "rollback")
+    method = "POST", path = "/admin/" + action;
+  else
+    return failed(2, "unknown action '" + action
+                       + "' (status, events, promote, rollback)");
+  std::string host;
+  uint16_t port = 0;
+  if (auto s = serve::parse_listen_address(address, host, port); !s.ok())
+    return failed(2, "HOST:PORT: " + s.message());
+  auto token = token_file.empty()
+                 ? security::client_token_from_environment()
+                 : security::secret_from_file(token_file);
+  if (!token)
+    return failed(2, (token_file.empty() ? "" : "--token-file: ")
+                       + token.message());
+  httplib::Headers headers;
+  if (!token->empty())
+    headers.emplace("Authorization", "Bearer " + token->reveal());
+  httplib::Client cli(host, port);
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(10, 0);
+  auto r = method == "GET"
+             ? cli.Get(path.c_str(), headers)
+             : cli.Post(path.c_str(), headers, "", "application/json");
+  if (!r)
+    return failed(1, host + ":" + std::to_string(port) + ": "
+                       + httplib::to_string(r.error()));
+  return {r->status == 200 ? 0 : (r->status == 409 ? 2 : 1), r->body};
+}
+
+} // namespace tutti::cli

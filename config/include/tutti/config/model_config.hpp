@@ -1,0 +1,127 @@
+#pragma once
+// The model's sections of the job spec: the transformer's shape
+// (model_config) and its mixture of experts (moe_config), each with the
+// visit_fields overload that declares its keys (see job_config.hpp).
+
+#include <cstdint>
+#include <string>
+
+#include "tutti/base/status.hpp"
+#include "tutti/config/enums.hpp"
+#include "tutti/config/field.hpp"
+
+namespace tutti {
+
+struct model_config {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  double rope_theta = 10000.0;
+  int64_t max_seq_len = 0;
+  double rms_norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, model_config& c) {
+  using namespace config;
+  v.field("vocab_size", c.vocab_size, "tokens in the vocabulary", required,
+          at_least(2));
+  v.field("hidden_size", c.hidden_size,
+          "model width; a multiple of num_attention_heads, even per head",
+          required, at_least(1));
+  v.field("intermediate_size", c.intermediate_size, "expert FFN width",
+          required, at_least(1));
+  v.field("num_hidden_layers", c.num_hidden_layers, "transformer layers",
+          required, at_least(1));
+  v.field("num_attention_heads", c.num_attention_heads,
+          "query heads; a multiple of num_key_value_heads", required,
+          at_least(1));
+  v.field("num_key_value_heads", c.num_key_value_heads,
+          "key/value heads (grouped-query attention)", required, at_least(1));
+  v.field("rope_theta", c.rope_theta, "rotary embedding base", above(0));
+  v.field("max_seq_len", c.max_seq_len, "longest sequence", required,
+          at_least(1));
+  v.field("rms_norm_eps", c.rms_norm_eps, "RMSNorm epsilon", above(0));
+  v.field("init_std", c.init_std, "standard deviation of initial weights",
+          above(0));
+}
+
+struct moe_config {
+  int64_t num_experts = 0;
+  int64_t router_top_k = 0;
+  double router_temperature = 1.0;
+  double capacity_factor = 0.0;
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  double bias_update_rate = 0.0;
+  all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
+  int64_t communication_buffer_size = 0; // bytes; 0 = auto
+  int64_t combine_chunks = 2;
+  bool share_idle_cores = false; // measured: no gain yet (bench_vs_torch)
+  bool rack_aware_alltoall = false; // model/rack_exchange.hpp
+  int64_t routing_stats_window = 100; // steps; 0 = off
+  std::string placement;              // plan file; empty = contiguous
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, moe_config& c) {
+  using namespace config;
+  v.field("num_experts", c.num_experts,
+          "experts per MoE layer; divisible by ep_size", required, at_least(1));
+  v.field("router_top_k", c.router_top_k,
+          "experts each token is routed to; <= num_experts", required,
+          at_least(1));
+  v.field("router_temperature", c.router_temperature,
+          "router softmax temperature", above(0));
+  v.field("capacity_factor", c.capacity_factor,
+          "tokens an expert takes, over the even share",
+          at_least(0, "0 = dropless"));
+  v.field("aux_loss_coeff", c.aux_loss_coeff, "load-balancing loss weight",
+          at_least(0));
+  v.field("z_loss_coeff", c.z_loss_coeff, "router z-loss weight", at_least(0));
+  v.field("bias_update_rate", c.bias_update_rate,
+          "loss-free balancing: expert bias step per update",
+          at_least(0, "0 = off"));
+  v.field("all_to_all_communication", c.all_to_all_communication,
+          "disabled keeps every expert local (needs ep_size 1)");
+  v.field("communication_buffer_size", c.communication_buffer_size,
+          "all-to-all buffer in bytes, or auto", auto_means_zero,
+          with_message(at_least(0), "must be auto or >= 0"));
+  v.field("combine_chunks", c.combine_chunks,
+          "the combine all-to-all in up to this many chunks of a rank's "
+          "experts, each sent while the next computes (over Gloo or NCCL; "
+          "an EP group within one process combines in one chunk)",
+          at_least(1, "1 = no overlap"));
+  v.field("share_idle_cores", c.share_idle_cores,
+          "CPU expert shards of one process run each other's experts on "
+          "the cores their waiting ranks leave (the same bits; off: it did "
+          "not shorten the all-to-all wait in bench_vs_torch)",
+          not_fingerprinted);
+  v.field("rack_aware_alltoall", c.rack_aware_alltoall,
+          "all-to-all through one relay per rack: a token crosses to a "
+          "rack once and is fanned out there, its outputs there are summed "
+          "at the relay where that is the same bits (top-2: always) and "
+          "the backward's two exchanges likewise; same bits as the flat "
+          "exchange (the combine in one chunk)",
+          not_fingerprinted);
+  v.field("routing_stats_window", c.routing_stats_window,
+          "steps per window of routing statistics (tokens per expert, "
+          "co-activation, layer transitions) kept in the job store for "
+          "`tutti experts stats`",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("placement", c.placement,
+          "a plan file from `tutti placement plan`: which rank and slot "
+          "holds each expert (empty = contiguous blocks); training applies "
+          "it from the start or, changed, at the resume from a checkpoint "
+          "(the loss is the same bits); nodes must hold the same plan (its "
+          "content is fingerprinted, not the path)",
+          not_fingerprinted);
+}
+
+} // namespace tutti

@@ -1,0 +1,77 @@
+// Recovery of a pipeline-parallel job (label fault), on two daemons with
+// the stage outermost, so node 0 runs stage 0 and node 1 stage 1: every
+// stage-to-stage exchange and the sums over the stages go over Gloo.
+// - (PP2·DP2), ranks 0, 1 (stage 0) on node 0 and 2, 3 (stage 1) on node
+//   1: node 1's daemon is killed with SIGKILL (its ranks die mid-step,
+//   stage 0 blocks in an exchange with them) and started again.
+// - (PP2), one rank per daemon: rank 1, the last stage, crashes (chaos
+//   kill_rank).
+// - (TP2·PP2), ranks 0, 1 (stage 0, TP indices 0 and 1) on node 0 and 2,
+//   3 (stage 1) on node 1: node 1's daemon is killed with SIGKILL, so
+//   both TP ranks of the last stage die at once, and started again; and
+//   rank 1 (stage 0, TP index 1) crashes (chaos kill_rank).
+// Each job has 2 micro-batches a step (1F1B) and recovers from its
+// checkpoint with the losses of the fault-free run of the same config
+// (`tutti run`, one process), bit for bit: a two-member sum is the same
+// bits in either transport.
+
+#include <catch2/catch.hpp>
+
+#include "fault_support.hpp"
+
+using namespace tutti::testing;
+
+TEST_CASE("a killed daemon of a PP2 job rejoins and training resumes with "
+          "the fault-free losses",
+          "[pp_node_loss]") {
+  fault_job job("fault_pp_node_loss", 60, 105);
+  // PP2·DP2: node 1's daemon holds both ranks of stage 1.
+  make_model_parallel(job, 4, "pipeline_model_parallel_size",
+                      "  micro_batches: 2\n");
+  check_node1_kill_recovers(job);
+}
+
+TEST_CASE("a PP2 rank killed in its daemon recovers from the checkpoint",
+          "[pp_rank_kill]") {
+  fault_job job("fault_pp_rank_kill", 60, 107);
+  // PP2: rank 1, node 1's only rank, is the last stage, fed by node 0's.
+  make_model_parallel(job, 2, "pipeline_model_parallel_size",
+                      "  micro_batches: 2\n");
+  check_rank1_kill_recovers(job);
+}
+
+namespace {
+
+// (TP2·PP2) on the two daemons, 2 micro-batches: stages outermost, so
+// node 0 holds stage 0's two TP ranks (0, 1) and node 1 stage 1's (2, 3).
+void make_tp2_pp2(const fault_job& job) {
+  make_model_parallel(job, 4, "tensor_model_parallel_size",
+                      "  micro_batches: 2\n");
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    const std::string from = "  ep_size: 2\n  tensor_model_parallel_size: 2\n";
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(),
+                 "  ep_size: 1\n  tensor_model_parallel_size: 2\n"
+                 "  pipeline_model_parallel_size: 2\n");
+    write_text(file, text);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a killed daemon of a TP2·PP2 job rejoins and training resumes "
+          "with the fault-free losses",
+          "[tp_pp_node_loss]") {
+  fault_job job("fault_tp_pp_node_loss", 60, 109);
+  make_tp2_pp2(job); // node 1's SIGKILL takes both TP ranks of stage 1
+  check_node1_kill_recovers(job);
+}
+
+TEST_CASE("a TP2·PP2 rank killed in its daemon recovers from the checkpoint",
+          "[tp_pp_rank_kill]") {
+  fault_job job("fault_tp_pp_rank_kill", 60, 111);
+  make_tp2_pp2(job); // rank 1: stage 0, TP index 1; its TP partner beside it
+  check_rank1_kill_recovers(job);
+}

@@ -1,0 +1,193 @@
+// `tutti serve` is a full node too: `tutti status`, `tutti shell --connect`,
+// `tutti logs` and `tutti chaos` given its serve config reach the running
+// service on this machine (its front's loopback admin endpoints). chaos
+// kill_expert kills a live expert shard actor while completions run: its
+// supervisor restarts it, every request completes, and status counts the
+// restart. A training job's commands are refused in one line, exit 1.
+
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "daemon_support.hpp"
+#include "serve_http_support.hpp"
+#include "serve_test_support.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Completions one after another on `threads` connections until `stop`:
+// each one's start and end, and whether it came back whole.
+struct completion_load {
+  struct done {
+    steady::time_point start, end;
+    bool whole = false;
+    std::string problem;
+  };
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<done> finished;
+  std::vector<std::thread> threads;
+
+  completion_load(int port, int threads_count) {
+    for (int t = 0; t < threads_count; ++t)
+      threads.emplace_back([this, port, t] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(60, 0);
+        const json body = {{"prompt", "tutti serves " + std::to_string(t)},
+                           {"max_tokens", 160},
+                           {"temperature", 0}};
+        while (!stop) {
+          done d;
+          d.start = steady::now();
+          auto r = c.Post("/v1/completions", body.dump(), "application/json");
+          d.end = steady::now();
+          if (!r)
+            d.problem = httplib::to_string(r.error());
+          else if (r->status != 200)
+            d.problem = std::to_string(r->status) + " " + r->body;
+          else {
+            auto j = json::parse(r->body, nullptr, false);
+            d.whole = j.is_object()
+                      && j["choices"][0]["token_ids"].size() == 160;
+            if (!d.whole)
+              d.problem = r->body;
+          }
+          std::lock_guard lock(mutex);
+          finished.push_back(d);
+        }
+      });
+  }
+  ~completion_load() { end(); }
+  void end() {
+    stop = true;
+    for (auto& t : threads)
+      if (t.joinable())
+        t.join();
+  }
+};
+
+} // namespace
+
+TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
+          "[integration][fault]") {
+  const auto root = scratch("serve_node_clients");
+  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 256);
+  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 43));
+  const int port = port_block(75, 1);
+  const auto config = root / "serve.yaml";
+  write_text(config, "serve:\n  model: " + (root / "model").string()
+                       + "\n  model_name: tiny\n  listen: 127.0.0.1:"
+                       + std::to_string(port)
+                       + "\n  ep_size: 2\n  max_sequences: 4\n"
+                         "  kv_cache_bytes: 4MiB\n  step_timeout_s: 20\n");
+  const auto log = root / "serve.log";
+  child_process serve({tutti_bin(), "serve", config.string()}, log);
+  REQUIRE(wait_until([&] { return serve_ready(port); }, 60));
+  INFO("tutti serve: " << tail(read_text(log)));
+  // The log next to the config, one file per port.
+  const auto log_file = root
+                        / ("tutti-serve-" + std::to_string(port)
+                           + ".log.jsonl");
+  CHECK(fs::exists(log_file));
+  const std::string target = " " + config.string();
+
+  auto status = run(tutti_bin() + " status" + target, 60);
+  INFO(status.output);
+  CHECK(status.status == 0);
+  CHECK(has(status.output, "model        tiny on 127.0.0.1:"));
+  CHECK(has(status.output, "state        ready"));
+  CHECK(has(status.output, "2 of 2 shards up, restarts 0"));
+  CHECK(has(status.output, "blocks used"));
+
+  auto shell = run(
+    tutti_bin() + " shell --connect" + target + " -c 'status; actors'", 60);
+  INFO(shell.output);
+  CHECK(shell.status == 0);
+  CHECK(has(shell.output, "state        ready"));
+  CHECK(has(shell.output, "expert_shard/1"));
+
+  auto logs = run(tutti_bin() + " logs" + target + " --lines 3", 60);
+  INFO(logs.output);
+  CHECK(logs.status == 0);
+  CHECK(has(logs.output, "\"time\""));
+  CHECK(has(logs.output, "serving tiny on"));
+
+  // What only a training job does: one line, exit 1.
+  auto history = run(
+    tutti_bin() + " shell --connect" + target + " -c 'config history'", 60);
+  INFO(history.output);
+  CHECK(history.status == 1);
+  CHECK(has(history.output, "not available on a service"));
+  auto hang = run(tutti_bin() + " chaos" + target + " hang_rank --rank 0", 60);
+  INFO(hang.output);
+  CHECK(hang.status == 1);
+  CHECK(has(hang.output, "not available on a service"));
+
+  // kill_expert while completions run: every one comes back whole.
+  completion_load load(port, 2);
+  REQUIRE(wait_until(
+    [&] {
+      std::lock_guard lock(load.mutex);
+      return load.finished.size() >= 2;
+    },
+    60));
+  const auto chaos_start = steady::now();
+  auto chaos = run(tutti_bin() + " chaos" + target + " kill_expert --rank 1",
+                   60);
+  const auto chaos_end = steady::now();
+  INFO(chaos.output);
+  CHECK(chaos.status == 0);
+  CHECK(has(chaos.output, "killed expert_shard/1"));
+  // Requests that started after the kill run on the restarted shard.
+  REQUIRE(wait_until(
+    [&] {
+      std::lock_guard lock(load.mutex);
+      int after = 0;
+      for (const auto& d : load.finished)
+        after += d.start > chaos_end;
+      return after >= 2;
+    },
+    60));
+  load.end();
+  int overlapping = 0;
+  for (const auto& d : load.finished) {
+    INFO(d.problem);
+    CHECK(d.whole);
+    overlapping += d.start < chaos_end && d.end > chaos_start;
+  }
+  CHECK(overlapping >= 1);
+
+  auto after = run(tutti_bin() + " status" + target + " --json", 60);
+  INFO(after.output);
+  CHECK(after.status == 0);
+  auto j = json::parse(after.output, nullptr, false);
+  REQUIRE(j.is_object());
+  CHECK(j["ready"] == true);
+  CHECK(j["expert_shards"]["up"] == 2);
+  CHECK(j["expert_shards"]["restarts"].get<int64_t>() >= 1);
+  CHECK(j["tokens"]["generated"].get<int64_t>() >= 160 * 4);
+  auto warned = run(tutti_bin() + " logs" + target + " --level warn", 60);
+  INFO(warned.output);
+  CHECK(has(warned.output, "killed expert_shard/1"));
+
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(30) == 0);
+}

@@ -1,0 +1,229 @@
+// Placement and offload across tuttid daemons: a replica of 2 daemons whose
+// experts sit where a shuffled plan says (serve.placement), and one of 3
+// daemons whose rare experts are offloaded to node 2 (serve.offload, 4
+// experts over 3 nodes), answer every request with the tokens and
+// log-probabilities of `tutti serve` in one process with the contiguous
+// placement, as does one of 2 daemons whose experts move between racks
+// while it serves (serve.replan), and one of 4 daemons in 2 racks with the
+// rack-aware all-to-all (fewer bytes across racks). `tutti experts stats HOST:PORT --json` writes a replica's
+// load for serve.offload; a plan that does not fit is refused naming
+// serve.placement, exit 2.
+
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "daemon_support.hpp"
+#include "serve_http_support.hpp"
+#include "serve_test_support.hpp"
+#include "tutti/placement/plan.hpp"
+#include "tutti/placement/routing_stats.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string cluster(int nodes, int rendezvous) {
+  std::string list;
+  for (int i = 0; i < nodes; ++i)
+    list += std::string(i ? ", " : "") + "127.0.0.1";
+  return "  nodes: [" + list
+         + "]\n  rendezvous_port: " + std::to_string(rendezvous) + "\n";
+}
+
+// Greedy and seeded requests of several lengths, all at once; each answer.
+std::vector<json> answers(int port) {
+  std::vector<json> out(6);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i)
+    threads.emplace_back([&, i] {
+      json body = {{"prompt", std::string("experts placed ") + char('a' + i)
+                                + std::string(i * 5, 'y')},
+                   {"max_tokens", 12},
+                   {"logprobs", 1},
+                   {"temperature", i % 2 ? 0.9 : 0.0},
+                   {"seed", 200 + i}};
+      auto r = local_client(port).Post("/v1/completions", body.dump(),
+                                       "application/json");
+      out[i] = r && r->status == 200
+                 ? json::parse(r->body)["choices"][0]
+                 : json{
+                   {"failed", r ? r->body : httplib::to_string(r.error())}};
+    });
+  for (auto& t : threads)
+    t.join();
+  return out;
+}
+
+void check_same(const std::vector<json>& got, const std::vector<json>& want) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("request " << i << ": " << got[i].dump() << " vs " << want[i].dump());
+    REQUIRE(want[i].contains("logprobs"));
+    CHECK(got[i] == want[i]);
+  }
+}
+
+// Starts `nodes` daemons on `config` (the last first), waits for node 0's
+// port to be ready and returns the answers; the daemons stop on return.
+std::vector<json> serve_on_daemons(
+  const fs::path& config, int nodes, int port, const std::string& name,
+  std::string* metrics = nullptr,
+  std::chrono::milliseconds before_metrics = std::chrono::milliseconds(0)) {
+  const auto dir = config.parent_path();
+  std::vector<std::unique_ptr<child_process>> daemons;
+  for (int n = nodes - 1; n >= 0; --n)
+    daemons.push_back(start_daemon(
+      config, n, dir / (name + "_node" + std::to_string(n) + ".log")));
+  if (!wait_until([&] { return serve_ready(port); }, 30))
+    FAIL(name << " not ready within 30 s; node 0: "
+              << read_text(dir / (name + "_node0.log")));
+  auto out = answers(port);
+  if (metrics) {
+    std::this_thread::sleep_for(before_metrics);
+    auto r = local_client(port).Get("/metrics");
+    REQUIRE(r);
+    *metrics = r->body;
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("placement and offload across daemons serve the contiguous tokens",
+          "[integration]") {
+  auto root = scratch("serve_placement_daemons");
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  const auto model = root / "model";
+  write_export_dir(model, cfg, random_model_tensors(cfg, 59));
+  const int base = port_block(601, 5);
+  const int one_port = base, plan_port = base + 1, plan_rdv = base + 2,
+            off_port = base + 3, off_rdv = base + 4;
+
+  write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
+  child_process one({tutti_bin(), "serve", (root / "one.yaml").string()},
+                    root / "one.log");
+  if (!wait_until([&] { return serve_ready(one_port); }, 30))
+    FAIL("one process not ready; " << read_text(root / "one.log"));
+  const auto alone = answers(one_port);
+
+  // The one process's load, as serve.offload reads it.
+  auto stats = run(tutti_bin()
+                     + " experts stats 127.0.0.1:" + std::to_string(one_port)
+                     + " --json " + (root / "stats.json").string(),
+                   60);
+  INFO(stats.output);
+  REQUIRE(stats.status == 0);
+  auto parsed = placement::routing_stats::from_json(
+    read_text(root / "stats.json"));
+  REQUIRE(parsed.ok());
+  CHECK(parsed.value().layers == 2);
+  CHECK(parsed.value().experts == 4);
+  CHECK(parsed.value().tokens > 0);
+
+  SECTION("a shuffled plan over 2 daemons") {
+    auto plan = placement::placement_plan::contiguous(2, 4, 2);
+    plan.expert_at = {3, 0, 2, 1, 1, 2, 0, 3};
+    REQUIRE(plan.check().ok());
+    REQUIRE(plan.write(root / "plan.json").ok());
+    write_text(root / "plan.yaml",
+               serve_yaml(model, plan_port,
+                          cluster(2, plan_rdv) + "  placement: "
+                            + (root / "plan.json").string() + "\n"));
+    check_same(serve_on_daemons(root / "plan.yaml", 2, plan_port, "plan"),
+               alone);
+  }
+
+  SECTION("experts replanned live by rack over 2 daemons") {
+    // Node 0 holds every sequence: experts move to its rack as far as its
+    // share of them allows, node 0's rank sending each new layout to node
+    // 1 between steps.
+    write_text(
+      root / "replan.yaml",
+      serve_yaml(model, plan_port,
+                 cluster(2, plan_rdv)
+                   + "  racks: [a, b]\n  replan: "
+                     "{max_cross_rack_share: 0.01, window_steps: 1}\n"));
+    std::string metrics;
+    check_same(
+      serve_on_daemons(root / "replan.yaml", 2, plan_port, "replan", &metrics),
+      alone);
+    CHECK(metrics.find("tutti_serve_expert_replans_total{model=\"model\"} 0\n")
+          == std::string::npos);
+    CHECK(metrics.find("tutti_serve_expert_replans_total")
+          != std::string::npos);
+  }
+
+  SECTION("the rack-aware all-to-all over 4 daemons in 2 racks") {
+    // Every sequence is node 0's (rack a); a token whose 2 experts are on
+    // nodes 2 and 3 crosses to rack b once. The other daemons' bytes reach
+    // node 0's /metrics with its next step header (the idle keep-alive).
+    auto inter_rack = [&](bool rack_aware) {
+      const std::string name = rack_aware ? "rack_aware" : "flat";
+      write_text(root / (name + ".yaml"),
+                 serve_yaml(model, plan_port,
+                            cluster(4, plan_rdv) + "  racks: [a, a, b, b]\n"
+                              + "  rack_aware_alltoall: "
+                              + (rack_aware ? "true" : "false") + "\n"));
+      std::string metrics;
+      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
+                                  &metrics, std::chrono::milliseconds(1500)),
+                 alone);
+      const std::string key = "tutti_serve_alltoall_bytes_total{model="
+                              "\"model\",link=\"inter_rack\"} ";
+      const auto at = metrics.find(key);
+      REQUIRE(at != std::string::npos);
+      return std::stoll(metrics.substr(at + key.size()));
+    };
+    const auto flat = inter_rack(false);
+    const auto relayed = inter_rack(true);
+    INFO("inter-rack bytes: flat " << flat << ", rack-aware " << relayed);
+    CHECK(flat > 0);
+    CHECK(relayed < flat);
+  }
+
+  SECTION("rare experts offloaded to node 2 of 3") {
+    // Layer 0's expert 1 and layer 1's expert 0 are rare.
+    auto st = placement::routing_stats::zeros(2, 4, 2);
+    st.load = {100, 3, 100, 100, 2, 100, 100, 100};
+    write_text(root / "rare.json", st.to_json());
+    write_text(root / "offload.yaml",
+               serve_yaml(model, off_port,
+                          cluster(3, off_rdv) + "  offload: {stats: "
+                            + (root / "rare.json").string()
+                            + ", threshold: 0.05, rank: 2}\n"));
+    std::string metrics;
+    check_same(
+      serve_on_daemons(root / "offload.yaml", 3, off_port, "offload", &metrics),
+      alone);
+    CHECK(metrics.find("tutti_serve_offloaded_experts{model=\"model\"} 2\n")
+          != std::string::npos);
+    CHECK(metrics.find("tutti_serve_offloaded_expert_rows_total")
+          != std::string::npos);
+  }
+}
+
+TEST_CASE("tutti serve refuses a plan for other ranks: serve.placement, exit 2",
+          "[integration]") {
+  auto root = scratch("serve_placement_refused");
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  REQUIRE(placement::placement_plan::contiguous(2, 4, 4)
+            .write(root / "plan.json")
+            .ok());
+  write_text(root / "serve.yaml",
+             serve_yaml(root / "model", 0,
+                        "  ep_size: 2\n  placement: "
+                          + (root / "plan.json").string() + "\n"));
+  auto r = run(tutti_bin() + " serve " + (root / "serve.yaml").string(), 60);
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("serve.placement: ") != std::string::npos);
+  CHECK(r.output.find("on 4 ranks") != std::string::npos);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+}
