@@ -211,7 +211,7 @@ inline void make_model_parallel(const fault_job& job, int world,
 // again: the job recovers from its checkpoint with the fault-free losses.
 inline void check_node1_kill_recovers(fault_job& job) {
   auto nodes = job.start_after_reference();
-  job.wait_for_random_step(12, 45);
+  job.wait_for_random_step(12, 35);
   nodes.node1->kill_and_reap();
   CHECK(job.seconds_until("node0.log", "job interrupted", 10) >= 0);
   nodes.node1 = job.daemon(1, "node1-again.log");
@@ -229,7 +229,7 @@ inline void check_node1_kill_recovers(fault_job& job) {
 // from its checkpoint with the fault-free losses.
 inline void check_rank1_kill_recovers(fault_job& job) {
   auto nodes = job.start_after_reference();
-  job.wait_for_random_step(12, 45);
+  job.wait_for_random_step(12, 35);
   job.inject("kill_rank --rank 1");
   fault_job::check_finished(nodes);
   auto log = job.node_logs();

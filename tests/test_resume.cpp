@@ -45,8 +45,9 @@ int last_step(const fs::path& metrics) {
   return s.empty() ? 0 : static_cast<int>(s.back());
 }
 
-// The step of the newest checkpoint with a MANIFEST (committed), or 0.
-int newest_committed(const fs::path& run_dir) {
+// The step of the newest checkpoint with a MANIFEST, or 0 (a cheap first
+// test: the store may not record it yet).
+int newest_manifest(const fs::path& run_dir) {
   int newest = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec))
@@ -56,9 +57,20 @@ int newest_committed(const fs::path& run_dir) {
   return newest;
 }
 
+// Whether the job store records a checkpoint newer than `step`. The
+// MANIFEST is written before the store records the commit, so a MANIFEST
+// alone may still be an uncommitted checkpoint that a resume ignores.
+bool store_committed_after(const fs::path& run_dir, int step) {
+  auto db = tutti::store::job_store::open_read_only(run_dir / "state");
+  if (!db.ok())
+    return false;
+  auto all = db.value()->checkpoints();
+  return all.ok() && !all.value().empty() && all.value().back().step > step;
+}
+
 // Runs `tutti run CFG --quiet` until it ends or metrics reach `kill_at`
-// (and, when commit_after >= 0, a checkpoint newer than that step is
-// committed), then kill -9. Returns the exit status (or -9 when killed).
+// (and, when commit_after >= 0, the store records a checkpoint newer than
+// that step), then kill -9. Returns the exit status (or -9 when killed).
 int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
               const fs::path& log, const char* write_delay_ms = "700",
               int commit_after = -1) {
@@ -79,7 +91,9 @@ int run_until(const fs::path& cfg, const fs::path& metrics, int kill_at,
       return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw);
     if (kill_at > 0 && last_step(metrics) >= kill_at
         && (commit_after < 0
-            || newest_committed(metrics.parent_path()) > commit_after)) {
+            || (newest_manifest(metrics.parent_path()) > commit_after
+                && store_committed_after(metrics.parent_path(),
+                                         commit_after)))) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       return -9;
@@ -146,7 +160,7 @@ TEST_CASE("kill -9 at three random steps resumes bit-exactly", "[fault]") {
     if (last_step(b_metrics) >= k)
       k = last_step(b_metrics) + 2;
     int status = run_until(b_cfg, b_metrics, k, dir / "b.log", "700",
-                           after_commit ? newest_committed(dir / "b") : -1);
+                           after_commit ? newest_manifest(dir / "b") : -1);
     INFO(read_text(dir / "b.log"));
     REQUIRE((status == -9 || status == 0));
   }
@@ -174,21 +188,17 @@ TEST_CASE("a corrupt newest checkpoint is named and skipped", "[fault]") {
     auto cfg = dir / (damage + ".yaml");
     write_text(cfg, quickstart_like(data, run_dir, 40, 10));
     auto metrics = run_dir / "metrics.jsonl";
-    // Killed once step 30's checkpoint is committed and before step 40's.
-    // Its MANIFEST is written before the job store records the commit: a
-    // kill between the two leaves step 30 uncommitted (and rightly
-    // ignored), so the run goes on until the store has it.
-    bool committed = false;
-    for (int attempt = 0; attempt < 3 && !committed; ++attempt) {
-      REQUIRE(run_until(cfg, metrics, 32, dir / (damage + ".log"), "0", 25)
-              == -9);
+    // Killed once the store records step 30's checkpoint, before step 40's.
+    REQUIRE(run_until(cfg, metrics, 32, dir / (damage + ".log"), "0", 25)
+            == -9);
+    {
       auto db = tutti::store::job_store::open(run_dir / "state");
       REQUIRE(db.ok());
       auto all = db.value()->checkpoints();
       REQUIRE(all.ok());
-      committed = !all.value().empty() && all.value().back().step == 30;
+      REQUIRE(!all.value().empty());
+      REQUIRE(all.value().back().step == 30);
     }
-    REQUIRE(committed);
     auto newest = run_dir / "checkpoints"
                   / tutti::store::checkpoint_dir_name(30);
     REQUIRE(fs::exists(newest / "MANIFEST"));

@@ -71,24 +71,39 @@ void check_same(const std::vector<json>& got, const std::vector<json>& want) {
 
 // Starts `nodes` daemons on `config` (the last first), waits for node 0's
 // port to be ready and returns the answers; the daemons stop on return.
-std::vector<json> serve_on_daemons(
-  const fs::path& config, int nodes, int port, const std::string& name,
-  std::string* metrics = nullptr,
-  std::chrono::milliseconds before_metrics = std::chrono::milliseconds(0)) {
+// With `metrics`, node 0's /metrics once `settled_key`'s value (when one is
+// named) reads the same twice 1 s apart: other daemons' counts reach it
+// with their next step header (the idle keep-alive, every second).
+std::vector<json> serve_on_daemons(const fs::path& config, int nodes,
+                                   int port, const std::string& name,
+                                   std::string* metrics = nullptr,
+                                   const std::string& settled_key = "") {
   const auto dir = config.parent_path();
   std::vector<std::unique_ptr<child_process>> daemons;
   for (int n = nodes - 1; n >= 0; --n)
     daemons.push_back(start_daemon(
       config, n, dir / (name + "_node" + std::to_string(n) + ".log")));
-  if (!wait_until([&] { return serve_ready(port); }, 30))
-    FAIL(name << " not ready within 30 s; node 0: "
+  if (!wait_until([&] { return serve_ready(port); }, 60))
+    FAIL(name << " not ready within 60 s; node 0: "
               << read_text(dir / (name + "_node0.log")));
   auto out = answers(port);
   if (metrics) {
-    std::this_thread::sleep_for(before_metrics);
-    auto r = local_client(port).Get("/metrics");
-    REQUIRE(r);
-    *metrics = r->body;
+    auto value_of = [&](const std::string& body) {
+      const auto at = body.find(settled_key);
+      return at == std::string::npos ? std::string()
+                                     : body.substr(at, body.find('\n', at) - at);
+    };
+    std::string before;
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      auto r = local_client(port).Get("/metrics");
+      REQUIRE(r);
+      *metrics = r->body;
+      if (settled_key.empty()
+          || (attempt > 0 && value_of(*metrics) == before))
+        break;
+      before = value_of(*metrics);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
   }
   return out;
 }
@@ -170,12 +185,12 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
                             cluster(4, plan_rdv) + "  racks: [a, a, b, b]\n"
                               + "  rack_aware_alltoall: "
                               + (rack_aware ? "true" : "false") + "\n"));
-      std::string metrics;
-      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
-                                  &metrics, std::chrono::milliseconds(1500)),
-                 alone);
       const std::string key = "tutti_serve_alltoall_bytes_total{model="
                               "\"model\",link=\"inter_rack\"} ";
+      std::string metrics;
+      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
+                                  &metrics, key),
+                 alone);
       const auto at = metrics.find(key);
       REQUIRE(at != std::string::npos);
       return std::stoll(metrics.substr(at + key.size()));
