@@ -24,7 +24,7 @@ using namespace tutti::testing;
 TEST_CASE("a killed daemon of a PP2 job rejoins and training resumes with "
           "the fault-free losses",
           "[pp_node_loss]") {
-  fault_job job("fault_pp_node_loss", 60, 105);
+  fault_job job("fault_pp_node_loss", 120, 105);
   // PP2·DP2: node 1's daemon holds both ranks of stage 1.
   make_model_parallel(job, 4, "pipeline_model_parallel_size",
                       "  micro_batches: 2\n");
@@ -33,7 +33,7 @@ TEST_CASE("a killed daemon of a PP2 job rejoins and training resumes with "
 
 TEST_CASE("a PP2 rank killed in its daemon recovers from the checkpoint",
           "[pp_rank_kill]") {
-  fault_job job("fault_pp_rank_kill", 60, 107);
+  fault_job job("fault_pp_rank_kill", 120, 107);
   // PP2: rank 1, node 1's only rank, is the last stage, fed by node 0's.
   make_model_parallel(job, 2, "pipeline_model_parallel_size",
                       "  micro_batches: 2\n");
@@ -64,14 +64,14 @@ void make_tp2_pp2(const fault_job& job) {
 TEST_CASE("a killed daemon of a TP2·PP2 job rejoins and training resumes "
           "with the fault-free losses",
           "[tp_pp_node_loss]") {
-  fault_job job("fault_tp_pp_node_loss", 60, 109);
+  fault_job job("fault_tp_pp_node_loss", 120, 109);
   make_tp2_pp2(job); // node 1's SIGKILL takes both TP ranks of stage 1
   check_node1_kill_recovers(job);
 }
 
 TEST_CASE("a TP2·PP2 rank killed in its daemon recovers from the checkpoint",
           "[tp_pp_rank_kill]") {
-  fault_job job("fault_tp_pp_rank_kill", 60, 111);
+  fault_job job("fault_tp_pp_rank_kill", 120, 111);
   make_tp2_pp2(job); // rank 1: stage 0, TP index 1; its TP partner beside it
   check_rank1_kill_recovers(job);
 }

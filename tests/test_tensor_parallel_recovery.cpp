@@ -19,14 +19,14 @@ using namespace tutti::testing;
 TEST_CASE("a killed daemon of a TP2 job rejoins and training resumes with "
           "the fault-free losses",
           "[tp_node_loss]") {
-  fault_job job("fault_tp_node_loss", 60, 101);
+  fault_job job("fault_tp_node_loss", 120, 101);
   make_model_parallel(job, 4, "tensor_model_parallel_size");
   check_node1_kill_recovers(job);
 }
 
 TEST_CASE("a TP2 rank killed in its daemon recovers from the checkpoint",
           "[tp_rank_kill]") {
-  fault_job job("fault_tp_rank_kill", 60, 103);
+  fault_job job("fault_tp_rank_kill", 120, 103);
   make_model_parallel(job, 2, "tensor_model_parallel_size");
   check_rank1_kill_recovers(job);
 }
