@@ -85,4 +85,42 @@ inline double worst_relative(const std::vector<double>& a,
   return worst;
 }
 
+// A checkpoint written at step 15 under one layout, resumed to step 30 on
+// world 1 and on (DP2·EP2), against the uninterrupted world-1 run.
+// `layout(name, steps)` is the config that writes the checkpoint,
+// `resume_on(name, world, steps)` the one that resumes (and, on world 1,
+// the uninterrupted run); both must set min_lr = lr, so that the schedule
+// after warmup does not depend on train.steps and 15 steps then 15 more
+// are the 30-step run. With `exported`, the checkpoint that resumes on
+// world 1 is first exported (`tutti export --format hf`), as any other.
+// `check(world, whole_losses, resumed_losses, worst_relative)` judges each.
+template <class Layout, class ResumeOn, class Check>
+void check_resumes_across_layouts(const scratch_job& job,
+                                  const std::string& prefix, Layout layout,
+                                  ResumeOn resume_on, bool exported,
+                                  Check check) {
+  auto whole = train_series(job.dir, "whole", resume_on("whole", 1, 30));
+  REQUIRE(whole.loss.size() == 30);
+  for (int world : {1, 2}) {
+    const std::string name = prefix + "_then_w" + std::to_string(world);
+    auto first = train_series(job.dir, name, layout(name, 15));
+    REQUIRE(first.loss.size() == 15);
+    if (exported && world == 1) {
+      const auto ckpt = job.dir / name / "checkpoints" / "step-00000015";
+      auto e = run(tutti_bin() + " export " + ckpt.string()
+                   + " --format hf --out " + (job.dir / "hf").string());
+      INFO(e.output);
+      CHECK(e.status == 0);
+      CHECK(std::filesystem::exists(job.dir / "hf" / "model.safetensors"));
+    }
+    auto resumed = train_series(job.dir, name, resume_on(name, world, 30));
+    INFO(name);
+    REQUIRE(resumed.loss.size() == 30);
+    const double worst = worst_relative(whole.loss, resumed.loss);
+    WARN("largest relative loss difference, " << name
+                                              << " against world 1: " << worst);
+    check(world, whole.loss, resumed.loss, worst);
+  }
+}
+
 } // namespace tutti::testing

@@ -79,41 +79,27 @@ TEST_CASE("pipeline parallelism gives the losses of world 1 to the bit",
 TEST_CASE("a PP2 checkpoint resumes on world 1 and on DP2·EP2",
           "[integration]") {
   auto job = scratch_with_data("pipeline_parallel_resume");
-  // min_lr = lr: the schedule after warmup does not depend on train.steps,
-  // so 15 steps and then 15 more are the 30-step run.
-  const std::string flat = "  min_lr: 0.003\n";
-  auto whole = train_series(job.dir, "whole",
-                            pp_config(job, "whole", 1, 1, 30, flat));
-  REQUIRE(whole.loss.size() == 30);
-  for (int world : {1, 2}) {
-    const std::string name = "pp2_then_w" + std::to_string(world);
-    auto first = train_series(job.dir, name,
-                              pp_config(job, name, 2, 2, 15, flat));
-    REQUIRE(first.loss.size() == 15);
-    if (world == 1) { // the PP2 checkpoint exports as any other
-      const auto ckpt = job.dir / name / "checkpoints" / "step-00000015";
-      auto e = run(tutti_bin() + " export " + ckpt.string()
-                   + " --format hf --out " + (job.dir / "hf").string());
-      INFO(e.output);
-      CHECK(e.status == 0);
-      CHECK(std::filesystem::exists(job.dir / "hf" / "model.safetensors"));
-    }
-    auto resumed = train_series(job.dir, name,
-                                pp_config(job, name, world, 1, 30, flat));
-    INFO(name);
-    REQUIRE(resumed.loss.size() == 30);
-    const double worst = worst_relative(whole.loss, resumed.loss);
-    WARN("largest relative loss difference, " << name
-                                              << " against world 1: " << worst);
-    // On world 1 the resumed run is the uninterrupted one to the bit. DP2
-    // changes the order of the gradient sums: (DP2·EP2) with 4
-    // micro-batches alone drifts from world 1 by up to 3.7e-4 relative over
-    // these 30 steps (measured 2026-12-02), so it gets that margin.
-    if (world == 1)
-      CHECK(resumed.loss == whole.loss);
-    else
-      CHECK(worst <= 1e-3);
-  }
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "pp2",
+    [&](const std::string& name, int steps) {
+      return pp_config(job, name, 2, 2, steps, flat);
+    },
+    [&](const std::string& name, int world, int steps) {
+      return pp_config(job, name, world, 1, steps, flat);
+    },
+    true,
+    [](int world, const std::vector<double>& whole,
+       const std::vector<double>& resumed, double worst) {
+      // On world 1 the resumed run is the uninterrupted one to the bit. DP2
+      // changes the order of the gradient sums: (DP2·EP2) with 4
+      // micro-batches alone drifts from world 1 by up to 3.7e-4 relative
+      // over these 30 steps (measured 2026-12-02), so it gets that margin.
+      if (world == 1)
+        CHECK(resumed == whole);
+      else
+        CHECK(worst <= 1e-3);
+    });
 }
 
 TEST_CASE("tensor and pipeline parallelism together (TP2·PP2) give the "
@@ -141,26 +127,22 @@ TEST_CASE("tensor and pipeline parallelism together (TP2·PP2) give the "
 TEST_CASE("a TP2·PP2 checkpoint resumes on world 1 and on DP2·EP2",
           "[integration]") {
   auto job = scratch_with_data("tp_pp_resume");
-  const std::string flat = "  min_lr: 0.003\n"; // as in the PP2 case above
-  auto whole = train_series(job.dir, "whole",
-                            pp_config(job, "whole", 1, 1, 30, flat));
-  REQUIRE(whole.loss.size() == 30);
-  for (int world : {1, 2}) {
-    const std::string name = "tp2pp2_then_w" + std::to_string(world);
-    auto first = train_series(job.dir, name,
-                              tp2_config(job, name, 4, 2, 15, flat));
-    REQUIRE(first.loss.size() == 15);
-    auto resumed = train_series(job.dir, name,
-                                pp_config(job, name, world, 1, 30, flat));
-    INFO(name);
-    REQUIRE(resumed.loss.size() == 30);
-    const double worst = worst_relative(whole.loss, resumed.loss);
-    WARN("largest relative loss difference, " << name
-                                              << " against world 1: " << worst);
-    // TP's sums alone stay within 1e-4 (test_tensor_parallel); DP2 with 4
-    // micro-batches drifts by up to 3.7e-4 on its own (above).
-    CHECK(worst <= (world == 1 ? 1e-4 : 1e-3));
-  }
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "tp2pp2",
+    [&](const std::string& name, int steps) {
+      return tp2_config(job, name, 4, 2, steps, flat);
+    },
+    [&](const std::string& name, int world, int steps) {
+      return pp_config(job, name, world, 1, steps, flat);
+    },
+    false,
+    [](int world, const std::vector<double>&, const std::vector<double>&,
+       double worst) {
+      // TP's sums alone stay within 1e-4 (test_tensor_parallel); DP2 with 4
+      // micro-batches drifts by up to 3.7e-4 on its own (above).
+      CHECK(worst <= (world == 1 ? 1e-4 : 1e-3));
+    });
 }
 
 TEST_CASE("PP2·DP2 with the distributed optimizer gives the unsharded bits "

@@ -49,32 +49,16 @@ TEST_CASE("tensor parallelism gives the losses of world 1", "[integration]") {
 TEST_CASE("a TP2 checkpoint resumes on world 1 and on DP2·EP2",
           "[integration]") {
   auto job = scratch_with_data("tensor_parallel_resume");
-  // min_lr = lr: the schedule after warmup does not depend on train.steps,
-  // so 15 steps and then 15 more are the 30-step run.
-  const std::string flat = "  min_lr: 0.003\n";
-  auto whole = train_series(job.dir, "whole",
-                            tp_config(job, "whole", 1, 1, 30, flat));
-  REQUIRE(whole.loss.size() == 30);
-  for (int world : {1, 2}) {
-    const std::string name = "tp2_then_w" + std::to_string(world);
-    auto first = train_series(job.dir, name,
-                              tp_config(job, name, 2, 2, 15, flat));
-    REQUIRE(first.loss.size() == 15);
-    if (world == 1) { // the TP2 checkpoint exports as any other
-      const auto ckpt = job.dir / name / "checkpoints" / "step-00000015";
-      auto e = run(tutti_bin() + " export " + ckpt.string()
-                   + " --format hf --out " + (job.dir / "hf").string());
-      INFO(e.output);
-      CHECK(e.status == 0);
-      CHECK(std::filesystem::exists(job.dir / "hf" / "model.safetensors"));
-    }
-    auto resumed = train_series(job.dir, name,
-                                tp_config(job, name, world, 1, 30, flat));
-    INFO(name);
-    REQUIRE(resumed.loss.size() == 30);
-    const double worst = worst_relative(whole.loss, resumed.loss);
-    WARN("largest relative loss difference, " << name
-                                              << " against world 1: " << worst);
-    CHECK(worst <= 1e-4);
-  }
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "tp2",
+    [&](const std::string& name, int steps) {
+      return tp_config(job, name, 2, 2, steps, flat);
+    },
+    [&](const std::string& name, int world, int steps) {
+      return tp_config(job, name, world, 1, steps, flat);
+    },
+    true,
+    [](int, const std::vector<double>&, const std::vector<double>&,
+       double worst) { CHECK(worst <= 1e-4); });
 }
