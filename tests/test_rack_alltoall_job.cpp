@@ -65,41 +65,60 @@ std::vector<double> cross_rack_per_token(const std::filesystem::path& path) {
   return out;
 }
 
-} // namespace
-
-TEST_CASE("rack-aware all-to-all: the flat losses to the bit, fewer "
-          "cross-rack bytes per token",
-          "[integration]") {
-  const auto dir = scratch("rack_alltoall_job");
+// The jobs' data: vocab 32, 20,000 tokens.
+std::filesystem::path synth_rack_data(const std::filesystem::path& dir) {
   const auto data = dir / "data";
   REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
                 + " --vocab 32 --seed 5 --tokens 20000",
               60)
             .status
           == 0);
+  return data;
+}
+
+struct rack_run {
+  std::vector<double> series; // training_series
+  double cross_step1 = 0;     // step 1's cross-rack bytes per token
+};
+
+// Runs the config `text` as dir/NAME.yaml (its run directory dir/NAME).
+rack_run run_rack_job(const std::filesystem::path& dir, const std::string& name,
+                      const std::string& text) {
+  const auto cfg = dir / (name + ".yaml");
+  write_text(cfg, text);
+  auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
+  INFO(name << ": " << tail(r.output));
+  REQUIRE(r.status == 0);
+  const auto metrics = dir / name / "metrics.jsonl";
+  rack_run out{training_series(metrics)};
+  REQUIRE(out.series.size() == 4 * steps);
+  const auto c = cross_rack_per_token(metrics);
+  REQUIRE(c.size() == steps);
+  out.cross_step1 = c.front();
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("rack-aware all-to-all: the flat losses to the bit, fewer "
+          "cross-rack bytes per token",
+          "[integration]") {
+  const auto dir = scratch("rack_alltoall_job");
+  const auto data = synth_rack_data(dir);
   std::vector<std::vector<double>> series;
   std::vector<double> cross;
   const char* names[] = {"flat", "rack", "rack-tcp"};
   for (int v = 0; v < 3; ++v) {
-    const auto run_dir = dir / names[v];
-    const auto cfg = dir / (std::string(names[v]) + ".yaml");
-    write_text(cfg, rack_config(data.string(), run_dir.string(), v > 0,
-                                v == 2));
-    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
-    INFO(names[v] << ": " << tail(r.output));
-    REQUIRE(r.status == 0);
-    const auto metrics = run_dir / "metrics.jsonl";
-    series.push_back(training_series(metrics));
-    REQUIRE(series.back().size() == 4 * steps);
-    const auto c = cross_rack_per_token(metrics);
-    REQUIRE(c.size() == steps);
-    cross.push_back(c.front());
+    const auto job = run_rack_job(
+      dir, names[v],
+      rack_config(data.string(), (dir / names[v]).string(), v > 0, v == 2));
+    series.push_back(job.series);
+    cross.push_back(job.cross_step1);
   }
   CHECK(series[1] == series[0]);
   CHECK(series[2] == series[0]);
-  WARN("cross-rack all-to-all bytes per token, step 1: flat " << cross[0]
-                                                              << ", rack-aware "
-                                                              << cross[1]);
+  WARN("cross-rack all-to-all bytes per token, step 1: flat "
+       << cross[0] << ", rack-aware " << cross[1]);
   CHECK(cross[0] > 0);
   CHECK(cross[1] < cross[0]);
   CHECK(cross[2] == cross[1]);
@@ -116,12 +135,7 @@ TEST_CASE("rack-aware all-to-all with recomputation and dropped slots: the "
           "flat losses to the bit",
           "[integration]") {
   const auto dir = scratch("rack_alltoall_layouts");
-  const auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-                + " --vocab 32 --seed 5 --tokens 20000",
-              60)
-            .status
-          == 0);
+  const auto data = synth_rack_data(dir);
   struct variant {
     const char* name;
     const char* train;
@@ -135,7 +149,6 @@ TEST_CASE("rack-aware all-to-all with recomputation and dropped slots: the "
     std::vector<double> cross;
     for (bool rack_aware : {false, true}) {
       const auto name = std::string(v.name) + (rack_aware ? "-rack" : "-flat");
-      const auto cfg = dir / (name + ".yaml");
       auto text = rack_config(data.string(), (dir / name).string(), rack_aware,
                               false, 2, v.train);
       const std::string dropless = "  capacity_factor: 0\n";
@@ -143,16 +156,9 @@ TEST_CASE("rack-aware all-to-all with recomputation and dropped slots: the "
       text.replace(text.find(dropless), dropless.size(),
                    "  capacity_factor: " + std::to_string(v.capacity_factor)
                      + "\n");
-      write_text(cfg, text);
-      auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
-      INFO(name << ": " << tail(r.output));
-      REQUIRE(r.status == 0);
-      const auto metrics = dir / name / "metrics.jsonl";
-      series.push_back(training_series(metrics));
-      REQUIRE(series.back().size() == 4 * steps);
-      const auto c = cross_rack_per_token(metrics);
-      REQUIRE(c.size() == steps);
-      cross.push_back(c.front());
+      const auto job = run_rack_job(dir, name, text);
+      series.push_back(job.series);
+      cross.push_back(job.cross_step1);
     }
     CHECK(series[1] == series[0]);
     WARN(v.name << ": cross-rack bytes per token, step 1: flat " << cross[0]
