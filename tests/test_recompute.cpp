@@ -12,51 +12,56 @@
 
 using namespace tutti::testing;
 
-TEST_CASE("recomputation leaves every loss equal to the bit",
-          "[integration]") {
-  auto job = scratch_with_data("recompute");
-  auto config = [&](const std::string& mode) {
-    return with_train_keys(small_config(job.data.string(),
-                                        (job.dir / mode).string(), 2, 30),
-                           "  micro_batches: 2\n  recompute: " + mode + "\n");
-  };
-  auto none = train_series(job.dir, "none", config("none"));
-  REQUIRE(none.loss.size() == 30);
-  for (std::string mode : {"selective", "full"}) {
-    auto again = train_series(job.dir, mode, config(mode));
-    INFO(mode);
+namespace {
+
+// Trains `config(name, mode)` as job.dir/NAME (NAME = prefix + mode) with
+// recompute: none and then with each of `modes`: every loss and gradient
+// norm equal to the bit, over `steps` steps.
+template <class Config>
+void check_same_bits_as_none(const scratch_job& job, const std::string& prefix,
+                             Config config,
+                             const std::vector<std::string>& modes,
+                             size_t steps) {
+  auto none = train_series(job.dir, prefix + "none",
+                           config(prefix + "none", "none"));
+  REQUIRE(none.loss.size() == steps);
+  for (const auto& mode : modes) {
+    auto again = train_series(job.dir, prefix + mode,
+                              config(prefix + mode, mode));
+    INFO(prefix + mode);
     CHECK(again.loss == none.loss);
     CHECK(again.grad_norm == none.grad_norm);
   }
+}
+
+} // namespace
+
+TEST_CASE("recomputation leaves every loss equal to the bit", "[integration]") {
+  auto job = scratch_with_data("recompute");
+  auto config = [&](const std::string& name, const std::string& mode) {
+    return with_train_keys(
+      small_config(job.data.string(), (job.dir / name).string(), 2, 30),
+      "  micro_batches: 2\n  recompute: " + mode + "\n");
+  };
+  check_same_bits_as_none(job, "", config, {"selective", "full"}, 30);
 }
 
 TEST_CASE("recomputation under pipeline parallelism leaves every loss equal "
           "to the bit",
           "[integration]") {
   auto job = scratch_with_data("recompute_pp");
-  auto config = [&](const std::string& mode) {
-    return with_train_keys(
-      model_parallel_config(job, mode, 2, "pipeline_model_parallel_size", 2,
-                            20),
-      "  micro_batches: 4\n  recompute: " + mode + "\n");
-  };
-  auto none = train_series(job.dir, "none", config("none"));
-  REQUIRE(none.loss.size() == 20);
-  for (std::string mode : {"selective", "full"}) {
-    auto again = train_series(job.dir, mode, config(mode));
-    INFO(mode);
-    CHECK(again.loss == none.loss);
-    CHECK(again.grad_norm == none.grad_norm);
-  }
-  // (TP2·PP2, world 4): each stage's TP ranks rebuild their heads and
-  // experts' slices.
-  auto tp_pp = [&](const std::string& mode) {
-    return with_train_keys(tp_pp_config(job, "tp2pp2_" + mode, 4, 2, 2, 20),
+  auto config = [&](const std::string& name, const std::string& mode) {
+    return with_train_keys(model_parallel_config(job, name, 2,
+                                                 "pipeline_model_parallel_size",
+                                                 2, 20),
                            "  micro_batches: 4\n  recompute: " + mode + "\n");
   };
-  auto tp_none = train_series(job.dir, "tp2pp2_none", tp_pp("none"));
-  auto tp_full = train_series(job.dir, "tp2pp2_full", tp_pp("full"));
-  REQUIRE(tp_none.loss.size() == 20);
-  CHECK(tp_full.loss == tp_none.loss);
-  CHECK(tp_full.grad_norm == tp_none.grad_norm);
+  check_same_bits_as_none(job, "", config, {"selective", "full"}, 20);
+  // (TP2·PP2, world 4): each stage's TP ranks rebuild their heads and
+  // experts' slices.
+  auto tp_pp = [&](const std::string& name, const std::string& mode) {
+    return with_train_keys(tp_pp_config(job, name, 4, 2, 2, 20),
+                           "  micro_batches: 4\n  recompute: " + mode + "\n");
+  };
+  check_same_bits_as_none(job, "tp2pp2_", tp_pp, {"full"}, 20);
 }
