@@ -60,6 +60,7 @@ inline std::string tp_pp_config(const scratch_job& job, const std::string& name,
 
 struct job_series {
   std::vector<double> loss, grad_norm;
+  std::string output; // what `tutti run --quiet` printed
 };
 
 // Runs the job config `text` as dir/NAME.yaml; its metrics' series.
@@ -72,7 +73,8 @@ inline job_series train_series(const std::filesystem::path& dir,
   INFO(name << ": " << tail(r.output));
   REQUIRE(r.status == 0);
   auto metrics = dir / name / "metrics.jsonl";
-  return {metric_series(metrics, "loss"), metric_series(metrics, "grad_norm")};
+  return {metric_series(metrics, "loss"), metric_series(metrics, "grad_norm"),
+          r.output};
 }
 
 // The largest relative difference of b from a, step by step (same length).
@@ -114,8 +116,10 @@ void check_resumes_across_layouts(const scratch_job& job,
       CHECK(std::filesystem::exists(job.dir / "hf" / "model.safetensors"));
     }
     auto resumed = train_series(job.dir, name, resume_on(name, world, 30));
-    INFO(name);
+    INFO(name << ": " << resumed.output);
     REQUIRE(resumed.loss.size() == 30);
+    // A run that started afresh would be the uninterrupted run itself.
+    CHECK(resumed.output.find("resuming after step 15") != std::string::npos);
     const double worst = worst_relative(whole.loss, resumed.loss);
     WARN("largest relative loss difference, " << name
                                               << " against world 1: " << worst);

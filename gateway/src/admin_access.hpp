@@ -1,7 +1,7 @@
 #pragma once
 // Who may use the gateway's /admin/ endpoints (status, events, promote,
-// rollback): loopback clients always (the operator on the gateway's host,
-// as before); others only with an access token of gateway.admin_policy (a
+// rollback): loopback clients without a token always (the operator on the
+// gateway's host; one that sends a bad token is refused); others only with an access token of gateway.admin_policy (a
 // policy file as security.policy, `tutti token issue`) sent as
 // `Authorization: Bearer TOKEN`, holding the role the action needs
 // (security::required_role: viewer to look, operator to promote or roll

@@ -5,6 +5,7 @@
 // way the block's results are the same bits: the choice changes the
 // traffic on each link class and never the numerics.
 
+#include "rack_rows.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/rank_model.hpp"
 
@@ -12,16 +13,7 @@ namespace tutti::model {
 
 namespace k = tutti::kernels;
 
-namespace {
-
-std::vector<int64_t> times(const std::vector<int64_t>& counts, int64_t d) {
-  std::vector<int64_t> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i)
-    out[i] = counts[i] * d;
-  return out;
-}
-
-} // namespace
+using rack_rows::times;
 
 status rank_model::dispatch_rows(layer_acts& a, int64_t n, step_timers& time) {
   const int64_t d = cfg_.model.hidden_size, K = cfg_.moe.router_top_k;

@@ -88,8 +88,9 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                                 + std::to_string(stages_)
                                 + " stages, the config "
                                 + std::to_string(cfg.pp_size()));
-  first_layer_ = layers / stages_ * stage_;
-  last_layer_ = first_layer_ + layers / stages_;
+  const auto mine = stage_layers(cfg, stage_);
+  first_layer_ = mine.first;
+  last_layer_ = mine.last;
   expert_forward_of_.assign(layers, -1);
   counts_step_.assign(layers, std::vector<int64_t>(cfg.moe.num_experts, 0));
   counts_step_dev_.resize(layers);

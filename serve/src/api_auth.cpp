@@ -60,7 +60,8 @@ status install_api_auth(httplib::Server& server, const serve_config& cfg,
           return result::Handled;
         }
       }
-      // /admin/ is the gateway's (tutti service promote|rollback).
+      // /admin/: the gateway's (tutti service promote|rollback) and a
+      // served model's (the client commands' /admin/shell, /admin/chaos).
       const bool admin = req.path.rfind("/admin/", 0) == 0;
       if (web && (req.path == "/metrics" || (admin && basic_auth_on_admin))
           && !security::basic_auth_allows(*web, authorization)) {

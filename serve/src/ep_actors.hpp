@@ -68,7 +68,8 @@ struct rank_step {
   int64_t shard_restarts = 0;       // restarts of its shard it survived
   // Offload (offload_layout.hpp): rows (token, layer) of this rank that
   // chose an offloaded expert, and all its routed rows, so far; seconds
-  // this step waited in the combine of layers where its rows had.
+  // this step waited in the combine of layers where its rows chose an
+  // offloaded expert.
   int64_t offloaded_rows = 0, routed_rows = 0;
   double offload_wait_s = 0.0;
 };

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <random>
 
+#include "tutti/base/whole_number.hpp"
 #include "tutti/security/web_config.hpp"
 #include "tutti/serve/completion_api.hpp"
 #include "tutti/serve/service_admin.hpp"
@@ -229,14 +230,11 @@ void http_front::routes() {
                                 httplib::Response& res) {
     if (!loopback_only(req, res))
       return;
-    int64_t rank = -1;
-    try {
-      rank = std::stoll(req.get_param_value("rank"));
-    } catch (const std::exception&) {
+    const auto rank = tutti::whole_number(req.get_param_value("rank"));
+    if (!rank)
       return send_admin(
         res, {400, R"({"ok":false,"error":"--rank must be a whole number"})"});
-    }
-    send_admin(res, admin_chaos(*admin, req.get_param_value("fault"), rank));
+    send_admin(res, admin_chaos(*admin, req.get_param_value("fault"), *rank));
   });
 
   server.Get("/v1/models", [this, created](const httplib::Request&,

@@ -24,6 +24,8 @@ expected<std::vector<int32_t>> rack_indices(
 }
 
 void live_replanner::after_step(ep_ranks& ranks) {
+  if (++steps_ % config_.window_steps != 0)
+    return;
   const auto x = ranks.layout();
   const int64_t L = x->layers, E = x->experts, P = x->ranks;
   // Rows by source: this process's ranks (across daemons node 0's is rank
@@ -35,8 +37,6 @@ void live_replanner::after_step(ep_ranks& ranks) {
   }
   if (start_.size() != now.size())
     start_.assign(now.size(), 0);
-  if (++steps_ % config_.window_steps != 0)
-    return;
   std::vector<int64_t> window(now.size());
   for (size_t i = 0; i < now.size(); ++i)
     window[i] = now[i] - start_[i];

@@ -550,9 +550,9 @@ struct job_config {
 
   int64_t ep_size() const { return cluster.ep_size; }
   // Ranks that split each layer's weights (tensor parallelism), and the
-  // ranks that see different tokens: world = tp_size * dp_size, with the
-  // TP index outermost (rank = tp_rank * dp_size + dp_rank), so the ranks
-  // of TP index 0 are exactly a data-parallel layout's ranks.
+  // ranks that see different tokens: world = pp_size * tp_size * dp_size,
+  // TP outside dp within a stage (see pp_size), so the ranks of TP index 0
+  // are exactly a data-parallel layout's ranks.
   int64_t tp_size() const { return cluster.tensor_model_parallel_size; }
   // Pipeline stages, outermost of all: rank = stage * (tp * dp) + tp_rank
   // * dp + dp_rank, so stage 0's ranks are exactly a one-stage layout's.

@@ -31,8 +31,8 @@ namespace tutti::model {
 // dp; expert_dp (ranks holding the same experts) and tp (the ranks that
 // split this rank's weights, tensor_parallel.hpp) are null when they would
 // have one member. With pipeline parallelism (pipeline_schedule.cpp) pp
-// holds the stages of this rank's dp index, prev and next the two-member
-// links to the neighbouring stages (null at the ends); all null without.
+// holds the stages of this rank's TP and dp index, prev and next the
+// two-member links to the neighbouring stages (null at the ends); all null without.
 struct comm_groups {
   comm::communicator* dp = nullptr;
   comm::communicator* ep = nullptr;
@@ -97,7 +97,7 @@ public:
   // The TP group (null without tensor parallelism); layout() then holds
   // this TP rank's slices (tensor_parallel.hpp).
   comm::communicator* tp_group() const { return comms_.tp; }
-  // The stages of this rank's dp index (null without pipeline
+  // The stages of this rank's TP and dp index (null without pipeline
   // parallelism). Each stage holds, trains and updates only its own
   // tensors (stage_layout.hpp): layout() is the stage's.
   comm::communicator* pp_group() const { return comms_.pp; }
