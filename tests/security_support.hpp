@@ -8,6 +8,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <crypt.h>
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -186,6 +189,34 @@ inline double cpu_seconds(pid_t pid) {
     if (i == 14 || i == 15)
       ticks += std::stod(field);
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A bcrypt hash of `password` (libcrypt; the lowest cost: a test).
+inline std::string bcrypt(const std::string& password) {
+  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
+  REQUIRE(crypt_gensalt_rn("$2b$", 4, nullptr, 0, salt, sizeof(salt)));
+  crypt_data data{};
+  const char* hash = crypt_rn(password.c_str(), salt, &data, sizeof(data));
+  REQUIRE(hash);
+  REQUIRE(std::string(hash).rfind("$2b$04$", 0) == 0);
+  return hash;
+}
+
+// `tutti token issue` into a 0600 file next to `policy` (created when
+// missing); the file's path.
+inline std::filesystem::path issue_token(const std::filesystem::path& policy,
+                                         const std::string& user,
+                                         const std::string& role) {
+  const auto file = policy.parent_path() / (user + ".token");
+  // Only stdout (the token) into the file; run() adds 2>&1 at the end.
+  auto r = run("sh -c '" + tutti_bin() + " token issue --policy "
+                 + policy.string() + " --user " + user + " --role " + role
+                 + " > " + file.string() + "'",
+               30);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  ::chmod(file.c_str(), 0600);
+  return file;
 }
 
 } // namespace tutti::testing

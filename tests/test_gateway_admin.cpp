@@ -13,13 +13,12 @@
 #include <cstdlib>
 
 #include <httplib.h>
-#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
 #include <sstream>
 
-#include "daemon_support.hpp"
+#include "security_support.hpp"
 
 using namespace tutti::testing;
 namespace fs = std::filesystem;
@@ -101,21 +100,6 @@ std::string error_message(const answer& a) {
     return "";
   CHECK(j["error"]["code"] == a.status);
   return j["error"]["message"].get<std::string>();
-}
-
-// `tutti token issue` into a 0600 file; the file's path.
-fs::path issue_token(const fs::path& policy, const std::string& user,
-                     const std::string& role) {
-  const auto file = policy.parent_path() / (user + ".token");
-  // Only stdout (the token) into the file; run() adds 2>&1 at the end.
-  auto r = run("sh -c '" + tutti_bin() + " token issue --policy "
-                 + policy.string() + " --user " + user + " --role " + role
-                 + " > " + file.string() + "'",
-               30);
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  ::chmod(file.c_str(), 0600);
-  return file;
 }
 
 // The address a client from elsewhere uses; without one the test exits 77,

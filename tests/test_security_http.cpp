@@ -9,8 +9,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <crypt.h>
-
 #include <regex>
 
 #include "security_support.hpp"
@@ -23,17 +21,6 @@ using namespace tutti::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A bcrypt hash of `password` (libcrypt; the lowest cost: a test).
-std::string bcrypt(const std::string& password) {
-  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
-  REQUIRE(crypt_gensalt_rn("$2b$", 4, nullptr, 0, salt, sizeof(salt)));
-  crypt_data data{};
-  const char* hash = crypt_rn(password.c_str(), salt, &data, sizeof(data));
-  REQUIRE(hash);
-  REQUIRE(std::string(hash).rfind("$2b$04$", 0) == 0);
-  return hash;
-}
 
 // The HTTP status curl got ("000": no HTTP answer at all).
 std::string http_status(const std::string& curl_args) {

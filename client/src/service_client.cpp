@@ -3,6 +3,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tutti/security/certs.hpp"
+#include "tutti/security/tls.hpp"
+#include "tutti/security/web_config.hpp"
 #include "tutti/serve/serve_config.hpp"
 
 namespace tutti::client {
@@ -13,10 +16,11 @@ using json = nlohmann::json;
 
 // "cannot reach the service at HOST:PORT: why".
 status unreachable(const endpoint& at, httplib::Error e) {
-  const auto why = e == httplib::Error::Connection
-                     ? std::string("nothing answers (is tutti serve running "
-                                   "with this config?)")
-                     : httplib::to_string(e);
+  std::string why = httplib::to_string(e);
+  if (e == httplib::Error::Connection)
+    why = "nothing answers (is tutti serve running with this config?)";
+  else if (e == httplib::Error::SSLServerVerification)
+    why = "its certificate does not check against TUTTI_TLS_CA";
   return status::error("cannot reach the service at " + at.text() + ": "
                        + why);
 }
@@ -27,13 +31,47 @@ void set_timeouts(httplib::Client& c, std::chrono::milliseconds wait) {
   c.set_write_timeout(wait);
 }
 
+// A client for `front`: HTTPS checked against TUTTI_TLS_CA where the front
+// is on TLS, and the environment's token as a bearer.
+expected<std::unique_ptr<httplib::Client>> client_for(
+  const service_front& front, std::chrono::milliseconds wait) {
+  const auto& at = front.at;
+  std::unique_ptr<httplib::Client> c;
+  if (!front.tls) {
+    c = std::make_unique<httplib::Client>(at.host, at.port);
+  } else {
+    const auto files = security::client_tls_files_from_environment();
+    if (files.ca.empty())
+      return status::error("the service at " + at.text()
+                           + " speaks HTTPS (serve.metrics_web_config): set "
+                             "TUTTI_TLS_CA to the CA that issued its "
+                             "certificate");
+    // The certificate's name, resolved to the address the config gives.
+    c = std::make_unique<httplib::Client>("https://" + front.server_name + ":"
+                                            + std::to_string(at.port),
+                                          files.cert, files.key);
+    c->set_hostname_addr_map({{front.server_name, at.host}});
+    c->set_ca_cert_path(files.ca);
+    c->enable_server_certificate_verification(true);
+  }
+  auto token = security::client_token_from_environment();
+  if (!token)
+    return token.error();
+  if (!token->empty())
+    c->set_bearer_token_auth(token->reveal());
+  set_timeouts(*c, wait);
+  return c;
+}
+
 // The admin endpoint's JSON answer ({"ok": ...}), or why there is none.
-expected<json> post(const endpoint& at, const std::string& path,
+expected<json> post(const service_front& front, const std::string& path,
                     const httplib::Params& params,
                     std::chrono::milliseconds wait) {
-  httplib::Client c(at.host, at.port);
-  set_timeouts(c, wait);
-  auto res = c.Post(path, params);
+  const auto& at = front.at;
+  auto c = client_for(front, wait);
+  if (!c)
+    return c.error();
+  auto res = (*c)->Post(path, params);
   if (!res)
     return unreachable(at, res.error());
   auto body = json::parse(res->body, nullptr, false);
@@ -74,7 +112,7 @@ bool is_service_config(const std::string& path) {
   return serve::is_serve_config_file(path);
 }
 
-expected<endpoint> service_endpoint(const std::string& path) {
+expected<service_front> service_endpoint(const std::string& path) {
   auto cfg = serve::load_serve_config(path);
   if (!cfg)
     return status::error("config: " + cfg.message());
@@ -87,13 +125,29 @@ expected<endpoint> service_endpoint(const std::string& path) {
     host = "127.0.0.1";
   else if (host == "::" || host == "[::]")
     host = "::1";
-  return endpoint{host, c.port};
+  service_front front;
+  front.at = endpoint{host, c.port};
+  if (!c.metrics_web_config.empty()) {
+    auto web = security::load_web_config(c.metrics_web_config);
+    if (!web)
+      return web.error().with_context(path + ": serve.metrics_web_config: ");
+    front.tls = web->tls();
+    if (front.tls) {
+      auto name = security::certificate_host_name(web->cert_file);
+      if (!name)
+        return name.error().with_context(path + ": ");
+      front.server_name = *name;
+    }
+  }
+  return front;
 }
 
-status probe_service(const endpoint& at) {
-  httplib::Client c(at.host, at.port);
-  set_timeouts(c, std::chrono::seconds(5));
-  auto res = c.Get("/health");
+status probe_service(const service_front& front) {
+  const auto& at = front.at;
+  auto c = client_for(front, std::chrono::seconds(5));
+  if (!c)
+    return c.error();
+  auto res = (*c)->Get("/health");
   if (!res)
     return unreachable(at, res.error());
   if (res->status != 200)
@@ -102,25 +156,24 @@ status probe_service(const endpoint& at) {
   return {};
 }
 
-expected<shell_reply> service_shell(const endpoint& at,
+expected<shell_reply> service_shell(const service_front& front,
                                     const std::string& command,
                                     const std::vector<std::string>& args,
                                     std::chrono::milliseconds wait) {
   // The arguments as one JSON array: empty ones keep their places.
-  auto j = post(at, "/admin/shell",
+  auto j = post(front, "/admin/shell",
                 {{"command", command}, {"args", json(args).dump()}}, wait);
   if (!j)
     return j.error();
   return reply_of(*j);
 }
 
-expected<std::string> service_chaos(const endpoint& at,
+expected<std::string> service_chaos(const service_front& front,
                                     const chaos_request& request,
                                     std::chrono::milliseconds wait) {
-  auto j = post(at, "/admin/chaos",
-                {{"fault", request.fault},
-                 {"rank", std::to_string(request.rank)}},
-                wait);
+  auto j = post(
+    front, "/admin/chaos",
+    {{"fault", request.fault}, {"rank", std::to_string(request.rank)}}, wait);
   if (!j)
     return j.error();
   if (!j->value("ok", false))

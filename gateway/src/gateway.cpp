@@ -13,12 +13,12 @@
 #include <cstring>
 #include <thread>
 
-#include "admin_access.hpp"
 #include "proxy.hpp"
 #include "tutti/actors/system_config.hpp"
 #include "tutti/gateway/autoscale.hpp"
 #include "tutti/gateway/rollout.hpp"
 #include "tutti/protocol/type_ids.hpp"
+#include "tutti/security/admin_access.hpp"
 #include "tutti/serve/api_auth.hpp"
 #include "tutti/serve/serve_config.hpp"
 
@@ -57,7 +57,7 @@ struct gateway::impl {
     : f(cfg), launch(std::move(l)), stable_config(cfg.stable.serve_config) {}
 
   fleet f;
-  admin_access admin; // who may use /admin/
+  security::admin_access admin; // who may use /admin/
   launcher launch;
   std::string stable_config; // what autoscaling starts
   httplib::Server server;
@@ -178,6 +178,9 @@ struct gateway::impl {
   }
 
   void routes();
+  // True to go on; else `res` holds admin's refusal in the gateway's shape.
+  bool admitted(const httplib::Request& req, httplib::Response& res,
+                const std::string& action) const;
 };
 
 namespace {
@@ -327,6 +330,20 @@ std::string status_json(fleet& f) {
   return j.dump(2);
 }
 
+bool gateway::impl::admitted(const httplib::Request& req,
+                             httplib::Response& res,
+                             const std::string& action) const {
+  const auto a = admin.admit(security::is_loopback_address(req.remote_addr),
+                             req.remote_addr,
+                             req.get_header_value("Authorization"), action);
+  if (a.admitted())
+    return true;
+  if (a.http_status == 401)
+    res.set_header("WWW-Authenticate", "Bearer");
+  send_error(res, a.http_status, a.message, a.type);
+  return false;
+}
+
 void gateway::impl::routes() {
   server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", json_type);
@@ -371,24 +388,24 @@ void gateway::impl::routes() {
               [this](const httplib::Request& req, httplib::Response& res) {
                 proxy_completion(f, req, res);
               });
-  server.Get("/admin/status", [this](const httplib::Request& req,
-                                     httplib::Response& res) {
-    if (admin.admit(req, res, "status"))
-      res.set_content(status_json(f), json_type);
-  });
-  server.Get("/admin/events", [this](const httplib::Request& req,
-                                     httplib::Response& res) {
-    if (!admin.admit(req, res, "events"))
-      return;
-    int64_t after = 0;
-    if (req.has_param("after"))
-      after = std::atoll(req.get_param_value("after").c_str());
-    res.set_content(events_json(f, after), json_type);
-  });
+  server.Get("/admin/status",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               if (admitted(req, res, "status"))
+                 res.set_content(status_json(f), json_type);
+             });
+  server.Get("/admin/events",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               if (!admitted(req, res, "events"))
+                 return;
+               int64_t after = 0;
+               if (req.has_param("after"))
+                 after = std::atoll(req.get_param_value("after").c_str());
+               res.set_content(events_json(f, after), json_type);
+             });
   auto steer = [this](bool forward) {
     return [this, forward](const httplib::Request& req,
                            httplib::Response& res) {
-      if (!admin.admit(req, res, forward ? "promote" : "rollback"))
+      if (!admitted(req, res, forward ? "promote" : "rollback"))
         return;
       std::string refused;
       bool ok;
@@ -458,7 +475,8 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
     httplib::default_socket_options(sock);
     listen_fd = sock;
   });
-  auto admin = admin_access::open(cfg.admin_policy);
+  auto admin = security::admin_access::open(cfg.admin_policy,
+                                            "gateway.admin_policy");
   if (!admin)
     return admin.error();
   g.admin = std::move(*admin);
@@ -466,9 +484,7 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
   serve::serve_config auth;
   auth.api_keys = cfg.api_keys;
   auth.metrics_web_config = cfg.metrics_web_config;
-  if (auto s = serve::install_api_auth(g.server, auth,
-                                       cfg.admin_policy.empty());
-      !s.ok())
+  if (auto s = serve::install_api_auth(g.server, auth); !s.ok())
     return status::error(
       std::string(s.message()).replace(0, 6, "gateway."));
   int port = cfg.port;

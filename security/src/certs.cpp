@@ -285,4 +285,31 @@ expected<std::string> describe_certificate(const std::string& path) {
   return out.str();
 }
 
+expected<std::string> certificate_host_name(const std::string& path) {
+  auto cert = read_certificate(path);
+  if (!cert)
+    return cert.error();
+  auto* names = static_cast<GENERAL_NAMES*>(
+    X509_get_ext_d2i(cert->get(), NID_subject_alt_name, nullptr, nullptr));
+  std::string dns;
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names) && dns.empty(); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type == GEN_DNS)
+      dns.assign(
+        reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.dNSName)),
+        static_cast<size_t>(ASN1_STRING_length(n->d.dNSName)));
+  }
+  GENERAL_NAMES_free(names);
+  if (!dns.empty())
+    return dns;
+  char cn[256] = {};
+  if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert->get()),
+                                NID_commonName, cn, sizeof(cn))
+      <= 0)
+    return status::error(path
+                         + ": the certificate names no host (no DNS "
+                           "name, no CN)");
+  return std::string(cn);
+}
+
 } // namespace tutti::security

@@ -91,13 +91,17 @@ tls_files for_node(tls_files files, int64_t node_rank) {
   return files;
 }
 
-expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
+tls_files client_tls_files_from_environment() {
   auto get = [](const char* name) {
     const char* v = std::getenv(name);
     return std::string(v ? v : "");
   };
-  tls_files files{get("TUTTI_TLS_CA"), get("TUTTI_TLS_CERT"),
-                  get("TUTTI_TLS_KEY"), "", get("TUTTI_TLS_CRL")};
+  return {get("TUTTI_TLS_CA"), get("TUTTI_TLS_CERT"), get("TUTTI_TLS_KEY"), "",
+          get("TUTTI_TLS_CRL")};
+}
+
+expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment() {
+  const tls_files files = client_tls_files_from_environment();
   if (files.empty())
     return std::shared_ptr<tls_endpoint>();
   if (files.cert.empty() && files.key.empty()) {

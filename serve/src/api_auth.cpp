@@ -20,8 +20,7 @@ void refuse(httplib::Response& res, int status, const std::string& message,
 
 } // namespace
 
-status install_api_auth(httplib::Server& server, const serve_config& cfg,
-                        bool basic_auth_on_admin) {
+status install_api_auth(httplib::Server& server, const serve_config& cfg) {
   std::shared_ptr<security::api_keys> keys;
   if (!cfg.api_keys.empty()) {
     auto loaded = security::api_keys::load(cfg.api_keys);
@@ -39,8 +38,7 @@ status install_api_auth(httplib::Server& server, const serve_config& cfg,
   if (!keys && !web)
     return {};
   server.set_pre_routing_handler(
-    [keys, web, basic_auth_on_admin](const httplib::Request& req,
-                                     httplib::Response& res) {
+    [keys, web](const httplib::Request& req, httplib::Response& res) {
       using result = httplib::Server::HandlerResponse;
       const auto authorization = req.get_header_value("Authorization");
       if (keys && req.path.rfind("/v1/", 0) == 0) {
@@ -60,10 +58,7 @@ status install_api_auth(httplib::Server& server, const serve_config& cfg,
           return result::Handled;
         }
       }
-      // /admin/: the gateway's (tutti service promote|rollback) and a
-      // served model's (the client commands' /admin/shell, /admin/chaos).
-      const bool admin = req.path.rfind("/admin/", 0) == 0;
-      if (web && (req.path == "/metrics" || (admin && basic_auth_on_admin))
+      if (web && req.path == "/metrics"
           && !security::basic_auth_allows(*web, authorization)) {
         res.status = 401;
         res.set_header("WWW-Authenticate", "Basic realm=\"tutti\"");

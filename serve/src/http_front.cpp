@@ -53,14 +53,24 @@ bool failed(finish_reason f, int& status, std::string& type) {
   }
 }
 
-// The admin endpoints answer the machine the service runs on only: the
-// operator's tutti status / shell / logs / chaos, over loopback or (a
-// front bound to one address) from that address to itself.
-bool from_loopback(const httplib::Request& req) {
-  const auto& a = req.remote_addr;
-  return a.rfind("127.", 0) == 0 || a == "::1"
-         || a.rfind("::ffff:127.", 0) == 0
-         || (!a.empty() && a == req.local_addr);
+// A peer on the machine the service runs on: loopback or (a front bound
+// to one address) that address connecting to itself.
+bool on_this_machine(const httplib::Request& req) {
+  return security::is_loopback_address(req.remote_addr)
+         || (!req.remote_addr.empty() && req.remote_addr == req.local_addr);
+}
+
+// True to go on; else `res` holds the refusal (401 or 403, one line).
+bool admitted(const security::admin_access& access, const httplib::Request& req,
+              httplib::Response& res, const std::string& action) {
+  const auto a = access.admit(on_this_machine(req), req.remote_addr,
+                              req.get_header_value("Authorization"), action);
+  if (a.admitted())
+    return true;
+  if (a.http_status == 401)
+    res.set_header("WWW-Authenticate", "Bearer");
+  send_error(res, a.http_status, a.message, a.type);
+  return false;
 }
 
 void send_admin(httplib::Response& res, const admin_answer& a) {
@@ -131,6 +141,11 @@ expected<std::unique_ptr<http_front>> http_front::start(
   std::unique_ptr<http_front> f(
     new http_front(svc, cfg, std::move(made.value())));
   f->tls_ = tls;
+  auto access = security::admin_access::open(cfg.admin_policy,
+                                             "serve.admin_policy");
+  if (!access)
+    return access.error();
+  f->access_ = std::move(*access);
   auto& server = *f->server_;
   // Every connection waits on its request: one thread each for as many as
   // may be running and queued, and a few more to answer 429s and probes.
@@ -202,33 +217,22 @@ void http_front::routes() {
                res.set_content(service_.metrics().render(service_.model().name),
                                "text/plain; version=0.0.4");
              });
-  // The client commands (service_admin.hpp), from loopback only.
+  // The client commands (service_admin.hpp); the shell's command decides
+  // the role a token needs (status looks, kill steers).
   auto admin = std::make_shared<admin_context>();
   admin->svc = &service_;
   admin->started = std::chrono::steady_clock::now();
   admin_ = admin;
-  auto loopback_only = [](const httplib::Request& req,
-                          httplib::Response& res) {
-    if (from_loopback(req))
-      return true;
-    send_error(res, 403,
-               "the admin endpoints answer loopback clients only (tutti "
-               "status, shell, logs and chaos on the service's machine)",
-               "permission_error");
-    return false;
-  };
-  server.Post("/admin/shell", [admin, loopback_only](
-                                const httplib::Request& req,
-                                httplib::Response& res) {
-    if (!loopback_only(req, res))
+  server.Post("/admin/shell", [this, admin](const httplib::Request& req,
+                                            httplib::Response& res) {
+    const auto command = req.get_param_value("command");
+    if (!admitted(access_, req, res, command))
       return;
-    send_admin(res, admin_shell(*admin, req.get_param_value("command"),
-                                req.get_param_value("args")));
+    send_admin(res, admin_shell(*admin, command, req.get_param_value("args")));
   });
-  server.Post("/admin/chaos", [admin, loopback_only](
-                                const httplib::Request& req,
-                                httplib::Response& res) {
-    if (!loopback_only(req, res))
+  server.Post("/admin/chaos", [this, admin](const httplib::Request& req,
+                                            httplib::Response& res) {
+    if (!admitted(access_, req, res, "chaos"))
       return;
     const auto rank = tutti::whole_number(req.get_param_value("rank"));
     if (!rank)

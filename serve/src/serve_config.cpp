@@ -112,15 +112,36 @@ status read_replan(const YAML::Node& s, const std::string& prefix,
 // The `serve` keys, in `serve:` or in a manifest's `spec.serve:`.
 status read_serve_section(const YAML::Node& s, const std::string& prefix,
                           serve_config& c) {
-  TUTTI_RETURN_IF_ERROR(check_keys(
-    s, prefix,
-    {"model", "model_name", "listen", "max_batch_tokens", "max_sequences",
-     "max_queue", "max_prompt_tokens", "max_output_tokens", "request_timeout_s",
-     "kv_cache_bytes", "kv_block_tokens", "max_body_bytes", "http_threads",
-     "ep_size", "step_timeout_s", "prefix_caching", "api_keys",
-     "metrics_web_config", "nodes", "rendezvous_port", "model_version",
-     "registry", "log_dir", "placement", "offload", "racks", "replan",
-     "rack_aware_alltoall"}));
+  TUTTI_RETURN_IF_ERROR(check_keys(s, prefix,
+                                   {"model",
+                                    "model_name",
+                                    "listen",
+                                    "max_batch_tokens",
+                                    "max_sequences",
+                                    "max_queue",
+                                    "max_prompt_tokens",
+                                    "max_output_tokens",
+                                    "request_timeout_s",
+                                    "kv_cache_bytes",
+                                    "kv_block_tokens",
+                                    "max_body_bytes",
+                                    "http_threads",
+                                    "ep_size",
+                                    "step_timeout_s",
+                                    "prefix_caching",
+                                    "api_keys",
+                                    "metrics_web_config",
+                                    "nodes",
+                                    "rendezvous_port",
+                                    "model_version",
+                                    "registry",
+                                    "log_dir",
+                                    "placement",
+                                    "offload",
+                                    "racks",
+                                    "replan",
+                                    "rack_aware_alltoall",
+                                    "admin_policy"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(
     read_string(s, prefix, "model_version", c.model_version));
@@ -166,6 +187,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "api_keys", c.api_keys));
   TUTTI_RETURN_IF_ERROR(
     read_string(s, prefix, "metrics_web_config", c.metrics_web_config));
+  TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "admin_policy", c.admin_policy));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "log_dir", c.log_dir));
   TUTTI_RETURN_IF_ERROR(read_nodes(s, prefix, c));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "placement", c.placement));

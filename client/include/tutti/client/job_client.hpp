@@ -22,6 +22,7 @@
 
 #include "tutti/actors/interfaces.hpp"
 #include "tutti/base/status.hpp"
+#include "tutti/client/service_client.hpp"
 #include "tutti/client/target.hpp"
 
 namespace tutti::client {
@@ -76,7 +77,7 @@ private:
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<caf::scoped_actor> self_;
   coordinator_actor coordinator_;
-  std::optional<endpoint> service_; // a service's front, not a coordinator
+  std::optional<service_front> service_; // not a coordinator
 };
 
 } // namespace tutti::client

@@ -49,4 +49,8 @@ expected<std::string> revoke_certificate(const std::string& ca_dir,
 // validity (and whether it is expired), serial, usages.
 expected<std::string> describe_certificate(const std::string& path);
 
+// The name a client checks a server's certificate against: its first DNS
+// subject alternative name, else its CN. Fails naming the file.
+expected<std::string> certificate_host_name(const std::string& path);
+
 } // namespace tutti::security

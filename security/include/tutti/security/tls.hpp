@@ -116,6 +116,9 @@ tls_files for_node(tls_files files, int64_t node_rank);
 // TUTTI_TLS_CA alone: the client checks the daemons, and shows no
 // certificate itself.
 expected<std::shared_ptr<tls_endpoint>> client_tls_from_environment();
+// Those variables (and TUTTI_TLS_CRL) as they are, unchecked: for a client
+// whose TLS is not the control plane's (an HTTPS front's CA alone).
+tls_files client_tls_files_from_environment();
 // An admin-issued token from the file TUTTI_TOKEN_FILE (mode 0600) or the
 // variable TUTTI_TOKEN; empty when neither is set.
 expected<secret> client_token_from_environment();

@@ -3,8 +3,8 @@
 // engine work runs on its threads): POST /v1/completions (JSON or server-
 // sent events), GET /v1/models, /health (alive), /ready (503 until the
 // service runs), /metrics (Prometheus); POST /admin/shell and /admin/chaos
-// answer the client commands, to loopback peers only (403 otherwise;
-// service_admin.hpp). Errors in OpenAI's JSON shape: 400
+// answer the client commands (service_admin.hpp): peers on this machine,
+// others with a token of serve.admin_policy (security/admin_access.hpp). Errors in OpenAI's JSON shape: 400
 // bad fields, 404 unknown model or path, 413 body over the limit, 429 with
 // Retry-After on a full queue, 503 not ready, 504 request timeout. A
 // streaming client that goes away cancels its request, which frees its KV
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tutti/base/status.hpp"
+#include "tutti/security/admin_access.hpp"
 #include "tutti/serve/serve_config.hpp"
 #include "tutti/serve/service.hpp"
 
@@ -50,6 +51,7 @@ private:
   uint16_t port_ = 0;
   bool tls_ = false;
   std::shared_ptr<admin_context> admin_; // the admin endpoints' view
+  security::admin_access access_;        // who may use them
   std::thread thread_;
 };
 

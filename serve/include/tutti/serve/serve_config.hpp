@@ -43,6 +43,9 @@ struct serve_config {
   // Access (serve/src/api_auth.cpp): a file of API key hashes for /v1/*,
   // and a Prometheus web config (basic auth) for /metrics; "" = open.
   std::string api_keys, metrics_web_config;
+  // A policy file whose tokens let other machines use /admin/
+  // (security/admin_access.hpp); "" = this machine's clients only.
+  std::string admin_policy;
   // Where `tutti serve` writes its log, tutti-serve-PORT.log.jsonl (what
   // `tutti logs CONFIG` shows); default: the config file's directory.
   std::string log_dir;
