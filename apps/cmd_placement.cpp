@@ -1,24 +1,62 @@
 // tutti placement plan CONFIG --stats STATS.json [--out PLAN]: where each
 // layer's experts should live, from routing statistics, compared with the
-// contiguous layout and a load-only balancer (EPLB).
+// contiguous layout and a load-only balancer (EPLB). --method affinity
+// --model EXPORT_DIR: tutti's plan with the layers chained, and each
+// token's experts at each layer when it stands alone (data.rack_affinity deals windows by them).
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/placement/planner.hpp"
+#include "tutti/placement/token_experts.hpp"
 #include "tutti/store/atomic_file.hpp"
+#include "tutti/store/safetensors.hpp"
 
 namespace tutti::cli {
 
 namespace {
 
+// The exported model's experts per token and layer (token_experts.hpp).
+expected<std::vector<int32_t>> token_experts_of(const job_config& cfg,
+                                                const std::string& dir) {
+  auto read = store::read_safetensors_as_f32(
+    (std::filesystem::path(dir) / "model.safetensors").string());
+  if (!read.ok())
+    return read.error();
+  std::map<std::string, const store::named_tensor*> by_name;
+  for (const auto& t : read.value())
+    by_name[t.name] = &t;
+  const auto& m = cfg.model;
+  placement::token_model tm;
+  tm.vocab = m.vocab_size;
+  tm.hidden = m.hidden_size;
+  tm.intermediate = m.intermediate_size;
+  tm.layers = m.num_hidden_layers;
+  tm.heads = m.num_attention_heads;
+  tm.kv_heads = m.num_key_value_heads;
+  tm.experts = cfg.moe.num_experts;
+  tm.top_k = cfg.moe.router_top_k;
+  tm.rms_norm_eps = m.rms_norm_eps;
+  tm.router_temperature = cfg.moe.router_temperature;
+  tm.tensor = [&](const std::string& name) -> std::span<const float> {
+    auto at = by_name.find(name);
+    return at == by_name.end() ? std::span<const float>()
+                               : std::span<const float>(at->second->data);
+  };
+  auto out = placement::experts_per_token(tm);
+  if (!out.ok())
+    return out.error().with_context(dir + ": ");
+  return out;
+}
+
 int plan(const std::vector<std::string>& args) {
-  std::string stats_file, out, method = "tutti";
+  std::string stats_file, out, method = "tutti", model_dir;
   double max_imbalance = 1.1;
   command_line cl("placement plan", "CONFIG --stats STATS.json [--out PLAN [--method M]]",
                   "assign each layer's experts to ranks, rack -> node -> "
@@ -28,7 +66,11 @@ int plan(const std::vector<std::string>& args) {
                "routing statistics (tutti experts stats --json)")(
     "out", po::value(&out), "write the plan here (moe_config.placement)")(
     "method", po::value(&method)->default_value("tutti"),
-    "which plan --out writes: tutti, eplb or contiguous (for comparisons)")(
+    "which plan --out writes: tutti, eplb or contiguous (for comparisons), "
+    "or affinity (tutti's with the layers chained by transitions, and "
+    "--model's experts per token and layer, for data.rack_affinity)")(
+    "model", po::value(&model_dir),
+    "with --method affinity: the job's model exported (tutti export)")(
     "max-imbalance", po::value(&max_imbalance)->default_value(1.1),
     "per-rank load bound, max/mean tokens")(
     "json", "the comparison as one JSON object");
@@ -58,9 +100,12 @@ int plan(const std::vector<std::string>& args) {
                      + std::to_string(s.experts) + " experts, the config "
                      + std::to_string(cfg->model.num_hidden_layers) + " x "
                      + std::to_string(cfg->moe.num_experts));
-  if (method != "tutti" && method != "eplb" && method != "contiguous")
+  if (method != "tutti" && method != "eplb" && method != "contiguous"
+      && method != "affinity")
     return cl.bad("--method: '" + method
-                  + "' is not one of tutti, eplb, contiguous");
+                  + "' is not one of tutti, eplb, contiguous, affinity");
+  if ((method == "affinity") != !model_dir.empty())
+    return cl.bad("--model goes with --method affinity, and it with --model");
   auto mine = placement::plan_rack_aware(s, topo.value(), {max_imbalance});
   if (!mine.ok())
     return fail(2, "placement plan: " + mine.message());
@@ -68,6 +113,18 @@ int plan(const std::vector<std::string>& args) {
   // one fp32 hidden vector.
   const double bytes = 4.0 * double(cfg->model.hidden_size) * sizeof(float);
   const auto& t = topo.value();
+  placement::placement_plan affinity;
+  if (method == "affinity") {
+    auto chained = placement::plan_rack_aware(s, t, {max_imbalance, true});
+    if (!chained.ok())
+      return fail(2, "placement plan: " + chained.message());
+    affinity = chained.value();
+    auto tokens = token_experts_of(*cfg, model_dir);
+    if (!tokens.ok())
+      return fail(2, "placement plan: --model " + tokens.message());
+    affinity.token_experts = std::move(tokens.value());
+    affinity.token_top_k = cfg->moe.router_top_k;
+  }
   struct row {
     const char* name;
     placement::plan_cost cost;
@@ -78,6 +135,10 @@ int plan(const std::vector<std::string>& args) {
                                        s, t, bytes)},
     {"eplb", placement::evaluate(placement::plan_eplb(s, t), s, t, bytes)},
     {"tutti", placement::evaluate(mine.value(), s, t, bytes)}};
+  // Its traffic as if tokens started anywhere; data.rack_affinity starts
+  // them in the rack of their first experts, which this model cannot see.
+  if (method == "affinity")
+    rows.push_back({"affinity", placement::evaluate(affinity, s, t, bytes)});
   // The plan the config names now, if any, for comparison.
   if (!cfg->moe.placement.empty()) {
     auto named = placement::placement_plan::read(cfg->moe.placement);
@@ -131,11 +192,12 @@ int plan(const std::vector<std::string>& args) {
                   r.cost.imbalance);
   }
   if (!out.empty()) {
-    const auto written =
-      method == "eplb"         ? placement::plan_eplb(s, t)
-      : method == "contiguous" ? placement::placement_plan::contiguous(
-                                   s.layers, s.experts, t.ranks)
-                               : mine.value();
+    const auto written = method == "eplb" ? placement::plan_eplb(s, t)
+                         : method == "contiguous"
+                           ? placement::placement_plan::contiguous(
+                             s.layers, s.experts, t.ranks)
+                         : method == "affinity" ? affinity
+                                                : mine.value();
     if (auto err = written.write(out); !err)
       return fail(1, "placement plan: " + err.message());
     if (!vm.count("json"))

@@ -162,6 +162,14 @@ status check_moe(const job_config& c) {
     require(e.num_experts % ep == 0, "moe_config.num_experts",
             "must be divisible by ep_size (" + text(e.num_experts) + " % "
               + text(ep) + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(require(
+    !c.data.rack_affinity || !e.placement.empty(), "data.rack_affinity",
+    "needs moe_config.placement with token_experts (tutti placement plan "
+    "--method affinity --model EXPORT_DIR)"));
+  TUTTI_RETURN_IF_ERROR(require(!c.data.rack_affinity || !c.data.shard_per_rank,
+                                "data.rack_affinity",
+                                "deals the global batch; data.shard_per_rank "
+                                "gives each rank its own shards"));
   return require(e.all_to_all_communication == all_to_all_mode::enabled
                    || ep == 1,
                  "moe_config.all_to_all_communication",

@@ -18,6 +18,18 @@ expected<placement_plan> plan_for(const job_config& cfg) {
       + " layers on " + std::to_string(p.ranks) + " ranks; the job has "
       + std::to_string(experts) + " experts, " + std::to_string(layers)
       + " layers and ep_size " + std::to_string(ranks));
+  if (cfg.data.rack_affinity
+      && (p.token_vocab() != cfg.model.vocab_size
+          || p.token_top_k != cfg.moe.router_top_k))
+    return status::error(
+      "data.rack_affinity: moe_config.placement " + cfg.moe.placement
+      + (p.token_top_k == 0
+           ? std::string(" has no token_experts")
+           : " has token_experts for " + std::to_string(p.token_vocab())
+               + " tokens, top-" + std::to_string(p.token_top_k))
+      + "; the job needs " + std::to_string(cfg.model.vocab_size) + ", top-"
+      + std::to_string(cfg.moe.router_top_k)
+      + " (tutti placement plan --method affinity --model EXPORT_DIR)");
   return plan;
 }
 

@@ -71,6 +71,16 @@ status placement_plan::check() const {
       seen[e] = 1;
     }
   }
+  const int64_t per_token = token_top_k * layers;
+  if (token_top_k < 0 || (token_top_k > 0 && token_experts.empty())
+      || (token_top_k > 0 && token_experts.size() % per_token != 0))
+    return status::error("placement: token_experts must list top_k experts "
+                         "per layer per token");
+  for (size_t i = 0; i < token_experts.size(); ++i)
+    if (token_experts[i] < 0 || token_experts[i] >= experts)
+      return status::error("placement: token_experts of token "
+                           + std::to_string(i / per_token) + " names expert "
+                           + std::to_string(token_experts[i]));
   return {};
 }
 
@@ -85,6 +95,16 @@ std::string placement_plan::to_json() const {
     at.push_back(std::vector<int32_t>(
       expert_at.begin() + std::ptrdiff_t(l * experts),
       expert_at.begin() + std::ptrdiff_t((l + 1) * experts)));
+  if (token_top_k > 0) {
+    auto& te = j["token_experts"] = nlohmann::ordered_json::array();
+    auto at = token_experts.begin();
+    for (int64_t t = 0; t < token_vocab(); ++t) {
+      auto token = nlohmann::ordered_json::array();
+      for (int64_t l = 0; l < layers; ++l, at += token_top_k)
+        token.push_back(std::vector<int32_t>(at, at + token_top_k));
+      te.push_back(std::move(token));
+    }
+  }
   return j.dump() + "\n";
 }
 
@@ -116,6 +136,29 @@ expected<placement_plan> placement_plan::from_json(const std::string& text) {
       if (!e.is_number_integer())
         return status::error("placement: expert ids must be integers");
       p.expert_at.push_back(e.get<int32_t>());
+    }
+  }
+  if (j.contains("token_experts")) {
+    const auto& te = j["token_experts"];
+    const auto bad = status::error(
+      "placement: \"token_experts\" must list, for each token, each "
+      "layer's top-k experts");
+    if (!te.is_array() || te.empty() || !te[0].is_array() || te[0].empty()
+        || !te[0][0].is_array() || te[0][0].empty())
+      return bad;
+    p.token_top_k = int64_t(te[0][0].size());
+    for (const auto& token : te) {
+      if (!token.is_array() || int64_t(token.size()) != p.layers)
+        return bad;
+      for (const auto& layer : token) {
+        if (!layer.is_array() || int64_t(layer.size()) != p.token_top_k)
+          return bad;
+        for (const auto& e : layer) {
+          if (!e.is_number_integer())
+            return status::error("placement: expert ids must be integers");
+          p.token_experts.push_back(e.get<int32_t>());
+        }
+      }
     }
   }
   TUTTI_RETURN_IF_ERROR(p.check());

@@ -27,15 +27,20 @@ struct layer_stats {
 // fewest expected dedup crossings, sum_g outside_g * (load_g - pairs_g),
 // with load_g <= bound * target_g where it can. Greedy by load, then pair
 // swaps that lower the bound's violation or, at equal violation, the cost.
+// `fixed` ([item][group], or empty): affinity of an item to a group that
+// does not depend on this partition (its tokens' experts of the layer
+// before, placed there), counted like co-activations.
 std::vector<int64_t> partition(const std::vector<int32_t>& items,
                                const std::vector<group_spec>& groups,
-                               const layer_stats& ls, double bound) {
+                               const layer_stats& ls, double bound,
+                               const std::vector<double>& fixed = {}) {
   const auto n = int64_t(items.size());
   const auto G = int64_t(groups.size());
   std::vector<int64_t> group_of(n, -1), used(G, 0);
   std::vector<double> load(G, 0.0);
   // affinity[i * G + g]: co-activations of item i with the items in g.
-  std::vector<double> affinity(n * G, 0.0);
+  std::vector<double> affinity = fixed;
+  affinity.resize(n * G, 0.0);
   auto over = [&](int64_t g, double l) {
     return groups[g].target > 0 ? std::max(0.0, l / groups[g].target - bound)
                                 : 0.0;
@@ -192,6 +197,27 @@ void repair(placement_plan& plan, const layer_stats& ls, const topology& topo,
   }
 }
 
+// With chained layers: for each item (an expert of layer ls.l), the tokens
+// that came to it from the experts of the layer before that sit on the
+// ranks of each group ([item][group]); empty for the first layer.
+std::vector<double> chained(const placement_plan& plan, const layer_stats& ls,
+                            const std::vector<int32_t>& items,
+                            const std::vector<std::vector<int64_t>>& groups) {
+  if (ls.l == 0)
+    return {};
+  const int64_t S = plan.slots_per_rank(), G = int64_t(groups.size());
+  std::vector<double> out(items.size() * G, 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t rank : groups[g])
+      for (int64_t s = rank * S; s < (rank + 1) * S; ++s) {
+        const int32_t before = plan.expert_in(ls.l - 1, s);
+        for (size_t i = 0; i < items.size(); ++i)
+          out[i * G + g] += double(
+            ls.st.transition_at(ls.l - 1, before, items[i]));
+      }
+  return out;
+}
+
 } // namespace
 
 placement_plan plan_eplb(const routing_stats& st, const topology& topo) {
@@ -300,14 +326,26 @@ expected<placement_plan> plan_rack_aware(const routing_stats& st,
       if (!ranks_of[n].empty())
         nodes_of[topo.rack_of_node[n]].push_back(n);
 
-    std::vector<group_spec> racks;
-    for (const auto& nodes : nodes_of) {
-      int64_t ranks = 0;
+    // The ranks of each rack and each node, for chaining.
+    auto ranks_in = [&](const std::vector<int64_t>& nodes) {
+      std::vector<int64_t> out;
       for (auto n : nodes)
-        ranks += int64_t(ranks_of[n].size());
-      racks.push_back(spec(ranks));
+        out.insert(out.end(), ranks_of[n].begin(), ranks_of[n].end());
+      return out;
+    };
+    auto link = [&](const std::vector<int32_t>& items,
+                    const std::vector<std::vector<int64_t>>& groups) {
+      return options.chain_layers ? chained(plan, ls, items, groups)
+                                  : std::vector<double>{};
+    };
+    std::vector<group_spec> racks;
+    std::vector<std::vector<int64_t>> rack_ranks;
+    for (const auto& nodes : nodes_of) {
+      rack_ranks.push_back(ranks_in(nodes));
+      racks.push_back(spec(int64_t(rack_ranks.back().size())));
     }
-    const auto rack_of = partition(all, racks, ls, upper);
+    const auto rack_of = partition(all, racks, ls, upper,
+                                   link(all, rack_ranks));
     int32_t* at = plan.expert_at.data() + l * E;
     for (size_t k = 0; k < nodes_of.size(); ++k) {
       std::vector<int32_t> in_rack;
@@ -315,17 +353,25 @@ expected<placement_plan> plan_rack_aware(const routing_stats& st,
         if (rack_of[i] == int64_t(k))
           in_rack.push_back(all[i]);
       std::vector<group_spec> nodes;
-      for (auto n : nodes_of[k])
+      std::vector<std::vector<int64_t>> node_ranks;
+      for (auto n : nodes_of[k]) {
         nodes.push_back(spec(int64_t(ranks_of[n].size())));
-      const auto node_of = partition(in_rack, nodes, ls, upper);
+        node_ranks.push_back(ranks_of[n]);
+      }
+      const auto node_of = partition(in_rack, nodes, ls, upper,
+                                     link(in_rack, node_ranks));
       for (size_t m = 0; m < nodes_of[k].size(); ++m) {
         const auto& ranks = ranks_of[nodes_of[k][m]];
         std::vector<int32_t> in_node;
         for (size_t i = 0; i < in_rack.size(); ++i)
           if (node_of[i] == int64_t(m))
             in_node.push_back(in_rack[i]);
+        std::vector<std::vector<int64_t>> each;
+        for (auto r : ranks)
+          each.push_back({r});
         const auto rank_of = partition(
-          in_node, std::vector<group_spec>(ranks.size(), spec(1)), ls, bound);
+          in_node, std::vector<group_spec>(ranks.size(), spec(1)), ls, bound,
+          link(in_node, each));
         for (size_t q = 0; q < ranks.size(); ++q) {
           int64_t slot = ranks[q] * S;
           for (size_t i = 0; i < in_node.size(); ++i)

@@ -81,12 +81,12 @@ supervisor_actor start_helpers(node_pointer self, const char* label,
 // (`expert_at` non-empty), else moe_config.placement's.
 expected<placement::placement_plan> epoch_plan(const job_config& cfg,
                                                std::vector<int32_t> expert_at) {
-  if (expert_at.empty())
-    return placement::plan_for(cfg);
-  placement::placement_plan p;
-  p.layers = cfg.model.num_hidden_layers;
-  p.experts = cfg.moe.num_experts;
-  p.ranks = cfg.ep_size();
+  auto configured = placement::plan_for(cfg);
+  if (expert_at.empty() || !configured.ok())
+    return configured;
+  // The coordinator moves experts; the tokens' first-layer experts
+  // (data.rack_affinity) stay the model's.
+  placement::placement_plan p = std::move(configured.value());
   p.expert_at = std::move(expert_at);
   if (auto ok = p.check(); !ok)
     return status::error("the coordinator's placement: " + ok.message());
@@ -124,6 +124,10 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
   auto plan = epoch_plan(cfg, std::move(expert_at));
   if (!plan.ok())
     log_error("node_supervisor", st.who() + ": " + plan.message());
+  auto shared_plan = plan.ok()
+                       ? std::make_shared<const placement::placement_plan>(
+                         plan.value())
+                       : nullptr;
   auto held_by = [&](int32_t rank) {
     return plan.ok() ? plan.value().experts_of_rank(rank % cfg.ep_size())
                      : std::vector<int32_t>{};
@@ -133,9 +137,9 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
     local.push_back(rank);
     loaders.push_back({"data_loader/" + std::to_string(rank),
                        restart_of(cfg.supervision.data_loader),
-                       [cfg, rank](caf::actor_system& sys) {
+                       [cfg, rank, shared_plan](caf::actor_system& sys) {
                          return caf::actor_cast<caf::actor>(
-                           spawn_data_loader(sys, {cfg, rank}));
+                           spawn_data_loader(sys, {cfg, rank, shared_plan}));
                        }});
     // Kept across restarts of the shard: its step-start snapshot.
     auto memory = std::make_shared<expert_shard_memory>();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tutti/actors/log.hpp"
+#include "tutti/data/affinity_deal.hpp"
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/data/shard_format.hpp"
@@ -26,6 +27,10 @@ struct data_loader_state {
   int32_t rank = 0;
   data::batch_sampler sampler;
   data::batch eval; // this rank's held-out windows
+  // data.rack_affinity: the epoch's placement (token_experts), and each
+  // member of this rank's EP group: its rack, and its index in the group.
+  std::shared_ptr<const placement::placement_plan> plan;
+  std::vector<int64_t> rack_of_member;
   std::map<int64_t, token_batch_ptr> queue;
   int64_t next_prefetch = 1;
   uint32_t token_bytes = 4; // on disk, per token
@@ -37,11 +42,46 @@ struct data_loader_state {
     return cfg.train.global_batch_size / cfg.dp_size();
   }
 
+  // data.rack_affinity: this rank's windows of its EP group's share of the
+  // global batch, dealt by the racks (then ranks) of their tokens' experts.
+  std::vector<uint64_t> dealt(int64_t step) const {
+    const auto& t = cfg.train;
+    const auto ep = cfg.ep_size(), per = local_seqs();
+    const auto global = sampler.global_batch(t.seed, step - 1,
+                                             t.global_batch_size);
+    const auto first = global.begin() + (rank / ep) * ep * per;
+    const std::vector<uint64_t> group(first, first + ep * per);
+    const auto tokens = sampler.materialize(group);
+    const auto k = plan->token_top_k, L = plan->layers, E = plan->experts;
+    std::vector<std::vector<double>> votes(group.size(),
+                                           std::vector<double>(ep, 0.0));
+    // [layer][expert] -> member.
+    std::vector<int64_t> member(L * E);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t s = 0; s < E; ++s)
+        member[l * E + plan->expert_in(l, s)] = s / plan->slots_per_rank();
+    for (size_t w = 0; w < group.size(); ++w)
+      for (uint32_t i = 0; i < tokens.seq_len; ++i) {
+        const auto* picks = plan->token_experts.data()
+                            + tokens.inputs[w * tokens.seq_len + i] * L * k;
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t j = 0; j < k; ++j)
+            votes[w][member[l * E + picks[l * k + j]]] += 1;
+      }
+    const auto mine = data::deal_by_affinity(votes, rack_of_member,
+                                             per)[rank % ep];
+    std::vector<uint64_t> out;
+    for (auto w : mine)
+      out.push_back(group[w]);
+    return out;
+  }
+
   expected<token_batch_ptr> make(int64_t step) {
     const auto& t = cfg.train;
-    auto ids = sampler.rank_batch(t.seed, step - 1, t.global_batch_size, rank,
-                                  cfg.dp_size(),
-                                  cfg.data.shard_per_rank);
+    auto ids = plan ? expected<std::vector<uint64_t>>(dealt(step))
+                    : sampler.rank_batch(t.seed, step - 1, t.global_batch_size,
+                                         rank, cfg.dp_size(),
+                                         cfg.data.shard_per_rank);
     if (!ids.ok())
       return status::error(ids.message());
     auto b = sampler.materialize(ids.value());
@@ -90,6 +130,25 @@ struct data_loader_state {
     auto meta = data::read_meta(cfg.data.dir);
     if (!meta.ok())
       return status::error(meta.message());
+    if (cfg.data.rack_affinity) {
+      if (!plan || plan->token_top_k < 1
+          || plan->token_vocab() < int64_t(meta.value().vocab_size))
+        return status::error("data.rack_affinity: the epoch's placement has "
+                             "no token_experts for this data's vocabulary");
+      // Racks by label, numbered as they first appear in the group.
+      const auto ep = cfg.ep_size(), first = (rank / ep) * ep;
+      std::vector<std::string> labels;
+      for (int64_t m = 0; m < ep; ++m) {
+        const auto label =
+          cfg.cluster.node((first + m) / cfg.cluster.nproc_per_node).rack;
+        auto at = std::find(labels.begin(), labels.end(), label);
+        if (at == labels.end())
+          at = labels.insert(labels.end(), label);
+        rack_of_member.push_back(at - labels.begin());
+      }
+    } else {
+      plan = nullptr;
+    }
     token_bytes = data::token_width_for(meta.value().vocab_size);
     auto train = data::load_split(cfg.data.dir, "train");
     if (!train.ok())
@@ -133,6 +192,7 @@ data_loader_actor::behavior_type data_loader(loader_pointer self,
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
   st.rank = static_cast<int32_t>(st.cfg.dp_rank_of(args.rank));
+  st.plan = std::move(args.plan);
   if (auto err = st.load(); !err) {
     // Quitting here ends the actor before it handles anything; its
     // supervisor sees the reason in the down message.

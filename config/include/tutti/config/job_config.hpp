@@ -252,6 +252,7 @@ struct data_config {
   bool shard_per_rank = false;
   int64_t prefetch = 2;
   double read_mb_s = 0;
+  bool rack_affinity = false;
 };
 
 template <class Visitor>
@@ -267,6 +268,13 @@ void visit_fields(Visitor& v, data_config& c) {
           "cap on each loader's reads, MB/s of tokens (a shared filesystem's "
           "share, or a slow disk to test against)",
           at_least(0, "0 = no cap"), not_fingerprinted);
+  v.field("rack_affinity", c.rack_affinity,
+          "deal each step's windows to the ranks of the rack (then the "
+          "rank) holding most of their tokens' experts (each token's own, "
+          "moe_config.placement's token_experts), so tokens start where "
+          "their experts are; each rank keeps its share of windows; "
+          "results agree within float rounding, not to the bit",
+          not_fingerprinted);
 }
 
 struct run_config {

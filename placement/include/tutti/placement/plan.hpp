@@ -5,7 +5,11 @@
 // in slot i. A plan is a JSON file the config names
 // (moe_config.placement):
 //   {"format": "tutti-placement-1", "layers": L, "experts": E, "ranks": P,
-//    "expert_at": [[expert in slot 0, slot 1, ...] per layer]}
+//    "expert_at": [[expert in slot 0, slot 1, ...] per layer],
+//    "token_experts": [[[expert, ...] per layer] per vocabulary token]}
+// token_experts (optional): the top-k experts the model picks for each
+// token on its own at each layer (`tutti placement plan --method affinity
+// --model`), which data.rack_affinity deals each step's windows by.
 
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +23,9 @@ namespace tutti::placement {
 struct placement_plan {
   int64_t layers = 0, experts = 0, ranks = 0;
   std::vector<int32_t> expert_at; // [layer][slot] -> logical expert
+  // [token][layer][j], token_top_k per layer; empty when the plan has none.
+  std::vector<int32_t> token_experts;
+  int64_t token_top_k = 0;
 
   int64_t slots_per_rank() const { return experts / ranks; }
   int32_t expert_in(int64_t l, int64_t slot) const {
@@ -36,7 +43,13 @@ struct placement_plan {
 
   static placement_plan contiguous(int64_t layers, int64_t experts,
                                    int64_t ranks);
-  // Every layer a permutation of 0..E-1 and E divisible by ranks.
+  int64_t token_vocab() const {
+    return token_top_k > 0
+             ? int64_t(token_experts.size()) / (token_top_k * layers)
+             : 0;
+  }
+  // Every layer a permutation of 0..E-1 and E divisible by ranks; token
+  // experts in range.
   status check() const;
 
   std::string to_json() const;

@@ -43,6 +43,11 @@ placement_plan plan_eplb(const routing_stats& stats, const topology& topo);
 
 struct planner_options {
   double max_imbalance = 1.1; // per-rank tokens, max/mean, per layer
+  // Chain the layers: an expert of layer l also goes where the experts of
+  // layer l-1 that pass it tokens are (transitions), so a token that
+  // starts in the rack of its first experts (data.rack_affinity) tends to
+  // stay there through the layers.
+  bool chain_layers = false;
 };
 
 // tutti's plan: per layer, experts to racks, then within each rack to
