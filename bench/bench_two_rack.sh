@@ -6,18 +6,20 @@
 # 1. Pretrains a MoE on topic data (`tutti data synth --topics`) in one
 #    process, so its routers co-activate experts in groups, and reads the
 #    routing statistics it kept (`tutti experts stats`).
-# 2. Plans three placements for 4 nodes in 2 racks from them (`tutti
-#    placement plan --method contiguous|eplb|tutti`).
+# 2. Plans four placements for 4 nodes in 2 racks from them (`tutti
+#    placement plan --method contiguous|eplb|tutti|affinity`; affinity also
+#    reads the checkpoint exported, for each token's own experts).
 # 3. Continues the job from the same checkpoint for STEPS steps across 4
 #    tuttid daemons on the testbed, once per placement, with the flat and
-#    with the rack-aware all-to-all (six runs, interleaved), and prints per
-#    run: measured cross-rack bytes per token, the median step and
-#    all-to-all times, and the last loss (placement and the rack-aware
-#    all-to-all change traffic, never numbers: the six loss series must be
-#    the same bits).
+#    with the rack-aware all-to-all (eight runs; the affinity plan's with
+#    data.rack_affinity, windows dealt to the rack of their experts), and
+#    prints per run: measured cross-rack bytes per token, the median step
+#    and all-to-all times, and the last loss (placement and the rack-aware
+#    all-to-all change traffic, never numbers: the six other loss series
+#    must be the same bits; the affinity runs' within float rounding).
 #
 #   bench/bench_two_rack.sh [BUILD_DIR]
-#   env: OUT (default /tmp/bench_two_rack), PRETRAIN_STEPS (120), STEPS (10),
+#   env: OUT (default /tmp/bench_two_rack), PRETRAIN_STEPS (600), STEPS (10),
 #        INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29650)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network
@@ -30,7 +32,7 @@ tutti=$build/apps/tutti
 tuttid=$build/apps/tuttid
 testbed=$here/deploy/testbed-two-racks.sh
 out=${OUT:-/tmp/bench_two_rack}
-pretrain_steps=${PRETRAIN_STEPS:-120}
+pretrain_steps=${PRETRAIN_STEPS:-600}
 steps=${STEPS:-10}
 intra=${INTRA_MBIT:-800}
 inter=${INTER_MBIT:-$((intra / 8))}
@@ -47,7 +49,7 @@ mkdir -p "$out"
   --tokens 300000 >/dev/null
 
 # The model and the job; CLUSTER and the run's keys differ per run.
-job_config() { # CLUSTER_YAML RUN_DIR STEPS EXTRA_MOE_KEYS
+job_config() { # CLUSTER_YAML RUN_DIR STEPS EXTRA_MOE_KEYS [EXTRA_DATA_KEYS]
   cat <<EOF
 cluster_config:
 $1
@@ -84,6 +86,7 @@ checkpoint:
   interval_steps: $pretrain_steps
 data:
   dir: $out/data
+${5:-}
 run:
   dir: $2
 EOF
@@ -108,12 +111,17 @@ job_config "$one_node" "$out/pretrain" "$pretrain_steps" "" >"$out/pretrain.yaml
 "$tutti" run "$out/pretrain.yaml" --quiet >"$out/pretrain.log" 2>&1 ||
   { tail "$out/pretrain.log"; exit 1; }
 "$tutti" experts stats "$out/pretrain" --json "$out/stats.json" >/dev/null
+"$tutti" export "$(ls -d "$out"/pretrain/checkpoints/step-* | tail -1)" \
+  --format hf --out "$out/export" >/dev/null
 
 job_config "$testbed_nodes" "$out/plan-only" "$steps" "" >"$out/testbed.yaml"
 for method in contiguous eplb tutti; do
   "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
     --method "$method" --out "$out/$method.plan" >/dev/null
 done
+"$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
+  --method affinity --model "$out/export" --out "$out/affinity.plan" \
+  >/dev/null
 "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" |
   tee "$out/plan.txt"
 
@@ -122,13 +130,13 @@ echo
 echo "testbed $tag: node links $intra Mb/s, inter-rack $inter Mb/s;" \
   "continuing $steps steps from step $pretrain_steps, 4 daemons"
 
-run_on_testbed() { # NAME PLACEMENT RACK_AWARE
+run_on_testbed() { # NAME PLACEMENT RACK_AWARE [RACK_AFFINITY]
   local name=$1 dir=$out/$1
   cp -a "$out/pretrain" "$dir"
   local moe="  placement: $out/$2.plan
   rack_aware_alltoall: $3"
   job_config "$testbed_nodes" "$dir" $((pretrain_steps + steps)) "$moe" \
-    >"$out/$name.yaml"
+    "  rack_affinity: ${4:-false}" >"$out/$name.yaml"
   procs=()
   local nodes=(r0n0 r0n1 r1n0 r1n1)
   for n in 3 2 1 0; do
@@ -171,9 +179,10 @@ EOF
 
 names=()
 for rack_aware in false true; do
-  for method in contiguous eplb tutti; do
+  for method in contiguous eplb tutti affinity; do
     name=$method-$([[ $rack_aware == true ]] && echo rack-aware || echo flat)
-    run_on_testbed "$name" "$method" "$rack_aware"
+    run_on_testbed "$name" "$method" "$rack_aware" \
+      "$([[ $method == affinity ]] && echo true || echo false)"
     names+=("$name")
   done
 done
@@ -184,8 +193,19 @@ printf '%-22s %12s %10s %10s %10s\n' "placement, all-to-all" "x-rack B/tok" \
 for name in "${names[@]}"; do summarise "$name"; done
 same=yes
 for name in "${names[@]}"; do
+  [[ $name == affinity-* ]] && continue
   cmp -s "$out/${names[0]}/metrics.jsonl.losses" \
     "$out/$name/metrics.jsonl.losses" || same=no
 done
-echo "loss series of the six runs the same bits: $same"
-[[ $same == yes ]]
+echo "loss series of the six runs dealt by the batch the same bits: $same"
+# Dealt by affinity: which rank sums which window changes the rounding.
+close=$(python3 - "$out" "${names[0]}" <<'EOF'
+import sys
+out, first = sys.argv[1], sys.argv[2]
+read = lambda n: [float(x) for x in open(f"{out}/{n}/metrics.jsonl.losses").read().split(",")]
+base = read(first)
+print(f"{max(abs(a - b) for n in ('affinity-flat', 'affinity-rack-aware') for a, b in zip(read(n), base)):.2e}")
+EOF
+)
+echo "affinity runs' largest loss difference from ${names[0]}: $close"
+[[ $same == yes ]] && python3 -c "import sys; sys.exit(0 if $close <= 1e-4 else 1)"
