@@ -27,10 +27,11 @@ struct data_loader_state {
   int32_t rank = 0;
   data::batch_sampler sampler;
   data::batch eval; // this rank's held-out windows
-  // data.rack_affinity: the epoch's placement (token_experts), and each
-  // member of this rank's EP group: its rack, and its index in the group.
+  // data.rack_affinity: the epoch's placement (token_experts), the rack of
+  // each member of this rank's EP group, and which member holds each
+  // [layer][expert].
   std::shared_ptr<const placement::placement_plan> plan;
-  std::vector<int64_t> rack_of_member;
+  std::vector<int64_t> rack_of_member, member_of_expert;
   std::map<int64_t, token_batch_ptr> queue;
   int64_t next_prefetch = 1;
   uint32_t token_bytes = 4; // on disk, per token
@@ -55,18 +56,13 @@ struct data_loader_state {
     const auto k = plan->token_top_k, L = plan->layers, E = plan->experts;
     std::vector<std::vector<double>> votes(group.size(),
                                            std::vector<double>(ep, 0.0));
-    // [layer][expert] -> member.
-    std::vector<int64_t> member(L * E);
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t s = 0; s < E; ++s)
-        member[l * E + plan->expert_in(l, s)] = s / plan->slots_per_rank();
     for (size_t w = 0; w < group.size(); ++w)
       for (uint32_t i = 0; i < tokens.seq_len; ++i) {
         const auto* picks = plan->token_experts.data()
                             + tokens.inputs[w * tokens.seq_len + i] * L * k;
         for (int64_t l = 0; l < L; ++l)
           for (int64_t j = 0; j < k; ++j)
-            votes[w][member[l * E + picks[l * k + j]]] += 1;
+            votes[w][member_of_expert[l * E + picks[l * k + j]]] += 1;
       }
     const auto mine = data::deal_by_affinity(votes, rack_of_member,
                                              per)[rank % ep];
@@ -146,6 +142,12 @@ struct data_loader_state {
           at = labels.insert(labels.end(), label);
         rack_of_member.push_back(at - labels.begin());
       }
+      const auto L = plan->layers, E = plan->experts;
+      member_of_expert.resize(L * E);
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t s = 0; s < E; ++s)
+          member_of_expert[l * E + plan->expert_in(l, s)] =
+            s / plan->slots_per_rank();
     } else {
       plan = nullptr;
     }
