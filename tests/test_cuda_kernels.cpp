@@ -66,7 +66,16 @@ TEST_CASE("cuda linear and grouped linear", "[gpu]") {
     k::grouped_linear_forward(be.s, xp, wp, be.in(rows), G, gy, kk, n);
     k::grouped_linear_backward(be.s, xp, wp, dyp, rows.data(), G, gdx, gdw, kk,
                                n);
+    // linear_backward's parts: dx overwritten then added to, dw's rows in
+    // two tiles.
+    T *pdx = be.out<T>(m * kk), *pdw = be.in(as<T>(dw0));
+    k::linear_input_grad(be.s, wp, dyp, pdx, m, kk, n, false);
+    k::linear_input_grad(be.s, wp, dyp, pdx, m, kk, n, true);
+    k::linear_weight_grad_rows(be.s, xp, dyp, pdw, m, kk, n, 0, 100);
+    k::linear_weight_grad_rows(be.s, xp, dyp, pdw, m, kk, n, 100, n - 100);
     return {be.f("y", y, m * n),
+            be.f("input grad, twice", pdx, m * kk),
+            be.f("weight grad rows", pdw, n * kk),
             be.f("dx", dx, m * kk),
             be.f("dw", dw, n * kk),
             be.f("grouped y", gy, m * n),

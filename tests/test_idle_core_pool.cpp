@@ -1,13 +1,16 @@
 // The idle_core_pool lends the cores of waiting ranks to busy expert
-// shards. It must run every task once, really on another thread, pass a
-// task's failure back, and never change the bits: an expert computed as a
-// task equals the grouped call, and a whole job trains to the same losses
-// with the pool as without it.
+// shards: a shard posts its tiles and runs them, and a waiting thread
+// (help_one, which the memory communicator calls while a rank waits) runs
+// some. It must run every task once, really on the helping thread, pass a
+// task's failure back, and never change the bits: tiles computed with a
+// helper equal the tiles computed alone, and a whole job trains to the same
+// losses with the pool as without it.
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -25,8 +28,8 @@ using namespace tutti::testing;
 
 namespace {
 
-// Two members: the pool keeps one thread (joined for the whole binary).
-model::idle_core_pool& pool_with_a_thread() {
+// Two members (joined for the whole binary), so run() posts its tasks.
+model::idle_core_pool& pool_of_two() {
   static bool joined = [] {
     auto& p = model::idle_core_pool::process();
     p.join();
@@ -36,6 +39,25 @@ model::idle_core_pool& pool_with_a_thread() {
   (void)joined;
   return model::idle_core_pool::process();
 }
+
+// A thread that does what a waiting rank does: help until told to stop.
+class helper {
+public:
+  helper()
+    : thread_([this] {
+        while (!stop_.load())
+          if (!model::idle_core_pool::process().help_one())
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }) {}
+  ~helper() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -53,9 +75,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 } // namespace
 
-TEST_CASE("the pool runs every task once, on its thread too", "[unit]") {
-  auto& pool = pool_with_a_thread();
-  REQUIRE(pool.threads() == 1);
+TEST_CASE("the pool runs every task once, on a helping thread too",
+          "[unit]") {
+  auto& pool = pool_of_two();
+  REQUIRE(pool.members() == 2);
+  CHECK_FALSE(pool.help_one()); // nothing posted
+  helper h;
   std::vector<std::atomic<int>> runs(200);
   std::vector<std::function<void()>> tasks;
   for (auto& r : runs)
@@ -64,8 +89,9 @@ TEST_CASE("the pool runs every task once, on its thread too", "[unit]") {
   for (auto& r : runs)
     CHECK(r.load() == 1);
 
-  // Two tasks that each wait for the other: only two threads running at
-  // once can finish them (each gives up after 10 s, failing the check).
+  // Two tasks that each wait for the other: only the caller and the helper
+  // running at once can finish them (each gives up after 10 s, failing the
+  // check).
   std::mutex m;
   std::condition_variable cv;
   int arrived = 0;
@@ -86,7 +112,8 @@ TEST_CASE("the pool runs every task once, on its thread too", "[unit]") {
 
 TEST_CASE("a failing task's error reaches the caller after the others",
           "[unit]") {
-  auto& pool = pool_with_a_thread();
+  auto& pool = pool_of_two();
+  helper h;
   std::atomic<int> done{0};
   std::vector<std::function<void()>> tasks;
   for (int i = 0; i < 20; ++i)
@@ -99,12 +126,14 @@ TEST_CASE("a failing task's error reaches the caller after the others",
   CHECK(done.load() == 19);
 }
 
-TEST_CASE("experts run as tasks equal the grouped call to the bit", "[unit]") {
-  pool_with_a_thread();
+TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
+          "[unit]") {
+  pool_of_two();
   kernels::use_single_threaded_blas();
-  const int64_t E = 4, D = 32, F = 64;
-  const std::vector<int64_t> rows = {37, 0, 5, 90};
-  const int64_t m = 132;
+  const int64_t E = 4, D = 32, F = 160; // F: a tile and a part of one
+  // Experts of one tile, several, a part, none.
+  const std::vector<int64_t> rows = {37, 0, 5, 300};
+  const int64_t m = 342;
   const auto x = random_floats(m * D, 1), dy = random_floats(m * D, 2);
   const auto w1 = random_floats(E * F * D, 3), w3 = random_floats(E * F * D, 4),
              w2 = random_floats(E * D * F, 5);
@@ -124,12 +153,40 @@ TEST_CASE("experts run as tasks equal the grouped call to the bit", "[unit]") {
     ffn.backward(s, 0, b, dy.data(), r.dx.data());
     return r;
   };
-  const auto grouped = compute(false), tasks = compute(true);
-  CHECK(same_bits(grouped.y, tasks.y));
-  CHECK(same_bits(grouped.dx, tasks.dx));
-  CHECK(same_bits(grouped.dw1, tasks.dw1));
-  CHECK(same_bits(grouped.dw3, tasks.dw3));
-  CHECK(same_bits(grouped.dw2, tasks.dw2));
+  const auto alone = compute(false);
+  const auto lent = model::idle_core_pool::process().lent_tasks();
+  result shared;
+  {
+    helper h;
+    shared = compute(true);
+  }
+  INFO("tiles the helper ran: "
+       << model::idle_core_pool::process().lent_tasks() - lent);
+  CHECK(same_bits(alone.y, shared.y));
+  CHECK(same_bits(alone.dx, shared.dx));
+  CHECK(same_bits(alone.dw1, shared.dw1));
+  CHECK(same_bits(alone.dw3, shared.dw3));
+  CHECK(same_bits(alone.dw2, shared.dw2));
+
+  // The tiles compute the experts: against a plain per-row reference.
+  for (int64_t i : {int64_t{0}, int64_t{40}, m - 1}) {
+    const int64_t j = i < 37 ? 0 : i < 42 ? 2 : 3;
+    std::vector<double> hid(F);
+    for (int64_t f = 0; f < F; ++f) {
+      double g = 0, u = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        g += double(x[i * D + d]) * w1[(j * F + f) * D + d];
+        u += double(x[i * D + d]) * w3[(j * F + f) * D + d];
+      }
+      hid[f] = g / (1 + std::exp(-g)) * u;
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      double y = 0;
+      for (int64_t f = 0; f < F; ++f)
+        y += hid[f] * w2[(j * D + d) * F + f];
+      CHECK(alone.y[i * D + d] == Approx(y).margin(1e-4));
+    }
+  }
 }
 
 TEST_CASE("a job trains to the same losses with and without the pool",
@@ -144,9 +201,9 @@ TEST_CASE("a job trains to the same losses with and without the pool",
   for (const std::string name : {"shared", "alone"}) {
     auto run_dir = dir / name;
     auto text = small_config(data.string(), run_dir.string(), 2, 6);
-    if (name == "shared")
-      text.replace(text.find("moe_config:\n"), 12,
-                   "moe_config:\n  share_idle_cores: true\n");
+    text.replace(text.find("moe_config:\n"), 12,
+                 std::string("moe_config:\n  share_idle_cores: ")
+                   + (name == "shared" ? "true" : "false") + "\n");
     auto cfg = dir / (name + ".yaml");
     write_text(cfg, text);
     auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
@@ -154,7 +211,7 @@ TEST_CASE("a job trains to the same losses with and without the pool",
     REQUIRE(r.status == 0);
     // The log says whether the mode took effect.
     const auto log = read_text(run_dir / "tutti.log.jsonl");
-    CHECK((log.find("idle cores of the process (pool threads: 1)")
+    CHECK((log.find("experts' tiles shared with the waiting ranks")
            != std::string::npos)
           == (name == "shared"));
     series.push_back(training_series(run_dir / "metrics.jsonl"));

@@ -101,6 +101,32 @@ TEST_CASE("gradcheck linear", "[kernels][gradcheck]") {
   CHECK(rel_err(dw2, minus(dw, dw0)) <= 1e-14); // up to dw0 + g - dw0 rounding
 }
 
+TEST_CASE("gradcheck linear's parts: input gradient, weight gradient rows",
+          "[kernels][gradcheck]") {
+  std::mt19937_64 rng(11);
+  const int64_t m = 3, kk = 4, n = 5;
+  Vec x = randn(m * kk, rng), w = randn(n * kk, rng), G = randn(m * n, rng);
+  auto loss = [&] {
+    Vec y(m * n);
+    k::linear_forward(S, x.data(), w.data(), y.data(), m, kk, n);
+    return dot(G, y);
+  };
+  Vec dx(m * kk, 7.0); // overwritten
+  k::linear_input_grad(S, w.data(), G.data(), dx.data(), m, kk, n, false);
+  check_grad("dx", dx, x, loss);
+  // accumulate: added to what dx holds.
+  const Vec before = randn(m * kk, rng);
+  Vec dx_added = before;
+  k::linear_input_grad(S, w.data(), G.data(), dx_added.data(), m, kk, n, true);
+  CHECK(rel_err(minus(dx_added, before), dx) <= 1e-14);
+  // The weight gradient's rows in two tiles, 0..2 and 2..5: accumulated.
+  const Vec dw0 = randn(n * kk, rng);
+  Vec dw = dw0;
+  k::linear_weight_grad_rows(S, x.data(), G.data(), dw.data(), m, kk, n, 0, 2);
+  k::linear_weight_grad_rows(S, x.data(), G.data(), dw.data(), m, kk, n, 2, 3);
+  check_grad("dw", minus(dw, dw0), w, loss);
+}
+
 TEST_CASE("gradcheck grouped_linear", "[kernels][gradcheck]") {
   std::mt19937_64 rng(2);
   const int64_t kk = 3, n = 4, groups = 3;

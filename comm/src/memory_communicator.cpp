@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 namespace tutti::comm {
@@ -24,8 +25,12 @@ public:
   slot& at(int member) { return slots_[member]; }
 
   // Every member arrives; the last one releases the others. An abort
-  // releases everyone with an error; so does the deadline.
-  status arrive(std::chrono::milliseconds timeout, const std::string& who) {
+  // releases everyone with an error; so does the deadline. While it waits,
+  // a member with `help` runs other work of the process (memory_options::
+  // while_waiting) and adds its time to `lent_s`.
+  status arrive(std::chrono::milliseconds timeout, const std::string& who,
+                const std::function<bool(double&)>* help = nullptr,
+                double* lent_s = nullptr) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (aborted_)
       return status::error(who + ": aborted");
@@ -36,9 +41,31 @@ public:
       released_.notify_all();
       return {};
     }
-    if (!released_.wait_for(lock, timeout, [&] {
-          return generation_ != generation || aborted_;
-        })) {
+    auto released = [&] { return generation_ != generation || aborted_; };
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (help && *help) {
+      // Work appears without a notification here: look again after a nap
+      // that doubles while there is none.
+      constexpr auto first_nap = std::chrono::microseconds(20);
+      auto nap = first_nap;
+      while (!released() && std::chrono::steady_clock::now() < deadline) {
+        lock.unlock();
+        double ran_s = 0;
+        const bool helped = (*help)(ran_s);
+        lock.lock();
+        if (helped) {
+          *lent_s += ran_s;
+          nap = first_nap;
+          continue;
+        }
+        released_.wait_for(lock, nap, released);
+        nap = std::min<std::chrono::microseconds>(nap * 2,
+                                                  std::chrono::milliseconds(1));
+      }
+    } else {
+      released_.wait_for(lock, timeout, released);
+    }
+    if (!released()) {
       // Peers that arrive later must fail too, not wait for a member
       // that gave up: a timed-out group is finished.
       aborted_ = true;
@@ -154,11 +181,15 @@ public:
     {
       // Until every member has published its buffers is waiting; the
       // copies after it are the exchange itself.
+      // A member that helps a busy peer's shard meanwhile is computing.
       const auto t0 = std::chrono::steady_clock::now();
-      auto arrived = arrive();
+      const double lent_before = lent_s_;
+      auto arrived = group_->arrive(options_.timeout, describe(),
+                                    &options_.while_waiting, &lent_s_);
       waited_s_ += std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - t0)
-                     .count();
+                     .count()
+                   - (lent_s_ - lent_before);
       TUTTI_RETURN_IF_ERROR(arrived);
     }
     // Read each peer's block for this member straight from its buffer.
@@ -199,6 +230,7 @@ public:
 
   bool in_process() const override { return true; }
   double waited_s() const override { return waited_s_; }
+  double lent_s() const override { return lent_s_; }
 
   status abort() override {
     group_->abort();
@@ -245,6 +277,7 @@ private:
   int rank_;
   memory_options options_;
   double waited_s_ = 0;
+  double lent_s_ = 0;
 };
 
 } // namespace

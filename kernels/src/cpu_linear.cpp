@@ -46,6 +46,22 @@ void linear_backward(const stream&, const T* x, const T* w, const T* dy, T* dx,
 }
 
 template <class T>
+void linear_input_grad(const stream&, const T* w, const T* dy, T* dx,
+                       int64_t m, int64_t k, int64_t n, bool accumulate) {
+  gemm(false, false, m, k, n, T(1), dy, n, w, k, accumulate ? T(1) : T(0), dx,
+       k);
+}
+
+template <class T>
+void linear_weight_grad_rows(const stream&, const T* x, const T* dy, T* dw,
+                             int64_t m, int64_t k, int64_t n, int64_t first,
+                             int64_t count) {
+  // dw[first.., k] += dy[:, first..]^T x: dy's columns read in place (lda n).
+  gemm(true, false, count, k, m, T(1), dy + first, n, x, k, T(1),
+       dw + first * k, k);
+}
+
+template <class T>
 void grouped_linear_forward(const stream& s, const T* x, const T* w,
                             const int64_t* rows, int64_t groups, T* y,
                             int64_t k, int64_t n) {

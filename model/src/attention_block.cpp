@@ -5,6 +5,8 @@
 // partial outputs are summed over the TP group, and so, backward, are the
 // partial gradients of the normed input.
 
+#include <utility>
+
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/rank_model.hpp"
 
@@ -69,16 +71,18 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
     stream_, a.xn1.data(), param(layer_name(l, "self_attn.q_proj.weight")),
     dq_.data(), dtmp_.data(), grad(layer_name(l, "self_attn.q_proj.weight")), n,
     d, hq * hd);
-  k::linear_backward(
-    stream_, a.xn1.data(), param(layer_name(l, "self_attn.k_proj.weight")),
-    dk_.data(), dtmp2_.data(), grad(layer_name(l, "self_attn.k_proj.weight")),
-    n, d, hkv * hd);
-  k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
-  k::linear_backward(
-    stream_, a.xn1.data(), param(layer_name(l, "self_attn.v_proj.weight")),
-    dv_.data(), dtmp2_.data(), grad(layer_name(l, "self_attn.v_proj.weight")),
-    n, d, hkv * hd);
-  k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
+  // k and v read the same input: their input gradients are added to q's in
+  // the GEMMs themselves.
+  const std::pair<const char*, const float*> kv[] = {
+    {"self_attn.k_proj.weight", dk_.data()},
+    {"self_attn.v_proj.weight", dv_.data()}};
+  for (const auto& [proj, dy] : kv) {
+    k::linear_input_grad(stream_, param(layer_name(l, proj)), dy, dtmp_.data(),
+                         n, d, hkv * hd, true);
+    k::linear_weight_grad_rows(stream_, a.xn1.data(), dy,
+                               grad(layer_name(l, proj)), n, d, hkv * hd, 0,
+                               hkv * hd);
+  }
   TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   k::rmsnorm_backward(stream_, a.x_in.data(),
                       param(layer_name(l, "input_layernorm.weight")),

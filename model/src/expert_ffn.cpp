@@ -1,7 +1,6 @@
 #include "tutti/model/expert_ffn.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <numeric>
 
 #include "tutti/kernels/device_memory.hpp"
@@ -12,36 +11,38 @@ namespace tutti::model {
 
 namespace k = tutti::kernels;
 
+namespace {
+// Calls f(expert, first row of the expert, its rows) for every expert with
+// rows.
+template <class F>
+void each_expert(const int64_t* rows, int64_t experts, F&& f) {
+  for (int64_t j = 0, at = 0; j < experts; at += rows[j], ++j)
+    if (rows[j] > 0)
+      f(j, at, rows[j]);
+}
+
+// Calls f(first, count) for consecutive tiles of `size` of [0, n).
+template <class F>
+void each_tile(int64_t n, int64_t size, F&& f) {
+  for (int64_t first = 0; first < n; first += size)
+    f(first, std::min(size, n - first));
+}
+
+} // namespace
+
 expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
                        int64_t intermediate)
   : experts_(experts), hidden_(hidden), intermediate_(intermediate),
     saved_(layers) {}
 
-bool expert_ffn::lends_work(const k::stream& s, const int64_t* rows) const {
-  // Splits at multiples of 16 floats keep every element of the vectorised
-  // SwiGLU and axpy loops in the same lane path as the whole-range call.
-  if (!share_cores_ || s.device != k::device_kind::cpu
-      || intermediate_ % 16 != 0 || hidden_ % 16 != 0
-      || idle_core_pool::process().threads() == 0)
-    return false;
-  return std::count_if(rows, rows + experts_, [](int64_t r) { return r > 0; })
-         > 1;
-}
-
-template <class Task>
-void expert_ffn::per_expert(const int64_t* rows, Task&& task) const {
-  std::vector<int64_t> order, first(experts_);
-  for (int64_t j = 0, at = 0; j < experts_; at += rows[j], ++j) {
-    first[j] = at;
-    if (rows[j] > 0)
-      order.push_back(j);
+void expert_ffn::run_tiles(
+  const std::vector<std::function<void()>>& tiles) const {
+  if (share_cores_) {
+    idle_core_pool::process().run(tiles);
+    return;
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return rows[a] > rows[b]; });
-  std::vector<std::function<void()>> tasks;
-  for (int64_t j : order)
-    tasks.emplace_back([&task, j, at = first[j]] { task(j, at); });
-  idle_core_pool::process().run(tasks);
+  for (const auto& t : tiles)
+    t();
 }
 
 void expert_ffn::forward(const k::stream& s, int64_t layer,
@@ -63,27 +64,33 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
   float* a = sv.a.data() + m0 * intermediate_;
   float* b = sv.b.data() + m0 * intermediate_;
   float* h = sv.h.data() + m0 * intermediate_;
-  if (lends_work(s, rows)) {
-    const int64_t D = hidden_, F = intermediate_;
-    per_expert(rows, [&](int64_t j, int64_t r) {
-      const int64_t* n = rows + j;
-      k::grouped_linear_forward(s, x + r * D, w.w1 + j * F * D, n, 1, a + r * F,
-                                D, F);
-      k::grouped_linear_forward(s, x + r * D, w.w3 + j * F * D, n, 1, b + r * F,
-                                D, F);
-      k::swiglu_forward(s, a + r * F, b + r * F, h + r * F, *n * F);
-      k::grouped_linear_forward(s, h + r * F, w.w2 + j * D * F, n, 1, y + r * D,
-                                F, D);
-    });
+  const int64_t D = hidden_, F = intermediate_;
+  if (s.device != k::device_kind::cpu) {
+    k::grouped_linear_forward(s, x, w.w1, rows, experts_, a, D, F);
+    k::grouped_linear_forward(s, x, w.w3, rows, experts_, b, D, F);
+    k::swiglu_forward(s, a, b, h, m * F);
+    k::grouped_linear_forward(s, h, w.w2, rows, experts_, y, F, D);
     return;
   }
-  k::grouped_linear_forward(s, x, w.w1, rows, experts_, a, hidden_,
-                            intermediate_);
-  k::grouped_linear_forward(s, x, w.w3, rows, experts_, b, hidden_,
-                            intermediate_);
-  k::swiglu_forward(s, a, b, h, m * intermediate_);
-  k::grouped_linear_forward(s, h, w.w2, rows, experts_, y, intermediate_,
-                            hidden_);
+  // A tile is every step of the expert for its rows: rows are independent
+  // through the whole SwiGLU FFN.
+  std::vector<std::function<void()>> tiles;
+  each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
+    each_tile(n, row_tile, [&](int64_t first, int64_t count) {
+      const int64_t r = at + first;
+      tiles.emplace_back([=] {
+        const auto cpu = k::cpu_stream();
+        k::linear_forward(cpu, x + r * D, w.w1 + j * F * D, a + r * F, count,
+                          D, F);
+        k::linear_forward(cpu, x + r * D, w.w3 + j * F * D, b + r * F, count,
+                          D, F);
+        k::swiglu_forward(cpu, a + r * F, b + r * F, h + r * F, count * F);
+        k::linear_forward(cpu, h + r * F, w.w2 + j * D * F, y + r * D, count,
+                          F, D);
+      });
+    });
+  });
+  run_tiles(tiles);
 }
 
 void expert_ffn::backward(const k::stream& s, int64_t layer,
@@ -95,41 +102,68 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
     first_row = 0;
   }
   const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
-  const float* x = sv.x.data() + first_row * hidden_;
-  const float* a = sv.a.data() + first_row * intermediate_;
-  const float* b = sv.b.data() + first_row * intermediate_;
-  const float* h = sv.h.data() + first_row * intermediate_;
-  dh_.resize(s, m * intermediate_);
-  da_.resize(s, m * intermediate_);
-  db_.resize(s, m * intermediate_);
-  dx_tmp_.resize(s, m * hidden_);
-  if (lends_work(s, rows)) {
-    const int64_t D = hidden_, F = intermediate_;
-    float *dh = dh_.data(), *da = da_.data(), *db = db_.data(),
-          *dx2 = dx_tmp_.data();
-    per_expert(rows, [&](int64_t j, int64_t r) {
-      const int64_t* n = rows + j;
-      k::grouped_linear_backward(s, h + r * F, w.w2 + j * D * F, dy + r * D, n,
-                                 1, dh + r * F, w.dw2 + j * D * F, F, D);
-      k::swiglu_backward(s, a + r * F, b + r * F, dh + r * F, da + r * F,
-                         db + r * F, *n * F);
-      k::grouped_linear_backward(s, x + r * D, w.w1 + j * F * D, da + r * F, n,
-                                 1, dx + r * D, w.dw1 + j * F * D, D, F);
-      k::grouped_linear_backward(s, x + r * D, w.w3 + j * F * D, db + r * F, n,
-                                 1, dx2 + r * D, w.dw3 + j * F * D, D, F);
-      k::axpy(s, 1.0f, dx2 + r * D, dx + r * D, *n * D);
-    });
+  const int64_t D = hidden_, F = intermediate_;
+  const float* x = sv.x.data() + first_row * D;
+  const float* a = sv.a.data() + first_row * F;
+  const float* b = sv.b.data() + first_row * F;
+  const float* h = sv.h.data() + first_row * F;
+  dh_.resize(s, m * F);
+  da_.resize(s, m * F);
+  db_.resize(s, m * F);
+  float *dh = dh_.data(), *da = da_.data(), *db = db_.data();
+  if (s.device != k::device_kind::cpu) {
+    dx_tmp_.resize(s, m * D);
+    float* dx2 = dx_tmp_.data();
+    k::grouped_linear_backward(s, h, w.w2, dy, rows, experts_, dh, w.dw2, F,
+                               D);
+    k::swiglu_backward(s, a, b, dh, da, db, m * F);
+    k::grouped_linear_backward(s, x, w.w1, da, rows, experts_, dx, w.dw1, D,
+                               F);
+    k::grouped_linear_backward(s, x, w.w3, db, rows, experts_, dx2, w.dw3, D,
+                               F);
+    k::axpy(s, 1.0f, dx2, dx, m * D);
     return;
   }
-  k::grouped_linear_backward(s, h, w.w2, dy, rows, experts_, dh_.data(), w.dw2,
-                             intermediate_, hidden_);
-  k::swiglu_backward(s, a, b, dh_.data(), da_.data(), db_.data(),
-                     m * intermediate_);
-  k::grouped_linear_backward(s, x, w.w1, da_.data(), rows, experts_, dx, w.dw1,
-                             hidden_, intermediate_);
-  k::grouped_linear_backward(s, x, w.w3, db_.data(), rows, experts_,
-                             dx_tmp_.data(), w.dw3, hidden_, intermediate_);
-  k::axpy(s, 1.0f, dx_tmp_.data(), dx, m * hidden_);
+  // First the input gradients, by tiles of rows; then the weight gradients,
+  // which sum over all of an expert's rows, by tiles of their own rows.
+  std::vector<std::function<void()>> tiles;
+  each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
+    each_tile(n, row_tile, [&](int64_t first, int64_t count) {
+      const int64_t r = at + first;
+      tiles.emplace_back([=] {
+        const auto cpu = k::cpu_stream();
+        k::linear_input_grad(cpu, w.w2 + j * D * F, dy + r * D, dh + r * F,
+                             count, F, D, false);
+        k::swiglu_backward(cpu, a + r * F, b + r * F, dh + r * F, da + r * F,
+                           db + r * F, count * F);
+        // dx = da w1 + db w3, the second product added in the GEMM itself.
+        k::linear_input_grad(cpu, w.w1 + j * F * D, da + r * F, dx + r * D,
+                             count, D, F, false);
+        k::linear_input_grad(cpu, w.w3 + j * F * D, db + r * F, dx + r * D,
+                             count, D, F, true);
+      });
+    });
+  });
+  run_tiles(tiles);
+  tiles.clear();
+  each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
+    each_tile(D, weight_tile, [&](int64_t first, int64_t count) {
+      tiles.emplace_back([=] {
+        k::linear_weight_grad_rows(k::cpu_stream(), h + at * F, dy + at * D,
+                                   w.dw2 + j * D * F, n, F, D, first, count);
+      });
+    });
+    each_tile(F, weight_tile, [&](int64_t first, int64_t count) {
+      tiles.emplace_back([=] {
+        const auto cpu = k::cpu_stream();
+        k::linear_weight_grad_rows(cpu, x + at * D, da + at * F,
+                                   w.dw1 + j * F * D, n, D, F, first, count);
+        k::linear_weight_grad_rows(cpu, x + at * D, db + at * F,
+                                   w.dw3 + j * F * D, n, D, F, first, count);
+      });
+    });
+  });
+  run_tiles(tiles);
 }
 
 } // namespace tutti::model

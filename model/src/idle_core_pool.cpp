@@ -1,26 +1,23 @@
 #include "tutti/model/idle_core_pool.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <memory>
 #include <mutex>
-#include <thread>
-
-#include "tutti/kernels/stream.hpp"
 
 namespace tutti::model {
 
 namespace {
 
 // One call of run(): its tasks are claimed by index, by the caller and by
-// pool threads alike.
+// helpers alike.
 struct batch {
   const std::vector<std::function<void()>>* tasks = nullptr;
   std::atomic<size_t> next{0};
   size_t finished = 0; // under the pool's lock
-  int visitors = 0;    // pool threads holding a pointer to it, ditto
+  int visitors = 0;    // helpers holding a pointer to it, ditto
   std::exception_ptr error;
   std::condition_variable done;
 
@@ -48,35 +45,9 @@ struct batch {
 
 struct idle_core_pool::impl {
   std::mutex lock;
-  std::condition_variable work;
-  std::deque<batch*> open; // batches with tasks left to claim
-  std::vector<std::thread> threads;
+  std::deque<batch*> open; // batches that may have tasks left to claim
   int64_t members = 0;
   std::atomic<int64_t> lent{0};
-  bool stopping = false;
-
-  void serve() {
-    // BLAS pinned to one thread here as on every rank and shard thread:
-    // the same kernels, the same bits.
-    kernels::use_single_threaded_blas();
-    std::unique_lock guard(lock);
-    for (;;) {
-      work.wait(guard, [&] { return stopping || !open.empty(); });
-      if (stopping)
-        return;
-      batch* b = open.front();
-      ++b->visitors; // the caller waits for it before b goes away
-      guard.unlock();
-      const bool ran = b->run_one(lock);
-      guard.lock();
-      if (ran)
-        lent.fetch_add(1);
-      else
-        drop(b);
-      if (--b->visitors == 0)
-        b->done.notify_all();
-    }
-  }
 
   void drop(batch* b) {
     for (auto it = open.begin(); it != open.end(); ++it)
@@ -98,25 +69,12 @@ idle_core_pool::impl& idle_core_pool::get() {
   return *impl_;
 }
 
-idle_core_pool::~idle_core_pool() {
-  if (!impl_)
-    return;
-  {
-    std::lock_guard guard(impl_->lock);
-    impl_->stopping = true;
-  }
-  impl_->work.notify_all();
-  for (auto& t : impl_->threads)
-    t.join();
-  delete impl_;
-}
+idle_core_pool::~idle_core_pool() { delete impl_; }
 
 void idle_core_pool::join() {
   auto& p = get();
   std::lock_guard guard(p.lock);
   ++p.members;
-  while (static_cast<int64_t>(p.threads.size()) < p.members - 1)
-    p.threads.emplace_back([&p] { p.serve(); });
 }
 
 void idle_core_pool::leave() {
@@ -125,28 +83,53 @@ void idle_core_pool::leave() {
   --p.members;
 }
 
-int64_t idle_core_pool::threads() const {
+int64_t idle_core_pool::members() const {
   if (!impl_)
     return 0;
   std::lock_guard guard(impl_->lock);
-  return static_cast<int64_t>(impl_->threads.size());
+  return impl_->members;
 }
 
 int64_t idle_core_pool::lent_tasks() const {
   return impl_ ? impl_->lent.load() : 0;
 }
 
+bool idle_core_pool::help_one(double* ran_s) {
+  if (!impl_)
+    return false;
+  auto& p = *impl_;
+  std::unique_lock guard(p.lock);
+  while (!p.open.empty()) {
+    batch* b = p.open.front();
+    ++b->visitors; // its run() waits for us before b goes away
+    guard.unlock();
+    const auto start = std::chrono::steady_clock::now();
+    const bool ran = b->run_one(p.lock);
+    if (ran && ran_s)
+      *ran_s = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                             - start)
+                 .count();
+    guard.lock();
+    if (!ran)
+      p.drop(b); // every task claimed: nothing left for anyone here
+    if (--b->visitors == 0)
+      b->done.notify_all();
+    if (ran) {
+      p.lent.fetch_add(1);
+      return true;
+    }
+  }
+  return false;
+}
+
 void idle_core_pool::run(const std::vector<std::function<void()>>& tasks) {
   auto& p = get();
   batch b;
   b.tasks = &tasks;
-  const bool lend = tasks.size() > 1 && threads() > 0;
+  const bool lend = tasks.size() > 1 && members() > 1;
   if (lend) {
-    {
-      std::lock_guard guard(p.lock);
-      p.open.push_back(&b);
-    }
-    p.work.notify_all();
+    std::lock_guard guard(p.lock);
+    p.open.push_back(&b);
   }
   while (b.run_one(p.lock)) {
   }

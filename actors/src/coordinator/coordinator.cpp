@@ -47,7 +47,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
     if (r.rank == 0)
       out = r;
   double compute = 0, a2a = 0, a2a_wait = 0, overlap = 0, ar = 0, other = 0,
-         slowest = 0, data_wait = 0;
+         slowest = 0, data_wait = 0, lent = 0;
   int64_t bytes = 0;
   std::vector<int64_t> by_link;
   for (const auto& r : reports) {
@@ -58,6 +58,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
     compute += r.time_compute_s;
     a2a += r.time_alltoall_s;
     a2a_wait += r.time_alltoall_wait_s;
+    lent += r.time_lent_s;
     overlap += r.time_overlap_s;
     ar += r.time_allreduce_s;
     other += r.time_other_s;
@@ -68,6 +69,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.time_compute_s = compute / n;
   out.time_alltoall_s = a2a / n;
   out.time_alltoall_wait_s = a2a_wait / n;
+  out.time_lent_s = lent / n;
   out.time_overlap_s = overlap / n;
   out.time_allreduce_s = ar / n;
   out.time_other_s = other / n;

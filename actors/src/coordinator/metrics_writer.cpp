@@ -93,6 +93,8 @@ std::string metrics_json(const step_report& r, int64_t experts) {
   j["time_allreduce_s"] = r.time_allreduce_s;
   j["time_other_s"] = r.time_other_s;
   j["time_data_s"] = r.time_data_s;
+  if (r.time_lent_s > 0)
+    j["time_lent_s"] = r.time_lent_s;
   if (r.time_pipeline_s > 0)
     j["time_pipeline_s"] = r.time_pipeline_s;
   if (r.evaluated)

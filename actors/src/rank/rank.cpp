@@ -16,6 +16,7 @@
 #include "rank/routing_window.hpp"
 #include "shard/shard_executor.hpp"
 #include "tutti/actors/log.hpp"
+#include "tutti/base/core_pinning.hpp"
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/blas_core.hpp"
 #include "tutti/kernels/ops.hpp"
@@ -353,6 +354,7 @@ private:
     r.time_alltoall_s = stats.time.alltoall_s;
     r.time_overlap_s = stats.time.overlap_s;
     r.time_alltoall_wait_s = stats.time.alltoall_wait_s;
+    r.time_lent_s = stats.time.lent_s;
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_pipeline_s = stats.time.pipeline_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
@@ -475,6 +477,11 @@ private:
 
 void rank_main(caf::blocking_actor* self, rank_args args) {
   kernels::use_single_threaded_blas();
+  if (args.cfg.cluster.device != compute_device::cuda
+      && args.cfg.cluster.pin_rank_cores) {
+    const int per_node = static_cast<int>(args.cfg.cluster.nproc_per_node);
+    pin_to_rank_core(args.rank % per_node, per_node);
+  }
   step_loop loop(self, args);
   auto result = loop.run();
   if (!result.ok() && args.control->aborted()) {

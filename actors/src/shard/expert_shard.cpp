@@ -16,6 +16,7 @@
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/tensor_parallel.hpp"
+#include "tutti/base/core_pinning.hpp"
 #include "tutti/model/idle_core_pool.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/model/stage_layout.hpp"
@@ -253,6 +254,11 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   k::use_single_threaded_blas();
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
+  if (args.device < 0 && st.cfg.cluster.pin_rank_cores) {
+    // The core of its rank (core_pinning.hpp).
+    const int per_node = static_cast<int>(st.cfg.cluster.nproc_per_node);
+    pin_to_rank_core(args.rank % per_node, per_node);
+  }
   st.rank = args.rank;
   st.mem = std::move(args.memory);
   if (args.device >= 0) {
@@ -279,15 +285,16 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                                                c.model.intermediate_size
                                                  / c.tp_size());
   if (args.device < 0 && c.moe.share_idle_cores) {
-    // A CPU shard lends and borrows cores among the shards of its process.
+    // A CPU shard's tiles may run on the cores of the process's waiting
+    // ranks (idle_core_pool.hpp).
     auto& pool = model::idle_core_pool::process();
     pool.join();
     self->attach_functor([&pool] { pool.leave(); });
     st.ffn->share_idle_cores(true);
     log_info("expert_shard", "rank " + std::to_string(st.rank)
-                               + ": experts run as tasks on the idle cores "
-                                 "of the process (pool threads: "
-                               + std::to_string(pool.threads()) + ")");
+                               + ": experts' tiles shared with the waiting "
+                                 "ranks of the process (shards: "
+                               + std::to_string(pool.members()) + ")");
   }
   return {
     [self](expert_fwd_atom, expert_task_ptr task) {

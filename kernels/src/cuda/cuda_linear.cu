@@ -165,6 +165,23 @@ void linear_backward(const stream& s, const T* x, const T* w, const T* dy,
 }
 
 template <class T>
+void linear_input_grad(const stream& s, const T* w, const T* dy, T* dx,
+                       int64_t m, int64_t k, int64_t n, bool accumulate) {
+  const gemm_inputs<T, 2> in(s, {w, dy}, {n * k, m * n});
+  gemm(s, in.kind, false, false, m, k, n, T(1), in.ptr[1], n, in.ptr[0], k,
+       accumulate ? T(1) : T(0), dx, k);
+}
+
+template <class T>
+void linear_weight_grad_rows(const stream& s, const T* x, const T* dy, T* dw,
+                             int64_t m, int64_t k, int64_t n, int64_t first,
+                             int64_t count) {
+  const gemm_inputs<T, 2> in(s, {x, dy}, {m * k, m * n});
+  gemm(s, in.kind, true, false, count, k, m, T(1), in.at(1, first), n,
+       in.ptr[0], k, T(1), dw + first * k, k);
+}
+
+template <class T>
 void grouped_linear_forward(const stream& s, const T* x, const T* w,
                             const int64_t* rows, int64_t groups, T* y,
                             int64_t k, int64_t n) {

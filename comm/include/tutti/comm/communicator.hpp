@@ -58,6 +58,10 @@ public:
   // arrive: the price of their being late (uneven work), not of moving data.
   // Cumulative; 0 where the transport cannot tell the two apart (Gloo).
   virtual double waited_s() const { return 0; }
+  // Seconds this member spent, while waiting in collectives, running other
+  // work of its process (memory_options::while_waiting): computing, not
+  // waiting nor exchanging. Cumulative; not part of waited_s().
+  virtual double lent_s() const { return 0; }
 
   // Name for logs: backend, group, epoch.
   virtual std::string describe() const = 0;

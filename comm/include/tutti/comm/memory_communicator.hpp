@@ -15,6 +15,7 @@
 // whether a group runs in one process or across several.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,12 @@ struct memory_options {
   std::string group = "world";                       // name in the hub
   std::chrono::milliseconds timeout{60000};          // each collective
   std::chrono::milliseconds connect_timeout{120000}; // all members joining
+  // Called over and over while this member waits for the others to arrive:
+  // runs one piece of other work of the process (an expert tile of a busy
+  // shard, model/idle_core_pool.hpp), sets its seconds and returns true, or
+  // returns false when there is none (the member then sleeps a little).
+  // The time it ran counts as lent_s(), not as waiting.
+  std::function<bool(double& ran_s)> while_waiting = nullptr;
 };
 
 status make_memory_communicator(memory_hub& hub, int rank, int size,

@@ -50,6 +50,7 @@ struct cluster_config {
   std::string host = "127.0.0.1";
   int64_t collective_timeout_ms = 60000;
   local_transport_kind local_transport = local_transport_kind::memory;
+  bool pin_rank_cores = true; // base/core_pinning.hpp
   std::string coordinator = "127.0.0.1:7100";
   int64_t join_timeout_s = 60;
   std::vector<node_address> nodes; // index = node rank
@@ -112,6 +113,11 @@ void visit_fields(Visitor& v, cluster_config& c) {
           "run`, one node's under tuttid): memory (copies in the process) or "
           "tcp (Gloo over loopback, as across nodes); same results either "
           "way; gloo backend only",
+          not_fingerprinted);
+  v.field("pin_rank_cores", c.pin_rank_cores,
+          "device cpu: each rank's thread, and its expert shard's, on a core "
+          "of its own when the process may use a core per rank (off: the "
+          "scheduler moves them; measured slower, bench_step)",
           not_fingerprinted);
   v.field("coordinator", c.coordinator,
           "host:port of the coordinator, on "

@@ -63,7 +63,7 @@ struct moe_config {
   all_to_all_mode all_to_all_communication = all_to_all_mode::enabled;
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
-  bool share_idle_cores = false; // measured: no gain yet (bench_vs_torch)
+  bool share_idle_cores = true; // model/idle_core_pool.hpp
   bool rack_aware_alltoall = false; // model/rack_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
@@ -99,9 +99,9 @@ void visit_fields(Visitor& v, moe_config& c) {
           "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
   v.field("share_idle_cores", c.share_idle_cores,
-          "CPU expert shards of one process run each other's experts on "
-          "the cores their waiting ranks leave (the same bits; off: it did "
-          "not shorten the all-to-all wait in bench_vs_torch)",
+          "CPU ranks of one process that wait in an exchange compute tiles "
+          "of a busier expert shard meanwhile (the same bits; off: they "
+          "wait, as ranks on other nodes do)",
           not_fingerprinted);
   v.field("rack_aware_alltoall", c.rack_aware_alltoall,
           "all-to-all through one relay per rack: a token crosses to a "

@@ -4,6 +4,7 @@
 // Keeps what backward needs, per layer, between forward and backward.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tutti/kernels/stream.hpp"
@@ -27,8 +28,14 @@ public:
   expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
              int64_t intermediate);
 
-  // On the CPU, run each expert as its own task in the process's
-  // idle_core_pool (the same bits; see there). Off by default.
+  // On the CPU the work is cut into tiles: rows of an expert (forward, and
+  // the input gradients) and rows of its weight gradients. Their bounds
+  // depend only on how many rows each expert received, never on who runs
+  // them, because OpenBLAS's bits depend on the shapes it is called with.
+  // With sharing on, the tiles go through the process's idle_core_pool, so
+  // a rank waiting in an exchange computes some of them (the same bits).
+  static constexpr int64_t row_tile = 128;
+  static constexpr int64_t weight_tile = 128;
   void share_idle_cores(bool on) { share_cores_ = on; }
 
   // rows[j] (host memory) rows of x belong to local expert j, in order. y
@@ -47,12 +54,8 @@ public:
                 int64_t first_row = 0);
 
 private:
-  // Whether this call splits into per-expert tasks for the pool.
-  bool lends_work(const kernels::stream& s, const int64_t* rows) const;
-  // Runs task(j, first row of j) for every expert with rows, largest
-  // first, on the pool.
-  template <class Task>
-  void per_expert(const int64_t* rows, Task&& task) const;
+  // Runs the tiles: through the pool when sharing, else one by one.
+  void run_tiles(const std::vector<std::function<void()>>& tiles) const;
 
   struct saved {
     std::vector<int64_t> rows;

@@ -16,6 +16,10 @@ struct step_timers {
   // late (uneven expert load, mostly), not the exchange. Measured where the
   // transport can tell (ranks of one process); 0 otherwise.
   double alltoall_wait_s = 0;
+  // Time this rank's thread, instead of waiting in an exchange, ran tiles of
+  // a busier expert shard of its process (idle_core_pool.hpp). Counted as
+  // compute, not in alltoall_s.
+  double lent_s = 0;
   // Pipeline parallelism: waiting for and exchanging with the neighbouring
   // stages (the pipeline bubble, mostly).
   double pipeline_s = 0;
@@ -38,20 +42,27 @@ private:
 };
 
 // An all-to-all's scope: its wall time into alltoall_s, and of it the time
-// the group's members waited for each other into alltoall_wait_s.
+// the group's members waited for each other into alltoall_wait_s. Time the
+// member spent computing for others meanwhile goes to lent_s instead.
 template <class Group>
 class exchange_timer {
 public:
   exchange_timer(step_timers& time, const Group& group)
-    : total_(time.alltoall_s), wait_(time.alltoall_wait_s), group_(group),
-      waited_before_(group.waited_s()) {}
-  ~exchange_timer() { wait_ += group_.waited_s() - waited_before_; }
+    : total_(time.alltoall_s), time_(time), group_(group),
+      waited_before_(group.waited_s()), lent_before_(group.lent_s()) {}
+  ~exchange_timer() {
+    // total_ adds the scope's wall time after this body has run.
+    const double lent = group_.lent_s() - lent_before_;
+    time_.alltoall_s -= lent;
+    time_.lent_s += lent;
+    time_.alltoall_wait_s += group_.waited_s() - waited_before_;
+  }
 
 private:
   scoped_timer total_;
-  double& wait_;
+  step_timers& time_;
   const Group& group_;
-  double waited_before_;
+  double waited_before_, lent_before_;
 };
 
 struct step_stats {
