@@ -6,8 +6,9 @@
 // collectives timed alone. Runs alternate between the two, for world size 2
 // (the quickstart as written) and 1; medians over repetitions. At world 2
 // also with the two ranks on loopback TCP instead of memory, over TCP
-// without chunked combine, and without restart in place (step time and
-// peak RSS), to show what each costs or buys. Needs /usr/bin/time
+// without chunked combine, without restart in place (step time and peak
+// RSS), without tile sharing between the ranks and with the ranks' threads
+// not pinned, to show what each costs or buys. Needs /usr/bin/time
 // (deploy/install-deps.sh --bench).
 // The anchor pins each rank thread to its own core: on a small shared VM the
 // scheduler otherwise stacks the ranks on one core and every collective
@@ -37,6 +38,7 @@
 #include "tutti/data/dataset.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/expert_ffn.hpp"
+#include "tutti/model/idle_core_pool.hpp"
 #include "tutti/model/rank_model.hpp"
 
 namespace fs = std::filesystem;
@@ -183,6 +185,16 @@ public:
     ffn_ = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers, count,
                                                c.model.hidden_size,
                                                c.model.intermediate_size);
+    // Tiles, shared with the waiting rank, as the job's shards do.
+    ffn_->split_into_tiles(model::expert_tiles_for(c, -1));
+    if (model::shares_expert_tiles(c, -1)) {
+      model::idle_core_pool::process().join();
+      ffn_->share_idle_cores(true);
+    }
+  }
+  ~local_experts() {
+    if (model::shares_expert_tiles(cfg_, -1))
+      model::idle_core_pool::process().leave();
   }
 
   status forward(int64_t layer, const float* x, const int64_t* rows, int64_t m,
@@ -246,9 +258,14 @@ void in_process_rank(const job_config& cfg, int rank,
   // asks for loopback TCP.
   std::unique_ptr<comm::communicator> world;
   const std::chrono::milliseconds timeout(cfg.cluster.collective_timeout_ms);
-  if (cfg.cluster.local_transport == local_transport_kind::memory)
-    check(comm::make_memory_communicator(hub, rank, W,
-                                         {"world", timeout, timeout}, world));
+  if (cfg.cluster.local_transport == local_transport_kind::memory) {
+    comm::memory_options o{"world", timeout, timeout};
+    if (model::shares_expert_tiles(cfg, -1))
+      o.while_waiting = [](double& ran_s) {
+        return model::idle_core_pool::process().help_one(&ran_s);
+      };
+    check(comm::make_memory_communicator(hub, rank, W, o, world));
+  }
   else
     check(comm::make_gloo_communicator(
       store, rank, W, {cfg.cluster.host, "world", timeout, timeout, {}},
@@ -279,7 +296,7 @@ void in_process_rank(const job_config& cfg, int rank,
                            ? t.grad_clip / (norm + 1e-6)
                            : 1;
     const double lr = model::learning_rate(t, step);
-    m.apply_optimizer(step, lr, scale);
+    check(m.apply_optimizer(step, lr, scale));
     experts.optimize(step, lr, scale);
     time[step - 1] = {now_s() - t0, stats.time.alltoall_s,
                       stats.time.allreduce_s};
@@ -356,9 +373,12 @@ int run() {
     // and over TCP, where chunks apply (through memory the combine is one
     // chunk anyway), the combine in one piece (combine_chunks: 1); and
     // expert shards that may not restart, so keep no state to restart in
-    // place (supervision.expert_shard.max_restarts: 0).
-    fs::path one_chunk_cfg, tcp_cfg, no_restart_cfg;
-    std::vector<split> one_chunk, tcp, no_restart;
+    // place (supervision.expert_shard.max_restarts: 0); a rank that waits
+    // in an exchange and does not compute the other shard's tiles
+    // (moe_config.share_idle_cores: false); and rank threads the scheduler
+    // moves between the cores (cluster_config.pin_rank_cores: false).
+    fs::path one_chunk_cfg, tcp_cfg, no_restart_cfg, no_share_cfg, no_pin_cfg;
+    std::vector<split> one_chunk, tcp, no_restart, no_share, no_pin;
   };
   std::vector<world_case> cases;
   for (int w : {2, 1}) {
@@ -380,6 +400,12 @@ int run() {
       std::ofstream(c.tcp_cfg) << tcp;
       std::ofstream(c.one_chunk_cfg)
         << add_key(tcp, "moe_config", "combine_chunks", "1");
+      c.no_share_cfg = dir / "w2-no-share.yaml";
+      std::ofstream(c.no_share_cfg)
+        << add_key(y, "moe_config", "share_idle_cores", "false");
+      c.no_pin_cfg = dir / "w2-no-pin.yaml";
+      std::ofstream(c.no_pin_cfg)
+        << add_key(y, "cluster_config", "pin_rank_cores", "false");
     }
     auto parsed = parse_job_config(y, c.cfg_path.string());
     if (!parsed)
@@ -410,7 +436,7 @@ int run() {
     for (auto& c : cases) {
       // Rotate the order, so no method always runs first. With one rank
       // there is nothing to stack, so world 1 runs only the pinned anchor.
-      const int methods = c.world > 1 ? 6 : 2;
+      const int methods = c.world > 1 ? 8 : 2;
       for (int i = 0; i < methods; ++i)
         switch ((rep + i) % methods) {
         case 0:
@@ -434,10 +460,18 @@ int run() {
           c.tcp.push_back(
             note("tcp", c.world, run_tutti(tutti, c.tcp_cfg, c.run_dir)));
           break;
-        default:
+        case 5:
           c.no_restart.push_back(
             note("no restart", c.world,
                  run_tutti(tutti, c.no_restart_cfg, c.run_dir)));
+          break;
+        case 6:
+          c.no_share.push_back(note(
+            "no share", c.world, run_tutti(tutti, c.no_share_cfg, c.run_dir)));
+          break;
+        default:
+          c.no_pin.push_back(note("no pin", c.world,
+                                  run_tutti(tutti, c.no_pin_cfg, c.run_dir)));
         }
     }
 
@@ -501,6 +535,15 @@ int run() {
       t.add("  peak RSS, no restart in place" + w,
             fmt("%.0f MB", off.peak_rss_mb), "peak RSS, as configured",
             fmt("%.0f MB", a.peak_rss_mb), off.peak_rss_mb / a.peak_rss_mb);
+      const split alone = median_of(c.no_share);
+      t.add("step time, no tile sharing (share_idle_cores: false)" + w,
+            ms_range(c.no_share), as_is, ms(a.step), alone.step / a.step);
+      t.add("  all-to-all, no tile sharing" + w, ms(alone.a2a),
+            "all-to-all, as configured", ms(a.a2a),
+            alone.a2a / std::max(a.a2a, 1e-9));
+      t.add("step time, ranks not pinned (pin_rank_cores: false)" + w,
+            ms_range(c.no_pin), as_is, ms(a.step),
+            median_of(c.no_pin).step / a.step);
     }
   }
   t.print();

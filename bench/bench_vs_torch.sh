@@ -9,9 +9,10 @@
 #
 # For each model, interleaved, REPS times: `tutti run` at world 1 pinned to
 # one core, bench/train_step_torch.py (1 thread) pinned to the same core,
-# and `tutti run` at world 2 (two ranks in one process, experts split) on
-# two cores, without and with idle-core lending (moe_config.share_idle_cores,
-# off by default). Tokens/s are medians over steps after warm-up (tutti: its
+# and `tutti run` at world 2 (two ranks in one process, experts split, each
+# rank on a core of its own) on two cores, as configured by default (a rank
+# waiting in an exchange computes tiles of the busier shard:
+# moe_config.share_idle_cores) and without that sharing. Tokens/s are medians over steps after warm-up (tutti: its
 # metrics.jsonl; PyTorch: its own timer around the same step). Each side's
 # achieved GFLOP/s is `tutti plan`'s FLOPs per step over the step time, next
 # to bench_sgemm (one core, the same OpenBLAS kernels) measured in the same
@@ -49,10 +50,10 @@ declare -A shape=(
 )
 
 write_config() { # NAME WORLD [SHARE_IDLE_CORES] -> config path
-  local name=$1 world=$2 share=${3:-false} s
+  local name=$1 world=$2 share=${3:-true} s
   read -r -a s <<<"${shape[$name]}"
   local dir=$scratch/$name-w$world
-  [ "$share" = false ] || dir=$dir-lending
+  [ "$share" = true ] || dir=$dir-alone
   cat >"$dir.yaml" <<EOF
 cluster_config:
   world_size: $world
@@ -129,7 +130,7 @@ core=$(sed -n 's/.*core=\([A-Za-z0-9]*\).*/\1/p' <<<"$sgemm")
 echo "# $(date -u +%F) on $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')); OpenBLAS core $core"
 echo "# anchor: $sgemm"
 
-declare -A w1 w2 w2lending torch torch_default a2a flops
+declare -A w1 w2 w2alone torch torch_default a2a flops
 for name in quickstart medium; do
   read -r -a s <<<"${shape[$name]}"
   "$tutti" data synth --out "$scratch/data-$name" --vocab "${s[0]}" --seed 7 \
@@ -142,8 +143,8 @@ for rep in $(seq "$reps"); do
   for name in quickstart medium; do
     c1=$(write_config "$name" 1)
     c2=$(write_config "$name" 2)
-    c2lending=$(write_config "$name" 2 true)
-    rm -rf "$scratch/$name-w1" "$scratch/$name-w2" "$scratch/$name-w2-lending"
+    c2alone=$(write_config "$name" 2 false)
+    rm -rf "$scratch/$name-w1" "$scratch/$name-w2" "$scratch/$name-w2-alone"
     taskset -c 0 "$tutti" run "$c1" --quiet >/dev/null
     w1[$name]+="$(tutti_figures "$scratch/$name-w1");"
     # shellcheck disable=SC2046
@@ -151,8 +152,8 @@ for rep in $(seq "$reps"); do
       bench/train_step_torch.py $(torch_args "$name") | sed -n 's/torch_tokens_per_s=\([0-9.]*\).*/\1/p');"
     taskset -c 0,1 "$tutti" run "$c2" --quiet >/dev/null
     w2[$name]+="$(tutti_figures "$scratch/$name-w2");"
-    taskset -c 0,1 "$tutti" run "$c2lending" --quiet >/dev/null
-    w2lending[$name]+="$(tutti_figures "$scratch/$name-w2-lending");"
+    taskset -c 0,1 "$tutti" run "$c2alone" --quiet >/dev/null
+    w2alone[$name]+="$(tutti_figures "$scratch/$name-w2-alone");"
   done
 done
 for name in quickstart medium; do
@@ -167,10 +168,10 @@ import statistics, sys
 sgemm = float(sys.argv[1].split("sgemm_gflops=")[1].split()[0])
 def runs(text): return [r.split() for r in text.strip(";").split(";")]
 def med(rows, i): return statistics.median(float(r[i]) for r in rows)
-models = {"quickstart": ("${w1[quickstart]}", "${w2[quickstart]}", "${torch[quickstart]}", ${flops[quickstart]}, ${torch_default[quickstart]}, "${w2lending[quickstart]}"),
-          "medium": ("${w1[medium]}", "${w2[medium]}", "${torch[medium]}", ${flops[medium]}, ${torch_default[medium]}, "${w2lending[medium]}")}
+models = {"quickstart": ("${w1[quickstart]}", "${w2[quickstart]}", "${torch[quickstart]}", ${flops[quickstart]}, ${torch_default[quickstart]}, "${w2alone[quickstart]}"),
+          "medium": ("${w1[medium]}", "${w2[medium]}", "${torch[medium]}", ${flops[medium]}, ${torch_default[medium]}, "${w2alone[medium]}")}
 print()
-print("| model | tutti world 1, tokens/s | PyTorch eager 1 thread, tokens/s | ratio | tutti world 2, tokens/s | world 2 / world 1 | all-to-all share, world 2 | of it waiting for the other rank | world 2 with idle-core lending: tokens/s, a2a share | tutti world 1 GFLOP/s (MFU of sgemm) | PyTorch GFLOP/s (MFU) |")
+print("| model | tutti world 1, tokens/s | PyTorch eager 1 thread, tokens/s | ratio | tutti world 2, tokens/s | world 2 / world 1 | all-to-all share, world 2 | of it waiting for the other rank | world 2 without tile sharing: tokens/s, a2a share | tutti world 1 GFLOP/s (MFU of sgemm) | PyTorch GFLOP/s (MFU) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, (a, b, t, flops, tdef, c) in models.items():
     a, b, c = runs(a), runs(b), runs(c)

@@ -130,8 +130,9 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
           "[unit]") {
   pool_of_two();
   kernels::use_single_threaded_blas();
-  const int64_t E = 4, D = 32, F = 160; // F: a tile and a part of one
-  // Experts of one tile, several, a part, none.
+  const int64_t E = 4, D = 32, F = 288; // F: a tile and a part of one
+  // Experts of part of a tile, none, a tile and a part of one.
+  static_assert(model::expert_ffn::row_tile == 256);
   const std::vector<int64_t> rows = {37, 0, 5, 300};
   const int64_t m = 342;
   const auto x = random_floats(m * D, 1), dy = random_floats(m * D, 2);
@@ -140,11 +141,12 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
   struct result {
     std::vector<float> y, dx, dw1, dw3, dw2;
   };
-  auto compute = [&](bool share) {
+  auto compute = [&](bool tiles, bool share) {
     result r{std::vector<float>(m * D), std::vector<float>(m * D),
              std::vector<float>(E * F * D, 0.25f),
              std::vector<float>(E * F * D), std::vector<float>(E * D * F)};
     model::expert_ffn ffn(1, E, D, F);
+    ffn.split_into_tiles(tiles);
     ffn.share_idle_cores(share);
     model::expert_block b{w1.data(),    w3.data(),    w2.data(),
                           r.dw1.data(), r.dw3.data(), r.dw2.data()};
@@ -153,12 +155,12 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
     ffn.backward(s, 0, b, dy.data(), r.dx.data());
     return r;
   };
-  const auto alone = compute(false);
+  const auto alone = compute(true, false);
   const auto lent = model::idle_core_pool::process().lent_tasks();
   result shared;
   {
     helper h;
-    shared = compute(true);
+    shared = compute(true, true);
   }
   INFO("tiles the helper ran: "
        << model::idle_core_pool::process().lent_tasks() - lent);
@@ -167,6 +169,20 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
   CHECK(same_bits(alone.dw1, shared.dw1));
   CHECK(same_bits(alone.dw3, shared.dw3));
   CHECK(same_bits(alone.dw2, shared.dw2));
+
+  // Whole experts (no tiles) compute the same up to rounding.
+  const auto whole = compute(false, false);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::abs(a[i] - b[i]) > 1e-4f * (1 + std::abs(b[i])))
+        return false;
+    return true;
+  };
+  CHECK(close(alone.y, whole.y));
+  CHECK(close(alone.dx, whole.dx));
+  CHECK(close(alone.dw1, whole.dw1));
+  CHECK(close(alone.dw3, whole.dw3));
+  CHECK(close(alone.dw2, whole.dw2));
 
   // The tiles compute the experts: against a plain per-row reference.
   for (int64_t i : {int64_t{0}, int64_t{40}, m - 1}) {

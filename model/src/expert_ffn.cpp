@@ -30,6 +30,14 @@ void each_tile(int64_t n, int64_t size, F&& f) {
 
 } // namespace
 
+bool expert_tiles_for(const job_config& cfg, int device) {
+  return device < 0 && cfg.cluster.nproc_per_node > 1;
+}
+
+bool shares_expert_tiles(const job_config& cfg, int device) {
+  return expert_tiles_for(cfg, device) && cfg.moe.share_idle_cores;
+}
+
 expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
                        int64_t intermediate)
   : experts_(experts), hidden_(hidden), intermediate_(intermediate),
@@ -37,7 +45,7 @@ expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
 
 void expert_ffn::run_tiles(
   const std::vector<std::function<void()>>& tiles) const {
-  if (share_cores_) {
+  if (share_cores_ && tiles.size() > 1) {
     idle_core_pool::process().run(tiles);
     return;
   }
@@ -73,10 +81,10 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
     return;
   }
   // A tile is every step of the expert for its rows: rows are independent
-  // through the whole SwiGLU FFN.
+  // through the whole SwiGLU FFN. Untiled, a "tile" is a whole expert.
   std::vector<std::function<void()>> tiles;
   each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
-    each_tile(n, row_tile, [&](int64_t first, int64_t count) {
+    each_tile(n, tiles_ ? row_tile : n, [&](int64_t first, int64_t count) {
       const int64_t r = at + first;
       tiles.emplace_back([=] {
         const auto cpu = k::cpu_stream();
@@ -128,7 +136,7 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
   // which sum over all of an expert's rows, by tiles of their own rows.
   std::vector<std::function<void()>> tiles;
   each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
-    each_tile(n, row_tile, [&](int64_t first, int64_t count) {
+    each_tile(n, tiles_ ? row_tile : n, [&](int64_t first, int64_t count) {
       const int64_t r = at + first;
       tiles.emplace_back([=] {
         const auto cpu = k::cpu_stream();
@@ -147,13 +155,13 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
   run_tiles(tiles);
   tiles.clear();
   each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
-    each_tile(D, weight_tile, [&](int64_t first, int64_t count) {
+    each_tile(D, tiles_ ? weight_tile : D, [&](int64_t first, int64_t count) {
       tiles.emplace_back([=] {
         k::linear_weight_grad_rows(k::cpu_stream(), h + at * F, dy + at * D,
                                    w.dw2 + j * D * F, n, F, D, first, count);
       });
     });
-    each_tile(F, weight_tile, [&](int64_t first, int64_t count) {
+    each_tile(F, tiles_ ? weight_tile : F, [&](int64_t first, int64_t count) {
       tiles.emplace_back([=] {
         const auto cpu = k::cpu_stream();
         k::linear_weight_grad_rows(cpu, x + at * D, da + at * F,

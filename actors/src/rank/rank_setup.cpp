@@ -9,6 +9,7 @@
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/comm/nccl_communicator.hpp"
 #include "tutti/kernels/device_memory.hpp"
+#include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/idle_core_pool.hpp"
 
 namespace tutti {
@@ -49,7 +50,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
     } else if (in_process(first, size, stride)) {
       comm::memory_options opts{epoch + group, timeout, rendezvous, {}};
       // A rank waiting for its peers computes a busier shard's tiles.
-      if (a.cfg.moe.share_idle_cores && device < 0)
+      if (model::shares_expert_tiles(a.cfg, device))
         opts.while_waiting = [](double& ran_s) {
           return model::idle_core_pool::process().help_one(&ran_s);
         };

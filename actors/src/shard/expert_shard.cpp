@@ -284,7 +284,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                                                st.count, c.model.hidden_size,
                                                c.model.intermediate_size
                                                  / c.tp_size());
-  if (args.device < 0 && c.moe.share_idle_cores) {
+  st.ffn->split_into_tiles(model::expert_tiles_for(c, args.device));
+  if (model::shares_expert_tiles(c, args.device)) {
     // A CPU shard's tiles may run on the cores of the process's waiting
     // ranks (idle_core_pool.hpp).
     auto& pool = model::idle_core_pool::process();

@@ -99,9 +99,9 @@ void visit_fields(Visitor& v, moe_config& c) {
           "an EP group within one process combines in one chunk)",
           at_least(1, "1 = no overlap"));
   v.field("share_idle_cores", c.share_idle_cores,
-          "CPU ranks of one process that wait in an exchange compute tiles "
-          "of a busier expert shard meanwhile (the same bits; off: they "
-          "wait, as ranks on other nodes do)",
+          "CPU ranks of one node (nproc_per_node > 1) that wait in an "
+          "exchange compute tiles of a busier expert shard meanwhile (the "
+          "same bits; off: they wait, as ranks on other nodes do)",
           not_fingerprinted);
   v.field("rack_aware_alltoall", c.rack_aware_alltoall,
           "all-to-all through one relay per rack: a token crosses to a "

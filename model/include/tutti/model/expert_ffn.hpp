@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "tutti/config/job_config.hpp"
 #include "tutti/kernels/stream.hpp"
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/model/param_layout.hpp"
@@ -28,14 +29,21 @@ public:
   expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
              int64_t intermediate);
 
-  // On the CPU the work is cut into tiles: rows of an expert (forward, and
-  // the input gradients) and rows of its weight gradients. Their bounds
-  // depend only on how many rows each expert received, never on who runs
-  // them, because OpenBLAS's bits depend on the shapes it is called with.
-  // With sharing on, the tiles go through the process's idle_core_pool, so
-  // a rank waiting in an exchange computes some of them (the same bits).
-  static constexpr int64_t row_tile = 128;
-  static constexpr int64_t weight_tile = 128;
+  // On the CPU the work may be cut into tiles: rows of an expert (forward,
+  // and the input gradients) and rows of its weight gradients, so that the
+  // ranks of a node can share them. Their bounds depend only on how many
+  // rows each expert received, never on who runs them, because OpenBLAS's
+  // bits depend on the shapes it is called with; so tiled or not is the
+  // config's choice (a node with several ranks), the same for every run of
+  // it. A tile costs a packing of the other operand: a world-1 step ran 6%
+  // slower with tiles of 128 rows, hence whole experts where nobody can
+  // share and tiles of 256 (the wait they leave stays under 3% of a world-2
+  // step of the medium model, bench_vs_torch).
+  static constexpr int64_t row_tile = 256;
+  static constexpr int64_t weight_tile = 256;
+  void split_into_tiles(bool on) { tiles_ = on; }
+  // With tiles, run them through the process's idle_core_pool, so that a
+  // rank waiting in an exchange computes some of them (the same bits).
   void share_idle_cores(bool on) { share_cores_ = on; }
 
   // rows[j] (host memory) rows of x belong to local expert j, in order. y
@@ -62,9 +70,15 @@ private:
     kernels::tensor<float> x, a, b, h;
   };
   int64_t experts_, hidden_, intermediate_;
-  bool share_cores_ = false;
+  bool tiles_ = false, share_cores_ = false;
   std::vector<saved> saved_;
   kernels::tensor<float> dh_, da_, db_, dx_tmp_;
 };
+
+// A job's choice for its expert shards on `device` (-1: the CPU): tiles
+// where a node has several CPU ranks, and shared with the node's waiting
+// ranks when moe_config.share_idle_cores says so.
+bool expert_tiles_for(const job_config& cfg, int device);
+bool shares_expert_tiles(const job_config& cfg, int device);
 
 } // namespace tutti::model
