@@ -24,12 +24,12 @@
 # sides multiply with the same BLAS. Its figure without it is printed too.
 #
 # Needs deploy/install-deps.sh --bench (python3-torch).
-# Usage: bench/bench_vs_torch.sh [BUILD_DIR]   (REPS=2 STEPS=14 by default)
+# Usage: bench/bench_vs_torch.sh [BUILD_DIR]   (REPS=2 STEPS=30 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
 reps=${REPS:-2}
-steps=${STEPS:-14}
+steps=${STEPS:-30}
 warm=3
 python=/usr/bin/python3
 for tool in "$build/apps/tutti" "$build/bench/bench_sgemm"; do
