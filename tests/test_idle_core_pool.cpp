@@ -13,12 +13,14 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
 
 #include "test_support.hpp"
+#include "tutti/comm/memory_communicator.hpp"
 #include "tutti/kernels/stream.hpp"
 #include "tutti/model/expert_ffn.hpp"
 #include "tutti/model/idle_core_pool.hpp"
@@ -203,6 +205,113 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
       CHECK(alone.y[i * D + d] == Approx(y).margin(1e-4));
     }
   }
+}
+
+namespace {
+
+// Two members of an in-process group; member 0 runs the pool's tasks while
+// it waits in a collective, as a rank of a sharing job does.
+struct lending_pair {
+  comm::memory_hub hub{0, 2};
+  std::unique_ptr<comm::communicator> c[2];
+
+  explicit lending_pair(const std::string& name,
+                        std::chrono::milliseconds timeout) {
+    std::thread t[2];
+    status made[2];
+    for (int r = 0; r < 2; ++r)
+      t[r] = std::thread([&, r] {
+        comm::memory_options o{name, timeout, std::chrono::seconds(20)};
+        if (r == 0)
+          o.while_waiting = [](double& ran_s) {
+            return model::idle_core_pool::process().help_one(&ran_s);
+          };
+        made[r] = comm::make_memory_communicator(hub, r, 2, o, c[r]);
+      });
+    for (auto& x : t)
+      x.join();
+    for (const auto& m : made)
+      REQUIRE(m.ok());
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+    .count();
+}
+
+} // namespace
+
+TEST_CASE("a rank waiting in an exchange runs a busy peer's tasks, and that "
+          "time is lent, not waited",
+          "[unit]") {
+  pool_of_two();
+  lending_pair g("lend", std::chrono::seconds(20));
+  const auto lent_before = model::idle_core_pool::process().lent_tasks();
+  std::vector<std::atomic<int>> runs(40);
+  std::vector<std::function<void()>> tasks;
+  for (auto& r : runs)
+    tasks.emplace_back([&r] {
+      r.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+  std::vector<int64_t> got[2] = {std::vector<int64_t>(2),
+                                 std::vector<int64_t>(2)};
+  double wall0 = 0;
+  status exchanged[2];
+  std::thread busy([&] { // the busier shard's rank: its experts, then in
+    model::idle_core_pool::process().run(tasks);
+    const std::vector<int64_t> mine = {10, 11};
+    exchanged[1] = g.c[1]->all_to_all(mine.data(), got[1].data(), 1);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int64_t> mine = {0, 1};
+  exchanged[0] = g.c[0]->all_to_all(mine.data(), got[0].data(), 1);
+  wall0 = seconds_since(t0);
+  busy.join();
+  for (const auto& e : exchanged)
+    CHECK(e.ok());
+  for (auto& r : runs)
+    CHECK(r.load() == 1);
+  CHECK(got[0] == std::vector<int64_t>{0, 10});
+  CHECK(got[1] == std::vector<int64_t>{1, 11});
+  const auto lent = model::idle_core_pool::process().lent_tasks() - lent_before;
+  INFO("tasks lent " << lent << ", lent " << g.c[0]->lent_s() << " s, waited "
+                     << g.c[0]->waited_s() << " s of " << wall0 << " s");
+  CHECK(lent > 0);
+  CHECK(g.c[0]->lent_s() >= 0.004 * static_cast<double>(lent));
+  CHECK(g.c[0]->waited_s() >= 0);
+  CHECK(g.c[0]->waited_s() + g.c[0]->lent_s() <= wall0 + 1e-3);
+  CHECK(g.c[1]->lent_s() == 0); // it has no while_waiting
+}
+
+TEST_CASE("a rank helping when its group is aborted finishes the task, then "
+          "fails",
+          "[unit]") {
+  pool_of_two();
+  lending_pair g("lend-abort", std::chrono::seconds(20));
+  std::atomic<int> done{0};
+  auto slow = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    done.fetch_add(1);
+  };
+  std::thread busy([&] { model::idle_core_pool::process().run({slow, slow}); });
+  status aborted;
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    aborted = g.c[0]->abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> out(2);
+  const std::vector<int64_t> mine = {0, 1};
+  const auto s = g.c[0]->all_to_all(mine.data(), out.data(), 1);
+  const double took = seconds_since(t0);
+  aborter.join();
+  busy.join();
+  CHECK(aborted.ok());
+  CHECK_FALSE(s.ok());
+  CHECK(done.load() == 2);
+  CHECK(took < 5.0); // the task's 0.3 s, not the collective's 20 s timeout
 }
 
 TEST_CASE("a job trains to the same losses with and without the pool",

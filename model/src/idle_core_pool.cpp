@@ -59,17 +59,15 @@ struct idle_core_pool::impl {
 };
 
 idle_core_pool& idle_core_pool::process() {
-  static idle_core_pool pool;
-  return pool;
+  // Built before anyone can ask for work, and never destroyed: a rank still
+  // waiting in an exchange while the process exits may look for work.
+  static idle_core_pool* pool = new idle_core_pool;
+  return *pool;
 }
 
-idle_core_pool::impl& idle_core_pool::get() {
-  static std::once_flag once;
-  std::call_once(once, [this] { impl_ = new impl; });
-  return *impl_;
-}
+idle_core_pool::idle_core_pool() : impl_(new impl) {}
 
-idle_core_pool::~idle_core_pool() { delete impl_; }
+idle_core_pool::impl& idle_core_pool::get() { return *impl_; }
 
 void idle_core_pool::join() {
   auto& p = get();
@@ -84,19 +82,13 @@ void idle_core_pool::leave() {
 }
 
 int64_t idle_core_pool::members() const {
-  if (!impl_)
-    return 0;
   std::lock_guard guard(impl_->lock);
   return impl_->members;
 }
 
-int64_t idle_core_pool::lent_tasks() const {
-  return impl_ ? impl_->lent.load() : 0;
-}
+int64_t idle_core_pool::lent_tasks() const { return impl_->lent.load(); }
 
 bool idle_core_pool::help_one(double* ran_s) {
-  if (!impl_)
-    return false;
   auto& p = *impl_;
   std::unique_lock guard(p.lock);
   while (!p.open.empty()) {

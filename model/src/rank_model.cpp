@@ -403,7 +403,8 @@ status rank_model::reduce_dense_grads(double& sum_squares, step_timers& time) {
   k::wait(stream_); // queued kernels count as compute
   auto& world = *comms_.dp;
   {
-    scoped_timer t(time.allreduce_s);
+    // The data group may be the EP group, whose waiting members lend.
+    collective_timer t(time.allreduce_s, time, world);
     // Sharded: only this rank's optimizer slice is summed. Under pipeline
     // parallelism each stage sums its own tensors only.
     if (sharded_)

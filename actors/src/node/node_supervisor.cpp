@@ -144,13 +144,17 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
     // Kept across restarts of the shard: its step-start snapshot.
     auto memory = std::make_shared<expert_shard_memory>();
     memories[rank] = memory;
+    // The core its rank is pinned to, if any (rank.cpp).
+    const auto& hub = st.args.memory_hub;
+    const int local_rank = hub ? rank - hub->first_rank() : -1;
+    const int in_process = hub ? hub->rank_count() : 0;
     experts.push_back({"expert_shard/" + std::to_string(rank),
                        restart_of(cfg.supervision.expert_shard),
-                       [cfg, rank, memory,
-                        ids = held_by(rank)](caf::actor_system& sys) {
+                       [cfg, rank, memory, ids = held_by(rank), local_rank,
+                        in_process](caf::actor_system& sys) {
                          return caf::actor_cast<caf::actor>(spawn_expert_shard(
-                           sys,
-                           {cfg, rank, ids, memory, rank_device(cfg, rank)}));
+                           sys, {cfg, rank, ids, memory, rank_device(cfg, rank),
+                                 local_rank, in_process}));
                        }});
   }
   const auto e = std::to_string(epoch);

@@ -478,10 +478,9 @@ private:
 void rank_main(caf::blocking_actor* self, rank_args args) {
   kernels::use_single_threaded_blas();
   if (args.cfg.cluster.device != compute_device::cuda
-      && args.cfg.cluster.pin_rank_cores) {
-    const int per_node = static_cast<int>(args.cfg.cluster.nproc_per_node);
-    pin_to_rank_core(args.rank % per_node, per_node);
-  }
+      && args.cfg.cluster.pin_rank_cores && args.memory_hub)
+    pin_to_rank_core(args.rank - args.memory_hub->first_rank(),
+                     args.memory_hub->rank_count());
   step_loop loop(self, args);
   auto result = loop.run();
   if (!result.ok() && args.control->aborted()) {

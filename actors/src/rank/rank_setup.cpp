@@ -36,8 +36,11 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
         return false;
     return true;
   };
+  // `lends`: the group of the MoE exchange, whose members wait for the
+  // busiest expert shard; they compute its tiles meanwhile.
   auto make = [&](int member, int size, const std::string& group, int first,
-                  int stride, std::unique_ptr<comm::communicator>& c) -> status {
+                  int stride, std::unique_ptr<comm::communicator>& c,
+                  bool lends = false) -> status {
     if (cl.backend() == backend_kind::nccl) {
       comm::nccl_options opts;
       opts.group = epoch + group;
@@ -50,7 +53,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
     } else if (in_process(first, size, stride)) {
       comm::memory_options opts{epoch + group, timeout, rendezvous, {}};
       // A rank waiting for its peers computes a busier shard's tiles.
-      if (model::shares_expert_tiles(a.cfg, device))
+      if (lends && model::shares_expert_tiles(a.cfg, device))
         opts.while_waiting = [](double& ran_s) {
           return model::idle_core_pool::process().help_one(&ran_s);
         };
@@ -80,10 +83,14 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const int dp_rank = a.rank % dp, outer = a.rank / dp;
   const int stage = outer / tp, tp_rank = outer % tp;
   const int across = tp_rank * dp + dp_rank;
-  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", 0, 1, out.world));
-  if (tp > 1 || pp > 1)
+  // The MoE exchange runs on the EP group: the data-parallel group (the
+  // world without TP and PP) where ep_size is the dp size, else its own.
+  const bool moe_on_dp = ep == dp, own_dp = tp > 1 || pp > 1;
+  TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", 0, 1, out.world,
+                             moe_on_dp && !own_dp));
+  if (own_dp)
     TUTTI_RETURN_IF_ERROR(make(dp_rank, dp, "dp" + std::to_string(outer),
-                               outer * dp, 1, out.dp));
+                               outer * dp, 1, out.dp, moe_on_dp));
   if (tp > 1) // this stage's ranks of this dp index, dp apart
     TUTTI_RETURN_IF_ERROR(make(tp_rank, tp,
                                "tp" + std::to_string(stage * dp + dp_rank),
@@ -107,7 +114,7 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
     // stages (ep divides dp), so the EP groups of all are named apart.
     TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
                                "ep" + std::to_string(a.rank / ep),
-                               a.rank / ep * ep, 1, out.ep));
+                               a.rank / ep * ep, 1, out.ep, true));
     const auto edp = tp > 1 || pp > 1 ? "edp" + std::to_string(outer) + "."
                                           + std::to_string(dp_rank % ep)
                                       : "edp" + std::to_string(a.rank % ep);

@@ -254,11 +254,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   k::use_single_threaded_blas();
   auto& st = self->state;
   st.cfg = std::move(args.cfg);
-  if (args.device < 0 && st.cfg.cluster.pin_rank_cores) {
-    // The core of its rank (core_pinning.hpp).
-    const int per_node = static_cast<int>(st.cfg.cluster.nproc_per_node);
-    pin_to_rank_core(args.rank % per_node, per_node);
-  }
+  if (args.device < 0 && st.cfg.cluster.pin_rank_cores)
+    pin_to_rank_core(args.local_rank, args.ranks_in_process); // its rank's
   st.rank = args.rank;
   st.mem = std::move(args.memory);
   if (args.device >= 0) {

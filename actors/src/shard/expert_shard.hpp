@@ -45,6 +45,10 @@ struct expert_shard_args {
   std::vector<int32_t> expert_ids;
   std::shared_ptr<expert_shard_memory> memory;
   int device = -1; // CUDA device ordinal (its rank's); -1: the CPU
+  // On the CPU: its rank's place among the ranks of the process, for the
+  // core they share (base/core_pinning.hpp); -1: not pinned.
+  int local_rank = -1;
+  int ranks_in_process = 0;
 };
 
 expert_shard_actor spawn_expert_shard(caf::actor_system& sys,

@@ -7,9 +7,13 @@
 // (a world-2 step's compute was 14% more than twice world 1's; pinned, it
 // is what two separate processes take).
 //
-// Pinning is done only where every rank of the process gets a core of its
-// own among those the process may run on (taskset, cgroups); with fewer
-// cores than ranks the scheduler keeps balancing them.
+// Pinning is done only where the process hosts several ranks and every one
+// of them gets a core of its own among those the process may run on
+// (taskset, cgroups); a process of one rank, or with fewer cores than
+// ranks, is left to the scheduler. Processes do not know of each other:
+// several daemons of several ranks on one host each pin to the first cores
+// of their own CPU set, so give each its own set (taskset, a cpuset) or
+// turn pinning off (cluster_config.pin_rank_cores).
 
 #include <sched.h>
 #include <unistd.h>
@@ -18,9 +22,10 @@
 
 namespace tutti {
 
-// Pins the calling thread to the `local_rank`-th CPU the process may use
-// when there are at least `ranks_in_process` of them; returns that CPU, or
-// -1 when it leaves the thread alone.
+// Pins the calling thread to the `local_rank`-th CPU the process may use,
+// `local_rank` of the `ranks_in_process` ranks the process hosts, when
+// there are at least two and as many CPUs; returns that CPU, or -1 when it
+// leaves the thread alone.
 inline int pin_to_rank_core(int local_rank, int ranks_in_process) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -32,7 +37,7 @@ inline int pin_to_rank_core(int local_rank, int ranks_in_process) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed))
       cpus.push_back(c);
-  if (local_rank < 0 || ranks_in_process < 1
+  if (ranks_in_process < 2 || local_rank < 0 || local_rank >= ranks_in_process
       || static_cast<int>(cpus.size()) < ranks_in_process)
     return -1;
   cpu_set_t one;

@@ -39,6 +39,8 @@ public:
     return global_rank >= first_rank_
            && global_rank < first_rank_ + rank_count_;
   }
+  int first_rank() const { return first_rank_; }
+  int rank_count() const { return rank_count_; }
 
   // Joins group `name` as `member` of `size`; returns once all members
   // have joined, or an error at the deadline.

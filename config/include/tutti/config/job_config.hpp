@@ -116,8 +116,10 @@ void visit_fields(Visitor& v, cluster_config& c) {
           not_fingerprinted);
   v.field("pin_rank_cores", c.pin_rank_cores,
           "device cpu: each rank's thread, and its expert shard's, on a core "
-          "of its own when the process may use a core per rank (off: the "
-          "scheduler moves them; measured slower, bench_step)",
+          "of its own when the process hosts several ranks and may use a "
+          "core for each (several such daemons on one host: give each its "
+          "own cores, or turn this off; off: the scheduler moves them, "
+          "slower in bench_step)",
           not_fingerprinted);
   v.field("coordinator", c.coordinator,
           "host:port of the coordinator, on "

@@ -49,10 +49,10 @@ public:
   idle_core_pool& operator=(const idle_core_pool&) = delete;
 
 private:
-  idle_core_pool() = default;
-  ~idle_core_pool();
+  idle_core_pool();
+  ~idle_core_pool() = delete;
   struct impl;
-  impl* impl_ = nullptr;
+  impl* const impl_;
   impl& get();
 };
 

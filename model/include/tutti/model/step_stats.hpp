@@ -41,28 +41,46 @@ private:
   std::chrono::steady_clock::time_point start_;
 };
 
-// An all-to-all's scope: its wall time into alltoall_s, and of it the time
-// the group's members waited for each other into alltoall_wait_s. Time the
-// member spent computing for others meanwhile goes to lent_s instead.
+// A collective's scope on `group`: its wall time into `sink`, less the time
+// the member spent meanwhile on other work of its process (memory
+// communicator's while_waiting), which goes to lent_s.
 template <class Group>
-class exchange_timer {
+class collective_timer {
 public:
-  exchange_timer(step_timers& time, const Group& group)
-    : total_(time.alltoall_s), time_(time), group_(group),
-      waited_before_(group.waited_s()), lent_before_(group.lent_s()) {}
-  ~exchange_timer() {
+  collective_timer(double& sink, step_timers& time, const Group& group)
+    : total_(sink), sink_(sink), time_(time), group_(group),
+      lent_before_(group.lent_s()) {}
+  ~collective_timer() {
     // total_ adds the scope's wall time after this body has run.
     const double lent = group_.lent_s() - lent_before_;
-    time_.alltoall_s -= lent;
+    sink_ -= lent;
     time_.lent_s += lent;
-    time_.alltoall_wait_s += group_.waited_s() - waited_before_;
   }
 
 private:
   scoped_timer total_;
+  double& sink_;
   step_timers& time_;
   const Group& group_;
-  double waited_before_, lent_before_;
+  double lent_before_;
+};
+
+// An all-to-all's scope: its wall time into alltoall_s (less the time lent),
+// and of it the time the group's members waited for each other into
+// alltoall_wait_s.
+template <class Group>
+class exchange_timer {
+public:
+  exchange_timer(step_timers& time, const Group& group)
+    : total_(time.alltoall_s, time, group), wait_(time.alltoall_wait_s),
+      group_(group), waited_before_(group.waited_s()) {}
+  ~exchange_timer() { wait_ += group_.waited_s() - waited_before_; }
+
+private:
+  collective_timer<Group> total_;
+  double& wait_;
+  const Group& group_;
+  double waited_before_;
 };
 
 struct step_stats {
