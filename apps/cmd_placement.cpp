@@ -1,8 +1,9 @@
 // tutti placement plan CONFIG --stats STATS.json [--out PLAN]: where each
 // layer's experts should live, from routing statistics, compared with the
 // contiguous layout and a load-only balancer (EPLB). --method affinity
-// --model EXPORT_DIR: tutti's plan with the layers chained, and each
-// token's experts at each layer when it stands alone (data.rack_affinity deals windows by them).
+// --model EXPORT_DIR: each token's experts at each layer when it stands
+// alone (data.rack_affinity deals windows by them), and a plan made with
+// the racks those tokens will be dealt to (plan_token_affinity).
 
 #include <nlohmann/json.hpp>
 
@@ -67,8 +68,8 @@ int plan(const std::vector<std::string>& args) {
     "out", po::value(&out), "write the plan here (moe_config.placement)")(
     "method", po::value(&method)->default_value("tutti"),
     "which plan --out writes: tutti, eplb or contiguous (for comparisons), "
-    "or affinity (tutti's with the layers chained by transitions, and "
-    "--model's experts per token and layer, for data.rack_affinity)")(
+    "or affinity (planned with the racks --model's tokens are dealt to, "
+    "by their experts per token and layer, for data.rack_affinity)")(
     "model", po::value(&model_dir),
     "with --method affinity: the job's model exported (tutti export)")(
     "max-imbalance", po::value(&max_imbalance)->default_value(1.1),
@@ -114,16 +115,29 @@ int plan(const std::vector<std::string>& args) {
   const double bytes = 4.0 * double(cfg->model.hidden_size) * sizeof(float);
   const auto& t = topo.value();
   placement::placement_plan affinity;
+  // With --method affinity: the share of the tokens' own picks in the rack
+  // each would be dealt to, for the chained plan and for the one made with
+  // the tokens' racks.
+  double chained_share = 0, affinity_share = 0;
   if (method == "affinity") {
     auto chained = placement::plan_rack_aware(s, t, {max_imbalance, true});
     if (!chained.ok())
       return fail(2, "placement plan: " + chained.message());
-    affinity = chained.value();
     auto tokens = token_experts_of(*cfg, model_dir);
     if (!tokens.ok())
       return fail(2, "placement plan: --model " + tokens.message());
+    const auto k = cfg->moe.router_top_k;
+    auto made = placement::plan_token_affinity(s, t, tokens.value(), k,
+                                               {max_imbalance});
+    if (!made.ok())
+      return fail(2, "placement plan: " + made.message());
+    chained_share =
+      placement::token_picks_in_rack(chained.value(), t, tokens.value(), k);
+    affinity = std::move(made.value());
+    affinity_share =
+      placement::token_picks_in_rack(affinity, t, tokens.value(), k);
     affinity.token_experts = std::move(tokens.value());
-    affinity.token_top_k = cfg->moe.router_top_k;
+    affinity.token_top_k = k;
   }
   struct row {
     const char* name;
@@ -160,6 +174,9 @@ int plan(const std::vector<std::string>& args) {
         {"cross_node_bytes_per_token", r.cost.cross_node_flat},
         {"cross_node_bytes_per_token_rack_aware", r.cost.cross_node_dedup},
         {"load_imbalance", r.cost.imbalance}};
+    if (method == "affinity")
+      j["affinity"]["token_picks_in_rack"] = affinity_share,
+      j["affinity"]["token_picks_in_rack_chained_plan"] = chained_share;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
@@ -190,6 +207,11 @@ int plan(const std::vector<std::string>& args) {
                   r.cost.cross_rack_flat, r.cost.cross_rack_dedup,
                   r.cost.cross_node_flat, r.cost.cross_node_dedup,
                   r.cost.imbalance);
+    if (method == "affinity")
+      std::printf("\naffinity: %.3f of the tokens' own picks in the rack "
+                  "each is dealt to (tutti's plan with chained layers: "
+                  "%.3f); the rows above start tokens anywhere\n",
+                  affinity_share, chained_share);
   }
   if (!out.empty()) {
     const auto written = method == "eplb" ? placement::plan_eplb(s, t)

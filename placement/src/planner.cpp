@@ -295,6 +295,10 @@ expected<placement_plan> plan_rack_aware(const routing_stats& st,
                          + " ranks");
   if (!(options.max_imbalance >= 1.0))
     return status::error("placement: the load bound (max/mean) must be >= 1");
+  if (!options.rack_affinity.empty()
+      && int64_t(options.rack_affinity.size())
+           != st.layers * E * topo.racks())
+    return status::error("placement: rack affinity for another shape");
   const int64_t S = E / P;
   auto plan = placement_plan::contiguous(st.layers, E, P);
 
@@ -344,8 +348,15 @@ expected<placement_plan> plan_rack_aware(const routing_stats& st,
       rack_ranks.push_back(ranks_in(nodes));
       racks.push_back(spec(int64_t(rack_ranks.back().size())));
     }
-    const auto rack_of = partition(all, racks, ls, upper,
-                                   link(all, rack_ranks));
+    auto fixed = link(all, rack_ranks);
+    if (!options.rack_affinity.empty()) {
+      const int64_t R = int64_t(racks.size());
+      fixed.resize(E * R, 0.0);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < R; ++r)
+          fixed[e * R + r] += options.rack_affinity[(l * E + e) * R + r];
+    }
+    const auto rack_of = partition(all, racks, ls, upper, fixed);
     int32_t* at = plan.expert_at.data() + l * E;
     for (size_t k = 0; k < nodes_of.size(); ++k) {
       std::vector<int32_t> in_rack;

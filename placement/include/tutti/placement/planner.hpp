@@ -48,6 +48,10 @@ struct planner_options {
   // starts in the rack of its first experts (data.rack_affinity) tends to
   // stay there through the layers.
   bool chain_layers = false;
+  // [layer][expert][rack] (or empty): how many of the expert's rows come
+  // from tokens expected to start in each rack (plan_token_affinity).
+  // Counted at the rack level like co-activations with the experts there.
+  std::vector<double> rack_affinity = {};
 };
 
 // tutti's plan: per layer, experts to racks, then within each rack to
@@ -59,5 +63,27 @@ struct planner_options {
 expected<placement_plan> plan_rack_aware(const routing_stats& stats,
                                          const topology& topo,
                                          planner_options options = {});
+
+// For data.rack_affinity, where each window of a step is dealt to the rack
+// holding most of its tokens' experts: token_experts ([token][layer][k],
+// the model's picks for each token on its own, token_experts.hpp)
+// predicts those experts, so the plan and the tokens' racks are made for
+// each other. Starting from tutti's plan with chained layers, it
+// alternates: each token to the rack that holds most of its picks over
+// all layers (racks filled in proportion to their ranks, the strongest
+// preferences first, as the deal does), then every layer planned again
+// with each expert drawn to the racks of the tokens that pick it
+// (planner_options::rack_affinity). Keeps the plan of the round with the
+// most picks in their token's rack; the load bound holds throughout.
+expected<placement_plan> plan_token_affinity(
+  const routing_stats& stats, const topology& topo,
+  const std::vector<int32_t>& token_experts, int64_t top_k,
+  planner_options options = {});
+
+// The share of all tokens' picks (token_experts) that fall in the rack each
+// token is dealt to under `plan`, racks filled as plan_token_affinity does.
+double token_picks_in_rack(const placement_plan& plan, const topology& topo,
+                           const std::vector<int32_t>& token_experts,
+                           int64_t top_k);
 
 } // namespace tutti::placement
