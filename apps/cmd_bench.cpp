@@ -8,6 +8,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "tutti/data/dataset.hpp"
 #include "tutti/serve/load_generator.hpp"
 #include "tutti/serve/serve_config.hpp"
 
@@ -60,6 +61,9 @@ int bench_serve(const std::vector<std::string>& args) {
     "prompt token ids are drawn below this")(
     "prompts-file", po::value<std::string>(),
     "text prompts, one a line, used in turn instead")(
+    "prompts-from", po::value<std::string>(),
+    "a tutti data directory: token-id prompts cut from its held-out split "
+    "at seeded positions instead")(
     "temperature", po::value<double>()->default_value(0), "sampling")(
     "seed", po::value<uint64_t>()->default_value(0),
     "prompts and arrivals")("slo", po::value<std::string>(),
@@ -101,6 +105,21 @@ int bench_serve(const std::vector<std::string>& args) {
         spec.prompts.push_back(line);
     if (spec.prompts.empty())
       return cl.bad("--prompts-file: no prompts in it");
+  }
+  if (vm.count("prompts-from")) {
+    if (vm.count("prompts-file"))
+      return cl.bad("--prompts-from and --prompts-file: give one");
+    const auto dir = vm["prompts-from"].as<std::string>();
+    auto val = data::load_split(dir, "val");
+    if (!val)
+      return cl.bad("--prompts-from: " + val.message());
+    for (const auto& shard : val.value())
+      spec.prompt_source.insert(spec.prompt_source.end(), shard.begin(),
+                                shard.end());
+    if (int64_t(spec.prompt_source.size()) < spec.prompt_tokens)
+      return cl.bad("--prompts-from: " + dir + " holds "
+                    + std::to_string(spec.prompt_source.size())
+                    + " held-out tokens, fewer than --prompt-tokens");
   }
   if (vm.count("slo"))
     if (auto s = serve::parse_slo(vm["slo"].as<std::string>(), spec.slo_ms);

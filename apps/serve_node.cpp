@@ -91,6 +91,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (!replan)
     return fail(2, prog, replan.message());
   c.limits.replan = replan.value();
+  auto affinity = serve::affinity_for(c);
+  if (!affinity)
+    return fail(2, prog, affinity.message());
+  c.limits.affinity = affinity.value();
   if (node_rank > 0)
     return follow(model.value(), c, prog);
   auto svc = serve::service::create(std::move(model.value()), c.limits);
@@ -111,6 +115,9 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                 static_cast<long long>(c.limits.ep_ranks));
   if (!c.placement.empty())
     std::printf("serve: experts placed by %s\n", c.placement.c_str());
+  if (c.rack_affinity)
+    std::printf("serve: requests start in the rack of their prompt's "
+                "experts (serve.rack_affinity)\n");
   if (const auto& x = c.limits.layout; x && x->offload_rank >= 0) {
     int64_t n = 0;
     for (char o : x->offloaded)

@@ -176,6 +176,11 @@ expected<load_report> run_load(
     return status::error("--requests must be at least 1");
   if (spec.burstiness <= 0)
     return status::error("--burstiness must be positive");
+  if (!spec.prompt_source.empty()
+      && int64_t(spec.prompt_source.size()) < spec.prompt_tokens)
+    return status::error("--prompts-from: " + std::to_string(
+                           spec.prompt_source.size())
+                         + " tokens, fewer than --prompt-tokens");
   std::mt19937_64 rng(spec.seed);
   // Bodies and arrival offsets are drawn up front: the same seed, the same
   // load, whatever the server does.
@@ -190,6 +195,13 @@ expected<load_report> run_load(
       b["model"] = spec.model;
     if (!spec.prompts.empty()) {
       b["prompt"] = spec.prompts[i % spec.prompts.size()];
+    } else if (!spec.prompt_source.empty()) {
+      const auto n = static_cast<uint64_t>(spec.prompt_source.size()
+                                           - spec.prompt_tokens + 1);
+      const auto at = static_cast<std::ptrdiff_t>(rng() % n);
+      b["prompt"] = std::vector<int>(
+        spec.prompt_source.begin() + at,
+        spec.prompt_source.begin() + at + spec.prompt_tokens);
     } else {
       std::vector<int> ids(spec.prompt_tokens);
       for (auto& id : ids)

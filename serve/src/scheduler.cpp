@@ -55,8 +55,10 @@ int64_t scheduler::total_blocks() const {
 }
 
 // Where a joining request goes: the rank that caches the longest prefix of
-// its tokens, else the one with the most free blocks, the first of equals;
-// it takes the cached blocks and starts after them.
+// its tokens, else the one with the most free blocks, the first of equals
+// (with prefer_racks: of its prompt's rack, unless that one has less than
+// half the free blocks of the emptiest); it takes the cached blocks and
+// starts after them.
 void scheduler::place(request& r) {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
   int32_t best = 0;
@@ -70,6 +72,22 @@ void scheduler::place(request& r) {
             && caches_[i]->free_blocks() > caches_[best]->free_blocks())) {
       best = static_cast<int32_t>(i);
       best_match = match;
+    }
+  }
+  if (affinity_ && best_match <= 0) {
+    const int64_t rack = affinity_->rack_for(r.tokens);
+    int32_t in_rack = -1;
+    for (size_t i = 0; i < caches_.size(); ++i)
+      if (affinity_->rack_of_rank(int64_t(i)) == rack
+          && (in_rack < 0
+              || caches_[i]->free_blocks() > caches_[in_rack]->free_blocks()))
+        in_rack = static_cast<int32_t>(i);
+    if (in_rack >= 0
+        && 2 * caches_[in_rack]->free_blocks() >= caches_[best]->free_blocks()) {
+      best = in_rack;
+      ++placed_by_affinity_;
+    } else {
+      ++placed_elsewhere_;
     }
   }
   r.rank = best;

@@ -88,9 +88,22 @@ status read_replan(const YAML::Node& s, const std::string& prefix,
   if (c.limits.rack_aware_alltoall && c.racks.empty())
     return refuse(prefix + "rack_aware_alltoall",
                   "needs serve.racks (a rack per rank)");
+  TUTTI_RETURN_IF_ERROR(read_bool(s, prefix, "rack_affinity", c.rack_affinity));
+  if (c.rack_affinity && (c.racks.empty() || c.placement.empty()))
+    return refuse(prefix + "rack_affinity",
+                  "needs serve.racks (a rack per rank) and serve.placement (a "
+                  "plan with token_experts: tutti placement plan --method "
+                  "affinity)");
+  if (c.rack_affinity && c.offload.enabled())
+    return refuse(prefix + "rack_affinity",
+                  "not with serve.offload (requests go by the plan's racks)");
   const auto n = s["replan"];
   if (!n)
     return {};
+  if (c.rack_affinity)
+    return refuse(prefix + "replan",
+                  "not with serve.rack_affinity (requests go by the plan's "
+                  "racks, which a replan would move experts away from)");
   const auto pre = prefix + "replan.";
   TUTTI_RETURN_IF_ERROR(
     check_keys(n, pre, {"max_cross_rack_share", "window_steps"}));
@@ -141,6 +154,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
                                     "racks",
                                     "replan",
                                     "rack_aware_alltoall",
+                                    "rack_affinity",
                                     "admin_policy"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));
   TUTTI_RETURN_IF_ERROR(

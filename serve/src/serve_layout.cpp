@@ -79,6 +79,21 @@ expected<replan_config> replan_for(const serve_config& c) {
   return out;
 }
 
+expected<std::shared_ptr<const request_affinity>> affinity_for(
+  const serve_config& c) {
+  if (!c.rack_affinity)
+    return std::shared_ptr<const request_affinity>();
+  auto racks = rack_indices(c.racks, replica_ranks(c));
+  if (!racks)
+    return racks.error();
+  auto plan = placement::placement_plan::read(c.placement);
+  if (!plan)
+    return status::error("serve.placement: " + plan.message());
+  return request_affinity::from_plan(
+    plan.value(),
+    std::vector<int64_t>(racks.value().begin(), racks.value().end()));
+}
+
 expected<std::shared_ptr<const expert_layout>> layout_for(
   const serve_config& c, const model_shape& s) {
   if (c.placement.empty() && !c.offload.enabled())

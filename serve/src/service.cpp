@@ -113,6 +113,7 @@ status service::build(int64_t blocks) {
         return ranks->forward(b, logits);
       },
       limits_.batch, &metrics_);
+    scheduler_->prefer_racks(limits_.affinity);
   }
   publish_gauges();
   return {};

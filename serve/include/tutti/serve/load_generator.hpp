@@ -30,6 +30,10 @@ struct load_spec {
   int64_t output_tokens = 128;
   int64_t vocab = 256;              // prompts are random token ids below it
   std::vector<std::string> prompts; // text prompts instead, used in turn
+  // Token-id text to cut prompts from instead (a data set's held-out split,
+  // `--prompts-from`): each prompt is prompt_tokens consecutive tokens at a
+  // position drawn from the seed, so the load has the data's structure.
+  std::vector<int32_t> prompt_source;
   uint64_t seed = 0;
   double temperature = 0;
   std::map<std::string, double> slo_ms; // ttft, tpot, itl, e2e -> limit

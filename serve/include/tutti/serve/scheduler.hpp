@@ -11,7 +11,9 @@
 // is computed batch-invariantly. Single-threaded: the service's thread
 // owns it. With several ranks (expert parallelism) each rank has its own
 // KV cache: a request joins on the rank with the most free blocks and stays
-// there until it ends or is preempted. A joining request whose leading
+// there until it ends or is preempted; with prefer_racks, on a rank of the
+// rack its prompt's experts are in (request_affinity.hpp) unless that rank
+// has less than half the free blocks of the emptiest. A joining request whose leading
 // blocks of tokens are cached (kv_cache.hpp) takes them and starts after
 // them; the blocks each request fills are registered as it goes.
 
@@ -24,6 +26,7 @@
 #include "tutti/base/status.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/request.hpp"
+#include "tutti/serve/request_affinity.hpp"
 
 namespace tutti::serve {
 
@@ -45,6 +48,16 @@ public:
   scheduler(const served_model& model, std::vector<kv_cache*> caches,
             forward_fn forward, const batch_limits& limits,
             serve_metrics* metrics = nullptr);
+
+  // serve.rack_affinity: requests start in the rack of their prompt's
+  // experts (a rank per cache, in the affinity's rank order).
+  void prefer_racks(std::shared_ptr<const request_affinity> a) {
+    affinity_ = std::move(a);
+  }
+  // Requests placed in their prompt's rack, and those that were not
+  // because its ranks were too full.
+  int64_t placed_by_affinity() const { return placed_by_affinity_; }
+  int64_t placed_elsewhere() const { return placed_elsewhere_; }
 
   // Queues a request (the caller enforces the queue limit and checks that
   // it can ever fit in the cache: fits()).
@@ -100,6 +113,8 @@ private:
   std::deque<std::unique_ptr<request>> waiting_;
   int64_t preemptions_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  std::shared_ptr<const request_affinity> affinity_;
+  int64_t placed_by_affinity_ = 0, placed_elsewhere_ = 0;
   std::vector<seq_chunk> chunks_;
   std::vector<float> logits_;
 };

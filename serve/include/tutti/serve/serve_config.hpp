@@ -56,6 +56,9 @@ struct serve_config {
   // Each rank's rack (serve.racks; across daemons each node's) and live
   // replanning by rack (serve.replan, live_replan.hpp).
   std::vector<std::string> racks;
+  // serve.rack_affinity: a request starts on a rank of the rack holding
+  // most of its prompt's experts (request_affinity.hpp).
+  bool rack_affinity = false;
   bool replan = false;
   double max_cross_rack_share = 0.5;
   int64_t replan_window_steps = 50;

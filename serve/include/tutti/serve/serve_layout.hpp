@@ -12,6 +12,7 @@
 #include "tutti/serve/expert_layout.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
+#include "tutti/serve/request_affinity.hpp"
 #include "tutti/serve/serve_config.hpp"
 
 namespace tutti::serve {
@@ -25,5 +26,10 @@ expected<std::shared_ptr<const expert_layout>> layout_for(
 // serve.racks and serve.replan for the replica's ranks (errors name
 // serve.racks); off without racks, measuring only without replan.
 expected<replan_config> replan_for(const serve_config& c);
+
+// serve.rack_affinity: the placement's token_experts by the ranks' racks;
+// null when off.
+expected<std::shared_ptr<const request_affinity>> affinity_for(
+  const serve_config& c);
 
 } // namespace tutti::serve

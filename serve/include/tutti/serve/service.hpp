@@ -19,6 +19,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/request_affinity.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/serve/scheduler.hpp"
@@ -54,6 +55,9 @@ struct service_limits {
   // Dispatch and combine through one relay per rack (needs the racks):
   // the same tokens, fewer bytes across racks.
   bool rack_aware_alltoall = false;
+  // Where a request starts (serve.rack_affinity); null: the rank with the
+  // most free KV blocks.
+  std::shared_ptr<const request_affinity> affinity;
 };
 
 // A request's events, in order, for the thread that waits on it.
@@ -108,6 +112,12 @@ public:
   // Requests preempted and recomputed since the start (scheduler thread's
   // count; read when idle).
   int64_t preemptions() const { return scheduler_->preemptions(); }
+  // serve.rack_affinity: requests that started in their prompt's rack, and
+  // those that did not (its ranks too full).
+  int64_t placed_by_affinity() const {
+    return scheduler_->placed_by_affinity();
+  }
+  int64_t placed_elsewhere() const { return scheduler_->placed_elsewhere(); }
   // The expert-parallel ranks; null with ep_ranks 0.
   ep_ranks* ranks() { return ranks_.get(); }
 
