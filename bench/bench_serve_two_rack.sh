@@ -7,13 +7,17 @@
 #    4`, one process, 4 ranks) so its routers co-activate experts in
 #    groups, exports it (`tutti export`) and reads its routing statistics
 #    (`tutti experts stats`).
-# 2. Plans three placements for 4 nodes in 2 racks from them (`tutti
-#    placement plan --method contiguous|eplb|tutti`).
+# 2. Plans four placements for 4 nodes in 2 racks from them (`tutti
+#    placement plan --method contiguous|eplb|tutti|affinity`; affinity also
+#    reads the export, for each token's own experts).
 # 3. Serves the export across 4 tuttid daemons, one per testbed node
 #    (serve.racks: r0 r0 r1 r1), once per placement with the flat and with
-#    the rack-aware all-to-all (serve.rack_aware_alltoall; six servers,
-#    interleaved), each under the same `tutti bench serve` load from node
-#    0's namespace, and prints per run: output tokens/s, TTFT p50/p99 and
+#    the rack-aware all-to-all (serve.rack_aware_alltoall; eight servers;
+#    the affinity plan's with serve.rack_affinity, each request started in
+#    the rack of its prompt's experts), each under the same `tutti bench
+#    serve` load from node 0's namespace, prompts cut from the topic data's
+#    held-out split (--prompts-from), and prints per run: output
+#    tokens/s, TTFT p50/p99 and
 #    the inter-rack all-to-all bytes per token the model processed
 #    (prompt and generated, from node 0's /metrics, which counts the whole
 #    group's bytes by link). After each load a greedy and a seeded
@@ -21,9 +25,9 @@
 #    (the script fails otherwise).
 #
 #   bench/bench_serve_two_rack.sh [BUILD_DIR]
-#   env: OUT (default /tmp/bench_serve_two_rack), TRAIN_STEPS (60),
-#        REQUESTS (32), CONCURRENCY (8), PROMPT (32), OUTPUT (32),
-#        INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29750)
+#   env: OUT (default /tmp/bench_serve_two_rack), TRAIN_STEPS (600),
+#        EXPERTS (16), REQUESTS (32), CONCURRENCY (8), PROMPT (32),
+#        OUTPUT (32), INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29750)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network
 # namespaces are not allowed. The testbed and every process it started go
@@ -36,7 +40,8 @@ tutti=$build/apps/tutti
 tuttid=$build/apps/tuttid
 testbed=$here/deploy/testbed-two-racks.sh
 out=${OUT:-/tmp/bench_serve_two_rack}
-train_steps=${TRAIN_STEPS:-60}
+train_steps=${TRAIN_STEPS:-600}
+experts=${EXPERTS:-16}
 requests=${REQUESTS:-32} concurrency=${CONCURRENCY:-8}
 prompt=${PROMPT:-32} output=${OUTPUT:-32}
 intra=${INTRA_MBIT:-800}
@@ -69,7 +74,7 @@ model:
   num_key_value_heads: 2
   max_seq_len: 128
 moe_config:
-  num_experts: 8
+  num_experts: $experts
   router_top_k: 2
   capacity_factor: 0
   aux_loss_coeff: 0.01
@@ -121,6 +126,9 @@ for method in contiguous eplb tutti; do
   "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
     --method "$method" --out "$out/$method.plan" >/dev/null
 done
+"$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
+  --method affinity --model "$out/hf" --out "$out/affinity.plan" |
+  grep '^affinity:' | tee "$out/affinity.txt"
 "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" |
   tee "$out/plan.txt"
 
@@ -132,7 +140,7 @@ echo "testbed $tag: node links $intra Mb/s, inter-rack $inter Mb/s; 4 daemons" \
 
 in_node0() { "$testbed" exec "$tag" r0n0 "$@"; }
 
-serve_on_testbed() { # NAME PLACEMENT RACK_AWARE RUN_INDEX
+serve_on_testbed() { # NAME PLACEMENT RACK_AWARE RUN_INDEX [RACK_AFFINITY]
   local name=$1 http=$((port + 100 + 10 * $4)) rdv=$((port + 101 + 10 * $4))
   cat >"$out/$name.yaml" <<EOF
 serve:
@@ -144,6 +152,7 @@ serve:
   racks: [r0, r0, r1, r1]
   placement: $out/$2.plan
   rack_aware_alltoall: $3
+  rack_affinity: ${5:-false}
   max_sequences: 16
   step_timeout_s: 60
 EOF
@@ -166,7 +175,8 @@ EOF
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   timeout 600 "$testbed" exec "$tag" r0n0 "$tutti" bench serve --url "$url" \
     --model topic --requests "$requests" --concurrency "$concurrency" \
-    --prompt-tokens "$prompt" --output-tokens "$output" --vocab 256 \
+    --prompt-tokens "$prompt" --output-tokens "$output" \
+    --prompts-from "$out/data" \
     --seed 3 --no-progress --json "$out/$name.json" >"$out/$name-bench.log" 2>&1 ||
     { echo "bench_serve_two_rack: $name: tutti bench serve failed" >&2;
       tail "$out/$name-bench.log" >&2; exit 1; }
@@ -199,10 +209,11 @@ EOF
 
 names=()
 i=0
-for method in contiguous eplb tutti; do
+for method in contiguous eplb tutti affinity; do
   for rack_aware in false true; do
     name=$method-$([[ $rack_aware == true ]] && echo rack-aware || echo flat)
-    serve_on_testbed "$name" "$method" "$rack_aware" "$i"
+    serve_on_testbed "$name" "$method" "$rack_aware" "$i" \
+      "$([[ $method == affinity ]] && echo true || echo false)"
     names+=("$name")
     i=$((i + 1))
   done
@@ -238,5 +249,5 @@ for name in "${names[@]}"; do
     cmp -s "$out/${names[0]}.$seed.json" "$out/$name.$seed.json" || same=no
   done
 done
-echo "greedy and seeded tokens and logprobs of the six servers the same bits: $same"
+echo "greedy and seeded tokens and logprobs of the eight servers the same bits: $same"
 [[ $same == yes ]]

@@ -20,7 +20,8 @@
 #
 #   bench/bench_two_rack.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_two_rack), PRETRAIN_STEPS (600), STEPS (10),
-#        INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29650)
+#        EXPERTS (16; 8 before session 13), INTRA_MBIT (800),
+#        INTER_MBIT (INTRA/8), PORT (29650)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network
 # namespaces are not allowed. The testbed and every daemon go on any exit.
@@ -34,6 +35,7 @@ testbed=$here/deploy/testbed-two-racks.sh
 out=${OUT:-/tmp/bench_two_rack}
 pretrain_steps=${PRETRAIN_STEPS:-600}
 steps=${STEPS:-10}
+experts=${EXPERTS:-16}
 intra=${INTRA_MBIT:-800}
 inter=${INTER_MBIT:-$((intra / 8))}
 port=${PORT:-29650}
@@ -64,7 +66,7 @@ model:
   num_key_value_heads: 2
   max_seq_len: 64
 moe_config:
-  num_experts: 8
+  num_experts: $experts
   router_top_k: 2
   capacity_factor: 0
   aux_loss_coeff: 0.01
@@ -120,8 +122,8 @@ for method in contiguous eplb tutti; do
     --method "$method" --out "$out/$method.plan" >/dev/null
 done
 "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
-  --method affinity --model "$out/export" --out "$out/affinity.plan" \
-  >/dev/null
+  --method affinity --model "$out/export" --out "$out/affinity.plan" |
+  grep '^affinity:' | tee "$out/affinity.txt"
 "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" |
   tee "$out/plan.txt"
 

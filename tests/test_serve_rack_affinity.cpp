@@ -121,6 +121,14 @@ affinity_run serve_with(std::shared_ptr<const serve::request_affinity> a,
     serve::link_class::inter_rack)];
   out.by_affinity = s.placed_by_affinity();
   out.elsewhere = s.placed_elsewhere();
+  // /metrics says the same.
+  const auto g = s.metrics().gauges();
+  CHECK(g.placed_by_affinity == out.by_affinity);
+  CHECK(g.placed_elsewhere == out.elsewhere);
+  CHECK_THAT(s.metrics().render("m"),
+             Catch::Contains("tutti_serve_requests_placed_total{model=\"m\","
+                             "by=\"affinity\"} "
+                             + std::to_string(out.by_affinity)));
   return out;
 }
 

@@ -212,6 +212,15 @@ std::string serve_metrics::render(const std::string& model) const {
   t.family("tutti_serve_expert_replans_total", "counter",
            "expert layouts replanned live by rack (serve.replan)");
   t.sample("tutti_serve_expert_replans_total", m, double(gauges_.replans));
+  t.family("tutti_serve_requests_placed_total", "counter",
+           "requests placed by serve.rack_affinity: in the rack of their "
+           "prompt's experts, or elsewhere (that rack's ranks were full)");
+  t.sample("tutti_serve_requests_placed_total",
+           {{"model", model}, {"by", "affinity"}},
+           double(gauges_.placed_by_affinity));
+  t.sample("tutti_serve_requests_placed_total",
+           {{"model", model}, {"by", "elsewhere"}},
+           double(gauges_.placed_elsewhere));
   std::string out = t.str();
   ttft_.render(out, "tutti_serve_time_to_first_token_seconds",
                "from arrival to the first generated token");

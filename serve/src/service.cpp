@@ -244,6 +244,8 @@ void service::publish_gauges() {
   serve_gauges g{scheduler_->running(), scheduler_->waiting(),
                  scheduler_->used_blocks(), scheduler_->total_blocks(),
                  scheduler_->prefix_hit_tokens()};
+  g.placed_by_affinity = scheduler_->placed_by_affinity();
+  g.placed_elsewhere = scheduler_->placed_elsewhere();
   if (ranks_) {
     g.all_to_all_bytes = ranks_->exchanged_bytes();
     g.all_to_all_link_bytes = ranks_->exchanged_link_bytes();

@@ -49,6 +49,9 @@ struct serve_gauges {
   // the layouts replanned live (serve.replan).
   double cross_rack_share = 0.0;
   int64_t replans = 0;
+  // With serve.rack_affinity: requests started in the rack of their
+  // prompt's experts, and those that went elsewhere (that rank was full).
+  int64_t placed_by_affinity = 0, placed_elsewhere = 0;
 };
 
 // Counts since the start, for the shell's `status` of a service.
