@@ -115,6 +115,9 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                 static_cast<long long>(c.limits.ep_ranks));
   if (!c.placement.empty())
     std::printf("serve: experts placed by %s\n", c.placement.c_str());
+  if (cl.data_parallel_attention)
+    std::printf("serve: every daemon's rank holds sequences "
+                "(serve.data_parallel_attention)\n");
   if (c.rack_affinity)
     std::printf("serve: requests start in the rack of their prompt's "
                 "experts (serve.rack_affinity)\n");

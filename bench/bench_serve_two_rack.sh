@@ -12,22 +12,25 @@
 #    reads the export, for each token's own experts).
 # 3. Serves the export across 4 tuttid daemons, one per testbed node
 #    (serve.racks: r0 r0 r1 r1), once per placement with the flat and with
-#    the rack-aware all-to-all (serve.rack_aware_alltoall; eight servers;
-#    the affinity plan's with serve.rack_affinity, each request started in
-#    the rack of its prompt's experts), each under the same `tutti bench
-#    serve` load from node 0's namespace, prompts cut from the topic data's
-#    held-out split (--prompts-from), and prints per run: output
-#    tokens/s, TTFT p50/p99 and
+#    the rack-aware all-to-all (serve.rack_aware_alltoall; six servers,
+#    node 0 holding every sequence), then with every daemon holding
+#    sequences (serve.data_parallel_attention) for the contiguous plan
+#    (flat) and the affinity plan with each request started in its
+#    prompt's rack (serve.rack_affinity; flat and rack-aware): nine
+#    servers, one after another, each under the same `tutti bench serve` load from node
+#    0's namespace, prompts cut from the topic data's held-out split
+#    (--prompts-from), and prints per run: output tokens/s, TTFT p50/p99 and
 #    the inter-rack all-to-all bytes per token the model processed
 #    (prompt and generated, from node 0's /metrics, which counts the whole
-#    group's bytes by link). After each load a greedy and a seeded
+#    group's bytes by link) and the requests placed on each daemon's
+#    rank. After each load a greedy and a seeded
 #    request must give every server the same tokens and log-probabilities
 #    (the script fails otherwise).
 #
 #   bench/bench_serve_two_rack.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_serve_two_rack), TRAIN_STEPS (600),
-#        EXPERTS (16), REQUESTS (32), CONCURRENCY (8), PROMPT (32),
-#        OUTPUT (32), INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29750)
+#        EXPERTS (16), REQUESTS (32), CONCURRENCY (8), PROMPT (32), OUTPUT (32),
+#        INTRA_MBIT (800), INTER_MBIT (INTRA/8), PORT (29750)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network
 # namespaces are not allowed. The testbed and every process it started go
@@ -140,7 +143,7 @@ echo "testbed $tag: node links $intra Mb/s, inter-rack $inter Mb/s; 4 daemons" \
 
 in_node0() { "$testbed" exec "$tag" r0n0 "$@"; }
 
-serve_on_testbed() { # NAME PLACEMENT RACK_AWARE RUN_INDEX [RACK_AFFINITY]
+serve_on_testbed() { # NAME PLACEMENT RACK_AWARE RUN_INDEX [SEQUENCES_EVERYWHERE]
   local name=$1 http=$((port + 100 + 10 * $4)) rdv=$((port + 101 + 10 * $4))
   cat >"$out/$name.yaml" <<EOF
 serve:
@@ -152,7 +155,8 @@ serve:
   racks: [r0, r0, r1, r1]
   placement: $out/$2.plan
   rack_aware_alltoall: $3
-  rack_affinity: ${5:-false}
+  data_parallel_attention: ${5:-false}
+  rack_affinity: $([[ $2 == affinity ]] && echo true || echo false)
   max_sequences: 16
   step_timeout_s: 60
 EOF
@@ -209,14 +213,23 @@ EOF
 
 names=()
 i=0
-for method in contiguous eplb tutti affinity; do
+for method in contiguous eplb tutti; do
   for rack_aware in false true; do
     name=$method-$([[ $rack_aware == true ]] && echo rack-aware || echo flat)
-    serve_on_testbed "$name" "$method" "$rack_aware" "$i" \
-      "$([[ $method == affinity ]] && echo true || echo false)"
+    serve_on_testbed "$name" "$method" "$rack_aware" "$i"
     names+=("$name")
     i=$((i + 1))
   done
+done
+# Every daemon holding sequences (serve.data_parallel_attention): the
+# contiguous placement, and the affinity plan with each request started in
+# its prompt's rack (serve.rack_affinity), flat and rack-aware.
+for run in contiguous:false affinity:false affinity:true; do
+  method=${run%:*} rack_aware=${run#*:}
+  name=dp-$method-$([[ $rack_aware == true ]] && echo rack-aware || echo flat)
+  serve_on_testbed "$name" "$method" "$rack_aware" "$i" true
+  names+=("$name")
+  i=$((i + 1))
 done
 
 echo
@@ -227,8 +240,9 @@ def metric(text, name, labels=""):
     m = re.search(r"^" + re.escape(name) + r"\{[^}]*" + re.escape(labels)
                   + r"[^}]*\} ([0-9.e+-]+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
-print(f"{'placement, all-to-all':<22} {'load':>5} {'done':>5} {'tok/s':>7} "
-      f"{'TTFT p50':>9} {'TTFT p99':>9} {'x-rack B/tok':>12} {'x-rack share':>12}")
+print(f"{'placement, all-to-all':<24} {'load':>5} {'done':>5} {'tok/s':>7} "
+      f"{'TTFT p50':>9} {'TTFT p99':>9} {'x-rack B/tok':>12} {'x-rack share':>12} "
+      f"{'placed r0..r3':>14}")
 for n in names:
     r = json.load(open(f"{out}/{n}.json"))
     r = r[0] if isinstance(r, list) else r
@@ -238,10 +252,12 @@ for n in names:
     inter = metric(prom, "tutti_serve_alltoall_bytes_total", 'link="inter_rack"')
     share = metric(prom, "tutti_serve_alltoall_cross_rack_share")
     load = float(open(f"{out}/{n}.load").read())
-    print(f"{n:<22} {load:>5.2f} {r['completed']:>5} "
+    placed = "/".join(str(int(metric(prom, "tutti_serve_requests_placed_on_rank_total",
+                                     f'rank="{r}"'))) for r in range(4))
+    print(f"{n:<24} {load:>5.2f} {r['completed']:>5} "
           f"{r['output_token_throughput']:>7.1f} {r['ttft_ms']['p50']:>9.1f} "
           f"{r['ttft_ms']['p99']:>9.1f} {inter / max(tokens, 1):>12.0f} "
-          f"{share:>12.3f}")
+          f"{share:>12.3f} {placed:>14}")
 PY
 same=yes
 for name in "${names[@]}"; do
@@ -249,5 +265,5 @@ for name in "${names[@]}"; do
     cmp -s "$out/${names[0]}.$seed.json" "$out/$name.$seed.json" || same=no
   done
 done
-echo "greedy and seeded tokens and logprobs of the eight servers the same bits: $same"
+echo "greedy and seeded tokens and logprobs of the ${#names[@]} servers the same bits: $same"
 [[ $same == yes ]]

@@ -5,7 +5,8 @@
 // log-probabilities of `tutti serve` in one process with the contiguous
 // placement, as does one of 2 daemons whose experts move between racks
 // while it serves (serve.replan), and one of 4 daemons in 2 racks with the
-// rack-aware all-to-all (fewer bytes across racks). `tutti experts stats HOST:PORT --json` writes a replica's
+// rack-aware all-to-all (fewer bytes across racks), and the same 4 with
+// every daemon holding sequences (serve.data_parallel_attention). `tutti experts stats HOST:PORT --json` writes a replica's
 // load for serve.offload; a plan that does not fit is refused naming
 // serve.placement, exit 2.
 
@@ -200,6 +201,40 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
     INFO("inter-rack bytes: flat " << flat << ", rack-aware " << relayed);
     CHECK(flat > 0);
     CHECK(relayed < flat);
+  }
+
+  SECTION("every daemon holding sequences over 4 daemons in 2 racks") {
+    // serve.data_parallel_attention: node 0's scheduler spreads the
+    // requests over the 4 daemons' ranks, each runs attention for its own
+    // and node 0 gathers their logits; flat and through the rack relays
+    // (tokens now start in both racks), the tokens of one process.
+    for (const bool rack_aware : {false, true}) {
+      const std::string name = rack_aware ? "dp_rack_aware" : "dp_flat";
+      write_text(root / (name + ".yaml"),
+                 serve_yaml(model, plan_port,
+                            cluster(4, plan_rdv)
+                              + "  racks: [a, a, b, b]\n"
+                                "  data_parallel_attention: true\n"
+                                "  rack_aware_alltoall: "
+                              + (rack_aware ? "true" : "false") + "\n"));
+      const std::string key = "tutti_serve_alltoall_bytes_total{model="
+                              "\"model\",link=\"inter_rack\"} ";
+      std::string metrics;
+      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
+                                  &metrics, key),
+                 alone);
+      INFO(name << ": " << metrics);
+      int64_t on_others = 0;
+      for (int r = 1; r < 4; ++r) {
+        const std::string placed = "tutti_serve_requests_placed_on_rank_total"
+                                   "{model=\"model\",rank=\""
+                                   + std::to_string(r) + "\"} ";
+        const auto at = metrics.find(placed);
+        REQUIRE(at != std::string::npos);
+        on_others += std::stoll(metrics.substr(at + placed.size()));
+      }
+      CHECK(on_others > 0);
+    }
   }
 
   SECTION("rare experts offloaded to node 2 of 3") {

@@ -45,7 +45,7 @@ TEST_CASE("a prompt's rack is the one holding most of its tokens' picks",
 }
 
 TEST_CASE("serve.rack_affinity: needs racks and a placement, not with "
-          "offload or replan",
+          "offload, replan or daemons",
           "[unit]") {
   auto parsed = [](const std::string& body) {
     auto c = serve::parse_serve_config("serve:\n  model: m\n" + body, "test");
@@ -69,6 +69,23 @@ TEST_CASE("serve.rack_affinity: needs racks and a placement, not with "
                     "  rack_affinity: true\n  replan: {max_cross_rack_share: "
                     "0.5}\n"),
              Catch::Contains("serve.replan: not with serve.rack_affinity"));
+  CHECK_THAT(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+                    "  racks: [a, b]\n  placement: p.json\n"
+                    "  rack_affinity: true\n"),
+             Catch::Contains("serve.rack_affinity: across daemons needs "
+                             "serve.data_parallel_attention"));
+  CHECK(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+               "  racks: [a, b]\n  placement: p.json\n"
+               "  data_parallel_attention: true\n  rack_affinity: true\n")
+          .empty());
+  CHECK_THAT(parsed("  data_parallel_attention: true\n"),
+             Catch::Contains("serve.data_parallel_attention: needs "
+                             "serve.nodes"));
+  CHECK_THAT(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+                    "  data_parallel_attention: true\n  racks: [a, b]\n"
+                    "  replan: {max_cross_rack_share: 0.5}\n"),
+             Catch::Contains("serve.replan: not with "
+                             "serve.data_parallel_attention"));
 }
 
 namespace {

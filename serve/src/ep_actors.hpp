@@ -72,6 +72,12 @@ struct rank_step {
   // offloaded expert.
   int64_t offloaded_rows = 0, routed_rows = 0;
   double offload_wait_s = 0.0;
+  // Node 0's rank with data_parallel_attention: the other daemons'
+  // chunks and the logits of their wanted rows, [group rank] (0 unused),
+  // and their routed tokens so far, summed.
+  std::vector<std::vector<seq_chunk>> remote_chunks;
+  std::vector<std::vector<float>> remote_logits;
+  std::vector<int64_t> remote_activations;
 };
 using rank_step_ptr = std::shared_ptr<rank_step>;
 
@@ -128,6 +134,8 @@ struct ep_rank_args {
   std::shared_ptr<layout_cell> layout; // where dispatch sends rows
   std::vector<int32_t> racks;          // per rank of the group; empty: one
   bool rack_aware_alltoall = false;    // through model::rack_exchange
+  // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
+  bool data_parallel_attention = false;
 };
 
 // Answers each rank_step_ptr with it, filled in; ends on stop_atom.

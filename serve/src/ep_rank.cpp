@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "ep_actors.hpp"
+#include "remote_sequences.hpp"
 #include "tutti/actors/log.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/rack_exchange.hpp"
@@ -358,13 +359,50 @@ void end_rank(const ep_rank_args& a, const std::string& failure) {
   a.signals->ended = true;
 }
 
-// A rank of another daemon: no sequences of its own; it takes part in each
-// layer's exchange of every step node 0's rank opens, until told to stop
-// or until node 0 stops answering.
+// A follower's step: with data_parallel_attention it first takes its
+// chunks from node 0 and after the step sends back their logits and its
+// routed tokens; otherwise it holds no sequences and serves its peers' rows.
+status follow_step(const ep_rank_args& a, comm::communicator& comm,
+                   engine& eng, received_chunks& mine,
+                   std::vector<float>& logits) {
+  if (!a.data_parallel_attention)
+    return eng.forward({}, logits);
+  static const std::vector<std::vector<seq_chunk>> none;
+  TUTTI_RETURN_IF_ERROR(
+    share_chunks(comm, none, a.cache->total_blocks(), mine));
+  TUTTI_RETURN_IF_ERROR(eng.forward(mine.chunks, logits));
+  std::vector<std::vector<float>> unused;
+  TUTTI_RETURN_IF_ERROR(gather_logits(comm, a.model->shape.vocab, none,
+                                      logits, unused));
+  auto counts = eng.expert_activations();
+  return gather_activations(comm, counts);
+}
+
+// Node 0's rank's step: the other daemons' chunks out first
+// (data_parallel_attention), its own step, their logits back.
+status lead_step(const ep_rank_args& a, comm::communicator& comm,
+                 engine& eng, rank_step& step) {
+  if (!a.data_parallel_attention)
+    return eng.forward(step.chunks, step.logits);
+  received_chunks nothing;
+  TUTTI_RETURN_IF_ERROR(share_chunks(comm, step.remote_chunks, 0, nothing));
+  TUTTI_RETURN_IF_ERROR(eng.forward(step.chunks, step.logits));
+  TUTTI_RETURN_IF_ERROR(gather_logits(comm, a.model->shape.vocab,
+                                      step.remote_chunks, {},
+                                      step.remote_logits));
+  step.remote_activations = eng.expert_activations();
+  return gather_activations(comm, step.remote_activations);
+}
+
+// A rank of another daemon: it takes part in each layer's exchange of
+// every step node 0's rank opens (with its own sequences under
+// data_parallel_attention), until told to stop or until node 0 stops
+// answering.
 void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
                   comm::communicator& comm, engine& eng,
                   const actor_exchange& exchange) {
-  std::vector<float> none;
+  std::vector<float> logits;
+  received_chunks mine;
   for (;;) {
     bool stopped = false;
     self->receive([&](stop_atom) { stopped = true; },
@@ -382,7 +420,7 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
       if (auto s = share_layout(comm, *a.layout); !s.ok())
         return end_rank(a, s.message());
     if (header == run_step)
-      if (auto s = eng.forward({}, none); !s.ok())
+      if (auto s = follow_step(a, comm, eng, mine, logits); !s.ok())
         return end_rank(a, s.message());
   }
 }
@@ -440,10 +478,19 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
         sent_layout = a.layout->version();
       }
       header(run_step);
-      if (!broken.empty())
+      if (!broken.empty()) {
         step->error = broken;
-      else if (auto s = eng->forward(step->chunks, step->logits); !s.ok())
+      } else if (auto s = leads ? lead_step(a, *comm, *eng, *step)
+                                : eng->forward(step->chunks, step->logits);
+                 !s.ok()) {
         step->error = s.message();
+        // The other daemons took part in the step's collectives: after a
+        // failed one the group is out of step.
+        if (leads && a.data_parallel_attention) {
+          broken = "a step with the other daemons' sequences: " + s.message();
+          a.signals->broken = true;
+        }
+      }
       step->activations = eng->expert_activations();
       step->exchanged_bytes = exchange->exchanged_bytes();
       step->exchanged_link_bytes = exchange->exchanged_link_bytes();

@@ -67,11 +67,15 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   out->rank_activations_.assign(o.ranks,
                                 std::vector<int64_t>(s.layers * s.experts, 0));
   const kv_geometry g{s.layers, s.kv_heads, s.head_dim, o.block_tokens};
-  // A follower holds no sequences: one block keeps its engine well formed.
   const bool follows = across && first > 0;
+  const bool dp = across && o.cluster.data_parallel_attention;
   for (int64_t r = 0; r < o.ranks; ++r)
-    out->caches_.push_back(
-      std::make_unique<kv_cache>(g, follows ? 1 : o.blocks_per_rank));
+    out->caches_.push_back(std::make_unique<kv_cache>(g, o.blocks_per_rank));
+  // Node 0's scheduler allocates the other daemons' blocks: caches that
+  // track them without holding their keys and values.
+  for (int64_t r = 1; dp && !follows && r < group; ++r)
+    out->remote_caches_.push_back(
+      std::make_unique<kv_cache>(g, o.blocks_per_rank, false));
   out->activations_.assign(s.layers * s.experts, 0);
   out->bytes_.assign(o.ranks, 0);
   out->link_bytes_.assign(o.ranks, link_bytes{});
@@ -123,7 +127,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
        connect, role, act.signals.back(), act.experts, o.timeout,
-       out->layout_, o.racks, o.rack_aware_alltoall}));
+       out->layout_, o.racks, o.rack_aware_alltoall, dp}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
   // the others may start later; shards_up() says when they have.
@@ -156,11 +160,16 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   std::vector<rank_step_ptr> steps(P);
   for (auto& st : steps)
     st = std::make_shared<rank_step>();
+  // Another daemon's chunks travel with node 0's rank's step.
+  steps[0]->remote_chunks.resize(remote_caches_.size() + 1);
   for (const auto& c : batch) {
-    if (c.rank < 0 || c.rank >= P)
+    if (c.rank < 0 || c.rank >= sequence_ranks())
       return status::error("ep_ranks: chunk for rank " + std::to_string(c.rank)
-                           + " of " + std::to_string(P));
-    steps[c.rank]->chunks.push_back(c);
+                           + " of " + std::to_string(sequence_ranks()));
+    if (c.rank < P)
+      steps[c.rank]->chunks.push_back(c);
+    else
+      steps[0]->remote_chunks[c.rank].push_back(c);
   }
   auto& act = *actors_;
   caf::scoped_actor self{act.system};
@@ -195,6 +204,8 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
     waited = std::max(waited, steps[r]->offload_wait_s);
     for (size_t i = 0; i < activations_.size(); ++i)
       activations_[i] += steps[r]->activations[i];
+    for (size_t i = 0; i < steps[r]->remote_activations.size(); ++i)
+      activations_[i] += steps[r]->remote_activations[i];
     bytes_[r] = steps[r]->exchanged_bytes;
     link_bytes_[r] = steps[r]->exchanged_link_bytes;
     restarts_[r] = steps[r]->shard_restarts;
@@ -202,12 +213,13 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   offload_wait_s_ += waited;
   // Merge the ranks' logits back into batch order.
   logits.clear();
-  std::vector<int64_t> next(P, 0);
+  std::vector<int64_t> next(sequence_ranks(), 0);
   for (const auto& c : batch) {
     const int64_t rows = c.want == seq_chunk::logits::all    ? c.count
                          : c.want == seq_chunk::logits::last ? 1
                                                              : 0;
-    const auto& from = steps[c.rank]->logits;
+    const auto& from = c.rank < P ? steps[c.rank]->logits
+                                  : steps[0]->remote_logits[c.rank];
     logits.insert(logits.end(), from.begin() + next[c.rank] * V,
                   from.begin() + (next[c.rank] + rows) * V);
     next[c.rank] += rows;

@@ -6,6 +6,7 @@
 
 #include "tutti/actors/system_config.hpp"
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/service.hpp"
 
 namespace tutti::serve {
 
@@ -18,7 +19,12 @@ status run_expert_node(const served_model& model, const service_limits& l,
   caf::actor_system system{config};
   ep_options o;
   o.ranks = 1;
-  o.blocks_per_rank = 1;
+  // A rank holding sequences (data_parallel_attention) gets node 0's
+  // budget per rank; one holding experts only, one block.
+  o.blocks_per_rank =
+    l.cluster.data_parallel_attention
+      ? kv_cache::blocks_for_budget(geometry_of(model, l), l.kv_cache_bytes)
+      : 1;
   o.block_tokens = l.kv_block_tokens;
   o.timeout = std::chrono::milliseconds(
     static_cast<int64_t>(l.step_timeout_s * 1000));

@@ -5,9 +5,9 @@
 
 namespace tutti::serve {
 
-kv_cache::kv_cache(const kv_geometry& g, int64_t blocks)
+kv_cache::kv_cache(const kv_geometry& g, int64_t blocks, bool storage)
   : geometry_(g), total_(blocks),
-    storage_(static_cast<size_t>(blocks * g.block_bytes() / 4)),
+    storage_(storage ? static_cast<size_t>(blocks * g.block_bytes() / 4) : 0),
     holders_(blocks, 0), hash_of_(blocks, 0), lru_at_(blocks, lru_.end()) {
   free_.reserve(blocks);
   for (int64_t b = blocks - 1; b >= 0; --b)

@@ -38,7 +38,7 @@ scheduler::scheduler(const served_model& model, std::vector<kv_cache*> caches,
                      forward_fn forward, const batch_limits& limits,
                      serve_metrics* metrics)
   : model_(model), caches_(std::move(caches)), forward_(std::move(forward)),
-    limits_(limits), metrics_(metrics) {}
+    limits_(limits), metrics_(metrics), placed_on_rank_(caches_.size(), 0) {}
 
 int64_t scheduler::used_blocks() const {
   int64_t n = 0;
@@ -91,6 +91,7 @@ void scheduler::place(request& r) {
     }
   }
   r.rank = best;
+  ++placed_on_rank_[best];
   r.hashed = 0;
   r.prefix_hash = 0;
   r.computed = 0;

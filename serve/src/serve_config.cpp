@@ -46,6 +46,12 @@ status read_nodes(const YAML::Node& s, const std::string& prefix,
     return refuse(prefix + "ep_size",
                   "must be 1 across daemons (one rank each), got "
                     + std::to_string(c.ep_size));
+  TUTTI_RETURN_IF_ERROR(read_bool(s, prefix, "data_parallel_attention",
+                                  cl.data_parallel_attention));
+  if (cl.data_parallel_attention && !cl.spans_daemons())
+    return refuse(prefix + "data_parallel_attention",
+                  "needs serve.nodes of several daemons (the ranks of one "
+                  "process each hold sequences already)");
   return {};
 }
 
@@ -97,6 +103,15 @@ status read_replan(const YAML::Node& s, const std::string& prefix,
   if (c.rack_affinity && c.offload.enabled())
     return refuse(prefix + "rack_affinity",
                   "not with serve.offload (requests go by the plan's racks)");
+  const auto& cl = c.limits.cluster;
+  if (c.rack_affinity && cl.spans_daemons() && !cl.data_parallel_attention)
+    return refuse(prefix + "rack_affinity",
+                  "across daemons needs serve.data_parallel_attention (else "
+                  "every sequence is node 0's, and no request can start in "
+                  "another rack)");
+  if (cl.data_parallel_attention && c.offload.enabled())
+    return refuse(prefix + "data_parallel_attention",
+                  "not with serve.offload yet");
   const auto n = s["replan"];
   if (!n)
     return {};
@@ -104,6 +119,10 @@ status read_replan(const YAML::Node& s, const std::string& prefix,
     return refuse(prefix + "replan",
                   "not with serve.rack_affinity (requests go by the plan's "
                   "racks, which a replan would move experts away from)");
+  if (cl.data_parallel_attention)
+    return refuse(prefix + "replan",
+                  "not with serve.data_parallel_attention yet (the replan "
+                  "counts node 0's rows only)");
   const auto pre = prefix + "replan.";
   TUTTI_RETURN_IF_ERROR(
     check_keys(n, pre, {"max_cross_rack_share", "window_steps"}));
@@ -154,6 +173,7 @@ status read_serve_section(const YAML::Node& s, const std::string& prefix,
                                     "racks",
                                     "replan",
                                     "rack_aware_alltoall",
+                                    "data_parallel_attention",
                                     "rack_affinity",
                                     "admin_policy"}));
   TUTTI_RETURN_IF_ERROR(read_string(s, prefix, "model", c.model));

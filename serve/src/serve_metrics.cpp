@@ -214,13 +214,21 @@ std::string serve_metrics::render(const std::string& model) const {
   t.sample("tutti_serve_expert_replans_total", m, double(gauges_.replans));
   t.family("tutti_serve_requests_placed_total", "counter",
            "requests placed by serve.rack_affinity: in the rack of their "
-           "prompt's experts, or elsewhere (that rack's ranks were full)");
+           "prompt's experts, or elsewhere (that rack's ranks had less than half "
+           "the emptiest rank's free KV blocks)");
   t.sample("tutti_serve_requests_placed_total",
            {{"model", model}, {"by", "affinity"}},
            double(gauges_.placed_by_affinity));
   t.sample("tutti_serve_requests_placed_total",
            {{"model", model}, {"by", "elsewhere"}},
            double(gauges_.placed_elsewhere));
+  t.family("tutti_serve_requests_placed_on_rank_total", "counter",
+           "requests placed on each rank holding sequences (across daemons "
+           "with serve.data_parallel_attention, rank = node rank)");
+  for (size_t r = 0; r < gauges_.placed_on_rank.size(); ++r)
+    t.sample("tutti_serve_requests_placed_on_rank_total",
+             {{"model", model}, {"rank", std::to_string(r)}},
+             double(gauges_.placed_on_rank[r]));
   std::string out = t.str();
   ttft_.render(out, "tutti_serve_time_to_first_token_seconds",
                "from arrival to the first generated token");

@@ -35,14 +35,10 @@ struct service::actor_runtime {
   caf::actor_system system{config};
 };
 
-namespace {
-
 kv_geometry geometry_of(const served_model& m, const service_limits& l) {
   return {m.shape.layers, m.shape.kv_heads, m.shape.head_dim,
           l.kv_block_tokens};
 }
-
-} // namespace
 
 expected<std::unique_ptr<service>> service::create(served_model model,
                                                    const service_limits& l) {
@@ -104,7 +100,7 @@ status service::build(int64_t blocks) {
     if (limits_.replan.enabled())
       replanner_ = std::make_unique<live_replanner>(limits_.replan);
     std::vector<kv_cache*> caches;
-    for (int64_t i = 0; i < ranks_->size(); ++i)
+    for (int64_t i = 0; i < ranks_->sequence_ranks(); ++i)
       caches.push_back(&ranks_->cache(i));
     auto* ranks = ranks_.get();
     scheduler_ = std::make_unique<scheduler>(
@@ -246,6 +242,7 @@ void service::publish_gauges() {
                  scheduler_->prefix_hit_tokens()};
   g.placed_by_affinity = scheduler_->placed_by_affinity();
   g.placed_elsewhere = scheduler_->placed_elsewhere();
+  g.placed_on_rank = scheduler_->placed_on_rank();
   if (ranks_) {
     g.all_to_all_bytes = ranks_->exchanged_bytes();
     g.all_to_all_link_bytes = ranks_->exchanged_link_bytes();

@@ -16,6 +16,12 @@
 // meet through the coordinator). Node 0's rank opens each step with a
 // one-number collective the other nodes' ranks wait on (step, keep-alive
 // while idle, stop), then every rank takes part in each layer's exchange.
+// With data_parallel_attention every daemon's rank holds sequences too
+// (attention data parallel, the experts expert parallel, as DeepSeek's
+// serving and SGLang's --enable-dp-attention run): node 0's scheduler
+// allocates their blocks in caches of its own that hold no keys or values,
+// node 0's rank sends each step's chunks to their daemons before the step
+// and gathers the wanted rows' logits after it.
 
 #include <atomic>
 #include <chrono>
@@ -48,6 +54,7 @@ struct ep_cluster {
   std::vector<std::string> nodes;
   int64_t node_rank = 0;
   uint16_t rendezvous_port = 0; // node 0's rendezvous actor listens here
+  bool data_parallel_attention = false; // every daemon holds sequences
   bool spans_daemons() const { return nodes.size() > 1; }
 };
 
@@ -78,12 +85,24 @@ public:
                                                    const ep_options& options);
   ~ep_ranks(); // stops the ranks and the shards
 
+  // Ranks (and expert shards) in this process.
   int64_t size() const { return static_cast<int64_t>(caches_.size()); }
-  kv_cache& cache(int64_t rank) { return *caches_[rank]; }
-  const kv_cache& cache(int64_t rank) const { return *caches_[rank]; }
+  // Ranks that hold sequences: this process's, and with
+  // data_parallel_attention on node 0 every rank of the group (rank r's
+  // cache there only tracks its blocks).
+  int64_t sequence_ranks() const {
+    return static_cast<int64_t>(caches_.size() + remote_caches_.size());
+  }
+  kv_cache& cache(int64_t rank) {
+    return rank < size() ? *caches_[rank] : *remote_caches_[rank - size()];
+  }
+  const kv_cache& cache(int64_t rank) const {
+    return rank < size() ? *caches_[rank] : *remote_caches_[rank - size()];
+  }
 
-  // One step: each chunk on the rank its `rank` names; logits of the
-  // wanted rows in batch order, as engine::forward.
+  // One step: each chunk on the rank its `rank` names (of
+  // sequence_ranks()); logits of the wanted rows in batch order, as
+  // engine::forward.
   status forward(const std::vector<seq_chunk>& batch,
                  std::vector<float>& logits);
 
@@ -138,6 +157,7 @@ private:
   const served_model* model_ = nullptr;
   ep_options options_;
   std::vector<std::unique_ptr<kv_cache>> caches_;
+  std::vector<std::unique_ptr<kv_cache>> remote_caches_; // group ranks 1..
   std::unique_ptr<actors> actors_;
   std::vector<int64_t> activations_;
   std::vector<int64_t> bytes_, restarts_;

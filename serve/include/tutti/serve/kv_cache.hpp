@@ -38,7 +38,10 @@ struct kv_geometry {
 
 class kv_cache {
 public:
-  kv_cache(const kv_geometry& g, int64_t blocks);
+  // Without storage the cache only hands out and tracks blocks: node 0's
+  // view of another daemon's cache (serve.data_parallel_attention), whose
+  // keys and values live in that daemon.
+  kv_cache(const kv_geometry& g, int64_t blocks, bool storage = true);
 
   // How many blocks fit in `bytes`.
   static int64_t blocks_for_budget(const kv_geometry& g, int64_t bytes);

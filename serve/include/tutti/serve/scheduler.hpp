@@ -58,6 +58,8 @@ public:
   // because its ranks were too full.
   int64_t placed_by_affinity() const { return placed_by_affinity_; }
   int64_t placed_elsewhere() const { return placed_elsewhere_; }
+  // Requests placed on each rank (a preempted one again when it rejoins).
+  const std::vector<int64_t>& placed_on_rank() const { return placed_on_rank_; }
 
   // Queues a request (the caller enforces the queue limit and checks that
   // it can ever fit in the cache: fits()).
@@ -115,6 +117,7 @@ private:
   int64_t prefix_hit_tokens_ = 0;
   std::shared_ptr<const request_affinity> affinity_;
   int64_t placed_by_affinity_ = 0, placed_elsewhere_ = 0;
+  std::vector<int64_t> placed_on_rank_; // per cache
   std::vector<seq_chunk> chunks_;
   std::vector<float> logits_;
 };

@@ -60,6 +60,10 @@ struct service_limits {
   std::shared_ptr<const request_affinity> affinity;
 };
 
+// The KV cache's blocks for `m` under `l` (a daemon's rank holds
+// kv_cache_bytes / ep_ranks of them).
+kv_geometry geometry_of(const served_model& m, const service_limits& l);
+
 // A request's events, in order, for the thread that waits on it.
 class request_stream {
 public:
