@@ -277,3 +277,35 @@ TEST_CASE("tutti serve refuses a plan for other ranks: serve.placement, exit 2",
   CHECK(r.output.find("on 4 ranks") != std::string::npos);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
+
+TEST_CASE("daemons whose serve configs differ are told which key, and do "
+          "not serve",
+          "[integration]") {
+  // Node 0 hands out the KV blocks of every daemon's rank
+  // (serve.data_parallel_attention): a daemon with another cache size
+  // would get blocks it does not have.
+  auto root = scratch("serve_daemons_disagree");
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  const int base = port_block(611, 2);
+  const auto node0 = serve_yaml(root / "model", base,
+                                cluster(2, base + 1)
+                                  + "  data_parallel_attention: true\n");
+  auto node1 = node0;
+  const std::string kv = "kv_cache_bytes: 4MiB";
+  REQUIRE(node1.find(kv) != std::string::npos);
+  node1.replace(node1.find(kv), kv.size(), "kv_cache_bytes: 2MiB");
+  write_text(root / "node0.yaml", node0);
+  write_text(root / "node1.yaml", node1);
+  auto daemon1 = start_daemon(root / "node1.yaml", 1, root / "node1.log");
+  auto daemon0 = start_daemon(root / "node0.yaml", 0, root / "node0.log");
+  const int status = daemon1->wait(60);
+  const auto log1 = read_text(root / "node1.log");
+  INFO("node 1: " << log1 << "\nnode 0: " << read_text(root / "node0.log"));
+  CHECK(status > 0);
+  CHECK(log1.find("node 1's KV cache blocks (serve.kv_cache_bytes): ")
+        != std::string::npos);
+  CHECK(log1.find("every daemon needs the same serve config")
+        != std::string::npos);
+  CHECK_FALSE(serve_ready(base));
+}

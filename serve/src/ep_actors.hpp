@@ -73,11 +73,9 @@ struct rank_step {
   int64_t offloaded_rows = 0, routed_rows = 0;
   double offload_wait_s = 0.0;
   // Node 0's rank with data_parallel_attention: the other daemons'
-  // chunks and the logits of their wanted rows, [group rank] (0 unused),
-  // and their routed tokens so far, summed.
+  // chunks and the logits of their wanted rows, [group rank] (0 unused).
   std::vector<std::vector<seq_chunk>> remote_chunks;
   std::vector<std::vector<float>> remote_logits;
-  std::vector<int64_t> remote_activations;
 };
 using rank_step_ptr = std::shared_ptr<rank_step>;
 
@@ -119,6 +117,9 @@ struct rank_signals {
   std::array<std::atomic<int64_t>, link_classes> peer_link_bytes{};
   std::mutex mutex;
   std::string failure; // why it ended, if not by a stop
+  // With data_parallel_attention, node 0's rank: the other daemons'
+  // routed tokens, [layer * experts + e], as of the last header.
+  std::vector<int64_t> peer_activations;
 };
 
 struct ep_rank_args {

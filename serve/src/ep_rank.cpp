@@ -298,8 +298,10 @@ bool actor_exchange::count_offloaded(const expert_layout& x, int64_t layer,
 }
 
 // The leader's collective before each step; followers learn from it what
-// comes next, and the leader their all-to-all bytes by link so far (its
-// /metrics shows the whole group's).
+// comes next (and with data_parallel_attention how many words of chunks
+// follow), and the leader their all-to-all bytes by link and, with
+// data_parallel_attention, their routed tokens so far (its /metrics shows
+// the whole group's, a step late).
 // new_layout: the layout's order and bounds follow, in one sum.
 enum step_header : int64_t {
   keep_alive = 0,
@@ -312,18 +314,32 @@ enum step_header : int64_t {
 // followers' collective timeout.
 constexpr auto keep_alive_every = std::chrono::seconds(1);
 
-status exchange_header(comm::communicator& comm, int64_t& header,
-                       const link_bytes& mine, rank_signals& signals) {
-  std::array<int64_t, 1 + link_classes> buf{};
-  if (comm.rank() == 0)
+status exchange_header(comm::communicator& comm, const ep_rank_args& a,
+                       int64_t& header, int64_t& chunk_words,
+                       const link_bytes& mine,
+                       const std::vector<int64_t>& activations) {
+  const size_t routed = a.data_parallel_attention
+                          ? size_t(a.model->shape.layers * a.model->shape.experts)
+                          : 0;
+  std::vector<int64_t> buf(2 + link_classes + routed, 0);
+  if (comm.rank() == 0) {
     buf[0] = header;
-  else
-    std::copy(mine.begin(), mine.end(), buf.begin() + 1);
+    buf[1] = chunk_words;
+  } else {
+    std::copy(mine.begin(), mine.end(), buf.begin() + 2);
+    std::copy_n(activations.begin(), std::min(routed, activations.size()),
+                buf.begin() + 2 + link_classes);
+  }
   TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
   header = buf[0];
-  if (comm.rank() == 0)
+  chunk_words = buf[1];
+  if (comm.rank() == 0) {
     for (int l = 0; l < link_classes; ++l)
-      signals.peer_link_bytes[l] = buf[1 + l];
+      a.signals->peer_link_bytes[l] = buf[2 + l];
+    std::lock_guard lock(a.signals->mutex);
+    a.signals->peer_activations.assign(buf.begin() + 2 + link_classes,
+                                       buf.end());
+  }
   return {};
 }
 
@@ -360,38 +376,36 @@ void end_rank(const ep_rank_args& a, const std::string& failure) {
 }
 
 // A follower's step: with data_parallel_attention it first takes its
-// chunks from node 0 and after the step sends back their logits and its
-// routed tokens; otherwise it holds no sequences and serves its peers' rows.
+// chunks from node 0 (`chunk_words` of them came in the header) and after
+// the step sends back their logits; otherwise it holds no sequences and
+// serves its peers' rows.
 status follow_step(const ep_rank_args& a, comm::communicator& comm,
-                   engine& eng, received_chunks& mine,
+                   engine& eng, int64_t chunk_words, received_chunks& mine,
                    std::vector<float>& logits) {
   if (!a.data_parallel_attention)
     return eng.forward({}, logits);
   static const std::vector<std::vector<seq_chunk>> none;
+  std::vector<int64_t> buf(chunk_words, 0);
   TUTTI_RETURN_IF_ERROR(
-    share_chunks(comm, none, a.cache->total_blocks(), mine));
+    share_chunks(comm, buf, a.cache->total_blocks(), mine));
   TUTTI_RETURN_IF_ERROR(eng.forward(mine.chunks, logits));
   std::vector<std::vector<float>> unused;
-  TUTTI_RETURN_IF_ERROR(gather_logits(comm, a.model->shape.vocab, none,
-                                      logits, unused));
-  auto counts = eng.expert_activations();
-  return gather_activations(comm, counts);
+  return gather_logits(comm, a.model->shape.vocab, none, logits, unused);
 }
 
 // Node 0's rank's step: the other daemons' chunks out first
-// (data_parallel_attention), its own step, their logits back.
+// (data_parallel_attention; `encoded`, whose length went in the header),
+// its own step, their logits back.
 status lead_step(const ep_rank_args& a, comm::communicator& comm,
-                 engine& eng, rank_step& step) {
+                 engine& eng, std::vector<int64_t>& encoded,
+                 rank_step& step) {
   if (!a.data_parallel_attention)
     return eng.forward(step.chunks, step.logits);
   received_chunks nothing;
-  TUTTI_RETURN_IF_ERROR(share_chunks(comm, step.remote_chunks, 0, nothing));
+  TUTTI_RETURN_IF_ERROR(share_chunks(comm, encoded, 0, nothing));
   TUTTI_RETURN_IF_ERROR(eng.forward(step.chunks, step.logits));
-  TUTTI_RETURN_IF_ERROR(gather_logits(comm, a.model->shape.vocab,
-                                      step.remote_chunks, {},
-                                      step.remote_logits));
-  step.remote_activations = eng.expert_activations();
-  return gather_activations(comm, step.remote_activations);
+  return gather_logits(comm, a.model->shape.vocab, step.remote_chunks, {},
+                       step.remote_logits);
 }
 
 // A rank of another daemon: it takes part in each layer's exchange of
@@ -409,9 +423,10 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
                   caf::after(std::chrono::seconds(0)) >> [] {});
     if (stopped)
       return end_rank(a, {});
-    int64_t header = 0;
-    if (auto s = exchange_header(comm, header,
-                                 exchange.exchanged_link_bytes(), *a.signals);
+    int64_t header = 0, chunk_words = 0;
+    if (auto s = exchange_header(comm, a, header, chunk_words,
+                                 exchange.exchanged_link_bytes(),
+                                 eng.expert_activations());
         !s.ok())
       return end_rank(a, "node 0's rank: " + s.message());
     if (header == stop_ranks)
@@ -420,9 +435,35 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
       if (auto s = share_layout(comm, *a.layout); !s.ok())
         return end_rank(a, s.message());
     if (header == run_step)
-      if (auto s = follow_step(a, comm, eng, mine, logits); !s.ok())
+      if (auto s = follow_step(a, comm, eng, chunk_words, mine, logits);
+          !s.ok())
         return end_rank(a, s.message());
   }
+}
+
+// Across daemons, once joined: every daemon must run the same step
+// protocol and, where they hold sequences, KV caches of the same blocks
+// (node 0 hands out block ids for all of them). A config that differs is
+// named here rather than found as garbage in a later step.
+status check_daemons_agree(comm::communicator& comm, const ep_rank_args& a) {
+  constexpr int64_t fields = 3;
+  const int64_t P = comm.size(), me = comm.rank();
+  std::vector<int64_t> buf(P * fields, 0);
+  buf[me * fields] = a.data_parallel_attention ? 1 : 0;
+  buf[me * fields + 1] = a.cache->geometry().block_tokens;
+  buf[me * fields + 2] = a.data_parallel_attention ? a.cache->total_blocks() : 0;
+  TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
+  static const char* names[fields] = {
+    "serve.data_parallel_attention", "serve.kv_block_tokens",
+    "KV cache blocks (serve.kv_cache_bytes)"};
+  for (int64_t p = 1; p < P; ++p)
+    for (int64_t f = 0; f < fields; ++f)
+      if (buf[p * fields + f] != buf[f])
+        return status::error("node " + std::to_string(p) + "'s " + names[f]
+                             + ": " + std::to_string(buf[p * fields + f])
+                             + ", node 0's: " + std::to_string(buf[f])
+                             + "; every daemon needs the same serve config");
+  return {};
 }
 
 void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
@@ -431,6 +472,14 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
   const auto joined = a.connect(a.rank, a.ranks, comm);
   std::unique_ptr<actor_exchange> exchange;
   std::unique_ptr<engine> eng;
+  auto agreed = joined;
+  if (joined.ok() && a.role != rank_role::local)
+    agreed = check_daemons_agree(*comm, a);
+  if (!agreed.ok()) {
+    log_error("ep_rank",
+              "rank " + std::to_string(a.rank) + ": " + agreed.message());
+    a.signals->broken = true;
+  }
   if (joined.ok()) {
     exchange = std::make_unique<actor_exchange>(self, *comm, a);
     eng = std::make_unique<engine>(*a.model, *a.cache, exchange.get());
@@ -442,16 +491,21 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
   if (a.role == rank_role::follower) {
     if (!eng)
       return end_rank(a, joined.message());
+    if (!agreed.ok())
+      return end_rank(a, agreed.message());
     return follow_steps(self, a, *comm, *eng, *exchange);
   }
   const bool leads = a.role == rank_role::leader;
-  std::string broken; // the group's failure, once a header failed
+  // The group's failure, once a header failed (or the daemons disagree).
+  std::string broken = agreed.ok() || !joined.ok() ? "" : agreed.message();
   int64_t sent_layout = a.layout->version(); // the others start with it
-  auto header = [&](int64_t h) {
+  const std::vector<int64_t> no_activations;
+  auto header = [&](int64_t h, int64_t chunk_words = 0) {
     if (!leads || !eng || !broken.empty())
       return;
-    if (auto s = exchange_header(*comm, h, exchange->exchanged_link_bytes(),
-                                 *a.signals);
+    if (auto s = exchange_header(*comm, a, h, chunk_words,
+                                 exchange->exchanged_link_bytes(),
+                                 no_activations);
         !s.ok()) {
       broken = "the other daemons' ranks: " + s.message();
       a.signals->broken = true;
@@ -477,10 +531,15 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
           }
         sent_layout = a.layout->version();
       }
-      header(run_step);
+      // The other daemons' chunks, encoded before the header that says
+      // how long they are.
+      auto encoded = leads && a.data_parallel_attention
+                       ? encode_chunks(step->remote_chunks)
+                       : std::vector<int64_t>();
+      header(run_step, static_cast<int64_t>(encoded.size()));
       if (!broken.empty()) {
         step->error = broken;
-      } else if (auto s = leads ? lead_step(a, *comm, *eng, *step)
+      } else if (auto s = leads ? lead_step(a, *comm, *eng, encoded, *step)
                                 : eng->forward(step->chunks, step->logits);
                  !s.ok()) {
         step->error = s.message();

@@ -204,8 +204,12 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
     waited = std::max(waited, steps[r]->offload_wait_s);
     for (size_t i = 0; i < activations_.size(); ++i)
       activations_[i] += steps[r]->activations[i];
-    for (size_t i = 0; i < steps[r]->remote_activations.size(); ++i)
-      activations_[i] += steps[r]->remote_activations[i];
+    // The other daemons' sequences' (data_parallel_attention), a step late.
+    auto& sig = *act.signals[r];
+    std::lock_guard lock(sig.mutex);
+    for (size_t i = 0;
+         i < sig.peer_activations.size() && i < activations_.size(); ++i)
+      activations_[i] += sig.peer_activations[i];
     bytes_[r] = steps[r]->exchanged_bytes;
     link_bytes_[r] = steps[r]->exchanged_link_bytes;
     restarts_[r] = steps[r]->shard_restarts;

@@ -1,6 +1,7 @@
 #include "remote_sequences.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace tutti::serve {
@@ -16,7 +17,10 @@ namespace {
 // Per chunk: rank, count, start, want, block count, tokens, blocks.
 constexpr int64_t chunk_fields = 5;
 
-std::vector<int64_t> encode(const std::vector<std::vector<seq_chunk>>& remote) {
+} // namespace
+
+std::vector<int64_t> encode_chunks(
+  const std::vector<std::vector<seq_chunk>>& remote) {
   std::vector<int64_t> buf;
   for (size_t p = 0; p < remote.size(); ++p)
     for (const auto& c : remote[p]) {
@@ -29,6 +33,8 @@ std::vector<int64_t> encode(const std::vector<std::vector<seq_chunk>>& remote) {
   return buf;
 }
 
+namespace {
+
 status decode(const std::vector<int64_t>& buf, int64_t me,
               int64_t cache_blocks, received_chunks& mine) {
   mine = {};
@@ -39,18 +45,22 @@ status decode(const std::vector<int64_t>& buf, int64_t me,
     const int64_t p = buf[at], count = buf[at + 1], start = buf[at + 2],
                   want = buf[at + 3], blocks = buf[at + 4];
     at += chunk_fields;
-    if (count < 1 || start < 0 || want < 0 || want > 2 || blocks < 0
-        || n - at < count + blocks)
+    if (p < 1 || count < 1 || start < 0 || want < 0 || want > 2
+        || blocks < 0 || n - at < count + blocks)
       return status::error("the chunks node 0 sent hold a malformed chunk");
     if (p == me) {
+      // Checked as sent, before they narrow to int32.
+      for (int64_t i = 0; i < count; ++i)
+        if (buf[at + i] < 0 || buf[at + i] > INT32_MAX)
+          return status::error("node 0 sent token " + std::to_string(buf[at + i]));
+      for (int64_t i = count; i < count + blocks; ++i)
+        if (buf[at + i] < 0 || buf[at + i] >= cache_blocks)
+          return status::error("node 0 sent block " + std::to_string(buf[at + i])
+                               + " of a cache of "
+                               + std::to_string(cache_blocks));
       mine.tokens.emplace_back(buf.begin() + at, buf.begin() + at + count);
       mine.blocks.emplace_back(buf.begin() + at + count,
                                buf.begin() + at + count + blocks);
-      for (int32_t b : mine.blocks.back())
-        if (b < 0 || b >= cache_blocks)
-          return status::error("node 0 sent block " + std::to_string(b)
-                               + " of a cache of "
-                               + std::to_string(cache_blocks));
       seq_chunk c;
       c.count = count;
       c.start = start;
@@ -70,22 +80,15 @@ status decode(const std::vector<int64_t>& buf, int64_t me,
 
 } // namespace
 
-status share_chunks(comm::communicator& comm,
-                    const std::vector<std::vector<seq_chunk>>& remote,
+status share_chunks(comm::communicator& comm, std::vector<int64_t>& words,
                     int64_t cache_blocks, received_chunks& mine) {
-  std::vector<int64_t> buf;
-  if (comm.rank() == 0)
-    buf = encode(remote);
-  int64_t length = comm.rank() == 0 ? static_cast<int64_t>(buf.size()) : 0;
-  TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(&length, 1));
-  buf.resize(length, 0); // the followers add zeros
-  if (length > 0)
-    TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
+  if (!words.empty())
+    TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(words.data(), words.size()));
   if (comm.rank() == 0) {
     mine = {};
     return {};
   }
-  return decode(buf, comm.rank(), cache_blocks, mine);
+  return decode(words, comm.rank(), cache_blocks, mine);
 }
 
 status gather_logits(comm::communicator& comm, int64_t vocab,
@@ -113,18 +116,6 @@ status gather_logits(comm::communicator& comm, int64_t vocab,
     out[p].assign(got.begin() + at, got.begin() + at + recv_n[p]);
     at += recv_n[p];
   }
-  return {};
-}
-
-status gather_activations(comm::communicator& comm,
-                          std::vector<int64_t>& counts) {
-  std::vector<int64_t> buf = counts;
-  if (comm.rank() == 0)
-    std::fill(buf.begin(), buf.end(), 0);
-  if (!buf.empty())
-    TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
-  if (comm.rank() == 0)
-    counts = std::move(buf);
   return {};
 }
 

@@ -59,7 +59,7 @@ int64_t scheduler::total_blocks() const {
 // (with prefer_racks: of its prompt's rack, unless that one has less than
 // half the free blocks of the emptiest); it takes the cached blocks and
 // starts after them.
-void scheduler::place(request& r) {
+scheduler::placed_by scheduler::place(request& r) {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
   int32_t best = 0;
   int64_t best_match = -1;
@@ -74,6 +74,7 @@ void scheduler::place(request& r) {
       best_match = match;
     }
   }
+  placed_by how = placed_by::load;
   if (affinity_ && best_match <= 0) {
     const int64_t rack = affinity_->rack_for(r.tokens);
     int32_t in_rack = -1;
@@ -82,16 +83,14 @@ void scheduler::place(request& r) {
           && (in_rack < 0
               || caches_[i]->free_blocks() > caches_[in_rack]->free_blocks()))
         in_rack = static_cast<int32_t>(i);
+    how = placed_by::elsewhere;
     if (in_rack >= 0
         && 2 * caches_[in_rack]->free_blocks() >= caches_[best]->free_blocks()) {
       best = in_rack;
-      ++placed_by_affinity_;
-    } else {
-      ++placed_elsewhere_;
+      how = placed_by::affinity;
     }
   }
   r.rank = best;
-  ++placed_on_rank_[best];
   r.hashed = 0;
   r.prefix_hash = 0;
   r.computed = 0;
@@ -101,6 +100,7 @@ void scheduler::place(request& r) {
     r.computed = r.hashed * cache_of(r).geometry().block_tokens;
     prefix_hit_tokens_ += r.computed;
   }
+  return how;
 }
 
 void scheduler::forget_blocks(request& r) {
@@ -278,8 +278,7 @@ expected<bool> scheduler::step() {
   while (!waiting_.empty() && budget > 0
          && static_cast<int64_t>(running_.size()) < limits_.max_sequences) {
     request* r = waiting_.front().get();
-    if (r->blocks.empty())
-      place(*r);
+    const auto how = r->blocks.empty() ? place(*r) : placed_by::load;
     const int64_t n = std::min<int64_t>(
       static_cast<int64_t>(r->tokens.size()) - r->computed, budget);
     if (!cache_of(*r).reserve(r->blocks, r->computed + n)) {
@@ -288,6 +287,11 @@ expected<bool> scheduler::step() {
     }
     if (!r->started && metrics_)
       metrics_->started(*r, clock::now());
+    // Counted once it holds its blocks: a request placed again while it
+    // waits for room counts once.
+    ++placed_on_rank_[r->rank];
+    placed_by_affinity_ += how == placed_by::affinity ? 1 : 0;
+    placed_elsewhere_ += how == placed_by::elsewhere ? 1 : 0;
     r->started = true;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

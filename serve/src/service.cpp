@@ -203,7 +203,7 @@ service::submission service::submit(std::unique_ptr<request> r) {
                   "prompt + max_tokens needs more KV cache blocks than the "
                   "cache holds ("
                     + std::to_string(scheduler_->total_blocks()
-                                     / std::max<int64_t>(limits_.ep_ranks, 1))
+                                     / scheduler_->ranks())
                     + " per rank)",
                   "max_tokens");
   auto stream = std::make_shared<request_stream>();

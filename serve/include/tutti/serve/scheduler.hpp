@@ -65,6 +65,8 @@ public:
   // it can ever fit in the cache: fits()).
   void add(std::unique_ptr<request> r);
 
+  // Ranks holding sequences (a cache each).
+  int64_t ranks() const { return static_cast<int64_t>(caches_.size()); }
   // Whether `tokens` positions fit in the whole cache of a rank.
   bool fits(int64_t tokens) const {
     return caches_[0]->blocks_for_tokens(tokens) <= caches_[0]->total_blocks();
@@ -102,7 +104,10 @@ private:
            const std::string& error);
 
   kv_cache& cache_of(const request& r) { return *caches_[r.rank]; }
-  void place(request& r);
+  // How place() chose: by load (or a cached prefix), in the prompt's rack,
+  // or elsewhere though rack_affinity asked for it.
+  enum class placed_by { load, affinity, elsewhere };
+  placed_by place(request& r);
   void forget_blocks(request& r);
   void register_full_blocks(request& r);
 
