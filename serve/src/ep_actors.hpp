@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <memory>
@@ -59,6 +60,17 @@ private:
 
 // One engine step of one rank: its chunks in, the wanted rows' logits out.
 struct rank_step {
+  // A chunk whose tokens and block table point into this step's own
+  // copies: a step still running after ep_ranks::forward gave up on it
+  // (its answer timed out) never reads the scheduler's requests, which
+  // may be gone by then.
+  seq_chunk hold(seq_chunk c) {
+    c.tokens = held.emplace_back(c.tokens, c.tokens + c.count).data();
+    if (c.blocks)
+      c.blocks = &held.emplace_back(*c.blocks);
+    return c;
+  }
+  std::deque<std::vector<int32_t>> held; // a deque: elements never move
   std::vector<seq_chunk> chunks;
   std::vector<float> logits;
   std::string error;                // empty: the step ran

@@ -167,9 +167,9 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
       return status::error("ep_ranks: chunk for rank " + std::to_string(c.rank)
                            + " of " + std::to_string(sequence_ranks()));
     if (c.rank < P)
-      steps[c.rank]->chunks.push_back(c);
+      steps[c.rank]->chunks.push_back(steps[c.rank]->hold(c));
     else
-      steps[0]->remote_chunks[c.rank].push_back(c);
+      steps[0]->remote_chunks[c.rank].push_back(steps[0]->hold(c));
   }
   auto& act = *actors_;
   caf::scoped_actor self{act.system};
