@@ -62,10 +62,11 @@ TEST_CASE("queue pressure adds a replica from a warm spare, idleness "
     },
     60));
 
-  // Queue pressure: 12 streams at once against one replica.
+  // Queue pressure: 12 streams at once against one replica, for several
+  // seconds (300 requests took about 1 s, too close to scale_up_after_s).
   child_process bench({tutti_bin(), "bench", "serve", "--url",
                        "http://127.0.0.1:" + std::to_string(port),
-                       "--requests", "300", "--concurrency", "12",
+                       "--requests", "1000", "--concurrency", "12",
                        "--prompt-tokens", "16", "--output-tokens", "64",
                        "--vocab", "64", "--no-progress"},
                       root / "bench.log");
