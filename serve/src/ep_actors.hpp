@@ -130,8 +130,9 @@ struct rank_signals {
   std::mutex mutex;
   std::string failure; // why it ended, if not by a stop
   // With data_parallel_attention, node 0's rank: the other daemons'
-  // routed tokens, [layer * experts + e], as of the last header.
+  // routed tokens, [layer * experts + e], and rows, as of the last header.
   std::vector<int64_t> peer_activations;
+  int64_t peer_routed_rows = 0;
 };
 
 struct ep_rank_args {

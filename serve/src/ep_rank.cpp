@@ -318,9 +318,11 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
                        int64_t& header, int64_t& chunk_words,
                        const link_bytes& mine,
                        const std::vector<int64_t>& activations) {
-  const size_t routed = a.data_parallel_attention
-                          ? size_t(a.model->shape.layers * a.model->shape.experts)
-                          : 0;
+  // A follower's routed tokens per (layer, expert), then its routed rows.
+  const size_t routed =
+    a.data_parallel_attention
+      ? size_t(a.model->shape.layers * a.model->shape.experts) + 1
+      : 0;
   std::vector<int64_t> buf(2 + link_classes + routed, 0);
   if (comm.rank() == 0) {
     buf[0] = header;
@@ -338,7 +340,8 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
       a.signals->peer_link_bytes[l] = buf[2 + l];
     std::lock_guard lock(a.signals->mutex);
     a.signals->peer_activations.assign(buf.begin() + 2 + link_classes,
-                                       buf.end());
+                                       buf.end() - (routed ? 1 : 0));
+    a.signals->peer_routed_rows = routed ? buf.back() : 0;
   }
   return {};
 }
@@ -416,6 +419,7 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
                   comm::communicator& comm, engine& eng,
                   const actor_exchange& exchange) {
   std::vector<float> logits;
+  std::vector<int64_t> routed; // routed tokens, then routed rows
   received_chunks mine;
   for (;;) {
     bool stopped = false;
@@ -424,9 +428,10 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
     if (stopped)
       return end_rank(a, {});
     int64_t header = 0, chunk_words = 0;
+    routed = eng.expert_activations();
+    routed.push_back(exchange.routed_rows());
     if (auto s = exchange_header(comm, a, header, chunk_words,
-                                 exchange.exchanged_link_bytes(),
-                                 eng.expert_activations());
+                                 exchange.exchanged_link_bytes(), routed);
         !s.ok())
       return end_rank(a, "node 0's rank: " + s.message());
     if (header == stop_ranks)

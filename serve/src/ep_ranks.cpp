@@ -210,6 +210,7 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
     for (size_t i = 0;
          i < sig.peer_activations.size() && i < activations_.size(); ++i)
       activations_[i] += sig.peer_activations[i];
+    routed_rows_ += sig.peer_routed_rows;
     bytes_[r] = steps[r]->exchanged_bytes;
     link_bytes_[r] = steps[r]->exchanged_link_bytes;
     restarts_[r] = steps[r]->shard_restarts;
