@@ -6,7 +6,9 @@
 // placement, as does one of 2 daemons whose experts move between racks
 // while it serves (serve.replan), and one of 4 daemons in 2 racks with the
 // rack-aware all-to-all (fewer bytes across racks), and the same 4 with
-// every daemon holding sequences (serve.data_parallel_attention). `tutti experts stats HOST:PORT --json` writes a replica's
+// every daemon holding sequences (serve.data_parallel_attention), which
+// also refuses daemons whose caches differ and stops being ready when one
+// dies. `tutti experts stats HOST:PORT --json` writes a replica's
 // load for serve.offload; a plan that does not fit is refused naming
 // serve.placement, exit 2.
 
@@ -308,4 +310,32 @@ TEST_CASE("daemons whose serve configs differ are told which key, and do "
   CHECK(log1.find("every daemon needs the same serve config")
         != std::string::npos);
   CHECK_FALSE(serve_ready(base));
+}
+
+TEST_CASE("a daemon holding sequences that dies: node 0 stops being ready "
+          "and a request fails in bounded time",
+          "[integration]") {
+  auto root = scratch("serve_daemons_dp_lost");
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  const int base = port_block(613, 2);
+  write_text(root / "dp.yaml",
+             serve_yaml(root / "model", base,
+                        cluster(2, base + 1)
+                          + "  data_parallel_attention: true\n"));
+  auto node1 = start_daemon(root / "dp.yaml", 1, root / "node1.log");
+  auto node0 = start_daemon(root / "dp.yaml", 0, root / "node0.log");
+  INFO("node 0: " << read_text(root / "node0.log"));
+  REQUIRE(wait_until([&] { return serve_ready(base); }, 60));
+  // Both daemons hold sequences: six requests at once reach node 1 too.
+  for (const auto& a : answers(base))
+    REQUIRE(a.contains("logprobs"));
+  node1.reset(); // killed
+  const auto asked = std::chrono::steady_clock::now();
+  json body = {{"prompt", "after the loss"}, {"max_tokens", 8}};
+  auto r = local_client(base).Post("/v1/completions", body.dump(),
+                                   "application/json");
+  CHECK((!r || r->status != 200));
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(30));
+  CHECK(wait_until([&] { return !serve_ready(base); }, 15));
 }
