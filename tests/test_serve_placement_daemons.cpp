@@ -280,6 +280,19 @@ TEST_CASE("tutti serve refuses a plan for other ranks: serve.placement, exit 2",
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
 
+namespace {
+
+// ROOT/model and the serve config of 2 daemons on loopback that both hold
+// sequences, HTTP on `port`, the rendezvous on port + 1.
+std::string two_daemons_holding_sequences(const fs::path& root, int port) {
+  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
+  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  return serve_yaml(root / "model", port,
+                    cluster(2, port + 1) + "  data_parallel_attention: true\n");
+}
+
+} // namespace
+
 TEST_CASE("daemons whose serve configs differ are told which key, and do "
           "not serve",
           "[integration]") {
@@ -287,12 +300,8 @@ TEST_CASE("daemons whose serve configs differ are told which key, and do "
   // (serve.data_parallel_attention): a daemon with another cache size
   // would get blocks it does not have.
   auto root = scratch("serve_daemons_disagree");
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
   const int base = port_block(611, 2);
-  const auto node0 = serve_yaml(root / "model", base,
-                                cluster(2, base + 1)
-                                  + "  data_parallel_attention: true\n");
+  const auto node0 = two_daemons_holding_sequences(root, base);
   auto node1 = node0;
   const std::string kv = "kv_cache_bytes: 4MiB";
   REQUIRE(node1.find(kv) != std::string::npos);
@@ -316,13 +325,8 @@ TEST_CASE("a daemon holding sequences that dies: node 0 stops being ready "
           "and a request fails in bounded time",
           "[integration]") {
   auto root = scratch("serve_daemons_dp_lost");
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
   const int base = port_block(613, 2);
-  write_text(root / "dp.yaml",
-             serve_yaml(root / "model", base,
-                        cluster(2, base + 1)
-                          + "  data_parallel_attention: true\n"));
+  write_text(root / "dp.yaml", two_daemons_holding_sequences(root, base));
   auto node1 = start_daemon(root / "dp.yaml", 1, root / "node1.log");
   auto node0 = start_daemon(root / "dp.yaml", 0, root / "node0.log");
   INFO("node 0: " << read_text(root / "node0.log"));
