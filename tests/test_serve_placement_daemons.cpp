@@ -72,6 +72,14 @@ void check_same(const std::vector<json>& got, const std::vector<json>& want) {
   }
 }
 
+// The value of the sample `key` (its name and labels, then a space) in a
+// /metrics page.
+int64_t sample_of(const std::string& metrics, const std::string& key) {
+  const auto at = metrics.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stoll(metrics.substr(at + key.size()));
+}
+
 // Starts `nodes` daemons on `config` (the last first), waits for node 0's
 // port to be ready and returns the answers; the daemons stop on return.
 // With `metrics`, node 0's /metrics once `settled_key`'s value (when one is
@@ -194,9 +202,7 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
       check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
                                   &metrics, key),
                  alone);
-      const auto at = metrics.find(key);
-      REQUIRE(at != std::string::npos);
-      return std::stoll(metrics.substr(at + key.size()));
+      return sample_of(metrics, key);
     };
     const auto flat = inter_rack(false);
     const auto relayed = inter_rack(true);
@@ -227,14 +233,11 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
                  alone);
       INFO(name << ": " << metrics);
       int64_t on_others = 0;
-      for (int r = 1; r < 4; ++r) {
-        const std::string placed = "tutti_serve_requests_placed_on_rank_total"
-                                   "{model=\"model\",rank=\""
-                                   + std::to_string(r) + "\"} ";
-        const auto at = metrics.find(placed);
-        REQUIRE(at != std::string::npos);
-        on_others += std::stoll(metrics.substr(at + placed.size()));
-      }
+      for (int r = 1; r < 4; ++r)
+        on_others += sample_of(metrics,
+                               "tutti_serve_requests_placed_on_rank_total"
+                               "{model=\"model\",rank=\""
+                                 + std::to_string(r) + "\"} ");
       CHECK(on_others > 0);
     }
   }

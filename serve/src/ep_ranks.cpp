@@ -9,6 +9,7 @@
 
 #include "ep_actors.hpp"
 #include "ep_world.hpp"
+#include "remote_sequences.hpp"
 
 namespace tutti::serve {
 
@@ -220,9 +221,7 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   logits.clear();
   std::vector<int64_t> next(sequence_ranks(), 0);
   for (const auto& c : batch) {
-    const int64_t rows = c.want == seq_chunk::logits::all    ? c.count
-                         : c.want == seq_chunk::logits::last ? 1
-                                                             : 0;
+    const int64_t rows = wanted_rows(c);
     const auto& from = c.rank < P ? steps[c.rank]->logits
                                   : steps[0]->remote_logits[c.rank];
     logits.insert(logits.end(), from.begin() + next[c.rank] * V,

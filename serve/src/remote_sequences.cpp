@@ -26,9 +26,10 @@ std::vector<int64_t> encode_chunks(
     for (const auto& c : remote[p]) {
       buf.insert(buf.end(),
                  {int64_t(p), c.count, c.start, int64_t(c.want),
-                  int64_t(c.blocks->size())});
+                  int64_t(c.blocks ? c.blocks->size() : 0)});
       buf.insert(buf.end(), c.tokens, c.tokens + c.count);
-      buf.insert(buf.end(), c.blocks->begin(), c.blocks->end());
+      if (c.blocks) // none: the follower's engine refuses the chunk
+        buf.insert(buf.end(), c.blocks->begin(), c.blocks->end());
     }
   return buf;
 }

@@ -237,9 +237,12 @@ void service::cancel(uint64_t id) {
 }
 
 void service::publish_gauges() {
-  serve_gauges g{scheduler_->running(), scheduler_->waiting(),
-                 scheduler_->used_blocks(), scheduler_->total_blocks(),
-                 scheduler_->prefix_hit_tokens()};
+  serve_gauges g;
+  g.running = scheduler_->running();
+  g.waiting = scheduler_->waiting();
+  g.kv_used_blocks = scheduler_->used_blocks();
+  g.kv_total_blocks = scheduler_->total_blocks();
+  g.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();
   g.placed_by_affinity = scheduler_->placed_by_affinity();
   g.placed_elsewhere = scheduler_->placed_elsewhere();
   g.placed_on_rank = scheduler_->placed_on_rank();

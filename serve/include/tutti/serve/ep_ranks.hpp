@@ -14,7 +14,7 @@
 // share of the experts; the ranks exchange expert rows over Gloo, meeting
 // through a rendezvous actor node 0 publishes (as a training job's ranks
 // meet through the coordinator). Node 0's rank opens each step with a
-// one-number collective the other nodes' ranks wait on (step, keep-alive
+// small collective the other nodes' ranks wait on (step, keep-alive
 // while idle, stop), then every rank takes part in each layer's exchange.
 // With data_parallel_attention every daemon's rank holds sequences too
 // (attention data parallel, the experts expert parallel, as DeepSeek's

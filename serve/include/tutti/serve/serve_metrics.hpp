@@ -50,7 +50,8 @@ struct serve_gauges {
   double cross_rack_share = 0.0;
   int64_t replans = 0;
   // With serve.rack_affinity: requests started in the rack of their
-  // prompt's experts, and those that went elsewhere (that rack's ranks were too full).
+  // prompt's experts, and those that went elsewhere (that rack's ranks
+  // were too full).
   int64_t placed_by_affinity = 0, placed_elsewhere = 0;
   // Requests placed on each rank that holds sequences.
   std::vector<int64_t> placed_on_rank;
