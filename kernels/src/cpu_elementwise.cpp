@@ -173,6 +173,16 @@ double sum_squares(const stream&, const T* x, int64_t n) {
 }
 
 template <class T>
+bool all_finite(const stream&, const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return vector::all_finite(x, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      return false;
+  return true;
+}
+
+template <class T>
 void axpy(const stream&, T a, const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] += a * x[i];

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace tutti::kernels::cpu::vector {
 
@@ -108,6 +109,20 @@ double sum_squares(const float* x, int64_t n) {
   for (int l = 0; i + l < n; ++l)
     acc[l] += double(x[i + l]) * double(x[i + l]);
   return lane_sum(acc);
+}
+
+TUTTI_CPU_CLONES
+bool all_finite(const float* x, int64_t n) {
+  // A float is NaN or infinite exactly when its exponent bits are all ones:
+  // the largest exponent field over x says it, and the max vectorises.
+  uint32_t top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    bits &= 0x7f800000u;
+    top = bits > top ? bits : top;
+  }
+  return top != 0x7f800000u;
 }
 
 TUTTI_CPU_CLONES

@@ -69,6 +69,8 @@ void causal_softmax_backward_row(const float* p, float* r, int64_t len,
 // fixed lanes (combined in a fixed order).
 double sum_squares(const float* x, int64_t n);
 double dot3(const float* a, const float* b, const float* c, int64_t n);
+// No x[i] is NaN or infinite (tested on the exponent bits).
+bool all_finite(const float* x, int64_t n);
 
 // One AdamW update (decoupled weight decay): the generic loop's arithmetic
 // (cpu_loss_optim.cpp), in double but for the step's denominator, which is

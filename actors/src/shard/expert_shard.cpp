@@ -100,26 +100,10 @@ using shard_pointer = expert_shard_actor::stateful_pointer<expert_shard_state>;
 
 // The NaN/Inf guard: a shard that produced a non-finite value fails, and
 // its supervisor restarts it (a one-off fault then passes on the replay; a
-// persistent one exceeds the restart intensity and escalates). On a GPU a
-// sum of squares (NaN or Inf exactly when a value is) runs on the device;
-// on the CPU a plain scan is several times cheaper.
-bool all_finite(const k::stream& s, const float* x, int64_t n) {
-  if (s.device == k::device_kind::cuda)
-    return std::isfinite(k::sum_squares(s, x, n));
-  // A float is NaN or infinite exactly when its exponent bits are all
-  // ones; tested on the bits, the loop vectorises.
-  uint32_t all_ones = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    all_ones |= (bits & 0x7f800000u) == 0x7f800000u;
-  }
-  return all_ones == 0;
-}
-
+// persistent one exceeds the restart intensity and escalates).
 void require_finite(const k::stream& s, const float* x, int64_t n,
                     const char* what, int64_t layer) {
-  if (!all_finite(s, x, n))
+  if (!k::all_finite(s, x, n))
     throw std::runtime_error(std::string("non-finite value in the ") + what
                              + " of layer " + std::to_string(layer));
 }

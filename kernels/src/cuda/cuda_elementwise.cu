@@ -222,6 +222,13 @@ double sum_squares(const stream& s, const T* x, int64_t n) {
   return reduce_to_host(s, n, square_term<T>{x});
 }
 
+// A sum of squares is NaN or infinite exactly when a value is (a float's
+// square cannot overflow a double), and it is one reduction already here.
+template <class T>
+bool all_finite(const stream& s, const T* x, int64_t n) {
+  return std::isfinite(cuda::sum_squares<T>(s, x, n));
+}
+
 template <class T>
 void axpy(const stream& s, T a, const T* x, T* y, int64_t n) {
   if (n == 0)
