@@ -1,6 +1,7 @@
 // The in-process communicator (comm/memory_communicator.hpp) against Gloo
 // over loopback: the same all-to-all results and the same bits for sums
-// over 2, 3 and 4 members (both add in member order); abort releases a
+// over 2, 3 and 4 members (both add in member order); the exchange by
+// runs lands each run in place; abort releases a
 // member stuck on a peer at once; a peer that never comes fails the
 // collective at its timeout, and a group that never forms fails at join.
 
@@ -136,6 +137,55 @@ TEST_CASE("memory all-to-all-v delivers what Gloo delivers", "[unit]") {
         for (int i = 0; i < (p + 1) * (r + 1); ++i)
           CHECK(received[r][at++] == p * 100 + r);
     }
+  }
+}
+
+TEST_CASE("memory all-to-all by runs lands each run where the receiver "
+          "says, and refuses totals that disagree",
+          "[unit]") {
+  const int n = 3;
+  auto group = make_group(true, n);
+  // Member r sends member p the values r*100 + p*10 + i, i = 0..5, from
+  // two runs of its buffer (i 0..1 at 10p, i 2..5 at 10p + 4); the
+  // receiver takes them into runs of 1, 2 and 3 elements, reversed across
+  // the buffer: sender p's values land at 30 - 10p.
+  std::vector<std::vector<int32_t>> received(n, std::vector<int32_t>(40, -1));
+  std::vector<status> result(n);
+  on_all(n, [&](int r) {
+    std::vector<int32_t> send(40, -1);
+    std::vector<std::vector<comm::slice>> from(n), to(n);
+    for (int p = 0; p < n; ++p) {
+      for (int i = 0; i < 6; ++i)
+        send[10 * p + (i < 2 ? i : i + 2)] = r * 100 + p * 10 + i;
+      from[p] = {{10 * p, 2}, {10 * p + 4, 4}};
+      to[p] = {{30 - 10 * p, 1}, {30 - 10 * p + 3, 2}, {30 - 10 * p + 6, 3}};
+    }
+    result[r] = group[r]->all_to_all_runs(send.data(), from,
+                                          received[r].data(), to, 4);
+  });
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(result[r].ok());
+    for (int p = 0; p < n; ++p) {
+      const int at = 30 - 10 * p;
+      const int got[] = {received[r][at], received[r][at + 3],
+                         received[r][at + 4], received[r][at + 6],
+                         received[r][at + 7], received[r][at + 8]};
+      for (int i = 0; i < 6; ++i)
+        CHECK(got[i] == p * 100 + r * 10 + i);
+      CHECK(received[r][at + 1] == -1); // between the runs: untouched
+    }
+  }
+  // One element fewer expected from every member: each receiver says so.
+  on_all(n, [&](int r) {
+    std::vector<int32_t> send(40, 0);
+    std::vector<std::vector<comm::slice>> from(n, {{0, 6}}), to(n, {{0, 5}});
+    result[r] = group[r]->all_to_all_runs(send.data(), from,
+                                          received[r].data(), to, 4);
+  });
+  for (int r = 0; r < n; ++r) {
+    REQUIRE_FALSE(result[r].ok());
+    CHECK_THAT(result[r].message(),
+               Catch::Contains("sends 6 elements, 5 expected"));
   }
 }
 

@@ -18,6 +18,7 @@ public:
   struct slot {
     const void* send = nullptr;
     const int64_t* send_counts = nullptr; // per member, in elements
+    const std::vector<std::vector<slice>>* send_runs = nullptr;
     void* data = nullptr;                 // all-reduce: the member's buffer
   };
 
@@ -178,20 +179,7 @@ public:
     auto& mine = group_->at(rank_);
     mine.send = send;
     mine.send_counts = send_counts.data();
-    {
-      // Until every member has published its buffers is waiting; the
-      // copies after it are the exchange itself.
-      // A member that helps a busy peer's shard meanwhile is computing.
-      const auto t0 = std::chrono::steady_clock::now();
-      const double lent_before = lent_s_;
-      auto arrived = group_->arrive(options_.timeout, describe(),
-                                    &options_.while_waiting, &lent_s_);
-      waited_s_ += std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - t0)
-                     .count()
-                   - (lent_s_ - lent_before);
-      TUTTI_RETURN_IF_ERROR(arrived);
-    }
+    TUTTI_RETURN_IF_ERROR(wait_for_members());
     // Read each peer's block for this member straight from its buffer.
     auto* out = static_cast<char*>(recv);
     status result;
@@ -214,6 +202,32 @@ public:
                       + offset * static_cast<int64_t>(element_bytes),
                     bytes);
       out += recv_counts[p] * static_cast<int64_t>(element_bytes);
+    }
+    // Nobody reuses a send buffer until every member has read from it.
+    TUTTI_RETURN_IF_ERROR(arrive());
+    return result;
+  }
+
+  status all_to_all_runs(const void* send,
+                         const std::vector<std::vector<slice>>& send_runs,
+                         void* recv,
+                         const std::vector<std::vector<slice>>& recv_runs,
+                         size_t element_bytes) override {
+    const int n = size();
+    if (static_cast<int>(send_runs.size()) != n
+        || static_cast<int>(recv_runs.size()) != n)
+      return status::error(describe() + ": runs for "
+                           + std::to_string(send_runs.size()) + " and "
+                           + std::to_string(recv_runs.size()) + " members");
+    auto& mine = group_->at(rank_);
+    mine.send = send;
+    mine.send_runs = &send_runs;
+    TUTTI_RETURN_IF_ERROR(wait_for_members());
+    status result;
+    for (int p = 0; p < n && result.ok(); ++p) {
+      const auto& peer = group_->at(p);
+      result = copy_runs(peer.send, (*peer.send_runs)[rank_], recv,
+                         recv_runs[p], element_bytes, p);
     }
     // Nobody reuses a send buffer until every member has read from it.
     TUTTI_RETURN_IF_ERROR(arrive());
@@ -244,6 +258,62 @@ public:
 
 private:
   status arrive() { return group_->arrive(options_.timeout, describe()); }
+
+  // Until every member has published its buffers is waiting; the copies
+  // after it are the exchange itself. A member that helps a busy peer's
+  // shard meanwhile is computing.
+  status wait_for_members() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lent_before = lent_s_;
+    auto arrived = group_->arrive(options_.timeout, describe(),
+                                  &options_.while_waiting, &lent_s_);
+    waited_s_ += std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count()
+                 - (lent_s_ - lent_before);
+    return arrived;
+  }
+
+  // Member `from`'s runs `src` of `send` into this member's runs `dst` of
+  // `recv`, walking both in order.
+  status copy_runs(const void* send, const std::vector<slice>& src,
+                   void* recv, const std::vector<slice>& dst,
+                   size_t element_bytes, int from) const {
+    int64_t sent = 0, expected = 0;
+    for (const auto& r : src)
+      sent += r.count;
+    for (const auto& r : dst)
+      expected += r.count;
+    if (sent != expected)
+      return status::error(describe() + ": member " + std::to_string(from)
+                           + " sends " + std::to_string(sent)
+                           + " elements, " + std::to_string(expected)
+                           + " expected");
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    const auto bytes = static_cast<int64_t>(element_bytes);
+    size_t i = 0, o = 0;
+    int64_t in_at = 0, out_at = 0; // elements done of src[i], dst[o]
+    while (i < src.size() && o < dst.size()) {
+      const int64_t count = std::min(src[i].count - in_at,
+                                     dst[o].count - out_at);
+      if (count > 0)
+        std::memcpy(out + (dst[o].first + out_at) * bytes,
+                    in + (src[i].first + in_at) * bytes,
+                    static_cast<size_t>(count * bytes));
+      in_at += count;
+      out_at += count;
+      if (in_at == src[i].count) {
+        ++i;
+        in_at = 0;
+      }
+      if (out_at == dst[o].count) {
+        ++o;
+        out_at = 0;
+      }
+    }
+    return {};
+  }
 
   // Member r sums the r-th slice for everyone, in member order, and writes
   // the sum into every member's buffer: each element is read and written by

@@ -136,11 +136,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   a.recv_rows = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(),
                                 int64_t{0});
 
-  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
-  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time)); // moe_exchange.cpp
-
-  // Regroup the received rows from source-major to expert-major.
+  // The received rows regrouped from source-major to expert-major.
   std::vector<int64_t> src_index(a.recv_rows);
   a.rows_per_expert.assign(L, 0);
   std::vector<int64_t> source_start(P, 0);
@@ -158,10 +154,25 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
       a.rows_per_expert[j] += count;
     }
   a.src_index.upload(stream_, src_index);
+  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
   dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
-                 a.recv_rows, d);
+  const bool alone = exchanges_with_self_only();
+  const bool by_runs = exchanges_by_runs();
+  if (by_runs)
+    plan_runs(a);
+  if (alone) { // the dispatch order is the experts' order already
+    k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(),
+                    dexp_in_.data(), a.rows, K, d);
+    count_sent_rows(a.send_counts);
+  } else {
+    TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time)); // moe_exchange.cpp
+  }
+
+  if (!alone && !by_runs)
+    k::gather_rows(stream_, drecv_.data(), a.src_index.data(),
+                   dexp_in_.data(), a.recv_rows, d);
   a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
   if (slots_.size() > 1) // a later forward may come before this backward
     a.expert_in.assign(stream_, dexp_in_.data(),
@@ -169,12 +180,15 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   expert_forward_of_[l] = micro_;
   k::wait(stream_); // the shard reads them on its own stream
   // Experts and combine, chunk by chunk (moe_combine.cpp).
+  // Alone, the experts write their outputs in dispatch order themselves.
   plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
-    l, dexp_in_.data(), dexp_out_.data(), d, combine_chunk_rows(),
+    l, dexp_in_.data(), alone ? a.y_rows.data() : dexp_out_.data(), d,
+    combine_chunk_rows(),
     [&](size_t c) {
-      return combine_chunk(a, c, dexp_out_, a.y_rows, combine_kind::outputs,
-                           time);
+      return alone ? status{}
+                   : combine_chunk(a, c, dexp_out_, a.y_rows,
+                                   combine_kind::outputs, time);
     },
     time.overlap_s));
   // Through the rack relays a group's outputs come summed on its lead row
@@ -225,10 +239,23 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   // Through the rack relays y_rows holds what the combine left (a group's
   // sum on its lead): the rows' gradients are right, the gate gradients of
   // the groups' rows come from the relays with the input gradients.
+  // Alone, the rows' gradients are in the experts' order as they are made,
+  // and the experts' input gradients go straight to drows_.
+  const bool alone = exchanges_with_self_only();
   k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
                                 a.slot_of_row.data(), a.gate.data(),
-                                drows_.data(), dgate_.data(), a.rows, n, K, d);
-  if (rack_) {
+                                alone ? dexp_out_.data() : drows_.data(),
+                                dgate_.data(), a.rows, n, K, d);
+  const bool by_runs = exchanges_by_runs();
+  if (alone) {
+    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
+    count_sent_rows(a.send_counts);
+  } else if (by_runs) {
+    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
+    TUTTI_RETURN_IF_ERROR(exchange_by_runs(drows_.data(), a.dispatch_runs,
+                                           dexp_out_.data(), a.expert_runs,
+                                           a.send_counts, time));
+  } else if (rack_) {
     TUTTI_RETURN_IF_ERROR(rack_dispatch_gradient(a, dx.data(), time));
   } else {
     // y_rows are this TP rank's partial outputs: so are the gates' gradients.
@@ -237,17 +264,20 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                                         drows_.data(), a.send_counts,
                                         drecv_.data(), a.recv_counts, time));
   }
-  k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
-                 a.recv_rows, d);
+  if (!alone && !by_runs)
+    k::gather_rows(stream_, drecv_.data(), a.src_index.data(),
+                   dexp_out_.data(), a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream
   // The experts' input gradients go back chunk by chunk, into drows_ (its
   // gradients are sent already), as in the forward pass.
   plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.backward_chunks(
-    l, dexp_out_.data(), dexp_in_.data(), d, combine_chunk_rows(),
+    l, dexp_out_.data(), alone ? drows_.data() : dexp_in_.data(), d,
+    combine_chunk_rows(),
     [&](size_t c) {
-      return combine_chunk(a, c, dexp_in_, drows_,
-                           combine_kind::input_gradients, time);
+      return alone ? status{}
+                   : combine_chunk(a, c, dexp_in_, drows_,
+                                   combine_kind::input_gradients, time);
     },
     time.overlap_s));
   if (rack_) // the relays' gate gradients are TP partials as well

@@ -67,6 +67,10 @@ status rank_model::combine_chunk(layer_acts& a, size_t c,
   const int64_t d = cfg_.model.hidden_size, P = comms_.ep->size();
   const int64_t L = cfg_.moe.num_experts / P;
   const auto& ch = combine_[c];
+  if (exchanges_by_runs()) // one chunk (plan_combine): the dispatch reversed
+    return exchange_by_runs(expert_major.data(), a.expert_runs,
+                            dispatch_order.data(), a.dispatch_runs, ch.send,
+                            time);
   // Send side: expert-major (for each expert, each member's rows) to member
   // order; one expert's rows are in member order already.
   const float* send = expert_major.data() + ch.start * d;

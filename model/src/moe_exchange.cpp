@@ -20,6 +20,9 @@ status rank_model::dispatch_rows(layer_acts& a, int64_t n, step_timers& time) {
   if (!rack_) {
     k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(), drows_.data(),
                     a.rows, K, d);
+    if (exchanges_by_runs())
+      return exchange_by_runs(drows_.data(), a.dispatch_runs, dexp_in_.data(),
+                              a.expert_runs, a.send_counts, time);
     return exchange_rows(relay_direction::out_of_origin, drows_.data(),
                          a.send_counts, drecv_.data(), a.recv_counts, time);
   }
@@ -102,6 +105,42 @@ status rank_model::exchange_rows(relay_direction dir, const float* send,
   TUTTI_RETURN_IF_ERROR(rack_->relayed(*comms_.ep, collectives_, dir, send,
                                        send_rows, recv, recv_rows, d));
   count_sent_bytes(rack_->bytes_to());
+  return {};
+}
+
+void rank_model::plan_runs(layer_acts& a) const {
+  const int64_t d = cfg_.model.hidden_size, P = comms_.ep->size();
+  const int64_t L = cfg_.moe.num_experts / P;
+  a.dispatch_runs.assign(P, {});
+  a.expert_runs.assign(P, {});
+  int64_t at = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    a.dispatch_runs[p].push_back({at * d, a.send_counts[p] * d});
+    at += a.send_counts[p];
+  }
+  // Expert j's rows from member p start after the rows of experts before j
+  // and of members before p for j.
+  int64_t expert_at = 0;
+  for (int64_t j = 0; j < L; ++j) {
+    int64_t row = expert_at;
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t count = a.recv_expert_counts[p * L + j];
+      if (count > 0)
+        a.expert_runs[p].push_back({row * d, count * d});
+      row += count;
+    }
+    expert_at += a.rows_per_expert[j];
+  }
+}
+
+status rank_model::exchange_by_runs(
+  const float* send, const std::vector<std::vector<comm::slice>>& from,
+  float* recv, const std::vector<std::vector<comm::slice>>& to,
+  const std::vector<int64_t>& send_rows, step_timers& time) {
+  exchange_timer t(time, *comms_.ep);
+  TUTTI_RETURN_IF_ERROR(
+    comms_.ep->all_to_all_runs(send, from, recv, to, sizeof(float)));
+  count_sent_rows(send_rows);
   return {};
 }
 

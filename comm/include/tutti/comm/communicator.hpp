@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/comm/slices.hpp"
 
 namespace tutti::comm {
 
@@ -32,6 +33,20 @@ public:
                               void* recv,
                               const std::vector<int64_t>& recv_counts,
                               size_t element_bytes) = 0;
+
+  // all_to_all_v whose blocks are read from, and land in, runs of elements
+  // (slice: first, count) instead of packed blocks: what member p sends to
+  // q is p's send_runs[q] in order, and it lands in q's recv_runs[p] in
+  // order (the totals must agree). It spares the MoE block the copies that
+  // regroup rows by expert around a packed exchange. Only in-process
+  // communicators have it (in_process()); the others return an error.
+  virtual status all_to_all_runs(
+    const void* /*send*/,
+    const std::vector<std::vector<slice>>& /*send_runs*/, void* /*recv*/,
+    const std::vector<std::vector<slice>>& /*recv_runs*/,
+    size_t /*element_bytes*/) {
+    return status::error(describe() + ": no exchange by runs");
+  }
 
   // Fixed-size exchange: `per_member` int64 values to and from each member.
   virtual status all_to_all(const int64_t* send, int64_t* recv,

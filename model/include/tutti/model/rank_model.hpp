@@ -125,6 +125,10 @@ private:
     std::vector<int64_t> kept_host, send_counts, recv_counts,
       recv_expert_counts, rows_per_expert, counts_global;
     int64_t rows = 0, recv_rows = 0;
+    // In-process exchanges by runs (exchanges_by_runs): per member, its
+    // block of the dispatch order, and its rows of each local expert in the
+    // experts' order.
+    std::vector<std::vector<comm::slice>> dispatch_runs, expert_runs;
   };
 
   // This stage's layers of one micro-batch (all of them without pipeline
@@ -272,8 +276,28 @@ private:
 
   // The exchanges of the MoE block (moe_exchange.cpp), flat or through the
   // rack relays (moe_config.rack_aware_alltoall): same bits either way.
-  // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_.
+  // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_, or
+  // by runs straight into dexp_in_ in the experts' order.
   status dispatch_rows(layer_acts& a, int64_t n, step_timers& time);
+  // An EP group of one: its exchanges would copy rows onto themselves, so
+  // the MoE block skips them (and the regrouping copies around them).
+  bool exchanges_with_self_only() const {
+    return comms_.ep->size() == 1 && !rack_;
+  }
+  // Ranks of one process on the CPU: the exchanges copy rows straight
+  // between the dispatch order and the experts' order (all_to_all_runs),
+  // with no regrouping copies around them.
+  bool exchanges_by_runs() const {
+    return comms_.ep->size() > 1 && !rack_ && comms_.ep->in_process()
+           && stream_.device == kernels::device_kind::cpu;
+  }
+  void plan_runs(layer_acts& a) const;
+  status exchange_by_runs(const float* send,
+                          const std::vector<std::vector<comm::slice>>& from,
+                          float* recv,
+                          const std::vector<std::vector<comm::slice>>& to,
+                          const std::vector<int64_t>& send_rows,
+                          step_timers& time);
   // Rows of hidden-size floats by EP member; `dir` says which end is the
   // tokens' home (the dispatch leaves it, the combine returns to it).
   status exchange_rows(relay_direction dir, const float* send,
