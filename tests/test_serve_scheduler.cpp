@@ -2,7 +2,8 @@
 // same alone and among 31 others (greedy and seeded sampling, any arrival
 // order), with prompts prefilled in chunks, and when the KV cache runs out
 // and requests are preempted and recomputed. Stop sequences, cancellation
-// and timeouts free their blocks.
+// and timeouts free their blocks. With rack affinity over several ranks, a
+// request its rack has no room for starts on another rank at once.
 
 #include <catch2/catch.hpp>
 
@@ -224,4 +225,90 @@ TEST_CASE("finishing a request early frees its blocks", "[unit]") {
   auto s = h.sched.step();
   REQUIRE(s.ok());
   CHECK_FALSE(s.value());
+}
+
+TEST_CASE("with rack affinity, a request its rack has no room for starts "
+          "on another rank instead of holding up the queue",
+          "[unit]") {
+  const auto m = small_model();
+  // Four ranks in two racks, each with its own cache of 6 blocks of 4
+  // tokens and an engine on it; a step runs each rank's chunks on its
+  // engine and returns the logits in the batch's order.
+  const serve::kv_geometry g{m.shape.layers, m.shape.kv_heads,
+                             m.shape.head_dim, 4};
+  std::vector<std::unique_ptr<serve::kv_cache>> caches;
+  std::vector<std::unique_ptr<serve::engine>> engines;
+  std::vector<serve::kv_cache*> views;
+  for (int r = 0; r < 4; ++r) {
+    caches.push_back(std::make_unique<serve::kv_cache>(g, 6));
+    engines.push_back(std::make_unique<serve::engine>(m, *caches.back()));
+    views.push_back(caches.back().get());
+  }
+  auto forward = [&](const std::vector<serve::seq_chunk>& batch,
+                     std::vector<float>& logits) -> status {
+    const int64_t V = m.shape.vocab;
+    std::vector<std::vector<float>> of_rank(4);
+    for (int r = 0; r < 4; ++r) {
+      std::vector<serve::seq_chunk> mine;
+      for (const auto& c : batch)
+        if (c.rank == r)
+          mine.push_back(c);
+      if (!mine.empty())
+        TUTTI_RETURN_IF_ERROR(engines[r]->forward(mine, of_rank[r]));
+    }
+    logits.clear();
+    std::vector<int64_t> taken(4, 0);
+    for (const auto& c : batch)
+      if (c.want == serve::seq_chunk::logits::last) {
+        const float* row = of_rank[c.rank].data() + taken[c.rank]++ * V;
+        logits.insert(logits.end(), row, row + V);
+      }
+    return {};
+  };
+  serve::scheduler sched(m, views, forward, {40, 16});
+  // Every token's experts are on rank 0 and 1 (rack 0): every prompt
+  // prefers rack 0.
+  auto plan = placement::placement_plan::contiguous(m.shape.layers,
+                                                    m.shape.experts, 4);
+  plan.token_top_k = 2;
+  for (int64_t v = 0; v < m.shape.vocab; ++v)
+    for (int64_t l = 0; l < m.shape.layers; ++l)
+      plan.token_experts.insert(plan.token_experts.end(), {0, 1});
+  auto affinity = serve::request_affinity::from_plan(plan, {0, 0, 1, 1});
+  REQUIRE(affinity.ok());
+  sched.prefer_racks(affinity.value());
+  std::map<uint64_t, serve::finish_reason> finished;
+  auto add = [&](uint64_t id, int64_t prompt_tokens) {
+    auto r = std::make_unique<serve::request>();
+    r->id = id;
+    r->prompt = prompt_of(700 + id, prompt_tokens, m.shape.vocab);
+    r->max_tokens = 4;
+    r->sampling = greedy();
+    r->sink = [&finished, id](serve::request_event ev) {
+      if (ev.finish != serve::finish_reason::none)
+        finished[id] = ev.finish;
+    };
+    sched.add(std::move(r));
+  };
+  // The first two take 3 blocks on each rank of rack 0, leaving 3 there
+  // and 6 on the others: the third's first chunk (16 tokens, 4 blocks)
+  // would still go to rack 0 by the half-free rule, where it cannot fit.
+  add(0, 12);
+  add(1, 12);
+  add(2, 16);
+  REQUIRE(sched.step().ok());
+  CHECK(sched.placed_on_rank() == std::vector<int64_t>{1, 1, 1, 0});
+  CHECK(sched.placed_by_affinity() == 2);
+  CHECK(sched.placed_elsewhere() == 1);
+  for (int s = 0; s < 100; ++s) {
+    auto more = sched.step();
+    REQUIRE(more.ok());
+    if (!more.value())
+      break;
+  }
+  CHECK(finished.size() == 3);
+  for (const auto& [id, why] : finished)
+    CHECK(why == serve::finish_reason::length);
+  for (const auto& c : caches)
+    CHECK(c->used_blocks() == 0);
 }

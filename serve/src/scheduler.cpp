@@ -58,8 +58,8 @@ int64_t scheduler::total_blocks() const {
 // its tokens, else the one with the most free blocks, the first of equals
 // (with prefer_racks: of its prompt's rack, unless that one has less than
 // half the free blocks of the emptiest); it takes the cached blocks and
-// starts after them.
-scheduler::placed_by scheduler::place(request& r) {
+// starts after them. by_rack false: by load alone.
+scheduler::placed_by scheduler::place(request& r, bool by_rack) {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
   int32_t best = 0;
   int64_t best_match = -1;
@@ -74,8 +74,9 @@ scheduler::placed_by scheduler::place(request& r) {
       best_match = match;
     }
   }
-  placed_by how = placed_by::load;
-  if (affinity_ && best_match <= 0) {
+  // Placed by load where the rack was asked for is placed elsewhere.
+  placed_by how = by_rack ? placed_by::load : placed_by::elsewhere;
+  if (affinity_ && by_rack && best_match <= 0) {
     const int64_t rack = affinity_->rack_for(r.tokens);
     int32_t in_rack = -1;
     for (size_t i = 0; i < caches_.size(); ++i)
@@ -278,10 +279,18 @@ expected<bool> scheduler::step() {
   while (!waiting_.empty() && budget > 0
          && static_cast<int64_t>(running_.size()) < limits_.max_sequences) {
     request* r = waiting_.front().get();
-    const auto how = r->blocks.empty() ? place(*r) : placed_by::load;
+    auto how = r->blocks.empty() ? place(*r) : placed_by::load;
     const int64_t n = std::min<int64_t>(
       static_cast<int64_t>(r->tokens.size()) - r->computed, budget);
-    if (!cache_of(*r).reserve(r->blocks, r->computed + n)) {
+    bool reserved = cache_of(*r).reserve(r->blocks, r->computed + n);
+    if (!reserved && how == placed_by::affinity) {
+      // Its rack has no room for it now: another rank may, and the queue
+      // behind it should not wait for its rack.
+      forget_blocks(*r);
+      how = place(*r, false);
+      reserved = cache_of(*r).reserve(r->blocks, r->computed + n);
+    }
+    if (!reserved) {
       forget_blocks(*r); // waiting requests hold no blocks
       break;
     }

@@ -13,7 +13,9 @@
 // KV cache: a request joins on the rank with the most free blocks and stays
 // there until it ends or is preempted; with prefer_racks, on a rank of the
 // rack its prompt's experts are in (request_affinity.hpp) unless that rank
-// has less than half the free blocks of the emptiest. A joining request whose leading
+// has less than half the free blocks of the emptiest, or too few for the
+// request's first chunk (it then starts elsewhere rather than hold up the
+// queue behind it). A joining request whose leading
 // blocks of tokens are cached (kv_cache.hpp) takes them and starts after
 // them; the blocks each request fills are registered as it goes.
 
@@ -107,7 +109,7 @@ private:
   // How place() chose: by load (or a cached prefix), in the prompt's rack,
   // or elsewhere though rack_affinity asked for it.
   enum class placed_by { load, affinity, elsewhere };
-  placed_by place(request& r);
+  placed_by place(request& r, bool by_rack = true);
   void forget_blocks(request& r);
   void register_full_blocks(request& r);
 
