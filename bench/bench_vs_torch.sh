@@ -184,6 +184,14 @@ for name, (a, b, t, flops, tdef, c) in models.items():
           f"| {100 * med(b, 2):.1f}% | {100 * med(b, 3):.1f}% "
           f"| {med(c, 0):,.0f}, {100 * med(c, 2):.1f}% | {g1:.1f} ({100 * g1 / sgemm:.0f}%) | {gp:.1f} ({100 * gp / sgemm:.0f}%) |")
 print()
+# What 1.5x the peer asks of tutti's whole step, against the anchor: above
+# 100% means a step faster than the BLAS itself runs one large GEMM.
+for name, (a, b, t, flops, tdef, c) in models.items():
+    tp = statistics.median(float(x) for x in t.strip(";").split(";"))
+    tokens = med(runs(a), 0) * med(runs(a), 1)
+    need = 1.5 * flops / (tokens / tp) / 1e9
+    print(f"{name}: 1.5x PyTorch needs {need:.1f} GFLOP/s for the whole step, "
+          f"{100 * need / sgemm:.0f}% of the sgemm anchor")
 print(f"single-core sgemm anchor: {sgemm:.1f} GFLOP/s; PyTorch with the OpenBLAS "
       f"kernels it picks itself: quickstart {models['quickstart'][4]:,.0f}, "
       f"medium {models['medium'][4]:,.0f} tokens/s")
