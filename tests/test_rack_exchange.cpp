@@ -2,7 +2,9 @@
 // on in-process groups: for random row counts (zeros included), racks that
 // are uneven and not contiguous in member order, and tokens chosen several
 // times per rack, the dispatch and both relayed directions leave exactly
-// the receive buffer of the flat all_to_all_v, and the dispatch sends each
+// the receive buffer of the flat all_to_all_v (rows relayed back on the
+// counts of the exchange out return as sent; a dispatch told its counts by
+// the exchange lands the same rows), and the dispatch sends each
 // token across a rack boundary once (bytes counted exactly).
 
 #include <catch2/catch.hpp>
@@ -98,6 +100,27 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
           return s.message();
         if (rack != flat)
           return "dispatch differs from the flat exchange";
+        // The same dispatch learning what it receives from the exchange,
+        // with three values of each member's riding in its counts.
+        std::vector<int64_t> also = {me, 10 * me, -me};
+        std::vector<float> landed(got * d + 1, -1.f);
+        std::vector<int64_t> told;
+        x.reset_bytes(); // the bytes below are this dispatch's (the same)
+        s = x.dispatch(c, coll, m.tokens.data(), d, m.row_token, m.send_rows,
+                       also,
+                       [&](const std::vector<int64_t>& rows)
+                         -> tutti::expected<float*> {
+                         told = rows;
+                         return landed.data();
+                       });
+        if (!s.ok())
+          return s.message();
+        if (told != recv_rows || landed != flat)
+          return "dispatch sharing counts differs from the flat exchange";
+        for (int p = 0; p < P; ++p)
+          if (also[3 * p] != p || also[3 * p + 1] != 10 * p
+              || also[3 * p + 2] != -p)
+            return "values shared with the counts differ";
         // Across racks: each token once per rack, with one int32 of
         // instructions per row it stands for.
         std::vector<std::set<int64_t>> tokens(layout.racks());
@@ -124,6 +147,19 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
           if (rack != flat)
             return "relayed exchange differs from the flat one";
         }
+        // What came out of origin goes back to it on the same counts,
+        // transposed, without sharing them again.
+        s = x.relayed(c, coll, relay_direction::out_of_origin, m.rows.data(),
+                      m.send_rows, rack.data(), recv_rows, d);
+        if (!s.ok())
+          return s.message();
+        std::vector<float> home(m.rows.size(), -1.f);
+        s = x.relayed_back(c, coll, rack.data(), recv_rows, home.data(),
+                           m.send_rows, d);
+        if (!s.ok())
+          return s.message();
+        if (home != m.rows)
+          return "rows relayed back differ from those sent";
         return {};
       });
       CHECK(inter_rack == expected);

@@ -1,6 +1,7 @@
 #include "tutti/model/rack_exchange.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <climits>
 #include <cstring>
 #include <numeric>
@@ -14,6 +15,28 @@ namespace tutti::model {
 namespace k = tutti::kernels;
 
 using namespace rack_rows;
+
+namespace {
+// Where a caller that knows what it receives has the rows land: `recv`,
+// once the counts agree with its own.
+rack_exchange::receive_at receive_into(float* recv,
+                                       const std::vector<int64_t>& recv_rows) {
+  return [recv, &recv_rows](const std::vector<int64_t>& rows)
+           -> expected<float*> {
+    if (rows.size() != recv_rows.size())
+      return status::error("rack all-to-all: rows from "
+                           + std::to_string(rows.size()) + " members, "
+                           + std::to_string(recv_rows.size()) + " expected");
+    for (size_t s = 0; s < rows.size(); ++s)
+      if (rows[s] != recv_rows[s])
+        return status::error("rack all-to-all: member " + std::to_string(s)
+                             + " sends " + std::to_string(rows[s])
+                             + " rows, " + std::to_string(recv_rows[s])
+                             + " expected");
+    return recv;
+  };
+}
+} // namespace
 
 rack_layout::rack_layout(std::vector<int64_t> rack_of_member)
   : rack_of_(std::move(rack_of_member)), position_(rack_of_.size()) {
@@ -139,6 +162,40 @@ status rack_exchange::relayed(comm::communicator& c, staged_collectives& coll,
                               int64_t d) {
   std::vector<int64_t> none;
   TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, none));
+  return relay_rows(c, coll, dir, send, send_rows, recv, recv_rows, d);
+}
+
+status rack_exchange::relayed_back(comm::communicator& c,
+                                   staged_collectives& coll, const float* send,
+                                   const std::vector<int64_t>& send_rows,
+                                   float* recv,
+                                   const std::vector<int64_t>& recv_rows,
+                                   int64_t d) {
+  const int64_t P = layout_.members(), me = c.rank();
+  if (c.size() != P || int64_t(send_rows.size()) != P
+      || int64_t(counts_.size()) < P * P)
+    return status::error("rack all-to-all: no exchange of " + std::to_string(P)
+                         + " members to return rows of");
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t p = s + 1; p < P; ++p)
+      std::swap(counts_[s * P + p], counts_[p * P + s]);
+  for (int64_t p = 0; p < P; ++p)
+    if (counts_[me * P + p] != send_rows[p])
+      return status::error("rack all-to-all: returning "
+                           + std::to_string(send_rows[p]) + " rows to member "
+                           + std::to_string(p) + ", which sent "
+                           + std::to_string(counts_[me * P + p]));
+  return relay_rows(c, coll, relay_direction::back_to_origin, send, send_rows,
+                    recv, recv_rows, d);
+}
+
+status rack_exchange::relay_rows(comm::communicator& c,
+                                 staged_collectives& coll, relay_direction dir,
+                                 const float* send,
+                                 const std::vector<int64_t>& send_rows,
+                                 float* recv,
+                                 const std::vector<int64_t>& recv_rows,
+                                 int64_t d) {
   const int64_t P = layout_.members(), me = c.rank();
   auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
   // Stage one: to each relay, this member's rows for the members it
@@ -180,8 +237,18 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
                                const std::vector<int64_t>& send_rows,
                                float* recv,
                                const std::vector<int64_t>& recv_rows) {
-  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, recv,
-                       recv_rows, nullptr, nullptr);
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, nullptr,
+                       receive_into(recv, recv_rows), nullptr, nullptr);
+}
+
+status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
+                               const float* tokens, int64_t d,
+                               const std::vector<int64_t>& row_token,
+                               const std::vector<int64_t>& send_rows,
+                               std::vector<int64_t>& also,
+                               const receive_at& recv_into) {
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, &also,
+                       recv_into, nullptr, nullptr);
 }
 
 status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
@@ -215,8 +282,8 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
   plan.row_slot = row_slot;
   plan.send_rows = send_rows;
   plan_home(plan, layout_, c.rank());
-  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, recv,
-                       recv_rows, &plan, gate);
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, nullptr,
+                       receive_into(recv, recv_rows), &plan, gate);
 }
 
 status rack_exchange::dispatch_rows(comm::communicator& c,
@@ -224,8 +291,8 @@ status rack_exchange::dispatch_rows(comm::communicator& c,
                                     const float* tokens, int64_t d,
                                     const std::vector<int64_t>& row_token,
                                     const std::vector<int64_t>& send_rows,
-                                    float* recv,
-                                    const std::vector<int64_t>& recv_rows,
+                                    std::vector<int64_t>* also,
+                                    const receive_at& recv_into,
                                     relay_plan* plan, const float* gate) {
   const int64_t P = layout_.members(), R = layout_.racks(), me = c.rank();
   const auto from = starts(send_rows);
@@ -238,13 +305,28 @@ status rack_exchange::dispatch_rows(comm::communicator& c,
                            : unique_by_rack(layout_, row_token, send_rows);
   // Shared: each sender's tokens per rack, and (routed) its shared rows
   // there, whose gates the instructions carry.
-  std::vector<int64_t> extra(2 * R, 0);
+  const int64_t A = also ? int64_t(also->size()) : 0, X = 2 * R + A;
+  std::vector<int64_t> extra(X, 0);
   for (int64_t r = 0; r < R; ++r) {
     extra[r] = int64_t(unique[r].size());
     extra[R + r] = plan ? plan->shared_rows[r] : 0;
   }
+  if (also)
+    std::copy(also->begin(), also->end(), extra.begin() + 2 * R);
   TUTTI_RETURN_IF_ERROR(share_counts(c, send_rows, extra));
   auto rows = [&](int64_t s, int64_t p) { return counts_[s * P + p]; };
+  if (also) {
+    also->resize(P * A);
+    for (int64_t s = 0; s < P; ++s)
+      std::copy_n(extra.begin() + s * X + 2 * R, A, also->begin() + s * A);
+  }
+  std::vector<int64_t> recv_rows(P);
+  for (int64_t s = 0; s < P; ++s)
+    recv_rows[s] = rows(s, me);
+  auto landing = recv_into(recv_rows);
+  if (!landing.ok())
+    return landing.error();
+  float* recv = landing.value();
 
   // Stage one: each rack's tokens to its relay for this member, with the
   // relay's instructions: for each member of the rack in order, the
@@ -287,13 +369,13 @@ status rack_exchange::dispatch_rows(comm::communicator& c,
   for (int64_t s = 0; s < P; ++s) {
     if (layout_.relay(s, mine) != me)
       continue;
-    recv1[s] = extra[s * 2 * R + mine]; // everyone's, after sharing
+    recv1[s] = extra[s * X + mine]; // everyone's, after sharing
     for (int64_t p : layout_.in_rack(mine)) {
       meta_at[s * P + p] = meta_pos;
       meta_pos += rows(s, p);
     }
     gates_at[s] = meta_pos;
-    meta_pos += extra[s * 2 * R + R + mine];
+    meta_pos += extra[s * X + R + mine];
     meta_recv[s] = meta_pos - meta_at[s * P + layout_.in_rack(mine)[0]];
   }
   std::vector<int32_t> meta_in(static_cast<size_t>(std::max<int64_t>(

@@ -170,42 +170,58 @@ status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
   for (int64_t t = 0; t < slots; ++t)
     order_[at[x.position_of(layer, topk[t])]++] = t;
   const bool touches = count_offloaded(x, layer, topk, rows);
-  // Counts: rank p gets those of its positions; each rank sends this one
-  // the counts of its `mine` experts.
+  // Floats to each rank: its positions' rows.
   send_n_.assign(P, 0);
-  recv_n_.assign(P, mine);
   for (int64_t p = 0; p < P; ++p)
-    send_n_[p] = x.end(layer, p) - x.begin(layer, p);
-  recv_counts_.assign(P * mine, 0);
-  TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(send_counts_.data(), send_n_,
-                                           recv_counts_.data(), recv_n_,
-                                           sizeof(int64_t)));
-  rows_per_expert_.assign(mine, 0);
-  for (int64_t p = 0; p < P; ++p) {
-    send_n_[p] = 0;
-    recv_n_[p] = 0;
     for (int64_t i = x.begin(layer, p); i < x.end(layer, p); ++i)
       send_n_[p] += send_counts_[i] * D;
-    for (int64_t i = 0; i < mine; ++i) {
-      recv_n_[p] += recv_counts_[p * mine + i] * D;
-      rows_per_expert_[i] += recv_counts_[p * mine + i];
-    }
-  }
-  int64_t m = 0;
-  for (auto n : recv_n_)
-    m += n / D;
-  recv_.resize(m * D);
+  // What this rank receives, once it has each rank's counts of its
+  // `mine` experts ([p * mine + i] in recv_counts_).
+  auto take_counts = [&] {
+    recv_n_.assign(P, 0);
+    rows_per_expert_.assign(mine, 0);
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t i = 0; i < mine; ++i) {
+        recv_n_[p] += recv_counts_[p * mine + i] * D;
+        rows_per_expert_[i] += recv_counts_[p * mine + i];
+      }
+    int64_t m = 0;
+    for (auto n : recv_n_)
+      m += n / D;
+    recv_.resize(m * D);
+  };
+  recv_counts_.assign(P * mine, 0);
   if (rack_) {
     // The relays send each token to a rack once: they need its rows' token.
+    // Every rank's counts ride in the dispatch's own count exchange.
     row_token_.resize(slots);
     for (int64_t i = 0; i < slots; ++i)
       row_token_[i] = order_[i] / K;
     rack_->reset_bytes();
-    TUTTI_RETURN_IF_ERROR(rack_->dispatch(comm_, collectives_, xn, D,
-                                          row_token_, rows_of(send_n_),
-                                          recv_.data(), rows_of(recv_n_)));
+    std::vector<int64_t> counts = send_counts_;
+    TUTTI_RETURN_IF_ERROR(rack_->dispatch(
+      comm_, collectives_, xn, D, row_token_, rows_of(send_n_), counts,
+      [&](const std::vector<int64_t>& got) -> expected<float*> {
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t i = 0; i < mine; ++i)
+            recv_counts_[p * mine + i] = counts[p * E + mine0 + i];
+        take_counts();
+        if (got != rows_of(recv_n_))
+          return status::error("serve exchange: the ranks' expert counts "
+                               "disagree with the rows they send");
+        return recv_.data();
+      }));
     count_links(rack_->bytes_to());
   } else {
+    // Counts: rank p gets those of its positions; each rank sends this one
+    // the counts of its `mine` experts.
+    std::vector<int64_t> count_n(P), recv_m(P, mine);
+    for (int64_t p = 0; p < P; ++p)
+      count_n[p] = x.end(layer, p) - x.begin(layer, p);
+    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(send_counts_.data(), count_n,
+                                             recv_counts_.data(), recv_m,
+                                             sizeof(int64_t)));
+    take_counts();
     send_.resize(slots * D);
     for (int64_t i = 0; i < slots; ++i)
       std::copy_n(xn + (order_[i] / K) * D, D, send_.data() + i * D);
@@ -216,6 +232,7 @@ status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
       sent[p] = send_n_[p] * int64_t(sizeof(float));
     count_links(sent);
   }
+  const int64_t m = int64_t(recv_.size()) / D;
   // Received rows are by source rank, then local expert; the shard takes
   // them by local expert, then source rank. placement_[received row] = its
   // row in the shard's task.
@@ -257,9 +274,10 @@ status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
   const auto combine_start = std::chrono::steady_clock::now();
   if (rack_) {
     rack_->reset_bytes();
-    TUTTI_RETURN_IF_ERROR(rack_->relayed(
-      comm_, collectives_, model::relay_direction::back_to_origin,
-      back_.data(), rows_of(recv_n_), returned_.data(), rows_of(send_n_), D));
+    TUTTI_RETURN_IF_ERROR(rack_->relayed_back(comm_, collectives_,
+                                              back_.data(), rows_of(recv_n_),
+                                              returned_.data(),
+                                              rows_of(send_n_), D));
     count_links(rack_->bytes_to());
   } else {
     TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(

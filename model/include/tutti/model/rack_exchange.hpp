@@ -81,6 +81,20 @@ public:
                   const std::vector<int64_t>& send_rows, float* recv,
                   const std::vector<int64_t>& recv_rows);
 
+  // The same dispatch for a caller that learns what it receives only from
+  // the exchange: `also` (X values per member, the same X everywhere)
+  // rides in the dispatch's own count all-reduce and comes back as every
+  // member's ([s * X + j]); `recv_into(recv_rows)`, called once the rows
+  // each member sends here are known, says where they land. It spares the
+  // caller an exchange of its own counts before the dispatch.
+  using receive_at =
+    std::function<expected<float*>(const std::vector<int64_t>&)>;
+  status dispatch(comm::communicator& c, staged_collectives& coll,
+                  const float* tokens, int64_t d,
+                  const std::vector<int64_t>& row_token,
+                  const std::vector<int64_t>& send_rows,
+                  std::vector<int64_t>& also, const receive_at& recv_into);
+
   // The routed dispatch: as above, row r the token row_slot[r] / k of
   // `tokens` ([n, d]); `gate` the router's gates [n * k] (host). Fills
   // `plan` for the combine and the backward exchanges of this layer.
@@ -124,6 +138,15 @@ public:
                  relay_direction dir, const float* send,
                  const std::vector<int64_t>& send_rows, float* recv,
                  const std::vector<int64_t>& recv_rows, int64_t d);
+  // The rows the last dispatch() or out-of-origin relayed() brought here,
+  // returned to their senders (back to origin; a combine that sums
+  // nothing on the way): that exchange's counts, transposed, are this
+  // one's, so it shares none (one all-reduce fewer). `send_rows` must be
+  // what that exchange delivered here from each member.
+  status relayed_back(comm::communicator& c, staged_collectives& coll,
+                      const float* send, const std::vector<int64_t>& send_rows,
+                      float* recv, const std::vector<int64_t>& recv_rows,
+                      int64_t d);
 
   // Bytes this member sent to each member (itself included: local
   // copies), rows and relay metadata, since the last reset.
@@ -132,16 +155,22 @@ public:
   const rack_layout& layout() const { return layout_; }
 
 private:
+  // relayed() once counts_ holds its rows from each member to each.
+  status relay_rows(comm::communicator& c, staged_collectives& coll,
+                    relay_direction dir, const float* send,
+                    const std::vector<int64_t>& send_rows, float* recv,
+                    const std::vector<int64_t>& recv_rows, int64_t d);
   // The member that carries rows from s to p.
   int64_t via(relay_direction dir, int64_t s, int64_t p) const;
   // Every member's rows to every member ([s * P + p]), and `extra` values
-  // each member adds (its per-rack unique tokens), summed over the group.
+  // each member adds (its per-rack unique tokens, then `also`), summed
+  // over the group.
   status dispatch_rows(comm::communicator& c, staged_collectives& coll,
                        const float* tokens, int64_t d,
                        const std::vector<int64_t>& row_token,
-                       const std::vector<int64_t>& send_rows, float* recv,
-                       const std::vector<int64_t>& recv_rows, relay_plan* plan,
-                       const float* gate);
+                       const std::vector<int64_t>& send_rows,
+                       std::vector<int64_t>* also, const receive_at& recv_into,
+                       relay_plan* plan, const float* gate);
   status share_counts(comm::communicator& c,
                       const std::vector<int64_t>& send_rows,
                       std::vector<int64_t>& extra);
