@@ -119,55 +119,33 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   a.kept_host.resize(E);
   a.kept.download(stream_, a.kept_host.data(), E);
 
-  // Exchange the per-expert counts (host memory), then the rows.
-  a.recv_expert_counts.assign(P * L, 0);
-  {
-    exchange_timer t(time, *comms_.ep);
-    TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all(
-      a.kept_host.data(), a.recv_expert_counts.data(), L));
-  }
+  // Exchange the per-expert counts (host memory), then the rows. Through
+  // the rack relays the counts ride in the dispatch's own count exchange.
   a.send_counts.assign(P, 0);
-  a.recv_counts.assign(P, 0);
   for (int64_t p = 0; p < P; ++p)
-    for (int64_t j = 0; j < L; ++j) {
+    for (int64_t j = 0; j < L; ++j)
       a.send_counts[p] += a.kept_host[p * L + j];
-      a.recv_counts[p] += a.recv_expert_counts[p * L + j];
-    }
-  a.recv_rows = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(),
-                                int64_t{0});
-
-  // The received rows regrouped from source-major to expert-major.
-  std::vector<int64_t> src_index(a.recv_rows);
-  a.rows_per_expert.assign(L, 0);
-  std::vector<int64_t> source_start(P, 0);
-  for (int64_t p = 1; p < P; ++p)
-    source_start[p] = source_start[p - 1] + a.recv_counts[p - 1];
-  int64_t i = 0;
-  for (int64_t j = 0; j < L; ++j)
-    for (int64_t p = 0; p < P; ++p) {
-      int64_t start = source_start[p];
-      for (int64_t jj = 0; jj < j; ++jj)
-        start += a.recv_expert_counts[p * L + jj];
-      const int64_t count = a.recv_expert_counts[p * L + j];
-      for (int64_t r = 0; r < count; ++r)
-        src_index[i++] = start + r;
-      a.rows_per_expert[j] += count;
-    }
-  a.src_index.upload(stream_, src_index);
-  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
-  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  a.recv_expert_counts.assign(P * L, 0);
   const bool alone = exchanges_with_self_only();
   const bool by_runs = exchanges_by_runs();
-  if (by_runs)
-    plan_runs(a);
-  if (alone) { // the dispatch order is the experts' order already
-    k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(),
-                    dexp_in_.data(), a.rows, K, d);
-    count_sent_rows(a.send_counts);
-  } else {
+  if (rack_) {
     TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time)); // moe_exchange.cpp
+  } else {
+    {
+      exchange_timer t(time, *comms_.ep);
+      TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all(
+        a.kept_host.data(), a.recv_expert_counts.data(), L));
+    }
+    plan_receive(a);
+    if (by_runs)
+      plan_runs(a);
+    if (alone) { // the dispatch order is the experts' order already
+      k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(),
+                      dexp_in_.data(), a.rows, K, d);
+      count_sent_rows(a.send_counts);
+    } else {
+      TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time));
+    }
   }
 
   if (!alone && !by_runs)

@@ -5,6 +5,8 @@
 // way the block's results are the same bits: the choice changes the
 // traffic on each link class and never the numerics.
 
+#include <numeric>
+
 #include "rack_rows.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/model/rank_model.hpp"
@@ -39,14 +41,61 @@ status rank_model::dispatch_rows(layer_acts& a, int64_t n, step_timers& time) {
   k::wait(stream_); // queued kernels count as compute
   rack_->reset_bytes();
   {
+    // Every member's per-expert counts ride in the dispatch's count
+    // all-reduce: this member's experts' rows from each, [s * L + j].
+    const int64_t P = comms_.ep->size(), me = comms_.ep->rank();
+    const int64_t E = cfg_.moe.num_experts, L = E / P;
+    std::vector<int64_t> counts = a.kept_host;
     exchange_timer t(time, *comms_.ep);
-    TUTTI_RETURN_IF_ERROR(rack_->dispatch(*comms_.ep, collectives_,
-                                          a.xn2.data(), n, d, K, row_slot,
-                                          gate, a.send_counts, drecv_.data(),
-                                          a.recv_counts, a.rack_plan));
+    TUTTI_RETURN_IF_ERROR(rack_->dispatch(
+      *comms_.ep, collectives_, a.xn2.data(), n, d, K, row_slot, gate,
+      a.send_counts, counts,
+      [&](const std::vector<int64_t>& rows) -> expected<float*> {
+        for (int64_t s = 0; s < P; ++s)
+          for (int64_t j = 0; j < L; ++j)
+            a.recv_expert_counts[s * L + j] = counts[s * E + me * L + j];
+        plan_receive(a);
+        if (rows != a.recv_counts)
+          return status::error("rack all-to-all: the members' expert counts "
+                               "disagree with the rows they send");
+        return drecv_.data();
+      },
+      a.rack_plan));
   }
   count_sent_bytes(rack_->bytes_to());
   return {};
+}
+
+void rank_model::plan_receive(layer_acts& a) {
+  const int64_t d = cfg_.model.hidden_size, P = comms_.ep->size();
+  const int64_t L = cfg_.moe.num_experts / P;
+  a.recv_counts.assign(P, 0);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < L; ++j)
+      a.recv_counts[p] += a.recv_expert_counts[p * L + j];
+  a.recv_rows = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(),
+                                int64_t{0});
+  // The received rows regrouped from source-major to expert-major.
+  std::vector<int64_t> src_index(a.recv_rows);
+  a.rows_per_expert.assign(L, 0);
+  std::vector<int64_t> source_start(P, 0);
+  for (int64_t p = 1; p < P; ++p)
+    source_start[p] = source_start[p - 1] + a.recv_counts[p - 1];
+  int64_t i = 0;
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t start = source_start[p];
+      for (int64_t jj = 0; jj < j; ++jj)
+        start += a.recv_expert_counts[p * L + jj];
+      const int64_t count = a.recv_expert_counts[p * L + j];
+      for (int64_t r = 0; r < count; ++r)
+        src_index[i++] = start + r;
+      a.rows_per_expert[j] += count;
+    }
+  a.src_index.upload(stream_, src_index);
+  drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
+  for (auto* buf : {&drecv_, &dexp_in_, &dexp_out_})
+    buf->resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
 }
 
 status rank_model::rack_combine(layer_acts& a, combine_kind kind,

@@ -259,6 +259,29 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
                                float* recv,
                                const std::vector<int64_t>& recv_rows,
                                relay_plan& plan) {
+  return routed(c, coll, tokens, n, d, k, row_slot, gate, send_rows, nullptr,
+                receive_into(recv, recv_rows), plan);
+}
+
+status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
+                               const float* tokens, int64_t n, int64_t d,
+                               int64_t k, const std::vector<int64_t>& row_slot,
+                               const float* gate,
+                               const std::vector<int64_t>& send_rows,
+                               std::vector<int64_t>& also,
+                               const receive_at& recv_into,
+                               relay_plan& plan) {
+  return routed(c, coll, tokens, n, d, k, row_slot, gate, send_rows, &also,
+                recv_into, plan);
+}
+
+status rack_exchange::routed(comm::communicator& c, staged_collectives& coll,
+                             const float* tokens, int64_t n, int64_t d,
+                             int64_t k, const std::vector<int64_t>& row_slot,
+                             const float* gate,
+                             const std::vector<int64_t>& send_rows,
+                             std::vector<int64_t>* also,
+                             const receive_at& recv_into, relay_plan& plan) {
   if (k < 1 || (n * k) * 2 >= int64_t(INT32_MAX))
     return status::error("rack all-to-all: " + std::to_string(n)
                          + " tokens of top-" + std::to_string(k)
@@ -282,8 +305,8 @@ status rack_exchange::dispatch(comm::communicator& c, staged_collectives& coll,
   plan.row_slot = row_slot;
   plan.send_rows = send_rows;
   plan_home(plan, layout_, c.rank());
-  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, nullptr,
-                       receive_into(recv, recv_rows), &plan, gate);
+  return dispatch_rows(c, coll, tokens, d, row_token, send_rows, also,
+                       recv_into, &plan, gate);
 }
 
 status rack_exchange::dispatch_rows(comm::communicator& c,

@@ -103,6 +103,14 @@ public:
                   const std::vector<int64_t>& row_slot, const float* gate,
                   const std::vector<int64_t>& send_rows, float* recv,
                   const std::vector<int64_t>& recv_rows, relay_plan& plan);
+  // The routed dispatch with `also` shared in its counts and the landing
+  // told them (as the unrouted one above).
+  status dispatch(comm::communicator& c, staged_collectives& coll,
+                  const float* tokens, int64_t n, int64_t d, int64_t k,
+                  const std::vector<int64_t>& row_slot, const float* gate,
+                  const std::vector<int64_t>& send_rows,
+                  std::vector<int64_t>& also, const receive_at& recv_into,
+                  relay_plan& plan);
 
   // The combine of a routed dispatch: `send` the owner's rows for each
   // home, packed by home as the dispatch left them (send_rows), to the
@@ -155,6 +163,13 @@ public:
   const rack_layout& layout() const { return layout_; }
 
 private:
+  // Both routed dispatches.
+  status routed(comm::communicator& c, staged_collectives& coll,
+                const float* tokens, int64_t n, int64_t d, int64_t k,
+                const std::vector<int64_t>& row_slot, const float* gate,
+                const std::vector<int64_t>& send_rows,
+                std::vector<int64_t>* also, const receive_at& recv_into,
+                relay_plan& plan);
   // relayed() once counts_ holds its rows from each member to each.
   status relay_rows(comm::communicator& c, staged_collectives& coll,
                     relay_direction dir, const float* send,

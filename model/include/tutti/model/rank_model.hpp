@@ -291,6 +291,9 @@ private:
     return comms_.ep->size() > 1 && !rack_ && comms_.ep->in_process()
            && stream_.device == kernels::device_kind::cpu;
   }
+  // From the layer's per-expert counts both ways: the rows from each
+  // member, their regrouping by expert, and the exchange buffers' sizes.
+  void plan_receive(layer_acts& a);
   void plan_runs(layer_acts& a) const;
   status exchange_by_runs(const float* send,
                           const std::vector<std::vector<comm::slice>>& from,
