@@ -179,12 +179,19 @@ public:
     auto& mine = group_->at(rank_);
     mine.send = send;
     mine.send_counts = send_counts.data();
+    mine.send_runs = nullptr;
     TUTTI_RETURN_IF_ERROR(wait_for_members());
     // Read each peer's block for this member straight from its buffer.
     auto* out = static_cast<char*>(recv);
     status result;
     for (int p = 0; p < n; ++p) {
       const auto& peer = group_->at(p);
+      if (peer.send_counts == nullptr) {
+        if (result.ok())
+          result = status::error(describe() + ": member " + std::to_string(p)
+                                 + " is in another collective");
+        continue;
+      }
       int64_t offset = 0;
       for (int q = 0; q < rank_; ++q)
         offset += peer.send_counts[q];
@@ -221,11 +228,17 @@ public:
                            + std::to_string(recv_runs.size()) + " members");
     auto& mine = group_->at(rank_);
     mine.send = send;
+    mine.send_counts = nullptr;
     mine.send_runs = &send_runs;
     TUTTI_RETURN_IF_ERROR(wait_for_members());
     status result;
     for (int p = 0; p < n && result.ok(); ++p) {
       const auto& peer = group_->at(p);
+      if (peer.send_runs == nullptr) {
+        result = status::error(describe() + ": member " + std::to_string(p)
+                               + " is in another collective");
+        break;
+      }
       result = copy_runs(peer.send, (*peer.send_runs)[rank_], recv,
                          recv_runs[p], element_bytes, p);
     }

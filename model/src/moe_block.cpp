@@ -164,9 +164,11 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
     l, dexp_in_.data(), alone ? a.y_rows.data() : dexp_out_.data(), d,
     combine_chunk_rows(),
     [&](size_t c) {
-      return alone ? status{}
-                   : combine_chunk(a, c, dexp_out_, a.y_rows,
-                                   combine_kind::outputs, time);
+      if (!alone)
+        return combine_chunk(a, c, dexp_out_, a.y_rows, combine_kind::outputs,
+                             time);
+      count_sent_rows(combine_[c].send); // as the plan counts self-exchanges
+      return status{};
     },
     time.overlap_s));
   // Through the rack relays a group's outputs come summed on its lead row
@@ -253,9 +255,11 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
     l, dexp_out_.data(), alone ? drows_.data() : dexp_in_.data(), d,
     combine_chunk_rows(),
     [&](size_t c) {
-      return alone ? status{}
-                   : combine_chunk(a, c, dexp_in_, drows_,
-                                   combine_kind::input_gradients, time);
+      if (!alone)
+        return combine_chunk(a, c, dexp_in_, drows_,
+                             combine_kind::input_gradients, time);
+      count_sent_rows(combine_[c].send);
+      return status{};
     },
     time.overlap_s));
   if (rack_) // the relays' gate gradients are TP partials as well

@@ -176,15 +176,16 @@ status rack_exchange::relayed_back(comm::communicator& c,
       || int64_t(counts_.size()) < P * P)
     return status::error("rack all-to-all: no exchange of " + std::to_string(P)
                          + " members to return rows of");
-  for (int64_t s = 0; s < P; ++s)
-    for (int64_t p = s + 1; p < P; ++p)
-      std::swap(counts_[s * P + p], counts_[p * P + s]);
+  // Checked before the counts turn, so a refused call changes nothing.
   for (int64_t p = 0; p < P; ++p)
-    if (counts_[me * P + p] != send_rows[p])
+    if (counts_[p * P + me] != send_rows[p])
       return status::error("rack all-to-all: returning "
                            + std::to_string(send_rows[p]) + " rows to member "
                            + std::to_string(p) + ", which sent "
-                           + std::to_string(counts_[me * P + p]));
+                           + std::to_string(counts_[p * P + me]));
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t p = s + 1; p < P; ++p)
+      std::swap(counts_[s * P + p], counts_[p * P + s]);
   return relay_rows(c, coll, relay_direction::back_to_origin, send, send_rows,
                     recv, recv_rows, d);
 }
