@@ -119,6 +119,10 @@ std::vector<json> serve_on_daemons(const fs::path& config, int nodes,
   return out;
 }
 
+// The whole replica's inter-rack all-to-all bytes in node 0's /metrics.
+const std::string inter_rack_key =
+  "tutti_serve_alltoall_bytes_total{model=\"model\",link=\"inter_rack\"} ";
+
 } // namespace
 
 TEST_CASE("placement and offload across daemons serve the contiguous tokens",
@@ -151,6 +155,22 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
   CHECK(parsed.value().layers == 2);
   CHECK(parsed.value().experts == 4);
   CHECK(parsed.value().tokens > 0);
+
+  // Serves over 4 daemons in racks a a b b with `keys` added to the serve
+  // section, checks the tokens against the one process's and returns node
+  // 0's /metrics once they hold the whole group's inter-rack bytes.
+  auto serve_in_two_racks = [&](const std::string& name,
+                                const std::string& keys) {
+    write_text(root / (name + ".yaml"),
+               serve_yaml(model, plan_port,
+                          cluster(4, plan_rdv) + "  racks: [a, a, b, b]\n"
+                            + keys));
+    std::string metrics;
+    check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
+                                &metrics, inter_rack_key),
+               alone);
+    return metrics;
+  };
 
   SECTION("a shuffled plan over 2 daemons") {
     auto plan = placement::placement_plan::contiguous(2, 4, 2);
@@ -190,19 +210,11 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
     // nodes 2 and 3 crosses to rack b once. The other daemons' bytes reach
     // node 0's /metrics with its next step header (the idle keep-alive).
     auto inter_rack = [&](bool rack_aware) {
-      const std::string name = rack_aware ? "rack_aware" : "flat";
-      write_text(root / (name + ".yaml"),
-                 serve_yaml(model, plan_port,
-                            cluster(4, plan_rdv) + "  racks: [a, a, b, b]\n"
-                              + "  rack_aware_alltoall: "
-                              + (rack_aware ? "true" : "false") + "\n"));
-      const std::string key = "tutti_serve_alltoall_bytes_total{model="
-                              "\"model\",link=\"inter_rack\"} ";
-      std::string metrics;
-      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
-                                  &metrics, key),
-                 alone);
-      return sample_of(metrics, key);
+      return sample_of(
+        serve_in_two_racks(rack_aware ? "rack_aware" : "flat",
+                           std::string("  rack_aware_alltoall: ")
+                             + (rack_aware ? "true" : "false") + "\n"),
+        inter_rack_key);
     };
     const auto flat = inter_rack(false);
     const auto relayed = inter_rack(true);
@@ -218,19 +230,10 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
     // (tokens now start in both racks), the tokens of one process.
     for (const bool rack_aware : {false, true}) {
       const std::string name = rack_aware ? "dp_rack_aware" : "dp_flat";
-      write_text(root / (name + ".yaml"),
-                 serve_yaml(model, plan_port,
-                            cluster(4, plan_rdv)
-                              + "  racks: [a, a, b, b]\n"
-                                "  data_parallel_attention: true\n"
-                                "  rack_aware_alltoall: "
-                              + (rack_aware ? "true" : "false") + "\n"));
-      const std::string key = "tutti_serve_alltoall_bytes_total{model="
-                              "\"model\",link=\"inter_rack\"} ";
-      std::string metrics;
-      check_same(serve_on_daemons(root / (name + ".yaml"), 4, plan_port, name,
-                                  &metrics, key),
-                 alone);
+      const auto metrics = serve_in_two_racks(
+        name, std::string("  data_parallel_attention: true\n"
+                          "  rack_aware_alltoall: ")
+                + (rack_aware ? "true" : "false") + "\n");
       INFO(name << ": " << metrics);
       int64_t on_others = 0;
       for (int r = 1; r < 4; ++r)
