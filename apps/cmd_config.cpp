@@ -7,7 +7,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "tutti/ops/config_versions.hpp"
+#include "tutti/lifecycle/config_versions.hpp"
 #include "tutti/store/job_store.hpp"
 
 namespace tutti::cli {
@@ -24,7 +24,7 @@ int print_versions(const std::string& what, const std::string& run_dir,
   auto db = store::job_store::open(state);
   if (!db)
     return fail(1, "config " + what + ": " + db.message());
-  auto lines = ops::version_lines(**db, args);
+  auto lines = lifecycle::version_lines(**db, args);
   if (!lines)
     return fail(2, "config " + what + ": " + lines.message());
   for (const auto& line : *lines)

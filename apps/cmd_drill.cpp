@@ -22,7 +22,7 @@
 #include "command_line.hpp"
 #include "drill_plan.hpp"
 #include "job_start.hpp"
-#include "tutti/actors/local_job.hpp"
+#include "tutti/train/local_job.hpp"
 #include "tutti/client/job_client.hpp"
 
 namespace tutti::cli {

@@ -16,8 +16,8 @@
 #include "export_gguf.hpp"
 #include "initial_weights.hpp"
 #include "tutti/store/atomic_file.hpp"
-#include "tutti/store/checkpoint_files.hpp"
-#include "tutti/store/expert_blocks.hpp"
+#include "tutti/model/hf_config.hpp"
+#include "tutti/model/weights.hpp"
 #include "tutti/store/safetensors.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
@@ -26,39 +26,6 @@ namespace tutti::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Hugging Face's config.json for the checkpoint's model. rope_theta and
-// rms_norm_eps are kept as text in the shard (exactly as configured) and
-// written as numbers.
-std::string config_json(const store::shard_meta& m) {
-  auto i = [&](const char* k) { return m.ints.count(k) ? m.ints.at(k) : 0; };
-  auto number = [&](const char* k) {
-    auto j = nlohmann::ordered_json::parse(
-      m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr, false);
-    return j.is_number() ? j : nlohmann::ordered_json(0);
-  };
-  nlohmann::ordered_json j;
-  j["architectures"] = {"MixtralForCausalLM"};
-  j["model_type"] = "mixtral";
-  j["vocab_size"] = i("vocab_size");
-  j["hidden_size"] = i("hidden_size");
-  j["intermediate_size"] = i("intermediate_size");
-  j["num_hidden_layers"] = i("num_hidden_layers");
-  j["num_attention_heads"] = i("num_attention_heads");
-  j["num_key_value_heads"] = i("num_key_value_heads");
-  j["head_dim"] = i("hidden_size")
-                  / std::max<int64_t>(1, i("num_attention_heads"));
-  j["max_position_embeddings"] = i("max_seq_len");
-  j["rope_theta"] = number("rope_theta");
-  j["rms_norm_eps"] = number("rms_norm_eps");
-  j["num_local_experts"] = i("num_experts");
-  j["num_experts_per_tok"] = i("router_top_k");
-  j["hidden_act"] = "silu";
-  j["tie_word_embeddings"] = false;
-  j["torch_dtype"] = "float32";
-  j["tutti_step"] = m.step;
-  return j.dump(2) + "\n";
-}
 
 // --tokenizer, else the run's: the checkpoint is RUN/checkpoints/step-N,
 // and the tokenizer.model (or tokenizer.json) is in RUN, RUN/tokenizer or
@@ -164,65 +131,17 @@ int export_command(const std::vector<std::string>& args) {
     return fail(2, "export: " + tok.message());
   std::vector<store::named_tensor> tensors;
   store::shard_meta meta0;
-  store::manifest manifest;
   if (vm.count("init")) {
     auto cfg = load_job_config(vm["init"].as<std::string>());
     if (!cfg.ok())
       return fail(2, "export: " + cfg.message());
     initial_weights(cfg.value(), tensors, meta0);
   } else {
-    if (auto err = store::verify_checkpoint(checkpoint); !err)
-      return fail(2, "export: " + err.message());
-    auto read = store::read_manifest(checkpoint);
+    auto read = model::read_checkpoint(checkpoint);
     if (!read.ok())
       return fail(2, "export: " + read.message());
-    manifest = read.value();
-  }
-  for (const auto& entry : manifest.shards) {
-    auto shard = store::read_shard_file(fs::path(checkpoint) / entry.file);
-    if (!shard.ok())
-      return fail(2, "export: " + shard.message());
-    if (shard.value().meta.rank == 0)
-      meta0 = shard.value().meta;
-    auto held = store::block_experts_of(shard.value().meta);
-    if (!held.ok())
-      return fail(2, "export: " + held.message());
-    for (auto& t : shard.value().tensors) {
-      if (t.name.rfind("adam_", 0) == 0)
-        continue; // optimizer state stays with tutti
-      if (t.name == "router_bias") {
-        // Selection-only biases, under DeepSeek-V3's Hugging Face name;
-        // transformers' Mixtral ignores them (they are 0 without bias
-        // balancing).
-        const int64_t experts = t.shape[1];
-        for (int64_t l = 0; l < t.shape[0]; ++l)
-          tensors.push_back(
-            {"model.layers." + std::to_string(l)
-               + ".block_sparse_moe.gate.e_score_correction_bias",
-             {experts},
-             std::vector<float>(t.data.begin() + l * experts,
-                                t.data.begin() + (l + 1) * experts)});
-        continue;
-      }
-      const auto experts = t.name.find(".block_sparse_moe.experts.");
-      if (experts == std::string::npos) {
-        tensors.push_back({t.name, t.shape, std::move(t.data)});
-        continue;
-      }
-      // A block [count, out, in] of this shard's experts: one HF tensor
-      // per expert, named by its global index.
-      const auto which = t.name.substr(t.name.rfind('.') + 1); // w1|w2|w3
-      const auto prefix = t.name.substr(0, t.name.rfind('.'));
-      const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
-      const int64_t count = t.shape[0], per = t.shape[1] * t.shape[2];
-      for (int64_t j = 0; j < count; ++j)
-        tensors.push_back(
-          {prefix + "." + std::to_string(held.value().at(layer, j)) + "."
-             + which + ".weight",
-           {t.shape[1], t.shape[2]},
-           std::vector<float>(t.data.begin() + j * per,
-                              t.data.begin() + (j + 1) * per)});
-    }
+    tensors = std::move(read.value().tensors);
+    meta0 = std::move(read.value().rank0);
   }
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -250,7 +169,7 @@ int export_command(const std::vector<std::string>& args) {
     return fail(2, "export: the tokenizer has "
                      + std::to_string(tok.value().vocab_size())
                      + " tokens, the model only " + std::to_string(vocab));
-  auto config = nlohmann::ordered_json::parse(config_json(meta0));
+  auto config = nlohmann::ordered_json::parse(model::hf_config_text(meta0));
   if (tok.value().bos_id() >= 0)
     config["bos_token_id"] = tok.value().bos_id();
   if (tok.value().eos_id() >= 0)

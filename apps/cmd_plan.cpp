@@ -11,10 +11,10 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "tutti/model/capacity_plan.hpp"
+#include "tutti/train/capacity_plan.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/config/presets.hpp"
-#include "tutti/model/memory_plan.hpp"
+#include "tutti/train/memory_plan.hpp"
 
 namespace tutti::cli {
 
@@ -25,7 +25,7 @@ int64_t whole(double bytes) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
-std::string plan_json(const model::capacity_plan& p) {
+std::string plan_json(const train::capacity_plan& p) {
   nlohmann::ordered_json j;
   j["dense_params"] = p.dense_params;
   j["expert_params_total"] = p.expert_params_total;
@@ -80,10 +80,10 @@ std::string gib(double bytes) {
   return buf;
 }
 
-int print_search(const job_config& cfg, const model::hardware& hw,
+int print_search(const job_config& cfg, const train::hardware& hw,
                  size_t top, bool json) {
   int64_t considered = 0;
-  const auto found = model::search_layouts(cfg, hw, considered);
+  const auto found = train::search_layouts(cfg, hw, considered);
   if (json) {
     auto rows = nlohmann::ordered_json::array();
     for (size_t i = 0; i < found.size() && i < top; ++i) {
@@ -184,14 +184,14 @@ int plan_command(const std::vector<std::string>& args) {
       return fail(2, "plan --search: cluster_config.device_memory_gb is not "
                      "set; the search needs the device's size");
     return print_search(cfg,
-                        model::hardware_of(cfg, vm["tflops"].as<double>()),
+                        train::hardware_of(cfg, vm["tflops"].as<double>()),
                         vm["top"].as<size_t>(), json);
   }
-  auto p = model::make_capacity_plan(cfg);
+  auto p = train::make_capacity_plan(cfg);
   if (json)
     std::printf("%s\n", plan_json(p).c_str());
   else
-    std::fputs(model::format_plan(cfg, p).c_str(), stdout);
+    std::fputs(train::format_plan(cfg, p).c_str(), stdout);
   return 0;
 }
 

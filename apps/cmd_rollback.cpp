@@ -8,8 +8,8 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "job_start.hpp"
-#include "tutti/ops/config_versions.hpp"
-#include "tutti/ops/rollback.hpp"
+#include "tutti/lifecycle/config_versions.hpp"
+#include "tutti/lifecycle/rollback.hpp"
 #include "tutti/store/job_store.hpp"
 
 namespace tutti::cli {
@@ -40,16 +40,16 @@ int rollback_command(const std::vector<std::string>& args) {
   if (!std::filesystem::is_directory(run_dir / "state"))
     return fail(2, "rollback: " + run_dir.string() + " holds no job (no "
                      + (run_dir / "state").string() + ")");
-  ops::rollback_plan plan;
+  lifecycle::rollback_plan plan;
   {
     // Closed before the job reopens it.
     auto db = store::job_store::open(run_dir / "state");
     if (!db)
       return fail(1, "rollback: " + db.message());
-    auto prepared = ops::prepare_rollback(
+    auto prepared = lifecycle::prepare_rollback(
       **db, run_dir, version,
       vm.count("checkpoint") ? std::optional<int64_t>(step) : std::nullopt,
-      ops::who_am_i("tutti rollback"));
+      lifecycle::who_am_i("tutti rollback"));
     if (!prepared)
       return fail(2, "rollback: " + prepared.message());
     plan = *prepared;

@@ -1,11 +1,13 @@
-// tutti sample RUN_DIR --prompt TEXT: a trained model continues a prompt.
+// tutti sample RUN_DIR --prompt TEXT: a trained model continues a prompt,
+// on the serving forward (serve/continuation.hpp).
 
 #include <cstdio>
 #include <filesystem>
 
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "tutti/generate/sampling.hpp"
+#include "tutti/model/weights.hpp"
+#include "tutti/serve/continuation.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::cli {
@@ -37,22 +39,23 @@ expected<tokenizer::tokenizer> find_tokenizer(const fs::path& run_dir,
 
 int sample_command(const std::vector<std::string>& args) {
   std::string prompt, tokenizer_path, checkpoint;
-  generate::sampling_options o;
+  serve::continuation_options o;
+  o.sampling.temperature = 0;
   bool no_stop = false;
   command_line cl(
     "sample", "RUN_DIR --prompt TEXT [options]",
     "Continues TEXT with the run's newest checkpoint (or --checkpoint):\n"
-    "greedy by default, sampled with --temperature T (and --top-k K).\n"
-    "Every token recomputes the whole context on the CPU; for short\n"
-    "prompts on small models, not for serving.");
+    "greedy by default, sampled with --temperature T (and --top-k K),\n"
+    "on the serving forward: the tokens `tutti serve` gives the same\n"
+    "prompt and parameters.");
   cl.options()("prompt", po::value(&prompt)->required(), "text to continue")(
     "tokens", po::value(&o.max_new_tokens)->default_value(64),
     "new tokens at most")("temperature",
-                          po::value(&o.temperature)->default_value(0),
+                          po::value(&o.sampling.temperature)->default_value(0),
                           "0: greedy; else softmax(logits / T)")(
-    "top-k", po::value(&o.top_k)->default_value(0),
+    "top-k", po::value(&o.sampling.top_k)->default_value(0),
     "sample among the K likeliest (0: all)")(
-    "seed", po::value(&o.seed)->default_value(0),
+    "seed", po::value(&o.sampling.seed)->default_value(0),
     "sampling seed")("checkpoint", po::value(&checkpoint),
                      "a checkpoint directory (default: the run's newest)")(
     "tokenizer", po::value(&tokenizer_path),
@@ -65,28 +68,28 @@ int sample_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("run_dir"))
     return cl.bad("missing RUN_DIR");
-  if (o.max_new_tokens < 1 || o.temperature < 0 || o.top_k < 0)
+  if (o.max_new_tokens < 1 || o.sampling.temperature < 0
+      || o.sampling.top_k < 0)
     return cl.bad("--tokens must be >= 1, --temperature and --top-k >= 0");
   const fs::path run_dir = vm["run_dir"].as<std::string>();
   fs::path ckpt = checkpoint;
   if (ckpt.empty()) {
-    auto latest = generate::latest_checkpoint(run_dir);
+    auto latest = model::latest_checkpoint(run_dir);
     if (!latest.ok())
       return fail(2, "sample: " + latest.message());
     ckpt = latest.value();
   }
-  auto model = generate::checkpoint_model::load(ckpt);
+  auto model = serve::load_model(ckpt);
   if (!model.ok())
     return fail(2, "sample: " + model.message());
-  auto tok = find_tokenizer(run_dir, tokenizer_path,
-                            model.value().shape().vocab_size);
+  auto tok = find_tokenizer(run_dir, tokenizer_path, model.value().shape.vocab);
   if (!tok.ok())
     return fail(2, "sample: " + tok.message());
-  if (tok.value().vocab_size() > model.value().shape().vocab_size)
+  if (tok.value().vocab_size() > model.value().shape.vocab)
     return fail(2, "sample: the tokenizer has "
                      + std::to_string(tok.value().vocab_size())
                      + " tokens, the model only "
-                     + std::to_string(model.value().shape().vocab_size));
+                     + std::to_string(model.value().shape.vocab));
   auto ids = tok.value().encode(prompt);
   if (!ids.ok())
     return fail(2, "sample: " + ids.message());
@@ -98,10 +101,10 @@ int sample_command(const std::vector<std::string>& args) {
   context.insert(context.end(), ids.value().begin(), ids.value().end());
   if (!no_stop)
     o.stop_id = tok.value().eos_id();
-  auto out = generate::continue_text(model.value(), context, o);
+  auto out = serve::continue_sequence(model.value(), context, o);
   if (!out.ok())
     return fail(1, "sample: " + out.message());
-  auto& gen = out.value();
+  auto& gen = out.value().tokens;
   if (!gen.empty() && gen.back() == o.stop_id)
     gen.pop_back();
   std::vector<std::int32_t> all = ids.value();
@@ -110,10 +113,10 @@ int sample_command(const std::vector<std::string>& args) {
   if (!text.ok())
     return fail(1, "sample: " + text.message());
   std::printf("%s\n", text.value().c_str());
-  std::fprintf(stderr, "[%s step %lld, %zu new tokens, %s]\n",
-               ckpt.filename().c_str(),
-               static_cast<long long>(model.value().step()), gen.size(),
-               o.temperature > 0 ? "sampled" : "greedy");
+  std::fprintf(
+    stderr, "[%s, %zu new tokens, %s%s]\n", ckpt.filename().c_str(), gen.size(),
+    o.sampling.temperature > 0 ? "sampled" : "greedy",
+    out.value().at_max_positions ? ", stopped at max_position_embeddings" : "");
   return 0;
 }
 

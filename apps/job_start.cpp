@@ -4,10 +4,10 @@
 #include <iostream>
 #include <unistd.h>
 
-#include "tutti/actors/log.hpp"
-#include "tutti/actors/resume.hpp"
-#include "tutti/ops/checkpoint_tiers.hpp"
-#include "tutti/ops/config_versions.hpp"
+#include "tutti/runtime/log.hpp"
+#include "tutti/train/resume.hpp"
+#include "tutti/lifecycle/checkpoint_tiers.hpp"
+#include "tutti/lifecycle/config_versions.hpp"
 #include "tutti/placement/job_placement.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
@@ -68,14 +68,14 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
     return refuse(program, 1, spec.message());
   const bool first_start = !spec.value().has_value();
   if (!first_start) {
-    auto version = ops::record_start(*out.db, cfg, text,
-                                     ops::who_am_i(program));
+    auto version = lifecycle::record_start(*out.db, cfg, text,
+                                           lifecycle::who_am_i(program));
     if (!version)
       return refuse(program, 2, version.message());
   }
   // The archive tier may hold a newer checkpoint than the local one (or
   // the only one left): bring it back first.
-  if (auto restored = ops::restore_from_archive(*out.db, cfg); !restored)
+  if (auto restored = lifecycle::restore_from_archive(*out.db, cfg); !restored)
     log_warn("job_start", "checkpoint.archive_dir: " + restored.message());
   else if (*restored)
     std::printf("checkpoint of step %lld restored from %s\n",
@@ -83,8 +83,8 @@ job_start open_job(const job_config& cfg, const std::string& config_path,
                 cfg.checkpoint.archive_dir.c_str());
   auto point = find_resume_point(*out.db, cfg, text);
   if (first_start && point.what != resume_point::refused)
-    if (auto version = ops::record_start(*out.db, cfg, text,
-                                         ops::who_am_i(program));
+    if (auto version = lifecycle::record_start(*out.db, cfg, text,
+                                               lifecycle::who_am_i(program));
         !version)
       return refuse(program, 1, version.message());
   switch (point.what) {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 #include "tutti/serve/expert_node.hpp"
 #include "tutti/serve/http_front.hpp"
 #include "tutti/serve/serve_layout.hpp"

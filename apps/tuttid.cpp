@@ -26,21 +26,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tutti/actors/basp_guard.hpp"
-#include "tutti/actors/coordinator.hpp"
-#include "tutti/actors/journal.hpp"
-#include "tutti/actors/log.hpp"
-#include "tutti/actors/rank.hpp"
-#include "tutti/actors/metrics_board.hpp"
-#include "tutti/actors/node_endpoint.hpp"
+#include "tutti/runtime/basp_guard.hpp"
+#include "tutti/train/coordinator.hpp"
+#include "tutti/train/journal.hpp"
+#include "tutti/runtime/log.hpp"
+#include "tutti/train/rank.hpp"
+#include "tutti/runtime/metrics_board.hpp"
+#include "tutti/runtime/node_endpoint.hpp"
 #include "job_start.hpp"
 #include "serve_node.hpp"
-#include "tutti/actors/node_supervisor.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/train/node_supervisor.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/base/process_memory.hpp"
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/kernels/blas_core.hpp"
-#include "tutti/ops/environment.hpp"
+#include "tutti/lifecycle/environment.hpp"
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/config/job_config.hpp"
@@ -245,8 +245,8 @@ int serve_job(const job_config& cfg, daemon_options opt) {
 
   // What this node runs with; read once, before any actor (it hashes the
   // data files), and compared by the coordinator when the node joins.
-  const auto environment = ops::environment_lines(
-    ops::node_environment(cfg, kernels::blas_core_name()));
+  const auto environment = lifecycle::environment_lines(
+    lifecycle::node_environment(cfg, kernels::blas_core_name()));
   if (opt.spare) {
     std::string why;
     opt.node_rank = wait_as_spare(sys, self, cfg, opt, environment, why);

@@ -13,7 +13,7 @@
 
 #include "bench_util.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/model/expert_ffn.hpp"
+#include "tutti/train/expert_ffn.hpp"
 
 namespace k = tutti::kernels;
 using namespace tutti::bench;
@@ -58,11 +58,11 @@ void run_case(const ffn_case& c, table& out) {
   auto w1 = randn(E * F * D, 0.02f, 1), w3 = randn(E * F * D, 0.02f, 2),
        w2 = randn(E * D * F, 0.02f, 3);
   std::vector<float> dw1(w1.size()), dw3(w3.size()), dw2(w2.size());
-  tutti::model::expert_block blk{w1.data(),  w3.data(),  w2.data(),
+  tutti::train::expert_block blk{w1.data(),  w3.data(),  w2.data(),
                                  dw1.data(), dw3.data(), dw2.data()};
   auto x = randn(M * D, 1.0f, 4), dy = randn(M * D, 1.0f, 5);
   std::vector<float> y(M * D), dx(M * D);
-  tutti::model::expert_ffn ffn(1, E, D, F);
+  tutti::train::expert_ffn ffn(1, E, D, F);
   const auto s = k::cpu_stream();
   auto grouped = [&] {
     ffn.forward(s, 0, blk, x.data(), c.rows.data(), y.data());

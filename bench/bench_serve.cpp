@@ -25,10 +25,10 @@
 #include "tutti/model/param_layout.hpp"
 #include <caf/actor_system.hpp>
 
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/ep_ranks.hpp"
-#include "tutti/serve/invariant_ops.hpp"
+#include "tutti/kernels/invariant_ops.hpp"
 #include "tutti/serve/scheduler.hpp"
 
 using namespace tutti;
@@ -239,14 +239,14 @@ std::pair<double, double> linear_rows_s(int reps) {
     v = u(rng);
   for (auto& v : w)
     v = u(rng);
-  const auto packed = serve::pack_matrix(w.data(), n, k);
+  const auto packed = kernels::pack_matrix(w.data(), n, k);
   double batched = 1e30, rows = 1e30;
   for (int r = 0; r < reps; ++r) {
     const double t0 = bench::now_s();
-    serve::packed_gemm(x.data(), packed, y.data(), m);
+    kernels::packed_gemm(x.data(), packed, y.data(), m);
     const double t1 = bench::now_s();
     for (int64_t i = 0; i < m; ++i)
-      serve::packed_gemm(x.data() + i * k, packed, y.data() + i * n, 1);
+      kernels::packed_gemm(x.data() + i * k, packed, y.data() + i * n, 1);
     const double t2 = bench::now_s();
     batched = std::min(batched, t1 - t0);
     rows = std::min(rows, t2 - t1);
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
         bench::fmt("%.1f", ep2), "output tok/s at concurrency 32, one engine",
         bench::fmt("%.1f", one), ep2 / one);
   const auto [batched, one_by_one] = linear_rows_s(200);
-  t.add("packed_gemm, 32 rows 256 -> 512 in one call (us)",
+  t.add("kernels::packed_gemm, 32 rows 256 -> 512 in one call (us)",
         bench::fmt("%.1f", batched * 1e6), "32 one-row calls (us)",
         bench::fmt("%.1f", one_by_one * 1e6), batched / one_by_one);
   t.print();

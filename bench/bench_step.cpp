@@ -37,9 +37,9 @@
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/model/expert_ffn.hpp"
-#include "tutti/model/idle_core_pool.hpp"
-#include "tutti/model/rank_model.hpp"
+#include "tutti/train/expert_ffn.hpp"
+#include "tutti/train/idle_core_pool.hpp"
+#include "tutti/train/rank_model.hpp"
 
 namespace fs = std::filesystem;
 namespace k = tutti::kernels;
@@ -170,7 +170,7 @@ split run_tutti(const std::string& tutti, const fs::path& cfg,
 // -- the anchor: the same step, no actors ----------------------------------
 
 // What the expert shard actor does, called directly.
-class local_experts final : public model::expert_executor {
+class local_experts final : public train::expert_executor {
 public:
   local_experts(const job_config& c, int rank) : cfg_(c) {
     const int64_t count = c.experts_per_rank();
@@ -182,19 +182,19 @@ public:
     grads_.assign(layout_.total(), 0.0f);
     m_.assign(layout_.total(), 0.0f);
     v_.assign(layout_.total(), 0.0f);
-    ffn_ = std::make_unique<model::expert_ffn>(c.model.num_hidden_layers, count,
+    ffn_ = std::make_unique<train::expert_ffn>(c.model.num_hidden_layers, count,
                                                c.model.hidden_size,
                                                c.model.intermediate_size);
     // Tiles, shared with the waiting rank, as the job's shards do.
-    ffn_->split_into_tiles(model::expert_tiles_for(c, -1));
-    if (model::shares_expert_tiles(c, -1)) {
-      model::idle_core_pool::process().join();
+    ffn_->split_into_tiles(train::expert_tiles_for(c, -1));
+    if (train::shares_expert_tiles(c, -1)) {
+      train::idle_core_pool::process().join();
       ffn_->share_idle_cores(true);
     }
   }
   ~local_experts() {
-    if (model::shares_expert_tiles(cfg_, -1))
-      model::idle_core_pool::process().leave();
+    if (train::shares_expert_tiles(cfg_, -1))
+      train::idle_core_pool::process().leave();
   }
 
   status forward(int64_t layer, const float* x, const int64_t* rows, int64_t m,
@@ -223,7 +223,7 @@ public:
   }
 
 private:
-  model::expert_block block(int64_t layer) {
+  train::expert_block block(int64_t layer) {
     auto at = [&](const char* w) {
       return layout_.at(model::expert_block_name(layer, w)).offset;
     };
@@ -236,7 +236,7 @@ private:
   k::stream s_;
   model::param_layout layout_;
   std::vector<float> params_, grads_, m_, v_;
-  std::unique_ptr<model::expert_ffn> ffn_;
+  std::unique_ptr<train::expert_ffn> ffn_;
 };
 
 // One rank's steps, as actors/src/rank.cpp's step_loop does them, minus the
@@ -260,9 +260,9 @@ void in_process_rank(const job_config& cfg, int rank,
   const std::chrono::milliseconds timeout(cfg.cluster.collective_timeout_ms);
   if (cfg.cluster.local_transport == local_transport_kind::memory) {
     comm::memory_options o{"world", timeout, timeout};
-    if (model::shares_expert_tiles(cfg, -1))
+    if (train::shares_expert_tiles(cfg, -1))
       o.while_waiting = [](double& ran_s) {
-        return model::idle_core_pool::process().help_one(&ran_s);
+        return train::idle_core_pool::process().help_one(&ran_s);
       };
     check(comm::make_memory_communicator(hub, rank, W, o, world));
   }
@@ -271,7 +271,7 @@ void in_process_rank(const job_config& cfg, int rank,
       store, rank, W, {cfg.cluster.host, "world", timeout, timeout, {}},
       world));
   local_experts experts(cfg, rank);
-  model::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
+  train::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
   for (int64_t step = 1; step <= steps; ++step) {
     // The batch is ready before the clock starts: data loading is the
     // loader actor's job, counted as "other" in the real run.
@@ -281,21 +281,21 @@ void in_process_rank(const job_config& cfg, int rank,
       die(ids.message());
     auto b = sampler.materialize(ids.value());
     const double t0 = now_s();
-    model::step_stats stats;
+    train::step_stats stats;
     check(m.train_step(b.inputs.data(), b.targets.data(),
                        static_cast<int64_t>(b.rows), stats));
     double dense_sq = 0;
     check(m.reduce_dense_grads(dense_sq, stats.time));
     double expert_sq = experts.grad_sum_squares();
     if (W > 1) {
-      model::scoped_timer timer(stats.time.allreduce_s);
+      train::scoped_timer timer(stats.time.allreduce_s);
       check(world->all_reduce_sum(&expert_sq, 1));
     }
     const double norm = std::sqrt(dense_sq + expert_sq);
     const double scale = t.grad_clip > 0 && norm > t.grad_clip
                            ? t.grad_clip / (norm + 1e-6)
                            : 1;
-    const double lr = model::learning_rate(t, step);
+    const double lr = train::learning_rate(t, step);
     check(m.apply_optimizer(step, lr, scale));
     experts.optimize(step, lr, scale);
     time[step - 1] = {now_s() - t0, stats.time.alltoall_s,

@@ -7,19 +7,19 @@
 
 #include "tutti/config/job_config.hpp"
 #include "tutti/kernels/stream.hpp"
-#include "tutti/model/expert_executor.hpp"
-#include "tutti/model/expert_ffn.hpp"
+#include "tutti/train/expert_executor.hpp"
+#include "tutti/train/expert_ffn.hpp"
 #include "tutti/model/param_layout.hpp"
 
 namespace tutti::testing {
 
-struct local_experts : model::expert_executor {
+struct local_experts : train::expert_executor {
   explicit local_experts(const job_config& c)
     : layout(model::expert_layout(c.model, 0, c.moe.num_experts)),
       params(layout.total()), grads(layout.total()),
       ffn(c.model.num_hidden_layers, c.moe.num_experts, c.model.hidden_size,
           c.model.intermediate_size) {}
-  model::expert_block block(int64_t l) {
+  train::expert_block block(int64_t l) {
     auto at = [&](const char* w) {
       return layout.at(model::expert_block_name(l, w)).offset;
     };
@@ -38,7 +38,7 @@ struct local_experts : model::expert_executor {
   }
   model::param_layout layout;
   std::vector<float> params, grads;
-  model::expert_ffn ffn;
+  train::expert_ffn ffn;
 };
 
 } // namespace tutti::testing

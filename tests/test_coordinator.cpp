@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "tutti/actors/coordinator.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/train/coordinator.hpp"
+#include "tutti/runtime/system_config.hpp"
 
 using namespace tutti;
 

@@ -15,7 +15,7 @@
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
 #include "local_experts.hpp"
-#include "tutti/model/rank_model.hpp"
+#include "tutti/train/rank_model.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/expert_blocks.hpp"
@@ -35,7 +35,7 @@ double loss_of(const job_config& world1,
   std::unique_ptr<comm::communicator> world;
   REQUIRE(comm::make_gloo_communicator(store, 0, 1, {}, world).ok());
   local_experts experts(world1);
-  model::rank_model m(world1, {world.get(), world.get(), nullptr}, experts);
+  train::rank_model m(world1, {world.get(), world.get(), nullptr}, experts);
   for (const auto& spec : m.layout().tensors()) {
     REQUIRE(tensors.count(spec.name));
     const auto& v = tensors.at(spec.name);
@@ -67,7 +67,7 @@ double loss_of(const job_config& world1,
   }
   double sum = 0;
   int64_t tokens = 0;
-  model::step_timers t;
+  train::step_timers t;
   REQUIRE(m.evaluate(batch.inputs.data(), batch.targets.data(),
                      static_cast<int64_t>(batch.rows), sum, tokens, t)
             .ok());

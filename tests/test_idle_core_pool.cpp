@@ -22,8 +22,8 @@
 #include "test_support.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/kernels/stream.hpp"
-#include "tutti/model/expert_ffn.hpp"
-#include "tutti/model/idle_core_pool.hpp"
+#include "tutti/train/expert_ffn.hpp"
+#include "tutti/train/idle_core_pool.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -31,15 +31,15 @@ using namespace tutti::testing;
 namespace {
 
 // Two members (joined for the whole binary), so run() posts its tasks.
-model::idle_core_pool& pool_of_two() {
+train::idle_core_pool& pool_of_two() {
   static bool joined = [] {
-    auto& p = model::idle_core_pool::process();
+    auto& p = train::idle_core_pool::process();
     p.join();
     p.join();
     return true;
   }();
   (void)joined;
-  return model::idle_core_pool::process();
+  return train::idle_core_pool::process();
 }
 
 // A thread that does what a waiting rank does: help until told to stop.
@@ -48,7 +48,7 @@ public:
   helper()
     : thread_([this] {
         while (!stop_.load())
-          if (!model::idle_core_pool::process().help_one())
+          if (!train::idle_core_pool::process().help_one())
             std::this_thread::sleep_for(std::chrono::microseconds(20));
       }) {}
   ~helper() {
@@ -134,7 +134,7 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
   kernels::use_single_threaded_blas();
   const int64_t E = 4, D = 32, F = 288; // F: a tile and a part of one
   // Experts of part of a tile, none, a tile and a part of one.
-  static_assert(model::expert_ffn::row_tile == 256);
+  static_assert(train::expert_ffn::row_tile == 256);
   const std::vector<int64_t> rows = {37, 0, 5, 300};
   const int64_t m = 342;
   const auto x = random_floats(m * D, 1), dy = random_floats(m * D, 2);
@@ -147,10 +147,10 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
     result r{std::vector<float>(m * D), std::vector<float>(m * D),
              std::vector<float>(E * F * D, 0.25f),
              std::vector<float>(E * F * D), std::vector<float>(E * D * F)};
-    model::expert_ffn ffn(1, E, D, F);
+    train::expert_ffn ffn(1, E, D, F);
     ffn.split_into_tiles(tiles);
     ffn.share_idle_cores(share);
-    model::expert_block b{w1.data(),    w3.data(),    w2.data(),
+    train::expert_block b{w1.data(),    w3.data(),    w2.data(),
                           r.dw1.data(), r.dw3.data(), r.dw2.data()};
     auto s = kernels::cpu_stream();
     ffn.forward(s, 0, b, x.data(), rows.data(), r.y.data());
@@ -158,14 +158,14 @@ TEST_CASE("experts' tiles shared with a helper equal them alone to the bit",
     return r;
   };
   const auto alone = compute(true, false);
-  const auto lent = model::idle_core_pool::process().lent_tasks();
+  const auto lent = train::idle_core_pool::process().lent_tasks();
   result shared;
   {
     helper h;
     shared = compute(true, true);
   }
   INFO("tiles the helper ran: "
-       << model::idle_core_pool::process().lent_tasks() - lent);
+       << train::idle_core_pool::process().lent_tasks() - lent);
   CHECK(same_bits(alone.y, shared.y));
   CHECK(same_bits(alone.dx, shared.dx));
   CHECK(same_bits(alone.dw1, shared.dw1));
@@ -224,7 +224,7 @@ struct lending_pair {
         comm::memory_options o{name, timeout, std::chrono::seconds(20)};
         if (r == 0)
           o.while_waiting = [](double& ran_s) {
-            return model::idle_core_pool::process().help_one(&ran_s);
+            return train::idle_core_pool::process().help_one(&ran_s);
           };
         made[r] = comm::make_memory_communicator(hub, r, 2, o, c[r]);
       });
@@ -247,7 +247,7 @@ TEST_CASE("a rank waiting in an exchange runs a busy peer's tasks, and that "
           "[unit]") {
   pool_of_two();
   lending_pair g("lend", std::chrono::seconds(20));
-  const auto lent_before = model::idle_core_pool::process().lent_tasks();
+  const auto lent_before = train::idle_core_pool::process().lent_tasks();
   std::vector<std::atomic<int>> runs(40);
   std::vector<std::function<void()>> tasks;
   for (auto& r : runs)
@@ -260,7 +260,7 @@ TEST_CASE("a rank waiting in an exchange runs a busy peer's tasks, and that "
   double wall0 = 0;
   status exchanged[2];
   std::thread busy([&] { // the busier shard's rank: its experts, then in
-    model::idle_core_pool::process().run(tasks);
+    train::idle_core_pool::process().run(tasks);
     const std::vector<int64_t> mine = {10, 11};
     exchanged[1] = g.c[1]->all_to_all(mine.data(), got[1].data(), 1);
   });
@@ -275,7 +275,7 @@ TEST_CASE("a rank waiting in an exchange runs a busy peer's tasks, and that "
     CHECK(r.load() == 1);
   CHECK(got[0] == std::vector<int64_t>{0, 10});
   CHECK(got[1] == std::vector<int64_t>{1, 11});
-  const auto lent = model::idle_core_pool::process().lent_tasks() - lent_before;
+  const auto lent = train::idle_core_pool::process().lent_tasks() - lent_before;
   INFO("tasks lent " << lent << ", lent " << g.c[0]->lent_s() << " s, waited "
                      << g.c[0]->waited_s() << " s of " << wall0 << " s");
   CHECK(lent > 0);
@@ -295,7 +295,7 @@ TEST_CASE("a rank helping when its group is aborted finishes the task, then "
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     done.fetch_add(1);
   };
-  std::thread busy([&] { model::idle_core_pool::process().run({slow, slow}); });
+  std::thread busy([&] { train::idle_core_pool::process().run({slow, slow}); });
   status aborted;
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

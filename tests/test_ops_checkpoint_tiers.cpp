@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon_support.hpp"
-#include "tutti/ops/checkpoint_tiers.hpp"
+#include "tutti/lifecycle/checkpoint_tiers.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/job_store.hpp"
 
@@ -30,12 +30,12 @@ std::string with(std::string text, const std::string& from,
 } // namespace
 
 TEST_CASE("retention: keep_last, milestones, expiry", "[ops][tiers]") {
-  using tutti::ops::steps_to_remove;
+  using tutti::lifecycle::steps_to_remove;
   const int64_t now = 100LL * 3600 * 1000;
   std::vector<std::pair<int64_t, int64_t>> held;
   for (int64_t s = 1; s <= 10; ++s)
     held.emplace_back(s, now);
-  tutti::ops::retention_policy p{2, 4, 0};
+  tutti::lifecycle::retention_policy p{2, 4, 0};
   CHECK(steps_to_remove(held, p, 2, now)
         == std::vector<int64_t>{1, 2, 3, 5, 6, 7});
   // Expiry by age: step 9 is two hours old (keep_last would keep it, age
@@ -66,7 +66,7 @@ TEST_CASE("milestones and verified archive copies; resume from the archive",
   INFO(first.output);
   REQUIRE(first.status == 0);
   // Every checkpoint is in the archive, each verified there.
-  CHECK(tutti::ops::archived_steps(archive)
+  CHECK(tutti::lifecycle::archived_steps(archive)
         == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
   for (int64_t s = 1; s <= 8; ++s) {
     INFO("archived step " << s);
@@ -111,7 +111,7 @@ TEST_CASE("milestones and verified archive copies; resume from the archive",
   CHECK(has(second.output, "checkpoint of step 8 restored from"));
   CHECK(has(second.output, "resuming after step 8"));
   CHECK(metric_series(run_dir / "metrics.jsonl", "step").size() == 12);
-  CHECK(tutti::ops::archived_steps(archive).back() == 12);
+  CHECK(tutti::lifecycle::archived_steps(archive).back() == 12);
 }
 
 TEST_CASE("a save that would not fit is refused before writing, with an "

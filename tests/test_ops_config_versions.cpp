@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon_support.hpp"
-#include "tutti/ops/checkpoint_shape.hpp"
+#include "tutti/lifecycle/checkpoint_shape.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
 using namespace tutti::testing;
@@ -82,7 +82,7 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
     // And against a checkpoint: its shard records the shape.
     auto cfg = tutti::load_job_config(config3.string());
     REQUIRE(cfg);
-    auto checked = tutti::ops::check_checkpoint_shape(
+    auto checked = tutti::lifecycle::check_checkpoint_shape(
       run_dir / "checkpoints" / tutti::store::checkpoint_dir_name(4), *cfg);
     CHECK_FALSE(checked.ok());
     CHECK(has(checked.message(), "model.hidden_size"));

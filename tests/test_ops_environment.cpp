@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon_support.hpp"
-#include "tutti/ops/environment.hpp"
+#include "tutti/lifecycle/environment.hpp"
 
 using namespace tutti::testing;
 namespace fs = std::filesystem;
@@ -47,7 +47,7 @@ TEST_CASE("the environment table, and its first difference",
   tutti::job_config cfg;
   cfg.data.dir = (dir / "data").string();
   cfg.run.dir = (dir / "run").string();
-  auto env = tutti::ops::node_environment(cfg, "Haswell");
+  auto env = tutti::lifecycle::node_environment(cfg, "Haswell");
   auto names = [&] {
     std::string out;
     for (const auto& [k, v] : env)
@@ -59,13 +59,13 @@ TEST_CASE("the environment table, and its first difference",
         "blas", "blas_core", "os", "data/meta.json", "data/train-00000.tok",
         "free_disk.data", "free_disk.checkpoints"})
     CHECK(has(names, component));
-  CHECK(tutti::ops::environment_difference(env, "a", env, "b").empty());
+  CHECK(tutti::lifecycle::environment_difference(env, "a", env, "b").empty());
   auto other = env;
   other[0].second = "elsewhere";
   other.back().second = "0.0 GB"; // free disk is not compared
-  CHECK(tutti::ops::environment_difference(env, "node 0", other, "node 1")
+  CHECK(tutti::lifecycle::environment_difference(env, "node 0", other, "node 1")
         == "build_id: " + env[0].second + " on node 0, elsewhere on node 1");
-  auto table = tutti::ops::environment_table(
+  auto table = tutti::lifecycle::environment_table(
     {{"node 0", env}, {"node 1", other}});
   CHECK(has(table, "elsewhere"));
   CHECK(has(table, "blas_core"));

@@ -19,7 +19,7 @@
 #include "memory_group.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/model/rack_exchange.hpp"
+#include "tutti/moe/rack_exchange.hpp"
 
 using namespace tutti;
 namespace k = tutti::kernels;
@@ -106,7 +106,7 @@ struct cross_rows {
   int64_t grouped = 0; // the groups' rows
 };
 
-cross_rows expected_cross(const member_batch& b, const model::rack_layout& x,
+cross_rows expected_cross(const member_batch& b, const moe::rack_layout& x,
                           int64_t me, int64_t K) {
   std::vector<int64_t> member_of_slot(b.n * K, -1);
   int64_t r = 0;
@@ -158,7 +158,7 @@ TEST_CASE("rack relays: combine and backward are the flat path's bits",
     for (int64_t K : {2, 3, 4}) {
       const int P = int(racks.size());
       INFO(P << " members, top-" << K);
-      const model::rack_layout layout(racks);
+      const moe::rack_layout layout(racks);
       int64_t groups = 0, flat_back = 0, rack_back = 0;
       for (int seed = 0; seed < 4; ++seed) {
         std::mt19937 rng(unsigned(seed * 31 + K));
@@ -219,9 +219,9 @@ TEST_CASE("rack relays: combine and backward are the flat path's bits",
             return st.message();
 
           // Through the relays.
-          model::staged_collectives coll(s);
-          model::rack_exchange x(layout, s);
-          model::relay_plan plan;
+          moe::staged_collectives coll(s);
+          moe::rack_exchange x(layout, s);
+          moe::relay_plan plan;
           std::vector<int64_t> row_slot(b.slot_of_row.begin(),
                                         b.slot_of_row.end());
           std::vector<float> in_rack(got * d + 1);
@@ -237,13 +237,13 @@ TEST_CASE("rack relays: combine and backward are the flat path's bits",
           group_count[me] = plan.groups;
           std::vector<float> y_rack(rows * d + 1), out_rack(b.n * d);
           x.reset_bytes();
-          st = x.combine(c, coll, plan, model::combine_kind::outputs, y.data(),
+          st = x.combine(c, coll, plan, moe::combine_kind::outputs, y.data(),
                          recv_rows, y_rack.data(), b.send_rows, nullptr, d);
           if (!st.ok())
             return st.message();
           sent_cross[me][0] = cross(x.bytes_to());
           auto gate = b.gate;
-          model::combine_gates(plan, gate);
+          moe::combine_gates(plan, gate);
           k::unpermute_combine(s, y_rack.data(), b.slot_of_row.data(),
                                gate.data(), out_rack.data(), rows, b.n, K, d);
           if (!same_bits(out_rack, out_flat))
@@ -268,7 +268,7 @@ TEST_CASE("rack relays: combine and backward are the flat path's bits",
           std::vector<float> dx_home_rack(rows * d + 1),
             dtok_rack(b.n * d, 0.f);
           x.reset_bytes();
-          st = x.combine(c, coll, plan, model::combine_kind::input_gradients,
+          st = x.combine(c, coll, plan, moe::combine_kind::input_gradients,
                          dx_rack.data(), recv_rows, dx_home_rack.data(),
                          b.send_rows, dgate_rack.data(), d);
           if (!st.ok())

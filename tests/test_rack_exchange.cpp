@@ -15,10 +15,10 @@
 
 #include "memory_group.hpp"
 #include "tutti/comm/memory_communicator.hpp"
-#include "tutti/model/rack_exchange.hpp"
+#include "tutti/moe/rack_exchange.hpp"
 
 using namespace tutti;
-using model::relay_direction;
+using moe::relay_direction;
 
 namespace {
 
@@ -65,7 +65,7 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
         std::vector<int64_t>{0, 1, 1, 1, 0}}) {
     const int P = int(racks.size());
     INFO(P << " members");
-    model::rack_layout layout(racks);
+    moe::rack_layout layout(racks);
     int64_t flat_total = 0, rack_total = 0;
     for (int seed = 0; seed < 5; ++seed) {
       std::vector<member_rows> all;
@@ -92,8 +92,8 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
                                 sizeof(float));
         if (!s.ok())
           return s.message();
-        model::staged_collectives coll(kernels::cpu_stream());
-        model::rack_exchange x(layout, kernels::cpu_stream());
+        moe::staged_collectives coll(kernels::cpu_stream());
+        moe::rack_exchange x(layout, kernels::cpu_stream());
         s = x.dispatch(c, coll, m.tokens.data(), d, m.row_token, m.send_rows,
                        rack.data(), recv_rows);
         if (!s.ok())
@@ -137,8 +137,8 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
             expected[me] += m.send_rows[p] * 4;
             inter_rack[me] += x.bytes_to()[p];
           }
-        for (auto dir : {relay_direction::out_of_origin,
-                         relay_direction::back_to_origin}) {
+        for (auto dir : {moe::relay_direction::out_of_origin,
+                         moe::relay_direction::back_to_origin}) {
           std::fill(rack.begin(), rack.end(), -1.f);
           s = x.relayed(c, coll, dir, m.rows.data(), m.send_rows, rack.data(),
                         recv_rows, d);
@@ -149,7 +149,7 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
         }
         // What came out of origin goes back to it on the same counts,
         // transposed, without sharing them again.
-        s = x.relayed(c, coll, relay_direction::out_of_origin, m.rows.data(),
+        s = x.relayed(c, coll, moe::relay_direction::out_of_origin, m.rows.data(),
                       m.send_rows, rack.data(), recv_rows, d);
         if (!s.ok())
           return s.message();
@@ -177,7 +177,7 @@ TEST_CASE("rack all-to-all leaves what the flat one does", "[unit]") {
 
 TEST_CASE("relays: own member at home, spread across the other racks",
           "[unit]") {
-  model::rack_layout layout({0, 0, 1, 1, 1});
+  moe::rack_layout layout({0, 0, 1, 1, 1});
   CHECK(layout.racks() == 2);
   CHECK(layout.relay(1, 0) == 1);
   CHECK(layout.relay(0, 1) == 2);

@@ -12,7 +12,7 @@
 
 #include "security_support.hpp"
 #include "test_support.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/security/tls_dialer.hpp"

@@ -16,9 +16,9 @@
 #include "serve_test_support.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 #include "local_experts.hpp"
-#include "tutti/model/rank_model.hpp"
+#include "tutti/train/rank_model.hpp"
 #include "tutti/serve/engine.hpp"
-#include "tutti/serve/invariant_ops.hpp"
+#include "tutti/kernels/invariant_ops.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -40,7 +40,7 @@ std::vector<std::vector<double>> training_logprobs(
   std::unique_ptr<comm::communicator> world;
   REQUIRE(comm::make_gloo_communicator(store, 0, 1, {}, world).ok());
   local_experts experts(cfg);
-  model::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
+  train::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
   for (const auto& spec : m.layout().tensors())
     m.params().upload(m.stream(), t.at(spec.name).data(), spec.numel,
                       spec.offset);
@@ -69,7 +69,7 @@ std::vector<std::vector<double>> training_logprobs(
       targets[p] = static_cast<int32_t>(j);
       double sum = 0;
       int64_t n = 0;
-      model::step_timers timers;
+      train::step_timers timers;
       REQUIRE(
         m.evaluate(tokens.data(), targets.data(), 1, sum, n, timers).ok());
       out[p][j] = -sum;
@@ -329,7 +329,7 @@ TEST_CASE("the KV cache hands out blocks all or nothing", "[unit]") {
   CHECK(cache.used_blocks() == 2);
 }
 
-TEST_CASE("packed_gemm gives every row the bits of its left-to-right "
+TEST_CASE("kernels::packed_gemm gives every row the bits of its left-to-right "
           "chain of fused multiply-adds, "
           "alone or in any batch",
           "[unit]") {
@@ -345,10 +345,10 @@ TEST_CASE("packed_gemm gives every row the bits of its left-to-right "
         v = u(rng);
       for (auto& v : w)
         v = u(rng);
-      const auto packed = serve::pack_matrix(w.data(), n, k);
-      serve::packed_gemm(x.data(), packed, y.data(), m);
+      const auto packed = kernels::pack_matrix(w.data(), n, k);
+      kernels::packed_gemm(x.data(), packed, y.data(), m);
       for (int64_t i = 0; i < m; ++i) {
-        serve::packed_gemm(x.data() + i * k, packed, one.data(), 1);
+        kernels::packed_gemm(x.data() + i * k, packed, one.data(), 1);
         for (int64_t j = 0; j < n; ++j) {
           float sum = 0.0f; // the chain of fused multiply-adds
           for (int64_t t = 0; t < k; ++t)

@@ -9,8 +9,8 @@
 
 #include <map>
 
-#include "tutti/actors/supervisor.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/supervisor.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/protocol/errors.hpp"
 
 using namespace tutti;

@@ -1,7 +1,7 @@
 // Real text end to end through the tutti binary: a SentencePiece tokenizer
 // trained, a corpus prepared with it, a small job trained, `tutti sample`
 // continuing a prompt, `tutti export --format hf` with the tokenizer and
-// generation_config.json, and `tutti data bench`. The sampler's forward is
+// generation_config.json, and `tutti data bench`. The serving forward is
 // checked against the job's own held-out loss on the same windows.
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,8 @@
 #include "test_support.hpp"
 #include "tutti/data/batch_sampler.hpp"
 #include "tutti/data/dataset.hpp"
-#include "tutti/generate/checkpoint_model.hpp"
+#include "tutti/model/weights.hpp"
+#include "tutti/serve/engine.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
 namespace fs = std::filesystem;
@@ -79,30 +80,43 @@ TEST_CASE("tokenizer, prepare, train, sample, export on real text",
   INFO(job.output);
   REQUIRE(job.status == 0);
 
-  // The sampler's forward reproduces the job's held-out loss: the same
-  // windows (the first eval_sequences of the held-out split), position by
-  // position.
-  auto ckpt = tutti::generate::latest_checkpoint(dir / "run");
+  // The serving forward, which `tutti sample` runs, reproduces the job's
+  // held-out loss: the same windows (the first eval_sequences of the
+  // held-out split), position by position.
+  auto ckpt = tutti::model::latest_checkpoint(dir / "run");
   REQUIRE(ckpt.ok());
-  auto model = tutti::generate::checkpoint_model::load(ckpt.value());
+  auto model = tutti::serve::load_model(ckpt.value());
   REQUIRE(model.ok());
   auto val = tutti::data::load_split(dir / "run" / "data", "val");
   REQUIRE(val.ok());
   auto windows = tutti::data::eval_windows(val.value(), 32, 8);
   REQUIRE(windows.rows == 8);
+  const auto& shape = model.value().shape;
+  const tutti::serve::kv_geometry g{shape.layers, shape.kv_heads,
+                                    shape.head_dim, 16};
   double ce = 0;
-  for (std::uint64_t r = 0; r < windows.rows; ++r)
+  for (std::uint64_t r = 0; r < windows.rows; ++r) {
+    tutti::serve::kv_cache cache(g, 2);
+    std::vector<std::int32_t> table;
+    REQUIRE(cache.reserve(table, 32));
+    tutti::serve::engine forward(model.value(), cache);
+    const auto* row = windows.inputs.data() + r * 32;
+    std::vector<float> logits;
+    REQUIRE(
+      forward
+        .forward({{row, 32, 0, &table, tutti::serve::seq_chunk::logits::all}},
+                 logits)
+        .ok());
     for (std::uint64_t i = 0; i < 32; ++i) {
-      const auto* row = windows.inputs.data() + r * 32;
-      auto logits = model.value().next_logits({row, i + 1});
-      REQUIRE(logits.ok());
+      const float* l = logits.data() + i * shape.vocab;
       double max = -1e30, sum = 0;
-      for (float v : logits.value())
-        max = std::max(max, double(v));
-      for (float v : logits.value())
-        sum += std::exp(double(v) - max);
-      ce += max + std::log(sum) - logits.value()[windows.targets[r * 32 + i]];
+      for (std::int64_t v = 0; v < shape.vocab; ++v)
+        max = std::max(max, double(l[v]));
+      for (std::int64_t v = 0; v < shape.vocab; ++v)
+        sum += std::exp(double(l[v]) - max);
+      ce += max + std::log(sum) - l[windows.targets[r * 32 + i]];
     }
+  }
   ce /= 8 * 32;
   const auto evals = metric_series(dir / "run" / "metrics.jsonl", "eval_loss");
   REQUIRE_FALSE(evals.empty());

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/client/service_client.hpp"
 #include "tutti/security/tls_dialer.hpp"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 
 namespace tutti::gateway {
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "proxy.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/gateway/autoscale.hpp"
 #include "tutti/gateway/rollout.hpp"
 #include "tutti/protocol/type_ids.hpp"

@@ -126,8 +126,8 @@ void init_expert_params(const param_layout& layout, float* values,
       for (int64_t j = 0; j < count; ++j) {
         auto name = "model.layers." + std::to_string(l)
                     + ".block_sparse_moe.experts."
-                    + std::to_string(expert_ids.at(l * count + j)) + "."
-                    + which + ".weight";
+                    + std::to_string(expert_ids.at(l * count + j)) + "." + which
+                    + ".weight";
         fill_normal(values + block.offset + j * per, per, name_seed(seed, name),
                     std);
       }

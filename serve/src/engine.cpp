@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "tutti/kernels/ops.hpp"
-#include "tutti/serve/invariant_ops.hpp"
+#include "tutti/kernels/invariant_ops.hpp"
 
 namespace tutti::serve {
 
@@ -109,7 +109,7 @@ status engine::forward(const std::vector<seq_chunk>& batch,
   k::rmsnorm_forward(cpu, tmp_.data(), model_.final_norm.data(), xn_.data(),
                      rstd_.data(), n, D, eps);
   logits.resize(n * s.vocab);
-  packed_gemm(xn_.data(), model_.lm_head_t, logits.data(), n);
+  kernels::packed_gemm(xn_.data(), model_.lm_head_t, logits.data(), n);
   return {};
 }
 
@@ -125,11 +125,11 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
   v_.resize(rows * hkv * hd);
   attn_.resize(rows * hq * hd);
   tmp_.resize(rows * D);
-  packed_gemm(xn_.data(), w.q_t, q_.data(), rows);
-  packed_gemm(xn_.data(), w.k_t, k_.data(), rows);
-  packed_gemm(xn_.data(), w.v_t, v_.data(), rows);
-  rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
-  rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
+  kernels::packed_gemm(xn_.data(), w.q_t, q_.data(), rows);
+  kernels::packed_gemm(xn_.data(), w.k_t, k_.data(), rows);
+  kernels::packed_gemm(xn_.data(), w.v_t, v_.data(), rows);
+  kernels::rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
+  kernels::rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
 
   const int64_t bt = cache_.geometry().block_tokens;
   // Keys and values of the new rows go in first: a row attends to the
@@ -163,7 +163,7 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
           for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
             for (int64_t h = 0; h < group; ++h)
               scores_[h * n + j] =
-                invariant_dot(q0 + h * hd, keys + (j - j0) * kv_row, hd)
+                kernels::invariant_dot(q0 + h * hd, keys + (j - j0) * kv_row, hd)
                 * scale;
         }
         // Softmax weights and the weighted values in float, position by
@@ -196,7 +196,7 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     }
     row += c.count;
   }
-  packed_gemm(attn_.data(), w.o_t, tmp_.data(), rows);
+  kernels::packed_gemm(attn_.data(), w.o_t, tmp_.data(), rows);
   for (int64_t i = 0; i < rows * D; ++i)
     x_[i] += tmp_[i];
 }
@@ -211,7 +211,7 @@ status engine::moe(int64_t l, int64_t rows) {
   router_.resize(rows * E);
   topk_.resize(rows * K);
   gate_.resize(rows * K);
-  packed_gemm(xn_.data(), w.router_t, router_.data(), rows);
+  kernels::packed_gemm(xn_.data(), w.router_t, router_.data(), rows);
   k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
                                 topk_.data(), gate_.data(), nullptr, rows, E, K,
                                 static_cast<float>(s.router_temperature));
@@ -236,7 +236,7 @@ status engine::moe(int64_t l, int64_t rows) {
     ye_.resize(m * D);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(xn_.data() + (slots[i] / K) * D, D, xe_.data() + i * D);
-    invariant_expert(xe_.data(), w.w13_t[e], w.w2_t[e], ye_.data(), m, a_,
+    kernels::invariant_expert(xe_.data(), w.w13_t[e], w.w2_t[e], ye_.data(), m, a_,
                      h_);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(ye_.data() + i * D, D, moe_out_.data() + slots[i] * D);

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "tutti/actors/interfaces.hpp"
-#include "tutti/actors/supervisor.hpp"
+#include "tutti/protocol/interfaces.hpp"
+#include "tutti/runtime/supervisor.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/expert_layout.hpp"
@@ -147,7 +147,7 @@ struct ep_rank_args {
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
   std::shared_ptr<layout_cell> layout; // where dispatch sends rows
   std::vector<int32_t> racks;          // per rank of the group; empty: one
-  bool rack_aware_alltoall = false;    // through model::rack_exchange
+  bool rack_aware_alltoall = false;    // through moe::rack_exchange
   // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
   bool data_parallel_attention = false;
 };

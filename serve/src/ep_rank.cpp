@@ -19,9 +19,9 @@
 
 #include "ep_actors.hpp"
 #include "remote_sequences.hpp"
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/model/rack_exchange.hpp"
+#include "tutti/moe/rack_exchange.hpp"
 
 namespace tutti::serve {
 
@@ -58,8 +58,8 @@ private:
   const ep_rank_args& a_;
   expert_shard_actor shard_;
   std::vector<int64_t> rack_of_; // per rank of the group
-  std::unique_ptr<model::rack_exchange> rack_; // rack-aware exchanges
-  model::staged_collectives collectives_{kernels::cpu_stream()};
+  std::unique_ptr<moe::rack_exchange> rack_; // rack-aware exchanges
+  moe::staged_collectives collectives_{kernels::cpu_stream()};
   link_bytes link_{};
   std::vector<int64_t> row_token_;
   int64_t bytes_ = 0, restarts_ = 0, offloaded_rows_ = 0, routed_rows_ = 0;
@@ -76,8 +76,8 @@ actor_exchange::actor_exchange(caf::blocking_actor* self,
     for (int32_t p = 0; p < a.ranks; ++p)
       rack_of_[p] = a.racks[p];
   if (a.rack_aware_alltoall)
-    rack_ = std::make_unique<model::rack_exchange>(
-      model::rack_layout(rack_of_), kernels::cpu_stream());
+    rack_ = std::make_unique<moe::rack_exchange>(
+      moe::rack_layout(rack_of_), kernels::cpu_stream());
 }
 
 std::vector<int64_t> actor_exchange::rows_of(

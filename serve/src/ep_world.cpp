@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "tutti/actors/rendezvous.hpp"
+#include "tutti/runtime/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 
 namespace tutti::serve {

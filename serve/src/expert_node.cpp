@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/service.hpp"
 

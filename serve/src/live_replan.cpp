@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/rack_replan.hpp"
 

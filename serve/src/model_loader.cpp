@@ -1,16 +1,8 @@
-// Loading a model for serving: Hugging Face / `tutti export` directories
-// and tutti checkpoints, both mapped onto served_model.
-
-#include <nlohmann/json.hpp>
-
-#include <fstream>
-#include <set>
-#include <sstream>
+// A model for serving: the weights the model loader reads (Hugging Face /
+// `tutti export` directories, tutti checkpoints; model/weights.hpp) laid
+// out and packed for the serving forward.
 
 #include "tutti/serve/model.hpp"
-#include "tutti/store/checkpoint_files.hpp"
-#include "tutti/store/expert_blocks.hpp"
-#include "tutti/store/safetensors.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::serve {
@@ -50,240 +42,7 @@ expected<std::vector<float>> take(tensor_map& t, const shape_map& shapes,
   return v;
 }
 
-expected<std::string> read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    return status::error(file.string() + ": cannot be read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// config.json of a Mixtral model. Required integers are named when missing.
-expected<model_shape> shape_from_config_json(const fs::path& file) {
-  auto text = read_text(file);
-  if (!text)
-    return text.error();
-  auto j = nlohmann::json::parse(text.value(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return status::error(file.string() + ": not a JSON object");
-  model_shape s;
-  status bad;
-  auto integer = [&](const char* key, int64_t& out, bool required) {
-    if (!bad.ok())
-      return;
-    if (!j.contains(key)) {
-      if (required)
-        bad = status::error(file.string() + ": key " + key + " missing");
-      return;
-    }
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
-      bad = status::error(file.string() + ": key " + key
-                          + " must be a positive integer");
-      return;
-    }
-    out = j[key].get<int64_t>();
-  };
-  auto number = [&](const char* key, double& out) {
-    if (!bad.ok() || !j.contains(key))
-      return;
-    if (!j[key].is_number() || j[key].get<double>() <= 0) {
-      bad = status::error(file.string() + ": key " + key
-                          + " must be a positive number");
-      return;
-    }
-    out = j[key].get<double>();
-  };
-  integer("vocab_size", s.vocab, true);
-  integer("hidden_size", s.hidden, true);
-  integer("intermediate_size", s.intermediate, true);
-  integer("num_hidden_layers", s.layers, true);
-  integer("num_attention_heads", s.q_heads, true);
-  integer("num_key_value_heads", s.kv_heads, true);
-  integer("num_local_experts", s.experts, true);
-  integer("num_experts_per_tok", s.top_k, true);
-  integer("max_position_embeddings", s.max_positions, true);
-  if (bad.ok() && s.q_heads > 0)
-    s.head_dim = s.hidden / s.q_heads;
-  integer("head_dim", s.head_dim, false);
-  number("rope_theta", s.rope_theta);
-  number("rms_norm_eps", s.rms_norm_eps);
-  number("router_temperature", s.router_temperature);
-  if (!bad.ok())
-    return bad;
-  if (auto c = check_shape(s); !c.ok())
-    return status::error(file.string() + ": " + c.message());
-  return s;
-}
-
-// The safetensors files of a Hugging Face directory: the index's shards, or
-// model.safetensors.
-expected<std::vector<fs::path>> weight_files(const fs::path& dir) {
-  const auto index = dir / "model.safetensors.index.json";
-  if (!fs::exists(index)) {
-    if (!fs::exists(dir / "model.safetensors"))
-      return status::error((dir / "model.safetensors").string()
-                           + ": missing (and no model.safetensors.index.json)");
-    return std::vector<fs::path>{dir / "model.safetensors"};
-  }
-  auto text = read_text(index);
-  if (!text)
-    return text.error();
-  auto j = nlohmann::json::parse(text.value(), nullptr, false);
-  if (j.is_discarded() || !j.contains("weight_map")
-      || !j["weight_map"].is_object())
-    return status::error(index.string() + ": no weight_map object");
-  std::set<std::string> files;
-  for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string())
-      return status::error(index.string() + ": weight_map." + name
-                           + " is not a file name");
-    const auto f = file.get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f == "..")
-      return status::error(index.string() + ": weight_map." + name
-                           + " names a file outside the directory");
-    files.insert(f);
-  }
-  std::vector<fs::path> out;
-  for (const auto& f : files)
-    out.push_back(dir / f);
-  return out;
-}
-
-expected<served_model> load_hf_dir(const fs::path& dir) {
-  auto shape = shape_from_config_json(dir / "config.json");
-  if (!shape)
-    return shape.error();
-  auto files = weight_files(dir);
-  if (!files)
-    return files.error();
-  tensor_map tensors;
-  shape_map shapes;
-  for (const auto& file : files.value()) {
-    auto read = store::read_safetensors_as_f32(file);
-    if (!read)
-      return read.error();
-    for (auto& t : read.value()) {
-      if (tensors.count(t.name))
-        return status::error(file.string() + ": tensor " + t.name
-                             + " appears twice");
-      shapes[t.name] = t.shape;
-      tensors[t.name] = std::move(t.data);
-    }
-  }
-  return model_from_tensors(shape.value(), std::move(tensors), shapes,
-                            dir.string());
-}
-
-// A tutti checkpoint: the same renaming as `tutti export` (router_bias per
-// layer, expert blocks split per expert by global index).
-expected<served_model> load_checkpoint_dir(const fs::path& dir) {
-  if (auto v = store::verify_checkpoint(dir); !v.ok())
-    return v;
-  auto manifest = store::read_manifest(dir);
-  if (!manifest)
-    return manifest.error();
-  tensor_map tensors;
-  shape_map shapes;
-  model_shape s;
-  bool have_meta = false;
-  for (const auto& entry : manifest.value().shards) {
-    auto shard = store::read_shard_file(dir / entry.file);
-    if (!shard)
-      return shard.error();
-    const auto& meta = shard.value().meta;
-    const auto& ints = meta.ints;
-    if (meta.rank == 0) {
-      auto i = [&](const char* k) { return ints.count(k) ? ints.at(k) : 0; };
-      auto d = [&](const char* k, double fallback) {
-        return meta.strings.count(k) ? std::atof(meta.strings.at(k).c_str())
-                                     : fallback;
-      };
-      s.vocab = i("vocab_size");
-      s.hidden = i("hidden_size");
-      s.intermediate = i("intermediate_size");
-      s.layers = i("num_hidden_layers");
-      s.q_heads = i("num_attention_heads");
-      s.kv_heads = i("num_key_value_heads");
-      s.head_dim = s.q_heads > 0 ? s.hidden / s.q_heads : 0;
-      s.experts = i("num_experts");
-      s.top_k = i("router_top_k");
-      s.max_positions = i("max_seq_len");
-      s.rope_theta = d("rope_theta", 10000.0);
-      s.rms_norm_eps = d("rms_norm_eps", 1e-5);
-      s.router_temperature = d("router_temperature", 1.0);
-      have_meta = true;
-    }
-    auto held = store::block_experts_of(meta);
-    if (!held)
-      return held.error();
-    for (auto& t : shard.value().tensors) {
-      if (t.name.rfind("adam_", 0) == 0)
-        continue;
-      if (t.name == "router_bias" && t.shape.size() == 2) {
-        const int64_t e = t.shape[1];
-        for (int64_t l = 0; l < t.shape[0]; ++l) {
-          auto name = layer_prefix(l)
-                      + "block_sparse_moe.gate.e_score_correction_bias";
-          shapes[name] = {e};
-          tensors[name].assign(t.data.begin() + l * e,
-                               t.data.begin() + (l + 1) * e);
-        }
-        continue;
-      }
-      if (t.name.find(".block_sparse_moe.experts.") == std::string::npos
-          || t.shape.size() != 3) {
-        shapes[t.name] = t.shape;
-        tensors[t.name] = std::move(t.data);
-        continue;
-      }
-      const auto which = t.name.substr(t.name.rfind('.') + 1);
-      const auto prefix = t.name.substr(0, t.name.rfind('.'));
-      const int64_t per = t.shape[1] * t.shape[2];
-      const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
-      for (int64_t j = 0; j < t.shape[0]; ++j) {
-        auto name = prefix + "." + std::to_string(held.value().at(layer, j))
-                    + "." + which + ".weight";
-        shapes[name] = {t.shape[1], t.shape[2]};
-        tensors[name].assign(t.data.begin() + j * per,
-                             t.data.begin() + (j + 1) * per);
-      }
-    }
-  }
-  if (!have_meta)
-    return status::error(dir.string() + ": no rank-0 shard with the model");
-  if (auto c = check_shape(s); !c.ok())
-    return status::error((dir / store::shard_file_name(0)).string() + ": "
-                         + c.message());
-  return model_from_tensors(s, std::move(tensors), shapes, dir.string());
-}
-
 } // namespace
-
-status check_shape(const model_shape& s) {
-  const std::pair<const char*, int64_t> sizes[] = {
-    {"vocab_size", s.vocab},
-    {"hidden_size", s.hidden},
-    {"intermediate_size", s.intermediate},
-    {"num_hidden_layers", s.layers},
-    {"num_attention_heads", s.q_heads},
-    {"num_key_value_heads", s.kv_heads},
-    {"head_dim", s.head_dim},
-    {"num_local_experts", s.experts},
-    {"num_experts_per_tok", s.top_k},
-    {"max_position_embeddings", s.max_positions}};
-  for (const auto& [key, v] : sizes)
-    if (v <= 0)
-      return status::error(std::string(key) + " must be positive");
-  if (s.q_heads % s.kv_heads != 0)
-    return status::error(
-      "num_attention_heads must be a multiple of num_key_value_heads");
-  if (s.head_dim % 2 != 0)
-    return status::error("head_dim must be even (rotary embedding)");
-  if (s.top_k > s.experts)
-    return status::error("num_experts_per_tok must be <= num_local_experts");
-  return {};
-}
 
 expected<served_model> model_from_tensors(const model_shape& shape,
                                           tensor_map tensors,
@@ -354,44 +113,44 @@ void pack_for_serving(served_model& m) {
   const auto& s = m.shape;
   const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
   const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
-  m.lm_head_t = pack_matrix(m.lm_head.data(), s.vocab, D);
+  m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
   for (auto& w : m.layers) {
-    w.q_t = pack_matrix(w.q.data(), Q, D);
-    w.k_t = pack_matrix(w.k.data(), KV, D);
-    w.v_t = pack_matrix(w.v.data(), KV, D);
-    w.o_t = pack_matrix(w.o.data(), D, Q);
-    w.router_t = pack_matrix(w.router.data(), E, D);
+    w.q_t = kernels::pack_matrix(w.q.data(), Q, D);
+    w.k_t = kernels::pack_matrix(w.k.data(), KV, D);
+    w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
+    w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
+    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
     w.w13_t.clear();
     w.w2_t.clear();
     std::vector<float> w13(2 * F * D);
     for (int64_t e = 0; e < E; ++e) {
       std::copy_n(w.w1.data() + e * F * D, F * D, w13.data());
       std::copy_n(w.w3.data() + e * F * D, F * D, w13.data() + F * D);
-      w.w13_t.push_back(pack_matrix(w13.data(), 2 * F, D));
-      w.w2_t.push_back(pack_matrix(w.w2.data() + e * D * F, D, F));
+      w.w13_t.push_back(kernels::pack_matrix(w13.data(), 2 * F, D));
+      w.w2_t.push_back(kernels::pack_matrix(w.w2.data() + e * D * F, D, F));
     }
   }
 }
 
-namespace {
-
-expected<served_model> load_weights(const fs::path& dir) {
-  if (fs::exists(dir / "config.json"))
-    return load_hf_dir(dir);
-  if (fs::exists(dir / "MANIFEST"))
-    return load_checkpoint_dir(dir);
-  return status::error(dir.string()
-                       + ": neither a model directory (config.json) nor a "
-                         "tutti checkpoint (MANIFEST)");
+expected<served_model> model_from_weights(model::model_weights weights,
+                                          const std::string& source) {
+  tensor_map tensors;
+  shape_map shapes;
+  for (auto& t : weights.tensors) {
+    shapes[t.name] = t.shape;
+    tensors[t.name] = std::move(t.data);
+  }
+  return model_from_tensors(weights.shape, std::move(tensors), shapes, source);
 }
-
-} // namespace
 
 expected<served_model> load_model(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return status::error(dir.string() + ": not a directory");
-  auto m = load_weights(dir);
+  auto weights = model::load_weights(dir);
+  if (!weights)
+    return weights.error();
+  auto m = model_from_weights(std::move(weights.value()), dir.string());
   if (!m)
     return m;
   const auto file = dir / tokenizer::model_file_name;

@@ -12,10 +12,10 @@
 #include <stdexcept>
 
 #include "ep_actors.hpp"
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/protocol/errors.hpp"
-#include "tutti/serve/invariant_ops.hpp"
+#include "tutti/kernels/invariant_ops.hpp"
 
 namespace tutti::serve {
 
@@ -62,8 +62,8 @@ void forward(serve_shard_state& st, expert_task& task) {
     if (m == 0)
       continue;
     const int64_t e = x.expert_at(task.layer, first + i);
-    invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
-                     task.output + row * D, m, st.ab, st.h);
+    kernels::invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
+                              task.output + row * D, m, st.ab, st.h);
     row += m;
   }
 }

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "ep_actors.hpp"
-#include "tutti/actors/system_config.hpp"
+#include "tutti/runtime/system_config.hpp"
 
 namespace tutti::serve {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "tutti/actors/log.hpp"
+#include "tutti/runtime/log.hpp"
 
 namespace tutti::serve {
 

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <functional>
 
-#include "tutti/actors/interfaces.hpp"
+#include "tutti/protocol/interfaces.hpp"
 #include "tutti/base/status.hpp"
 #include "tutti/client/target.hpp"
 

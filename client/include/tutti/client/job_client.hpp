@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "tutti/actors/interfaces.hpp"
+#include "tutti/protocol/interfaces.hpp"
 #include "tutti/base/status.hpp"
 #include "tutti/client/service_client.hpp"
 #include "tutti/client/target.hpp"

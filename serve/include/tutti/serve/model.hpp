@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
-#include "tutti/serve/packed_gemm.hpp"
+#include "tutti/model/model_shape.hpp"
+#include "tutti/model/weights.hpp"
+#include "tutti/kernels/packed_gemm.hpp"
 
 namespace tutti::tokenizer {
 class tokenizer;
@@ -21,21 +23,8 @@ class tokenizer;
 
 namespace tutti::serve {
 
-struct model_shape {
-  int64_t vocab = 0;
-  int64_t hidden = 0;
-  int64_t intermediate = 0;
-  int64_t layers = 0;
-  int64_t q_heads = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t experts = 0;
-  int64_t top_k = 0;
-  int64_t max_positions = 0;
-  double rope_theta = 10000.0;
-  double rms_norm_eps = 1e-5;
-  double router_temperature = 1.0;
-};
+// The one shape type (model/model_shape.hpp).
+using model::model_shape;
 
 // One decoder layer. Matrices are row-major [out, in] as in Hugging Face;
 // the experts of a layer are stacked: w1, w3 [experts, intermediate,
@@ -46,8 +35,8 @@ struct layer_weights {
   std::vector<float> w1, w3, w2;
   // The same matrices packed for the serving forward (packed_gemm.hpp);
   // per expert, w1 and w3 side by side: [hidden, 2 * intermediate].
-  packed_matrix q_t, k_t, v_t, o_t, router_t;
-  std::vector<packed_matrix> w13_t, w2_t;
+  kernels::packed_matrix q_t, k_t, v_t, o_t, router_t;
+  std::vector<kernels::packed_matrix> w13_t, w2_t;
 };
 
 struct served_model {
@@ -57,17 +46,13 @@ struct served_model {
   std::shared_ptr<const tokenizer::tokenizer> text_tokenizer;
   model_shape shape;
   std::vector<float> embed, final_norm, lm_head;
-  packed_matrix lm_head_t;
+  kernels::packed_matrix lm_head_t;
   std::vector<layer_weights> layers;
 };
 
 // Fills in the packed matrices from the row-major ones (model_from_tensors
 // does).
 void pack_for_serving(served_model& m);
-
-// The shape's own consistency (positive sizes, heads dividing, top_k <=
-// experts); names the first bad field.
-status check_shape(const model_shape& s);
 
 // Builds a model from tensors named as in Hugging Face's MixtralForCausalLM
 // (`...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
@@ -76,6 +61,9 @@ expected<served_model> model_from_tensors(
   const model_shape& shape, std::map<std::string, std::vector<float>> tensors,
   const std::map<std::string, std::vector<int64_t>>& shapes,
   const std::string& source);
+// The same from weights the model loader read (model/weights.hpp).
+expected<served_model> model_from_weights(model::model_weights weights,
+                                          const std::string& source);
 
 // A directory with config.json (a `tutti export` or Hugging Face Mixtral
 // directory) or with a MANIFEST (a tutti checkpoint), and the

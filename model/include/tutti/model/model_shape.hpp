@@ -1,0 +1,42 @@
+#pragma once
+// The architecture of a model: what every part that builds, loads, serves,
+// samples or exports one reads, whatever the model came from (a job config,
+// a Hugging Face config.json, a tutti checkpoint's header). Named here by
+// role; hf_config.hpp maps the names to Hugging Face's.
+
+#include <cstdint>
+
+#include "tutti/base/status.hpp"
+#include "tutti/config/model_config.hpp"
+#include "tutti/store/checkpoint_files.hpp"
+
+namespace tutti::model {
+
+struct model_shape {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0; // one expert's FFN width
+  int64_t layers = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t max_positions = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  double router_temperature = 1.0;
+};
+
+// The model a job config trains.
+model_shape shape_of(const model_config& m, const moe_config& e);
+
+// The model a checkpoint holds, from rank 0's shard header.
+model_shape shape_of(const store::shard_meta& rank0);
+
+// The shape's own consistency (positive sizes, heads dividing, even head
+// size, top_k <= experts); names the first bad field by its Hugging Face
+// name.
+status check_shape(const model_shape& s);
+
+} // namespace tutti::model

@@ -1,0 +1,46 @@
+#pragma once
+// A model's weights in host memory under Hugging Face's names
+// (MixtralForCausalLM): every dense tensor, each layer's router biases as
+// `...block_sparse_moe.gate.e_score_correction_bias`, and each expert's w1,
+// w3 and w2 under its global index. The one loader of the project: a
+// Hugging Face or `tutti export` directory (config.json and safetensors,
+// one file or the shards of model.safetensors.index.json, F32/F16/BF16),
+// or a tutti checkpoint (MANIFEST and shard files, verified before use;
+// the optimizer's state stays behind). Serving, `tutti sample` and
+// `tutti export` read models through it.
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "tutti/base/status.hpp"
+#include "tutti/model/model_shape.hpp"
+#include "tutti/store/checkpoint_files.hpp"
+#include "tutti/store/safetensors.hpp"
+
+namespace tutti::model {
+
+struct model_weights {
+  model_shape shape;
+  // A checkpoint's in its shards' order, a directory's by file.
+  std::vector<store::named_tensor> tensors;
+  // A checkpoint's step and rank-0 header (from which an export writes
+  // config.json); -1 and empty for a model directory.
+  int64_t step = -1;
+  store::shard_meta rank0;
+};
+
+// A directory with config.json or with a MANIFEST. Errors are one line
+// naming the file, key or tensor.
+expected<model_weights> load_weights(const std::filesystem::path& dir);
+
+// Either kind, by name.
+expected<model_weights> read_hf_dir(const std::filesystem::path& dir);
+expected<model_weights> read_checkpoint(const std::filesystem::path& dir);
+
+// The newest committed checkpoint under run_dir/checkpoints (a step
+// directory with its MANIFEST), or a failure saying there is none.
+expected<std::filesystem::path> latest_checkpoint(
+  const std::filesystem::path& run_dir);
+
+} // namespace tutti::model

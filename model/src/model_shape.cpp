@@ -1,0 +1,78 @@
+#include "tutti/model/model_shape.hpp"
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+namespace tutti::model {
+
+model_shape shape_of(const model_config& m, const moe_config& e) {
+  model_shape s;
+  s.vocab = m.vocab_size;
+  s.hidden = m.hidden_size;
+  s.intermediate = m.intermediate_size;
+  s.layers = m.num_hidden_layers;
+  s.q_heads = m.num_attention_heads;
+  s.kv_heads = m.num_key_value_heads;
+  s.head_dim = m.num_attention_heads > 0 ? m.head_dim() : 0;
+  s.experts = e.num_experts;
+  s.top_k = e.router_top_k;
+  s.max_positions = m.max_seq_len;
+  s.rope_theta = m.rope_theta;
+  s.rms_norm_eps = m.rms_norm_eps;
+  s.router_temperature = e.router_temperature;
+  return s;
+}
+
+model_shape shape_of(const store::shard_meta& rank0) {
+  auto i = [&](const char* k) {
+    return rank0.ints.count(k) ? rank0.ints.at(k) : 0;
+  };
+  // Kept as text in the header, exactly as configured.
+  auto d = [&](const char* k, double fallback) {
+    return rank0.strings.count(k) ? std::atof(rank0.strings.at(k).c_str())
+                                  : fallback;
+  };
+  model_shape s;
+  s.vocab = i("vocab_size");
+  s.hidden = i("hidden_size");
+  s.intermediate = i("intermediate_size");
+  s.layers = i("num_hidden_layers");
+  s.q_heads = i("num_attention_heads");
+  s.kv_heads = i("num_key_value_heads");
+  s.head_dim = s.q_heads > 0 ? s.hidden / s.q_heads : 0;
+  s.experts = i("num_experts");
+  s.top_k = i("router_top_k");
+  s.max_positions = i("max_seq_len");
+  s.rope_theta = d("rope_theta", 10000.0);
+  s.rms_norm_eps = d("rms_norm_eps", 1e-5);
+  s.router_temperature = d("router_temperature", 1.0);
+  return s;
+}
+
+status check_shape(const model_shape& s) {
+  const std::pair<const char*, int64_t> sizes[] = {
+    {"vocab_size", s.vocab},
+    {"hidden_size", s.hidden},
+    {"intermediate_size", s.intermediate},
+    {"num_hidden_layers", s.layers},
+    {"num_attention_heads", s.q_heads},
+    {"num_key_value_heads", s.kv_heads},
+    {"head_dim", s.head_dim},
+    {"num_local_experts", s.experts},
+    {"num_experts_per_tok", s.top_k},
+    {"max_position_embeddings", s.max_positions}};
+  for (const auto& [key, v] : sizes)
+    if (v <= 0)
+      return status::error(std::string(key) + " must be positive");
+  if (s.q_heads % s.kv_heads != 0)
+    return status::error(
+      "num_attention_heads must be a multiple of num_key_value_heads");
+  if (s.head_dim % 2 != 0)
+    return status::error("head_dim must be even (rotary embedding)");
+  if (s.top_k > s.experts)
+    return status::error("num_experts_per_tok must be <= num_local_experts");
+  return {};
+}
+
+} // namespace tutti::model

@@ -1,0 +1,175 @@
+#include "tutti/model/weights.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tutti/model/hf_config.hpp"
+#include "tutti/store/expert_blocks.hpp"
+
+namespace tutti::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The safetensors files of a Hugging Face directory: the index's shards, or
+// model.safetensors.
+expected<std::vector<fs::path>> weight_files(const fs::path& dir) {
+  const auto index = dir / "model.safetensors.index.json";
+  if (!fs::exists(index)) {
+    if (!fs::exists(dir / "model.safetensors"))
+      return status::error((dir / "model.safetensors").string()
+                           + ": missing (and no model.safetensors.index.json)");
+    return std::vector<fs::path>{dir / "model.safetensors"};
+  }
+  std::ifstream in(index, std::ios::binary);
+  if (!in)
+    return status::error(index.string() + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.contains("weight_map")
+      || !j["weight_map"].is_object())
+    return status::error(index.string() + ": no weight_map object");
+  std::set<std::string> files;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      return status::error(index.string() + ": weight_map." + name
+                           + " is not a file name");
+    const auto f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "..")
+      return status::error(index.string() + ": weight_map." + name
+                           + " names a file outside the directory");
+    files.insert(f);
+  }
+  std::vector<fs::path> out;
+  for (const auto& f : files)
+    out.push_back(dir / f);
+  return out;
+}
+
+// One shard's tensors under Hugging Face's names, appended to `out`.
+status add_shard_tensors(store::shard_file& shard,
+                         std::vector<store::named_tensor>& out) {
+  auto held = store::block_experts_of(shard.meta);
+  if (!held)
+    return held.error();
+  for (auto& t : shard.tensors) {
+    if (t.name.rfind("adam_", 0) == 0)
+      continue; // optimizer state stays with tutti
+    if (t.name == "router_bias" && t.shape.size() == 2) {
+      // Selection-only biases, under DeepSeek-V3's Hugging Face name.
+      const int64_t experts = t.shape[1];
+      for (int64_t l = 0; l < t.shape[0]; ++l)
+        out.push_back({"model.layers." + std::to_string(l)
+                         + ".block_sparse_moe.gate.e_score_correction_bias",
+                       {experts},
+                       std::vector<float>(t.data.begin() + l * experts,
+                                          t.data.begin() + (l + 1) * experts)});
+      continue;
+    }
+    if (t.name.find(".block_sparse_moe.experts.") == std::string::npos
+        || t.shape.size() != 3) {
+      out.push_back({t.name, t.shape, std::move(t.data)});
+      continue;
+    }
+    // A block [count, out, in] of this shard's experts: one tensor per
+    // expert, named by its global index.
+    const auto which = t.name.substr(t.name.rfind('.') + 1); // w1|w2|w3
+    const auto prefix = t.name.substr(0, t.name.rfind('.'));
+    const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
+    const int64_t count = t.shape[0], per = t.shape[1] * t.shape[2];
+    for (int64_t j = 0; j < count; ++j)
+      out.push_back({prefix + "." + std::to_string(held.value().at(layer, j))
+                       + "." + which + ".weight",
+                     {t.shape[1], t.shape[2]},
+                     std::vector<float>(t.data.begin() + j * per,
+                                        t.data.begin() + (j + 1) * per)});
+  }
+  return {};
+}
+
+} // namespace
+
+expected<model_weights> read_hf_dir(const fs::path& dir) {
+  auto shape = read_hf_config(dir / "config.json");
+  if (!shape)
+    return shape.error();
+  auto files = weight_files(dir);
+  if (!files)
+    return files.error();
+  model_weights w;
+  w.shape = shape.value();
+  std::set<std::string> seen;
+  for (const auto& file : files.value()) {
+    auto read = store::read_safetensors_as_f32(file);
+    if (!read)
+      return read.error();
+    for (auto& t : read.value()) {
+      if (!seen.insert(t.name).second)
+        return status::error(file.string() + ": tensor " + t.name
+                             + " appears twice");
+      w.tensors.push_back({t.name, t.shape, std::move(t.data)});
+    }
+  }
+  return w;
+}
+
+expected<model_weights> read_checkpoint(const fs::path& dir) {
+  TUTTI_RETURN_IF_ERROR(store::verify_checkpoint(dir));
+  auto manifest = store::read_manifest(dir);
+  if (!manifest)
+    return manifest.error();
+  model_weights w;
+  bool have_rank0 = false;
+  for (const auto& entry : manifest.value().shards) {
+    auto shard = store::read_shard_file(dir / entry.file);
+    if (!shard)
+      return shard.error();
+    if (shard.value().meta.rank == 0) {
+      w.rank0 = shard.value().meta;
+      w.step = w.rank0.step;
+      have_rank0 = true;
+    }
+    TUTTI_RETURN_IF_ERROR(add_shard_tensors(shard.value(), w.tensors));
+  }
+  if (!have_rank0)
+    return status::error(dir.string() + ": no rank-0 shard with the model");
+  w.shape = shape_of(w.rank0);
+  if (auto c = check_shape(w.shape); !c.ok())
+    return status::error((dir / store::shard_file_name(0)).string() + ": "
+                         + c.message());
+  return w;
+}
+
+expected<model_weights> load_weights(const fs::path& dir) {
+  if (fs::exists(dir / "config.json"))
+    return read_hf_dir(dir);
+  if (fs::exists(dir / "MANIFEST"))
+    return read_checkpoint(dir);
+  return status::error(dir.string()
+                       + ": neither a model directory (config.json) nor a "
+                         "tutti checkpoint (MANIFEST)");
+}
+
+expected<fs::path> latest_checkpoint(const fs::path& run_dir) {
+  const auto root = run_dir / "checkpoints";
+  std::error_code ec;
+  std::vector<fs::path> found;
+  for (auto it = fs::directory_iterator(root, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->path().filename().string().rfind("step-", 0) == 0
+        && fs::exists(it->path() / "MANIFEST"))
+      found.push_back(it->path());
+  if (found.empty())
+    return status::error(root.string() + ": no committed checkpoint (is "
+                         + run_dir.string() + " a run directory?)");
+  std::sort(found.begin(), found.end()); // step-%08d sorts by step
+  return found.back();
+}
+
+} // namespace tutti::model

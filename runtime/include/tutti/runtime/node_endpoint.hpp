@@ -1,0 +1,47 @@
+#pragma once
+// What a process hosting a job's actors offers to the outside, the same for
+// `tuttid` and for `tutti run`: its actors published behind a basp_guard
+// (clients such as `tutti status`, `shell`, `logs` and `chaos` connect
+// there), and the Prometheus /metrics endpoint.
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tutti/runtime/basp_guard.hpp"
+#include "tutti/runtime/metrics_board.hpp"
+#include "tutti/base/status.hpp"
+#include "tutti/observability/metrics_http_server.hpp"
+
+namespace tutti {
+
+// Publishes `handle` on loopback for the middleman (which must listen on
+// loopback only: see basp_guard.hpp) and puts a basp_guard on host:port in
+// front of it; the guard joins `guards`, which must outlive the use.
+template <class Handle>
+status publish_guarded(caf::actor_system& sys, const Handle& handle,
+                       const std::string& host, int64_t port,
+                       std::vector<std::unique_ptr<basp_guard>>& guards,
+                       const basp_guard::tls_options& tls = {}) {
+  auto inner = sys.middleman().publish(handle, 0, "127.0.0.1", true);
+  if (!inner)
+    return status::error("cannot listen on loopback: "
+                         + sys.render(inner.error()));
+  std::unique_ptr<basp_guard> guard;
+  TUTTI_RETURN_IF_ERROR(
+    basp_guard::start(host, static_cast<uint16_t>(port), *inner, guard, tls));
+  guards.push_back(std::move(guard));
+  return {};
+}
+
+// Serves GET /metrics on host:port: the boards' texts, in order (each
+// board holds whole families, and no two boards the same family).
+expected<std::unique_ptr<observability::metrics_http_server>> serve_metrics(
+  const std::string& host, int64_t port,
+  std::vector<std::shared_ptr<metrics_board>> boards);
+
+} // namespace tutti

@@ -1,0 +1,27 @@
+#include "tutti/runtime/node_endpoint.hpp"
+
+#include "tutti/runtime/log.hpp"
+
+namespace tutti {
+
+expected<std::unique_ptr<observability::metrics_http_server>> serve_metrics(
+  const std::string& host, int64_t port,
+  std::vector<std::shared_ptr<metrics_board>> boards) {
+  if (port <= 0 || port > 65535)
+    return status::error("metrics.port: " + std::to_string(port)
+                         + " is outside 1..65535");
+  auto started = observability::metrics_http_server::start(
+    host, static_cast<uint16_t>(port), [boards = std::move(boards)] {
+      std::string text;
+      for (const auto& board : boards)
+        text += board->read();
+      return text;
+    });
+  if (!started)
+    return status::error(started.message() + " (metrics.port)");
+  log_info("metrics", "metrics on http://" + host + ":" + std::to_string(port)
+                        + "/metrics");
+  return started;
+}
+
+} // namespace tutti

@@ -1,0 +1,96 @@
+#pragma once
+// Per-rank memory by component for a parallel layout, from the shapes the
+// engine allocates (rank_model, the expert shard, the dispatch buffers),
+// and a step-time estimate from FLOPs and link bandwidths: what `tutti
+// plan` prints and what `tutti plan --search` ranks layouts by.
+//
+// Tensor parallelism is planned as the engine runs it: heads (query and
+// KV) and the experts' FFN split over TP, the embedding and LM head
+// replicated, no sequence parallelism (the [tokens, hidden] activations
+// whole on every TP rank), the checkpoint gathering TP slices on TP rank 0.
+// Pipeline parallelism is planned as the engine runs it: each stage holds
+// only its layers' weights, gradients, AdamW moments and experts (the
+// first the embedding, the last the final norm and LM head); a stage's
+// layers' activations kept for up to (stages - its index) micro-batches
+// (1F1B); the LM head's buffers on every stage, its logits' gradient on
+// the last; stage 0's ranks receive the later stages' layers and take the
+// checkpoint copies of the whole model. The two combine (TP·PP): each
+// stage holds its TP rank's slices of its layers.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tutti/config/job_config.hpp"
+
+namespace tutti::train {
+
+struct parallel_layout {
+  int64_t tp = 1, pp = 1, ep = 1, dp = 1; // dp = world / (tp * pp)
+  int64_t micro_batches = 1;
+  recompute_mode recompute = recompute_mode::none;
+  bool optimizer_sharding = false;
+};
+
+// The layout a config asks for.
+parallel_layout layout_of(const job_config& cfg);
+
+// Bytes per rank, the fullest rank (pipeline: the first or the last stage,
+// whichever holds more).
+struct memory_breakdown {
+  double weights = 0, gradients = 0;
+  double optimizer = 0;         // AdamW moments (the dense ones / dp if sharded)
+  double optimizer_scratch = 0; // the experts' second set (restart in place)
+  double activations_micro = 0; // kept for backward by one micro-batch
+  double in_flight = 1;         // micro-batches whose activations are kept
+  double activations = 0; // in_flight micro-batches' and the shard's saved rows
+  double working = 0; // backward scratch, recompute's shared layer, LM head
+  double dispatch = 0;   // all-to-all buffers, the replay log of expert work
+  double checkpoint = 0; // host copies while a checkpoint is taken: rank 0
+  double checkpoint_other = 0; // another rank's, the largest (its experts)
+  double checkpoint_others = 0; // every other rank's together
+  double kv_cache_per_sequence = 0; // serving, at model.max_seq_len
+  double total = 0; // everything but the KV cache
+  double total_all_stages = 0; // one rank of each pipeline stage together
+  int64_t stages = 1;          // pipeline stages
+};
+
+memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l);
+
+// Device and link speeds for the step-time estimate.
+struct hardware {
+  double device_tflops = 400;  // sustained fp32-accumulate GEMM rate
+  double intra_node_gbps = 3600; // NVLink-class
+  double inter_node_gbps = 400;  // one NIC per device
+};
+
+// From the config's link keys where set (intra_node_gbps, intra_rack_gbps,
+// expected_bandwidth_gbps), else the defaults above.
+hardware hardware_of(const job_config& cfg, double device_tflops);
+
+struct step_estimate {
+  double compute_s = 0;       // FLOPs of the step (with recomputation)
+  double bubble = 0;          // (p - 1) / (m + p - 1)
+  double exposed_comm_s = 0;  // TP, EP, PP traffic and the DP tail
+  double step_s = 0;
+};
+
+step_estimate estimate_step(const job_config& cfg, const parallel_layout& l,
+                            const hardware& hw);
+
+struct layout_choice {
+  parallel_layout layout;
+  memory_breakdown memory;
+  step_estimate step;
+};
+
+// Every layout (TP, PP, EP, DP, micro-batches, recomputation, optimizer
+// sharding) the cluster and model admit whose total fits
+// cluster_config.device_memory_gb, fastest first; `considered` counts all.
+std::vector<layout_choice> search_layouts(const job_config& cfg,
+                                          const hardware& hw,
+                                          int64_t& considered);
+
+std::string layout_text(const parallel_layout& l);
+
+} // namespace tutti::train

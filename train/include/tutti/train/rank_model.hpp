@@ -1,0 +1,329 @@
+#pragma once
+// One rank's share of the Mixtral model: its pipeline stage's dense
+// weights (all of them without PP) with their gradients and AdamW state, the activations of the current step, and
+// the MoE plumbing (route, dispatch over the EP group, experts through an
+// expert_executor, combine). Blocking: runs on the rank's own thread.
+//
+// Where it computes is the stream's device: every weight, moment and
+// activation is a kernels::tensor there. What the host needs (routing
+// counts, the dispatch plan) is copied to it, and the collectives go
+// through staged_collectives, so a GPU model runs over NCCL or Gloo.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tutti/comm/communicator.hpp"
+#include "tutti/kernels/stream.hpp"
+#include "tutti/kernels/tensor.hpp"
+#include "tutti/train/expert_executor.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/moe/rack_exchange.hpp"
+#include "tutti/moe/staged_collectives.hpp"
+#include "tutti/train/step_stats.hpp"
+#include "tutti/config/job_config.hpp"
+
+namespace tutti::train {
+
+// The communicators one rank takes part in. dp: the data-parallel group,
+// the ranks that see different tokens (every rank without tensor
+// parallelism; with it, the ranks of this rank's TP index). ep may equal
+// dp; expert_dp (ranks holding the same experts) and tp (the ranks that
+// split this rank's weights, tensor_parallel.hpp) are null when they would
+// have one member. With pipeline parallelism (pipeline_schedule.cpp) pp
+// holds the stages of this rank's TP and dp index, prev and next the
+// two-member links to the neighbouring stages (null at the ends); all null without.
+struct comm_groups {
+  comm::communicator* dp = nullptr;
+  comm::communicator* ep = nullptr;
+  comm::communicator* expert_dp = nullptr;
+  comm::communicator* tp = nullptr;
+  comm::communicator* pp = nullptr;
+  comm::communicator* prev = nullptr;
+  comm::communicator* next = nullptr;
+};
+
+// Learning rate at 1-based `step`: linear warmup, then cosine to min_lr.
+double learning_rate(const train_config& t, int64_t step);
+
+class rank_model {
+public:
+  // `s`: where the model lives and computes (the rank's device stream).
+  // `slot_of_expert`: the placement, [layer][expert] -> slot of the EP
+  // group (EP member slot / (experts / ep_size) holds it; see
+  // placement::placement_plan); empty = contiguous, expert e in slot e.
+  rank_model(const job_config& cfg, comm_groups comms, expert_executor& experts,
+             kernels::stream s = kernels::cpu_stream(),
+             std::vector<int32_t> slot_of_expert = {});
+
+  // Forward and backward of one local batch ([seqs, seq_len] inputs and
+  // targets, host memory) as train.micro_batches micro-batches in order,
+  // each one's gradients added to the last's. Fills loss, aux, z, tokens,
+  // dropped, expert counts and timers of `stats` (global values, over the
+  // step's micro-batches).
+  status train_step(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                    step_stats& stats);
+
+  // Forward only, micro-batch by micro-batch; returns global cross-entropy
+  // sum and token count.
+  status evaluate(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                  double& loss_sum, int64_t& tokens, step_timers& time);
+
+  // Sums dense gradients over the data-parallel group (all-reduce; with
+  // train.optimizer_sharding a reduce-scatter: only this rank's optimizer
+  // slice is summed); returns their global squared norm, over all stages,
+  // summed piece by piece in the one-stage buffer's order whatever the
+  // layout, so sharded or not, one stage or several give the same bits.
+  status reduce_dense_grads(double& sum_squares, step_timers& time);
+
+  // AdamW on the dense weights of this rank's optimizer slice with the
+  // clipping factor (sharded: then all-gathers the weights); zeroes
+  // gradients; applies the router-bias update from this step's global
+  // counts.
+  status apply_optimizer(int64_t step, double lr, double grad_scale);
+
+  // The AdamW moments of every dense weight, in layout order, in host
+  // memory, on world rank 0 (elsewhere left empty). Sharded, a gather over
+  // world: every rank must call it.
+  status full_moments(std::vector<float>& m, std::vector<float>& v);
+  // Takes this rank's slice of full moments (layout order, host memory).
+  void load_moments(const std::vector<float>& m, const std::vector<float>& v);
+  // [first, first + count) of the dense buffer: the elements whose AdamW
+  // state this rank holds (all of them unless sharded).
+  int64_t optimizer_first() const { return opt_first_; }
+  int64_t optimizer_count() const { return opt_count_; }
+
+  const model::param_layout& layout() const { return layout_; }
+  // The TP group (null without tensor parallelism); layout() then holds
+  // this TP rank's slices (tensor_parallel.hpp).
+  comm::communicator* tp_group() const { return comms_.tp; }
+  // The stages of this rank's TP and dp index (null without pipeline
+  // parallelism). Each stage holds, trains and updates only its own
+  // tensors (stage_layout.hpp): layout() is the stage's.
+  comm::communicator* pp_group() const { return comms_.pp; }
+  const kernels::stream& stream() const { return stream_; }
+  // On the model's device; checkpoints copy them with to_host / upload.
+  kernels::tensor<float>& params() { return params_; }
+  kernels::tensor<float>& grads() { return grads_; }
+  kernels::tensor<float>& router_bias() { return router_bias_; }
+
+private:
+  template <class T>
+  using tensor = kernels::tensor<T>;
+
+  struct layer_acts {
+    tensor<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2, rstd2,
+      logits, rprobs, gate, y_rows, fraction;
+    // Pipeline: the experts' input rows, for running them again before
+    // backward when a later micro-batch's forward came in between.
+    tensor<float> expert_in;
+    tensor<int32_t> topk_orig, topk_kept, slot_of_row;
+    tensor<int64_t> kept, src_index;
+    // The rack relays' plan of the layer's exchanges (rack-aware only).
+    moe::relay_plan rack_plan;
+    // Host side of the dispatch plan.
+    std::vector<int64_t> kept_host, send_counts, recv_counts,
+      recv_expert_counts, rows_per_expert, counts_global;
+    int64_t rows = 0, recv_rows = 0;
+    // In-process exchanges by runs (exchanges_by_runs): per member, its
+    // block of the dispatch order, and its rows of each local expert in the
+    // experts' order.
+    std::vector<std::vector<comm::slice>> dispatch_runs, expert_runs;
+  };
+
+  // This stage's layers of one micro-batch (all of them without pipeline
+  // parallelism): from the embedding on the first stage, else from the
+  // received acts_[first_layer_].x_in; to the loss on the last stage, else
+  // into acts_[last_layer_].x_in. Backward likewise from dx_ as received.
+  status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
+                 double& ce_sum, step_stats* stats, step_timers& time);
+  status backward(int64_t seqs, step_timers& time);
+
+  // Pipeline parallelism (pipeline_schedule.cpp): the step's micro-batches
+  // in 1F1B order; the step's sums over the stages; evaluation's forwards.
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ + 1 == stages_; }
+  status pipeline_step(const int32_t* inputs, const int32_t* targets,
+                       step_stats& stats, double& ce_sum);
+  status pipeline_sums(step_stats& stats, double& ce_sum);
+  status pipeline_evaluate(const int32_t* inputs, const int32_t* targets,
+                           int64_t seqs, double& ce_sum, int64_t& tokens,
+                           step_timers& time);
+  // One exchange with a neighbouring stage over `link` (prev or next):
+  // `send` and/or `recv` `count` floats (null: nothing that way).
+  status link_exchange(comm::communicator* link, const float* send,
+                       float* recv, int64_t count, step_timers& time);
+  // Makes micro-batch i's activations (slot i % slots) the current ones.
+  void use_slot(int64_t i);
+  // Before backward: when the expert shard's saved forward of layer l is
+  // another micro-batch's, runs the experts again on this one's rows.
+  status restore_expert_forward(int64_t l, layer_acts& a, step_timers& time);
+
+  // train.recompute: the activations a layer keeps only while it runs
+  // live in work_ and move into acts_[l] for the layer's forward, and again
+  // for its backward after recompute() rebuilt them (selective: the
+  // attention probabilities; full: all but the layer's input).
+  void swap_working(layer_acts& a);
+  status recompute(int64_t l, int64_t seqs, step_timers& time);
+
+  status attention_forward(int64_t l, int64_t seqs, step_timers& time);
+  status attention_backward(int64_t l, int64_t seqs, tensor<float>& dx,
+                            step_timers& time);
+  // Tensor parallelism: sums a row-parallel layer's partial outputs (or a
+  // column-parallel one's partial input gradients) over the TP group; does
+  // nothing without one.
+  status tp_sum(float* data, int64_t count, step_timers& time);
+  // The dense gradients' squared norm: per piece of the one-stage buffer
+  // (plan_norm_pieces), summed over the ranks that hold them, then in
+  // order (rank_model.cpp).
+  void plan_norm_pieces();
+  status dense_sum_squares(double& sum_squares, step_timers& time);
+  status moe_forward(int64_t l, int64_t n, step_stats* stats,
+                     step_timers& time);
+  status route_counts(layer_acts& a, int64_t n, step_stats& stats, int64_t l,
+                      step_timers& time);
+  status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
+                      step_timers& time);
+  // The combine in chunks of local experts (moe_combine.cpp): chunk c of
+  // `expert_major` rows (the experts' outputs, or their input gradients)
+  // back to the ranks they came from, into `dispatch_order`.
+  void plan_combine(const layer_acts& a);
+  std::vector<std::vector<int64_t>> combine_chunk_rows() const;
+  status combine_chunk(layer_acts& a, size_t c,
+                       const tensor<float>& expert_major,
+                       tensor<float>& dispatch_order, moe::combine_kind kind,
+                       step_timers& time);
+
+  // The router losses' coefficients: each micro-batch's loss is its mean
+  // over the micro-batch, and the step's is their mean.
+  double aux_coeff() const;
+  double z_coeff() const;
+
+  float* param(const std::string& name);
+  float* grad(const std::string& name);
+  std::string layer_name(int64_t l, const char* suffix) const;
+
+  job_config cfg_;
+  comm_groups comms_;
+  expert_executor& experts_;
+  kernels::stream stream_;
+  moe::staged_collectives collectives_;
+  // This stage's tensors (stage_layout.hpp), this TP rank's slices of
+  // them (tensor_parallel.hpp).
+  model::param_layout layout_;
+  struct norm_piece {
+    int64_t local = -1; // offset in grads_; -1: another stage's
+    int64_t count = 0;
+    bool split = false; // a TP-split tensor's
+    // Sharded under pipeline parallelism: the piece crosses where a stage's
+    // optimizer slices are cut (not where the whole model's are), so its
+    // summed values lie on two or more data-parallel ranks.
+    bool straddles = false;
+  };
+  std::vector<norm_piece> norm_pieces_;
+  int64_t heads_ = 0, kv_heads_ = 0; // attention heads this TP rank computes
+  tensor<float> params_, grads_;
+  tensor<float> m_, v_; // AdamW moments of [opt_first_, + opt_count_)
+  int64_t opt_first_ = 0, opt_count_ = 0;
+  bool sharded_ = false; // train.optimizer_sharding over more than one rank
+  tensor<float> router_bias_; // [layers, experts]; selection only
+  // The placement on the device, [layers, experts] -> slot; empty when
+  // contiguous (dispatch then groups rows by expert id, the same thing).
+  tensor<int32_t> slot_of_expert_;
+  std::vector<layer_acts> acts_;
+  // Pipeline stage: layers [first_layer_, last_layer_) of stage_ of
+  // stages_. slots_ park the activations of the micro-batches in flight
+  // that are not current (slot_ is the current one's, in acts_).
+  int64_t stage_ = 0, stages_ = 1, first_layer_ = 0, last_layer_ = 0;
+  struct slot {
+    std::vector<layer_acts> acts;
+    tensor<int32_t> inputs, targets;
+  };
+  std::vector<slot> slots_;
+  int64_t slot_ = 0;
+  int64_t micro_ = 0; // the micro-batch being computed
+  std::vector<int64_t> expert_forward_of_; // [layer] -> its micro-batch
+  // Router losses of each [micro-batch][layer] (pipeline: summed over the
+  // stages, then in the one-stage order), and counts over the step's
+  // micro-batches [layer][expert], for bias balancing.
+  std::vector<double> aux_terms_, z_terms_;
+  std::vector<std::vector<int64_t>> counts_step_;
+  std::vector<tensor<int64_t>> counts_step_dev_;
+  layer_acts work_; // with recompute: one layer's worth, shared
+  tensor<int32_t> inputs_, targets_;
+  tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
+  // backward scratch
+  tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
+    drecv_, dgate_, dexp_in_, dexp_out_;
+  std::vector<int32_t> topk_host_; // staging
+  // This layer's combine chunks: local experts [first, last), their rows
+  // in expert-major order, and the rows to and from each EP member.
+  struct combine_plan {
+    int64_t first = 0, last = 0, start = 0, rows = 0;
+    std::vector<int64_t> send, recv;
+    std::vector<int64_t> rows_per_expert; // for the executor
+  };
+  std::vector<combine_plan> combine_;
+  std::vector<int64_t> expert_start_; // dispatch-order row of each expert
+  tensor<float> dsend_, dcombine_;
+  tensor<int64_t> combine_index_;
+  int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
+  int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks
+  int64_t alltoall_bytes_ = 0; // payload this rank sent this step
+  std::vector<int64_t> alltoall_bytes_to_; // of it, to each EP member
+  void count_sent_rows(const std::vector<int64_t>& rows_to);
+  void count_sent_bytes(const std::vector<int64_t>& bytes_to);
+
+  // The exchanges of the MoE block (moe_exchange.cpp), flat or through the
+  // rack relays (moe_config.rack_aware_alltoall): same bits either way.
+  // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_, or
+  // by runs straight into dexp_in_ in the experts' order.
+  status dispatch_rows(layer_acts& a, int64_t n, step_timers& time);
+  // An EP group of one: its exchanges would copy rows onto themselves, so
+  // the MoE block skips them (and the regrouping copies around them).
+  bool exchanges_with_self_only() const {
+    return comms_.ep->size() == 1 && !rack_;
+  }
+  // Ranks of one process on the CPU: the exchanges copy rows straight
+  // between the dispatch order and the experts' order (all_to_all_runs),
+  // with no regrouping copies around them.
+  bool exchanges_by_runs() const {
+    return comms_.ep->size() > 1 && !rack_ && comms_.ep->in_process()
+           && stream_.device == kernels::device_kind::cpu;
+  }
+  // From the layer's per-expert counts both ways: the rows from each
+  // member, their regrouping by expert, and the exchange buffers' sizes.
+  void plan_receive(layer_acts& a);
+  void plan_runs(layer_acts& a) const;
+  status exchange_by_runs(const float* send,
+                          const std::vector<std::vector<comm::slice>>& from,
+                          float* recv,
+                          const std::vector<std::vector<comm::slice>>& to,
+                          const std::vector<int64_t>& send_rows,
+                          step_timers& time);
+  // Rows of hidden-size floats by EP member; `dir` says which end is the
+  // tokens' home (the dispatch leaves it, the combine returns to it).
+  status exchange_rows(moe::relay_direction dir, const float* send,
+                       const std::vector<int64_t>& send_rows, float* recv,
+                       const std::vector<int64_t>& recv_rows,
+                       step_timers& time);
+  // Through the relays after the dispatch (rack_exchange.hpp): the
+  // combine (outputs, or input gradients with the groups' gate gradients
+  // into dgate_), and the output gradient dx (with the rows' gradients
+  // drows_) to the experts, into drecv_.
+  status rack_combine(layer_acts& a, moe::combine_kind kind, const float* send,
+                      const std::vector<int64_t>& send_rows, float* recv,
+                      const std::vector<int64_t>& recv_rows,
+                      step_timers& time);
+  status rack_dispatch_gradient(layer_acts& a, const float* dx,
+                                step_timers& time);
+  // The gates of the combine at home: the router's, with 1 on the relays'
+  // group sums and 0 on the rows they hold (rack_plan.hpp).
+  void rack_combine_gates(const layer_acts& a, int64_t n);
+  std::unique_ptr<moe::rack_exchange> rack_; // null: flat all-to-all
+  std::vector<int32_t> slot_host_;      // staging
+  std::vector<float> gate_host_, gate_mix_;
+  tensor<float> gate_combine_;
+};
+
+} // namespace tutti::train

@@ -1,0 +1,95 @@
+// The attention half of a decoder layer: x_mid = x + o(attn(rope(q), rope(k),
+// v)) on RMSNorm(x), with grouped-query heads. Under tensor parallelism a
+// rank computes heads_ of the query heads and kv_heads_ of the key/value
+// heads (its slices of q/k/v_proj's rows and o_proj's columns); o_proj's
+// partial outputs are summed over the TP group, and so, backward, are the
+// partial gradients of the normed input.
+
+#include <utility>
+
+#include "tutti/kernels/ops.hpp"
+#include "tutti/train/rank_model.hpp"
+
+namespace tutti::train {
+
+namespace k = tutti::kernels;
+
+status rank_model::attention_forward(int64_t l, int64_t seqs,
+                                     step_timers& time) {
+  const auto& m = cfg_.model;
+  auto& a = acts_[l];
+  const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
+  const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
+  k::rmsnorm_forward(
+    stream_, a.x_in.data(), param(layer_name(l, "input_layernorm.weight")),
+    a.xn1.data(), a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
+  k::linear_forward(stream_, a.xn1.data(),
+                    param(layer_name(l, "self_attn.q_proj.weight")), a.q.data(),
+                    n, d, hq * hd);
+  k::linear_forward(stream_, a.xn1.data(),
+                    param(layer_name(l, "self_attn.k_proj.weight")), a.k.data(),
+                    n, d, hkv * hd);
+  k::linear_forward(stream_, a.xn1.data(),
+                    param(layer_name(l, "self_attn.v_proj.weight")), a.v.data(),
+                    n, d, hkv * hd);
+  k::rope_forward(stream_, a.q.data(), seqs, s, hq, hd, m.rope_theta);
+  k::rope_forward(stream_, a.k.data(), seqs, s, hkv, hd, m.rope_theta);
+  k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
+                       a.attn.data(), a.probs.data(), seqs, s, hq, hkv, hd);
+  k::linear_forward(stream_, a.attn.data(),
+                    param(layer_name(l, "self_attn.o_proj.weight")),
+                    a.x_mid.data(), n, hq * hd, d);
+  TUTTI_RETURN_IF_ERROR(tp_sum(a.x_mid.data(), n * d, time));
+  k::axpy(stream_, 1.0f, a.x_in.data(), a.x_mid.data(), n * d);
+  return {};
+}
+
+// dx: gradient of x_mid in, gradient of x_in out.
+status rank_model::attention_backward(int64_t l, int64_t seqs,
+                                      tensor<float>& dx, step_timers& time) {
+  const auto& m = cfg_.model;
+  auto& a = acts_[l];
+  const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
+  const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
+  dattn_.resize(stream_, n * hq * hd);
+  dq_.resize(stream_, n * hq * hd);
+  dk_.resize(stream_, n * hkv * hd);
+  dv_.resize(stream_, n * hkv * hd);
+  dtmp_.resize(stream_, n * d);
+  dtmp2_.resize(stream_, n * d);
+
+  k::linear_backward(
+    stream_, a.attn.data(), param(layer_name(l, "self_attn.o_proj.weight")),
+    dx.data(), dattn_.data(), grad(layer_name(l, "self_attn.o_proj.weight")), n,
+    hq * hd, d);
+  k::attention_backward(stream_, a.q.data(), a.k.data(), a.v.data(),
+                        a.probs.data(), dattn_.data(), dq_.data(), dk_.data(),
+                        dv_.data(), seqs, s, hq, hkv, hd);
+  k::rope_backward(stream_, dq_.data(), seqs, s, hq, hd, m.rope_theta);
+  k::rope_backward(stream_, dk_.data(), seqs, s, hkv, hd, m.rope_theta);
+  k::linear_backward(
+    stream_, a.xn1.data(), param(layer_name(l, "self_attn.q_proj.weight")),
+    dq_.data(), dtmp_.data(), grad(layer_name(l, "self_attn.q_proj.weight")), n,
+    d, hq * hd);
+  // k and v read the same input: their input gradients are added to q's in
+  // the GEMMs themselves.
+  const std::pair<const char*, const float*> kv[] = {
+    {"self_attn.k_proj.weight", dk_.data()},
+    {"self_attn.v_proj.weight", dv_.data()}};
+  for (const auto& [proj, dy] : kv) {
+    k::linear_input_grad(stream_, param(layer_name(l, proj)), dy, dtmp_.data(),
+                         n, d, hkv * hd, true);
+    k::linear_weight_grad_rows(stream_, a.xn1.data(), dy,
+                               grad(layer_name(l, proj)), n, d, hkv * hd, 0,
+                               hkv * hd);
+  }
+  TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
+  k::rmsnorm_backward(stream_, a.x_in.data(),
+                      param(layer_name(l, "input_layernorm.weight")),
+                      a.rstd1.data(), dtmp_.data(), dtmp2_.data(),
+                      grad(layer_name(l, "input_layernorm.weight")), n, d);
+  k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
+  return {};
+}
+
+} // namespace tutti::train
