@@ -1,0 +1,36 @@
+# part_links.txt: every part library's direct link libraries, and those of
+# the programs, one target a line ("tutti_serve: tutti_base tutti_kernels
+# ..."), for the layering check (tests/test_layering.py) against the layer
+# table in docs/architecture.md. Included last, once every target exists.
+
+set(tutti_part_links "")
+file(GLOB tutti_part_dirs LIST_DIRECTORIES true "${PROJECT_SOURCE_DIR}/*")
+set(tutti_link_targets tutti tuttid tutti-serve tutti-gateway
+  tutti_shell_parts)
+foreach(dir IN LISTS tutti_part_dirs)
+  get_filename_component(part "${dir}" NAME)
+  if(TARGET tutti_${part})
+    list(APPEND tutti_link_targets tutti_${part})
+  endif()
+endforeach()
+get_directory_property(apps_targets DIRECTORY apps BUILDSYSTEM_TARGETS)
+foreach(target IN LISTS apps_targets)
+  if(target MATCHES "^tutti_cli")
+    list(APPEND tutti_link_targets ${target})
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES tutti_link_targets)
+foreach(target IN LISTS tutti_link_targets)
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    get_target_property(links ${target} INTERFACE_LINK_LIBRARIES)
+  else()
+    get_target_property(links ${target} LINK_LIBRARIES)
+  endif()
+  if(NOT links)
+    set(links "")
+  endif()
+  string(REPLACE ";" " " links "${links}")
+  string(APPEND tutti_part_links "${target}: ${links}\n")
+endforeach()
+file(WRITE "${PROJECT_BINARY_DIR}/part_links.txt" "${tutti_part_links}")
