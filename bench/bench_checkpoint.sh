@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoint save throughput and training stall, each next to an anchor
-# measured in the same run (docs/ARCHITECTURE.md, "Performance anchors"):
+# measured in the same run (docs/architecture.md, "Performance anchors"):
 #   - save throughput: bytes of each checkpoint over the writer's time for
 #     them, against `dd conv=fsync` of the same bytes on the same disk;
 #   - stall: the time a rank spends at a checkpoint step boundary copying its

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The data path against anchors measured in the same run
-# (docs/ARCHITECTURE.md, "Performance anchors"):
+# (docs/architecture.md, "Performance anchors"):
 #   - `tutti data prepare` throughput (MB/s of text read, all cores) against
 #     SentencePiece's own encoder, `spm_encode` (Debian package sentencepiece),
 #     on the same files, the same tokenizer model and the same cores (one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway's operations figures (issue 18), on the randomly initialised
+# The gateway's operations figures, on the randomly initialised
 # medium model (configs/medium.yaml), each beside an anchor from the same run:
 #
 # 1. Rollback: a canary whose version is broken (lm_head NaN, so every

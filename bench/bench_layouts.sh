@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's layout benchmark: the same model and batch trained by `tutti
+# The layout benchmark: the same model and batch trained by `tutti
 # run` on two ranks in each layout, interleaved over ROUNDS rounds, against
 # (DP2·EP2) in the same round, and (TP2·PP2) on four ranks against
 # (DP4·EP4): median step time (steps 6..STEPS) and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's pipeline-bubble benchmark: one small MoE trained on PP2 (two
+# The pipeline-bubble benchmark: one small MoE trained on PP2 (two
 # ranks in one process, one stage each) with M micro-batches for each M in
 # MICRO, and per run the measured bubble of stage 0 against the 1F1B
 # formula (p-1)/(m+p-1).

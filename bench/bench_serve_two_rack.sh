@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving on the two-rack testbed (deploy/testbed-two-racks.sh: 2 racks x 2
 # nodes in network namespaces, node links INTRA_MBIT, the link between the
-# racks INTER_MBIT = 1/8 of that): issue 14's serving half.
+# racks INTER_MBIT = 1/8 of that): rack-aware placement's serving half.
 #
 # 1. Trains a small MoE briefly on topic data (`tutti data synth --topics
 #    4`, one process, 4 ranks) so its routers co-activate experts in

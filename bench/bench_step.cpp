@@ -239,7 +239,7 @@ private:
   std::unique_ptr<train::expert_ffn> ffn_;
 };
 
-// One rank's steps, as actors/src/rank.cpp's step_loop does them, minus the
+// One rank's steps, as train/src/rank/rank.cpp's step_loop does them, minus the
 // actors. time[step][0..2] = total, all-to-all, all-reduce seconds.
 void in_process_rank(const job_config& cfg, int rank,
                      const data::batch_sampler& sampler,

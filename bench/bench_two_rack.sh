@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's benchmark on the two-rack testbed (deploy/testbed-two-racks.sh:
+# Rack-aware placement's benchmark on the two-rack testbed (deploy/testbed-two-racks.sh:
 # 2 racks x 2 nodes in network namespaces, node links INTRA_MBIT, the link
 # between the racks INTER_MBIT = 1/8 of that).
 #
@@ -20,7 +20,7 @@
 #
 #   bench/bench_two_rack.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_two_rack), PRETRAIN_STEPS (600), STEPS (10),
-#        EXPERTS (16; 8 before session 13), INTRA_MBIT (800),
+#        EXPERTS (16), INTRA_MBIT (800),
 #        INTER_MBIT (INTRA/8), PORT (29650)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network

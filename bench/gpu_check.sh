@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check of issue 7, for a bare GPU machine: CUDA driver, CUDA
+# The device check, for a bare GPU machine: CUDA driver, CUDA
 # libraries and PyTorch there, no Debian packages, no package registry.
 # It runs only what travels with the repository:
 #   build/gpu-carry/ (or build/gpu-carry.tar.gz), made HERE, before, by

@@ -1,4 +1,4 @@
-// Model versions (issue 18 item 4): `tutti publish` registers a verified,
+// Model versions: `tutti publish` registers a verified,
 // immutable version with every file's SHA-256; the same bytes again are a
 // no-op, other bytes under the same version are refused; a service names
 // the version it serves and refuses to load a registered version whose

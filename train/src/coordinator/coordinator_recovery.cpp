@@ -3,7 +3,7 @@
 // have every node abort its ranks' communicators at once, wait (up to
 // recovery.max_wait_s, then paused until it returns) for every node to be
 // back, and start a new membership epoch from the newest committed
-// checkpoint (docs/ARCHITECTURE.md, "Failures and recovery").
+// checkpoint (docs/architecture.md, "Failures and recovery").
 
 #include <caf/send.hpp>
 

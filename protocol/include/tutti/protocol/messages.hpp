@@ -77,7 +77,7 @@ struct node_registration {
   std::string rack;
   int64_t devices = 0;            // ranks it hosts
   std::string config_fingerprint; // fingerprint_text() of its config
-  // "component=value" lines (ops/environment.hpp); empty: not checked.
+  // "component=value" lines (lifecycle/environment.hpp); empty: not checked.
   std::vector<std::string> environment;
 };
 

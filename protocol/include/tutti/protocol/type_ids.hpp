@@ -102,7 +102,7 @@ CAF_ADD_ATOM(tutti, tutti, prefetch_atom, "prefetch")
 // Metrics.
 CAF_ADD_ATOM(tutti, tutti, job_summary_atom, "summary")
 
-// Config versions (ops/): the shell's `config history|diff`, from the journal.
+// Config versions (lifecycle/): the shell's `config history|diff`, from the journal.
 CAF_ADD_ATOM(tutti, tutti, config_atom, "config")
 // Routing statistics of a window of steps, coordinator -> journal.
 CAF_ADD_ATOM(tutti, tutti, routing_window_atom, "routing_w")

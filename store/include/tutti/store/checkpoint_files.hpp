@@ -3,7 +3,7 @@
 // step-XXXXXXXX/ holding one shard file per rank plus a MANIFEST that lists
 // every shard with its size and whole-file xxh64. It is complete only when
 // all shards and the MANIFEST are durable; the coordinator then commits it
-// to the job store (docs/ARCHITECTURE.md, "Checkpoints and resume").
+// to the job store (docs/architecture.md, "Checkpoints and resume").
 //
 // Shard file layout (all fixed-width integers little-endian):
 //   offset 0   8 bytes  magic "TUTTICKP"

@@ -1,6 +1,6 @@
 #pragma once
 // How a rank's MoE block reaches the experts it dispatched tokens to. In
-// tutti the rank's expert shard actor implements it (actors/); tests and
+// tutti the rank's expert shard actor implements it (train/src/shard/); tests and
 // benchmarks can run an expert_ffn directly.
 
 #include <cstdint>

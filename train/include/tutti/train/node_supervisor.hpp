@@ -36,7 +36,7 @@ struct node_supervisor_args {
   // under tuttid): groups entirely among them exchange through memory
   // (cluster_config.local_transport). Null: always Gloo.
   std::shared_ptr<comm::memory_hub> memory_hub;
-  // What this node runs with, as "component=value" lines (ops/environment),
+  // What this node runs with, as "component=value" lines (lifecycle/environment),
   // gathered before the actor starts (it reads every data file).
   std::vector<std::string> environment;
 };

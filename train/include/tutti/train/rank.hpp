@@ -1,7 +1,7 @@
 #pragma once
 // What a process needs to know before it runs ranks: the device each rank
 // computes on, and whether this build can run a config's ranks at all. The
-// rank actor itself is internal (actors/src/rank/rank_actor.hpp).
+// rank actor itself is internal (train/src/rank/rank_actor.hpp).
 
 #include <string>
 
