@@ -2,10 +2,14 @@
 
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/store/gguf.hpp"
 
 namespace tutti::cli {
+
+namespace names = model::names;
 
 std::vector<float> rope_rows_for_gguf(const std::vector<float>& w,
                                       int64_t heads, int64_t head_dim,
@@ -61,28 +65,27 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     }
     out.push_back({gguf, t->shape, t->data.data()});
   };
-  add("token_embd.weight", "model.embed_tokens.weight");
+  add("token_embd.weight", names::embed);
   for (int64_t l = 0; l < L; ++l) {
-    const auto hf = "model.layers." + std::to_string(l) + ".";
     const auto blk = "blk." + std::to_string(l) + ".";
-    add(blk + "attn_norm.weight", hf + "input_layernorm.weight");
-    for (auto [which, heads] : {std::pair{"q", hq}, std::pair{"k", hkv}}) {
-      const auto* t = get(hf + "self_attn." + which + "_proj.weight");
+    add(blk + "attn_norm.weight", names::layer(l, names::input_norm));
+    for (auto [which, proj, heads] : {std::tuple{"q", names::q_proj, hq},
+                                      std::tuple{"k", names::k_proj, hkv}}) {
+      const auto* t = get(names::layer(l, proj));
       if (!t) {
-        missing = status::error("gguf: tensor " + hf + "self_attn." + which
-                                + "_proj.weight missing");
+        missing = status::error("gguf: tensor " + names::layer(l, proj)
+                                + " missing");
         continue;
       }
       owned.push_back(rope_rows_for_gguf(t->data, heads, hd, D));
       out.push_back(
         {blk + "attn_" + which + ".weight", t->shape, owned.back().data()});
     }
-    add(blk + "attn_v.weight", hf + "self_attn.v_proj.weight");
-    add(blk + "attn_output.weight", hf + "self_attn.o_proj.weight");
-    add(blk + "ffn_norm.weight", hf + "post_attention_layernorm.weight");
-    add(blk + "ffn_gate_inp.weight", hf + "block_sparse_moe.gate.weight");
-    if (const auto* b = get(hf
-                            + "block_sparse_moe.gate.e_score_correction_bias"))
+    add(blk + "attn_v.weight", names::layer(l, names::v_proj));
+    add(blk + "attn_output.weight", names::layer(l, names::o_proj));
+    add(blk + "ffn_norm.weight", names::layer(l, names::post_norm));
+    add(blk + "ffn_gate_inp.weight", names::layer(l, names::router));
+    if (const auto* b = get(names::layer(l, names::router_bias)))
       for (float v : b->data)
         dropped_biases = dropped_biases || v != 0.0f;
     for (auto [gguf, w] :
@@ -91,8 +94,7 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
       auto& stacked = owned.emplace_back();
       std::vector<int64_t> shape;
       for (int64_t e = 0; e < E; ++e) {
-        const auto* t = get(hf + "block_sparse_moe.experts." + std::to_string(e)
-                            + "." + w + ".weight");
+        const auto* t = get(names::expert(l, e, w));
         if (!t) {
           missing = status::error("gguf: expert " + std::to_string(e) + " " + w
                                   + " of layer " + std::to_string(l)

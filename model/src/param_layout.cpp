@@ -4,6 +4,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "tutti/model/tensor_names.hpp"
+
 namespace tutti::model {
 
 const tensor_spec& param_layout::add(std::string name,
@@ -33,25 +35,23 @@ const tensor_spec* param_layout::find(const std::string& name) const {
 param_layout dense_layout(const model_config& m, const moe_config& e) {
   param_layout p;
   const int64_t d = m.hidden_size, hd = m.head_dim();
-  p.add("model.embed_tokens.weight", {m.vocab_size, d});
+  p.add(names::embed, {m.vocab_size, d});
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
-    auto pre = "model.layers." + std::to_string(l) + ".";
-    p.add(pre + "input_layernorm.weight", {d});
-    p.add(pre + "self_attn.q_proj.weight", {m.num_attention_heads * hd, d});
-    p.add(pre + "self_attn.k_proj.weight", {m.num_key_value_heads * hd, d});
-    p.add(pre + "self_attn.v_proj.weight", {m.num_key_value_heads * hd, d});
-    p.add(pre + "self_attn.o_proj.weight", {d, m.num_attention_heads * hd});
-    p.add(pre + "post_attention_layernorm.weight", {d});
-    p.add(pre + "block_sparse_moe.gate.weight", {e.num_experts, d});
+    p.add(names::layer(l, names::input_norm), {d});
+    p.add(names::layer(l, names::q_proj), {m.num_attention_heads * hd, d});
+    p.add(names::layer(l, names::k_proj), {m.num_key_value_heads * hd, d});
+    p.add(names::layer(l, names::v_proj), {m.num_key_value_heads * hd, d});
+    p.add(names::layer(l, names::o_proj), {d, m.num_attention_heads * hd});
+    p.add(names::layer(l, names::post_norm), {d});
+    p.add(names::layer(l, names::router), {e.num_experts, d});
   }
-  p.add("model.norm.weight", {d});
-  p.add("lm_head.weight", {m.vocab_size, d});
+  p.add(names::final_norm, {d});
+  p.add(names::lm_head, {m.vocab_size, d});
   return p;
 }
 
 std::string expert_block_name(int64_t layer, const char* which) {
-  return "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts."
-         + which;
+  return names::expert_block(layer, which);
 }
 
 param_layout expert_layout(const model_config& m, int64_t first_expert,
@@ -124,10 +124,7 @@ void init_expert_params(const param_layout& layout, float* values,
     for (const char* which : {"w1", "w3", "w2"}) {
       const auto& block = layout.at(expert_block_name(l, which));
       for (int64_t j = 0; j < count; ++j) {
-        auto name = "model.layers." + std::to_string(l)
-                    + ".block_sparse_moe.experts."
-                    + std::to_string(expert_ids.at(l * count + j)) + "." + which
-                    + ".weight";
+        const auto name = names::expert(l, expert_ids.at(l * count + j), which);
         fill_normal(values + block.offset + j * per, per, name_seed(seed, name),
                     std);
       }

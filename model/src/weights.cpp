@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tutti/model/hf_config.hpp"
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/store/expert_blocks.hpp"
 
 namespace tutti::model {
@@ -65,8 +66,7 @@ status add_shard_tensors(store::shard_file& shard,
       // Selection-only biases, under DeepSeek-V3's Hugging Face name.
       const int64_t experts = t.shape[1];
       for (int64_t l = 0; l < t.shape[0]; ++l)
-        out.push_back({"model.layers." + std::to_string(l)
-                         + ".block_sparse_moe.gate.e_score_correction_bias",
+        out.push_back({names::layer(l, names::router_bias),
                        {experts},
                        std::vector<float>(t.data.begin() + l * experts,
                                           t.data.begin() + (l + 1) * experts)});
@@ -80,15 +80,14 @@ status add_shard_tensors(store::shard_file& shard,
     // A block [count, out, in] of this shard's experts: one tensor per
     // expert, named by its global index.
     const auto which = t.name.substr(t.name.rfind('.') + 1); // w1|w2|w3
-    const auto prefix = t.name.substr(0, t.name.rfind('.'));
-    const int64_t layer = std::stoll(t.name.substr(13)); // model.layers.L.
+    const int64_t layer = std::stoll(t.name.substr(13));     // model.layers.L.
     const int64_t count = t.shape[0], per = t.shape[1] * t.shape[2];
     for (int64_t j = 0; j < count; ++j)
-      out.push_back({prefix + "." + std::to_string(held.value().at(layer, j))
-                       + "." + which + ".weight",
-                     {t.shape[1], t.shape[2]},
-                     std::vector<float>(t.data.begin() + j * per,
-                                        t.data.begin() + (j + 1) * per)});
+      out.push_back(
+        {names::expert(layer, held.value().at(layer, j), which.c_str()),
+         {t.shape[1], t.shape[2]},
+         std::vector<float>(t.data.begin() + j * per,
+                            t.data.begin() + (j + 1) * per)});
   }
   return {};
 }

@@ -2,21 +2,19 @@
 // `tutti export` directories, tutti checkpoints; model/weights.hpp) laid
 // out and packed for the serving forward.
 
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::serve {
 
 namespace fs = std::filesystem;
+namespace names = model::names;
 
 namespace {
 
 using tensor_map = std::map<std::string, std::vector<float>>;
 using shape_map = std::map<std::string, std::vector<int64_t>>;
-
-std::string layer_prefix(int64_t l) {
-  return "model.layers." + std::to_string(l) + ".";
-}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -67,21 +65,20 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     else
       out = std::move(v.value());
   };
-  get("model.embed_tokens.weight", {shape.vocab, D}, m.embed);
-  get("model.norm.weight", {D}, m.final_norm);
-  get("lm_head.weight", {shape.vocab, D}, m.lm_head);
+  get(names::embed, {shape.vocab, D}, m.embed);
+  get(names::final_norm, {D}, m.final_norm);
+  get(names::lm_head, {shape.vocab, D}, m.lm_head);
   m.layers.resize(shape.layers);
   for (int64_t l = 0; l < shape.layers && bad.ok(); ++l) {
     auto& w = m.layers[l];
-    const auto p = layer_prefix(l);
-    get(p + "input_layernorm.weight", {D}, w.input_norm);
-    get(p + "self_attn.q_proj.weight", {Q, D}, w.q);
-    get(p + "self_attn.k_proj.weight", {KV, D}, w.k);
-    get(p + "self_attn.v_proj.weight", {KV, D}, w.v);
-    get(p + "self_attn.o_proj.weight", {D, Q}, w.o);
-    get(p + "post_attention_layernorm.weight", {D}, w.post_norm);
-    get(p + "block_sparse_moe.gate.weight", {E, D}, w.router);
-    const auto bias = p + "block_sparse_moe.gate.e_score_correction_bias";
+    get(names::layer(l, names::input_norm), {D}, w.input_norm);
+    get(names::layer(l, names::q_proj), {Q, D}, w.q);
+    get(names::layer(l, names::k_proj), {KV, D}, w.k);
+    get(names::layer(l, names::v_proj), {KV, D}, w.v);
+    get(names::layer(l, names::o_proj), {D, Q}, w.o);
+    get(names::layer(l, names::post_norm), {D}, w.post_norm);
+    get(names::layer(l, names::router), {E, D}, w.router);
+    const auto bias = names::layer(l, names::router_bias);
     if (tensors.count(bias))
       get(bias, {E}, w.router_bias);
     else
@@ -90,13 +87,12 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     w.w3.resize(E * F * D);
     w.w2.resize(E * D * F);
     for (int64_t e = 0; e < E && bad.ok(); ++e) {
-      const auto ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
       std::vector<float> t;
-      get(ep + "w1.weight", {F, D}, t);
+      get(names::expert(l, e, "w1"), {F, D}, t);
       std::copy(t.begin(), t.end(), w.w1.begin() + e * F * D);
-      get(ep + "w3.weight", {F, D}, t);
+      get(names::expert(l, e, "w3"), {F, D}, t);
       std::copy(t.begin(), t.end(), w.w3.begin() + e * F * D);
-      get(ep + "w2.weight", {D, F}, t);
+      get(names::expert(l, e, "w2"), {D, F}, t);
       std::copy(t.begin(), t.end(), w.w2.begin() + e * D * F);
     }
   }

@@ -7,12 +7,14 @@
 
 #include <utility>
 
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/train/rank_model.hpp"
 
 namespace tutti::train {
 
 namespace k = tutti::kernels;
+namespace names = model::names;
 
 status rank_model::attention_forward(int64_t l, int64_t seqs,
                                      step_timers& time) {
@@ -20,24 +22,20 @@ status rank_model::attention_forward(int64_t l, int64_t seqs,
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
-  k::rmsnorm_forward(
-    stream_, a.x_in.data(), param(layer_name(l, "input_layernorm.weight")),
-    a.xn1.data(), a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
-  k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.q_proj.weight")), a.q.data(),
-                    n, d, hq * hd);
-  k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.k_proj.weight")), a.k.data(),
-                    n, d, hkv * hd);
-  k::linear_forward(stream_, a.xn1.data(),
-                    param(layer_name(l, "self_attn.v_proj.weight")), a.v.data(),
-                    n, d, hkv * hd);
+  k::rmsnorm_forward(stream_, a.x_in.data(),
+                     param(layer_name(l, names::input_norm)), a.xn1.data(),
+                     a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
+  k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::q_proj)),
+                    a.q.data(), n, d, hq * hd);
+  k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::k_proj)),
+                    a.k.data(), n, d, hkv * hd);
+  k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::v_proj)),
+                    a.v.data(), n, d, hkv * hd);
   k::rope_forward(stream_, a.q.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_forward(stream_, a.k.data(), seqs, s, hkv, hd, m.rope_theta);
   k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
                        a.attn.data(), a.probs.data(), seqs, s, hq, hkv, hd);
-  k::linear_forward(stream_, a.attn.data(),
-                    param(layer_name(l, "self_attn.o_proj.weight")),
+  k::linear_forward(stream_, a.attn.data(), param(layer_name(l, names::o_proj)),
                     a.x_mid.data(), n, hq * hd, d);
   TUTTI_RETURN_IF_ERROR(tp_sum(a.x_mid.data(), n * d, time));
   k::axpy(stream_, 1.0f, a.x_in.data(), a.x_mid.data(), n * d);
@@ -59,23 +57,20 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
   dtmp2_.resize(stream_, n * d);
 
   k::linear_backward(
-    stream_, a.attn.data(), param(layer_name(l, "self_attn.o_proj.weight")),
-    dx.data(), dattn_.data(), grad(layer_name(l, "self_attn.o_proj.weight")), n,
-    hq * hd, d);
+    stream_, a.attn.data(), param(layer_name(l, names::o_proj)), dx.data(),
+    dattn_.data(), grad(layer_name(l, names::o_proj)), n, hq * hd, d);
   k::attention_backward(stream_, a.q.data(), a.k.data(), a.v.data(),
                         a.probs.data(), dattn_.data(), dq_.data(), dk_.data(),
                         dv_.data(), seqs, s, hq, hkv, hd);
   k::rope_backward(stream_, dq_.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_backward(stream_, dk_.data(), seqs, s, hkv, hd, m.rope_theta);
-  k::linear_backward(
-    stream_, a.xn1.data(), param(layer_name(l, "self_attn.q_proj.weight")),
-    dq_.data(), dtmp_.data(), grad(layer_name(l, "self_attn.q_proj.weight")), n,
-    d, hq * hd);
+  k::linear_backward(stream_, a.xn1.data(), param(layer_name(l, names::q_proj)),
+                     dq_.data(), dtmp_.data(),
+                     grad(layer_name(l, names::q_proj)), n, d, hq * hd);
   // k and v read the same input: their input gradients are added to q's in
   // the GEMMs themselves.
   const std::pair<const char*, const float*> kv[] = {
-    {"self_attn.k_proj.weight", dk_.data()},
-    {"self_attn.v_proj.weight", dv_.data()}};
+    {names::k_proj, dk_.data()}, {names::v_proj, dv_.data()}};
   for (const auto& [proj, dy] : kv) {
     k::linear_input_grad(stream_, param(layer_name(l, proj)), dy, dtmp_.data(),
                          n, d, hkv * hd, true);
@@ -85,9 +80,9 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
   }
   TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   k::rmsnorm_backward(stream_, a.x_in.data(),
-                      param(layer_name(l, "input_layernorm.weight")),
-                      a.rstd1.data(), dtmp_.data(), dtmp2_.data(),
-                      grad(layer_name(l, "input_layernorm.weight")), n, d);
+                      param(layer_name(l, names::input_norm)), a.rstd1.data(),
+                      dtmp_.data(), dtmp2_.data(),
+                      grad(layer_name(l, names::input_norm)), n, d);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
   return {};
 }

@@ -15,12 +15,14 @@
 #include <algorithm>
 #include <numeric>
 
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/train/rank_model.hpp"
 
 namespace tutti::train {
 
 namespace k = tutti::kernels;
+namespace names = model::names;
 
 // The global pre-drop counts: the f_i of the Switch loss and the load that
 // bias balancing reacts to, over the whole global batch (so the loss does
@@ -43,8 +45,7 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
     stats.routing_ids->insert(stats.routing_ids->end(), topk, topk + n * K);
   {
     scoped_timer t(time.allreduce_s);
-    TUTTI_RETURN_IF_ERROR(
-      comms_.dp->all_reduce_sum(a.counts_global.data(), E));
+    TUTTI_RETURN_IF_ERROR(comms_.dp->all_reduce_sum(a.counts_global.data(), E));
   }
   std::vector<float> fraction(E);
   for (int64_t i = 0; i < E; ++i) {
@@ -58,7 +59,8 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
   }
   a.fraction.upload(stream_, fraction);
   counts_step_dev_[l].upload(stream_, counts_step_[l]);
-  const auto term = static_cast<size_t>(micro_ * cfg_.model.num_hidden_layers + l);
+  const auto term = static_cast<size_t>(micro_ * cfg_.model.num_hidden_layers
+                                        + l);
   // Pipeline: each term also by (micro-batch, layer), for the step's sum
   // in the one-stage order.
   if (e.aux_loss_coeff > 0) {
@@ -91,11 +93,9 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   const float temperature = static_cast<float>(e.router_temperature);
 
   k::rmsnorm_forward(stream_, a.x_mid.data(),
-                     param(layer_name(l, "post_attention_layernorm.weight")),
-                     a.xn2.data(), a.rstd2.data(), n, d,
-                     static_cast<float>(m.rms_norm_eps));
-  k::linear_forward(stream_, a.xn2.data(),
-                    param(layer_name(l, "block_sparse_moe.gate.weight")),
+                     param(layer_name(l, names::post_norm)), a.xn2.data(),
+                     a.rstd2.data(), n, d, static_cast<float>(m.rms_norm_eps));
+  k::linear_forward(stream_, a.xn2.data(), param(layer_name(l, names::router)),
                     a.logits.data(), n, d, E);
   k::router_topk_forward(stream_, a.logits.data(), router_bias_.data() + l * E,
                          a.topk_orig.data(), a.gate.data(), a.rprobs.data(), n,
@@ -149,12 +149,13 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   }
 
   if (!alone && !by_runs)
-    k::gather_rows(stream_, drecv_.data(), a.src_index.data(),
-                   dexp_in_.data(), a.recv_rows, d);
+    k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
+                   a.recv_rows, d);
   a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
   if (slots_.size() > 1) // a later forward may come before this backward
-    a.expert_in.assign(stream_, dexp_in_.data(),
-                       static_cast<size_t>(std::max<int64_t>(a.recv_rows, 1) * d));
+    a.expert_in.assign(
+      stream_, dexp_in_.data(),
+      static_cast<size_t>(std::max<int64_t>(a.recv_rows, 1) * d));
   expert_forward_of_[l] = micro_;
   k::wait(stream_); // the shard reads them on its own stream
   // Experts and combine, chunk by chunk (moe_combine.cpp).
@@ -165,8 +166,8 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
     combine_chunk_rows(),
     [&](size_t c) {
       if (!alone)
-        return combine_chunk(a, c, dexp_out_, a.y_rows, moe::combine_kind::outputs,
-                             time);
+        return combine_chunk(a, c, dexp_out_, a.y_rows,
+                             moe::combine_kind::outputs, time);
       count_sent_rows(combine_[c].send); // as the plan counts self-exchanges
       return status{};
     },
@@ -222,10 +223,9 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   // Alone, the rows' gradients are in the experts' order as they are made,
   // and the experts' input gradients go straight to drows_.
   const bool alone = exchanges_with_self_only();
-  k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
-                                a.slot_of_row.data(), a.gate.data(),
-                                alone ? dexp_out_.data() : drows_.data(),
-                                dgate_.data(), a.rows, n, K, d);
+  k::unpermute_combine_backward(
+    stream_, dx.data(), a.y_rows.data(), a.slot_of_row.data(), a.gate.data(),
+    alone ? dexp_out_.data() : drows_.data(), dgate_.data(), a.rows, n, K, d);
   const bool by_runs = exchanges_by_runs();
   if (alone) {
     TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
@@ -245,8 +245,8 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                                         drecv_.data(), a.recv_counts, time));
   }
   if (!alone && !by_runs)
-    k::gather_rows(stream_, drecv_.data(), a.src_index.data(),
-                   dexp_out_.data(), a.recv_rows, d);
+    k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
+                   a.recv_rows, d);
   k::wait(stream_); // the shard reads them on its own stream
   // The experts' input gradients go back chunk by chunk, into drows_ (its
   // gradients are sent already), as in the forward pass.
@@ -275,21 +275,19 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                           dgate_.data(), dlogits_.data(), n, E, K, temperature);
   if (e.aux_loss_coeff > 0)
     k::switch_loss_backward(stream_, a.rprobs.data(), a.fraction.data(),
-                            dlogits_.data(), n, E, aux_coeff(),
-                            global_tokens_, temperature);
+                            dlogits_.data(), n, E, aux_coeff(), global_tokens_,
+                            temperature);
   if (e.z_loss_coeff > 0)
     k::z_loss_backward(stream_, a.logits.data(), dlogits_.data(), n, E,
                        z_coeff(), global_tokens_);
-  k::linear_backward(
-    stream_, a.xn2.data(), param(layer_name(l, "block_sparse_moe.gate.weight")),
-    dlogits_.data(), dtmp2_.data(),
-    grad(layer_name(l, "block_sparse_moe.gate.weight")), n, d, E);
+  k::linear_backward(stream_, a.xn2.data(), param(layer_name(l, names::router)),
+                     dlogits_.data(), dtmp2_.data(),
+                     grad(layer_name(l, names::router)), n, d, E);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dtmp_.data(), n * d);
   k::rmsnorm_backward(stream_, a.x_mid.data(),
-                      param(layer_name(l, "post_attention_layernorm.weight")),
-                      a.rstd2.data(), dtmp_.data(), dtmp2_.data(),
-                      grad(layer_name(l, "post_attention_layernorm.weight")), n,
-                      d);
+                      param(layer_name(l, names::post_norm)), a.rstd2.data(),
+                      dtmp_.data(), dtmp2_.data(),
+                      grad(layer_name(l, names::post_norm)), n, d);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
   return {};
 }

@@ -1,6 +1,7 @@
 // rank_model: construction, the forward/backward driver, the LM head and
 // loss, the optimizer. The attention and MoE blocks live in their own files.
 
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/train/rank_model.hpp"
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 namespace tutti::train {
 
 namespace k = tutti::kernels;
+namespace names = model::names;
 
 double learning_rate(const train_config& t, int64_t step) {
   if (t.warmup_steps > 0 && step <= t.warmup_steps)
@@ -36,10 +38,10 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                        expert_executor& experts, kernels::stream where,
                        std::vector<int32_t> slot_of_expert)
   : cfg_(cfg), comms_(comms), experts_(experts), stream_(where),
-    collectives_(where),
-    layout_(tp_local_layout(stage_layout(model::dense_layout(cfg.model, cfg.moe), cfg,
-                                         comms.pp ? comms.pp->rank() : 0),
-                            cfg.tp_size())),
+    collectives_(where), layout_(tp_local_layout(
+                           stage_layout(model::dense_layout(cfg.model, cfg.moe),
+                                        cfg, comms.pp ? comms.pp->rank() : 0),
+                           cfg.tp_size())),
     heads_(cfg.model.num_attention_heads / cfg.tp_size()),
     kv_heads_(cfg.model.num_key_value_heads / cfg.tp_size()) {
   const int64_t tp = comms_.tp ? comms_.tp->size() : 1;
@@ -84,10 +86,9 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   stages_ = comms_.pp ? comms_.pp->size() : 1;
   stage_ = comms_.pp ? comms_.pp->rank() : 0;
   if (stages_ != cfg.pp_size())
-    throw std::invalid_argument("rank_model: the pipeline group has "
-                                + std::to_string(stages_)
-                                + " stages, the config "
-                                + std::to_string(cfg.pp_size()));
+    throw std::invalid_argument(
+      "rank_model: the pipeline group has " + std::to_string(stages_)
+      + " stages, the config " + std::to_string(cfg.pp_size()));
   const auto mine = stage_layers(cfg, stage_);
   first_layer_ = mine.first;
   last_layer_ = mine.last;
@@ -178,7 +179,8 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
 }
 
 double rank_model::aux_coeff() const {
-  return cfg_.moe.aux_loss_coeff / static_cast<double>(cfg_.train.micro_batches);
+  return cfg_.moe.aux_loss_coeff
+         / static_cast<double>(cfg_.train.micro_batches);
 }
 
 double rank_model::z_coeff() const {
@@ -194,11 +196,12 @@ float* rank_model::grad(const std::string& name) {
 }
 
 std::string rank_model::layer_name(int64_t l, const char* suffix) const {
-  return "model.layers." + std::to_string(l) + "." + suffix;
+  return names::layer(l, suffix);
 }
 
 void rank_model::use_slot(int64_t i) {
-  const auto next = static_cast<int64_t>(i % static_cast<int64_t>(slots_.size()));
+  const auto next = static_cast<int64_t>(i
+                                         % static_cast<int64_t>(slots_.size()));
   if (next == slot_)
     return;
   auto park = [&](slot& s) {
@@ -220,8 +223,7 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   ce_sum = 0;
   if (first_stage()) {
     inputs_.upload(stream_, inputs, n);
-    k::embedding_forward(stream_, inputs_.data(),
-                         param("model.embed_tokens.weight"),
+    k::embedding_forward(stream_, inputs_.data(), param(names::embed),
                          acts_[0].x_in.data(), n, d);
   }
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
@@ -233,10 +235,10 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   if (!last_stage())
     return {};
   targets_.upload(stream_, targets, n);
-  k::rmsnorm_forward(stream_, x_final_.data(), param("model.norm.weight"),
+  k::rmsnorm_forward(stream_, x_final_.data(), param(names::final_norm),
                      xnf_.data(), rstdf_.data(), n, d,
                      static_cast<float>(m.rms_norm_eps));
-  k::linear_forward(stream_, xnf_.data(), param("lm_head.weight"),
+  k::linear_forward(stream_, xnf_.data(), param(names::lm_head),
                     logits_out_.data(), n, d, m.vocab_size);
   ce_sum = k::cross_entropy_forward(
     stream_, logits_out_.data(), targets_.data(), lse_.data(), n, m.vocab_size);
@@ -249,17 +251,17 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   dx_.resize(stream_, n * d); // keeps what the next stage sent
   dtmp_.resize(stream_, n * d);
   if (last_stage()) {
-  dlogits_.resize(stream_, n * m.vocab_size);
-  k::cross_entropy_backward(stream_, logits_out_.data(), targets_.data(),
-                            lse_.data(), dlogits_.data(), n, m.vocab_size,
-                            1.0f / static_cast<float>(
-                              global_tokens_ * cfg_.train.micro_batches));
-  k::linear_backward(stream_, xnf_.data(), param("lm_head.weight"),
-                     dlogits_.data(), dtmp_.data(), grad("lm_head.weight"), n,
-                     d, m.vocab_size);
-  k::rmsnorm_backward(stream_, x_final_.data(), param("model.norm.weight"),
-                      rstdf_.data(), dtmp_.data(), dx_.data(),
-                      grad("model.norm.weight"), n, d);
+    dlogits_.resize(stream_, n * m.vocab_size);
+    k::cross_entropy_backward(
+      stream_, logits_out_.data(), targets_.data(), lse_.data(),
+      dlogits_.data(), n, m.vocab_size,
+      1.0f / static_cast<float>(global_tokens_ * cfg_.train.micro_batches));
+    k::linear_backward(stream_, xnf_.data(), param(names::lm_head),
+                       dlogits_.data(), dtmp_.data(), grad(names::lm_head), n,
+                       d, m.vocab_size);
+    k::rmsnorm_backward(stream_, x_final_.data(), param(names::final_norm),
+                        rstdf_.data(), dtmp_.data(), dx_.data(),
+                        grad(names::final_norm), n, d);
   }
   for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
     swap_working(acts_[l]);
@@ -270,8 +272,8 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   }
   if (!first_stage())
     return {}; // dx_ goes to the stage before
-  k::embedding_backward(stream_, inputs_.data(), dx_.data(),
-                        grad("model.embed_tokens.weight"), n, d);
+  k::embedding_backward(stream_, inputs_.data(), dx_.data(), grad(names::embed),
+                        n, d);
   return {};
 }
 
@@ -283,14 +285,20 @@ void rank_model::swap_working(layer_acts& a) {
   if (mode != recompute_mode::full)
     return;
   using pair = std::pair<tensor<float>*, tensor<float>*>;
-  for (auto [mine, shared] : std::initializer_list<pair>{
-         {&a.xn1, &work_.xn1},       {&a.rstd1, &work_.rstd1},
-         {&a.q, &work_.q},           {&a.k, &work_.k},
-         {&a.v, &work_.v},           {&a.attn, &work_.attn},
-         {&a.x_mid, &work_.x_mid},   {&a.xn2, &work_.xn2},
-         {&a.rstd2, &work_.rstd2},   {&a.logits, &work_.logits},
-         {&a.rprobs, &work_.rprobs}, {&a.gate, &work_.gate},
-         {&a.y_rows, &work_.y_rows}})
+  for (auto [mine, shared] :
+       std::initializer_list<pair>{{&a.xn1, &work_.xn1},
+                                   {&a.rstd1, &work_.rstd1},
+                                   {&a.q, &work_.q},
+                                   {&a.k, &work_.k},
+                                   {&a.v, &work_.v},
+                                   {&a.attn, &work_.attn},
+                                   {&a.x_mid, &work_.x_mid},
+                                   {&a.xn2, &work_.xn2},
+                                   {&a.rstd2, &work_.rstd2},
+                                   {&a.logits, &work_.logits},
+                                   {&a.rprobs, &work_.rprobs},
+                                   {&a.gate, &work_.gate},
+                                   {&a.y_rows, &work_.y_rows}})
     std::swap(*mine, *shared);
   std::swap(a.topk_orig, work_.topk_orig);
   std::swap(a.topk_kept, work_.topk_kept);
@@ -383,14 +391,14 @@ status rank_model::evaluate(const int32_t* inputs, const int32_t* targets,
     TUTTI_RETURN_IF_ERROR(
       pipeline_evaluate(inputs, targets, seqs, ce_sum, tokens, time));
   else
-  for (int64_t first = 0; first < seqs; first += micro_seqs_) {
-    const int64_t count = std::min(micro_seqs_, seqs - first);
-    double ce = 0;
-    TUTTI_RETURN_IF_ERROR(forward(inputs + first * s, targets + first * s,
-                                  count, ce, nullptr, time));
-    ce_sum += ce;
-    tokens += global_tokens_;
-  }
+    for (int64_t first = 0; first < seqs; first += micro_seqs_) {
+      const int64_t count = std::min(micro_seqs_, seqs - first);
+      double ce = 0;
+      TUTTI_RETURN_IF_ERROR(forward(inputs + first * s, targets + first * s,
+                                    count, ce, nullptr, time));
+      ce_sum += ce;
+      tokens += global_tokens_;
+    }
   {
     scoped_timer t(time.allreduce_s);
     TUTTI_RETURN_IF_ERROR(comms_.dp->all_reduce_sum(&ce_sum, 1));
@@ -494,7 +502,8 @@ status rank_model::dense_sum_squares(double& sum_squares, step_timers& time) {
     scoped_timer t(time.allreduce_s);
     for (auto* group : {sharded_ ? comms_.dp : nullptr, comms_.tp, comms_.pp})
       if (group)
-        TUTTI_RETURN_IF_ERROR(group->all_reduce_sum(parts.data(), parts.size()));
+        TUTTI_RETURN_IF_ERROR(
+          group->all_reduce_sum(parts.data(), parts.size()));
   }
   sum_squares = 0;
   for (double part : parts)
@@ -534,8 +543,7 @@ status rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
     const int64_t e = cfg_.moe.num_experts;
     for (int64_t l = 0; l < cfg_.model.num_hidden_layers; ++l)
       k::bias_update(stream_, router_bias_.data() + l * e,
-                     counts_step_dev_[l].data(), e,
-                     cfg_.moe.bias_update_rate);
+                     counts_step_dev_[l].data(), e, cfg_.moe.bias_update_rate);
   }
   return {};
 }

@@ -2,7 +2,11 @@
 
 #include <cstdlib>
 
+#include "tutti/model/tensor_names.hpp"
+
 namespace tutti::train {
+
+namespace names = model::names;
 
 layer_range stage_layers(const job_config& cfg, int64_t stage) {
   const int64_t per = cfg.model.num_hidden_layers / cfg.pp_size();
@@ -16,24 +20,24 @@ int64_t layer_of(const std::string& name) {
   return std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
 }
 
-model::param_layout stage_layout(const model::param_layout& dense, const job_config& cfg,
-                          int64_t stage) {
+model::param_layout stage_layout(const model::param_layout& dense,
+                                 const job_config& cfg, int64_t stage) {
   const auto layers = stage_layers(cfg, stage);
   const bool first = stage == 0, last = stage + 1 == cfg.pp_size();
   model::param_layout out;
   for (const auto& t : dense.tensors()) {
     const int64_t l = layer_of(t.name);
     const bool mine = l >= 0 ? l >= layers.first && l < layers.last
-                     : t.name == "model.embed_tokens.weight" ? first
-                                                             : last;
+                      : t.name == names::embed ? first
+                                               : last;
     if (mine)
       out.add(t.name, t.shape);
   }
   return out;
 }
 
-model::param_layout expert_layout_of_layers(const model_config& m, int64_t count,
-                           layer_range layers) {
+model::param_layout expert_layout_of_layers(const model_config& m,
+                                            int64_t count, layer_range layers) {
   model::param_layout p;
   const int64_t d = m.hidden_size, f = m.intermediate_size;
   for (int64_t l = layers.first; l < layers.last; ++l) {

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "tutti/model/tensor_names.hpp"
+
 namespace tutti::train {
+
+namespace names = model::names;
 
 namespace {
 
@@ -35,11 +39,10 @@ around_axis split(const std::vector<int64_t>& shape, int axis, int64_t parts) {
 } // namespace
 
 int tp_split_axis(const std::string& name) {
-  for (const char* column : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                             "self_attn.v_proj.weight"})
+  for (const char* column : {names::q_proj, names::k_proj, names::v_proj})
     if (ends_with(name, column))
       return 0;
-  if (ends_with(name, "self_attn.o_proj.weight"))
+  if (ends_with(name, names::o_proj))
     return 1;
   // Expert blocks [experts, F, D] and [experts, D, F].
   if (ends_with(name, "experts.w1") || ends_with(name, "experts.w3"))
@@ -49,7 +52,8 @@ int tp_split_axis(const std::string& name) {
   return -1;
 }
 
-model::param_layout tp_local_layout(const model::param_layout& full, int64_t parts) {
+model::param_layout tp_local_layout(const model::param_layout& full,
+                                    int64_t parts) {
   model::param_layout local;
   for (const auto& t : full.tensors()) {
     auto shape = t.shape;

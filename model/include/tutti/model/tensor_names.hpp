@@ -1,0 +1,47 @@
+#pragma once
+// The model's tensors by their Hugging Face names (MixtralForCausalLM):
+// the one place those names are spelled. Training's parameter buffer
+// (param_layout.hpp), the loader (weights.hpp), serving's layout of the
+// weights and the exports all name tensors through these.
+
+#include <cstdint>
+#include <string>
+
+namespace tutti::model::names {
+
+inline constexpr const char* embed = "model.embed_tokens.weight";
+inline constexpr const char* final_norm = "model.norm.weight";
+inline constexpr const char* lm_head = "lm_head.weight";
+
+// A decoder layer's tensors, after its prefix (layer()).
+inline constexpr const char* input_norm = "input_layernorm.weight";
+inline constexpr const char* q_proj = "self_attn.q_proj.weight";
+inline constexpr const char* k_proj = "self_attn.k_proj.weight";
+inline constexpr const char* v_proj = "self_attn.v_proj.weight";
+inline constexpr const char* o_proj = "self_attn.o_proj.weight";
+inline constexpr const char* post_norm = "post_attention_layernorm.weight";
+inline constexpr const char* router = "block_sparse_moe.gate.weight";
+// The router's selection-only biases, under DeepSeek-V3's name.
+inline constexpr const char* router_bias =
+  "block_sparse_moe.gate.e_score_correction_bias";
+
+// "model.layers.L." + what
+inline std::string layer(int64_t l, const char* what) {
+  return "model.layers." + std::to_string(l) + "." + what;
+}
+
+// One expert's w1, w3 or w2 (`which`): "model.layers.L.block_sparse_moe.
+// experts.E.w1.weight".
+inline std::string expert(int64_t l, int64_t e, const char* which) {
+  return layer(l, "block_sparse_moe.experts.") + std::to_string(e) + "." + which
+         + ".weight";
+}
+
+// A block of a layer's experts in training's buffers and checkpoints
+// ([count, out, in], one row per expert the rank holds): "model.layers.L.
+// block_sparse_moe.experts.w1".
+inline std::string expert_block(int64_t l, const char* which) {
+  return layer(l, "block_sparse_moe.experts.") + which;
+}
+
+} // namespace tutti::model::names
