@@ -18,7 +18,7 @@
 #include "commands.hpp"
 #include "service_client.hpp"
 #include "tutti/gateway/gateway.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::cli {
 
@@ -103,8 +103,8 @@ int gateway_command(const std::vector<std::string>& args) {
     return fail(2, "gateway: " + cfg.message());
   auto c = cfg.value();
   if (vm.count("listen"))
-    if (auto s = serve::parse_listen_address(vm["listen"].as<std::string>(),
-                                             c.host, c.port);
+    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
+                                 c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
   for (const auto* g : {&c.stable, &c.canary})

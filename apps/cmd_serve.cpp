@@ -9,7 +9,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "serve_node.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::cli {
 
@@ -41,8 +41,8 @@ int serve_command(const std::vector<std::string>& args) {
     return fail(2, "serve: " + cfg.message());
   auto c = cfg.value();
   if (vm.count("listen"))
-    if (auto s = serve::parse_listen_address(vm["listen"].as<std::string>(),
-                                             c.host, c.port);
+    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
+                                 c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
   return run_serve_node(std::move(c), 0, "serve", true);
