@@ -86,7 +86,8 @@ int gateway_command(const std::vector<std::string>& args) {
     "started, concurrency limits, API keys, circuit breakers, a canary's\n"
     "gray release with automatic rollback, autoscaling on queue length with\n"
     "warm spares. CONFIG has gateway:, stable:, canary: and autoscale:\n"
-    "sections (see the README). Stops on SIGINT or SIGTERM.");
+    "sections (every key: docs/config-reference.md). Stops on SIGINT or\n"
+    "SIGTERM.");
   std::string logs;
   cl.options()("listen", po::value<std::string>(),
                "HOST:PORT to listen on, over the config's (port 0: any)")(

@@ -25,7 +25,8 @@ int serve_command(const std::vector<std::string>& args) {
     "rendezvous_port, model_version\n(NAME@VERSION published by `tutti "
     "publish`, instead of model), registry, log_dir)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
-    "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
+    "spec.parallelism, spec.deployment) with those keys in spec.serve\n"
+    "(every key: docs/config-reference.md).\n"
     "Stops on SIGINT or SIGTERM. `tutti status|shell|logs|chaos CONFIG` on\n"
     "this machine reach it through its listener (loopback only).");
   cl.options()("listen", po::value<std::string>(),
