@@ -10,7 +10,7 @@
 #include "commands.hpp"
 #include "tutti/data/dataset.hpp"
 #include "tutti/serve/load_generator.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/host_port.hpp"
 
 namespace tutti::cli {
 
@@ -79,7 +79,7 @@ int bench_serve(const std::vector<std::string>& args) {
     url = url.substr(7);
   while (!url.empty() && url.back() == '/')
     url.pop_back();
-  if (auto s = serve::parse_listen_address(url, spec.host, spec.port); !s.ok())
+  if (auto s = parse_host_port(url, spec.host, spec.port); !s.ok())
     return cl.bad("--url: " + s.message());
   if (vm.count("model"))
     spec.model = vm["model"].as<std::string>();

@@ -13,7 +13,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/placement/routing_stats.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/host_port.hpp"
 #include "tutti/serve/served_routing_stats.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/job_store.hpp"
@@ -188,9 +188,8 @@ int stats(const std::vector<std::string>& args) {
   const auto source = vm["run_dir"].as<std::string>();
   std::string host;
   uint16_t port = 0;
-  const bool served =
-    !std::filesystem::exists(source)
-    && serve::parse_listen_address(source, host, port).ok();
+  const bool served = !std::filesystem::exists(source)
+                      && parse_host_port(source, host, port).ok();
   int code = 1;
   auto got = served ? served_stats(host, port)
                     : job_stats(source, which, code);

@@ -18,7 +18,7 @@
 #include "commands.hpp"
 #include "service_client.hpp"
 #include "tutti/gateway/gateway.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::cli {
 
@@ -86,7 +86,8 @@ int gateway_command(const std::vector<std::string>& args) {
     "started, concurrency limits, API keys, circuit breakers, a canary's\n"
     "gray release with automatic rollback, autoscaling on queue length with\n"
     "warm spares. CONFIG has gateway:, stable:, canary: and autoscale:\n"
-    "sections (see the README). Stops on SIGINT or SIGTERM.");
+    "sections (every key: docs/config-reference.md). Stops on SIGINT or\n"
+    "SIGTERM.");
   std::string logs;
   cl.options()("listen", po::value<std::string>(),
                "HOST:PORT to listen on, over the config's (port 0: any)")(
@@ -103,8 +104,8 @@ int gateway_command(const std::vector<std::string>& args) {
     return fail(2, "gateway: " + cfg.message());
   auto c = cfg.value();
   if (vm.count("listen"))
-    if (auto s = serve::parse_listen_address(vm["listen"].as<std::string>(),
-                                             c.host, c.port);
+    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
+                                 c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
   for (const auto* g : {&c.stable, &c.canary})

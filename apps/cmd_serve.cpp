@@ -9,7 +9,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "serve_node.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::cli {
 
@@ -25,7 +25,8 @@ int serve_command(const std::vector<std::string>& args) {
     "rendezvous_port, model_version\n(NAME@VERSION published by `tutti "
     "publish`, instead of model), registry, log_dir)\n"
     "or is an InferenceService manifest (apiVersion, kind, metadata.name,\n"
-    "spec.parallelism, spec.deployment) with those keys in spec.serve.\n"
+    "spec.parallelism, spec.deployment) with those keys in spec.serve\n"
+    "(every key: docs/config-reference.md).\n"
     "Stops on SIGINT or SIGTERM. `tutti status|shell|logs|chaos CONFIG` on\n"
     "this machine reach it through its listener (loopback only).");
   cl.options()("listen", po::value<std::string>(),
@@ -41,8 +42,8 @@ int serve_command(const std::vector<std::string>& args) {
     return fail(2, "serve: " + cfg.message());
   auto c = cfg.value();
   if (vm.count("listen"))
-    if (auto s = serve::parse_listen_address(vm["listen"].as<std::string>(),
-                                             c.host, c.port);
+    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
+                                 c.port);
         !s.ok())
       return cl.bad("--listen: " + s.message());
   return run_serve_node(std::move(c), 0, "serve", true);

@@ -9,6 +9,7 @@
 #include "tutti/runtime/log.hpp"
 #include "tutti/serve/expert_node.hpp"
 #include "tutti/serve/http_front.hpp"
+#include "tutti/serve/model_registry.hpp"
 #include "tutti/serve/serve_layout.hpp"
 
 namespace tutti::cli {
@@ -23,13 +24,13 @@ int fail(int status, const char* prog, const std::string& what) {
 std::atomic<bool> follower_stop{false};
 void on_follower_signal(int) { follower_stop = true; }
 
-int follow(const serve::served_model& model, const serve::serve_config& c,
+int follow(const serve::served_model& model, const serve::service_limits& l,
            const char* prog) {
   std::signal(SIGINT, on_follower_signal);
   std::signal(SIGTERM, on_follower_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  const auto& cl = c.limits.cluster;
-  auto s = serve::run_expert_node(model, c.limits, follower_stop, [&] {
+  const auto& cl = l.cluster;
+  auto s = serve::run_expert_node(model, l, follower_stop, [&] {
     std::printf("serve node %lld of %zu: experts of rank %lld joined node 0 "
                 "at %s:%u\n",
                 static_cast<long long>(cl.node_rank), cl.nodes.size(),
@@ -83,21 +84,23 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (!c.model_name.empty())
     model.value().name = c.model_name;
   c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
+  // The config's limits, and what they need built from the files it names.
+  serve::service_limits limits{c.limits};
   auto layout = serve::layout_for(c, model.value().shape);
   if (!layout)
     return fail(2, prog, layout.message());
-  c.limits.layout = layout.value();
+  limits.layout = layout.value();
   auto replan = serve::replan_for(c);
   if (!replan)
     return fail(2, prog, replan.message());
-  c.limits.replan = replan.value();
+  limits.replan = replan.value();
   auto affinity = serve::affinity_for(c);
   if (!affinity)
     return fail(2, prog, affinity.message());
-  c.limits.affinity = affinity.value();
+  limits.affinity = affinity.value();
   if (node_rank > 0)
-    return follow(model.value(), c, prog);
-  auto svc = serve::service::create(std::move(model.value()), c.limits);
+    return follow(model.value(), limits, prog);
+  auto svc = serve::service::create(std::move(model.value()), limits);
   if (!svc)
     return fail(2, prog, svc.message());
   if (cl.spans_daemons())
@@ -121,7 +124,7 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (c.rack_affinity)
     std::printf("serve: requests start in the rack of their prompt's "
                 "experts (serve.rack_affinity)\n");
-  if (const auto& x = c.limits.layout; x && x->offload_rank >= 0) {
+  if (const auto& x = limits.layout; x && x->offload_rank >= 0) {
     int64_t n = 0;
     for (char o : x->offloaded)
       n += o ? 1 : 0;
@@ -132,11 +135,11 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                 c.offload.threshold, c.offload.stats.c_str(),
                 static_cast<long long>(x->offload_rank));
   }
-  if (c.limits.replan.enabled() && c.replan)
+  if (limits.replan.enabled() && c.replan)
     std::printf("serve: experts replanned by rack when more than %g of a "
                 "window's rows cross racks (every %lld steps)\n",
-                c.limits.replan.max_cross_rack_share,
-                static_cast<long long>(c.limits.replan.window_steps));
+                limits.replan.max_cross_rack_share,
+                static_cast<long long>(limits.replan.window_steps));
 
   // The signals are taken by sigwait below, so every thread blocks them.
   sigset_t stop_signals;

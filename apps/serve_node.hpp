@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::cli {
 

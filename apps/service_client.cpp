@@ -4,7 +4,7 @@
 
 #include "tutti/security/secret.hpp"
 #include "tutti/security/tls.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/host_port.hpp"
 
 namespace tutti::cli {
 
@@ -31,7 +31,7 @@ service_answer service_request(const std::string& action,
                        + "' (status, events, promote, rollback)");
   std::string host;
   uint16_t port = 0;
-  if (auto s = serve::parse_listen_address(address, host, port); !s.ok())
+  if (auto s = parse_host_port(address, host, port); !s.ok())
     return failed(2, "HOST:PORT: " + s.message());
   auto token = token_file.empty()
                  ? security::client_token_from_environment()

@@ -48,7 +48,7 @@
 #include "tutti/security/audit_log.hpp"
 #include "tutti/security/tls_dialer.hpp"
 #include "tutti/security/web_endpoint.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace po = boost::program_options;
 using namespace tutti;

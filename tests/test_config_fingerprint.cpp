@@ -165,7 +165,7 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
 }
 
 TEST_CASE("the key reference lists every declared key", "[unit]") {
-  const auto table = config_key_reference();
+  const auto table = job_key_reference();
   CHECK_THAT(table, StartsWith("| key | type | default | allowed | doc |\n"));
   CHECK_THAT(table, Contains("| `moe_config.combine_chunks` | integer | `2` | "
                              ">= 1 (1 = no overlap) |"));
@@ -175,6 +175,41 @@ TEST_CASE("the key reference lists every declared key", "[unit]") {
   CHECK_THAT(table, Contains("| `supervision.expert_shard.period_s` | number "
                              "| `60` |"));
   CHECK_THAT(table, Contains("| `cluster_config.nodes[].port` |"));
+}
+
+TEST_CASE("the key reference lists the serve, manifest and gateway keys",
+          "[unit]") {
+  const auto serve = serve_key_reference();
+  CHECK_THAT(serve, StartsWith("| key | type | default | allowed | doc |\n"));
+  CHECK_THAT(serve, Contains("| `serve.max_queue` | integer | `64` | >= 1 |"));
+  CHECK_THAT(serve, Contains("| `serve.kv_cache_bytes` | bytes: N, NKiB, "
+                             "NMiB or NGiB | `64MiB` | > 0 |"));
+  CHECK_THAT(serve, Contains("| `serve.listen` | HOST:PORT | "
+                             "`127.0.0.1:8000` |"));
+  CHECK_THAT(serve, Contains("| `serve.offload.threshold` | number | "
+                             "required | in (0, 1] |"));
+  CHECK_THAT(serve, Contains("| `serve.replan.window_steps` | integer | "
+                             "`50` | >= 1 |"));
+  CHECK_THAT(serve, Contains("| `serve.racks` | list of strings |"));
+  const auto manifest = manifest_key_reference();
+  CHECK_THAT(manifest, Contains("| `kind` | InferenceService | required |"));
+  CHECK_THAT(manifest, Contains("| `spec.parallelism.num_nodes` | integer | "
+                                "`1` | >= 1 |"));
+  // spec.serve's keys are serve's: listed once, under serve.
+  CHECK_THAT(manifest, Contains("| `spec.serve` | section |"));
+  CHECK(manifest.find("spec.serve.max_queue") == std::string::npos);
+  const auto gateway = gateway_key_reference();
+  CHECK_THAT(gateway, Contains("| `gateway.listen` | HOST:PORT | "
+                               "`127.0.0.1:9000` |"));
+  CHECK_THAT(gateway, Contains("| `stable.version` | string | required |"));
+  CHECK_THAT(gateway, Contains("| `canary.steps` | list of numbers | "
+                               "`[1, 10, 50, 100]` | not empty, each in "
+                               "(0, 100] |"));
+  CHECK_THAT(gateway, Contains("| `autoscale.max_replicas` | integer | "
+                               "min_replicas | >= 1 |"));
+  const auto document = config_reference_document();
+  for (const auto* table : {&serve, &manifest, &gateway})
+    CHECK_THAT(document, Contains(*table));
 }
 
 TEST_CASE("one supervision default, in the config", "[unit]") {

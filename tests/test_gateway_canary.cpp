@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -246,6 +247,9 @@ TEST_CASE("tutti gateway and tutti service refuse bad input in one line",
     {"stable:\n  version: a\n  replicas: [127.0.0.1:1]\ncanary:\n"
      "  version: b\n  replicas: [127.0.0.1:2]\n  steps: [50, 200]\n",
      "canary.steps"},
+    {"stable:\n  version: a\n  replicas: [127.0.0.1:1]\ngateway:\n"
+     "  unknown_limit: 1\n",
+     "gateway.unknown_limit: unknown key"},
   };
   int n = 0;
   for (const auto& [text, named] : cases) {
@@ -258,6 +262,7 @@ TEST_CASE("tutti gateway and tutti service refuse bad input in one line",
     CHECK(r.status == 2);
     CHECK(r.output.find(named) != std::string::npos);
     CHECK(r.output.find("gateway on http://") == std::string::npos);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   }
   CHECK(run(tutti_bin() + " service frob 127.0.0.1:1").status == 2);
   CHECK(run(tutti_bin() + " service status nowhere").status == 2);

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "tutti/gateway/fleet.hpp"
-#include "tutti/gateway/gateway_config.hpp"
+#include "tutti/config/gateway_config.hpp"
 #include "tutti/gateway/rollout.hpp"
 
 using namespace tutti;
@@ -15,7 +15,8 @@ using namespace tutti::gateway;
 
 namespace {
 
-gateway_config config(const std::string& extra = "") {
+// Two stable replicas, and `extra`.
+gateway_config fleet_config(const std::string& extra = "") {
   auto c = parse_gateway_config(
     "stable:\n  version: m@1\n  replicas: [127.0.0.1:1001, 127.0.0.1:1002]\n"
       + extra,
@@ -71,16 +72,79 @@ TEST_CASE("gateway configs are checked key by key", "[unit]") {
     {"stable:\n  version: a\n  serve_config: s.yaml\nautoscale:\n"
      "  min_replicas: 3\n  max_replicas: 2\n",
      "autoscale.max_replicas"},
+    // Unknown keys at every level, and values of the wrong kind.
+    {"stable:\n  version: a\n  replicas: [h:1]\ngateways: {}\n", "gateways"},
+    {"stable:\n  version: a\n  replicas: [h:1]\n  steps: [1]\n",
+     "stable.steps"},
+    {"stable:\n  version: a\n  replicas: [h:1]\ncanary:\n  version: b\n"
+     "  replicas: [h:2]\n  step: 3\n",
+     "canary.step"},
+    {"stable:\n  version: a\n  serve_config: s.yaml\nautoscale:\n"
+     "  max: 3\n",
+     "autoscale.max"},
+    {"stable:\n  version: a\n  replicas: [h:0]\n", "stable.replicas[0]"},
+    {"stable:\n  version: a\n  replicas: h:1\n", "stable.replicas"},
+    {"stable:\n  version: a\n  replicas: [h:1]\ngateway:\n"
+     "  listen: nowhere\n",
+     "gateway.listen"},
+    {"stable:\n  version: a\n  replicas: [h:1]\ngateway:\n"
+     "  connect_timeout_s: soon\n",
+     "gateway.connect_timeout_s"},
+    {"stable:\n  version: a\n  serve_config: s.yaml\n  count: -1\n",
+     "stable.count"},
+    {"stable:\n  version: a\n  replicas: [h:1]\n  count: 2\n",
+     "stable.serve_config"},
+    {"gateway:\n  max_retries: 1\n", "stable"},
   };
   for (const auto& [text, key] : bad) {
     auto c = parse_gateway_config(text, "cfg.yaml");
     INFO(text);
     REQUIRE_FALSE(c.ok());
-    CHECK(c.message().find(key) != std::string::npos);
+    CHECK(c.message().rfind("cfg.yaml: " + key, 0) == 0);
+    CHECK(c.message().find('\n') == std::string::npos);
   }
-  auto good = config(canary);
+  auto good = fleet_config(canary);
   CHECK(good.stable.replicas.size() == 2);
   CHECK(good.rollout.steps == std::vector<double>{10, 50, 100});
+}
+
+TEST_CASE("gateway configs: defaults, and the defaults that depend on what "
+          "is given",
+          "[unit]") {
+  const gateway_config d;
+  auto c = fleet_config();
+  CHECK(c.host == "127.0.0.1");
+  CHECK(c.port == 9000);
+  CHECK(c.max_retries == d.max_retries);
+  CHECK(c.max_in_flight == 256);
+  CHECK(c.stable.version == "m@1");
+  CHECK(c.stable.replicas[1].host == "127.0.0.1");
+  CHECK(c.stable.replicas[1].port == 1002);
+  CHECK(c.stable.count == 0);
+  CHECK_FALSE(c.canary.given());
+  CHECK_FALSE(c.autoscale.enabled);
+  CHECK(c.rollout.steps == std::vector<double>{1, 10, 50, 100});
+
+  auto started = parse_gateway_config(
+    "gateway:\n  listen: 0.0.0.0:0\n  breaker_open_s: 0.5\n"
+    "stable:\n  version: a\n  serve_config: s.yaml\n"
+    "canary:\n  version: b\n  serve_config: t.yaml\n  count: 0\n"
+    "  replicas: [h:3]\n"
+    "autoscale:\n  min_replicas: 2\n  warm_spares: 1\n",
+    "cfg.yaml");
+  INFO(started.message());
+  REQUIRE(started.ok());
+  const auto& s = started.value();
+  CHECK(s.host == "0.0.0.0");
+  CHECK(s.port == 0);
+  CHECK(s.breaker_open_s == 0.5);
+  CHECK(s.stable.count == 1); // serve_config without count: one
+  CHECK(s.canary.given());
+  CHECK(s.canary.count == 0); // as given
+  CHECK(s.autoscale.enabled);
+  CHECK(s.autoscale.min_replicas == 2);
+  CHECK(s.autoscale.max_replicas == 2); // min_replicas, not given
+  CHECK(s.autoscale.warm_spares == 1);
 }
 
 TEST_CASE("a circuit breaker opens, lets one trial through, closes",
@@ -107,7 +171,7 @@ TEST_CASE("a circuit breaker opens, lets one trial through, closes",
 TEST_CASE("leases go to the least outstanding replica, the canary gets its "
           "share",
           "[unit]") {
-  fleet f(config());
+  fleet f(fleet_config());
   auto a = add(f, "a", "stable");
   auto b = add(f, "b", "stable");
   bool saturated = false;
@@ -122,7 +186,7 @@ TEST_CASE("leases go to the least outstanding replica, the canary gets its "
   CHECK(f.lease({"a"}, saturated) == nullptr);
   b->healthy = true;
 
-  fleet g(config(canary));
+  fleet g(fleet_config(canary));
   add(g, "s", "stable");
   auto c = add(g, "c", "canary");
   int to_canary = 0;
@@ -136,7 +200,7 @@ TEST_CASE("leases go to the least outstanding replica, the canary gets its "
 }
 
 TEST_CASE("the rollout promotes a healthy canary step by step", "[unit]") {
-  fleet f(config(canary));
+  fleet f(fleet_config(canary));
   add(f, "s", "stable");
   add(f, "c", "canary");
   std::lock_guard<std::mutex> lock(f.mutex);
@@ -164,7 +228,7 @@ TEST_CASE("the rollout promotes a healthy canary step by step", "[unit]") {
 TEST_CASE("the rollout returns to stable on errors, latency or health",
           "[unit]") {
   SECTION("error rate") {
-    fleet f(config(canary));
+    fleet f(fleet_config(canary));
     add(f, "s", "stable");
     add(f, "c", "canary");
     std::lock_guard<std::mutex> lock(f.mutex);
@@ -179,7 +243,7 @@ TEST_CASE("the rollout returns to stable on errors, latency or health",
     CHECK(f.replicas[1]->role == replica_role::draining);
   }
   SECTION("TTFT") {
-    fleet f(config(canary));
+    fleet f(fleet_config(canary));
     add(f, "s", "stable");
     add(f, "c", "canary");
     std::lock_guard<std::mutex> lock(f.mutex);
@@ -192,7 +256,7 @@ TEST_CASE("the rollout returns to stable on errors, latency or health",
     CHECK(f.alert_reason.find("TTFT") != std::string::npos);
   }
   SECTION("health") {
-    fleet f(config(canary));
+    fleet f(fleet_config(canary));
     add(f, "s", "stable");
     auto c = add(f, "c", "canary");
     std::lock_guard<std::mutex> lock(f.mutex);
@@ -203,7 +267,7 @@ TEST_CASE("the rollout returns to stable on errors, latency or health",
     CHECK(f.alert_reason.find("health") != std::string::npos);
   }
   SECTION("the operator") {
-    fleet f(config(canary));
+    fleet f(fleet_config(canary));
     std::lock_guard<std::mutex> lock(f.mutex);
     std::string refused;
     CHECK(roll_back(f, "operator", refused));

@@ -9,7 +9,7 @@
 #include "daemon_support.hpp"
 #include "serve_test_support.hpp"
 #include "tutti/serve/model_registry.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;

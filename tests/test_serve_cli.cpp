@@ -10,7 +10,7 @@
 
 #include "daemon_support.hpp"
 #include "serve_test_support.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;

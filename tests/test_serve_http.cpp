@@ -41,7 +41,8 @@ struct server {
   explicit server(serve::serve_config c, bool start_service = true) : cfg(c) {
     cfg.host = "127.0.0.1";
     cfg.port = 0;
-    auto s = serve::service::create(medium_model("medium"), cfg.limits);
+    auto s = serve::service::create(medium_model("medium"),
+                                    serve::service_limits{cfg.limits});
     REQUIRE(s.ok());
     svc = std::move(s.value());
     if (start_service)

@@ -10,7 +10,7 @@
 #include "serve_requests.hpp"
 #include "tutti/placement/routing_stats.hpp"
 #include "tutti/serve/offload_layout.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 #include "tutti/serve/serve_layout.hpp"
 #include "tutti/serve/served_routing_stats.hpp"
 

@@ -15,7 +15,7 @@
 #include "tutti/placement/token_experts.hpp"
 #include "tutti/serve/request_affinity.hpp"
 #include "tutti/serve/expert_layout.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;

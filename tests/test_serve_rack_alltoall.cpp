@@ -11,7 +11,7 @@
 
 #include "serve_requests.hpp"
 #include "tutti/placement/plan.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 #include "tutti/serve/serve_layout.hpp"
 
 using namespace tutti;

@@ -9,7 +9,7 @@
 #include "serve_requests.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/rack_replan.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 #include "tutti/serve/serve_layout.hpp"
 
 using namespace tutti;

@@ -6,7 +6,7 @@
 #include "tutti/security/certs.hpp"
 #include "tutti/security/tls.hpp"
 #include "tutti/security/web_config.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::client {
 

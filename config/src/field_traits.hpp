@@ -1,9 +1,11 @@
 #pragma once
 // What the visitors of this part need to know about a declared field: is it
-// a section (has visit_fields), a list of sections, an enum; which options
-// it was declared with; how its value is written out.
+// a section (has visit_fields), a list of sections or of values, an enum,
+// a text value; which options it was declared with; how its value is
+// written out.
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,13 @@ concept section = requires(probe_visitor& v, T& x) {
   visit_fields(v, x);
 };
 
+// A value read from and written as one string (host_port.hpp).
+template <class T>
+concept text_value = requires(const std::string& s, T& x) {
+  { value_from_text(s, x) } -> std::same_as<status>;
+  { value_text(x) } -> std::convertible_to<std::string>;
+};
+
 template <class T>
 struct list_of_sections : std::false_type {};
 template <section T>
@@ -33,8 +42,32 @@ struct list_of_sections<std::vector<T>> : std::true_type {
   using element = T;
 };
 
+// A list of scalars (racks: [a, b], steps: [1, 10]).
+template <class T>
+struct list_of_values : std::false_type {};
+template <class T>
+struct list_of_values<std::vector<T>> : std::bool_constant<!section<T>> {
+  using element = T;
+};
+
 template <class Wanted, class... Options>
 constexpr bool has_option = (std::is_same_v<Wanted, Options> || ...);
+
+template <class Wanted, class Option>
+const Wanted* option_if(const Option& o) {
+  if constexpr (std::is_same_v<Wanted, Option>)
+    return &o;
+  else
+    return nullptr;
+}
+
+// The first option of type Wanted among `options`, or null.
+template <class Wanted, class... Options>
+const Wanted* find_option(const Options&... options) {
+  const Wanted* found = nullptr;
+  ((found = found ? found : option_if<Wanted>(options)), ...);
+  return found;
+}
 
 struct name_collector {
   std::vector<std::string> names;
@@ -44,20 +77,21 @@ struct name_collector {
   }
 };
 
-// The keys a section declares, in order.
+// The keys `value` declares, in order (a key_group's keys are declared
+// over another object's members, so they are asked of the object itself).
 template <section T>
-std::vector<std::string> field_names() {
+std::vector<std::string> field_names(T& value) {
   name_collector c;
-  T sample{};
-  visit_fields(c, sample);
+  visit_fields(c, value);
   return c.names;
 }
 
 // "a, b, c" of a section's keys.
 template <section T>
 std::string field_list() {
+  T sample{};
   std::string out;
-  for (const auto& name : field_names<T>())
+  for (const auto& name : field_names(sample))
     out += (out.empty() ? "" : ", ") + name;
   return out;
 }
@@ -98,12 +132,29 @@ std::string expected_kind() {
     return "true or false";
   else if constexpr (named_enum<T>)
     return enum_choices<T>();
+  else if constexpr (text_value<T>)
+    return "HOST:PORT";
   else if constexpr (std::is_integral_v<T>)
     return "an integer";
   else if constexpr (std::is_floating_point_v<T>)
     return "a number";
   else
     return "a string";
+}
+
+// A list's kind: "a list of strings", "a list of HOST:PORT".
+template <class T>
+std::string expected_list_kind() {
+  if constexpr (text_value<T>)
+    return "a list of HOST:PORT";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a list of strings";
+  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return "a list of integers";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a list of numbers";
+  else
+    return "a list of " + expected_kind<T>();
 }
 
 } // namespace tutti::config

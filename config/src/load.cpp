@@ -1,5 +1,5 @@
-// load_job_config: read the YAML, fill in what defaults to another key,
-// check each key, then the keys together.
+// load_job_config: read the YAML (each key checked as it is read), fill in
+// what defaults to another key, then check the keys together.
 
 #include <algorithm>
 #include <fstream>
@@ -20,13 +20,12 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
   }
   job_config c;
   c.source_path = source_name;
-  TUTTI_RETURN_IF_ERROR(config::read_sections(root, source_name, c));
+  TUTTI_RETURN_IF_ERROR(config::read_document(root, source_name, c, "section"));
   if (c.cluster.ep_size == 0)
     c.cluster.ep_size =
       c.cluster.world_size
       / std::max<int64_t>(1, c.cluster.tensor_model_parallel_size
                                * c.cluster.pipeline_model_parallel_size);
-  TUTTI_RETURN_IF_ERROR(config::check_fields(c));
   TUTTI_RETURN_IF_ERROR(config::check_across_keys(c));
   return c;
 }

@@ -20,7 +20,7 @@
 #include "tutti/protocol/type_ids.hpp"
 #include "tutti/security/admin_access.hpp"
 #include "tutti/serve/api_auth.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::gateway {
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <map>
 #include <tuple>
@@ -20,21 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* record_file = "version.json";
-
-// Names and versions become directory names: no separators, no dot files.
-status check_part(const std::string& what, const std::string& s) {
-  if (s.empty() || s.size() > 128 || s[0] == '.')
-    return status::error(what + " must be 1..128 characters, not starting "
-                                "with '.', got '"
-                         + s + "'");
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
-          || c == '_'))
-      return status::error(what + " may hold only letters, digits, '.', '-' "
-                                  "and '_', got '"
-                           + s + "'");
-  return {};
-}
 
 // Every regular file under `dir`, hashed, sorted by relative path.
 expected<std::vector<published_file>> hash_tree(const fs::path& dir) {
@@ -133,23 +117,12 @@ status copy_tree(const fs::path& from, const fs::path& to,
 
 } // namespace
 
-status parse_version_ref(const std::string& ref, std::string& name,
-                         std::string& version) {
-  const auto at = ref.find('@');
-  if (at == std::string::npos)
-    return status::error("must be NAME@VERSION, got '" + ref + "'");
-  name = ref.substr(0, at);
-  version = ref.substr(at + 1);
-  TUTTI_RETURN_IF_ERROR(check_part("the name", name));
-  return check_part("the version", version);
-}
-
 expected<model_version> publish_model(const fs::path& registry,
                                       const fs::path& source,
                                       const std::string& name,
                                       const std::string& version) {
-  TUTTI_RETURN_IF_ERROR(check_part("--name", name));
-  TUTTI_RETURN_IF_ERROR(check_part("--version", version));
+  TUTTI_RETURN_IF_ERROR(check_version_part("--name", name));
+  TUTTI_RETURN_IF_ERROR(check_version_part("--version", version));
   // Only what loads is published: shapes and tensors are checked here,
   // not at the first service start.
   auto loaded = load_model(source);
@@ -264,6 +237,19 @@ expected<std::vector<model_version>> list_model_versions(
     return std::tie(a.name, a.version) < std::tie(b.name, b.version);
   });
   return out;
+}
+
+expected<std::string> served_model_dir(serve_config& cfg) {
+  if (cfg.model_version.empty())
+    return cfg.model;
+  std::string name, version;
+  TUTTI_RETURN_IF_ERROR(parse_version_ref(cfg.model_version, name, version));
+  auto v = verify_model_version(cfg.registry, name, version);
+  if (!v)
+    return v.error();
+  if (cfg.model_name.empty())
+    cfg.model_name = name;
+  return v.value().model_dir.string();
 }
 
 } // namespace tutti::serve

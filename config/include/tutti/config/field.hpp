@@ -6,15 +6,24 @@
 //   v.field("combine_chunks", c.combine_chunks, "doc", at_least(1, "..."));
 //
 // A visitor receives (name, member, doc, options...) and picks the options
-// it understands: the YAML reader `required` and `auto_means_zero`, the
-// validator the rules, the fingerprint `not_fingerprinted`, the key
-// reference all of them. The member's initialiser is the key's default.
+// it understands: the YAML reader `required`, `auto_means_zero` and
+// `byte_size` and the rules (checked as each value is read), the
+// fingerprint `not_fingerprinted`, the key reference all of them. The
+// member's initialiser is the key's default.
+//
+// A member is a scalar (integer, number, bool, string, a named enum, a
+// text value such as host_port), a list of scalars, a section (a type with
+// its own visit_fields), a list of sections, or a key_group: a section
+// whose keys are declared in place over members of the enclosing struct.
 
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
+
+#include "tutti/config/host_port.hpp"
 
 namespace tutti::config {
 
@@ -30,6 +39,23 @@ inline constexpr not_fingerprinted_t not_fingerprinted{};
 // An integer that may also be written `auto`, read as 0.
 struct auto_means_zero_t {};
 inline constexpr auto_means_zero_t auto_means_zero{};
+
+// An integer that may be written with a unit: 64MiB, 1GiB, 512KiB or a
+// plain byte count.
+struct byte_size_t {};
+inline constexpr byte_size_t byte_size{};
+
+// The key reference's default column says this instead of the member's
+// initialiser (which then only means "not given").
+struct default_text {
+  const char* text;
+};
+
+// A section whose keys the reference does not list again: they are those
+// of the section named here (a manifest's spec.serve holds serve's keys).
+struct same_keys_as {
+  const char* section;
+};
 
 // A number's allowed interval. The refusal reads "must be >= 1 (1 = no
 // overlap)", or `message` verbatim when one is given.
@@ -100,9 +126,33 @@ constexpr rule with_message(rule r, const char* message) {
   return r;
 }
 
-// A string that must not be empty; `message` is the refusal.
+// A string that must not be empty; `message` is the refusal. On a list:
+// the list must hold an entry, and every string in it must not be empty.
 struct not_empty {
   const char* message = "must not be empty";
 };
+
+// A YAML value tutti accepts and does not read (a manifest's
+// metadata.labels, which deployment tools use): any scalar, list or
+// mapping.
+struct ignored_value {};
+
+// A section declared in place: `declare(v)` names its keys over members
+// that live elsewhere (serve.replan's keys are serve_config members, the
+// gateway's `gateway:` keys are gateway_config's own). Made by keys_of().
+template <class Declare>
+struct key_group {
+  Declare declare;
+};
+
+template <class Declare>
+key_group<Declare> keys_of(Declare declare) {
+  return {std::move(declare)};
+}
+
+template <class Visitor, class Declare>
+void visit_fields(Visitor& v, key_group<Declare>& g) {
+  g.declare(v);
+}
 
 } // namespace tutti::config

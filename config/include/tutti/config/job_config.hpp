@@ -2,9 +2,9 @@
 // The job spec: everything a cluster agrees on before a step runs. Each
 // section is a struct whose members carry the defaults, and one
 // visit_fields overload that declares its keys once: name, doc and checks
-// (field.hpp). Parsing, per-key validation, the fingerprint and the README's
-// key reference (tools/config_keys) are all derived from those overloads;
-// checks across keys are in src/cross_checks.cpp.
+// (field.hpp). Parsing, per-key validation, the fingerprint and the key
+// reference (docs/config-reference.md, tools/config_keys) are all derived
+// from those overloads; checks across keys are in src/cross_checks.cpp.
 //
 // The model and MoE sections are in model_config.hpp.
 //

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tutti/gateway/circuit_breaker.hpp"
-#include "tutti/gateway/gateway_config.hpp"
+#include "tutti/config/gateway_config.hpp"
 
 namespace tutti::gateway {
 

@@ -20,7 +20,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/gateway/fleet.hpp"
-#include "tutti/gateway/gateway_config.hpp"
+#include "tutti/config/gateway_config.hpp"
 
 namespace tutti::gateway {
 

@@ -11,7 +11,7 @@ class Server;
 }
 
 #include "tutti/base/status.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::serve {
 

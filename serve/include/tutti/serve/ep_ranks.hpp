@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/config/serve_limits.hpp"
 #include "tutti/protocol/messages.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/expert_layout.hpp"
@@ -46,17 +47,7 @@ class actor_system;
 
 namespace tutti::serve {
 
-// A serving replica across daemons: `nodes` are their addresses (node 0
-// first, the one with the HTTP front); each runs one rank.
 class layout_cell; // ep_actors.hpp
-
-struct ep_cluster {
-  std::vector<std::string> nodes;
-  int64_t node_rank = 0;
-  uint16_t rendezvous_port = 0; // node 0's rendezvous actor listens here
-  bool data_parallel_attention = false; // every daemon holds sequences
-  bool spans_daemons() const { return nodes.size() > 1; }
-};
 
 struct ep_options {
   int64_t ranks = 1; // in this process; 1 with a cluster

@@ -19,7 +19,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/security/admin_access.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace httplib {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/config/serve_config.hpp"
+#include "tutti/config/version_ref.hpp"
 
 namespace tutti::serve {
 
@@ -32,10 +34,6 @@ struct model_version {
   bool existed = false; // publish: the same bytes were already published
 };
 
-// "NAME@VERSION" into its parts; refuses anything else.
-status parse_version_ref(const std::string& ref, std::string& name,
-                         std::string& version);
-
 // Registers `source` (a directory load_model accepts) as name@version.
 expected<model_version> publish_model(const std::filesystem::path& registry,
                                       const std::filesystem::path& source,
@@ -50,5 +48,10 @@ expected<model_version> verify_model_version(
 // Every version in the registry (records only, files not hashed).
 expected<std::vector<model_version>> list_model_versions(
   const std::filesystem::path& registry);
+
+// The directory to load: serve.model, or serve.model_version's files in the
+// registry once every one matches its recorded hash (the first that does
+// not is named). Sets cfg.model_name to the version's name if none is set.
+expected<std::string> served_model_dir(serve_config& cfg);
 
 } // namespace tutti::serve

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/config/serve_limits.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/request.hpp"
 #include "tutti/serve/request_affinity.hpp"
@@ -33,12 +34,6 @@
 namespace tutti::serve {
 
 class serve_metrics;
-
-struct batch_limits {
-  int64_t max_batch_tokens = 256; // rows per engine step
-  int64_t max_sequences = 32;     // requests running at once
-  bool prefix_caching = true;     // share cached blocks of equal prefixes
-};
 
 class scheduler {
 public:

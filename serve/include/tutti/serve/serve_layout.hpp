@@ -13,7 +13,7 @@
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/serve/request_affinity.hpp"
-#include "tutti/serve/serve_config.hpp"
+#include "tutti/config/serve_config.hpp"
 
 namespace tutti::serve {
 

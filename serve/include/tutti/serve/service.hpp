@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/config/serve_limits.hpp"
 #include "tutti/serve/ep_ranks.hpp"
-#include "tutti/serve/request_affinity.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
+#include "tutti/serve/request_affinity.hpp"
 #include "tutti/serve/scheduler.hpp"
 #include "tutti/serve/serve_metrics.hpp"
 
@@ -32,29 +33,17 @@ class blocking_actor;
 
 namespace tutti::serve {
 
-struct service_limits {
-  batch_limits batch;
-  int64_t max_queue = 64;           // requests waiting beyond the batch
-  int64_t max_prompt_tokens = 0;    // 0: the model's max positions
-  int64_t max_output_tokens = 0;    // 0: the model's max positions
-  double request_timeout_s = 300.0; // arrival to the last token
-  int64_t kv_cache_bytes = 64ll << 20;
-  int64_t kv_block_tokens = 16;
-  // Ranks of the replica's expert-parallel actors (each with its share of
-  // the KV budget); 0: one engine on the scheduler's thread, no actors.
-  int64_t ep_ranks = 1;
-  double step_timeout_s = 30.0; // a rank's step, a shard restart included
-  // Across daemons (serve.nodes): this is node 0, with one rank of the
-  // group; the others follow (expert_node.hpp).
-  ep_cluster cluster;
+// serve_limits (the config's keys) and what is built from the model and
+// the files the config names when the service starts.
+struct service_limits : serve_limits {
+  service_limits() = default;
+  explicit service_limits(const serve_limits& keys) : serve_limits(keys) {}
+
   // Where the experts live (serve_layout.hpp); null: contiguous.
   std::shared_ptr<const expert_layout> layout;
   // The ranks' racks: the cross-rack share measured, and experts moved
   // by rack above its bound (live_replan.hpp).
   replan_config replan;
-  // Dispatch and combine through one relay per rack (needs the racks):
-  // the same tokens, fewer bytes across racks.
-  bool rack_aware_alltoall = false;
   // Where a request starts (serve.rack_affinity); null: the rank with the
   // most free KV blocks.
   std::shared_ptr<const request_affinity> affinity;
