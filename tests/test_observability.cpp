@@ -1,6 +1,7 @@
-// observability: Prometheus text exposition (format details, and promtool's
-// verdict: promtool is a test dependency) and the /metrics HTTP server's
-// behaviour with good and bad clients.
+// observability: Prometheus text exposition (format details, escaping,
+// histograms read back, and promtool's verdict: promtool is a test
+// dependency) and the /metrics HTTP server's behaviour with good and bad
+// clients.
 
 #include <catch2/catch.hpp>
 
@@ -10,29 +11,28 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <chrono>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "tutti/observability/histogram.hpp"
 #include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/observability/prometheus_text.hpp"
 
 using namespace tutti::observability;
-using steady = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(steady::time_point start) {
-  return std::chrono::duration<double>(steady::now() - start).count();
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -63,87 +63,66 @@ std::string realistic_text() {
            std::numeric_limits<double>::infinity());
   t.sample("tutti_lr", {{"bound", "lower"}},
            -std::numeric_limits<double>::infinity());
+  t.histogram_family("tutti_step_seconds", "Step time.");
+  histogram steps({0.1, 0.25, 1});
+  for (double v : {0.05, 0.2, 0.2, 0.7, 3.0})
+    steps.observe(v);
+  t.histogram_sample("tutti_step_seconds", {{"rank", "0"}}, steps.counts());
+  t.histogram_sample("tutti_step_seconds", {{"rank", "1"}},
+                     histogram({0.1, 0.25, 1}).counts());
   return t.str();
 }
 
-// --- raw HTTP client ---------------------------------------------------------
+// One sample line read back: the metric name, its labels with their
+// escapes undone, and the value.
+struct parsed_sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
 
-int connect_local(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  timeval tv{5, 0}; // a hung server fails the test instead of hanging it
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  return fd;
-}
-
-void send_all(int fd, const std::string& data) {
-  std::size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent,
-                       MSG_NOSIGNAL);
-    if (n <= 0)
-      return; // the server may hang up on bad input; that is allowed
-    sent += static_cast<std::size_t>(n);
-  }
-}
-
-std::string read_until_close(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
+// The samples of an exposition text (comment lines skipped), read the way
+// a scraper reads them; a line it cannot read fails the test.
+std::vector<parsed_sample> parse_samples(const std::string& text) {
+  std::vector<parsed_sample> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#')
+      continue;
+    INFO(line);
+    parsed_sample s;
+    size_t i = line.find_first_of("{ ");
+    REQUIRE(i != std::string::npos);
+    s.name = line.substr(0, i);
+    if (line[i] == '{') {
+      ++i;
+      while (line[i] != '}') {
+        const size_t eq = line.find("=\"", i);
+        REQUIRE(eq != std::string::npos);
+        const std::string label = line.substr(i, eq - i);
+        std::string value;
+        for (i = eq + 2; line.at(i) != '"'; ++i) {
+          if (line[i] != '\\') {
+            value += line[i];
+            continue;
+          }
+          const char escaped = line.at(++i);
+          REQUIRE((escaped == '\\' || escaped == '"' || escaped == 'n'));
+          value += escaped == 'n' ? '\n' : escaped;
+        }
+        s.labels[label] = value;
+        ++i; // the closing quote
+        if (line.at(i) == ',')
+          ++i;
+      }
+      ++i; // the closing brace
+    }
+    REQUIRE(line.at(i) == ' ');
+    s.value = std::strtod(line.c_str() + i + 1, nullptr);
+    out.push_back(s);
   }
   return out;
-}
-
-// Sends raw bytes, returns everything the server wrote before closing.
-std::string http_exchange(uint16_t port, const std::string& request) {
-  int fd = connect_local(port);
-  send_all(fd, request);
-  std::string response = read_until_close(fd);
-  ::close(fd);
-  return response;
-}
-
-std::string get(uint16_t port, const std::string& target) {
-  return http_exchange(
-    port, "GET " + target
-            + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n");
-}
-
-int status_code(const std::string& response) {
-  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || response.size() < 12)
-    return -1;
-  return std::stoi(response.substr(9, 3));
-}
-
-std::string body_of(const std::string& response) {
-  auto pos = response.find("\r\n\r\n");
-  return pos == std::string::npos ? std::string() : response.substr(pos + 4);
-}
-
-bool has_header(const std::string& response, const std::string& line) {
-  std::string head = response.substr(0, response.find("\r\n\r\n")) + "\r\n";
-  return head.find("\r\n" + line + "\r\n") != std::string::npos;
-}
-
-std::unique_ptr<metrics_http_server> start_test_server(
-  std::function<std::string()> render) {
-  auto server = metrics_http_server::start("127.0.0.1", 0, std::move(render));
-  INFO(server.message());
-  REQUIRE(server.ok());
-  REQUIRE(*server != nullptr);
-  REQUIRE((*server)->port() != 0);
-  return std::move(*server);
 }
 
 } // namespace
@@ -305,6 +284,213 @@ TEST_CASE("promtool accepts the rendered text", "[observability][promtool]") {
   CHECK(rc == 0);
   std::filesystem::remove_all(dir);
 }
+
+// --- label escaping and histograms ----------------------------------------
+
+TEST_CASE("prometheus_text escapes a quote and a newline in a label value",
+          "[observability]") {
+  prometheus_text t;
+  t.family("tutti_gateway_replica_up", "gauge", "up");
+  t.sample("tutti_gateway_replica_up",
+           {{"replica", "stable-\"1\"\nnext"}, {"version", "v\\2"}}, 1);
+  CHECK(t.str()
+        == "# HELP tutti_gateway_replica_up up\n"
+           "# TYPE tutti_gateway_replica_up gauge\n"
+           "tutti_gateway_replica_up{replica=\"stable-\\\"1\\\"\\nnext\","
+           "version=\"v\\\\2\"} 1\n");
+  // Read back, the value is what was given.
+  auto samples = parse_samples(t.str());
+  REQUIRE(samples.size() == 1);
+  CHECK(samples[0].labels["replica"] == "stable-\"1\"\nnext");
+  CHECK(samples[0].labels["version"] == "v\\2");
+}
+
+TEST_CASE("prometheus_text writes a histogram's buckets, sum and count once "
+          "per family",
+          "[observability]") {
+  histogram h({0.5, 1, 2.5});
+  for (double v : {0.25, 0.5, 0.75, 3.0})
+    h.observe(v);
+  prometheus_text t;
+  t.histogram_family("tutti_latency_seconds", "Latency.");
+  t.histogram_sample("tutti_latency_seconds", {{"model", "m"}}, h.counts());
+  t.histogram_sample("tutti_latency_seconds", {{"model", "n"}},
+                     histogram({0.5, 1, 2.5}).counts());
+  CHECK(t.str()
+        == "# HELP tutti_latency_seconds Latency.\n"
+           "# TYPE tutti_latency_seconds histogram\n"
+           "tutti_latency_seconds_bucket{model=\"m\",le=\"0.5\"} 2\n"
+           "tutti_latency_seconds_bucket{model=\"m\",le=\"1\"} 3\n"
+           "tutti_latency_seconds_bucket{model=\"m\",le=\"2.5\"} 3\n"
+           "tutti_latency_seconds_bucket{model=\"m\",le=\"+Inf\"} 4\n"
+           "tutti_latency_seconds_sum{model=\"m\"} 4.5\n"
+           "tutti_latency_seconds_count{model=\"m\"} 4\n"
+           "tutti_latency_seconds_bucket{model=\"n\",le=\"0.5\"} 0\n"
+           "tutti_latency_seconds_bucket{model=\"n\",le=\"1\"} 0\n"
+           "tutti_latency_seconds_bucket{model=\"n\",le=\"2.5\"} 0\n"
+           "tutti_latency_seconds_bucket{model=\"n\",le=\"+Inf\"} 0\n"
+           "tutti_latency_seconds_sum{model=\"n\"} 0\n"
+           "tutti_latency_seconds_count{model=\"n\"} 0\n");
+}
+
+TEST_CASE("a rendered histogram parses back to what was observed",
+          "[observability]") {
+  const std::vector<double> bounds = {0.001, 0.0025, 0.01, 0.1, 1, 10};
+  const std::vector<double> observed = {0.0005, 0.002, 0.002, 0.05,   0.05, 0.5,
+                                        7.0,    20.0,  0.001, 0.0025, 1e-9};
+  histogram h(bounds);
+  double sum = 0;
+  for (double v : observed) {
+    h.observe(v);
+    sum += v;
+  }
+  prometheus_text t;
+  t.histogram_family("tutti_ttft_seconds", "Time to first token.");
+  t.histogram_sample("tutti_ttft_seconds", {{"model", "quote\" and\nnewline"}},
+                     h.counts());
+  const auto samples = parse_samples(t.str());
+  REQUIRE(samples.size() == bounds.size() + 3);
+  // The buckets in order, each the observations at or below its bound.
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    const auto& s = samples[i];
+    INFO("bucket " << i);
+    CHECK(s.name == "tutti_ttft_seconds_bucket");
+    CHECK(s.labels.at("model") == "quote\" and\nnewline");
+    const double le = i < bounds.size()
+                        ? std::strtod(s.labels.at("le").c_str(), nullptr)
+                        : HUGE_VAL;
+    if (i < bounds.size())
+      CHECK(le == bounds[i]);
+    else
+      CHECK(s.labels.at("le") == "+Inf");
+    const auto at_or_below = std::count_if(observed.begin(), observed.end(),
+                                           [&](double v) { return v <= le; });
+    CHECK(s.value == static_cast<double>(at_or_below));
+  }
+  const auto& sum_sample = samples[bounds.size() + 1];
+  const auto& count_sample = samples[bounds.size() + 2];
+  CHECK(sum_sample.name == "tutti_ttft_seconds_sum");
+  CHECK(sum_sample.value == sum);
+  CHECK(count_sample.name == "tutti_ttft_seconds_count");
+  CHECK(count_sample.value == static_cast<double>(observed.size()));
+  CHECK(count_sample.labels == sum_sample.labels);
+}
+
+TEST_CASE("prometheus_text refuses histograms used as other types and bad "
+          "counts",
+          "[observability]") {
+  prometheus_text t;
+  t.histogram_family("h_seconds", "h");
+  t.family("g", "gauge", "g");
+  histogram h({1, 2});
+  CHECK_THROWS_AS(t.sample("h_seconds", {}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(t.histogram_sample("g", {}, h.counts()),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(t.histogram_sample("h_seconds", {{"le", "1"}}, h.counts()),
+                    Catch::Contains("le"));
+  auto wrong = h.counts();
+  wrong.cumulative.pop_back();
+  CHECK_THROWS_AS(t.histogram_sample("h_seconds", {}, wrong),
+                  std::invalid_argument);
+  wrong = h.counts();
+  wrong.upper_bounds = {2, 1};
+  CHECK_THROWS_AS(t.histogram_sample("h_seconds", {}, wrong),
+                  std::invalid_argument);
+  CHECK_NOTHROW(t.histogram_sample("h_seconds", {}, h.counts()));
+  CHECK_THROWS_AS(t.histogram_sample("h_seconds", {}, h.counts()),
+                  std::invalid_argument); // the same series twice
+  CHECK_THROWS_AS(t.histogram_family("g", "g"), std::invalid_argument);
+}
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+double seconds_since(steady::time_point start) {
+  return std::chrono::duration<double>(steady::now() - start).count();
+}
+
+// --- raw HTTP client ---------------------------------------------------------
+
+int connect_local(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  timeval tv{5, 0}; // a hung server fails the test instead of hanging it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent,
+                       MSG_NOSIGNAL);
+    if (n <= 0)
+      return; // the server may hang up on bad input; that is allowed
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+std::string read_until_close(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// Sends raw bytes, returns everything the server wrote before closing.
+std::string http_exchange(uint16_t port, const std::string& request) {
+  int fd = connect_local(port);
+  send_all(fd, request);
+  std::string response = read_until_close(fd);
+  ::close(fd);
+  return response;
+}
+
+std::string get(uint16_t port, const std::string& target) {
+  return http_exchange(
+    port, "GET " + target
+            + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n");
+}
+
+int status_code(const std::string& response) {
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || response.size() < 12)
+    return -1;
+  return std::stoi(response.substr(9, 3));
+}
+
+std::string body_of(const std::string& response) {
+  auto pos = response.find("\r\n\r\n");
+  return pos == std::string::npos ? std::string() : response.substr(pos + 4);
+}
+
+bool has_header(const std::string& response, const std::string& line) {
+  std::string head = response.substr(0, response.find("\r\n\r\n")) + "\r\n";
+  return head.find("\r\n" + line + "\r\n") != std::string::npos;
+}
+
+std::unique_ptr<metrics_http_server> start_test_server(
+  std::function<std::string()> render) {
+  auto server = metrics_http_server::start("127.0.0.1", 0, std::move(render));
+  INFO(server.message());
+  REQUIRE(server.ok());
+  REQUIRE(*server != nullptr);
+  REQUIRE((*server)->port() != 0);
+  return std::move(*server);
+}
+
+} // namespace
 
 // --- HTTP server ---------------------------------------------------------------
 

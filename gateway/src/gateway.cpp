@@ -17,6 +17,7 @@
 #include "tutti/actors/system_config.hpp"
 #include "tutti/gateway/autoscale.hpp"
 #include "tutti/gateway/rollout.hpp"
+#include "tutti/observability/prometheus_text.hpp"
 #include "tutti/protocol/type_ids.hpp"
 #include "tutti/security/admin_access.hpp"
 #include "tutti/serve/api_auth.hpp"
@@ -187,86 +188,77 @@ namespace {
 
 std::string metrics_text(fleet& f) {
   std::lock_guard<std::mutex> lock(f.mutex);
-  std::string out;
-  auto line = [&](const std::string& name, const std::string& labels,
-                  double v) {
-    out += name;
-    if (!labels.empty())
-      out += "{" + labels + "}";
-    out += " " + std::to_string(v) + "\n";
+  observability::prometheus_text t;
+  auto labels = [](const replica& r) -> observability::label_list {
+    return {
+      {"replica", r.id}, {"version", r.version}, {"role", role_name(r.role)}};
   };
-  auto help = [&](const char* name, const char* type, const char* text) {
-    out += std::string("# HELP ") + name + " " + text + "\n# TYPE " + name
-           + " " + type + "\n";
+  auto per_replica = [&](const char* name, const char* type, const char* help,
+                         auto value) {
+    t.family(name, type, help);
+    for (const auto& r : f.replicas)
+      t.sample(name, labels(*r), static_cast<double>(value(*r)));
   };
-  auto label = [](const replica& r) {
-    return "replica=\"" + r.id + "\",version=\"" + r.version + "\",role=\""
-           + role_name(r.role) + "\"";
+  auto single = [&](const char* name, const char* type, const char* help,
+                    double value) {
+    t.family(name, type, help);
+    t.sample(name, {}, value);
   };
-  help("tutti_gateway_replica_up", "gauge",
-       "1 while the replica's /ready answers");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_up", label(*r), r->healthy ? 1 : 0);
-  help("tutti_gateway_replica_outstanding", "gauge",
-       "requests sent to the replica and not ended");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_outstanding", label(*r),
-         static_cast<double>(r->outstanding));
-  help("tutti_gateway_replica_breaker_open", "gauge",
-       "1 while the replica's circuit breaker is open or half-open");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_breaker_open", label(*r),
-         r->breaker.current() == circuit_breaker::state::closed ? 0 : 1);
-  help("tutti_gateway_replica_requests_total", "counter",
-       "requests sent to the replica");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_requests_total", label(*r),
-         static_cast<double>(r->requests));
-  help("tutti_gateway_replica_failures_total", "counter",
-       "requests the replica failed");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_failures_total", label(*r),
-         static_cast<double>(r->failures));
-  help("tutti_gateway_in_flight", "gauge", "requests in the gateway");
-  line("tutti_gateway_in_flight", "", static_cast<double>(f.in_flight));
-  help("tutti_gateway_retries_total", "counter",
-       "requests sent again to another replica before they started");
-  line("tutti_gateway_retries_total", "", static_cast<double>(f.retries));
-  help("tutti_gateway_rejected_total", "counter",
-       "requests refused by the gateway");
-  line("tutti_gateway_rejected_total", "reason=\"busy\"",
-       static_cast<double>(f.rejected_busy));
-  line("tutti_gateway_rejected_total", "reason=\"no_replica\"",
-       static_cast<double>(f.rejected_none));
-  help("tutti_gateway_canary_share_percent", "gauge",
-       "the canary version's share of requests");
-  line("tutti_gateway_canary_share_percent",
-       "version=\"" + f.canary_version + "\"", f.canary_share);
-  help("tutti_gateway_rollbacks_total", "counter", "canary rollbacks");
-  line("tutti_gateway_rollbacks_total", "", static_cast<double>(f.rollbacks));
-  help("tutti_gateway_promotions_total", "counter",
-       "canaries promoted to stable");
-  line("tutti_gateway_promotions_total", "",
-       static_cast<double>(f.promotions));
-  help("tutti_gateway_rollback_alert", "gauge",
-       "1 after a canary was rolled back (the alert)");
-  line("tutti_gateway_rollback_alert", "", f.alert ? 1 : 0);
-  help("tutti_gateway_scale_ups_total", "counter", "replicas added");
-  line("tutti_gateway_scale_ups_total", "", static_cast<double>(f.scale_ups));
-  help("tutti_gateway_scale_downs_total", "counter", "replicas removed");
-  line("tutti_gateway_scale_downs_total", "",
-       static_cast<double>(f.scale_downs));
+  per_replica("tutti_gateway_replica_up", "gauge",
+              "1 while the replica's /ready answers",
+              [](const replica& r) { return r.healthy ? 1 : 0; });
+  per_replica("tutti_gateway_replica_outstanding", "gauge",
+              "requests sent to the replica and not ended",
+              [](const replica& r) { return r.outstanding; });
+  per_replica("tutti_gateway_replica_breaker_open", "gauge",
+              "1 while the replica's circuit breaker is open or half-open",
+              [](const replica& r) {
+                return r.breaker.current() == circuit_breaker::state::closed
+                         ? 0
+                         : 1;
+              });
+  per_replica("tutti_gateway_replica_requests_total", "counter",
+              "requests sent to the replica",
+              [](const replica& r) { return r.requests; });
+  per_replica("tutti_gateway_replica_failures_total", "counter",
+              "requests the replica failed",
+              [](const replica& r) { return r.failures; });
+  single("tutti_gateway_in_flight", "gauge", "requests in the gateway",
+         static_cast<double>(f.in_flight));
+  single("tutti_gateway_retries_total", "counter",
+         "requests sent again to another replica before they started",
+         static_cast<double>(f.retries));
+  t.family("tutti_gateway_rejected_total", "counter",
+           "requests refused by the gateway");
+  t.sample("tutti_gateway_rejected_total", {{"reason", "busy"}},
+           static_cast<double>(f.rejected_busy));
+  t.sample("tutti_gateway_rejected_total", {{"reason", "no_replica"}},
+           static_cast<double>(f.rejected_none));
+  t.family("tutti_gateway_canary_share_percent", "gauge",
+           "the canary version's share of requests");
+  t.sample("tutti_gateway_canary_share_percent",
+           {{"version", f.canary_version}}, f.canary_share);
+  single("tutti_gateway_rollbacks_total", "counter", "canary rollbacks",
+         static_cast<double>(f.rollbacks));
+  single("tutti_gateway_promotions_total", "counter",
+         "canaries promoted to stable", static_cast<double>(f.promotions));
+  single("tutti_gateway_rollback_alert", "gauge",
+         "1 after a canary was rolled back (the alert)", f.alert ? 1 : 0);
+  single("tutti_gateway_scale_ups_total", "counter", "replicas added",
+         static_cast<double>(f.scale_ups));
+  single("tutti_gateway_scale_downs_total", "counter", "replicas removed",
+         static_cast<double>(f.scale_downs));
   int64_t serving = 0, spares = 0;
   for (const auto& r : f.replicas) {
     serving += r->role == replica_role::serving;
     spares += r->role == replica_role::spare;
   }
-  help("tutti_gateway_replicas", "gauge", "replicas by role");
-  line("tutti_gateway_replicas", "role=\"serving\"",
-       static_cast<double>(serving));
-  line("tutti_gateway_replicas", "role=\"spare\"",
-       static_cast<double>(spares));
-  return out;
+  t.family("tutti_gateway_replicas", "gauge", "replicas by role");
+  t.sample("tutti_gateway_replicas", {{"role", "serving"}},
+           static_cast<double>(serving));
+  t.sample("tutti_gateway_replicas", {{"role", "spare"}},
+           static_cast<double>(spares));
+  return t.str();
 }
 
 std::string events_json(fleet& f, int64_t after) {
