@@ -3,8 +3,6 @@
 // serving replica counts (its /metrics): tokens per expert, the most
 // co-activated pairs, a co-activation heatmap (jobs only), and JSON.
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +10,7 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "tutti/net/http_client.hpp"
 #include "tutti/placement/routing_stats.hpp"
 #include "tutti/config/host_port.hpp"
 #include "tutti/serve/served_routing_stats.hpp"
@@ -139,13 +138,16 @@ expected<routing_stats> job_stats(const std::filesystem::path& run_dir,
 
 // A serving replica's counts since its start, from its /metrics.
 expected<routing_stats> served_stats(const std::string& host, uint16_t port) {
-  httplib::Client cli(host, port);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(30, 0);
+  net::client_options o;
+  o.host = host;
+  o.port = port;
+  o.connect_timeout = std::chrono::seconds(5);
+  o.read_timeout = std::chrono::seconds(30);
+  net::http_client cli(o);
   const auto where = host + ":" + std::to_string(port);
-  auto r = cli.Get("/metrics");
+  auto r = cli.get("/metrics");
   if (!r)
-    return status::error(where + ": " + httplib::to_string(r.error()));
+    return status::error(where + ": " + r.message());
   if (r->status != 200)
     return status::error(where + "/metrics answered "
                          + std::to_string(r->status));

@@ -4,7 +4,6 @@
 // status|events|promote|rollback HOST:PORT: a gateway's rollout, shown and
 // steered.
 
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,7 +1,6 @@
 #include "service_client.hpp"
 
-#include <httplib.h>
-
+#include "tutti/net/http_client.hpp"
 #include "tutti/security/secret.hpp"
 #include "tutti/security/tls.hpp"
 #include "tutti/config/host_port.hpp"
@@ -39,18 +38,18 @@ service_answer service_request(const std::string& action,
   if (!token)
     return failed(2, (token_file.empty() ? "" : "--token-file: ")
                        + token.message());
-  httplib::Headers headers;
+  net::client_options o;
+  o.host = host;
+  o.port = port;
+  o.connect_timeout = std::chrono::seconds(5);
+  o.read_timeout = std::chrono::seconds(10);
   if (!token->empty())
-    headers.emplace("Authorization", "Bearer " + token->reveal());
-  httplib::Client cli(host, port);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(10, 0);
-  auto r = method == "GET"
-             ? cli.Get(path.c_str(), headers)
-             : cli.Post(path.c_str(), headers, "", "application/json");
+    o.bearer_token = token->reveal();
+  net::http_client cli(o);
+  auto r = method == "GET" ? cli.get(path)
+                           : cli.post(path, "", "application/json");
   if (!r)
-    return failed(1, host + ":" + std::to_string(port) + ": "
-                       + httplib::to_string(r.error()));
+    return failed(1, host + ":" + std::to_string(port) + ": " + r.message());
   return {r->status == 200 ? 0 : (r->status == 409 ? 2 : 1), r->body};
 }
 

@@ -41,13 +41,12 @@
 #include "tutti/client/coordinator_connect.hpp"
 #include "tutti/kernels/blas_core.hpp"
 #include "tutti/lifecycle/environment.hpp"
-#include "tutti/observability/metrics_http_server.hpp"
 #include "tutti/protocol/errors.hpp"
 #include "tutti/config/job_config.hpp"
 #include "tutti/security/access_policy.hpp"
 #include "tutti/security/audit_log.hpp"
 #include "tutti/security/tls_dialer.hpp"
-#include "tutti/security/web_endpoint.hpp"
+#include "tutti/security/web_config.hpp"
 #include "tutti/config/serve_config.hpp"
 
 namespace po = boost::program_options;
@@ -268,30 +267,18 @@ int serve_job(const job_config& cfg, daemon_options opt) {
   // /metrics: the coordinator's text (node 0) and this node's.
   auto job_board = std::make_shared<metrics_board>();
   auto node_board = std::make_shared<metrics_board>();
-  std::unique_ptr<observability::metrics_http_server> metrics_server;
-  std::unique_ptr<security::web_endpoint> secured_metrics;
-  if (cfg.metrics.port > 0 && !cfg.metrics.web_config.empty()) {
-    auto web = security::load_web_config(cfg.metrics.web_config);
-    if (!web)
-      return fail(2, "metrics.web_config: " + web.message());
-    const auto host = cfg.cluster.node(opt.node_rank).host;
-    const auto port = cfg.metrics.port + opt.node_rank;
-    auto started = security::web_endpoint::start(
-      host, static_cast<uint16_t>(port), *web, "/metrics",
-      "text/plain; version=0.0.4; charset=utf-8", [job_board, node_board] {
-        return job_board->read() + node_board->read();
-      });
-    if (!started)
-      return fail(1, started.message() + " (metrics.port)");
-    secured_metrics = std::move(*started);
-    log_info("tuttid", std::string("metrics on ")
-                         + (web->tls() ? "https://" : "http://") + host + ":"
-                         + std::to_string(port) + "/metrics"
-                         + (web->basic_auth() ? " (basic auth)" : ""));
-  } else if (cfg.metrics.port > 0) {
+  std::unique_ptr<net::metrics_endpoint> metrics_server;
+  if (cfg.metrics.port > 0) {
+    security::web_config web; // none: plain HTTP, no auth
+    if (!cfg.metrics.web_config.empty()) {
+      auto loaded = security::load_web_config(cfg.metrics.web_config);
+      if (!loaded)
+        return fail(2, "metrics.web_config: " + loaded.message());
+      web = std::move(*loaded);
+    }
     auto started = serve_metrics(cfg.cluster.node(opt.node_rank).host,
                                  cfg.metrics.port + opt.node_rank,
-                                 {job_board, node_board});
+                                 {job_board, node_board}, web);
     if (!started)
       return fail(1, started.message());
     metrics_server = std::move(*started);

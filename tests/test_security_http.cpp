@@ -13,9 +13,9 @@
 
 #include "security_support.hpp"
 #include "serve_test_support.hpp"
+#include "tutti/net/metrics_endpoint.hpp"
 #include "tutti/security/api_keys.hpp"
 #include "tutti/security/web_config.hpp"
-#include "tutti/security/web_endpoint.hpp"
 
 using namespace tutti::testing;
 namespace fs = std::filesystem;
@@ -97,9 +97,8 @@ TEST_CASE("a web config with client_ca_file requires a client certificate; "
     REQUIRE(loaded.ok());
     cfg = loaded.value();
   }
-  auto endpoint = tutti::security::web_endpoint::start(
-    "127.0.0.1", 0, cfg, "/metrics", "text/plain",
-    [] { return std::string("up 1\n"); });
+  auto endpoint = tutti::net::metrics_endpoint::start(
+    "127.0.0.1", 0, [] { return std::string("up 1\n"); }, cfg);
   INFO(endpoint.message());
   REQUIRE(endpoint.ok());
   const auto port = std::to_string(endpoint.value()->port());

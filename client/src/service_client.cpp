@@ -1,8 +1,8 @@
 #include "tutti/client/service_client.hpp"
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tutti/net/http_client.hpp"
 #include "tutti/security/certs.hpp"
 #include "tutti/security/tls.hpp"
 #include "tutti/security/web_config.hpp"
@@ -15,31 +15,28 @@ namespace {
 using json = nlohmann::json;
 
 // "cannot reach the service at HOST:PORT: why".
-status unreachable(const endpoint& at, httplib::Error e) {
-  std::string why = httplib::to_string(e);
-  if (e == httplib::Error::Connection)
+status unreachable(const endpoint& at, const net::http_client& c,
+                   const status& failure) {
+  std::string why = failure.message();
+  if (c.last_failure() == net::transport_failure::connection)
     why = "nothing answers (is tutti serve running with this config?)";
-  else if (e == httplib::Error::SSLServerVerification)
+  else if (c.last_failure() == net::transport_failure::tls_verification)
     why = "its certificate does not check against TUTTI_TLS_CA";
   return status::error("cannot reach the service at " + at.text() + ": "
                        + why);
 }
 
-void set_timeouts(httplib::Client& c, std::chrono::milliseconds wait) {
-  c.set_connection_timeout(std::chrono::seconds(5));
-  c.set_read_timeout(wait);
-  c.set_write_timeout(wait);
-}
-
 // A client for `front`: HTTPS checked against TUTTI_TLS_CA where the front
 // is on TLS, and the environment's token as a bearer.
-expected<std::unique_ptr<httplib::Client>> client_for(
+expected<std::unique_ptr<net::http_client>> client_for(
   const service_front& front, std::chrono::milliseconds wait) {
   const auto& at = front.at;
-  std::unique_ptr<httplib::Client> c;
-  if (!front.tls) {
-    c = std::make_unique<httplib::Client>(at.host, at.port);
-  } else {
+  net::client_options o;
+  o.host = at.host;
+  o.port = static_cast<uint16_t>(at.port);
+  o.connect_timeout = std::chrono::seconds(5);
+  o.read_timeout = o.write_timeout = wait;
+  if (front.tls) {
     const auto files = security::client_tls_files_from_environment();
     if (files.ca.empty())
       return status::error("the service at " + at.text()
@@ -47,33 +44,27 @@ expected<std::unique_ptr<httplib::Client>> client_for(
                              "TUTTI_TLS_CA to the CA that issued its "
                              "certificate");
     // The certificate's name, resolved to the address the config gives.
-    c = std::make_unique<httplib::Client>("https://" + front.server_name + ":"
-                                            + std::to_string(at.port),
-                                          files.cert, files.key);
-    c->set_hostname_addr_map({{front.server_name, at.host}});
-    c->set_ca_cert_path(files.ca);
-    c->enable_server_certificate_verification(true);
+    o.tls = net::client_tls{files.ca, files.cert, files.key, front.server_name};
   }
   auto token = security::client_token_from_environment();
   if (!token)
     return token.error();
   if (!token->empty())
-    c->set_bearer_token_auth(token->reveal());
-  set_timeouts(*c, wait);
-  return c;
+    o.bearer_token = token->reveal();
+  return std::make_unique<net::http_client>(o);
 }
 
 // The admin endpoint's JSON answer ({"ok": ...}), or why there is none.
 expected<json> post(const service_front& front, const std::string& path,
-                    const httplib::Params& params,
+                    const net::param_map& params,
                     std::chrono::milliseconds wait) {
   const auto& at = front.at;
   auto c = client_for(front, wait);
   if (!c)
     return c.error();
-  auto res = (*c)->Post(path, params);
+  auto res = (*c)->post_form(path, params);
   if (!res)
-    return unreachable(at, res.error());
+    return unreachable(at, **c, res.error());
   auto body = json::parse(res->body, nullptr, false);
   if (body.is_object() && body.contains("ok"))
     return body;
@@ -147,9 +138,9 @@ status probe_service(const service_front& front) {
   auto c = client_for(front, std::chrono::seconds(5));
   if (!c)
     return c.error();
-  auto res = (*c)->Get("/health");
+  auto res = (*c)->get("/health");
   if (!res)
-    return unreachable(at, res.error());
+    return unreachable(at, **c, res.error());
   if (res->status != 200)
     return status::error("the service at " + at.text() + " answered /health "
                          "with HTTP " + std::to_string(res->status));

@@ -1,22 +1,20 @@
 #include "tutti/gateway/gateway.hpp"
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
-#include <sys/socket.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <thread>
 
 #include "proxy.hpp"
 #include "tutti/runtime/system_config.hpp"
 #include "tutti/gateway/autoscale.hpp"
 #include "tutti/gateway/rollout.hpp"
+#include "tutti/net/http_client.hpp"
+#include "tutti/net/http_server.hpp"
+#include "tutti/observability/prometheus_text.hpp"
 #include "tutti/protocol/type_ids.hpp"
 #include "tutti/security/admin_access.hpp"
 #include "tutti/serve/api_auth.hpp"
@@ -28,21 +26,23 @@ namespace {
 
 const char* json_type = "application/json";
 
-template <class D>
-std::pair<time_t, time_t> sec_usec(D d) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(d)
-                    .count();
-  return {us / 1000000, us % 1000000};
+net::client_options replica_client(const replica_address& a,
+                                   std::chrono::microseconds connect,
+                                   std::chrono::microseconds read) {
+  net::client_options o;
+  o.host = a.host;
+  o.port = a.port;
+  o.connect_timeout = connect;
+  o.read_timeout = read;
+  return o;
 }
 
 // GET /ready of a replica within `timeout_s`.
 bool ready(const replica_address& a, double timeout_s) {
-  httplib::Client cli(a.host, a.port);
-  const auto [s, us] = sec_usec(std::chrono::duration<double>(timeout_s));
-  cli.set_connection_timeout(s, us);
-  cli.set_read_timeout(s, us);
-  cli.set_keep_alive(false);
-  auto r = cli.Get("/ready");
+  const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(
+    std::chrono::duration<double>(timeout_s));
+  net::http_client cli(replica_client(a, limit, limit));
+  auto r = cli.get("/ready");
   return r && r->status == 200;
 }
 
@@ -60,8 +60,7 @@ struct gateway::impl {
   security::admin_access admin; // who may use /admin/
   launcher launch;
   std::string stable_config; // what autoscaling starts
-  httplib::Server server;
-  std::thread thread;
+  std::unique_ptr<net::http_server> server;
   uint16_t port = 0;
   tutti_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
@@ -179,7 +178,7 @@ struct gateway::impl {
 
   void routes();
   // True to go on; else `res` holds admin's refusal in the gateway's shape.
-  bool admitted(const httplib::Request& req, httplib::Response& res,
+  bool admitted(const net::http_request& req, net::http_response& res,
                 const std::string& action) const;
 };
 
@@ -187,86 +186,77 @@ namespace {
 
 std::string metrics_text(fleet& f) {
   std::lock_guard<std::mutex> lock(f.mutex);
-  std::string out;
-  auto line = [&](const std::string& name, const std::string& labels,
-                  double v) {
-    out += name;
-    if (!labels.empty())
-      out += "{" + labels + "}";
-    out += " " + std::to_string(v) + "\n";
+  observability::prometheus_text t;
+  auto labels = [](const replica& r) -> observability::label_list {
+    return {
+      {"replica", r.id}, {"version", r.version}, {"role", role_name(r.role)}};
   };
-  auto help = [&](const char* name, const char* type, const char* text) {
-    out += std::string("# HELP ") + name + " " + text + "\n# TYPE " + name
-           + " " + type + "\n";
+  auto per_replica = [&](const char* name, const char* type, const char* help,
+                         auto value) {
+    t.family(name, type, help);
+    for (const auto& r : f.replicas)
+      t.sample(name, labels(*r), static_cast<double>(value(*r)));
   };
-  auto label = [](const replica& r) {
-    return "replica=\"" + r.id + "\",version=\"" + r.version + "\",role=\""
-           + role_name(r.role) + "\"";
+  auto single = [&](const char* name, const char* type, const char* help,
+                    double value) {
+    t.family(name, type, help);
+    t.sample(name, {}, value);
   };
-  help("tutti_gateway_replica_up", "gauge",
-       "1 while the replica's /ready answers");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_up", label(*r), r->healthy ? 1 : 0);
-  help("tutti_gateway_replica_outstanding", "gauge",
-       "requests sent to the replica and not ended");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_outstanding", label(*r),
-         static_cast<double>(r->outstanding));
-  help("tutti_gateway_replica_breaker_open", "gauge",
-       "1 while the replica's circuit breaker is open or half-open");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_breaker_open", label(*r),
-         r->breaker.current() == circuit_breaker::state::closed ? 0 : 1);
-  help("tutti_gateway_replica_requests_total", "counter",
-       "requests sent to the replica");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_requests_total", label(*r),
-         static_cast<double>(r->requests));
-  help("tutti_gateway_replica_failures_total", "counter",
-       "requests the replica failed");
-  for (const auto& r : f.replicas)
-    line("tutti_gateway_replica_failures_total", label(*r),
-         static_cast<double>(r->failures));
-  help("tutti_gateway_in_flight", "gauge", "requests in the gateway");
-  line("tutti_gateway_in_flight", "", static_cast<double>(f.in_flight));
-  help("tutti_gateway_retries_total", "counter",
-       "requests sent again to another replica before they started");
-  line("tutti_gateway_retries_total", "", static_cast<double>(f.retries));
-  help("tutti_gateway_rejected_total", "counter",
-       "requests refused by the gateway");
-  line("tutti_gateway_rejected_total", "reason=\"busy\"",
-       static_cast<double>(f.rejected_busy));
-  line("tutti_gateway_rejected_total", "reason=\"no_replica\"",
-       static_cast<double>(f.rejected_none));
-  help("tutti_gateway_canary_share_percent", "gauge",
-       "the canary version's share of requests");
-  line("tutti_gateway_canary_share_percent",
-       "version=\"" + f.canary_version + "\"", f.canary_share);
-  help("tutti_gateway_rollbacks_total", "counter", "canary rollbacks");
-  line("tutti_gateway_rollbacks_total", "", static_cast<double>(f.rollbacks));
-  help("tutti_gateway_promotions_total", "counter",
-       "canaries promoted to stable");
-  line("tutti_gateway_promotions_total", "",
-       static_cast<double>(f.promotions));
-  help("tutti_gateway_rollback_alert", "gauge",
-       "1 after a canary was rolled back (the alert)");
-  line("tutti_gateway_rollback_alert", "", f.alert ? 1 : 0);
-  help("tutti_gateway_scale_ups_total", "counter", "replicas added");
-  line("tutti_gateway_scale_ups_total", "", static_cast<double>(f.scale_ups));
-  help("tutti_gateway_scale_downs_total", "counter", "replicas removed");
-  line("tutti_gateway_scale_downs_total", "",
-       static_cast<double>(f.scale_downs));
+  per_replica("tutti_gateway_replica_up", "gauge",
+              "1 while the replica's /ready answers",
+              [](const replica& r) { return r.healthy ? 1 : 0; });
+  per_replica("tutti_gateway_replica_outstanding", "gauge",
+              "requests sent to the replica and not ended",
+              [](const replica& r) { return r.outstanding; });
+  per_replica("tutti_gateway_replica_breaker_open", "gauge",
+              "1 while the replica's circuit breaker is open or half-open",
+              [](const replica& r) {
+                return r.breaker.current() == circuit_breaker::state::closed
+                         ? 0
+                         : 1;
+              });
+  per_replica("tutti_gateway_replica_requests_total", "counter",
+              "requests sent to the replica",
+              [](const replica& r) { return r.requests; });
+  per_replica("tutti_gateway_replica_failures_total", "counter",
+              "requests the replica failed",
+              [](const replica& r) { return r.failures; });
+  single("tutti_gateway_in_flight", "gauge", "requests in the gateway",
+         static_cast<double>(f.in_flight));
+  single("tutti_gateway_retries_total", "counter",
+         "requests sent again to another replica before they started",
+         static_cast<double>(f.retries));
+  t.family("tutti_gateway_rejected_total", "counter",
+           "requests refused by the gateway");
+  t.sample("tutti_gateway_rejected_total", {{"reason", "busy"}},
+           static_cast<double>(f.rejected_busy));
+  t.sample("tutti_gateway_rejected_total", {{"reason", "no_replica"}},
+           static_cast<double>(f.rejected_none));
+  t.family("tutti_gateway_canary_share_percent", "gauge",
+           "the canary version's share of requests");
+  t.sample("tutti_gateway_canary_share_percent",
+           {{"version", f.canary_version}}, f.canary_share);
+  single("tutti_gateway_rollbacks_total", "counter", "canary rollbacks",
+         static_cast<double>(f.rollbacks));
+  single("tutti_gateway_promotions_total", "counter",
+         "canaries promoted to stable", static_cast<double>(f.promotions));
+  single("tutti_gateway_rollback_alert", "gauge",
+         "1 after a canary was rolled back (the alert)", f.alert ? 1 : 0);
+  single("tutti_gateway_scale_ups_total", "counter", "replicas added",
+         static_cast<double>(f.scale_ups));
+  single("tutti_gateway_scale_downs_total", "counter", "replicas removed",
+         static_cast<double>(f.scale_downs));
   int64_t serving = 0, spares = 0;
   for (const auto& r : f.replicas) {
     serving += r->role == replica_role::serving;
     spares += r->role == replica_role::spare;
   }
-  help("tutti_gateway_replicas", "gauge", "replicas by role");
-  line("tutti_gateway_replicas", "role=\"serving\"",
-       static_cast<double>(serving));
-  line("tutti_gateway_replicas", "role=\"spare\"",
-       static_cast<double>(spares));
-  return out;
+  t.family("tutti_gateway_replicas", "gauge", "replicas by role");
+  t.sample("tutti_gateway_replicas", {{"role", "serving"}},
+           static_cast<double>(serving));
+  t.sample("tutti_gateway_replicas", {{"role", "spare"}},
+           static_cast<double>(spares));
+  return t.str();
 }
 
 std::string events_json(fleet& f, int64_t after) {
@@ -330,12 +320,12 @@ std::string status_json(fleet& f) {
   return j.dump(2);
 }
 
-bool gateway::impl::admitted(const httplib::Request& req,
-                             httplib::Response& res,
+bool gateway::impl::admitted(const net::http_request& req,
+                             net::http_response& res,
                              const std::string& action) const {
   const auto a = admin.admit(security::is_loopback_address(req.remote_addr),
-                             req.remote_addr,
-                             req.get_header_value("Authorization"), action);
+                             req.remote_addr, req.header("Authorization"),
+                             action);
   if (a.admitted())
     return true;
   if (a.http_status == 401)
@@ -345,11 +335,12 @@ bool gateway::impl::admitted(const httplib::Request& req,
 }
 
 void gateway::impl::routes() {
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  auto& server = *this->server;
+  server.get("/health", [](const net::http_request&, net::http_response& res) {
     res.set_content(R"({"status":"ok"})", json_type);
   });
-  server.Get("/ready", [this](const httplib::Request&,
-                              httplib::Response& res) {
+  server.get("/ready", [this](const net::http_request&,
+                              net::http_response& res) {
     std::lock_guard<std::mutex> lock(f.mutex);
     for (const auto& r : f.replicas)
       if (r->healthy && r->role == replica_role::serving)
@@ -359,12 +350,12 @@ void gateway::impl::routes() {
       R"({"error":{"message":"no replica is ready","type":"service_unavailable"}})",
       json_type);
   });
-  server.Get("/metrics", [this](const httplib::Request&,
-                                httplib::Response& res) {
-    res.set_content(metrics_text(f), "text/plain; version=0.0.4");
-  });
-  server.Get("/v1/models", [this](const httplib::Request&,
-                                  httplib::Response& res) {
+  server.get("/metrics",
+             [this](const net::http_request&, net::http_response& res) {
+               res.set_content(metrics_text(f), "text/plain; version=0.0.4");
+             });
+  server.get("/v1/models", [this](const net::http_request&,
+                                  net::http_response& res) {
     std::vector<replica_address> up;
     {
       std::lock_guard<std::mutex> lock(f.mutex);
@@ -373,10 +364,9 @@ void gateway::impl::routes() {
           up.push_back(r->address);
     }
     for (const auto& a : up) {
-      httplib::Client cli(a.host, a.port);
-      cli.set_connection_timeout(2, 0);
-      cli.set_read_timeout(5, 0);
-      if (auto r = cli.Get("/v1/models"); r && r->status == 200)
+      net::http_client cli(
+        replica_client(a, std::chrono::seconds(2), std::chrono::seconds(5)));
+      if (auto r = cli.get("/v1/models"); r && r->status == 200)
         return res.set_content(r->body, json_type);
     }
     res.status = 503;
@@ -384,27 +374,27 @@ void gateway::impl::routes() {
       R"({"error":{"message":"no replica is ready","type":"service_unavailable"}})",
       json_type);
   });
-  server.Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) {
+  server.post("/v1/completions",
+              [this](const net::http_request& req, net::http_response& res) {
                 proxy_completion(f, req, res);
               });
-  server.Get("/admin/status",
-             [this](const httplib::Request& req, httplib::Response& res) {
+  server.get("/admin/status",
+             [this](const net::http_request& req, net::http_response& res) {
                if (admitted(req, res, "status"))
                  res.set_content(status_json(f), json_type);
              });
-  server.Get("/admin/events",
-             [this](const httplib::Request& req, httplib::Response& res) {
+  server.get("/admin/events",
+             [this](const net::http_request& req, net::http_response& res) {
                if (!admitted(req, res, "events"))
                  return;
                int64_t after = 0;
                if (req.has_param("after"))
-                 after = std::atoll(req.get_param_value("after").c_str());
+                 after = std::atoll(req.param("after").c_str());
                res.set_content(events_json(f, after), json_type);
              });
   auto steer = [this](bool forward) {
-    return [this, forward](const httplib::Request& req,
-                           httplib::Response& res) {
+    return [this, forward](const net::http_request& req,
+                           net::http_response& res) {
       if (!admitted(req, res, forward ? "promote" : "rollback"))
         return;
       std::string refused;
@@ -419,8 +409,8 @@ void gateway::impl::routes() {
       res.set_content(status_json(f), json_type);
     };
   };
-  server.Post("/admin/promote", steer(true));
-  server.Post("/admin/rollback", steer(false));
+  server.post("/admin/promote", steer(true));
+  server.post("/admin/rollback", steer(false));
 }
 
 gateway::gateway(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -433,9 +423,8 @@ fleet& gateway::state() { return impl_->f; }
 void gateway::stop() {
   if (!impl_ || impl_->stopping.exchange(true))
     return;
-  impl_->server.stop();
-  if (impl_->thread.joinable())
-    impl_->thread.join();
+  if (impl_->server)
+    impl_->server->stop();
   if (impl_->control)
     caf::anon_send_exit(impl_->control, caf::exit_reason::user_shutdown);
   impl_->control = nullptr;
@@ -463,18 +452,14 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
                   + "% (rollout start)");
   }
 
-  const int64_t threads = cfg.http_threads > 0 ? cfg.http_threads
-                                               : cfg.max_in_flight + 8;
-  g.server.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  g.server.set_read_timeout(30, 0);
-  g.server.set_write_timeout(30, 0);
-  std::atomic<int> listen_fd{-1};
-  g.server.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;
-  });
+  net::server_options http;
+  http.host = cfg.host;
+  http.port = static_cast<uint16_t>(cfg.port);
+  http.threads = static_cast<size_t>(
+    cfg.http_threads > 0 ? cfg.http_threads : cfg.max_in_flight + 8);
+  http.head_timeout = http.read_timeout = http.write_timeout =
+    std::chrono::seconds(30);
+  g.server = std::make_unique<net::http_server>(http);
   auto admin = security::admin_access::open(cfg.admin_policy,
                                             "gateway.admin_policy");
   if (!admin)
@@ -484,22 +469,11 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
   serve::serve_config auth;
   auth.api_keys = cfg.api_keys;
   auth.metrics_web_config = cfg.metrics_web_config;
-  if (auto s = serve::install_api_auth(g.server, auth); !s.ok())
+  if (auto s = serve::install_api_auth(*g.server, auth); !s.ok())
     return status::error(
       std::string(s.message()).replace(0, 6, "gateway."));
-  int port = cfg.port;
-  if (cfg.port == 0)
-    port = g.server.bind_to_any_port(cfg.host);
-  else if (!g.server.bind_to_port(cfg.host, cfg.port))
-    port = -1;
-  if (port <= 0)
-    return status::error("cannot listen on " + cfg.host + ":"
-                         + std::to_string(cfg.port));
-  // A real backlog (cpp-httplib's is 5), as serve's front does.
-  if (::listen(listen_fd.load(), SOMAXCONN) != 0)
-    return status::error("listen on " + cfg.host + ":" + std::to_string(port)
-                         + ": " + std::strerror(errno));
-  g.port = static_cast<uint16_t>(port);
+  TUTTI_RETURN_IF_ERROR(g.server->start());
+  g.port = g.server->port();
 
   g.system = std::make_unique<caf::actor_system>(g.actor_config);
   auto* raw = p.get();
@@ -514,7 +488,6 @@ expected<std::unique_ptr<gateway>> gateway::start(const gateway_config& cfg,
         self->delayed_send(self, interval, tick_atom_v);
       }};
     });
-  g.thread = std::thread([raw] { raw->server.listen_after_bind(); });
   return std::unique_ptr<gateway>(new gateway(std::move(p)));
 }
 

@@ -1,12 +1,12 @@
 #include "proxy.hpp"
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
 #include <thread>
 
 #include "tutti/gateway/fleet.hpp"
+#include "tutti/net/http_client.hpp"
 
 namespace tutti::gateway {
 
@@ -26,17 +26,20 @@ std::string where(const replica& r) {
          + ")";
 }
 
+// A client for one call to replica `a`: `read` is what is left of the
+// request's time (at least a millisecond).
 template <class Duration>
-void set_timeouts(httplib::Client& c, double connect_s, Duration read) {
-  const auto connect = std::chrono::duration_cast<std::chrono::microseconds>(
+net::client_options replica_call(const replica_address& a, double connect_s,
+                                 Duration read) {
+  using std::chrono::microseconds;
+  net::client_options o;
+  o.host = a.host;
+  o.port = static_cast<uint16_t>(a.port);
+  o.connect_timeout = std::chrono::duration_cast<microseconds>(
     std::chrono::duration<double>(connect_s));
-  c.set_connection_timeout(connect.count() / 1000000,
-                           connect.count() % 1000000);
-  const auto r = std::chrono::duration_cast<std::chrono::microseconds>(read);
-  const auto us = std::max<int64_t>(r.count(), 1000);
-  c.set_read_timeout(us / 1000000, us % 1000000);
-  c.set_write_timeout(us / 1000000, us % 1000000);
-  c.set_keep_alive(false);
+  o.read_timeout = o.write_timeout = std::max(
+    std::chrono::duration_cast<microseconds>(read), microseconds(1000));
+  return o;
 }
 
 // Replica answers worth another replica: it is not ready or stopping (503),
@@ -55,7 +58,7 @@ struct upstream_stream {
   std::string partial; // an event still arriving
   std::string body;    // the whole body of a non-200 answer
   bool returned = false; // the call is over
-  httplib::Error error = httplib::Error::Success;
+  std::string error;     // why the call failed; "" when it did not
   bool cancel = false;
   bool done_seen = false, error_seen = false;
   int64_t tokens = 0; // events with choices
@@ -86,22 +89,18 @@ struct upstream_stream {
 
 void run_stream(std::shared_ptr<upstream_stream> up, replica_address a,
                 std::string body, double connect_s, clock::duration read) {
-  httplib::Client cli(a.host, a.port);
-  set_timeouts(cli, connect_s, read);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = std::move(body);
-  req.set_header("Content-Type", json_type);
-  req.response_handler = [up](const httplib::Response& r) {
+  net::http_client cli(replica_call(a, connect_s, read));
+  net::reply_stream events;
+  events.on_head = [up](int status, const net::header_map& headers) {
     std::lock_guard<std::mutex> lock(up->m);
-    up->status = r.status;
-    up->retry_after = r.get_header_value("Retry-After");
+    up->status = status;
+    auto retry_after = headers.find("Retry-After");
+    if (retry_after != headers.end())
+      up->retry_after = retry_after->second;
     up->cv.notify_all();
     return !up->cancel;
   };
-  req.content_receiver = [up](const char* data, size_t n, uint64_t,
-                              uint64_t) {
+  events.on_body = [up](const char* data, size_t n) {
     std::lock_guard<std::mutex> lock(up->m);
     if (up->status != 200) {
       up->body.append(data, n);
@@ -112,9 +111,9 @@ void run_stream(std::shared_ptr<upstream_stream> up, replica_address a,
     up->cv.notify_all();
     return !up->cancel;
   };
-  auto result = cli.send(req);
+  auto result = cli.post_streamed("/v1/completions", body, json_type, events);
   std::lock_guard<std::mutex> lock(up->m);
-  up->error = result.error();
+  up->error = result ? std::string() : result.message();
   up->returned = true;
   up->cv.notify_all();
 }
@@ -122,9 +121,8 @@ void run_stream(std::shared_ptr<upstream_stream> up, replica_address a,
 // What the client has been sent when a stream ends without its [DONE].
 std::string stream_failure(const upstream_stream& up, const replica& r) {
   const auto msg = "replica " + where(r) + " failed mid-stream ("
-                   + (up.error != httplib::Error::Success
-                        ? httplib::to_string(up.error)
-                        : std::string("stream ended early"))
+                   + (!up.error.empty() ? up.error
+                                        : std::string("stream ended early"))
                    + ")";
   return "data: " + error_json(msg, "server_error", 502)
          + "\n\ndata: [DONE]\n\n";
@@ -158,7 +156,7 @@ request_outcome outcome_of(const stream_session& s) {
 
 // True when the stream was handed to the client: its release leaves the
 // gateway's concurrency slot.
-bool proxy_stream(fleet& f, const std::string& body, httplib::Response& res,
+bool proxy_stream(fleet& f, const std::string& body, net::http_response& res,
                   clock::time_point begun, clock::time_point deadline) {
   std::set<std::string> tried;
   std::string last_error = "no replica is available";
@@ -235,9 +233,7 @@ bool proxy_stream(fleet& f, const std::string& body, httplib::Response& res,
       f.release(r, o);
       last_status = st == 429 ? 429 : 502;
       last_error = "replica " + where(*r) + " did not take the request ("
-                   + (st ? "status " + std::to_string(st)
-                         : httplib::to_string(up->error))
-                   + ")";
+                   + (st ? "status " + std::to_string(st) : up->error) + ")";
       continue;
     }
     // Started: from here the client gets the stream as it comes.
@@ -250,9 +246,9 @@ bool proxy_stream(fleet& f, const std::string& body, httplib::Response& res,
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Tutti-Replica", r->id);
     res.set_header("X-Tutti-Version", r->version);
-    res.set_chunked_content_provider(
+    res.stream(
       "text/event-stream",
-      [s](size_t, httplib::DataSink& sink) {
+      [s](net::chunk_sink& sink) {
         auto& up = *s->up;
         std::string out;
         bool end = false;
@@ -310,7 +306,7 @@ bool proxy_stream(fleet& f, const std::string& body, httplib::Response& res,
   return false;
 }
 
-void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
+void proxy_json(fleet& f, const std::string& body, net::http_response& res,
                 clock::time_point begun, clock::time_point deadline) {
   std::set<std::string> tried;
   std::string last_error = "no replica is available";
@@ -336,9 +332,9 @@ void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
       std::lock_guard<std::mutex> lock(f.mutex);
       ++f.retries;
     }
-    httplib::Client cli(r->address.host, r->address.port);
-    set_timeouts(cli, f.cfg.connect_timeout_s, deadline - clock::now());
-    auto up = cli.Post("/v1/completions", body, json_type);
+    net::http_client cli(replica_call(r->address, f.cfg.connect_timeout_s,
+                                      deadline - clock::now()));
+    auto up = cli.post("/v1/completions", body, json_type);
     if (up && !retryable_status(up->status)) {
       request_outcome o;
       o.what = up->status >= 500 ? request_outcome::failed
@@ -350,8 +346,8 @@ void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
       res.status = up->status;
       res.set_header("X-Tutti-Replica", r->id);
       res.set_header("X-Tutti-Version", r->version);
-      if (up->has_header("Retry-After"))
-        res.set_header("Retry-After", up->get_header_value("Retry-After"));
+      if (up->headers.count("Retry-After"))
+        res.set_header("Retry-After", up->header("Retry-After"));
       res.set_content(up->body, json_type);
       return;
     }
@@ -363,8 +359,7 @@ void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
     f.release(r, o);
     last_status = up && up->status == 429 ? 429 : 502;
     last_error = "replica " + where(*r) + " did not answer ("
-                 + (up ? "status " + std::to_string(up->status)
-                       : httplib::to_string(up.error()))
+                 + (up ? "status " + std::to_string(up->status) : up.message())
                  + ")";
     if (clock::now() >= deadline) {
       last_status = 504;
@@ -381,14 +376,14 @@ void proxy_json(fleet& f, const std::string& body, httplib::Response& res,
 
 } // namespace
 
-void send_error(httplib::Response& res, int status, const std::string& msg,
+void send_error(net::http_response& res, int status, const std::string& msg,
                 const std::string& type) {
   res.status = status;
   res.set_content(error_json(msg, type, status), json_type);
 }
 
-void proxy_completion(fleet& f, const httplib::Request& req,
-                      httplib::Response& res) {
+void proxy_completion(fleet& f, const net::http_request& req,
+                      net::http_response& res) {
   const auto begun = clock::now();
   const auto deadline = begun
                         + std::chrono::duration_cast<clock::duration>(

@@ -4,10 +4,7 @@
 
 #include <string>
 
-namespace httplib {
-struct Request;
-struct Response;
-} // namespace httplib
+#include "tutti/net/http_message.hpp"
 
 namespace tutti::gateway {
 
@@ -15,10 +12,10 @@ class fleet;
 
 // {"error":{"message":MSG,"type":TYPE,"code":STATUS}}, the gateway's one
 // error shape (OpenAI's).
-void send_error(httplib::Response& res, int status, const std::string& msg,
+void send_error(net::http_response& res, int status, const std::string& msg,
                 const std::string& type);
 
-void proxy_completion(fleet& f, const httplib::Request& req,
-                      httplib::Response& res);
+void proxy_completion(fleet& f, const net::http_request& req,
+                      net::http_response& res);
 
 } // namespace tutti::gateway

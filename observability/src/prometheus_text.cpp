@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 
 namespace tutti::observability {
@@ -106,18 +107,11 @@ std::string format_sample_value(double value) {
   return buf;
 }
 
-void prometheus_text::family(const std::string& name, const std::string& type,
-                             const std::string& help) {
+void prometheus_text::declare(const std::string& name, const std::string& type,
+                              const std::string& help) {
   if (!is_valid_metric_name(name))
     throw std::invalid_argument("prometheus_text: invalid metric name '" + name
                                 + "'");
-  if (type != "gauge" && type != "counter")
-    throw std::invalid_argument("prometheus_text: metric '" + name
-                                + "' has unsupported type '" + type
-                                + "' (gauge or counter)");
-  if (type == "counter" && !ends_with(name, "_total"))
-    throw std::invalid_argument("prometheus_text: counter '" + name
-                                + "' must end in _total");
   auto it = index_by_name_.find(name);
   if (it != index_by_name_.end()) {
     const metric_family& existing = families_[it->second];
@@ -131,22 +125,82 @@ void prometheus_text::family(const std::string& name, const std::string& type,
   families_.push_back(metric_family{name, type, help, {}, {}});
 }
 
-void prometheus_text::sample(const std::string& name, const label_list& labels,
-                             double value) {
+void prometheus_text::family(const std::string& name, const std::string& type,
+                             const std::string& help) {
+  if (type != "gauge" && type != "counter")
+    throw std::invalid_argument("prometheus_text: metric '" + name
+                                + "' has unsupported type '" + type
+                                + "' (gauge or counter; histograms through "
+                                  "histogram_family)");
+  if (type == "counter" && !ends_with(name, "_total"))
+    throw std::invalid_argument("prometheus_text: counter '" + name
+                                + "' must end in _total");
+  declare(name, type, help);
+}
+
+void prometheus_text::histogram_family(const std::string& name,
+                                       const std::string& help) {
+  declare(name, "histogram", help);
+}
+
+prometheus_text::metric_family& prometheus_text::series(
+  const std::string& name, bool histogram, const label_list& labels) {
   auto it = index_by_name_.find(name);
   if (it == index_by_name_.end())
     throw std::invalid_argument(
       "prometheus_text: sample for undeclared metric '" + name + "'");
   metric_family& fam = families_[it->second];
-  std::string label_part = render_labels(name, labels);
+  if ((fam.type == "histogram") != histogram)
+    throw std::invalid_argument(
+      "prometheus_text: metric '" + name + "' is a " + fam.type
+      + (histogram ? ": sample() it" : ": use histogram_sample()"));
   // The same label set in another order is the same series.
   label_list sorted_labels = labels;
   std::sort(sorted_labels.begin(), sorted_labels.end());
   if (!fam.label_sets.insert(render_labels(name, sorted_labels)).second)
     throw std::invalid_argument("prometheus_text: duplicate sample " + name
-                                + label_part);
-  fam.sample_lines.push_back(name + label_part + ' '
+                                + render_labels(name, labels));
+  return fam;
+}
+
+void prometheus_text::sample(const std::string& name, const label_list& labels,
+                             double value) {
+  auto& fam = series(name, false, labels);
+  fam.sample_lines.push_back(name + render_labels(name, labels) + ' '
                              + format_sample_value(value) + '\n');
+}
+
+void prometheus_text::histogram_sample(const std::string& name,
+                                       const label_list& labels,
+                                       const histogram_counts& counts) {
+  for (const auto& label : labels)
+    if (label.first == "le")
+      throw std::invalid_argument("prometheus_text: histogram '" + name
+                                  + "' cannot take a label named le");
+  const auto& bounds = counts.upper_bounds;
+  if (counts.cumulative.size() != bounds.size() + 1
+      || !std::is_sorted(counts.cumulative.begin(), counts.cumulative.end())
+      || std::adjacent_find(bounds.begin(), bounds.end(),
+                            std::greater_equal<double>())
+           != bounds.end())
+    throw std::invalid_argument("prometheus_text: histogram '" + name
+                                + "' needs ascending bounds and one "
+                                  "cumulative count per bound plus +Inf");
+  auto& fam = series(name, true, labels);
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    auto with_le = labels;
+    with_le.emplace_back(
+      "le", i < bounds.size() ? format_sample_value(bounds[i]) : "+Inf");
+    fam.sample_lines.push_back(name + "_bucket" + render_labels(name, with_le)
+                               + ' ' + std::to_string(counts.cumulative[i])
+                               + '\n');
+  }
+  const auto label_part = render_labels(name, labels);
+  fam.sample_lines.push_back(name + "_sum" + label_part + ' '
+                             + format_sample_value(counts.sum) + '\n');
+  // Counts as integers: exact past 2^53, where a double is not.
+  fam.sample_lines.push_back(name + "_count" + label_part + ' '
+                             + std::to_string(counts.count()) + '\n');
 }
 
 std::string prometheus_text::str() const {

@@ -296,9 +296,9 @@ tls_stream::~tls_stream() {
   SSL_free(ssl_);
 }
 
-expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
+expected<std::unique_ptr<tls_stream>> tls_stream::open(
   std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
-  std::chrono::milliseconds limit, bool allow_no_certificate) {
+  std::chrono::milliseconds limit) {
   if (!ctx)
     return status::error("no TLS context");
   if (!set_nonblocking(fd))
@@ -343,6 +343,22 @@ expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
   }
   if (SSL_get_verify_result(ssl) != X509_V_OK)
     return status::error("peer certificate not verified");
+  return out;
+}
+
+expected<std::unique_ptr<tls_stream>> tls_stream::accept_web_client(
+  std::shared_ptr<SSL_CTX> ctx, int fd, std::chrono::milliseconds limit) {
+  return open(std::move(ctx), fd, tls_role::server, limit);
+}
+
+expected<std::unique_ptr<tls_stream>> tls_stream::handshake(
+  std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
+  std::chrono::milliseconds limit, bool allow_no_certificate) {
+  auto opened = open(std::move(ctx), fd, role, limit);
+  if (!opened)
+    return opened.error();
+  auto out = std::move(*opened);
+  SSL* ssl = out->ssl_;
   x509_ptr peer(SSL_get1_peer_certificate(ssl));
   if (!peer && role == tls_role::server && allow_no_certificate)
     return out; // it must show a token next

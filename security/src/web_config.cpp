@@ -178,4 +178,13 @@ status configure_server_tls(const web_config& config, SSL_CTX& ctx) {
   return {};
 }
 
+expected<std::shared_ptr<SSL_CTX>> server_tls_context(
+  const web_config& config) {
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  if (!ctx)
+    return status::error("cannot make a TLS context: " + openssl_error());
+  TUTTI_RETURN_IF_ERROR(configure_server_tls(config, *ctx));
+  return ctx;
+}
+
 } // namespace tutti::security

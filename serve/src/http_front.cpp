@@ -1,19 +1,11 @@
 #include "tutti/serve/http_front.hpp"
 
-#include <httplib.h>
-
-#include "tutti/serve/api_auth.hpp"
-
-#include <sys/socket.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <random>
 
 #include "tutti/base/whole_number.hpp"
 #include "tutti/security/web_config.hpp"
+#include "tutti/serve/api_auth.hpp"
 #include "tutti/serve/completion_api.hpp"
 #include "tutti/serve/service_admin.hpp"
 
@@ -29,7 +21,7 @@ int64_t unix_now() {
 
 const char* json_type = "application/json";
 
-void send_error(httplib::Response& res, int status, const std::string& message,
+void send_error(net::http_response& res, int status, const std::string& message,
                 const std::string& type, const std::string& param = {}) {
   res.status = status;
   res.set_content(error_body(message, type, param), json_type);
@@ -55,16 +47,17 @@ bool failed(finish_reason f, int& status, std::string& type) {
 
 // A peer on the machine the service runs on: loopback or (a front bound
 // to one address) that address connecting to itself.
-bool on_this_machine(const httplib::Request& req) {
+bool on_this_machine(const net::http_request& req) {
   return security::is_loopback_address(req.remote_addr)
          || (!req.remote_addr.empty() && req.remote_addr == req.local_addr);
 }
 
 // True to go on; else `res` holds the refusal (401 or 403, one line).
-bool admitted(const security::admin_access& access, const httplib::Request& req,
-              httplib::Response& res, const std::string& action) {
+bool admitted(const security::admin_access& access,
+              const net::http_request& req, net::http_response& res,
+              const std::string& action) {
   const auto a = access.admit(on_this_machine(req), req.remote_addr,
-                              req.get_header_value("Authorization"), action);
+                              req.header("Authorization"), action);
   if (a.admitted())
     return true;
   if (a.http_status == 401)
@@ -73,7 +66,7 @@ bool admitted(const security::admin_access& access, const httplib::Request& req,
   return false;
 }
 
-void send_admin(httplib::Response& res, const admin_answer& a) {
+void send_admin(net::http_response& res, const admin_answer& a) {
   res.status = a.http_status;
   res.set_content(a.body, json_type);
 }
@@ -92,33 +85,31 @@ struct stream_state {
 } // namespace
 
 http_front::http_front(service& svc, const serve_config& cfg,
-                       std::unique_ptr<httplib::Server> server)
+                       std::unique_ptr<net::http_server> server)
   : service_(svc), cfg_(cfg), server_(std::move(server)) {}
 
 namespace {
 
-// HTTPS where serve.metrics_web_config has a tls_server_config, else HTTP.
-expected<std::unique_ptr<httplib::Server>> make_server(const serve_config& cfg,
-                                                       bool& tls) {
-  tls = false;
-  if (cfg.metrics_web_config.empty())
-    return std::make_unique<httplib::Server>();
-  auto web = security::load_web_config(cfg.metrics_web_config);
-  if (!web)
-    return web.error().with_context("serve.metrics_web_config: ");
-  if (!web->tls())
-    return std::make_unique<httplib::Server>();
-  std::string why;
-  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
-    auto s = security::configure_server_tls(*web, ctx);
-    why = s.message();
-    return s.ok();
-  });
-  if (!server->is_valid())
-    return status::error("serve.metrics_web_config: no TLS context"
-                         + (why.empty() ? std::string() : ": " + why));
-  tls = true;
-  return std::unique_ptr<httplib::Server>(std::move(server));
+// Every connection waits on its request: one thread each for as many as
+// may be running and queued, and a few more to answer 429s and probes.
+// HTTPS where serve.metrics_web_config has a tls_server_config.
+expected<net::server_options> front_options(const serve_config& cfg) {
+  net::server_options o;
+  o.host = cfg.host;
+  o.port = static_cast<uint16_t>(cfg.port);
+  o.threads = static_cast<size_t>(cfg.http_threads > 0
+                                    ? cfg.http_threads
+                                    : cfg.limits.batch.max_sequences
+                                        + cfg.limits.max_queue + 8);
+  o.max_body_bytes = static_cast<size_t>(cfg.max_body_bytes);
+  o.head_timeout = o.read_timeout = o.write_timeout = std::chrono::seconds(30);
+  if (!cfg.metrics_web_config.empty()) {
+    auto web = security::load_web_config(cfg.metrics_web_config);
+    if (!web)
+      return web.error().with_context("serve.metrics_web_config: ");
+    o.tls = *web;
+  }
+  return o;
 }
 
 } // namespace
@@ -128,60 +119,26 @@ http_front::~http_front() { stop(); }
 void http_front::stop() {
   if (server_)
     server_->stop();
-  if (thread_.joinable())
-    thread_.join();
 }
 
 expected<std::unique_ptr<http_front>> http_front::start(
   service& svc, const serve_config& cfg) {
-  bool tls = false;
-  auto made = make_server(cfg, tls);
-  if (!made)
-    return made.error();
-  std::unique_ptr<http_front> f(
-    new http_front(svc, cfg, std::move(made.value())));
-  f->tls_ = tls;
+  auto options = front_options(cfg);
+  if (!options)
+    return options.error();
+  std::unique_ptr<http_front> f(new http_front(
+    svc, cfg, std::make_unique<net::http_server>(std::move(*options))));
   auto access = security::admin_access::open(cfg.admin_policy,
                                              "serve.admin_policy");
   if (!access)
     return access.error();
   f->access_ = std::move(*access);
-  auto& server = *f->server_;
-  // Every connection waits on its request: one thread each for as many as
-  // may be running and queued, and a few more to answer 429s and probes.
-  const int64_t threads = cfg.http_threads > 0 ? cfg.http_threads
-                                               : cfg.limits.batch.max_sequences
-                                                   + cfg.limits.max_queue + 8;
-  server.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  server.set_payload_max_length(static_cast<size_t>(cfg.max_body_bytes));
-  server.set_read_timeout(30, 0);
-  server.set_write_timeout(30, 0);
-  // libcpp-httplib is built with a listen backlog of 5: a burst of clients
-  // (a load generator's first wave) overflows it and some connections are
-  // reset. The listening socket is kept here and given a real backlog.
-  std::atomic<int> listen_fd{-1};
-  server.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;
-  });
   f->routes();
-  TUTTI_RETURN_IF_ERROR(install_api_auth(server, cfg));
-  int port = cfg.port;
-  if (cfg.port == 0)
-    port = server.bind_to_any_port(cfg.host);
-  else if (!server.bind_to_port(cfg.host, cfg.port))
-    port = -1;
-  if (port <= 0)
-    return status::error("cannot listen on " + cfg.host + ":"
-                         + std::to_string(cfg.port));
-  if (::listen(listen_fd.load(), SOMAXCONN) != 0)
-    return status::error("listen on " + cfg.host + ":" + std::to_string(port)
-                         + ": " + std::strerror(errno));
-  f->port_ = static_cast<uint16_t>(port);
-  f->admin_->address = cfg.host + ":" + std::to_string(port);
-  f->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  TUTTI_RETURN_IF_ERROR(install_api_auth(*f->server_, cfg));
+  TUTTI_RETURN_IF_ERROR(f->server_->start());
+  f->tls_ = f->server_->tls();
+  f->port_ = f->server_->port();
+  f->admin_->address = cfg.host + ":" + std::to_string(f->port_);
   return f;
 }
 
@@ -189,31 +146,28 @@ void http_front::routes() {
   auto& server = *server_;
   const int64_t created = unix_now();
 
-  server.set_error_handler(httplib::Server::HandlerWithResponse(
-    [](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty())
-        return httplib::Server::HandlerResponse::Unhandled;
-      if (res.status == 413)
-        send_error(res, 413, "the request body is over the limit",
-                   "invalid_request_error");
-      else if (res.status == 404)
-        send_error(res, 404, "no such path", "invalid_request_error");
-      else
-        send_error(res, res.status, "request failed", "invalid_request_error");
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+  server.set_error_page([](const net::http_request&, net::http_response& res) {
+    if (res.status == 413)
+      send_error(res, 413, "the request body is over the limit",
+                 "invalid_request_error");
+    else if (res.status == 404)
+      send_error(res, 404, "no such path", "invalid_request_error");
+    else
+      send_error(res, res.status, "request failed", "invalid_request_error");
+  });
 
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  server.get("/health", [](const net::http_request&, net::http_response& res) {
     res.set_content(R"({"status":"ok"})", json_type);
   });
-  server.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.shards_up())
-      res.set_content(R"({"status":"ready"})", json_type);
-    else
-      send_error(res, 503, "the model is not ready", "service_unavailable");
-  });
-  server.Get("/metrics",
-             [this](const httplib::Request&, httplib::Response& res) {
+  server.get(
+    "/ready", [this](const net::http_request&, net::http_response& res) {
+      if (service_.shards_up())
+        res.set_content(R"({"status":"ready"})", json_type);
+      else
+        send_error(res, 503, "the model is not ready", "service_unavailable");
+    });
+  server.get("/metrics",
+             [this](const net::http_request&, net::http_response& res) {
                res.set_content(service_.metrics().render(service_.model().name),
                                "text/plain; version=0.0.4");
              });
@@ -223,31 +177,31 @@ void http_front::routes() {
   admin->svc = &service_;
   admin->started = std::chrono::steady_clock::now();
   admin_ = admin;
-  server.Post("/admin/shell", [this, admin](const httplib::Request& req,
-                                            httplib::Response& res) {
-    const auto command = req.get_param_value("command");
+  server.post("/admin/shell", [this, admin](const net::http_request& req,
+                                            net::http_response& res) {
+    const auto command = req.param("command");
     if (!admitted(access_, req, res, command))
       return;
-    send_admin(res, admin_shell(*admin, command, req.get_param_value("args")));
+    send_admin(res, admin_shell(*admin, command, req.param("args")));
   });
-  server.Post("/admin/chaos", [this, admin](const httplib::Request& req,
-                                            httplib::Response& res) {
+  server.post("/admin/chaos", [this, admin](const net::http_request& req,
+                                            net::http_response& res) {
     if (!admitted(access_, req, res, "chaos"))
       return;
-    const auto rank = tutti::whole_number(req.get_param_value("rank"));
+    const auto rank = tutti::whole_number(req.param("rank"));
     if (!rank)
       return send_admin(
         res, {400, R"({"ok":false,"error":"--rank must be a whole number"})"});
-    send_admin(res, admin_chaos(*admin, req.get_param_value("fault"), *rank));
+    send_admin(res, admin_chaos(*admin, req.param("fault"), *rank));
   });
 
-  server.Get("/v1/models", [this, created](const httplib::Request&,
-                                           httplib::Response& res) {
+  server.get("/v1/models", [this, created](const net::http_request&,
+                                           net::http_response& res) {
     res.set_content(models_body(service_.model(), created), json_type);
   });
 
-  server.Post("/v1/completions", [this](const httplib::Request& req,
-                                        httplib::Response& res) {
+  server.post("/v1/completions", [this](const net::http_request& req,
+                                        net::http_response& res) {
     if (!service_.ready())
       return send_error(res, 503, "the model is not ready",
                         "service_unavailable");
@@ -304,9 +258,9 @@ void http_front::routes() {
     st->created = now;
     st->options = parsed.options;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
+    res.stream(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
+      [st](net::chunk_sink& sink) {
         request_event ev;
         if (!st->events->next(ev, std::chrono::seconds(1))) {
           // A comment line keeps proxies patient and finds a client that

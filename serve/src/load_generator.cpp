@@ -1,6 +1,5 @@
 #include "tutti/serve/load_generator.hpp"
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -11,6 +10,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include "tutti/net/http_client.hpp"
 
 namespace tutti::serve {
 
@@ -34,20 +35,20 @@ struct one_result {
 // One streamed request; times every chunk that carries tokens.
 one_result send_one(const load_spec& spec, const json& body) {
   one_result out;
-  httplib::Client client(spec.host, spec.port);
-  client.set_connection_timeout(10, 0);
-  client.set_read_timeout(static_cast<time_t>(spec.timeout_s), 0);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
+  net::client_options o;
+  o.host = spec.host;
+  o.port = static_cast<uint16_t>(spec.port);
+  o.connect_timeout = std::chrono::seconds(10);
+  o.read_timeout = std::chrono::seconds(static_cast<int64_t>(spec.timeout_s));
+  net::http_client client(o);
+  const auto request_body = body.dump();
   std::string buffer;
   bool done = false;
   const auto start = steady::now();
   auto last = start;
   bool first = true;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+  net::reply_stream events;
+  events.on_body = [&](const char* data, size_t n) {
     buffer.append(data, n);
     for (auto end = buffer.find("\n\n"); end != std::string::npos;
          end = buffer.find("\n\n")) {
@@ -84,11 +85,12 @@ one_result send_one(const load_spec& spec, const json& body) {
     }
     return true;
   };
-  auto r = client.send(req);
+  auto r = client.post_streamed("/v1/completions", request_body,
+                                "application/json", events);
   out.e2e_ms = ms_between(start, steady::now());
   if (!r) {
     if (out.error.empty())
-      out.error = "HTTP: " + httplib::to_string(r.error());
+      out.error = "HTTP: " + r.message();
     return out;
   }
   if (r->status != 200) {

@@ -17,34 +17,6 @@ std::vector<double> latency_buckets() {
 
 } // namespace
 
-histogram::histogram(std::vector<double> upper_bounds)
-  : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void histogram::observe(double v) {
-  size_t i = 0;
-  while (i < bounds_.size() && v > bounds_[i])
-    ++i;
-  ++counts_[i];
-  sum_ += v;
-  ++count_;
-}
-
-void histogram::render(std::string& out, const std::string& name,
-                       const std::string& help) const {
-  using observability::format_sample_value;
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? format_sample_value(bounds_[i])
-                                              : "+Inf";
-    out += name + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative)
-           + "\n";
-  }
-  out += name + "_sum " + format_sample_value(sum_) + "\n";
-  out += name + "_count " + std::to_string(count_) + "\n";
-}
-
 serve_metrics::serve_metrics(int64_t layers, int64_t experts)
   : layers_(layers), experts_(experts), ttft_(latency_buckets()),
     itl_(latency_buckets()), e2e_(latency_buckets()), queue_(latency_buckets()),
@@ -229,19 +201,27 @@ std::string serve_metrics::render(const std::string& model) const {
     t.sample("tutti_serve_requests_placed_on_rank_total",
              {{"model", model}, {"rank", std::to_string(r)}},
              double(gauges_.placed_on_rank[r]));
-  std::string out = t.str();
-  ttft_.render(out, "tutti_serve_time_to_first_token_seconds",
-               "from arrival to the first generated token");
-  itl_.render(out, "tutti_serve_inter_token_latency_seconds",
-              "between consecutive generated tokens of a request");
-  e2e_.render(out, "tutti_serve_e2e_request_latency_seconds",
-              "from arrival to the end of the request");
-  queue_.render(out, "tutti_serve_queue_time_seconds",
-                "from arrival to the first step that ran it");
-  offload_wait_.render(out, "tutti_serve_offload_wait_seconds",
-                       "per step whose tokens chose an offloaded expert, "
-                       "the time waited in those layers' combine");
-  return out;
+  struct latency {
+    const histogram& h;
+    const char *name, *help;
+  };
+  const latency latencies[] = {
+    {ttft_, "tutti_serve_time_to_first_token_seconds",
+     "from arrival to the first generated token"},
+    {itl_, "tutti_serve_inter_token_latency_seconds",
+     "between consecutive generated tokens of a request"},
+    {e2e_, "tutti_serve_e2e_request_latency_seconds",
+     "from arrival to the end of the request"},
+    {queue_, "tutti_serve_queue_time_seconds",
+     "from arrival to the first step that ran it"},
+    {offload_wait_, "tutti_serve_offload_wait_seconds",
+     "per step whose tokens chose an offloaded expert, the time waited in "
+     "those layers' combine"}};
+  for (const auto& l : latencies) {
+    t.histogram_family(l.name, l.help);
+    t.histogram_sample(l.name, {}, l.h.counts());
+  }
+  return t.str();
 }
 
 } // namespace tutti::serve

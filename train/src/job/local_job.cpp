@@ -69,7 +69,7 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   // with the job's families.
   auto job_board = std::make_shared<metrics_board>();
   std::vector<std::shared_ptr<metrics_board>> node_boards;
-  std::vector<std::unique_ptr<observability::metrics_http_server>> servers;
+  std::vector<std::unique_ptr<net::metrics_endpoint>> servers;
   for (int64_t n = 0; n < cfg.cluster.nnodes; ++n) {
     node_boards.push_back(std::make_shared<metrics_board>());
     if (cfg.metrics.port <= 0)

@@ -15,7 +15,8 @@
 #include "tutti/runtime/basp_guard.hpp"
 #include "tutti/runtime/metrics_board.hpp"
 #include "tutti/base/status.hpp"
-#include "tutti/observability/metrics_http_server.hpp"
+#include "tutti/net/metrics_endpoint.hpp"
+#include "tutti/security/web_config.hpp"
 
 namespace tutti {
 
@@ -39,9 +40,11 @@ status publish_guarded(caf::actor_system& sys, const Handle& handle,
 }
 
 // Serves GET /metrics on host:port: the boards' texts, in order (each
-// board holds whole families, and no two boards the same family).
-expected<std::unique_ptr<observability::metrics_http_server>> serve_metrics(
+// board holds whole families, and no two boards the same family); with
+// `web` (metrics.web_config) over HTTPS and behind basic auth as it says.
+expected<std::unique_ptr<net::metrics_endpoint>> serve_metrics(
   const std::string& host, int64_t port,
-  std::vector<std::shared_ptr<metrics_board>> boards);
+  std::vector<std::shared_ptr<metrics_board>> boards,
+  const security::web_config& web = {});
 
 } // namespace tutti

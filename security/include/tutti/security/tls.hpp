@@ -82,6 +82,12 @@ public:
   static expected<std::unique_ptr<tls_stream>> handshake(
     std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
     std::chrono::milliseconds limit, bool allow_no_certificate = false);
+  // The server side of an HTTPS endpoint's connection (a context from
+  // server_tls_context(), web_config.hpp): the context decides whether a
+  // client certificate is required, and one that verifies needs no
+  // identity (a scraper's certificate names no tutti role).
+  static expected<std::unique_ptr<tls_stream>> accept_web_client(
+    std::shared_ptr<SSL_CTX> ctx, int fd, std::chrono::milliseconds limit);
   ~tls_stream();
 
   const identity& peer() const { return peer_; }
@@ -99,6 +105,10 @@ public:
 
 private:
   tls_stream(std::shared_ptr<SSL_CTX> ctx, SSL* ssl, int fd);
+  // The handshake alone, the peer's certificate (if any) verified.
+  static expected<std::unique_ptr<tls_stream>> open(
+    std::shared_ptr<SSL_CTX> ctx, int fd, tls_role role,
+    std::chrono::milliseconds limit);
   std::shared_ptr<SSL_CTX> ctx_;
   SSL* ssl_;
   int fd_;

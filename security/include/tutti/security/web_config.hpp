@@ -15,6 +15,7 @@
 // prints one.
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "tutti/base/status.hpp"
@@ -46,5 +47,9 @@ bool basic_auth_allows(const web_config& config,
 // key, TLS 1.2 or 1.3 at least, and client certificates from
 // client_ca_file required when it is given.
 status configure_server_tls(const web_config& config, SSL_CTX& ctx);
+
+// A new server context set up as configure_server_tls() says, for an
+// HTTPS endpoint's connections (tls_stream::accept_web_client).
+expected<std::shared_ptr<SSL_CTX>> server_tls_context(const web_config& config);
 
 } // namespace tutti::security

@@ -6,17 +6,14 @@
 // /ready stay open for probes; /admin/ is each front's admin_access
 // (security/admin_access.hpp). Without either file, nothing is checked.
 
-namespace httplib {
-class Server;
-}
-
 #include "tutti/base/status.hpp"
 #include "tutti/config/serve_config.hpp"
+#include "tutti/net/http_server.hpp"
 
 namespace tutti::serve {
 
-// Reads the files and installs the check as `server`'s pre-routing
-// handler. Fails in one line naming the file.
-status install_api_auth(httplib::Server& server, const serve_config& cfg);
+// Reads the files and adds the checks to `server`'s guards. Fails in one
+// line naming the file.
+status install_api_auth(net::http_server& server, const serve_config& cfg);
 
 } // namespace tutti::serve

@@ -1,5 +1,5 @@
 #pragma once
-// The HTTP front of a service (cpp-httplib, on its own thread pool; no
+// The HTTP front of a service (net/'s server, on its own thread pool; no
 // engine work runs on its threads): POST /v1/completions (JSON or server-
 // sent events), GET /v1/models, /health (alive), /ready (503 until the
 // service runs), /metrics (Prometheus); POST /admin/shell and /admin/chaos
@@ -15,16 +15,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "tutti/base/status.hpp"
+#include "tutti/net/http_server.hpp"
 #include "tutti/security/admin_access.hpp"
 #include "tutti/config/serve_config.hpp"
 #include "tutti/serve/service.hpp"
-
-namespace httplib {
-class Server;
-}
 
 namespace tutti::serve {
 
@@ -42,17 +38,16 @@ public:
 
 private:
   http_front(service& svc, const serve_config& cfg,
-             std::unique_ptr<httplib::Server> server);
+             std::unique_ptr<net::http_server> server);
   void routes();
 
   service& service_;
   serve_config cfg_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<net::http_server> server_;
   uint16_t port_ = 0;
   bool tls_ = false;
   std::shared_ptr<admin_context> admin_; // the admin endpoints' view
   security::admin_access access_;        // who may use them
-  std::thread thread_;
 };
 
 } // namespace tutti::serve

@@ -14,26 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "tutti/observability/histogram.hpp"
 #include "tutti/serve/link_bytes.hpp"
 #include "tutti/serve/request.hpp"
 
 namespace tutti::serve {
 
-class histogram {
-public:
-  explicit histogram(std::vector<double> upper_bounds);
-  void observe(double v);
-  // The _bucket (cumulative, ending with +Inf), _sum and _count lines.
-  void render(std::string& out, const std::string& name,
-              const std::string& help) const;
-  uint64_t count() const { return count_; }
-
-private:
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_; // per bucket, not cumulative; last = +Inf
-  double sum_ = 0.0;
-  uint64_t count_ = 0;
-};
+using observability::histogram;
 
 struct serve_gauges {
   int64_t running = 0, waiting = 0, kv_used_blocks = 0, kv_total_blocks = 0;
