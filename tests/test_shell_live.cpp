@@ -230,11 +230,17 @@ TEST_CASE("the interactive shell in a real terminal", "[shell_tmux]") {
   // History survives the session (libedit's file encodes blanks as \040).
   CHECK(has(read_text(history), "experts\\0400"));
   tmux("kill-session -t shell");
-  REQUIRE(tmux("new-session -d -x 160 -y 50 -s again 'TUTTI_SHELL_HISTORY="
-               + history.string() + " " + tutti_bin() + " shell --connect "
-               + job.node1_address() + "'")
-            .status
-          == 0);
+  // The shell's exit ended the server's last session: a new session may
+  // meet that server on its way out, so it is asked again until one starts.
+  REQUIRE(wait_until(
+    [&] {
+      return tmux("new-session -d -x 160 -y 50 -s again 'TUTTI_SHELL_HISTORY="
+                  + history.string() + " " + tutti_bin() + " shell --connect "
+                  + job.node1_address() + "'")
+               .status
+             == 0;
+    },
+    10));
   auto again = [&] { return tmux("capture-pane -p -t again").output; };
   REQUIRE(wait_until([&] { return has(again(), "tutti>"); }, 20));
   tmux("send-keys -t again Up Up");
