@@ -8,7 +8,7 @@
 # the offload figures of the second server's /metrics (offloaded experts,
 # share of rows that chose one, the wait on them). The load average is
 # recorded with each run. Tokens are the same in both (greedy requests:
-# the test suite checks them bit for bit, tests/test_serve_offload.cpp).
+# the test suite checks them bit for bit, tests/serve/test_serve_offload.cpp).
 #
 # Usage: bench/bench_serve_offload.sh [BUILD_DIR]
 #   (REQUESTS=48 CONCURRENCY=8 PROMPT=64 OUTPUT=64 EP=4 OFFLOAD_RANK=3

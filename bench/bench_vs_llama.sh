@@ -4,7 +4,7 @@
 # vocab 256, D256, F512, 4 layers, 8 experts top-2, 8/4 heads), exported once
 # as Hugging Face safetensors for tutti and as GGUF F32 for llama.cpp
 # (F32 KV cache, no flash attention: the same precision on both sides;
-# tests/test_llama_peer.sh shows the two give the same tokens and logits).
+# tests/peer/test_llama_peer.sh shows the two give the same tokens and logits).
 #
 # The workload on both sides: REQUESTS requests of PROMPT random token ids,
 # each generating OUTPUT tokens greedily, at most C in flight for each C in

@@ -1,6 +1,6 @@
 # part_links.txt: every part library's direct link libraries, and those of
 # the programs, one target a line ("tutti_serve: tutti_base tutti_kernels
-# ..."), for the layering check (tests/test_layering.py) against the layer
+# ..."), for the layering check (tests/cli/test_layering.py) against the layer
 # table in docs/architecture.md. Included last, once every target exists.
 
 set(tutti_part_links "")

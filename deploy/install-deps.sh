@@ -40,7 +40,7 @@ else
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# llama.cpp, the serving peer (bench/bench_vs_llama.sh, tests/test_llama_peer.sh):
+# llama.cpp, the serving peer (bench/bench_vs_llama.sh, tests/peer/test_llama_peer.sh):
 # node-llama-cpp's prebuilt CPU binaries from npm, at the versions locked in
 # bench/peer/package-lock.json, into bench/peer/node_modules (git-ignored).
 # npm install, not npm ci: the lock cannot list the other platforms' binaries,

@@ -2,7 +2,7 @@
 // and at world 2 with EP 2, exported, and served with EP 1 and 2 to
 // concurrent requests: the losses and the served tokens and
 // log-probabilities must be the very bits recorded in
-// tests/data/medium_bits.json. Those values were recorded by this test from
+// tests/model/medium_bits.json. Those values were recorded by this test from
 // the tree as it was before its parts were re-layered, so a move of code
 // that changes a single bit fails here.
 //
@@ -154,7 +154,7 @@ TEST_CASE("the medium model trains and serves to the recorded bits",
   measured["serve_ep1"] = serve(root, model, 1);
   measured["serve_ep2"] = serve(root, model, 2);
 
-  const fs::path recorded = source_dir() + "/tests/data/medium_bits.json";
+  const fs::path recorded = source_dir() + "/tests/model/medium_bits.json";
   if (const char* out = std::getenv("TUTTI_RECORD_BITS")) {
     json all = json::object();
     if (fs::exists(out))

@@ -8,7 +8,7 @@
 # the tool is missing on this machine.
 set -uo pipefail
 
-src=${TUTTI_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+src=${TUTTI_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bin=${TUTTI_BINARY_DIR:-$src/build}
 mode=${1:-}
 
