@@ -26,16 +26,6 @@ constexpr int global_batch = 8;
 constexpr int seq_len = 32;
 constexpr int step_tokens = global_batch * seq_len;
 
-std::string replace_line(const std::string& text, const std::string& from,
-                         const std::string& to) {
-  const auto needle = from + "\n";
-  const auto at = text.find(needle);
-  REQUIRE(at != std::string::npos);
-  auto out = text;
-  out.replace(at, needle.size(), to + "\n");
-  return out;
-}
-
 // expert_counts of each line of a metrics.jsonl: [step][layer][expert].
 std::vector<std::vector<std::vector<long long>>> expert_counts(
   const fs::path& metrics) {

@@ -23,17 +23,6 @@ using namespace tutti::testing;
 
 namespace {
 
-// `text` with the line `from` (without its newline) replaced by `to`.
-std::string replace_line(const std::string& text, const std::string& from,
-                         const std::string& to) {
-  const auto needle = from + "\n";
-  const auto at = text.find(needle);
-  REQUIRE(at != std::string::npos);
-  auto out = text;
-  out.replace(at, needle.size(), to.empty() ? std::string() : to + "\n");
-  return out;
-}
-
 // A shell-quoted path.
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 

@@ -31,13 +31,6 @@ double json_number(const std::string& json, const std::string& key) {
   return std::stod(m[1]);
 }
 
-void replace_once(std::string& text, const std::string& from,
-                  const std::string& to) {
-  auto at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  text.replace(at, from.size(), to);
-}
-
 // Per-step arrays of expert_counts ([layer][expert], global) from a
 // metrics line.
 std::vector<std::vector<int64_t>> expert_counts(const std::string& line) {
@@ -105,14 +98,15 @@ TEST_CASE("tutti plan's parameter count and all-to-all bytes for the "
   require_synth_data(data, 16, 100000, 7);
 
   auto text = read_text(source_dir() + "/configs/quickstart.yaml");
-  replace_once(text, "  steps: 1500\n", "  steps: 3\n");
+  text = replace_once(text, "  steps: 1500\n", "  steps: 3\n");
   // 100k synthetic tokens hold 153 held-out sequences of 64; evaluation
   // touches neither the parameter count nor the all-to-all.
-  replace_once(text, "  eval_sequences: 256\n", "  eval_sequences: 64\n");
-  replace_once(text, "  dir: runs/quickstart/data\n",
-               "  dir: " + data.string() + "\n");
-  replace_once(text, "  dir: runs/quickstart\n",
-               "  dir: " + (dir / "run").string() + "\n");
+  text = replace_once(text, "  eval_sequences: 256\n",
+                      "  eval_sequences: 64\n");
+  text = replace_once(text, "  dir: runs/quickstart/data\n",
+                      "  dir: " + data.string() + "\n");
+  text = replace_once(text, "  dir: runs/quickstart\n",
+                      "  dir: " + (dir / "run").string() + "\n");
   auto config = dir / "quickstart.yaml";
   write_text(config, text);
 
@@ -260,9 +254,8 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
   // (equal stages; the distributed optimizer only without TP), with TP as
   // well as without, with the distributed optimizer and with recomputation.
   {
-    std::string roomy(seed_as_is);
-    replace_once(roomy, "  device_memory_gb: 80\n",
-                 "  device_memory_gb: 100000\n");
+    const auto roomy = replace_once(seed_as_is, "  device_memory_gb: 80\n",
+                                    "  device_memory_gb: 100000\n");
     write_text(dir / "roomy.yaml", roomy);
     auto r = run(tutti_bin() + " plan " + (dir / "roomy.yaml").string()
                    + " --model mixtral-8x7b --search --json --top 100000",
@@ -342,11 +335,11 @@ TEST_CASE("memory by component follows micro-batches, sharding and "
   auto dir = scratch("plan_components");
   auto base = read_text(source_dir() + "/configs/seed_8192.yaml");
   // 4 sequences per rank, so 4 micro-batches are 1 each.
-  replace_once(base, "  global_batch_size: 8192\n",
-               "  global_batch_size: 32768\n");
+  base = replace_once(base, "  global_batch_size: 8192\n",
+                      "  global_batch_size: 32768\n");
   auto plan = [&](const std::string& name, const std::string& train_keys) {
-    auto text = base;
-    replace_once(text, "  seq_len: 4096\n", "  seq_len: 4096\n" + train_keys);
+    const auto text = replace_once(base, "  seq_len: 4096\n",
+                                   "  seq_len: 4096\n" + train_keys);
     write_text(dir / (name + ".yaml"), text);
     auto r = run(tutti_bin() + " plan " + (dir / (name + ".yaml")).string()
                    + " --json",

@@ -14,32 +14,14 @@
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/store/checksum.hpp"
 
+#include "data_test_support.hpp"
+
 namespace fs = std::filesystem;
 using namespace tutti;
 using namespace tutti::data;
+using namespace tutti::testing;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name)
-    : path(fs::temp_directory_path()
-           / ("tutti_test_data_" + std::to_string(::getpid()) + "_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
-
-std::string slurp(const fs::path& p) {
-  auto r = store::read_file(p);
-  REQUIRE(r.ok());
-  return r.value();
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-  REQUIRE(store::write_file_atomic(p, bytes));
-}
 
 std::vector<std::int32_t> iota_tokens(std::size_t n, std::int32_t mod) {
   std::vector<std::int32_t> t(n);
@@ -263,13 +245,9 @@ TEST_CASE("synth_dataset writes a deterministic, verifiable dataset",
   REQUIRE(synth_dataset(one.path, 64, 2, 11, 10000, 0.1, 3));
   REQUIRE(synth_dataset(two.path, 64, 2, 11, 10000, 0.1, 3));
   REQUIRE(synth_dataset(other.path, 64, 2, 12, 10000, 0.1, 3));
-  for (const char* f : {"train-00000.tok", "train-00001.tok", "train-00002.tok",
-                        "val-00000.tok", "meta.json"}) {
-    INFO(f);
-    CHECK(slurp(one.path / f) == slurp(two.path / f));
-  }
-  CHECK(slurp(one.path / "train-00000.tok")
-        != slurp(other.path / "train-00000.tok"));
+  check_deterministic(one.path, two.path, other.path,
+                      {"train-00000.tok", "train-00001.tok", "train-00002.tok",
+                       "val-00000.tok", "meta.json"});
 
   auto meta = read_meta(one.path);
   REQUIRE(meta.ok());

@@ -12,23 +12,14 @@
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
+#include "data_test_support.hpp"
+
 namespace fs = std::filesystem;
 using namespace tutti;
+using namespace tutti::testing;
 using json = nlohmann::ordered_json;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name)
-    : path(fs::temp_directory_path()
-           / ("tutti_test_hf_tokenizer_" + std::to_string(::getpid()) + "_"
-              + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 std::string utf8(std::uint32_t cp) {
   std::string s;

@@ -18,28 +18,14 @@
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
+#include "data_test_support.hpp"
+
 namespace fs = std::filesystem;
 using namespace tutti;
 using namespace tutti::data;
+using namespace tutti::testing;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name)
-    : path(
-      fs::temp_directory_path()
-      / ("tutti_test_prepare_" + std::to_string(::getpid()) + "_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
-
-void spit(const fs::path& p, const std::string& bytes) {
-  fs::create_directories(p.parent_path());
-  REQUIRE(store::write_file_atomic(p, bytes));
-}
 
 void spit_gz(const fs::path& p, const std::string& bytes) {
   gzFile f = gzopen(p.c_str(), "wb");

@@ -13,42 +13,21 @@
 #include "tutti/data/topic_source.hpp"
 #include "tutti/store/atomic_file.hpp"
 
+#include "data_test_support.hpp"
+
 namespace fs = std::filesystem;
 using namespace tutti;
 using namespace tutti::data;
-
-namespace {
-
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name)
-    : path(fs::temp_directory_path()
-           / ("tutti_test_topic_" + std::to_string(::getpid()) + "_" + name)) {
-    fs::remove_all(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
-
-std::string slurp(const fs::path& p) {
-  auto r = store::read_file(p);
-  REQUIRE(r.ok());
-  return r.value();
-}
-
-} // namespace
+using namespace tutti::testing;
 
 TEST_CASE("topic data is deterministic and written as a dataset", "[topics]") {
   temp_dir one("a"), two("b"), other("c");
   REQUIRE(synth_topic_dataset(one.path, 64, 4, 0.01, 7, 20000, 0.1, 2));
   REQUIRE(synth_topic_dataset(two.path, 64, 4, 0.01, 7, 20000, 0.1, 2));
   REQUIRE(synth_topic_dataset(other.path, 64, 4, 0.01, 8, 20000, 0.1, 2));
-  for (const char* f :
-       {"train-00000.tok", "train-00001.tok", "val-00000.tok", "meta.json"}) {
-    INFO(f);
-    CHECK(slurp(one.path / f) == slurp(two.path / f));
-  }
-  CHECK(slurp(one.path / "train-00000.tok")
-        != slurp(other.path / "train-00000.tok"));
+  check_deterministic(
+    one.path, two.path, other.path,
+    {"train-00000.tok", "train-00001.tok", "val-00000.tok", "meta.json"});
   auto meta = read_meta(one.path);
   REQUIRE(meta.ok());
   CHECK(meta.value().source == "topics");

@@ -15,6 +15,7 @@
 #include <regex>
 
 #include "fault_support.hpp"
+#include "netns_main.hpp"
 
 using namespace tutti::testing;
 
@@ -202,10 +203,5 @@ TEST_CASE("a node cut off by its link is detected, comes back and the job "
 }
 
 int main(int argc, char** argv) {
-  auto why = why_not_available();
-  if (!why.empty()) {
-    std::printf("SKIPPED: network namespaces unavailable: %s\n", why.c_str());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
+  return netns_test_main(argc, argv, why_not_available());
 }

@@ -22,12 +22,9 @@ namespace {
 void expert_restarts(const std::string& name, const std::string& transport) {
   fault_job job(name, 120, 81);
   for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
-    auto text = read_text(file);
-    const std::string from = "  ep_size: 4\n";
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(),
-                 "  ep_size: 2\n  local_transport: " + transport + "\n");
-    write_text(file, text);
+    write_text(file,
+               replace_line(read_text(file), "  ep_size: 4",
+                            "  ep_size: 2\n  local_transport: " + transport));
   }
   auto nodes = job.start_after_reference();
   int at = fault_job::random_step(5, 30);

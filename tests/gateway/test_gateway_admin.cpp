@@ -18,16 +18,13 @@
 
 #include <sstream>
 
+#include "gateway_process.hpp"
 #include "security_support.hpp"
 
 using namespace tutti::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // The first IPv4 address of `hostname -I` that is not loopback, or "".
 std::string non_loopback_ipv4() {
@@ -39,25 +36,6 @@ std::string non_loopback_ipv4() {
       return word;
   return "";
 }
-
-struct gateway_process {
-  fs::path config, log;
-  int port;
-  std::unique_ptr<child_process> process;
-  void start() {
-    process = std::make_unique<child_process>(
-      std::vector<std::string>{tutti_bin(), "gateway", config.string(),
-                               "--listen",
-                               "0.0.0.0:" + std::to_string(port)},
-      log);
-  }
-  ~gateway_process() {
-    if (process) {
-      process->signal(SIGTERM);
-      process->wait(20);
-    }
-  }
-};
 
 // A gateway with a canary at 10% that nothing moves on by itself (no
 // traffic, no judgement: unreachable replicas are not rolled back).
@@ -122,7 +100,7 @@ TEST_CASE("gateway /admin/ answers loopback only without an admin policy",
   const auto root = scratch("gateway_admin_loopback");
   const int port = port_block(211, 3);
   gateway_process gw{root / "gateway.yaml", root / "gateway.log", port,
-                     nullptr};
+                     "0.0.0.0"};
   start_gateway(gw, "");
   INFO(read_text(gw.log));
   REQUIRE(wait_until(
@@ -176,7 +154,7 @@ TEST_CASE("gateway /admin/ from elsewhere needs a token of its admin policy",
   const auto operator_ = issue_token(policy, "otto", "operator");
   const int port = port_block(213, 3);
   gateway_process gw{root / "gateway.yaml", root / "gateway.log", port,
-                     nullptr};
+                     "0.0.0.0"};
   start_gateway(gw, "  admin_policy: " + policy.string() + "\n");
   INFO(read_text(gw.log));
   REQUIRE(wait_until(

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "gateway_process.hpp"
 #include "gateway_test_support.hpp"
 
 using namespace tutti;
@@ -59,28 +60,6 @@ bool all_replicas_healthy(int port, size_t n) {
   return true;
 }
 
-struct gateway_process {
-  fs::path config, log;
-  int port;
-  std::unique_ptr<child_process> process;
-  void start() {
-    process = std::make_unique<child_process>(
-      std::vector<std::string>{tutti_bin(), "gateway", config.string(),
-                               "--listen",
-                               "127.0.0.1:" + std::to_string(port),
-                               "--replica-logs",
-                               (config.parent_path() / "replicas").string()},
-      log);
-  }
-  ~gateway_process() {
-    if (process) {
-      // SIGTERM: the gateway stops its replicas.
-      process->signal(SIGTERM);
-      process->wait(20);
-    }
-  }
-};
-
 // Clients streaming until `stop`; results by the version that answered.
 struct load {
   std::atomic<bool> stop{false};
@@ -120,7 +99,9 @@ TEST_CASE("a broken canary is rolled back by itself, stable never fails",
   const auto v2 = published_config(
     root, gateway_model(root / "broken", 6, /*broken=*/true), "v2");
   const int port = port_block(191, 1);
-  gateway_process gw{root / "gateway.yaml", root / "gateway.log", port, nullptr};
+  gateway_process gw(root / "gateway.yaml", root / "gateway.log", port,
+                     "127.0.0.1",
+                     {"--replica-logs", (root / "replicas").string()});
   write_text(gw.config,
              "gateway:\n  health_interval_s: 0.2\n  breaker_failures: 3\n"
              "stable:\n  version: tiny@v1\n  serve_config: "
@@ -188,7 +169,9 @@ TEST_CASE("a healthy canary is promoted through its steps",
   const auto v1 = published_config(root, gateway_model(root / "a", 5), "v1");
   const auto v3 = published_config(root, gateway_model(root / "b", 7), "v3");
   const int port = port_block(193, 1);
-  gateway_process gw{root / "gateway.yaml", root / "gateway.log", port, nullptr};
+  gateway_process gw(root / "gateway.yaml", root / "gateway.log", port,
+                     "127.0.0.1",
+                     {"--replica-logs", (root / "replicas").string()});
   write_text(gw.config,
              "gateway:\n  health_interval_s: 0.2\n"
              "stable:\n  version: tiny@v1\n  serve_config: "

@@ -32,6 +32,22 @@ gateway::gateway_config two_replicas(int p1, int p2) {
   return cfg.value();
 }
 
+// Replicas a and b of `model` on ports base and base + 1 (config
+// ROOT/serve.yaml, logs ROOT/a.log and ROOT/b.log), both listening.
+struct replica_pair {
+  serve_replica a, b;
+  replica_pair(const std::filesystem::path& root,
+               const std::filesystem::path& model, int base)
+    : a{serve_config_file(root / "serve.yaml", model), root / "a.log", base,
+        nullptr},
+      b{root / "serve.yaml", root / "b.log", base + 1, nullptr} {
+    a.start();
+    b.start();
+    REQUIRE(a.wait_listening(60));
+    REQUIRE(b.wait_listening(60));
+  }
+};
+
 struct tally {
   std::mutex m;
   int ok = 0, stream_errors = 0, clean_failures = 0, unclean = 0;
@@ -58,14 +74,8 @@ TEST_CASE("a replica killed under load is routed around and rejoins",
           "[integration][fault]") {
   const auto root = scratch("gateway_failover");
   const auto model = gateway_model(root / "model", 5);
-  const int base = port_block(181, 2);
-  serve_replica a{serve_config_file(root / "serve.yaml", model),
-                  root / "a.log", base, nullptr};
-  serve_replica b{root / "serve.yaml", root / "b.log", base + 1, nullptr};
-  a.start();
-  b.start();
-  REQUIRE(a.wait_listening(60));
-  REQUIRE(b.wait_listening(60));
+  replica_pair replicas(root, model, port_block(181, 2));
+  auto& [a, b] = replicas;
 
   auto gw = gateway::gateway::start(two_replicas(a.port, b.port), nullptr);
   REQUIRE(gw.ok());
@@ -159,17 +169,10 @@ TEST_CASE("a stream whose replica dies after its first token ends with an "
   const auto root = scratch("gateway_midstream");
   // The medium shape: slow enough that most of 100 tokens are still to
   // come when the first one arrives.
-  auto cfg = serve_test_config(256, 256, 512, 4, 8, 4, 8, 2, 128);
-  const auto model = root / "model";
-  write_export_dir(model, cfg, random_model_tensors(cfg, 9));
-  const int base = port_block(187, 2);
-  serve_replica a{serve_config_file(root / "serve.yaml", model),
-                  root / "a.log", base, nullptr};
-  serve_replica b{root / "serve.yaml", root / "b.log", base + 1, nullptr};
-  a.start();
-  b.start();
-  REQUIRE(a.wait_listening(60));
-  REQUIRE(b.wait_listening(60));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 256, 512, 4, 8, 4, 8, 2, 128), 9);
+  replica_pair replicas(root, model, port_block(187, 2));
+  auto& [a, b] = replicas;
   auto gw = gateway::gateway::start(two_replicas(a.port, b.port), nullptr);
   REQUIRE(gw.ok());
   auto& fleet = gw.value()->state();

@@ -23,6 +23,8 @@
 #include "tutti/kernels/ops.hpp"
 #include "tutti/kernels/tensor.hpp"
 
+#include "kernel_inputs.hpp"
+
 namespace tutti::testing {
 
 namespace k = tutti::kernels;
@@ -134,20 +136,6 @@ void check_backends(const char* op, const k::stream& gpu, double tol,
                       sizeof(double) * got[o].values.size())
           == 0);
   }
-}
-
-// Normal values rounded to float, so fp32 and fp64 runs see the same inputs.
-inline Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::normal_distribution<double> d(0.0, scale);
-  Vec v(n);
-  for (auto& x : v)
-    x = double(float(d(rng)));
-  return v;
-}
-
-template <class T>
-std::vector<T> as(const Vec& v) {
-  return std::vector<T>(v.begin(), v.end());
 }
 
 } // namespace tutti::testing

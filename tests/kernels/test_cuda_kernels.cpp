@@ -51,8 +51,10 @@ TEST_CASE("cuda linear and grouped linear", "[gpu]") {
   auto rng = rng_for(1);
   const int64_t m = 205, kk = 256, n = 320, G = 6;
   const std::vector<int64_t> rows = {37, 0, 120, 5, 0, 43}; // sums to m
-  const Vec x = randn(m * kk, rng), w = randn(G * n * kk, rng),
-            dy = randn(m * n, rng), dw0 = randn(G * n * kk, rng);
+  const Vec x = randn_in_float(m * kk, rng),
+            w = randn_in_float(G * n * kk, rng),
+            dy = randn_in_float(m * n, rng),
+            dw0 = randn_in_float(G * n * kk, rng);
   auto body = [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     const T *xp = be.in(as<T>(x)), *wp = be.in(as<T>(w)),
@@ -93,8 +95,9 @@ TEST_CASE("cuda embedding, rmsnorm, rope, swiglu", "[gpu]") {
   auto ids = random_ints(n, 0, vocab - 1, rng);
   for (int64_t i = 0; i < n; i += 3)
     ids[i] = ids[i] % 17; // many repeats
-  const Vec table = randn(vocab * dim, rng), dout = randn(n * dim, rng),
-            w = randn(dim, rng), x = randn(n * dim, rng, 3.0);
+  const Vec table = randn_in_float(vocab * dim, rng),
+            dout = randn_in_float(n * dim, rng), w = randn_in_float(dim, rng),
+            x = randn_in_float(n * dim, rng, 3.0);
   check_both("embedding", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     const int32_t* idp = be.in(ids);
@@ -136,8 +139,10 @@ TEST_CASE("cuda embedding, rmsnorm, rope, swiglu", "[gpu]") {
 TEST_CASE("cuda attention", "[gpu]") {
   auto rng = rng_for(3);
   const int64_t b = 2, s = 96, hq = 8, hkv = 2, d = 64;
-  const Vec q = randn(b * s * hq * d, rng), kv = randn(b * s * hkv * d, rng),
-            v = randn(b * s * hkv * d, rng), g = randn(b * s * hq * d, rng);
+  const Vec q = randn_in_float(b * s * hq * d, rng),
+            kv = randn_in_float(b * s * hkv * d, rng),
+            v = randn_in_float(b * s * hkv * d, rng),
+            g = randn_in_float(b * s * hq * d, rng);
   check_both("attention", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     const T *qp = be.in(as<T>(q)), *kp = be.in(as<T>(kv)),
@@ -157,9 +162,10 @@ TEST_CASE("cuda attention", "[gpu]") {
 TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
   auto rng = rng_for(4);
   const int64_t n = 1000, e = 16, kk = 2, global = 4000;
-  const Vec logits = randn(n * e, rng, 2.0), bias = randn(e, rng, 0.3),
-            dgate = randn(n * kk, rng), frac = randn(e, rng),
-            daux = randn(n * e, rng);
+  const Vec logits = randn_in_float(n * e, rng, 2.0),
+            bias = randn_in_float(e, rng, 0.3),
+            dgate = randn_in_float(n * kk, rng), frac = randn_in_float(e, rng),
+            daux = randn_in_float(n * e, rng);
   std::vector<int64_t> global_counts(e);
   for (auto& c : global_counts)
     c = rng() % 600;
@@ -209,8 +215,10 @@ TEST_CASE("cuda permute, combine, gather, scatter", "[gpu]") {
   }
   for (int64_t s = 0; s < n * kk; s += 7)
     idx[s] = -1; // dropped slots
-  const Vec x = randn(n * dim, rng), gate = randn(n * kk, rng),
-            dout = randn(n * dim, rng), yall = randn(n * kk * dim, rng);
+  const Vec x = randn_in_float(n * dim, rng),
+            gate = randn_in_float(n * kk, rng),
+            dout = randn_in_float(n * dim, rng),
+            yall = randn_in_float(n * kk * dim, rng);
   check_both("dispatch", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     int32_t* slot = be.out<int32_t>(n * kk);
@@ -248,8 +256,8 @@ TEST_CASE("cuda cross entropy, adamw, reductions", "[gpu]") {
   const int64_t n = 64, vocab = 5000, np = 10000;
   auto targets = random_ints(n, 0, vocab - 1, rng);
   targets[3] = targets[40] = -100; // ignored rows
-  const Vec logits = randn(n * vocab, rng, 3.0), p0 = randn(np, rng),
-            grad = randn(np, rng, 0.1);
+  const Vec logits = randn_in_float(n * vocab, rng, 3.0),
+            p0 = randn_in_float(np, rng), grad = randn_in_float(np, rng, 0.1);
   check_both("cross_entropy", [&](backend& be, auto tag) -> outputs {
     using T = decltype(tag);
     const T* lp = be.in(as<T>(logits));

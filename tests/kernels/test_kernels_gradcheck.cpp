@@ -13,20 +13,15 @@
 
 #include "tutti/kernels/ops.hpp"
 
+#include "kernel_inputs.hpp"
+
 namespace k = tutti::kernels;
 using Vec = std::vector<double>;
+using tutti::testing::randn;
 
 namespace {
 
 const k::stream S = k::cpu_stream();
-
-Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::normal_distribution<double> d(0.0, scale);
-  Vec v(n);
-  for (auto& x : v)
-    x = d(rng);
-  return v;
-}
 
 double dot(const Vec& a, const Vec& b) {
   double s = 0.0;

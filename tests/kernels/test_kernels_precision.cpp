@@ -15,26 +15,16 @@
 
 #include "tutti/kernels/ops.hpp"
 
+#include "kernel_inputs.hpp"
+
 namespace k = tutti::kernels;
 using Vec = std::vector<double>;
+using tutti::testing::as;
+using tutti::testing::randn_in_float;
 
 namespace {
 
 const k::stream S = k::cpu_stream();
-
-// Normal values, rounded to float so they are exact in both precisions.
-Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::normal_distribution<double> d(0.0, scale);
-  Vec v(n);
-  for (auto& x : v)
-    x = double(float(d(rng)));
-  return v;
-}
-
-template <class T>
-std::vector<T> as(const Vec& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
 
 // Widening float -> double is exact, so bit equality survives it.
 template <class T>
@@ -74,8 +64,10 @@ TEST_CASE("precision linear and grouped linear", "[kernels][precision]") {
   std::mt19937_64 rng(21);
   const int64_t m = 16, kk = 32, n = 24, G = 3;
   const int64_t rows[G] = {5, 0, 11};
-  const Vec x = randn(m * kk, rng), w = randn(G * n * kk, rng),
-            dy = randn(m * n, rng), dw0 = randn(G * n * kk, rng);
+  const Vec x = randn_in_float(m * kk, rng),
+            w = randn_in_float(G * n * kk, rng),
+            dy = randn_in_float(m * n, rng),
+            dw0 = randn_in_float(G * n * kk, rng);
   check_op("linear", [&](auto tag) {
     using T = decltype(tag);
     auto xt = as<T>(x), wt = as<T>(w), dyt = as<T>(dy), dw = as<T>(dw0);
@@ -102,8 +94,9 @@ TEST_CASE("precision embedding, rmsnorm, rope, swiglu",
   std::mt19937_64 rng(22);
   const int64_t vocab = 11, dim = 32, n = 9;
   const std::vector<int32_t> ids = {3, 10, 0, 3, 7, 7, 1, 2, 3};
-  const Vec table = randn(vocab * dim, rng), dout = randn(n * dim, rng),
-            w = randn(dim, rng), x = randn(n * dim, rng, 3.0);
+  const Vec table = randn_in_float(vocab * dim, rng),
+            dout = randn_in_float(n * dim, rng), w = randn_in_float(dim, rng),
+            x = randn_in_float(n * dim, rng, 3.0);
   check_op("embedding", [&](auto tag) {
     using T = decltype(tag);
     auto tt = as<T>(table), dt = as<T>(table), g = as<T>(dout);
@@ -171,8 +164,10 @@ TEST_CASE("precision swiglu over the exponential's range",
 TEST_CASE("precision attention", "[kernels][precision]") {
   std::mt19937_64 rng(23);
   const int64_t b = 2, s = 16, hq = 4, hkv = 2, d = 8;
-  const Vec q = randn(b * s * hq * d, rng), kv = randn(b * s * hkv * d, rng),
-            v = randn(b * s * hkv * d, rng), g = randn(b * s * hq * d, rng);
+  const Vec q = randn_in_float(b * s * hq * d, rng),
+            kv = randn_in_float(b * s * hkv * d, rng),
+            v = randn_in_float(b * s * hkv * d, rng),
+            g = randn_in_float(b * s * hq * d, rng);
   check_op("attention", [&](auto tag) {
     using T = decltype(tag);
     auto qt = as<T>(q), kt = as<T>(kv), vt = as<T>(v), gt = as<T>(g);
@@ -190,8 +185,9 @@ TEST_CASE("precision attention", "[kernels][precision]") {
 TEST_CASE("precision router and aux losses", "[kernels][precision]") {
   std::mt19937_64 rng(24);
   const int64_t n = 12, e = 8, kk = 2, global = 40;
-  const Vec logits = randn(n * e, rng, 2.0), bias = randn(e, rng, 0.3),
-            dgate = randn(n * kk, rng), frac = randn(e, rng);
+  const Vec logits = randn_in_float(n * e, rng, 2.0),
+            bias = randn_in_float(e, rng, 0.3),
+            dgate = randn_in_float(n * kk, rng), frac = randn_in_float(e, rng);
   check_op("router", [&](auto tag) {
     using T = decltype(tag);
     auto lt = as<T>(logits), bt = as<T>(bias), dg = as<T>(dgate),
@@ -236,8 +232,10 @@ TEST_CASE("precision dispatch and combine", "[kernels][precision]") {
   std::vector<int64_t> counts(e);
   const int64_t rows = k::permute_plan(S, idx.data(), n, e, kk, slot.data(),
                                        counts.data());
-  const Vec x = randn(n * dim, rng), y = randn(rows * dim, rng),
-            gate = randn(n * kk, rng), dout = randn(n * dim, rng);
+  const Vec x = randn_in_float(n * dim, rng),
+            y = randn_in_float(rows * dim, rng),
+            gate = randn_in_float(n * kk, rng),
+            dout = randn_in_float(n * dim, rng);
   std::vector<int64_t> perm(rows);
   for (int64_t r = 0; r < rows; ++r)
     perm[r] = (r * 7) % rows; // 7 coprime to 19
@@ -271,8 +269,8 @@ TEST_CASE("precision cross entropy, adamw, reductions",
   std::vector<int32_t> targets(n);
   for (int64_t i = 0; i < n; ++i)
     targets[i] = int32_t((i * 13) % vocab);
-  const Vec logits = randn(n * vocab, rng, 3.0), p0 = randn(np, rng),
-            grad = randn(np, rng, 0.1);
+  const Vec logits = randn_in_float(n * vocab, rng, 3.0),
+            p0 = randn_in_float(np, rng), grad = randn_in_float(np, rng, 0.1);
   check_op("cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     auto lt = as<T>(logits);
@@ -332,10 +330,10 @@ TEST_CASE("attention speed", "[.][perf]") {
   k::use_single_threaded_blas();
   std::mt19937_64 rng(27);
   const int64_t b = 8, s = 64, hq = 4, hkv = 2, d = 16;
-  auto q = as<float>(randn(b * s * hq * d, rng)),
-       kv = as<float>(randn(b * s * hkv * d, rng)),
-       v = as<float>(randn(b * s * hkv * d, rng)),
-       g = as<float>(randn(b * s * hq * d, rng));
+  auto q = as<float>(randn_in_float(b * s * hq * d, rng)),
+       kv = as<float>(randn_in_float(b * s * hkv * d, rng)),
+       v = as<float>(randn_in_float(b * s * hkv * d, rng)),
+       g = as<float>(randn_in_float(b * s * hq * d, rng));
   std::vector<float> out(q.size()), p(b * hq * s * s), dq(q.size()),
     dk(kv.size()), dv(v.size());
   double best = 1e9;

@@ -14,21 +14,6 @@
 using namespace tutti::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string with(std::string text, const std::string& from,
-                 const std::string& to) {
-  const auto at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  return text.replace(at, from.size(), to);
-}
-
-} // namespace
-
 TEST_CASE("retention: keep_last, milestones, expiry", "[ops][tiers]") {
   using tutti::lifecycle::steps_to_remove;
   const int64_t now = 100LL * 3600 * 1000;
@@ -60,7 +45,7 @@ TEST_CASE("milestones and verified archive copies; resume from the archive",
                     + archive.string() + "\n";
   const auto config8 = job.dir / "c8.yaml", config12 = job.dir / "c12.yaml";
   write_text(config8, base);
-  write_text(config12, with(base, "  steps: 8\n", "  steps: 12\n"));
+  write_text(config12, replace_once(base, "  steps: 8\n", "  steps: 12\n"));
 
   auto first = run(tutti_bin() + " run " + config8.string() + " --quiet", 300);
   INFO(first.output);

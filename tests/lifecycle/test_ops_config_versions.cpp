@@ -11,22 +11,6 @@
 
 using namespace tutti::testing;
 
-namespace {
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// small_config with `from` replaced by `to` (each must be there).
-std::string with(std::string text, const std::string& from,
-                 const std::string& to) {
-  const auto at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  return text.replace(at, from.size(), to);
-}
-
-} // namespace
-
 TEST_CASE("config versions, rollback, and a changed model shape refused",
           "[ops][config_versions]") {
   auto job = scratch_with_data("ops_config_versions");
@@ -37,10 +21,12 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
              config3 = job.dir / "v3.yaml";
   write_text(config1, v1);
   // Version 2: a lower learning rate, and four steps more.
-  write_text(config2, with(with(v1, "  lr: 0.003", "  lr: 0.001"),
-                           "  steps: 8\n", "  steps: 12\n"));
+  write_text(config2,
+             replace_once(replace_once(v1, "  lr: 0.003", "  lr: 0.001"),
+                          "  steps: 8\n", "  steps: 12\n"));
   // A different model: refused.
-  write_text(config3, with(v1, "  hidden_size: 32", "  hidden_size: 64"));
+  write_text(config3,
+             replace_once(v1, "  hidden_size: 32", "  hidden_size: 64"));
   const auto metrics = run_dir / "metrics.jsonl";
 
   auto first = run(tutti_bin() + " run " + config1.string() + " --quiet", 300);
@@ -73,6 +59,21 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
     run(tutti_bin() + " config diff " + run_dir.string() + " 1 9", 30).status
     == 2);
 
+  // After a rollback to version 1 at step 4: steps 1..4 as before, 5..8
+  // recomputed on version 1's config from the checkpoint of step 4, bit for
+  // bit the losses of version 1; the history says so.
+  const auto check_rolled_back = [&] {
+    const auto after = metric_series(metrics, "loss");
+    REQUIRE(after.size() == 8);
+    for (size_t i = 0; i < 8; ++i) {
+      INFO("step " << i + 1);
+      CHECK(after[i] == losses_v1[i]);
+    }
+    auto later = run(tutti_bin() + " config history " + run_dir.string(), 30);
+    INFO(later.output);
+    CHECK(has(later.output, "rollback to version 1 from step 4"));
+  };
+
   SECTION("a changed model shape is refused, the key named") {
     auto refused = run(tutti_bin() + " run " + config3.string() + " --quiet",
                        60);
@@ -95,17 +96,7 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
     INFO(back.output);
     REQUIRE(back.status == 0);
     CHECK(has(back.output, "resuming after step 4"));
-    // Steps 1..4 as before, 5..8 recomputed on version 1's config from the
-    // checkpoint of step 4: bit for bit the losses of version 1.
-    const auto after = metric_series(metrics, "loss");
-    REQUIRE(after.size() == 8);
-    for (size_t i = 0; i < 8; ++i) {
-      INFO("step " << i + 1);
-      CHECK(after[i] == losses_v1[i]);
-    }
-    auto later = run(tutti_bin() + " config history " + run_dir.string(), 30);
-    INFO(later.output);
-    CHECK(has(later.output, "rollback to version 1 from step 4"));
+    check_rolled_back();
     CHECK(std::filesystem::exists(run_dir / "checkpoints" / "rolled_back"
                                   / tutti::store::checkpoint_dir_name(12)));
     // Refusals: a version or a checkpoint that does not exist.
@@ -130,15 +121,7 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
     REQUIRE(back.status == 0);
     CHECK(has(back.output, "rolled back to config version 1"));
     CHECK(has(back.output, "resuming after step 4"));
-    const auto after = metric_series(metrics, "loss");
-    REQUIRE(after.size() == 8);
-    for (size_t i = 0; i < 8; ++i) {
-      INFO("step " << i + 1);
-      CHECK(after[i] == losses_v1[i]);
-    }
-    auto later = run(tutti_bin() + " config history " + run_dir.string(), 30);
-    INFO(later.output);
-    CHECK(has(later.output, "rollback to version 1 from step 4"));
+    check_rolled_back();
     // Refusals, as tutti rollback's: a version that does not exist (2), and
     // the shell's own: no --to-version, no RUN_DIR without a job (2).
     auto missing = shell("rollback " + run_dir.string() + " --to-version 7");

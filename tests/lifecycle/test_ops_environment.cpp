@@ -13,10 +13,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 struct two_daemons {
   fs::path dir, data;
   int port = 0;
@@ -35,6 +31,24 @@ struct two_daemons {
                                    port, steps, {"127.0.0.1", "127.0.0.1"}, 8)
                        + extra);
     return path;
+  }
+
+  // Node 1 (`config1`, behind `prefix1`) is refused when it joins: both
+  // daemons exit non-zero and the job never starts. Their logs, node 0's
+  // first.
+  std::pair<std::string, std::string> check_refused(
+    const fs::path& config0, const fs::path& config1,
+    const std::vector<std::string>& prefix1 = {}) {
+    auto node0 = start_daemon(config0, 0, dir / "node0.log");
+    auto node1 = start_daemon(config1, 1, dir / "node1.log", prefix1);
+    const int s1 = node1->wait(60), s0 = node0->wait(60);
+    const auto log0 = read_text(dir / "node0.log"),
+               log1 = read_text(dir / "node1.log");
+    INFO("node0: " << tail(log0) << "\nnode1: " << tail(log1));
+    CHECK(s1 != 0);
+    CHECK(s0 != 0);
+    CHECK(count_lines(dir / "job" / "metrics.jsonl") == 0);
+    return {log0, log1};
   }
 };
 
@@ -75,19 +89,12 @@ TEST_CASE("a daemon with another build id is refused, the job does not start",
           "[ops][environment]") {
   two_daemons job("ops_environment_build", 81);
   auto config = job.config("job", job.data);
-  auto node0 = start_daemon(config, 0, job.dir / "node0.log");
-  auto node1 = start_daemon(config, 1, job.dir / "node1.log",
-                            {"env", "TUTTI_BUILD_ID=built-elsewhere"});
-  const int s1 = node1->wait(60), s0 = node0->wait(60);
-  const auto log0 = read_text(job.dir / "node0.log"),
-             log1 = read_text(job.dir / "node1.log");
+  const auto [log0, log1] = job.check_refused(
+    config, config, {"env", "TUTTI_BUILD_ID=built-elsewhere"});
   INFO("node0: " << tail(log0) << "\nnode1: " << tail(log1));
-  CHECK(s1 != 0);
-  CHECK(s0 != 0);
   CHECK(has(log1, "node 1 (127.0.0.1) differs in build_id"));
   CHECK(has(log1, "built-elsewhere on node 1"));
   CHECK(has(log0, "differs in build_id"));
-  CHECK(count_lines(job.dir / "job" / "metrics.jsonl") == 0);
 }
 
 TEST_CASE("a daemon missing a data file is refused, naming the file",
@@ -97,19 +104,11 @@ TEST_CASE("a daemon missing a data file is refused, naming the file",
   const auto partial = job.dir / "data_partial";
   fs::copy(job.data, partial, fs::copy_options::recursive);
   REQUIRE(fs::remove(partial / "train-00000.tok"));
-  auto config0 = job.config("node0", job.data);
-  auto config1 = job.config("node1", partial);
-  auto node0 = start_daemon(config0, 0, job.dir / "node0.log");
-  auto node1 = start_daemon(config1, 1, job.dir / "node1.log");
-  const int s1 = node1->wait(60), s0 = node0->wait(60);
-  const auto log0 = read_text(job.dir / "node0.log"),
-             log1 = read_text(job.dir / "node1.log");
+  const auto [log0, log1] = job.check_refused(job.config("node0", job.data),
+                                              job.config("node1", partial));
   INFO("node0: " << tail(log0) << "\nnode1: " << tail(log1));
-  CHECK(s1 != 0);
-  CHECK(s0 != 0);
   CHECK(has(log1, "node 1 (127.0.0.1) differs in data/train-00000.tok"));
   CHECK(has(log1, "missing on node 1"));
-  CHECK(count_lines(job.dir / "job" / "metrics.jsonl") == 0);
 }
 
 TEST_CASE("with diag.environment: warn the node joins and the job runs",

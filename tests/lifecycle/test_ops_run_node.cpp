@@ -8,40 +8,25 @@
 
 using namespace tutti::testing;
 
-namespace {
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-} // namespace
-
 TEST_CASE("tutti run serves /metrics and answers client commands",
           "[ops][run_node]") {
   auto job = scratch_with_data("ops_run_node");
   const int port = port_block(71), metrics_port = port_block(571, 1);
-  auto text = small_config(job.data.string(), (job.dir / "run").string(), 2,
-                           100000);
-  const std::string nodes = "  nnodes: 1\n";
-  text.replace(text.find(nodes), nodes.size(),
-               nodes + "  coordinator: 127.0.0.1:" + std::to_string(port)
-                 + "\n");
-  text += "checkpoint:\n  interval_steps: 100000\nmetrics:\n  port: "
-          + std::to_string(metrics_port) + "\n";
   const auto config = job.dir / "job.yaml";
-  write_text(config, text);
+  write_text(
+    config,
+    insert_after(
+      small_config(job.data.string(), (job.dir / "run").string(), 2, 100000),
+      "  nnodes: 1\n",
+      "  coordinator: 127.0.0.1:" + std::to_string(port) + "\n")
+      + "checkpoint:\n  interval_steps: 100000\nmetrics:\n  port: "
+      + std::to_string(metrics_port) + "\n");
   const auto log = job.dir / "run.log";
-  child_process tutti({tutti_bin(), "run", config.string(), "--quiet"}, log);
-  const auto metrics = job.dir / "run" / "metrics.jsonl";
-  REQUIRE(wait_until([&] { return count_lines(metrics) >= 3; }, 120));
+  auto tutti = start_job(config, log, job.dir / "run" / "metrics.jsonl", 3);
   INFO("tutti run: " << tail(read_text(log)));
 
-  auto body = scrape_metrics(metrics_port);
-  write_text(job.dir / "scrape.txt", body);
-  auto check = run(
-    "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);
-  INFO(body << check.output);
-  CHECK(check.status == 0);
+  auto body = scrape_checked_by_promtool(metrics_port, job.dir);
+  INFO(body);
   CHECK(has(body, "\ntutti_job_step "));
   CHECK(has(body, "tutti_daemon_ranks_running{node=\"0\"}"));
 
@@ -81,5 +66,5 @@ TEST_CASE("tutti run serves /metrics and answers client commands",
     tutti_bin() + " shell --connect " + config.string() + " --yes -c stop", 60);
   INFO(stop.output);
   CHECK(stop.status == 0);
-  CHECK(tutti.wait(120) == 0);
+  CHECK(tutti->wait(120) == 0);
 }

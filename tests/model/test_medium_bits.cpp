@@ -60,11 +60,8 @@ std::string medium_config(const fs::path& data, const fs::path& run_dir,
 // Losses of every step, as written to metrics.jsonl (17 digits: the bits).
 json train(const fs::path& root, const fs::path& data, int world) {
   auto run_dir = root / ("w" + std::to_string(world));
-  auto cfg = root / ("w" + std::to_string(world) + ".yaml");
-  write_text(cfg, medium_config(data, run_dir, world));
-  auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
-  INFO(r.output);
-  REQUIRE(r.status == 0);
+  run_job(root / ("w" + std::to_string(world) + ".yaml"),
+          medium_config(data, run_dir, world));
   auto losses = metric_series(run_dir / "metrics.jsonl", "loss");
   REQUIRE(losses.size() == 4);
   return json(losses);
@@ -84,17 +81,10 @@ json serve(const fs::path& root, const fs::path& model, int ep) {
                       "  ep_size: "
                     + std::to_string(ep) + "\n");
   auto log = root / ("serve-ep" + std::to_string(ep) + ".log");
-  child_process p({tutti_bin(), "serve", cfg.string()}, log);
-  std::smatch m;
-  const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
-  std::string text;
-  REQUIRE(wait_until(
-    [&] {
-      text = read_text(log);
-      return std::regex_search(text, m, listening);
-    },
-    60));
-  const int port = std::stoi(m[1].str());
+  serve_process server(cfg, log, 60);
+  INFO(server.log_text);
+  REQUIRE(server.port != 0);
+  const int port = server.port;
   REQUIRE(wait_until([&] { return serve_ready(port); }, 60));
   std::vector<std::future<json>> answers;
   for (const char* prompt : prompts)
@@ -118,8 +108,8 @@ json serve(const fs::path& root, const fs::path& model, int ep) {
     REQUIRE(j.is_object());
     out.push_back(j);
   }
-  p.signal(SIGTERM);
-  CHECK(p.wait(30) == 0);
+  server.process.signal(SIGTERM);
+  CHECK(server.process.wait(30) == 0);
   return out;
 }
 

@@ -19,12 +19,7 @@ using namespace tutti::testing;
 
 TEST_CASE("chunked combine: same losses to the bit, overlap reported",
           "[integration]") {
-  auto dir = scratch("combine_chunks");
-  auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 40000")
-            .status
-          == 0);
+  auto [dir, data] = scratch_with_data("combine_chunks", 40000);
   // 8 experts over 2 ranks: 4 local experts, so chunks of 1, 2 and uneven
   // (3 chunks: 1 + 1 + 2 experts) all occur.
   std::vector<std::vector<double>> series;
@@ -35,22 +30,13 @@ TEST_CASE("chunked combine: same losses to the bit, overlap reported",
     chunks = std::abs(chunks);
     auto name = "c" + std::to_string(chunks) + (memory ? "-memory" : "");
     auto run_dir = dir / name;
-    auto text = small_config(data.string(), run_dir.string(), 2, 6);
-    const std::string from = "  num_experts: 4\n";
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(),
-                 "  num_experts: 8\n  combine_chunks: " + std::to_string(chunks)
-                   + "\n");
-    const std::string cluster = "cluster_config:\n";
-    REQUIRE(text.find(cluster) != std::string::npos);
-    text.insert(text.find(cluster) + cluster.size(),
-                std::string("  local_transport: ") + (memory ? "memory" : "tcp")
-                  + "\n");
-    auto cfg = dir / (name + ".yaml");
-    write_text(cfg, text);
-    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
+    auto text = replace_line(
+      small_config(data.string(), run_dir.string(), 2, 6), "  num_experts: 4",
+      "  num_experts: 8\n  combine_chunks: " + std::to_string(chunks));
+    text = insert_after(text, "cluster_config:\n",
+                        std::string("  local_transport: ")
+                          + (memory ? "memory" : "tcp") + "\n");
+    run_job(dir / (name + ".yaml"), text);
     auto metrics = run_dir / "metrics.jsonl";
     series.push_back(training_series(metrics));
     REQUIRE(series.back().size() == 4 * 6);

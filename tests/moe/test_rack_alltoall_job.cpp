@@ -24,30 +24,23 @@ std::string rack_config(const std::string& data, const std::string& run_dir,
                         bool rack_aware, bool tcp, int top_k = 4,
                         const std::string& train = "") {
   auto text = small_config(data, run_dir, 4, steps);
-  auto replace = [&](const std::string& from, const std::string& to) {
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-  };
-  replace("  nnodes: 1\n  nproc_per_node: 4\n",
-          "  nnodes: 4\n  nproc_per_node: 1\n"
-          "  local_transport: "
-            + std::string(tcp ? "tcp" : "memory")
-            + "\n  nodes:\n"
-              "    - {host: 127.0.0.1, port: 7391, rack: r0}\n"
-              "    - {host: 127.0.0.1, port: 7392, rack: r0}\n"
-              "    - {host: 127.0.0.1, port: 7393, rack: r1}\n"
-              "    - {host: 127.0.0.1, port: 7394, rack: r1}\n");
+  text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n",
+                      "  nnodes: 4\n  nproc_per_node: 1\n"
+                      "  local_transport: "
+                        + std::string(tcp ? "tcp" : "memory")
+                        + "\n  nodes:\n"
+                          "    - {host: 127.0.0.1, port: 7391, rack: r0}\n"
+                          "    - {host: 127.0.0.1, port: 7392, rack: r0}\n"
+                          "    - {host: 127.0.0.1, port: 7393, rack: r1}\n"
+                          "    - {host: 127.0.0.1, port: 7394, rack: r1}\n");
   // Two experts per rank, four per token: tokens often choose two in one
   // remote rack (top-2: half of them, when the racks are two).
-  replace("  num_experts: 4\n  router_top_k: 2\n",
-          "  num_experts: 8\n  router_top_k: " + std::to_string(top_k)
-            + "\n  rack_aware_alltoall: "
-            + std::string(rack_aware ? "true" : "false") + "\n");
-  if (!train.empty()) {
-    const std::string anchor = "  log_interval: 10\n";
-    REQUIRE(text.find(anchor) != std::string::npos);
-    text.insert(text.find(anchor) + anchor.size(), train);
-  }
+  text = replace_once(text, "  num_experts: 4\n  router_top_k: 2\n",
+                      "  num_experts: 8\n  router_top_k: "
+                        + std::to_string(top_k) + "\n  rack_aware_alltoall: "
+                        + std::string(rack_aware ? "true" : "false") + "\n");
+  if (!train.empty())
+    text = insert_after(text, "  log_interval: 10\n", train);
   return text;
 }
 
@@ -77,14 +70,6 @@ std::filesystem::path synth_rack_data(const std::filesystem::path& dir,
   return data;
 }
 
-// `text` with `line` added after `anchor`.
-std::string with_line(std::string text, const std::string& anchor,
-                      const std::string& line) {
-  const auto at = text.find(anchor);
-  REQUIRE(at != std::string::npos);
-  return text.insert(at + anchor.size(), line);
-}
-
 struct rack_run {
   std::vector<double> series; // training_series
   double cross_step1 = 0;     // step 1's cross-rack bytes per token
@@ -95,11 +80,7 @@ struct rack_run {
 // `steps` steps after `after` (a run directory resumed from there).
 rack_run run_rack_job(const std::filesystem::path& dir, const std::string& name,
                       const std::string& text, int after = 0) {
-  const auto cfg = dir / (name + ".yaml");
-  write_text(cfg, text);
-  auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
-  INFO(name << ": " << tail(r.output));
-  REQUIRE(r.status == 0);
+  run_job(dir / (name + ".yaml"), text, 120);
   const auto metrics = dir / name / "metrics.jsonl";
   rack_run out{training_series(metrics)};
   REQUIRE(out.series.size() == 4 * (after + steps));
@@ -164,11 +145,9 @@ TEST_CASE("rack-aware all-to-all with recomputation and dropped slots: the "
       const auto name = std::string(v.name) + (rack_aware ? "-rack" : "-flat");
       auto text = rack_config(data.string(), (dir / name).string(), rack_aware,
                               false, 2, v.train);
-      const std::string dropless = "  capacity_factor: 0\n";
-      REQUIRE(text.find(dropless) != std::string::npos);
-      text.replace(text.find(dropless), dropless.size(),
-                   "  capacity_factor: " + std::to_string(v.capacity_factor)
-                     + "\n");
+      text = replace_once(
+        text, "  capacity_factor: 0\n",
+        "  capacity_factor: " + std::to_string(v.capacity_factor) + "\n");
       const auto job = run_rack_job(dir, name, text);
       series.push_back(job.series);
       cross.push_back(job.cross_step1);
@@ -196,20 +175,18 @@ TEST_CASE("rack affinity: windows start in the rack of their experts, fewer "
   constexpr int pretrain = 100;
   // Rack-aware, top-2; `total` steps, a checkpoint at the pretraining's end.
   auto config = [&](const std::string& name, int total) {
-    auto text = with_line(
+    auto text = insert_after(
       rack_config(data.string(), (dir / name).string(), true, false, 2),
       "  log_interval: 10\n",
       "checkpoint:\n  interval_steps: " + std::to_string(pretrain) + "\n");
-    const std::string from = "  steps: " + std::to_string(steps) + "\n";
-    REQUIRE(text.find(from) != std::string::npos);
-    return text.replace(text.find(from), from.size(),
+    return replace_once(text, "  steps: " + std::to_string(steps) + "\n",
                         "  steps: " + std::to_string(total) + "\n");
   };
   // Pretraining, its routing statistics, and its checkpoint exported.
   const auto base = dir / "pretrain.yaml";
-  write_text(base, with_line(config("pretrain", pretrain),
-                             "  rack_aware_alltoall: true\n",
-                             "  routing_stats_window: 20\n"));
+  write_text(base, insert_after(config("pretrain", pretrain),
+                                "  rack_aware_alltoall: true\n",
+                                "  routing_stats_window: 20\n"));
   auto r = run(tutti_bin() + " run " + base.string() + " --quiet", 120);
   INFO(tail(r.output));
   REQUIRE(r.status == 0);
@@ -236,13 +213,13 @@ TEST_CASE("rack affinity: windows start in the rack of their experts, fewer "
   auto placed = [&](const std::string& name) {
     std::filesystem::copy(dir / "pretrain", dir / name,
                           std::filesystem::copy_options::recursive);
-    return with_line(config(name, pretrain + steps),
-                     "  rack_aware_alltoall: true\n",
-                     "  placement: " + plan.string() + "\n");
+    return insert_after(config(name, pretrain + steps),
+                        "  rack_aware_alltoall: true\n",
+                        "  placement: " + plan.string() + "\n");
   };
   auto affine = [&](const std::string& text) {
-    return with_line(text, "data:\n  dir: " + data.string() + "\n",
-                     "  rack_affinity: true\n");
+    return insert_after(text, "data:\n  dir: " + data.string() + "\n",
+                        "  rack_affinity: true\n");
   };
   const auto batch = run_rack_job(dir, "placed", placed("placed"), pretrain);
   const auto dealt = run_rack_job(dir, "affinity", affine(placed("affinity")),
@@ -271,9 +248,9 @@ TEST_CASE("rack affinity: windows start in the rack of their experts, fewer "
             .status
           == 0);
   write_text(dir / "bare-plan.yaml",
-             affine(with_line(config("bare-plan", steps),
-                              "  rack_aware_alltoall: true\n",
-                              "  placement: " + bare.string() + "\n")));
+             affine(insert_after(config("bare-plan", steps),
+                                 "  rack_aware_alltoall: true\n",
+                                 "  placement: " + bare.string() + "\n")));
   r = run(tutti_bin() + " run " + (dir / "bare-plan.yaml").string(), 60);
   INFO(r.output);
   CHECK(r.status != 0);

@@ -14,14 +14,6 @@
 
 using namespace tutti::testing;
 
-namespace {
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-} // namespace
-
 TEST_CASE("tutti shell -c: every command, with its exit status",
           "[shell_script]") {
   live_job job("shell_script", 51);
@@ -127,12 +119,7 @@ TEST_CASE("tutti shell -c: every command, with its exit status",
 TEST_CASE("/metrics passes promtool and matches metrics.jsonl", "[metrics]") {
   live_job job("shell_metrics", 53);
   for (int port : {job.metrics_port, job.metrics_port + 1}) {
-    auto body = scrape_metrics(port);
-    write_text(job.dir / "scrape.txt", body);
-    auto check = run(
-      "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);
-    INFO(body << check.output);
-    CHECK(check.status == 0);
+    scrape_checked_by_promtool(port, job.dir);
   }
   // The expert counts of the scrape's step, against that step's line.
   auto body = scrape_metrics(job.metrics_port);

@@ -61,13 +61,6 @@ std::map<int64_t, double> by_step(const std::filesystem::path& metrics,
   return out;
 }
 
-void run_job(const std::filesystem::path& cfg, const std::string& text) {
-  write_text(cfg, text);
-  auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
-  INFO(tail(r.output));
-  REQUIRE(r.status == 0);
-}
-
 // The experts each EP rank's shard of the checkpoint holds, "l0;l1" lists.
 std::vector<std::string> held_experts(const std::filesystem::path& run_dir,
                                       int64_t step) {
@@ -99,19 +92,19 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
                    "[[7, 6, 5, 4, 3, 2, 1, 0], [1, 3, 5, 7, 0, 2, 4, 6]]}\n");
 
   const auto ref = job.dir / "contiguous";
-  run_job(job.dir / "ref.yaml", config(data, ref.string(), 6, ""));
+  run_job(job.dir / "ref.yaml", config(data, ref.string(), 6, ""), 120);
   const auto changed = job.dir / "changed";
-  run_job(job.dir / "changed.yaml", config(data, changed.string(), 3, ""));
+  run_job(job.dir / "changed.yaml", config(data, changed.string(), 3, ""), 120);
   CHECK(held_experts(changed, 3)
         == std::vector<std::string>{"0,1;0,1", "2,3;2,3", "4,5;4,5",
                                     "6,7;6,7"});
   // The same run directory, more steps and the plan: a new config version,
   // resumed from step 3 with the experts moved.
   run_job(job.dir / "changed.yaml",
-          config(data, changed.string(), 6, plan.string()));
+          config(data, changed.string(), 6, plan.string()), 120);
   const auto planned = job.dir / "planned";
   run_job(job.dir / "planned.yaml",
-          config(data, planned.string(), 6, plan.string()));
+          config(data, planned.string(), 6, plan.string()), 120);
 
   const std::vector<std::string> moved{"7,6;1,3", "5,4;5,7", "3,2;0,2",
                                        "1,0;4,6"};

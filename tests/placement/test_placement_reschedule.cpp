@@ -17,10 +17,6 @@ using namespace tutti::testing;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 std::unique_ptr<child_process> start_spare(const std::filesystem::path& config,
                                            const std::string& rack,
                                            const std::filesystem::path& log) {
@@ -43,14 +39,12 @@ TEST_CASE("a drained node's experts stay in its rack when a spare is there",
   const int port = port_block(71);
   const auto config = dir / "job.yaml";
   const auto metrics = dir / "job" / "metrics.jsonl";
-  write_text(config, daemon_config((dir / "data").string(),
-                                   (dir / "job").string(), port, 20000)
-                       + "checkpoint:\n  interval_steps: 5\n");
   // Routing statistics every 5 steps, for the planner.
-  auto text = read_text(config);
-  text.replace(text.find("moe_config:\n"), 12,
-               "moe_config:\n  routing_stats_window: 5\n");
-  write_text(config, text);
+  write_text(config,
+             insert_after(daemon_config((dir / "data").string(),
+                                        (dir / "job").string(), port, 20000)
+                            + "checkpoint:\n  interval_steps: 5\n",
+                          "moe_config:\n", "  routing_stats_window: 5\n"));
 
   auto node0 = start_daemon(config, 0, dir / "node0.log");
   auto node1 = start_daemon(config, 1, dir / "node1.log");

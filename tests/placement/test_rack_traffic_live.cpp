@@ -16,10 +16,6 @@ using namespace tutti::testing;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // The value of one sample line of a scrape, or -1.
 double sample(const std::string& body, const std::string& series) {
   const auto at = body.find("\n" + series + " ");
@@ -37,36 +33,27 @@ TEST_CASE("all-to-all bytes by link class in /metrics, status and the shell; "
   const int port = port_block(83, 5), metrics_port = port_block(583, 4);
   auto text = small_config(job.data.string(), (job.dir / "run").string(), 4,
                            100000);
-  auto replace = [&](const std::string& from, const std::string& to) {
-    REQUIRE(has(text, from));
-    text.replace(text.find(from), from.size(), to);
-  };
   std::string cluster = "  nnodes: 4\n  nproc_per_node: 1\n  coordinator: "
                         "127.0.0.1:"
                         + std::to_string(port) + "\n  nodes:\n";
   for (int n = 0; n < 4; ++n)
     cluster += "    - {host: 127.0.0.1, port: " + std::to_string(port + 1 + n)
                + ", rack: r" + std::to_string(n / 2) + "}\n";
-  replace("  nnodes: 1\n  nproc_per_node: 4\n", cluster);
-  replace("  router_top_k: 2\n",
-          "  router_top_k: 2\n  rack_aware_alltoall: true\n");
+  text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n", cluster);
+  text = insert_after(text, "  router_top_k: 2\n",
+                      "  rack_aware_alltoall: true\n");
   text += "checkpoint:\n  interval_steps: 100000\nmetrics:\n  port: "
           + std::to_string(metrics_port)
           + "\nalerts:\n  cross_rack_share: 0.05\n";
   const auto config = job.dir / "job.yaml";
   write_text(config, text);
   const auto log = job.dir / "run.log";
-  child_process tutti({tutti_bin(), "run", config.string(), "--quiet"}, log);
   const auto metrics = job.dir / "run" / "metrics.jsonl";
-  REQUIRE(wait_until([&] { return count_lines(metrics) >= 3; }, 120));
+  auto tutti = start_job(config, log, metrics, 3);
   INFO("tutti run: " << tail(read_text(log)));
 
-  auto body = scrape_metrics(metrics_port);
-  write_text(job.dir / "scrape.txt", body);
-  auto check = run(
-    "promtool check metrics < " + (job.dir / "scrape.txt").string(), 30);
-  INFO(body << check.output);
-  CHECK(check.status == 0);
+  auto body = scrape_checked_by_promtool(metrics_port, job.dir);
+  INFO(body);
   const double inter =
     sample(body, "tutti_alltoall_bytes_total{link=\"inter_rack\"}");
   const double intra =
@@ -107,5 +94,5 @@ TEST_CASE("all-to-all bytes by link class in /metrics, status and the shell; "
     tutti_bin() + " shell --connect " + config.string() + " --yes -c stop", 60);
   INFO(stop.output);
   CHECK(stop.status == 0);
-  CHECK(tutti.wait(120) == 0);
+  CHECK(tutti->wait(120) == 0);
 }

@@ -43,13 +43,12 @@ TEST_CASE("routing statistics of a job equal a direct count", "[integration]") {
                    60);
   REQUIRE(synth.status == 0);
   const auto run_dir = dir / "run";
-  auto text = small_config(data.string(), run_dir.string(), world, steps);
-  const std::string from = "  bias_update_rate: 0.001\n";
-  text.replace(text.find(from), from.size(),
-               from + "  routing_stats_window: " + std::to_string(window)
-                 + "\n");
   const auto cfg = dir / "job.yaml";
-  write_text(cfg, text);
+  write_text(
+    cfg,
+    insert_after(small_config(data.string(), run_dir.string(), world, steps),
+                 "  bias_update_rate: 0.001\n",
+                 "  routing_stats_window: " + std::to_string(window) + "\n"));
   auto job = run(tutti_bin() + " run " + cfg.string() + " --quiet", 120);
   INFO(tail(job.output));
   REQUIRE(job.status == 0);

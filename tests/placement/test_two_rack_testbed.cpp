@@ -20,6 +20,7 @@
 #include <regex>
 
 #include "daemon_support.hpp"
+#include "netns_main.hpp"
 
 using namespace tutti::testing;
 
@@ -138,10 +139,9 @@ TEST_CASE("a 4-daemon job runs across the two-rack testbed", "[integration]") {
   for (auto [from, to] : {std::pair{"rack: r1}", "rack: r0}"},
                           std::pair{"rack: r2}", "rack: r1}"},
                           std::pair{"rack: r3}", "rack: r1}"}})
-    text.replace(text.find(from), std::string(from).size(), to);
-  const std::string bias = "  bias_update_rate: 0.001\n";
-  text.replace(text.find(bias), bias.size(),
-               bias + "  routing_stats_window: 5\n");
+    text = replace_once(text, from, to);
+  text = insert_after(text, "  bias_update_rate: 0.001\n",
+                      "  routing_stats_window: 5\n");
   const auto cfg = dir / "job.yaml";
   write_text(cfg, text);
   auto run_job = [&](const std::filesystem::path& config,
@@ -167,13 +167,9 @@ TEST_CASE("a 4-daemon job runs across the two-rack testbed", "[integration]") {
   // Gloo between the daemons: the same losses to the bit, fewer bytes
   // across the racks.
   {
-    auto rack_text = text;
-    const std::string run_dir = (dir / "run").string();
-    rack_text.replace(rack_text.find(run_dir), run_dir.size(),
-                      (dir / "run-rack").string());
-    const std::string top_k = "  router_top_k: 2\n";
-    rack_text.replace(rack_text.find(top_k), top_k.size(),
-                      top_k + "  rack_aware_alltoall: true\n");
+    const auto rack_text = insert_after(
+      replace_once(text, (dir / "run").string(), (dir / "run-rack").string()),
+      "  router_top_k: 2\n", "  rack_aware_alltoall: true\n");
     const auto rack_cfg = dir / "job-rack.yaml";
     write_text(rack_cfg, rack_text);
     run_job(rack_cfg, "rack-node");
@@ -236,10 +232,5 @@ TEST_CASE("a 4-daemon job runs across the two-rack testbed", "[integration]") {
 }
 
 int main(int argc, char** argv) {
-  auto why = why_not_available();
-  if (!why.empty()) {
-    std::printf("SKIPPED: network namespaces unavailable: %s\n", why.c_str());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
+  return netns_test_main(argc, argv, why_not_available());
 }

@@ -39,9 +39,8 @@ TEST_CASE("a daemon's /metrics under a web config: TLS and bcrypt basic auth",
   const int port = port_block(49, 4);
   const int metrics_port = port + 3;
   auto web = dir / "web.yaml";
-  write_text(web, "tls_server_config:\n  cert_file: pki/node-0.crt\n"
-                  "  key_file: pki/node-0.key\n  min_version: TLS13\n"
-                  "basic_auth_users:\n  prometheus: "
+  write_text(web, node0_tls_server_config("pki", "  min_version: TLS13\n")
+                    + "basic_auth_users:\n  prometheus: "
                     + bcrypt("scrape-secret") + "\n");
   // One daemon of a one-node job, training, with /metrics on.
   auto config = dir / "job.yaml";
@@ -89,9 +88,8 @@ TEST_CASE("a web config with client_ca_file requires a client certificate; "
   tutti::security::web_config cfg;
   {
     auto web = root / "web.yaml";
-    write_text(web, "tls_server_config:\n  cert_file: " + d
-                      + "/node-0.crt\n  key_file: " + d + "/node-0.key\n"
-                      + "  client_ca_file: " + d + "/ca.crt\n");
+    write_text(
+      web, node0_tls_server_config(d, "  client_ca_file: " + d + "/ca.crt\n"));
     auto loaded = tutti::security::load_web_config(web.string());
     INFO(loaded.message());
     REQUIRE(loaded.ok());
@@ -134,9 +132,8 @@ TEST_CASE("tutti serve: API keys on /v1/* with a rate limit, /health open, "
           "/metrics under basic auth",
           "[security]") {
   auto root = scratch("security_http_serve");
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
-  auto model = root / "model";
-  write_export_dir(model, cfg, random_model_tensors(cfg, 41));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64), 41);
   const std::string key = "sk-test-0123456789abcdef";
   auto keys = root / "keys.yaml";
   write_text(keys,
@@ -151,19 +148,10 @@ TEST_CASE("tutti serve: API keys on /v1/* with a rate limit, /health open, "
                      + "\n  listen: 127.0.0.1:0\n  api_keys: " + keys.string()
                      + "\n  metrics_web_config: " + web.string() + "\n");
   auto log = root / "serve.log";
-  child_process p({tutti_bin(), "serve", file.string()}, log);
-  std::smatch m;
-  const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
-  std::string text;
-  REQUIRE(wait_until(
-    [&] {
-      text = read_text(log);
-      return std::regex_search(text, m, listening) || !p.running();
-    },
-    30));
-  INFO(text);
-  REQUIRE(std::regex_search(text, m, listening));
-  const std::string url = "http://127.0.0.1:" + m[1].str();
+  serve_process server(file, log, 30);
+  INFO(server.log_text);
+  REQUIRE(server.port != 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port);
   CHECK(http_status(url + "/health") == "200");
   CHECK(http_status(url + "/v1/models") == "401");
   CHECK(http_status("-H 'Authorization: Bearer wrong' " + url + "/v1/models")
@@ -197,31 +185,19 @@ TEST_CASE("tutti serve over HTTPS: the web config's tls_server_config puts "
   auto root = scratch("security_http_serve_tls");
   auto pki = make_pki(root);
   const auto d = pki.dir.string();
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
-  auto model = root / "model";
-  write_export_dir(model, cfg, random_model_tensors(cfg, 43));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64), 43);
   auto web = root / "web.yaml";
-  write_text(web, "tls_server_config:\n  cert_file: " + d
-                    + "/node-0.crt\n  key_file: " + d
-                    + "/node-0.key\n  min_version: TLS13\n");
+  write_text(web, node0_tls_server_config(d, "  min_version: TLS13\n"));
   auto file = root / "serve.yaml";
   write_text(file, "serve:\n  model: " + model.string()
                      + "\n  listen: 127.0.0.1:0\n  metrics_web_config: "
                      + web.string() + "\n");
   auto log = root / "serve.log";
-  child_process p({tutti_bin(), "serve", file.string()}, log);
-  std::smatch m;
-  const std::regex listening("on https://127\\.0\\.0\\.1:([0-9]+)");
-  std::string text;
-  REQUIRE(wait_until(
-    [&] {
-      text = read_text(log);
-      return std::regex_search(text, m, listening) || !p.running();
-    },
-    30));
-  INFO(text);
-  REQUIRE(std::regex_search(text, m, listening));
-  const auto port = m[1].str();
+  serve_process server(file, log, 30, true);
+  INFO(server.log_text);
+  REQUIRE(server.port != 0);
+  const auto port = std::to_string(server.port);
   // The certificate names node-0: clients check it against the cluster CA.
   const auto tls = "--resolve node-0:" + port + ":127.0.0.1 --cacert " + d
                    + "/ca.crt ";

@@ -72,8 +72,8 @@ TEST_CASE("a canary secret appears in no log, event, metric, status, error "
                                 100000);
   for (const std::string from :
        {"/pki/node-{node}.crt", "/pki/node-{node}.key"})
-    text.replace(text.find(from), from.size(),
-                 "/encrypted/node-{node}." + from.substr(from.size() - 3));
+    text = replace_once(
+      text, from, "/encrypted/node-{node}." + from.substr(from.size() - 3));
   text += "    key_passphrase_file: " + pass.string() + "\n";
   text += "metrics:\n  port: " + std::to_string(metrics_port) + "\n";
   auto config = dir / "job.yaml";

@@ -18,18 +18,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // A service of the tiny model at 127.0.0.1:`port` under `web` and `policy`.
 std::string serve_yaml(const fs::path& root, int port, const fs::path& web,
                        const fs::path& policy) {
-  return "serve:\n  model: " + (root / "model").string()
-         + "\n  model_name: tiny\n  listen: 127.0.0.1:" + std::to_string(port)
-         + "\n  ep_size: 2\n  max_sequences: 4\n  kv_cache_bytes: 4MiB\n"
-           "  step_timeout_s: 20\n  metrics_web_config: "
-         + web.string() + "\n  admin_policy: " + policy.string() + "\n";
+  return tiny_service_yaml(root / "model", port,
+                           "  metrics_web_config: " + web.string()
+                             + "\n  admin_policy: " + policy.string() + "\n");
 }
 
 } // namespace
@@ -37,8 +31,8 @@ std::string serve_yaml(const fs::path& root, int port, const fs::path& web,
 TEST_CASE("tutti serve stops at start on a malformed admin_policy, naming it",
           "[security]") {
   const auto root = scratch("serve_admin_policy_bad");
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 47));
+  write_random_export(root / "model",
+                      serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64), 47);
   const auto web = root / "web.yaml";
   write_text(web,
              "basic_auth_users:\n  prometheus: " + bcrypt("secret") + "\n");
@@ -58,12 +52,11 @@ TEST_CASE("tutti serve's /admin/ on HTTPS: client commands over TLS, tokens "
   const auto root = scratch("serve_admin_access");
   auto pki = make_pki(root);
   const auto ca = (pki.dir / "ca.crt").string();
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 47));
+  write_random_export(root / "model",
+                      serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64), 47);
   const auto web = root / "web.yaml";
-  write_text(web, "tls_server_config:\n  cert_file: " + pki.dir.string()
-                    + "/node-0.crt\n  key_file: " + pki.dir.string()
-                    + "/node-0.key\nbasic_auth_users:\n  prometheus: "
+  write_text(web, node0_tls_server_config(pki.dir.string())
+                    + "basic_auth_users:\n  prometheus: "
                     + bcrypt("scrape-secret") + "\n");
   const auto policy = root / "admin-policy.yaml";
   const auto viewer = issue_token(policy, "vera", "viewer");

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "serve_test_support.hpp"
+#include "tutti/config/serve_config.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace tutti::testing {
@@ -58,6 +59,23 @@ inline serve::service_limits ep_limits(int64_t ranks) {
   l.kv_cache_bytes = 4 << 20;
   l.step_timeout_s = 20;
   return l;
+}
+
+// A service of eight_expert_model under `l`, started.
+inline std::unique_ptr<serve::service> start_service(
+  const serve::service_limits& l) {
+  auto svc = serve::service::create(eight_expert_model(), l);
+  REQUIRE(svc.ok());
+  auto s = std::move(svc.value());
+  s->start();
+  return s;
+}
+
+// What parsing the serve section "model: m" + `keys` says: "" when it
+// parses, else its one-line refusal.
+inline std::string serve_refusal(const std::string& keys) {
+  auto c = serve::parse_serve_config("serve:\n  model: m\n" + keys, "test");
+  return c.ok() ? std::string() : c.message();
 }
 
 // Submits every job at once and collects every stream (2 minutes at most);

@@ -35,7 +35,7 @@ TEST_CASE("tutti publish records, keeps and checks a model version",
   const auto root = scratch("model_registry");
   const auto reg = root / "registry";
   const auto src = root / "export";
-  write_export_dir(src, tiny(), random_model_tensors(tiny(), 3));
+  write_random_export(src, tiny(), 3);
   const auto publish = tutti_bin() + " publish --registry " + reg.string()
                        + " ";
 
@@ -56,7 +56,7 @@ TEST_CASE("tutti publish records, keeps and checks a model version",
 
   // Other bytes under the same version: refused, naming the file.
   const auto other = root / "other";
-  write_export_dir(other, tiny(), random_model_tensors(tiny(), 4));
+  write_random_export(other, tiny(), 4);
   auto clash = run(publish + other.string() + " --name tiny --version v1");
   INFO(clash.output);
   CHECK(clash.status == 2);

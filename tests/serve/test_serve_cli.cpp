@@ -36,10 +36,8 @@ const char* seed_manifest =
   "      inter_rack_backend: \"high_speed_ethernet\"\n";
 
 fs::path small_export(const fs::path& root) {
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64);
-  auto dir = root / "model";
-  write_export_dir(dir, cfg, random_model_tensors(cfg, 41));
-  return dir;
+  return write_random_export(
+    root / "model", serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 64), 41);
 }
 
 } // namespace
@@ -169,20 +167,13 @@ TEST_CASE("tutti serve serves seed 001's manifest to curl", "[integration]") {
   write_text(file, std::string(seed_manifest) + "  serve:\n    model: " + model
                      + "\n    listen: 127.0.0.1:0\n    max_sequences: 4\n");
   auto log = root / "serve.log";
-  child_process p({tutti_bin(), "serve", file.string()}, log);
-  std::smatch m;
-  const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
-  std::string text;
-  REQUIRE(wait_until(
-    [&] {
-      text = read_text(log);
-      return std::regex_search(text, m, listening);
-    },
-    30));
-  INFO(text);
+  serve_process server(file, log, 30);
+  INFO(server.log_text);
+  REQUIRE(server.port != 0);
+  const auto& text = server.log_text;
   CHECK(text.find("moe-model-serving") != std::string::npos);
   CHECK(text.find("16 devices") != std::string::npos);
-  const std::string url = "http://127.0.0.1:" + m[1].str();
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port);
   auto models = run("curl -sS " + url + "/v1/models");
   CHECK(models.output.find("\"id\":\"moe-model-serving\"")
         != std::string::npos);
@@ -214,6 +205,6 @@ TEST_CASE("tutti serve serves seed 001's manifest to curl", "[integration]") {
   CHECK(results[1]["concurrency"] == 3);
   CHECK(results[1]["completed"] == 6);
   CHECK(results[1]["output_tokens"] == 24);
-  p.signal(SIGTERM);
-  CHECK(p.wait(20) == 0);
+  server.process.signal(SIGTERM);
+  CHECK(server.process.wait(20) == 0);
 }

@@ -75,9 +75,8 @@ double metric(const std::string& text, const std::string& name) {
 TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
           "[integration]") {
   auto root = scratch("serve_daemons");
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  const auto model = root / "model";
-  write_export_dir(model, cfg, random_model_tensors(cfg, 53));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 53);
   const int base = port_block(53, 3);
   const int one_port = base, two_port = base + 1, rendezvous = base + 2;
 

@@ -77,14 +77,6 @@ std::vector<std::vector<double>> training_logprobs(
   return out;
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out(n);
-  for (auto& t : out)
-    t = static_cast<int32_t>(rng() % vocab);
-  return out;
-}
-
 serve::served_model load_or_fail(const fs::path& dir) {
   auto m = serve::load_model(dir);
   INFO(m.message());
@@ -111,7 +103,7 @@ TEST_CASE("served logits equal the training forward's", "[unit]") {
   auto model = load_or_fail(dir);
   CHECK(model.shape.head_dim == 8);
 
-  const auto tokens = random_tokens(16, 32, 5);
+  const auto tokens = random_prompt(5, 16, 32);
   serve::kv_cache cache(geometry(model, 4), 8);
   serve::engine engine(model, cache);
   std::vector<int32_t> blocks;
@@ -141,8 +133,8 @@ TEST_CASE("KV-cached decoding equals full recomputation, in any batch",
   auto dir = scratch("serve_engine_kv") / "export";
   write_export_dir(dir, cfg, tensors);
   auto model = load_or_fail(dir);
-  const auto tokens = random_tokens(20, 32, 6);
-  const auto other = random_tokens(20, 32, 7);
+  const auto tokens = random_prompt(6, 20, 32);
+  const auto other = random_prompt(7, 20, 32);
 
   // Full recomputation: the whole sequence in one chunk.
   std::vector<float> full;
@@ -255,7 +247,7 @@ TEST_CASE("a tutti checkpoint loads as the same model", "[unit]") {
 
   auto from_export = load_or_fail(root / "export");
   auto from_ckpt = load_or_fail(ckpt);
-  const auto tokens = random_tokens(12, 32, 8);
+  const auto tokens = random_prompt(8, 12, 32);
   auto logits_of = [&](const serve::served_model& model) {
     serve::kv_cache cache(geometry(model, 4), 4);
     serve::engine e(model, cache);

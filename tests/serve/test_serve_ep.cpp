@@ -18,10 +18,8 @@ using namespace tutti::testing;
 namespace {
 
 std::vector<served_outcome> reference(const std::vector<served_job>& js) {
-  auto svc = serve::service::create(eight_expert_model(), ep_limits(0));
-  REQUIRE(svc.ok());
-  svc.value()->start();
-  return serve_all_jobs(*svc.value(), js);
+  auto svc = start_service(ep_limits(0));
+  return serve_all_jobs(*svc, js);
 }
 
 } // namespace
@@ -31,10 +29,8 @@ TEST_CASE("expert-parallel ranks give the one-rank engine's tokens", "[unit]") {
   const auto want = reference(js);
   for (int64_t ranks : {1, 2, 4}) {
     INFO(ranks << " ranks");
-    auto svc = serve::service::create(eight_expert_model(), ep_limits(ranks));
-    REQUIRE(svc.ok());
-    auto& s = *svc.value();
-    s.start();
+    auto svc = start_service(ep_limits(ranks));
+    auto& s = *svc;
     CHECK(s.shards_up());
     check_same_outcomes(serve_all_jobs(s, js), want, js);
     CHECK(s.ranks()->exchanged_bytes() > 0);

@@ -25,12 +25,9 @@ namespace {
 
 // The medium model of the README (vocab 256: byte-level text works).
 serve::served_model medium_model(const std::string& name) {
-  static const auto dir = [] {
-    auto cfg = serve_test_config(256, 256, 512, 4, 8, 4, 8, 2, 256);
-    auto d = scratch("serve_http_model") / "medium";
-    write_export_dir(d, cfg, random_model_tensors(cfg, 31));
-    return d;
-  }();
+  static const auto dir = write_random_export(
+    scratch("serve_http_model") / "medium",
+    serve_test_config(256, 256, 512, 4, 8, 4, 8, 2, 256), 31);
   auto m = serve::load_model(dir);
   REQUIRE(m.ok());
   m.value().name = name;

@@ -29,10 +29,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // Completions one after another on `threads` connections until `stop`:
 // each one's start and end, and whether it came back whole.
 struct completion_load {
@@ -89,15 +85,11 @@ struct completion_load {
 TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
           "[integration][fault]") {
   const auto root = scratch("serve_node_clients");
-  auto cfg = serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 256);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 43));
+  write_random_export(root / "model",
+                      serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 256), 43);
   const int port = port_block(75, 1);
   const auto config = root / "serve.yaml";
-  write_text(config, "serve:\n  model: " + (root / "model").string()
-                       + "\n  model_name: tiny\n  listen: 127.0.0.1:"
-                       + std::to_string(port)
-                       + "\n  ep_size: 2\n  max_sequences: 4\n"
-                         "  kv_cache_bytes: 4MiB\n  step_timeout_s: 20\n");
+  write_text(config, tiny_service_yaml(root / "model", port));
   const auto log = root / "serve.log";
   child_process serve({tutti_bin(), "serve", config.string()}, log);
   REQUIRE(wait_until([&] { return serve_ready(port); }, 60));

@@ -82,10 +82,8 @@ TEST_CASE("offload while serving: same tokens, and its cost on /metrics",
   std::vector<served_outcome> contiguous;
   std::vector<int64_t> load;
   {
-    auto svc = serve::service::create(eight_expert_model(), ep_limits(2));
-    REQUIRE(svc.ok());
-    auto& s = *svc.value();
-    s.start();
+    auto svc = start_service(ep_limits(2));
+    auto& s = *svc;
     contiguous = serve_all_jobs(s, js);
     s.stop();
     load = s.ranks()->expert_activations();
@@ -113,10 +111,8 @@ TEST_CASE("offload while serving: same tokens, and its cost on /metrics",
 
   auto l = ep_limits(3); // 8 experts over 3 ranks: only with a layout
   l.layout = layout.value();
-  auto svc = serve::service::create(eight_expert_model(), l);
-  REQUIRE(svc.ok());
-  auto& s = *svc.value();
-  s.start();
+  auto svc = start_service(l);
+  auto& s = *svc;
   check_same_outcomes(serve_all_jobs(s, js), contiguous, js);
   s.stop();
   const auto g = s.metrics().gauges();
@@ -162,10 +158,8 @@ TEST_CASE("serve.offload: bad keys, ranks and statistics are refused by name",
                 "tutti_serve_expert_tokens_total{layer=\"x\",expert=\"1\"} 3\n")
                 .ok());
 
-  const std::string head = "serve:\n  model: m\n  offload:\n";
-  auto parsed = [&](const std::string& body) {
-    auto c = serve::parse_serve_config(head + body, "test");
-    return c.ok() ? std::string() : c.message();
+  auto parsed = [](const std::string& offload) {
+    return serve_refusal("  offload:\n" + offload);
   };
   CHECK(parsed("    stats: s.json\n    threshold: 0.02\n    rank: 1\n")
           .empty());

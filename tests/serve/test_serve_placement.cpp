@@ -35,10 +35,8 @@ std::vector<served_outcome> serve_with(
   const std::vector<served_job>& js) {
   auto l = ep_limits(ranks);
   l.layout = std::move(layout);
-  auto svc = serve::service::create(eight_expert_model(), l);
-  REQUIRE(svc.ok());
-  auto& s = *svc.value();
-  s.start();
+  auto svc = start_service(l);
+  auto& s = *svc;
   CHECK(s.shards_up());
   auto out = serve_all_jobs(s, js);
   s.stop();

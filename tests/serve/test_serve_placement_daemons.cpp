@@ -128,9 +128,8 @@ const std::string inter_rack_key =
 TEST_CASE("placement and offload across daemons serve the contiguous tokens",
           "[integration]") {
   auto root = scratch("serve_placement_daemons");
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  const auto model = root / "model";
-  write_export_dir(model, cfg, random_model_tensors(cfg, 59));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 59);
   const int base = port_block(601, 5);
   const int one_port = base, plan_port = base + 1, plan_rdv = base + 2,
             off_port = base + 3, off_rdv = base + 4;
@@ -269,8 +268,8 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
 TEST_CASE("tutti serve refuses a plan for other ranks: serve.placement, exit 2",
           "[integration]") {
   auto root = scratch("serve_placement_refused");
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  write_random_export(root / "model",
+                      serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 59);
   REQUIRE(placement::placement_plan::contiguous(2, 4, 4)
             .write(root / "plan.json")
             .ok());
@@ -291,8 +290,8 @@ namespace {
 // ROOT/model and the serve config of 2 daemons on loopback that both hold
 // sequences, HTTP on `port`, the rendezvous on port + 1.
 std::string two_daemons_holding_sequences(const fs::path& root, int port) {
-  auto cfg = serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128);
-  write_export_dir(root / "model", cfg, random_model_tensors(cfg, 59));
+  write_random_export(root / "model",
+                      serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 59);
   return serve_yaml(root / "model", port,
                     cluster(2, port + 1) + "  data_parallel_attention: true\n");
 }

@@ -8,9 +8,7 @@
 
 #include <random>
 
-#include "serve_test_support.hpp"
-#include "tutti/serve/scheduler.hpp"
-#include "tutti/serve/serve_metrics.hpp"
+#include "scheduler_harness.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
@@ -23,61 +21,28 @@ serve::served_model prefix_model() {
                              23);
 }
 
-struct outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  serve::finish_reason finish = serve::finish_reason::none;
-};
+using outcome = scheduler_outcome;
 
-struct harness {
+// The scheduler with prefix caching on or off; a request with a
+// temperature samples with its id for the seed.
+struct harness : scheduler_harness {
   harness(const serve::served_model& m, int64_t blocks, bool prefix_caching)
-    : cache({m.shape.layers, m.shape.kv_heads, m.shape.head_dim, 4}, blocks),
-      engine(m, cache), metrics(m.shape.layers, m.shape.experts),
-      sched(engine, cache, {48, 8, prefix_caching}, &metrics) {}
+    : scheduler_harness(m, blocks, {48, 8, prefix_caching}) {}
 
   void add(uint64_t id, std::vector<int32_t> prompt, int64_t max_tokens,
            double temperature = 0.0) {
-    auto r = std::make_unique<serve::request>();
-    r->id = id;
-    r->prompt = std::move(prompt);
-    r->max_tokens = max_tokens;
-    r->sampling.temperature = temperature;
-    r->sampling.seed = id;
-    r->sink = [this, id](serve::request_event ev) {
-      auto& o = results[id];
-      for (const auto& t : ev.tokens) {
-        o.tokens.push_back(t.token);
-        o.logprobs.push_back(t.logprob);
-      }
-      if (ev.finish != serve::finish_reason::none)
-        o.finish = ev.finish;
-    };
-    sched.add(std::move(r));
+    serve::sampling_params p;
+    p.temperature = temperature;
+    p.seed = id;
+    scheduler_harness::add(id, std::move(prompt), max_tokens, p);
   }
 
-  void run_to_end() {
-    for (int i = 0; i < 10000; ++i) {
-      auto s = sched.step();
-      REQUIRE(s.ok());
-      if (!s.value())
-        return;
-    }
-    FAIL("scheduler did not finish");
-  }
-
-  serve::kv_cache cache;
-  serve::engine engine;
-  serve::serve_metrics metrics;
-  serve::scheduler sched;
-  std::map<uint64_t, outcome> results;
+  void run_to_end() { scheduler_harness::run_to_end(10000); }
 };
 
+// `n` tokens of the model's vocabulary (64), drawn from `seed`.
 std::vector<int32_t> tokens(uint32_t seed, int64_t n) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out(n);
-  for (auto& t : out)
-    t = static_cast<int32_t>(rng() % 64);
-  return out;
+  return random_prompt(seed, n, 64);
 }
 
 std::vector<int32_t> concat(std::vector<int32_t> a,

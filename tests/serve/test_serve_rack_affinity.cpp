@@ -47,45 +47,45 @@ TEST_CASE("a prompt's rack is the one holding most of its tokens' picks",
 TEST_CASE("serve.rack_affinity: needs racks and a placement, not with "
           "offload, replan or daemons",
           "[unit]") {
-  auto parsed = [](const std::string& body) {
-    auto c = serve::parse_serve_config("serve:\n  model: m\n" + body, "test");
-    return c.ok() ? std::string() : c.message();
-  };
-  CHECK(parsed("  racks: [a, a, b, b]\n  placement: p.json\n"
-               "  rack_affinity: true\n")
+  CHECK(serve_refusal("  racks: [a, a, b, b]\n  placement: p.json\n"
+                      "  rack_affinity: true\n")
           .empty());
-  CHECK_THAT(parsed("  placement: p.json\n  rack_affinity: true\n"),
+  CHECK_THAT(serve_refusal("  placement: p.json\n  rack_affinity: true\n"),
              Catch::Contains("serve.rack_affinity: needs serve.racks"));
-  CHECK_THAT(parsed("  racks: [a, b]\n  rack_affinity: true\n"),
+  CHECK_THAT(serve_refusal("  racks: [a, b]\n  rack_affinity: true\n"),
              Catch::Contains("serve.rack_affinity: needs serve.racks"));
-  CHECK_THAT(parsed("  racks: [a, b]\n  placement: p.json\n"
-                    "  rack_affinity: 2\n"),
+  CHECK_THAT(serve_refusal("  racks: [a, b]\n  placement: p.json\n"
+                           "  rack_affinity: 2\n"),
              Catch::Contains("serve.rack_affinity"));
-  CHECK_THAT(parsed("  racks: [a, b]\n  placement: p.json\n"
-                    "  rack_affinity: true\n  offload: {stats: s.json, "
-                    "threshold: 0.1, rank: 1}\n"),
+  CHECK_THAT(serve_refusal("  racks: [a, b]\n  placement: p.json\n"
+                           "  rack_affinity: true\n  offload: {stats: s.json, "
+                           "threshold: 0.1, rank: 1}\n"),
              Catch::Contains("not with serve.offload"));
-  CHECK_THAT(parsed("  racks: [a, b]\n  placement: p.json\n"
-                    "  rack_affinity: true\n  replan: {max_cross_rack_share: "
-                    "0.5}\n"),
-             Catch::Contains("serve.replan: not with serve.rack_affinity"));
-  CHECK_THAT(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
-                    "  racks: [a, b]\n  placement: p.json\n"
-                    "  rack_affinity: true\n"),
-             Catch::Contains("serve.rack_affinity: across daemons needs "
-                             "serve.data_parallel_attention"));
-  CHECK(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
-               "  racks: [a, b]\n  placement: p.json\n"
-               "  data_parallel_attention: true\n  rack_affinity: true\n")
-          .empty());
-  CHECK_THAT(parsed("  data_parallel_attention: true\n"),
+  CHECK_THAT(
+    serve_refusal("  racks: [a, b]\n  placement: p.json\n"
+                  "  rack_affinity: true\n  replan: {max_cross_rack_share: "
+                  "0.5}\n"),
+    Catch::Contains("serve.replan: not with serve.rack_affinity"));
+  CHECK_THAT(
+    serve_refusal("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+                  "  racks: [a, b]\n  placement: p.json\n"
+                  "  rack_affinity: true\n"),
+    Catch::Contains("serve.rack_affinity: across daemons needs "
+                    "serve.data_parallel_attention"));
+  CHECK(
+    serve_refusal("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+                  "  racks: [a, b]\n  placement: p.json\n"
+                  "  data_parallel_attention: true\n  rack_affinity: true\n")
+      .empty());
+  CHECK_THAT(serve_refusal("  data_parallel_attention: true\n"),
              Catch::Contains("serve.data_parallel_attention: needs "
                              "serve.nodes"));
-  CHECK_THAT(parsed("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
-                    "  data_parallel_attention: true\n  racks: [a, b]\n"
-                    "  replan: {max_cross_rack_share: 0.5}\n"),
-             Catch::Contains("serve.replan: not with "
-                             "serve.data_parallel_attention"));
+  CHECK_THAT(
+    serve_refusal("  nodes: [10.0.0.1, 10.0.0.2]\n  rendezvous_port: 29000\n"
+                  "  data_parallel_attention: true\n  racks: [a, b]\n"
+                  "  replan: {max_cross_rack_share: 0.5}\n"),
+    Catch::Contains("serve.replan: not with "
+                    "serve.data_parallel_attention"));
 }
 
 namespace {
@@ -126,10 +126,8 @@ affinity_run serve_with(std::shared_ptr<const serve::request_affinity> a,
   l.replan.rack = {0, 0, 1, 1}; // measured only
   l.layout = std::move(layout);
   l.affinity = std::move(a);
-  auto svc = serve::service::create(eight_expert_model(), l);
-  REQUIRE(svc.ok());
-  auto& s = *svc.value();
-  s.start();
+  auto svc = start_service(l);
+  auto& s = *svc;
   REQUIRE(s.shards_up());
   affinity_run out;
   out.outcomes = serve_all_jobs(s, js);

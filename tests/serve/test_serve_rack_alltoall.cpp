@@ -32,10 +32,8 @@ served_run serve_racked(const std::vector<int32_t>& racks, bool rack_aware,
   l.replan.rack = racks; // measured only: max share 1
   l.rack_aware_alltoall = rack_aware;
   l.layout = std::move(layout);
-  auto svc = serve::service::create(eight_expert_model(), l);
-  REQUIRE(svc.ok());
-  auto& s = *svc.value();
-  s.start();
+  auto svc = start_service(l);
+  auto& s = *svc;
   REQUIRE(s.shards_up());
   served_run out;
   out.outcomes = serve_all_jobs(s, js);
@@ -106,15 +104,12 @@ TEST_CASE("rack-aware serving: interleaved racks and a shuffled plan",
 }
 
 TEST_CASE("serve.rack_aware_alltoall: needs serve.racks", "[unit]") {
-  auto parsed = [](const std::string& body) {
-    auto c = serve::parse_serve_config("serve:\n  model: m\n" + body, "test");
-    return c.ok() ? std::string() : c.message();
-  };
-  CHECK(parsed("  racks: [a, a, b, b]\n  rack_aware_alltoall: true\n").empty());
-  CHECK(parsed("  rack_aware_alltoall: true\n")
+  CHECK(serve_refusal("  racks: [a, a, b, b]\n  rack_aware_alltoall: true\n")
+          .empty());
+  CHECK(serve_refusal("  rack_aware_alltoall: true\n")
           .find("serve.rack_aware_alltoall: needs serve.racks")
         != std::string::npos);
-  CHECK(parsed("  racks: [a, b]\n  rack_aware_alltoall: maybe\n")
+  CHECK(serve_refusal("  racks: [a, b]\n  rack_aware_alltoall: maybe\n")
           .find("serve.rack_aware_alltoall")
         != std::string::npos);
   auto c = serve::parse_serve_config(

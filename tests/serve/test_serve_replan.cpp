@@ -45,10 +45,8 @@ TEST_CASE("experts moved live between steps: same tokens, none dropped",
   const auto js = served_jobs(12);
   std::vector<served_outcome> fixed;
   {
-    auto svc = serve::service::create(eight_expert_model(), ep_limits(4));
-    REQUIRE(svc.ok());
-    svc.value()->start();
-    fixed = serve_all_jobs(*svc.value(), js);
+    auto svc = start_service(ep_limits(4));
+    fixed = serve_all_jobs(*svc, js);
   }
   auto l = ep_limits(4);
   // Every step a window, any crossing a reason to replan: the layout moves
@@ -56,10 +54,8 @@ TEST_CASE("experts moved live between steps: same tokens, none dropped",
   l.replan.rack = {0, 0, 1, 1};
   l.replan.max_cross_rack_share = 0.0;
   l.replan.window_steps = 1;
-  auto svc = serve::service::create(eight_expert_model(), l);
-  REQUIRE(svc.ok());
-  auto& s = *svc.value();
-  s.start();
+  auto svc = start_service(l);
+  auto& s = *svc;
   check_same_outcomes(serve_all_jobs(s, js), fixed, js);
   s.stop();
   const auto g = s.metrics().gauges();
@@ -72,23 +68,21 @@ TEST_CASE("experts moved live between steps: same tokens, none dropped",
 }
 
 TEST_CASE("serve.racks and serve.replan: refused by name", "[unit]") {
-  auto parsed = [](const std::string& body) {
-    auto c = serve::parse_serve_config("serve:\n  model: m\n" + body, "test");
-    return c.ok() ? std::string() : c.message();
-  };
-  CHECK(parsed("  racks: [a, a, b, b]\n  replan: {max_cross_rack_share: "
-               "0.3, window_steps: 20}\n")
+  CHECK(serve_refusal("  racks: [a, a, b, b]\n  replan: {max_cross_rack_share: "
+                      "0.3, window_steps: 20}\n")
           .empty());
-  CHECK(parsed("  replan: {max_cross_rack_share: 0.3}\n").find("serve.replan")
+  CHECK(serve_refusal("  replan: {max_cross_rack_share: 0.3}\n")
+          .find("serve.replan")
         != std::string::npos);
-  CHECK(parsed("  racks: [a, b]\n  replan: {max_cross_rack_share: 3}\n")
+  CHECK(serve_refusal("  racks: [a, b]\n  replan: {max_cross_rack_share: 3}\n")
           .find("serve.replan.max_cross_rack_share")
         != std::string::npos);
-  CHECK(parsed("  racks: [a, b]\n  offload: {stats: s, threshold: 0.1, rank: "
-               "1}\n  replan: {window_steps: 5}\n")
+  CHECK(serve_refusal(
+          "  racks: [a, b]\n  offload: {stats: s, threshold: 0.1, rank: "
+          "1}\n  replan: {window_steps: 5}\n")
           .find("serve.replan: not with serve.offload")
         != std::string::npos);
-  CHECK(parsed("  racks: a\n").find("serve.racks") != std::string::npos);
+  CHECK(serve_refusal("  racks: a\n").find("serve.racks") != std::string::npos);
 
   serve::serve_config c;
   c.racks = {"a", "b", "a"};

@@ -9,83 +9,21 @@
 
 #include <random>
 
-#include "serve_test_support.hpp"
-#include "tutti/serve/scheduler.hpp"
-#include "tutti/serve/serve_metrics.hpp"
+#include "scheduler_harness.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
 
 namespace {
 
-struct outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  serve::finish_reason finish = serve::finish_reason::none;
-  int64_t events = 0;
-};
-
-struct harness {
-  harness(const serve::served_model& m, int64_t blocks,
-          serve::batch_limits limits, int64_t block_tokens = 4)
-    : cache({m.shape.layers, m.shape.kv_heads, m.shape.head_dim, block_tokens},
-            blocks),
-      engine(m, cache), metrics(m.shape.layers, m.shape.experts),
-      sched(engine, cache, limits, &metrics) {}
-
-  // Queues a request; its events land in results[id].
-  void add(uint64_t id, std::vector<int32_t> prompt, int64_t max_tokens,
-           serve::sampling_params p,
-           std::vector<std::vector<int32_t>> stop = {}) {
-    auto r = std::make_unique<serve::request>();
-    r->id = id;
-    r->prompt = std::move(prompt);
-    r->max_tokens = max_tokens;
-    r->sampling = p;
-    r->stop = std::move(stop);
-    r->sink = [this, id](serve::request_event ev) {
-      auto& o = results[id];
-      ++o.events;
-      for (const auto& t : ev.tokens) {
-        o.tokens.push_back(t.token);
-        o.logprobs.push_back(t.logprob);
-      }
-      if (ev.finish != serve::finish_reason::none)
-        o.finish = ev.finish;
-    };
-    sched.add(std::move(r));
-  }
-
-  void run_to_end(int64_t max_steps = 100000) {
-    for (int64_t i = 0; i < max_steps; ++i) {
-      auto s = sched.step();
-      REQUIRE(s.ok());
-      if (!s.value())
-        return;
-    }
-    FAIL("scheduler did not finish");
-  }
-
-  serve::kv_cache cache;
-  serve::engine engine;
-  serve::serve_metrics metrics;
-  serve::scheduler sched;
-  std::map<uint64_t, outcome> results;
-};
-
-std::vector<int32_t> prompt_of(uint32_t seed, int64_t len, int64_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out(len);
-  for (auto& t : out)
-    t = static_cast<int32_t>(rng() % vocab);
-  return out;
-}
+using outcome = scheduler_outcome;
+using harness = scheduler_harness;
 
 serve::served_model small_model(int64_t max_seq = 96) {
-  auto cfg = serve_test_config(64, 32, 48, 2, 4, 2, 4, 2,
-                               static_cast<int>(max_seq));
-  auto dir = scratch("serve_scheduler_model") / "export";
-  write_export_dir(dir, cfg, random_model_tensors(cfg, 21));
+  const auto dir = write_random_export(
+    scratch("serve_scheduler_model") / "export",
+    serve_test_config(64, 32, 48, 2, 4, 2, 4, 2, static_cast<int>(max_seq)),
+    21);
   auto m = serve::load_model(dir);
   REQUIRE(m.ok());
   return std::move(m.value());
@@ -109,7 +47,7 @@ serve::sampling_params seeded(uint64_t seed) {
 // The request under test alone, then among 31 others that arrive before,
 // with and after it, with a batch budget that forces chunked prefill.
 void check_invariant(const serve::served_model& m, serve::sampling_params p) {
-  const auto prompt = prompt_of(1, 23, 64);
+  const auto prompt = random_prompt(1, 23, 64);
   harness alone(m, 256, {64, 32});
   alone.add(0, prompt, 24, p);
   alone.run_to_end();
@@ -123,7 +61,7 @@ void check_invariant(const serve::served_model& m, serve::sampling_params p) {
     uint64_t next = 1;
     auto add_other = [&] {
       auto pp = (next % 2) ? greedy() : seeded(next);
-      crowd.add(next, prompt_of(1000 + next, 3 + rng() % 40, 64),
+      crowd.add(next, random_prompt(1000 + next, 3 + rng() % 40, 64),
                 1 + rng() % 30, pp);
       ++next;
     };
@@ -163,7 +101,7 @@ TEST_CASE("preempted requests are recomputed to the same tokens", "[unit]") {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<outcome> alone_out;
   for (uint64_t i = 0; i < 32; ++i) {
-    prompts.push_back(prompt_of(500 + i, 10 + (i * 7) % 31, 64));
+    prompts.push_back(random_prompt(500 + i, 10 + (i * 7) % 31, 64));
     harness alone(m, 64, {64, 32});
     alone.add(i, prompts[i], 30, i % 2 ? greedy() : seeded(i));
     alone.run_to_end();
@@ -188,7 +126,7 @@ TEST_CASE("preempted requests are recomputed to the same tokens", "[unit]") {
 TEST_CASE("a stop sequence ends the request and is not part of the output",
           "[unit]") {
   const auto m = small_model();
-  const auto prompt = prompt_of(9, 12, 64);
+  const auto prompt = random_prompt(9, 12, 64);
   harness free_run(m, 64, {64, 8});
   free_run.add(0, prompt, 20, greedy());
   free_run.run_to_end();
@@ -211,8 +149,8 @@ TEST_CASE("a stop sequence ends the request and is not part of the output",
 TEST_CASE("finishing a request early frees its blocks", "[unit]") {
   const auto m = small_model();
   harness h(m, 64, {64, 8});
-  h.add(0, prompt_of(3, 30, 64), 50, greedy());
-  h.add(1, prompt_of(4, 30, 64), 50, greedy());
+  h.add(0, random_prompt(3, 30, 64), 50, greedy());
+  h.add(1, random_prompt(4, 30, 64), 50, greedy());
   for (int s = 0; s < 5; ++s)
     REQUIRE(h.sched.step().ok());
   CHECK(h.cache.used_blocks() > 0);
@@ -281,7 +219,7 @@ TEST_CASE("with rack affinity, a request its rack has no room for starts "
   auto add = [&](uint64_t id, int64_t prompt_tokens) {
     auto r = std::make_unique<serve::request>();
     r->id = id;
-    r->prompt = prompt_of(700 + id, prompt_tokens, m.shape.vocab);
+    r->prompt = random_prompt(700 + id, prompt_tokens, m.shape.vocab);
     r->max_tokens = 4;
     r->sampling = greedy();
     r->sink = [&finished, id](serve::request_event ev) {

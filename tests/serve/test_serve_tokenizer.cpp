@@ -20,10 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path model_dir(const std::string& name, int vocab) {
-  auto cfg = serve_test_config(vocab, 32, 48, 1, 4, 2, 4, 2, 64);
-  auto d = scratch("serve_tokenizer") / name;
-  write_export_dir(d, cfg, random_model_tensors(cfg, 3));
-  return d;
+  return write_random_export(
+    scratch("serve_tokenizer") / name,
+    serve_test_config(vocab, 32, 48, 1, 4, 2, 4, 2, 64), 3);
 }
 
 void train_into(const fs::path& dir, uint32_t vocab) {

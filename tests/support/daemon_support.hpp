@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,35 @@ inline bool wait_until(const std::function<bool()>& done, double seconds) {
   }
   return true;
 }
+
+// `tutti serve CONFIG` on the port the kernel picks (the config's
+// `listen: 127.0.0.1:0`), its output in `log`: waits up to `seconds` for
+// the log to name the port ("on http://127.0.0.1:PORT", https with `tls`).
+struct serve_process {
+  child_process process;
+  std::string log_text; // the log when the port showed, or the wait ended
+  int port = 0;         // 0: no port within `seconds`, or serve ended first
+
+  serve_process(const std::filesystem::path& config,
+                const std::filesystem::path& log, double seconds,
+                bool tls = false)
+    : process({tutti_bin(), "serve", config.string()}, log) {
+    const std::regex listening(std::string(tls ? "on https" : "on http")
+                               + "://127\\.0\\.0\\.1:([0-9]+)");
+    std::smatch m;
+    const auto found = [&] {
+      return std::regex_search(log_text, m, listening);
+    };
+    wait_until(
+      [&] {
+        log_text = read_text(log);
+        return found() || !process.running();
+      },
+      seconds);
+    if (found())
+      port = std::stoi(m[1].str());
+  }
+};
 
 // Complete lines of a file (a metrics.jsonl being written counts only the
 // lines that have their newline).
@@ -173,12 +203,8 @@ inline std::string one_process_config(const std::string& data_dir,
 inline std::filesystem::path run_one_process(const std::filesystem::path& dir,
                                              const std::filesystem::path& data,
                                              int steps) {
-  auto config = dir / "one.yaml";
-  write_text(config,
-             one_process_config(data.string(), (dir / "one").string(), steps));
-  auto r = run(tutti_bin() + " run " + config.string() + " --quiet", 300);
-  INFO(r.output);
-  REQUIRE(r.status == 0);
+  run_job(dir / "one.yaml",
+          one_process_config(data.string(), (dir / "one").string(), steps));
   return dir / "one" / "metrics.jsonl";
 }
 
@@ -318,6 +344,30 @@ inline std::string scrape_metrics(int port) {
   auto reply = recv_for(s.fd, 3000, 1 << 22);
   REQUIRE(reply.find("200 OK") != std::string::npos);
   return reply.substr(reply.find("\r\n\r\n") + 4);
+}
+
+// scrape_metrics(port), saved as DIR/scrape.txt, which promtool must pass.
+inline std::string scrape_checked_by_promtool(
+  int port, const std::filesystem::path& dir) {
+  auto body = scrape_metrics(port);
+  write_text(dir / "scrape.txt", body);
+  auto check = run("promtool check metrics < " + (dir / "scrape.txt").string(),
+                   30);
+  INFO(body << check.output);
+  CHECK(check.status == 0);
+  return body;
+}
+
+// `tutti run CONFIG --quiet` in the background, its output in `log`, once
+// `metrics` (its metrics.jsonl) has `steps` lines (2 minutes at most).
+inline std::unique_ptr<child_process> start_job(
+  const std::filesystem::path& config, const std::filesystem::path& log,
+  const std::filesystem::path& metrics, int steps) {
+  auto job = std::make_unique<child_process>(
+    std::vector<std::string>{tutti_bin(), "run", config.string(), "--quiet"},
+    log);
+  REQUIRE(wait_until([&] { return count_lines(metrics) >= steps; }, 120));
+  return job;
 }
 
 } // namespace tutti::testing

@@ -67,11 +67,7 @@ struct job_series {
 inline job_series train_series(const std::filesystem::path& dir,
                                const std::string& name, const std::string& text,
                                int timeout_s = 120) {
-  auto cfg = dir / (name + ".yaml");
-  write_text(cfg, text);
-  auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", timeout_s);
-  INFO(name << ": " << tail(r.output));
-  REQUIRE(r.status == 0);
+  auto r = run_job(dir / (name + ".yaml"), text, timeout_s);
   auto metrics = dir / name / "metrics.jsonl";
   return {metric_series(metrics, "loss"), metric_series(metrics, "grad_norm"),
           r.output};

@@ -219,4 +219,12 @@ inline std::filesystem::path issue_token(const std::filesystem::path& policy,
   return file;
 }
 
+// A web config's tls_server_config with node 0's certificate and key from
+// `pki_dir`; `keys` adds lines to it.
+inline std::string node0_tls_server_config(const std::string& pki_dir,
+                                           const std::string& keys = "") {
+  return "tls_server_config:\n  cert_file: " + pki_dir
+         + "/node-0.crt\n  key_file: " + pki_dir + "/node-0.key\n" + keys;
+}
+
 } // namespace tutti::testing

@@ -115,6 +115,35 @@ inline void write_export_dir(const std::filesystem::path& dir,
   REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
 }
 
+// `n` tokens below `vocab`, drawn from `seed`.
+inline std::vector<int32_t> random_prompt(uint32_t seed, int64_t n,
+                                          int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out(n);
+  for (auto& t : out)
+    t = static_cast<int32_t>(rng() % vocab);
+  return out;
+}
+
+// The serve section of a 2-rank service of `model`, named tiny, at
+// 127.0.0.1:`port`; `extra` adds keys.
+inline std::string tiny_service_yaml(const std::filesystem::path& model,
+                                     int port, const std::string& extra = "") {
+  return "serve:\n  model: " + model.string()
+         + "\n  model_name: tiny\n  listen: 127.0.0.1:" + std::to_string(port)
+         + "\n  ep_size: 2\n  max_sequences: 4\n  kv_cache_bytes: 4MiB\n"
+           "  step_timeout_s: 20\n"
+         + extra;
+}
+
+// Writes a random model of `cfg` (random_model_tensors) into `dir` as
+// write_export_dir does; returns `dir`.
+inline std::filesystem::path write_random_export(
+  const std::filesystem::path& dir, const job_config& cfg, uint64_t seed) {
+  write_export_dir(dir, cfg, random_model_tensors(cfg, seed));
+  return dir;
+}
+
 // A random model of `cfg`, exported once per test process into
 // scratch(name)/export and loaded afresh on every call.
 inline serve::served_model random_served_model(const std::string& name,

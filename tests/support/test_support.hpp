@@ -85,14 +85,44 @@ inline void require_synth_data(const std::filesystem::path& out, int vocab = 32,
   REQUIRE(r.status == 0);
 }
 
-// A fresh scratch directory with synthetic data (synth_data's) in DIR/data.
+// A fresh scratch directory with synthetic data (synth_data's, of `tokens`
+// tokens) in DIR/data.
 struct scratch_job {
   std::filesystem::path dir, data;
 };
-inline scratch_job scratch_with_data(const std::string& name) {
+inline scratch_job scratch_with_data(const std::string& name,
+                                     int tokens = 60000) {
   auto dir = scratch(name);
-  REQUIRE(synth_data(dir / "data"));
+  REQUIRE(synth_data(dir / "data", 32, tokens));
   return {dir, dir / "data"};
+}
+
+// True if `part` occurs in `text`.
+inline bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// `text` with the first `from` replaced by `to` (`from` must be there).
+inline std::string replace_once(std::string text, const std::string& from,
+                                const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+// `text` with `lines` inserted after the first `anchor` (which must be
+// there).
+inline std::string insert_after(std::string text, const std::string& anchor,
+                                const std::string& lines) {
+  return replace_once(std::move(text), anchor, anchor + lines);
+}
+
+// `text` with the line `from` (without its newline) replaced by the line
+// `to`, or removed if `to` is empty.
+inline std::string replace_line(const std::string& text,
+                                const std::string& from,
+                                const std::string& to) {
+  return replace_once(text, from + "\n", to.empty() ? to : to + "\n");
 }
 
 // The end of a log, for a failure's message.
@@ -111,6 +141,17 @@ inline std::string read_text(const std::filesystem::path& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   return buf.str();
+}
+
+// Writes the job config `text` to `config` and runs it (`tutti run
+// --quiet`), which must succeed within `seconds`; what it printed.
+inline command_result run_job(const std::filesystem::path& config,
+                              const std::string& text, int seconds = 300) {
+  write_text(config, text);
+  auto r = run(tutti_bin() + " run " + config.string() + " --quiet", seconds);
+  INFO(config.filename().string() << ": " << tail(r.output));
+  REQUIRE(r.status == 0);
+  return r;
 }
 
 // The value of a numeric field in each line of a metrics.jsonl.

@@ -29,8 +29,7 @@ TEST_CASE("a daemon with a different config is refused by name",
   auto bad = dir / "bad.yaml";
   auto text = daemon_config(data.string(), (dir / "run").string(), port, 5);
   write_text(good, text);
-  text.replace(text.find("hidden_size: 32"), 15, "hidden_size: 64");
-  write_text(bad, text);
+  write_text(bad, replace_once(text, "hidden_size: 32", "hidden_size: 64"));
   auto node0 = start_daemon(good, 0, dir / "node0.log");
   auto node1 = start_daemon(bad, 1, dir / "node1.log");
   int s1 = node1->wait(60);

@@ -316,24 +316,15 @@ TEST_CASE("a rank helping when its group is aborted finishes the task, then "
 
 TEST_CASE("a job trains to the same losses with and without the pool",
           "[integration]") {
-  auto dir = scratch("idle_cores");
-  auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 40000")
-            .status
-          == 0);
+  auto [dir, data] = scratch_with_data("idle_cores", 40000);
   std::vector<std::vector<double>> series;
   for (const std::string name : {"shared", "alone"}) {
     auto run_dir = dir / name;
-    auto text = small_config(data.string(), run_dir.string(), 2, 6);
-    text.replace(text.find("moe_config:\n"), 12,
-                 std::string("moe_config:\n  share_idle_cores: ")
-                   + (name == "shared" ? "true" : "false") + "\n");
-    auto cfg = dir / (name + ".yaml");
-    write_text(cfg, text);
-    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
+    run_job(dir / (name + ".yaml"),
+            insert_after(small_config(data.string(), run_dir.string(), 2, 6),
+                         "moe_config:\n",
+                         std::string("  share_idle_cores: ")
+                           + (name == "shared" ? "true" : "false") + "\n"));
     // The log says whether the mode took effect.
     const auto log = read_text(run_dir / "tutti.log.jsonl");
     CHECK((log.find("experts' tiles shared with the waiting ranks")

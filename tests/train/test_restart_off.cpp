@@ -14,23 +14,14 @@ using namespace tutti::testing;
 
 TEST_CASE("without restart in place: the same losses to the bit",
           "[integration]") {
-  auto dir = scratch("restart_off");
-  auto data = dir / "data";
-  REQUIRE(run(tutti_bin() + " data synth --out " + data.string()
-              + " --vocab 32 --seed 5 --tokens 40000")
-            .status
-          == 0);
+  auto [dir, data] = scratch_with_data("restart_off", 40000);
   std::vector<std::vector<double>> series;
   for (const std::string name : {"in-place", "off"}) {
     auto run_dir = dir / name;
     auto text = small_config(data.string(), run_dir.string(), 2, 6);
     if (name == "off")
       text += "supervision:\n  expert_shard:\n    max_restarts: 0\n";
-    auto cfg = dir / (name + ".yaml");
-    write_text(cfg, text);
-    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
+    run_job(dir / (name + ".yaml"), text);
     series.push_back(training_series(run_dir / "metrics.jsonl"));
     REQUIRE(series.back().size() == 4 * 6);
   }

@@ -12,20 +12,13 @@
 using namespace tutti::testing;
 
 TEST_CASE("losses agree across world sizes 1, 2, 4", "[integration]") {
-  auto dir = scratch("world_size_invariance");
-  auto data = dir / "data";
-  auto synth = run(tutti_bin() + " data synth --out " + data.string()
-                   + " --vocab 32 --seed 5 --tokens 60000");
-  REQUIRE(synth.status == 0);
+  auto [dir, data] = scratch_with_data("world_size_invariance");
 
   std::vector<std::vector<double>> losses;
   for (int world : {1, 2, 4}) {
     auto run_dir = dir / ("w" + std::to_string(world));
-    auto cfg = dir / ("w" + std::to_string(world) + ".yaml");
-    write_text(cfg, small_config(data.string(), run_dir.string(), world, 30));
-    auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 300);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
+    run_job(dir / ("w" + std::to_string(world) + ".yaml"),
+            small_config(data.string(), run_dir.string(), world, 30));
     losses.push_back(metric_series(run_dir / "metrics.jsonl", "loss"));
     REQUIRE(losses.back().size() == 30);
   }
