@@ -92,12 +92,10 @@ int gateway_command(const std::vector<std::string>& args) {
                "HOST:PORT to listen on, over the config's (port 0: any)")(
     "replica-logs", po::value(&logs),
     "where the replicas it starts log (default: a temporary directory)");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("usage: " + cl.usage_line());
   auto cfg = gateway::load_gateway_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "gateway: " + cfg.message());

@@ -31,12 +31,10 @@ int serve_command(const std::vector<std::string>& args) {
     "this machine reach it through its listener (loopback only).");
   cl.options()("listen", po::value<std::string>(),
                "HOST:PORT to listen on, over the config's (port 0: any)");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("usage: " + cl.usage_line());
   auto cfg = serve::load_serve_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "serve: " + cfg.message());

@@ -27,6 +27,12 @@ command_line& command_line::positional(const std::string& name, int max_count) {
   return *this;
 }
 
+command_line& command_line::required(const std::string& name,
+                                     const std::string& shown, int max_count) {
+  required_.emplace_back(name, shown);
+  return positional(name, max_count);
+}
+
 std::string command_line::usage_line() const {
   return "usage: tutti " + name_ + (usage_.empty() ? "" : " " + usage_);
 }
@@ -60,6 +66,9 @@ std::optional<int> command_line::parse(const std::vector<std::string>& args,
   } catch (const po::error& ex) {
     return bad(ex.what());
   }
+  for (const auto& [name, shown] : required_)
+    if (!vm.count(name))
+      return bad("missing " + shown + " (" + usage_line() + ")");
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tutti::cli {
@@ -25,6 +26,10 @@ public:
   // the rest. Its values are vm[name] (std::string, or
   // std::vector<std::string> when max_count != 1).
   command_line& positional(const std::string& name, int max_count = 1);
+  // The same, required: parse() refuses its absence in one line,
+  // "missing SHOWN (usage: tutti NAME USAGE)".
+  command_line& required(const std::string& name, const std::string& shown,
+                         int max_count = 1);
 
   // Parses `args` into `vm`: nullopt to go on, else the exit status after
   // --help (0) or a bad argument (2).
@@ -41,6 +46,7 @@ private:
   po::options_description shown_{"options"};
   po::options_description hidden_;
   po::positional_options_description positional_;
+  std::vector<std::pair<std::string, std::string>> required_; // name, shown
 };
 
 } // namespace tutti::cli
