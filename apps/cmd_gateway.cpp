@@ -88,9 +88,8 @@ int gateway_command(const std::vector<std::string>& args) {
     "sections (every key: docs/config-reference.md). Stops on SIGINT or\n"
     "SIGTERM.");
   std::string logs;
-  cl.options()("listen", po::value<std::string>(),
-               "HOST:PORT to listen on, over the config's (port 0: any)")(
-    "replica-logs", po::value(&logs),
+  cl.listen_option();
+  cl.options()("replica-logs", po::value(&logs),
     "where the replicas it starts log (default: a temporary directory)");
   cl.required("config", "CONFIG");
   po::variables_map vm;
@@ -100,11 +99,8 @@ int gateway_command(const std::vector<std::string>& args) {
   if (!cfg)
     return fail(2, "gateway: " + cfg.message());
   auto c = cfg.value();
-  if (vm.count("listen"))
-    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
-                                 c.port);
-        !s.ok())
-      return cl.bad("--listen: " + s.message());
+  if (auto bad = cl.apply_listen(vm, c.host, c.port))
+    return *bad;
   for (const auto* g : {&c.stable, &c.canary})
     if (!g->serve_config.empty())
       if (auto s = serve::load_serve_config(g->serve_config); !s)

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "tutti/config/host_port.hpp"
 
 namespace tutti::cli {
 
@@ -31,6 +32,23 @@ command_line& command_line::required(const std::string& name,
                                      const std::string& shown, int max_count) {
   required_.emplace_back(name, shown);
   return positional(name, max_count);
+}
+
+void command_line::listen_option() {
+  shown_.add_options()(
+    "listen", po::value<std::string>(),
+    "HOST:PORT to listen on, over the config's (port 0: any)");
+}
+
+std::optional<int> command_line::apply_listen(const po::variables_map& vm,
+                                              std::string& host,
+                                              uint16_t& port) const {
+  if (!vm.count("listen"))
+    return std::nullopt;
+  if (auto s = parse_host_port(vm["listen"].as<std::string>(), host, port);
+      !s.ok())
+    return bad("--listen: " + s.message());
+  return std::nullopt;
 }
 
 std::string command_line::usage_line() const {

@@ -5,6 +5,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +36,13 @@ public:
   // --help (0) or a bad argument (2).
   std::optional<int> parse(const std::vector<std::string>& args,
                            po::variables_map& vm) const;
+
+  // A --listen HOST:PORT option over a config's address.
+  void listen_option();
+  // Puts --listen, if given, into host and port; the exit status 2 of a
+  // bad one (refused in one line), else nullopt.
+  std::optional<int> apply_listen(const po::variables_map& vm,
+                                  std::string& host, uint16_t& port) const;
 
   // "tutti: NAME: <what>" on stderr; returns 2.
   int bad(const std::string& what) const;
