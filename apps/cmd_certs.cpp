@@ -22,12 +22,10 @@ int certs_init(const std::vector<std::string>& args) {
                   "a new cluster CA: DIR/ca.crt and DIR/ca.key (0600)");
   cl.options()("days", po::value<int64_t>()->default_value(365),
                "how long the CA is valid");
-  cl.positional("dir");
+  cl.required("dir", "DIR");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("dir"))
-    return cl.bad("usage: " + cl.usage_line());
   const auto dir = vm["dir"].as<std::string>();
   if (auto s = security::init_ca(dir, vm["days"].as<int64_t>()); !s.ok())
     return fail(s.message().find("already") != std::string::npos ? 2 : 1,
@@ -103,12 +101,10 @@ int certs_issue(const std::vector<std::string>& args) {
 
 int certs_show(const std::vector<std::string>& args) {
   command_line cl("certs show", "FILE", "what a PEM certificate holds");
-  cl.positional("file");
+  cl.required("file", "FILE");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("file"))
-    return cl.bad("usage: " + cl.usage_line());
   auto text = security::describe_certificate(vm["file"].as<std::string>());
   if (!text)
     return fail(2, "certs show: " + text.message());

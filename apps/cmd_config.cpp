@@ -36,12 +36,10 @@ int history(const std::vector<std::string>& args) {
   command_line cl("config history", "RUN_DIR",
                   "every config version of the job: when, who, why, and the "
                   "keys that changed");
-  cl.positional("run_dir");
+  cl.required("run_dir", "RUN_DIR");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("run_dir"))
-    return cl.bad("missing RUN_DIR");
   return print_versions("history", vm["run_dir"].as<std::string>(),
                         {"history"});
 }

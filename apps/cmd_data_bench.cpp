@@ -101,12 +101,10 @@ int data_bench(const std::vector<std::string>& args) {
   cl.options()("steps", po::value(&steps)->default_value(200),
                "steps of batches to make")(
     "run", po::value(&run_dir), "run directory (default: the config's)");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("missing CONFIG");
   if (steps < 1)
     return cl.bad("--steps must be >= 1");
   auto loaded = load_job_config(vm["config"].as<std::string>());
@@ -219,12 +217,10 @@ int data_warm(const std::vector<std::string>& args) {
                   "CONFIG's\ndata.dir) into its page cache in the "
                   "background, so that a job\nstarting next loads them from "
                   "memory.");
-  cl.positional("target");
+  cl.required("target", "DIR or CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("target"))
-    return cl.bad("missing DIR or CONFIG");
   fs::path dir = vm["target"].as<std::string>();
   if (std::error_code ec; !fs::exists(dir, ec))
     return fail(2, "data warm: " + dir.string()

@@ -179,12 +179,10 @@ int stats(const std::vector<std::string>& args) {
     "layer", po::value(&layer)->default_value(0), "layer of the heatmap")(
     "top", po::value(&top)->default_value(10), "co-activated pairs to list")(
     "window", po::value(&which)->default_value("all"), "all (summed) or last");
-  cl.positional("run_dir");
+  cl.required("run_dir", "RUN_DIR or HOST:PORT");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("run_dir"))
-    return cl.bad("missing RUN_DIR or HOST:PORT");
   if (which != "all" && which != "last")
     return cl.bad("--window must be all or last, got " + which);
   const auto source = vm["run_dir"].as<std::string>();

@@ -88,25 +88,19 @@ int gateway_command(const std::vector<std::string>& args) {
     "sections (every key: docs/config-reference.md). Stops on SIGINT or\n"
     "SIGTERM.");
   std::string logs;
-  cl.options()("listen", po::value<std::string>(),
-               "HOST:PORT to listen on, over the config's (port 0: any)")(
-    "replica-logs", po::value(&logs),
+  cl.listen_option();
+  cl.options()("replica-logs", po::value(&logs),
     "where the replicas it starts log (default: a temporary directory)");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("usage: " + cl.usage_line());
   auto cfg = gateway::load_gateway_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "gateway: " + cfg.message());
   auto c = cfg.value();
-  if (vm.count("listen"))
-    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
-                                 c.port);
-        !s.ok())
-      return cl.bad("--listen: " + s.message());
+  if (auto bad = cl.apply_listen(vm, c.host, c.port))
+    return *bad;
   for (const auto* g : {&c.stable, &c.canary})
     if (!g->serve_config.empty())
       if (auto s = serve::load_serve_config(g->serve_config); !s)

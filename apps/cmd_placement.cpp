@@ -75,12 +75,10 @@ int plan(const std::vector<std::string>& args) {
     "max-imbalance", po::value(&max_imbalance)->default_value(1.1),
     "per-rank load bound, max/mean tokens")(
     "json", "the comparison as one JSON object");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("missing CONFIG");
   auto cfg = load_job_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "config: " + cfg.message());

@@ -156,12 +156,10 @@ int plan_command(const std::vector<std::string>& args) {
     "top", po::value<size_t>()->default_value(15), "layouts --search lists")(
     "tflops", po::value<double>()->default_value(400),
     "sustained TFLOP/s per device for the step-time estimate");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("missing CONFIG (usage: tutti plan CONFIG)");
   const auto path = vm["config"].as<std::string>();
   std::ifstream in(path);
   if (!in)

@@ -26,12 +26,10 @@ int rollback_command(const std::vector<std::string>& args) {
     "quiet", "no progress lines")("prepare-only",
                                   "set the job up, do not run it (tutti run "
                                   "RUN_DIR/config-version-N.yaml does)");
-  cl.positional("run_dir");
+  cl.required("run_dir", "RUN_DIR");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("run_dir"))
-    return cl.bad("missing RUN_DIR");
   if (!vm.count("to-version") || version < 1)
     return cl.bad("--to-version V (>= 1) is required");
   if (vm.count("checkpoint") && step < 0)

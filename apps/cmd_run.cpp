@@ -71,12 +71,10 @@ int run_command(const std::vector<std::string>& args) {
   cl.options()("quiet", "no progress lines")(
     "fresh", "forget the job's state and checkpoints, start over")(
     "yes", "with --fresh: do not ask");
-  cl.positional("config");
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("missing CONFIG (usage: tutti run CONFIG)");
   return run_job_file(vm["config"].as<std::string>(), vm.count("quiet") > 0,
                       vm.count("fresh") > 0, vm.count("yes") > 0);
 }

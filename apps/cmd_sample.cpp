@@ -62,12 +62,10 @@ int sample_command(const std::vector<std::string>& args) {
     "tokenizer.model or a directory holding one (default: found in RUN_DIR)")(
     "no-stop", po::bool_switch(&no_stop),
     "go on past the end-of-document token");
-  cl.positional("run_dir");
+  cl.required("run_dir", "RUN_DIR");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("run_dir"))
-    return cl.bad("missing RUN_DIR");
   if (o.max_new_tokens < 1 || o.sampling.temperature < 0
       || o.sampling.top_k < 0)
     return cl.bad("--tokens must be >= 1, --temperature and --top-k >= 0");

@@ -29,23 +29,17 @@ int serve_command(const std::vector<std::string>& args) {
     "(every key: docs/config-reference.md).\n"
     "Stops on SIGINT or SIGTERM. `tutti status|shell|logs|chaos CONFIG` on\n"
     "this machine reach it through its listener (loopback only).");
-  cl.options()("listen", po::value<std::string>(),
-               "HOST:PORT to listen on, over the config's (port 0: any)");
-  cl.positional("config");
+  cl.listen_option();
+  cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
-  if (!vm.count("config"))
-    return cl.bad("usage: " + cl.usage_line());
   auto cfg = serve::load_serve_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "serve: " + cfg.message());
   auto c = cfg.value();
-  if (vm.count("listen"))
-    if (auto s = parse_host_port(vm["listen"].as<std::string>(), c.host,
-                                 c.port);
-        !s.ok())
-      return cl.bad("--listen: " + s.message());
+  if (auto bad = cl.apply_listen(vm, c.host, c.port))
+    return *bad;
   return run_serve_node(std::move(c), 0, "serve", true);
 }
 

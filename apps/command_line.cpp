@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "tutti/config/host_port.hpp"
 
 namespace tutti::cli {
 
@@ -25,6 +26,29 @@ command_line& command_line::positional(const std::string& name, int max_count) {
     hidden_.add_options()(name.c_str(), po::value<std::vector<std::string>>());
   positional_.add(name.c_str(), max_count);
   return *this;
+}
+
+command_line& command_line::required(const std::string& name,
+                                     const std::string& shown, int max_count) {
+  required_.emplace_back(name, shown);
+  return positional(name, max_count);
+}
+
+void command_line::listen_option() {
+  shown_.add_options()(
+    "listen", po::value<std::string>(),
+    "HOST:PORT to listen on, over the config's (port 0: any)");
+}
+
+std::optional<int> command_line::apply_listen(const po::variables_map& vm,
+                                              std::string& host,
+                                              uint16_t& port) const {
+  if (!vm.count("listen"))
+    return std::nullopt;
+  if (auto s = parse_host_port(vm["listen"].as<std::string>(), host, port);
+      !s.ok())
+    return bad("--listen: " + s.message());
+  return std::nullopt;
 }
 
 std::string command_line::usage_line() const {
@@ -60,6 +84,9 @@ std::optional<int> command_line::parse(const std::vector<std::string>& args,
   } catch (const po::error& ex) {
     return bad(ex.what());
   }
+  for (const auto& [name, shown] : required_)
+    if (!vm.count(name))
+      return bad("missing " + shown + " (" + usage_line() + ")");
   return std::nullopt;
 }
 

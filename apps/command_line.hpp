@@ -5,8 +5,10 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tutti::cli {
@@ -25,11 +27,22 @@ public:
   // the rest. Its values are vm[name] (std::string, or
   // std::vector<std::string> when max_count != 1).
   command_line& positional(const std::string& name, int max_count = 1);
+  // The same, required: parse() refuses its absence in one line,
+  // "missing SHOWN (usage: tutti NAME USAGE)".
+  command_line& required(const std::string& name, const std::string& shown,
+                         int max_count = 1);
 
   // Parses `args` into `vm`: nullopt to go on, else the exit status after
   // --help (0) or a bad argument (2).
   std::optional<int> parse(const std::vector<std::string>& args,
                            po::variables_map& vm) const;
+
+  // A --listen HOST:PORT option over a config's address.
+  void listen_option();
+  // Puts --listen, if given, into host and port; the exit status 2 of a
+  // bad one (refused in one line), else nullopt.
+  std::optional<int> apply_listen(const po::variables_map& vm,
+                                  std::string& host, uint16_t& port) const;
 
   // "tutti: NAME: <what>" on stderr; returns 2.
   int bad(const std::string& what) const;
@@ -41,6 +54,7 @@ private:
   po::options_description shown_{"options"};
   po::options_description hidden_;
   po::positional_options_description positional_;
+  std::vector<std::pair<std::string, std::string>> required_; // name, shown
 };
 
 } // namespace tutti::cli

@@ -231,14 +231,7 @@ int64_t wait_as_spare(caf::actor_system& sys, caf::scoped_actor& self,
 }
 
 int serve_job(const job_config& cfg, daemon_options opt) {
-  system_options sys_opt;
-  sys_opt.network = true;
-  // The middleman notices a silent peer as fast as the coordinator does.
-  sys_opt.heartbeat = std::chrono::milliseconds(
-    cfg.recovery.heartbeat_interval_ms);
-  sys_opt.connection_timeout = std::chrono::milliseconds(
-    cfg.recovery.heartbeat_timeout_ms);
-  tutti_system_config sys_cfg{sys_opt};
+  tutti_system_config sys_cfg{network_options(cfg.recovery)};
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
 

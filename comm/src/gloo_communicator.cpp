@@ -16,11 +16,14 @@
 #include "tutti/comm/data_plane_peers.hpp"
 #include "tutti/comm/slices.hpp"
 #include "gloo_check.hpp"
+#include "sum_overloads.hpp"
 
 namespace tutti::comm {
 namespace {
 
-class gloo_communicator final : public communicator {
+class gloo_communicator final : public sums_by_template<gloo_communicator> {
+  friend class sums_by_template<gloo_communicator>;
+
 public:
   gloo_communicator(std::shared_ptr<gloo::Context> context,
                     gloo_options options)
@@ -28,16 +31,6 @@ public:
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
-
-  status all_reduce_sum(float* data, size_t count) override {
-    return reduce(data, count);
-  }
-  status all_reduce_sum(double* data, size_t count) override {
-    return reduce(data, count);
-  }
-  status all_reduce_sum(int64_t* data, size_t count) override {
-    return reduce(data, count);
-  }
 
   status all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
                       void* recv, const std::vector<int64_t>& recv_counts,

@@ -6,6 +6,8 @@
 #include <functional>
 #include <vector>
 
+#include "sum_overloads.hpp"
+
 namespace tutti::comm {
 
 // What the members of one group share: a barrier that can be aborted and
@@ -153,7 +155,9 @@ status memory_hub::join(const std::string& name, int member, int size,
 
 namespace {
 
-class memory_communicator final : public communicator {
+class memory_communicator final : public sums_by_template<memory_communicator> {
+  friend class sums_by_template<memory_communicator>;
+
 public:
   memory_communicator(std::shared_ptr<memory_group> group, int rank,
                       memory_options options)
@@ -161,16 +165,6 @@ public:
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
-
-  status all_reduce_sum(float* data, size_t count) override {
-    return reduce(data, count);
-  }
-  status all_reduce_sum(double* data, size_t count) override {
-    return reduce(data, count);
-  }
-  status all_reduce_sum(int64_t* data, size_t count) override {
-    return reduce(data, count);
-  }
 
   status all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
                       void* recv, const std::vector<int64_t>& recv_counts,

@@ -143,7 +143,8 @@ struct gateway::impl {
     }
     restart_exited();
     judge_rollout(f, now);
-    if (f.phase == rollout_phase::promoted && !f.cfg.canary.serve_config.empty())
+    if (f.phase == rollout_phase::promoted
+        && !f.cfg.canary.serve_config.empty())
       stable_config = f.cfg.canary.serve_config;
     retire_drained(f);
     autoscale(f, now, [this](replica_role role) {
@@ -198,10 +199,7 @@ std::string metrics_text(fleet& f) {
       t.sample(name, labels(*r), static_cast<double>(value(*r)));
   };
   auto single = [&](const char* name, const char* type, const char* help,
-                    double value) {
-    t.family(name, type, help);
-    t.sample(name, {}, value);
-  };
+                    double value) { t.metric(name, type, help, {}, value); };
   per_replica("tutti_gateway_replica_up", "gauge",
               "1 while the replica's /ready answers",
               [](const replica& r) { return r.healthy ? 1 : 0; });
@@ -226,15 +224,13 @@ std::string metrics_text(fleet& f) {
   single("tutti_gateway_retries_total", "counter",
          "requests sent again to another replica before they started",
          static_cast<double>(f.retries));
-  t.family("tutti_gateway_rejected_total", "counter",
-           "requests refused by the gateway");
-  t.sample("tutti_gateway_rejected_total", {{"reason", "busy"}},
+  t.metric("tutti_gateway_rejected_total", "counter",
+           "requests refused by the gateway", {{"reason", "busy"}},
            static_cast<double>(f.rejected_busy));
   t.sample("tutti_gateway_rejected_total", {{"reason", "no_replica"}},
            static_cast<double>(f.rejected_none));
-  t.family("tutti_gateway_canary_share_percent", "gauge",
-           "the canary version's share of requests");
-  t.sample("tutti_gateway_canary_share_percent",
+  t.metric("tutti_gateway_canary_share_percent", "gauge",
+           "the canary version's share of requests",
            {{"version", f.canary_version}}, f.canary_share);
   single("tutti_gateway_rollbacks_total", "counter", "canary rollbacks",
          static_cast<double>(f.rollbacks));
@@ -251,9 +247,8 @@ std::string metrics_text(fleet& f) {
     serving += r->role == replica_role::serving;
     spares += r->role == replica_role::spare;
   }
-  t.family("tutti_gateway_replicas", "gauge", "replicas by role");
-  t.sample("tutti_gateway_replicas", {{"role", "serving"}},
-           static_cast<double>(serving));
+  t.metric("tutti_gateway_replicas", "gauge", "replicas by role",
+           {{"role", "serving"}}, static_cast<double>(serving));
   t.sample("tutti_gateway_replicas", {{"role", "spare"}},
            static_cast<double>(spares));
   return t.str();

@@ -163,6 +163,13 @@ prometheus_text::metric_family& prometheus_text::series(
   return fam;
 }
 
+void prometheus_text::metric(const std::string& name, const std::string& type,
+                             const std::string& help, const label_list& labels,
+                             double value) {
+  family(name, type, help);
+  sample(name, labels, value);
+}
+
 void prometheus_text::sample(const std::string& name, const label_list& labels,
                              double value) {
   auto& fam = series(name, false, labels);

@@ -21,18 +21,9 @@ struct rendezvous_state {
 rendezvous_actor::behavior_type rendezvous(
   rendezvous_actor::stateful_pointer<rendezvous_state> self) {
   return {
-    [self](store_set_atom, const std::string& key,
-           const std::string& value) -> caf::ok_atom {
-      self->state.store.set(key, value);
-      return caf::ok_atom_v;
-    },
-    [self](store_get_atom, const std::string& key) -> caf::result<std::string> {
-      return self->state.store.get(self, key);
-    },
-    [self](store_wait_atom,
-           const std::vector<std::string>& keys) -> caf::result<caf::ok_atom> {
-      return self->state.store.wait(self, keys);
-    },
+    store_set_handler(self),
+    store_get_handler(self),
+    store_wait_handler(self),
   };
 }
 

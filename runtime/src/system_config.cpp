@@ -8,6 +8,15 @@
 
 namespace tutti {
 
+system_options network_options(const recovery_config& recovery) {
+  system_options o;
+  o.network = true;
+  o.heartbeat = std::chrono::milliseconds(recovery.heartbeat_interval_ms);
+  o.connection_timeout = std::chrono::milliseconds(
+    recovery.heartbeat_timeout_ms);
+  return o;
+}
+
 tutti_system_config::tutti_system_config(const system_options& options) {
   add_message_types<caf::id_block::tutti>();
   // (CAF 0.17.6's add_error_category<T> does not compile; give the renderer

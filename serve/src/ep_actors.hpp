@@ -147,7 +147,7 @@ struct ep_rank_args {
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
   std::shared_ptr<layout_cell> layout; // where dispatch sends rows
   std::vector<int32_t> racks;          // per rank of the group; empty: one
-  bool rack_aware_alltoall = false;    // through moe::rack_exchange
+  bool rack_aware_alltoall = false;    // moe::make_token_exchange: rack
   // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
   bool data_parallel_attention = false;
 };

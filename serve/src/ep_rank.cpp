@@ -1,14 +1,13 @@
 // A rank of an expert-parallel serving replica: attention and its KV cache
-// in an engine whose experts go through an all-to-all (dispatch), the
-// expert shards of the ranks (compute) and a second all-to-all (combine),
-// as training's MoE block does, over the ranks' communicator. Each row's
-// output comes back to the slot it left from and is summed in slot order
-// by the engine, so the tokens are those of the one-rank engine, wherever
-// the layout (expert_layout.hpp) puts the experts. With
-// serve.rack_aware_alltoall both exchanges go through training's
-// rack_exchange (one relay per rack, a token crossing to a rack once),
-// which leaves the receive buffers as the flat exchange does: the same
-// bits, fewer bytes across racks. The
+// in an engine whose experts go through a dispatch, the expert shards of
+// the ranks (compute) and the way back, as training's MoE block does, over
+// the ranks' communicator and through the same moe::token_exchange. Each
+// row's output comes back to the slot it left from and is summed in slot
+// order by the engine, so the tokens are those of the one-rank engine,
+// wherever the layout (expert_layout.hpp) puts the experts and whichever
+// exchange the config chose: with serve.rack_aware_alltoall one relay per
+// rack (a token crossing to a rack once), which leaves the rows as the
+// flat exchange does: the same bits, fewer bytes across racks. The
 // communicator is the in-process one, or Gloo across daemons, where node
 // 0's rank leads each step and the others follow it (ep_ranks.hpp).
 
@@ -21,7 +20,7 @@
 #include "remote_sequences.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/kernels/ops.hpp"
-#include "tutti/moe/rack_exchange.hpp"
+#include "tutti/moe/token_exchange.hpp"
 
 namespace tutti::serve {
 
@@ -48,45 +47,41 @@ private:
   status find_shard(const caf::actor& failed);
   bool count_offloaded(const expert_layout& x, int64_t layer,
                        const int32_t* topk, int64_t rows);
-  // Rows of D floats from the flat exchange's float counts.
-  std::vector<int64_t> rows_of(const std::vector<int64_t>& floats) const;
   // Bytes this rank sent to each rank, into link_ and bytes_.
   void count_links(const std::vector<int64_t>& bytes_to);
 
   caf::blocking_actor* self_;
-  comm::communicator& comm_;
   const ep_rank_args& a_;
   expert_shard_actor shard_;
   std::vector<int64_t> rack_of_; // per rank of the group
-  std::unique_ptr<moe::rack_exchange> rack_; // rack-aware exchanges
-  moe::staged_collectives collectives_{kernels::cpu_stream()};
+  // Dispatch and the way back, the strategy chosen by the config; null
+  // (and made_ why) if it could not be made.
+  std::unique_ptr<moe::token_exchange> exchange_;
+  status made_;
+  moe::exchange_plan plan_; // the layer's
   link_bytes link_{};
-  std::vector<int64_t> row_token_;
   int64_t bytes_ = 0, restarts_ = 0, offloaded_rows_ = 0, routed_rows_ = 0;
   double step_wait_s_ = 0.0;
-  std::vector<int64_t> order_, send_counts_, recv_counts_, send_n_, recv_n_,
-    rows_per_expert_, placement_;
-  std::vector<float> send_, recv_, input_, output_, back_, returned_;
+  std::vector<int64_t> order_;       // dispatch row -> slot
+  std::vector<int32_t> slot_of_row_; // the same, as the kernels take it
+  kernels::tensor<float> send_;      // the dispatch order, where packed
+  std::vector<float> input_, output_, returned_;
 };
 
 actor_exchange::actor_exchange(caf::blocking_actor* self,
                                comm::communicator& comm, const ep_rank_args& a)
-  : self_(self), comm_(comm), a_(a), rack_of_(a.ranks, 0) {
+  : self_(self), a_(a), rack_of_(a.ranks, 0) {
   if (static_cast<int64_t>(a.racks.size()) == a.ranks)
     for (int32_t p = 0; p < a.ranks; ++p)
       rack_of_[p] = a.racks[p];
-  if (a.rack_aware_alltoall)
-    rack_ = std::make_unique<moe::rack_exchange>(
-      moe::rack_layout(rack_of_), kernels::cpu_stream());
-}
-
-std::vector<int64_t> actor_exchange::rows_of(
-  const std::vector<int64_t>& floats) const {
-  const int64_t D = a_.model->shape.hidden;
-  std::vector<int64_t> rows(floats.size());
-  for (size_t p = 0; p < floats.size(); ++p)
-    rows[p] = floats[p] / D;
-  return rows;
+  moe::exchange_options o;
+  o.rack_aware = a.rack_aware_alltoall;
+  o.racks = moe::rack_layout(rack_of_);
+  auto made = moe::make_token_exchange(comm, kernels::cpu_stream(), o);
+  if (made.ok())
+    exchange_ = std::move(made.value());
+  else
+    made_ = made.error();
 }
 
 void actor_exchange::count_links(const std::vector<int64_t>& bytes_to) {
@@ -150,143 +145,72 @@ status actor_exchange::compute(const expert_task_ptr& task) {
 
 status actor_exchange::run(int64_t layer, const float* xn, const int32_t* topk,
                            int64_t rows, float* out) {
+  if (!exchange_)
+    return made_.with_context("rank " + std::to_string(a_.rank) + ": ");
   const auto& s = a_.model->shape;
   const auto layout = a_.layout->get();
   const auto& x = *layout;
   const int64_t P = a_.ranks, E = s.experts, K = s.top_k;
   const int64_t D = s.hidden, slots = rows * K;
-  // This rank's experts of the layer: positions [mine0, mine0 + mine).
-  const int64_t mine0 = x.begin(layer, a_.rank);
-  const int64_t mine = x.end(layer, a_.rank) - mine0;
-  // Dispatch: slots by their expert's position in the layout (so by owning
-  // rank), each expert's in order.
-  send_counts_.assign(E, 0);
+  // Dispatch order: slots by their expert's position in the layout (so by
+  // owning rank), each expert's in order.
+  moe::routed_rows in;
+  in.expert_rows.assign(E, 0);
   for (int64_t t = 0; t < slots; ++t)
-    ++send_counts_[x.position_of(layer, topk[t])];
+    ++in.expert_rows[x.position_of(layer, topk[t])];
   std::vector<int64_t> at(E + 1, 0);
   for (int64_t e = 0; e < E; ++e)
-    at[e + 1] = at[e] + send_counts_[e];
+    at[e + 1] = at[e] + in.expert_rows[e];
   order_.resize(slots);
   for (int64_t t = 0; t < slots; ++t)
     order_[at[x.position_of(layer, topk[t])]++] = t;
+  slot_of_row_.assign(order_.begin(), order_.end());
   const bool touches = count_offloaded(x, layer, topk, rows);
-  // Floats to each rank: its positions' rows.
-  send_n_.assign(P, 0);
-  for (int64_t p = 0; p < P; ++p)
-    for (int64_t i = x.begin(layer, p); i < x.end(layer, p); ++i)
-      send_n_[p] += send_counts_[i] * D;
-  // What this rank receives, once it has each rank's counts of its
-  // `mine` experts ([p * mine + i] in recv_counts_).
-  auto take_counts = [&] {
-    recv_n_.assign(P, 0);
-    rows_per_expert_.assign(mine, 0);
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t i = 0; i < mine; ++i) {
-        recv_n_[p] += recv_counts_[p * mine + i] * D;
-        rows_per_expert_[i] += recv_counts_[p * mine + i];
-      }
-    int64_t m = 0;
-    for (auto n : recv_n_)
-      m += n / D;
-    recv_.resize(m * D);
-  };
-  recv_counts_.assign(P * mine, 0);
-  if (rack_) {
-    // The relays send each token to a rack once: they need its rows' token.
-    // Every rank's counts ride in the dispatch's own count exchange.
-    row_token_.resize(slots);
-    for (int64_t i = 0; i < slots; ++i)
-      row_token_[i] = order_[i] / K;
-    rack_->reset_bytes();
-    std::vector<int64_t> counts = send_counts_;
-    TUTTI_RETURN_IF_ERROR(rack_->dispatch(
-      comm_, collectives_, xn, D, row_token_, rows_of(send_n_), counts,
-      [&](const std::vector<int64_t>& got) -> expected<float*> {
-        for (int64_t p = 0; p < P; ++p)
-          for (int64_t i = 0; i < mine; ++i)
-            recv_counts_[p * mine + i] = counts[p * E + mine0 + i];
-        take_counts();
-        if (got != rows_of(recv_n_))
-          return status::error("serve exchange: the ranks' expert counts "
-                               "disagree with the rows they send");
-        return recv_.data();
-      }));
-    count_links(rack_->bytes_to());
-  } else {
-    // Counts: rank p gets those of its positions; each rank sends this one
-    // the counts of its `mine` experts.
-    std::vector<int64_t> count_n(P), recv_m(P, mine);
-    for (int64_t p = 0; p < P; ++p)
-      count_n[p] = x.end(layer, p) - x.begin(layer, p);
-    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(send_counts_.data(), count_n,
-                                             recv_counts_.data(), recv_m,
-                                             sizeof(int64_t)));
-    take_counts();
-    send_.resize(slots * D);
-    for (int64_t i = 0; i < slots; ++i)
-      std::copy_n(xn + (order_[i] / K) * D, D, send_.data() + i * D);
-    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(
-      send_.data(), send_n_, recv_.data(), recv_n_, sizeof(float)));
-    std::vector<int64_t> sent(P);
-    for (int64_t p = 0; p < P; ++p)
-      sent[p] = send_n_[p] * int64_t(sizeof(float));
-    count_links(sent);
-  }
-  const int64_t m = int64_t(recv_.size()) / D;
-  // Received rows are by source rank, then local expert; the shard takes
-  // them by local expert, then source rank. placement_[received row] = its
-  // row in the shard's task.
-  placement_.resize(m);
-  {
-    std::vector<int64_t> next(mine, 0);
-    for (int64_t i = 1; i < mine; ++i)
-      next[i] = next[i - 1] + rows_per_expert_[i - 1];
-    int64_t r = 0;
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t i = 0; i < mine; ++i)
-        for (int64_t j = 0; j < recv_counts_[p * mine + i]; ++j)
-          placement_[r++] = next[i]++;
-  }
-  input_.resize(m * D);
-  output_.resize(m * D);
-  for (int64_t r = 0; r < m; ++r)
-    std::copy_n(recv_.data() + r * D, D, input_.data() + placement_[r] * D);
+  in.expert_first.resize(P + 1);
+  for (int64_t p = 0; p <= P; ++p)
+    in.expert_first[p] = x.begin(layer, p);
+  in.tokens = xn;
+  in.tokens_count = rows;
+  in.d = D;
+  in.k = K;
+  in.slot_of_row = slot_of_row_.data();
+  in.rows = slots;
+  exchange_->reset_bytes();
+  moe::exchange_clock untimed;
+  returned_.resize(slots * D);
+  // In a group of one the experts' order is the dispatch order: the shard
+  // writes its outputs where they return to.
+  const bool in_place = exchange_->experts_order_is_dispatch_order();
+  TUTTI_RETURN_IF_ERROR(exchange_->dispatch(
+    in, plan_, send_,
+    [&](const moe::exchange_plan& p) -> expected<float*> {
+      input_.resize(p.recv_rows * D);
+      output_.resize(in_place ? 0 : p.recv_rows * D);
+      return input_.data();
+    },
+    untimed));
+  const int64_t m = plan_.recv_rows;
+  float* experts_out = in_place ? returned_.data() : output_.data();
   if (m > 0) {
     auto task = std::make_shared<expert_task>();
     task->layer = layer;
     task->input = input_.data();
-    task->output = output_.data();
-    task->rows_per_expert = rows_per_expert_.data();
+    task->output = experts_out;
+    task->rows_per_expert = plan_.rows_per_expert.data();
     task->rows = m;
     TUTTI_RETURN_IF_ERROR(compute(task));
   }
-  // Combine: outputs go back in the order their rows came, not summed on
-  // the way (the engine sums a token's outputs in slot order with its own
-  // code; training's relays sum a token's leading slots with training's
-  // kernel, model/rack_plan.hpp, which is not this one), so with racks a
-  // rack's outputs for this rank come back unsummed in one message. Where this
-  // rank's rows chose an offloaded expert, the time spent here is the wait
-  // on the offload rank (it ends when the slowest rank has sent).
-  back_.resize(m * D);
-  for (int64_t r = 0; r < m; ++r)
-    std::copy_n(output_.data() + placement_[r] * D, D, back_.data() + r * D);
-  returned_.resize(slots * D);
+  // The way back: outputs return in the order their rows came, not summed
+  // on the way (the engine sums a token's outputs in slot order with its
+  // own code; training's relays sum a token's leading slots with
+  // training's kernel, moe/rack_plan.hpp, which is not this one). Where
+  // this rank's rows chose an offloaded expert, the time spent here is the
+  // wait on the offload rank (it ends when the slowest rank has sent).
   const auto combine_start = std::chrono::steady_clock::now();
-  if (rack_) {
-    rack_->reset_bytes();
-    TUTTI_RETURN_IF_ERROR(rack_->relayed_back(comm_, collectives_,
-                                              back_.data(), rows_of(recv_n_),
-                                              returned_.data(),
-                                              rows_of(send_n_), D));
-    count_links(rack_->bytes_to());
-  } else {
-    TUTTI_RETURN_IF_ERROR(comm_.all_to_all_v(
-      back_.data(), recv_n_, returned_.data(), send_n_, sizeof(float)));
-    std::vector<int64_t> sent(P);
-    for (int64_t p = 0; p < P; ++p)
-      sent[p] = recv_n_[p] * int64_t(sizeof(float));
-    count_links(sent);
-  }
+  TUTTI_RETURN_IF_ERROR(exchange_->combine(plan_, 0, moe::combine_kind::outputs,
+                                           experts_out, returned_.data(),
+                                           nullptr, untimed));
+  count_links(exchange_->bytes_to());
   if (touches)
     step_wait_s_ += std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - combine_start)

@@ -20,8 +20,7 @@ std::vector<double> latency_buckets() {
 serve_metrics::serve_metrics(int64_t layers, int64_t experts)
   : layers_(layers), experts_(experts), ttft_(latency_buckets()),
     itl_(latency_buckets()), e2e_(latency_buckets()), queue_(latency_buckets()),
-    offload_wait_(latency_buckets()),
-    activations_(layers * experts, 0) {}
+    offload_wait_(latency_buckets()), activations_(layers * experts, 0) {}
 
 void serve_metrics::started(const request& r, clock::time_point now) {
   std::lock_guard lock(mutex_);
@@ -86,41 +85,33 @@ std::string serve_metrics::render(const std::string& model) const {
   std::lock_guard lock(mutex_);
   observability::prometheus_text t;
   const observability::label_list m = {{"model", model}};
-  t.family("tutti_serve_requests_running", "gauge",
-           "requests in the running batch");
-  t.sample("tutti_serve_requests_running", m, double(gauges_.running));
-  t.family("tutti_serve_requests_waiting", "gauge",
-           "requests queued or preempted, waiting to run");
-  t.sample("tutti_serve_requests_waiting", m, double(gauges_.waiting));
-  t.family("tutti_serve_kv_cache_usage_ratio", "gauge",
-           "fraction of KV cache blocks in use");
-  t.sample("tutti_serve_kv_cache_usage_ratio", m,
+  t.metric("tutti_serve_requests_running", "gauge",
+           "requests in the running batch", m, double(gauges_.running));
+  t.metric("tutti_serve_requests_waiting", "gauge",
+           "requests queued or preempted, waiting to run", m,
+           double(gauges_.waiting));
+  t.metric("tutti_serve_kv_cache_usage_ratio", "gauge",
+           "fraction of KV cache blocks in use", m,
            gauges_.kv_total_blocks
              ? double(gauges_.kv_used_blocks) / double(gauges_.kv_total_blocks)
              : 0.0);
-  t.family("tutti_serve_kv_cache_blocks_used", "gauge",
-           "KV cache blocks held by requests");
-  t.sample("tutti_serve_kv_cache_blocks_used", m,
+  t.metric("tutti_serve_kv_cache_blocks_used", "gauge",
+           "KV cache blocks held by requests", m,
            double(gauges_.kv_used_blocks));
-  t.family("tutti_serve_kv_cache_blocks", "gauge", "KV cache blocks in all");
-  t.sample("tutti_serve_kv_cache_blocks", m, double(gauges_.kv_total_blocks));
-  t.family("tutti_serve_prompt_tokens_total", "counter",
-           "prompt tokens of the requests started");
-  t.sample("tutti_serve_prompt_tokens_total", m, double(prompt_tokens_));
-  t.family("tutti_serve_generation_tokens_total", "counter",
-           "tokens generated");
-  t.sample("tutti_serve_generation_tokens_total", m,
-           double(generation_tokens_));
-  t.family("tutti_serve_preemptions_total", "counter",
-           "requests preempted for KV cache blocks (recomputed later)");
-  t.sample("tutti_serve_preemptions_total", m, double(preemptions_));
-  t.family("tutti_serve_prefix_cache_hit_tokens_total", "counter",
-           "prompt positions taken from cached KV blocks, not computed");
-  t.sample("tutti_serve_prefix_cache_hit_tokens_total", m,
+  t.metric("tutti_serve_kv_cache_blocks", "gauge", "KV cache blocks in all", m,
+           double(gauges_.kv_total_blocks));
+  t.metric("tutti_serve_prompt_tokens_total", "counter",
+           "prompt tokens of the requests started", m, double(prompt_tokens_));
+  t.metric("tutti_serve_generation_tokens_total", "counter", "tokens generated",
+           m, double(generation_tokens_));
+  t.metric("tutti_serve_preemptions_total", "counter",
+           "requests preempted for KV cache blocks (recomputed later)", m,
+           double(preemptions_));
+  t.metric("tutti_serve_prefix_cache_hit_tokens_total", "counter",
+           "prompt positions taken from cached KV blocks, not computed", m,
            double(gauges_.prefix_cache_hit_tokens));
-  t.family("tutti_serve_all_to_all_bytes_total", "counter",
-           "bytes the expert-parallel ranks sent in dispatch and combine");
-  t.sample("tutti_serve_all_to_all_bytes_total", m,
+  t.metric("tutti_serve_all_to_all_bytes_total", "counter",
+           "bytes the expert-parallel ranks sent in dispatch and combine", m,
            double(gauges_.all_to_all_bytes));
   t.family("tutti_serve_alltoall_bytes_total", "counter",
            "all-to-all bytes the replica's ranks sent (rows and relay "
@@ -137,9 +128,8 @@ std::string serve_metrics::render(const std::string& model) const {
   const double on_links = double(lb[1] + lb[2]);
   t.sample("tutti_serve_alltoall_cross_rack_share", m,
            on_links > 0 ? double(lb[2]) / on_links : 0.0);
-  t.family("tutti_serve_expert_shard_restarts_total", "counter",
-           "expert shard failures the ranks survived by a restart");
-  t.sample("tutti_serve_expert_shard_restarts_total", m,
+  t.metric("tutti_serve_expert_shard_restarts_total", "counter",
+           "expert shard failures the ranks survived by a restart", m,
            double(gauges_.expert_shard_restarts));
   t.family("tutti_serve_requests_finished_total", "counter",
            "requests finished, by finish reason");
@@ -160,37 +150,33 @@ std::string serve_metrics::render(const std::string& model) const {
                 {"layer", std::to_string(l)},
                 {"expert", std::to_string(e)}},
                double(activations_[l * experts_ + e]));
-  t.family("tutti_serve_offloaded_experts", "gauge",
-           "(layer, expert) pairs served by the offload rank (serve.offload)");
-  t.sample("tutti_serve_offloaded_experts", m,
-           double(gauges_.offloaded_experts));
-  t.family("tutti_serve_offloaded_expert_rows_total", "counter",
-           "rows (token, layer) that chose an offloaded expert");
-  t.sample("tutti_serve_offloaded_expert_rows_total", m,
+  t.metric("tutti_serve_offloaded_experts", "gauge",
+           "(layer, expert) pairs served by the offload rank (serve.offload)",
+           m, double(gauges_.offloaded_experts));
+  t.metric("tutti_serve_offloaded_expert_rows_total", "counter",
+           "rows (token, layer) that chose an offloaded expert", m,
            double(gauges_.offloaded_rows));
-  t.family("tutti_serve_routed_rows_total", "counter",
-           "rows (token, layer) routed to experts");
-  t.sample("tutti_serve_routed_rows_total", m, double(gauges_.routed_rows));
-  t.family("tutti_serve_offloaded_token_share", "gauge",
-           "share of routed rows that chose an offloaded expert");
-  t.sample("tutti_serve_offloaded_token_share", m,
-           gauges_.routed_rows ? double(gauges_.offloaded_rows)
-                                   / double(gauges_.routed_rows)
-                               : 0.0);
-  t.family("tutti_serve_cross_rack_share", "gauge",
+  t.metric("tutti_serve_routed_rows_total", "counter",
+           "rows (token, layer) routed to experts", m,
+           double(gauges_.routed_rows));
+  t.metric("tutti_serve_offloaded_token_share", "gauge",
+           "share of routed rows that chose an offloaded expert", m,
+           gauges_.routed_rows
+             ? double(gauges_.offloaded_rows) / double(gauges_.routed_rows)
+             : 0.0);
+  t.metric("tutti_serve_cross_rack_share", "gauge",
            "share of routed rows whose expert was in another rack than "
-           "their sequence, over the last replan window (serve.racks)");
-  t.sample("tutti_serve_cross_rack_share", m, gauges_.cross_rack_share);
-  t.family("tutti_serve_expert_replans_total", "counter",
-           "expert layouts replanned live by rack (serve.replan)");
-  t.sample("tutti_serve_expert_replans_total", m, double(gauges_.replans));
-  t.family("tutti_serve_requests_placed_total", "counter",
-           "requests placed by serve.rack_affinity: in the rack of their "
-           "prompt's experts, or elsewhere (that rack's ranks had less than half "
-           "the emptiest rank's free KV blocks)");
-  t.sample("tutti_serve_requests_placed_total",
-           {{"model", model}, {"by", "affinity"}},
-           double(gauges_.placed_by_affinity));
+           "their sequence, over the last replan window (serve.racks)",
+           m, gauges_.cross_rack_share);
+  t.metric("tutti_serve_expert_replans_total", "counter",
+           "expert layouts replanned live by rack (serve.replan)", m,
+           double(gauges_.replans));
+  t.metric(
+    "tutti_serve_requests_placed_total", "counter",
+    "requests placed by serve.rack_affinity: in the rack of their "
+    "prompt's experts, or elsewhere (that rack's ranks had less than half "
+    "the emptiest rank's free KV blocks)",
+    {{"model", model}, {"by", "affinity"}}, double(gauges_.placed_by_affinity));
   t.sample("tutti_serve_requests_placed_total",
            {{"model", model}, {"by", "elsewhere"}},
            double(gauges_.placed_elsewhere));

@@ -245,8 +245,7 @@ std::string render_metrics(const coordinator_state& st) {
   const auto& seen = st.seen;
   const auto& r = seen.last;
   auto gauge = [&](const std::string& name, const std::string& help, double v) {
-    m.family(name, "gauge", help);
-    m.sample(name, {}, v);
+    m.metric(name, "gauge", help, {}, v);
   };
   gauge("tutti_job_step", "Last step every rank finished.",
         static_cast<double>(st.last_step));
@@ -254,11 +253,11 @@ std::string render_metrics(const coordinator_state& st) {
         static_cast<double>(st.cfg.train.steps));
   gauge("tutti_job_epoch", "Membership epoch (+1 per recovery).",
         static_cast<double>(st.epoch));
-  m.family("tutti_job_state", "gauge", "1 for the job's current state.");
-  m.sample("tutti_job_state", {{"state", describe_job(st).state}}, 1);
-  m.family("tutti_recoveries_total", "counter",
-           "Job-level recoveries (communicators rebuilt from a checkpoint).");
-  m.sample("tutti_recoveries_total", {}, static_cast<double>(st.recoveries));
+  m.metric("tutti_job_state", "gauge", "1 for the job's current state.",
+           {{"state", describe_job(st).state}}, 1);
+  m.metric("tutti_recoveries_total", "counter",
+           "Job-level recoveries (communicators rebuilt from a checkpoint).",
+           {}, static_cast<double>(st.recoveries));
   m.family("tutti_restarts_total", "counter",
            "Actors restarted in place by their supervisors, by kind.");
   for (const char* kind :
@@ -272,11 +271,10 @@ std::string render_metrics(const coordinator_state& st) {
     gauge("tutti_loss", "Training loss of the last step (nats/token).", r.loss);
     gauge("tutti_tokens_per_second", "Tokens per second of the last step.",
           r.step_time_s > 0 ? r.tokens / r.step_time_s : 0);
-    m.family("tutti_step_time_seconds", "gauge",
+    m.metric("tutti_step_time_seconds", "gauge",
              "The last step's time, by part (mean over ranks; total: the "
-             "slowest rank).");
-    m.sample("tutti_step_time_seconds", {{"part", "compute"}},
-             r.time_compute_s);
+             "slowest rank).",
+             {{"part", "compute"}}, r.time_compute_s);
     m.sample("tutti_step_time_seconds", {{"part", "alltoall"}},
              r.time_alltoall_s);
     m.sample("tutti_step_time_seconds", {{"part", "alltoall_overlapped"}},
@@ -309,10 +307,9 @@ std::string render_metrics(const coordinator_state& st) {
           "Of the last step's all-to-all bytes on links, the share that "
           "crossed racks.",
           cross_rack_share(r.alltoall_bytes_by_link));
-    m.family("tutti_dropped_tokens_total", "counter",
-             "Tokens dropped over expert capacity, since the daemon started.");
-    m.sample("tutti_dropped_tokens_total", {},
-             static_cast<double>(seen.dropped_total));
+    m.metric("tutti_dropped_tokens_total", "counter",
+             "Tokens dropped over expert capacity, since the daemon started.",
+             {}, static_cast<double>(seen.dropped_total));
   }
   m.family("tutti_alltoall_bytes_total", "counter",
            "All-to-all bytes every rank sent, by the link class they "

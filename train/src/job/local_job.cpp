@@ -55,13 +55,8 @@ job_result run_local_job(const job_config& cfg, bool quiet,
                          const std::atomic<bool>& interrupt,
                          std::shared_ptr<store::job_store> db,
                          int64_t resume_step) {
-  system_options sys_opt;
-  sys_opt.network = true; // clients connect as to a daemon
-  sys_opt.heartbeat = std::chrono::milliseconds(
-    cfg.recovery.heartbeat_interval_ms);
-  sys_opt.connection_timeout = std::chrono::milliseconds(
-    cfg.recovery.heartbeat_timeout_ms);
-  tutti_system_config sys_cfg{sys_opt};
+  // Networked: clients connect as to a daemon.
+  tutti_system_config sys_cfg{network_options(cfg.recovery)};
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   std::vector<std::unique_ptr<basp_guard>> guards; // outlive their use

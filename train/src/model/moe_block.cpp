@@ -1,6 +1,7 @@
 // The MoE half of a decoder layer: route, dispatch over the EP group,
-// experts (through the expert_executor) and combine, chunk by chunk
-// (moe_combine.cpp). Expert-parallel layout: EP member p holds slots
+// experts (through the expert_executor) and combine, chunk by chunk, the
+// rows moved by the exchange the config chose (moe/token_exchange.hpp).
+// Expert-parallel layout: EP member p holds slots
 // [p*L, (p+1)*L), L = experts / ep_size; slot s holds expert s, or under a
 // placement the expert whose slot_of_expert_ is s. Routing, capacity and
 // the router's statistics stay in expert ids; from the dispatch plan on,
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/kernels/ops.hpp"
@@ -23,6 +25,24 @@ namespace tutti::train {
 
 namespace k = tutti::kernels;
 namespace names = model::names;
+
+namespace {
+
+// The exchanges' communication into the step's all-to-all timers.
+class step_clock final : public moe::exchange_clock {
+public:
+  step_clock(step_timers& time, const comm::communicator& group)
+    : time_(time), group_(group) {}
+  void start() override { timer_.emplace(time_, group_); }
+  void stop() override { timer_.reset(); }
+
+private:
+  step_timers& time_;
+  const comm::communicator& group_;
+  std::optional<exchange_timer<comm::communicator>> timer_;
+};
+
+} // namespace
 
 // The global pre-drop counts: the f_i of the Switch loss and the load that
 // bias balancing reacts to, over the whole global batch (so the loss does
@@ -116,69 +136,54 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                      slot_of_expert_.data() + l * E);
   a.rows = k::permute_plan(stream_, a.topk_kept.data(), n, E, K,
                            a.slot_of_row.data(), a.kept.data());
-  a.kept_host.resize(E);
-  a.kept.download(stream_, a.kept_host.data(), E);
 
-  // Exchange the per-expert counts (host memory), then the rows. Through
-  // the rack relays the counts ride in the dispatch's own count exchange.
-  a.send_counts.assign(P, 0);
-  for (int64_t p = 0; p < P; ++p)
-    for (int64_t j = 0; j < L; ++j)
-      a.send_counts[p] += a.kept_host[p * L + j];
-  a.recv_expert_counts.assign(P * L, 0);
-  const bool alone = exchanges_with_self_only();
-  const bool by_runs = exchanges_by_runs();
-  if (rack_) {
-    TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time)); // moe_exchange.cpp
-  } else {
-    {
-      exchange_timer t(time, *comms_.ep);
-      TUTTI_RETURN_IF_ERROR(comms_.ep->all_to_all(
-        a.kept_host.data(), a.recv_expert_counts.data(), L));
-    }
-    plan_receive(a);
-    if (by_runs)
-      plan_runs(a);
-    if (alone) { // the dispatch order is the experts' order already
-      k::permute_rows(stream_, a.xn2.data(), a.slot_of_row.data(),
-                      dexp_in_.data(), a.rows, K, d);
-      count_sent_rows(a.send_counts);
-    } else {
-      TUTTI_RETURN_IF_ERROR(dispatch_rows(a, n, time));
-    }
-  }
-
-  if (!alone && !by_runs)
-    k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_in_.data(),
-                   a.recv_rows, d);
+  // The rows to their experts' members, the per-expert counts shared on
+  // the way; they land in the experts' order in dexp_in_.
+  moe::routed_rows rows;
+  rows.tokens = a.xn2.data();
+  rows.tokens_count = n;
+  rows.d = d;
+  rows.k = K;
+  rows.slot_of_row = a.slot_of_row.data();
+  rows.rows = a.rows;
+  rows.expert_rows.resize(E);
+  a.kept.download(stream_, rows.expert_rows.data(), E);
+  rows.expert_first.resize(P + 1);
+  for (int64_t p = 0; p <= P; ++p)
+    rows.expert_first[p] = p * L;
+  rows.gates = a.gate.data();
+  step_clock clock(time, *comms_.ep);
+  TUTTI_RETURN_IF_ERROR(exchange_->dispatch(
+    rows, a.exchange, drows_,
+    [&](const moe::exchange_plan& plan) -> expected<float*> {
+      for (auto* buf : {&dexp_in_, &dexp_out_})
+        buf->resize(stream_, std::max<int64_t>(plan.recv_rows, 1) * d);
+      return dexp_in_.data();
+    },
+    clock));
+  const int64_t recv_rows = a.exchange.recv_rows;
   a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
   if (slots_.size() > 1) // a later forward may come before this backward
     a.expert_in.assign(
       stream_, dexp_in_.data(),
-      static_cast<size_t>(std::max<int64_t>(a.recv_rows, 1) * d));
+      static_cast<size_t>(std::max<int64_t>(recv_rows, 1) * d));
   expert_forward_of_[l] = micro_;
   k::wait(stream_); // the shard reads them on its own stream
-  // Experts and combine, chunk by chunk (moe_combine.cpp).
-  // Alone, the experts write their outputs in dispatch order themselves.
-  plan_combine(a);
+  // Experts and combine, chunk by chunk. In a group of one the experts
+  // write their outputs in dispatch order themselves.
+  float* expert_out = exchange_->experts_order_is_dispatch_order()
+                        ? a.y_rows.data()
+                        : dexp_out_.data();
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
-    l, dexp_in_.data(), alone ? a.y_rows.data() : dexp_out_.data(), d,
-    combine_chunk_rows(),
+    l, dexp_in_.data(), expert_out, d, a.exchange.chunk_rows(),
     [&](size_t c) {
-      if (!alone)
-        return combine_chunk(a, c, dexp_out_, a.y_rows,
-                             moe::combine_kind::outputs, time);
-      count_sent_rows(combine_[c].send); // as the plan counts self-exchanges
-      return status{};
+      return exchange_->combine(a.exchange, c, moe::combine_kind::outputs,
+                                expert_out, a.y_rows.data(), nullptr, clock);
     },
     time.overlap_s));
-  // Through the rack relays a group's outputs come summed on its lead row
-  // (rack_plan.hpp): gate 1 there, 0 on the group's other (zero) rows.
-  const float* gate = a.gate.data();
-  if (rack_) {
-    rack_combine_gates(a, n);
-    gate = gate_combine_.data();
-  }
+  // An exchange that summed a token's outputs on the way weighs its rows
+  // with gates of its own.
+  const float* gate = a.exchange.combine_gates(a.gate.data());
   k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(), gate,
                        out, a.rows, n, K, d);
   TUTTI_RETURN_IF_ERROR(tp_sum(out, n * d, time));
@@ -194,10 +199,9 @@ status rank_model::restore_expert_forward(int64_t l, layer_acts& a,
                                           step_timers& time) {
   if (expert_forward_of_[l] == micro_)
     return {};
-  plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
     l, a.expert_in.data(), dexp_out_.data(), cfg_.model.hidden_size,
-    combine_chunk_rows(), [](size_t) { return status{}; }, time.compute_s));
+    a.exchange.chunk_rows(), [](size_t) { return status{}; }, time.compute_s));
   expert_forward_of_[l] = micro_;
   return {};
 }
@@ -210,60 +214,41 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   auto& a = acts_[l];
   const int64_t d = m.hidden_size, E = e.num_experts, K = e.router_top_k;
   const float temperature = static_cast<float>(e.router_temperature);
+  const int64_t recv_rows = a.exchange.recv_rows;
   dgate_.resize(stream_, n * K);
   drows_.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
-  drecv_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_in_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
-  dexp_out_.resize(stream_, std::max<int64_t>(a.recv_rows, 1) * d);
+  dexp_in_.resize(stream_, std::max<int64_t>(recv_rows, 1) * d);
+  dexp_out_.resize(stream_, std::max<int64_t>(recv_rows, 1) * d);
   TUTTI_RETURN_IF_ERROR(restore_expert_forward(l, a, time));
 
-  // Through the rack relays y_rows holds what the combine left (a group's
-  // sum on its lead): the rows' gradients are right, the gate gradients of
-  // the groups' rows come from the relays with the input gradients.
-  // Alone, the rows' gradients are in the experts' order as they are made,
-  // and the experts' input gradients go straight to drows_.
-  const bool alone = exchanges_with_self_only();
-  k::unpermute_combine_backward(
-    stream_, dx.data(), a.y_rows.data(), a.slot_of_row.data(), a.gate.data(),
-    alone ? dexp_out_.data() : drows_.data(), dgate_.data(), a.rows, n, K, d);
-  const bool by_runs = exchanges_by_runs();
-  if (alone) {
-    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
-    count_sent_rows(a.send_counts);
-  } else if (by_runs) {
-    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
-    TUTTI_RETURN_IF_ERROR(exchange_by_runs(drows_.data(), a.dispatch_runs,
-                                           dexp_out_.data(), a.expert_runs,
-                                           a.send_counts, time));
-  } else if (rack_) {
-    TUTTI_RETURN_IF_ERROR(rack_dispatch_gradient(a, dx.data(), time));
-  } else {
-    // y_rows are this TP rank's partial outputs: so are the gates' gradients.
-    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
-    TUTTI_RETURN_IF_ERROR(exchange_rows(moe::relay_direction::out_of_origin,
-                                        drows_.data(), a.send_counts,
-                                        drecv_.data(), a.recv_counts, time));
-  }
-  if (!alone && !by_runs)
-    k::gather_rows(stream_, drecv_.data(), a.src_index.data(), dexp_out_.data(),
-                   a.recv_rows, d);
+  // y_rows holds what the combine left (through the rack relays a group's
+  // sum on its lead): the rows' gradients are right, and the gate
+  // gradients but for the rows an exchange summed, whose come back with
+  // the input gradients. In a group of one the rows' gradients are in the
+  // experts' order as they are made, and the experts' input gradients go
+  // straight to drows_.
+  const bool in_place = exchange_->experts_order_is_dispatch_order();
+  float* drows = in_place ? dexp_out_.data() : drows_.data();
+  float* dexperts_in = in_place ? drows_.data() : dexp_in_.data();
+  k::unpermute_combine_backward(stream_, dx.data(), a.y_rows.data(),
+                                a.slot_of_row.data(), a.gate.data(), drows,
+                                dgate_.data(), a.rows, n, K, d);
+  step_clock clock(time, *comms_.ep);
+  TUTTI_RETURN_IF_ERROR(exchange_->dispatch_gradient(
+    a.exchange, dx.data(), drows, dexp_out_.data(), clock));
   k::wait(stream_); // the shard reads them on its own stream
   // The experts' input gradients go back chunk by chunk, into drows_ (its
   // gradients are sent already), as in the forward pass.
-  plan_combine(a);
   TUTTI_RETURN_IF_ERROR(experts_.backward_chunks(
-    l, dexp_out_.data(), alone ? drows_.data() : dexp_in_.data(), d,
-    combine_chunk_rows(),
+    l, dexp_out_.data(), dexperts_in, d, a.exchange.chunk_rows(),
     [&](size_t c) {
-      if (!alone)
-        return combine_chunk(a, c, dexp_in_, drows_,
-                             moe::combine_kind::input_gradients, time);
-      count_sent_rows(combine_[c].send);
-      return status{};
+      return exchange_->combine(a.exchange, c,
+                                moe::combine_kind::input_gradients, dexperts_in,
+                                drows_.data(), dgate_.data(), clock);
     },
     time.overlap_s));
-  if (rack_) // the relays' gate gradients are TP partials as well
-    TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
+  // y_rows are this TP rank's partial outputs: so are the gates' gradients.
+  TUTTI_RETURN_IF_ERROR(tp_sum(dgate_.data(), n * K, time));
 
   dtmp_.zeros(stream_, n * d);
   dtmp2_.resize(stream_, n * d);

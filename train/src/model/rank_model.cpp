@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
+#include <numeric>
 #include <stdexcept>
 #include <utility>
 
@@ -97,10 +98,16 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   counts_step_dev_.resize(layers);
   for (auto& c : counts_step_dev_)
     c.zeros(stream_, cfg.moe.num_experts);
-  if (cfg.moe.rack_aware_alltoall) {
-    auto racks = moe::rack_layout::of_group(cfg, comms_.dp->rank());
-    if (racks.racks() > 1) // in one rack it is the flat exchange
-      rack_ = std::make_unique<moe::rack_exchange>(std::move(racks), where);
+  {
+    moe::exchange_options o;
+    o.rack_aware = cfg.moe.rack_aware_alltoall;
+    if (o.rack_aware)
+      o.racks = moe::rack_layout::of_group(cfg, comms_.dp->rank());
+    o.combine_chunks = combine_chunk_count(cfg);
+    auto made = moe::make_token_exchange(*comms_.ep, where, o);
+    if (!made.ok())
+      throw std::invalid_argument("rank_model: " + made.error().message());
+    exchange_ = std::move(made.value());
   }
 
   const auto& m = cfg.model;
@@ -168,8 +175,9 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                          ? cfg.moe.communication_buffer_size
                              / static_cast<int64_t>(d * sizeof(float))
                          : dispatch_buffer_rows(cfg);
-  for (auto* buf : {&drecv_, &dexp_in_, &dexp_out_})
+  for (auto* buf : {&dexp_in_, &dexp_out_})
     buf->reserve(st, rows * d);
+  exchange_->reserve(rows, d);
   drows_.reserve(st, n * kk * d);
   x_final_.resize(st, n * d);
   xnf_.resize(st, n * d);
@@ -304,8 +312,7 @@ void rank_model::swap_working(layer_acts& a) {
   std::swap(a.topk_kept, work_.topk_kept);
   std::swap(a.slot_of_row, work_.slot_of_row);
   std::swap(a.kept, work_.kept);
-  std::swap(a.src_index, work_.src_index);
-  std::swap(a.rack_plan, work_.rack_plan);
+  std::swap(a.exchange, work_.exchange);
 }
 
 // The same kernels on the same inputs as the forward pass: the rebuilt
@@ -337,8 +344,7 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.expert_counts.assign(cfg_.model.num_hidden_layers * e.num_experts, 0);
   stats.aux_loss = stats.z_loss = 0;
   stats.dropped_tokens = 0;
-  alltoall_bytes_ = 0;
-  alltoall_bytes_to_.assign(comms_.ep->size(), 0);
+  exchange_->reset_bytes();
   for (auto& c : counts_step_)
     std::fill(c.begin(), c.end(), 0);
   const int64_t micro = cfg_.train.micro_batches;
@@ -372,8 +378,10 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   }
   stats.stop_votes = sums[4];
   stats.tokens = step_tokens;
-  stats.alltoall_bytes = alltoall_bytes_;
-  stats.alltoall_bytes_to = alltoall_bytes_to_;
+  stats.alltoall_bytes_to = exchange_->bytes_to();
+  stats.alltoall_bytes = std::accumulate(stats.alltoall_bytes_to.begin(),
+                                         stats.alltoall_bytes_to.end(),
+                                         int64_t{0});
   stats.loss = sums[0] / static_cast<double>(step_tokens);
   stats.aux_loss = sums[1];
   stats.z_loss = sums[2];

@@ -243,10 +243,8 @@ void publish_node_metrics(node_pointer self) {
   observability::prometheus_text m;
   const observability::label_list node{
     {"node", std::to_string(st.args.node_rank)}};
-  m.family("tutti_daemon_ranks_running", "gauge",
-           "Ranks this daemon runs now.");
-  m.sample("tutti_daemon_ranks_running", node,
-           static_cast<double>(st.ranks.size()));
+  m.metric("tutti_daemon_ranks_running", "gauge", "Ranks this daemon runs now.",
+           node, static_cast<double>(st.ranks.size()));
   m.family("tutti_daemon_restarts_total", "counter",
            "Actors this daemon's supervisors restarted, by kind.");
   for (const char* kind :
@@ -258,14 +256,12 @@ void publish_node_metrics(node_pointer self) {
              i == st.restarts_by_kind.end() ? 0.0
                                             : static_cast<double>(i->second));
   }
-  m.family("tutti_daemon_coordinator_heartbeat_age_seconds", "gauge",
-           "Seconds since the coordinator last answered a heartbeat.");
-  m.sample("tutti_daemon_coordinator_heartbeat_age_seconds", node,
+  m.metric("tutti_daemon_coordinator_heartbeat_age_seconds", "gauge",
+           "Seconds since the coordinator last answered a heartbeat.", node,
            std::chrono::duration<double>(clock_type::now() - st.last_heartbeat)
              .count());
-  m.family("tutti_daemon_resident_memory_bytes", "gauge",
-           "Resident memory of this daemon.");
-  m.sample("tutti_daemon_resident_memory_bytes", node,
+  m.metric("tutti_daemon_resident_memory_bytes", "gauge",
+           "Resident memory of this daemon.", node,
            static_cast<double>(resident_memory_bytes()));
   st.board->publish(m.str());
 }

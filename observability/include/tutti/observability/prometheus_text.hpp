@@ -35,6 +35,10 @@ public:
   // A histogram family: its samples come from histogram_sample().
   void histogram_family(const std::string& name, const std::string& help);
 
+  // A gauge or counter family with its one sample: family() and sample().
+  void metric(const std::string& name, const std::string& type,
+              const std::string& help, const label_list& labels, double value);
+
   // Adds one sample to a declared gauge or counter. Throws for an
   // undeclared family, an invalid or repeated label name, or a label set
   // already sampled.

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tutti/protocol/type_ids.hpp"
+
 namespace tutti {
 
 struct key_store {
@@ -73,5 +75,33 @@ struct key_store {
     waits.clear();
   }
 };
+
+// The handlers of the three rendezvous messages over `self->state.store`,
+// for an actor's behavior: all of the serving rendezvous actor's, and a
+// part of the coordinator's.
+template <class Self>
+auto store_set_handler(Self* self) {
+  return [self](store_set_atom, const std::string& key,
+                const std::string& value) -> caf::ok_atom {
+    self->state.store.set(key, value);
+    return caf::ok_atom_v;
+  };
+}
+
+template <class Self>
+auto store_get_handler(Self* self) {
+  return [self](store_get_atom,
+                const std::string& key) -> caf::result<std::string> {
+    return self->state.store.get(self, key);
+  };
+}
+
+template <class Self>
+auto store_wait_handler(Self* self) {
+  return [self](store_wait_atom, const std::vector<std::string>& keys)
+           -> caf::result<caf::ok_atom> {
+    return self->state.store.wait(self, keys);
+  };
+}
 
 } // namespace tutti

@@ -7,6 +7,8 @@
 
 #include <chrono>
 
+#include "tutti/config/job_config.hpp"
+
 namespace tutti {
 
 struct system_options {
@@ -14,6 +16,11 @@ struct system_options {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds connection_timeout{5000};
 };
+
+// A daemon's or `tutti run`'s: with the middleman, whose heartbeat and
+// connection timeout are the job's (it notices a silent peer as fast as the
+// coordinator does).
+system_options network_options(const recovery_config& recovery);
 
 class tutti_system_config : public caf::actor_system_config {
 public:

@@ -61,7 +61,7 @@ struct ep_options {
   std::shared_ptr<const expert_layout> layout;
   // Each rank's rack in the group (serve.racks); empty: one rack. With
   // rack_aware_alltoall, dispatch and combine go through one relay per
-  // rack (model/rack_exchange.hpp) instead of straight to each rank.
+  // rack (moe/token_exchange.hpp) instead of straight to each rank.
   std::vector<int32_t> racks;
   bool rack_aware_alltoall = false;
 };

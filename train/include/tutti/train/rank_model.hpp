@@ -18,8 +18,8 @@
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/train/expert_executor.hpp"
 #include "tutti/model/param_layout.hpp"
-#include "tutti/moe/rack_exchange.hpp"
 #include "tutti/moe/staged_collectives.hpp"
+#include "tutti/moe/token_exchange.hpp"
 #include "tutti/train/step_stats.hpp"
 #include "tutti/config/job_config.hpp"
 
@@ -118,17 +118,12 @@ private:
     // backward when a later micro-batch's forward came in between.
     tensor<float> expert_in;
     tensor<int32_t> topk_orig, topk_kept, slot_of_row;
-    tensor<int64_t> kept, src_index;
-    // The rack relays' plan of the layer's exchanges (rack-aware only).
-    moe::relay_plan rack_plan;
-    // Host side of the dispatch plan.
-    std::vector<int64_t> kept_host, send_counts, recv_counts,
-      recv_expert_counts, rows_per_expert, counts_global;
-    int64_t rows = 0, recv_rows = 0;
-    // In-process exchanges by runs (exchanges_by_runs): per member, its
-    // block of the dispatch order, and its rows of each local expert in the
-    // experts' order.
-    std::vector<std::vector<comm::slice>> dispatch_runs, expert_runs;
+    tensor<int64_t> kept;
+    // The layer's exchange over the EP group: counts both ways, the way
+    // back's chunks, and what the exchange keeps for the backward pass.
+    moe::exchange_plan exchange;
+    std::vector<int64_t> counts_global;
+    int64_t rows = 0; // this rank's routed rows (dispatch order)
   };
 
   // This stage's layers of one micro-batch (all of them without pipeline
@@ -184,15 +179,6 @@ private:
                       step_timers& time);
   status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                       step_timers& time);
-  // The combine in chunks of local experts (moe_combine.cpp): chunk c of
-  // `expert_major` rows (the experts' outputs, or their input gradients)
-  // back to the ranks they came from, into `dispatch_order`.
-  void plan_combine(const layer_acts& a);
-  std::vector<std::vector<int64_t>> combine_chunk_rows() const;
-  status combine_chunk(layer_acts& a, size_t c,
-                       const tensor<float>& expert_major,
-                       tensor<float>& dispatch_order, moe::combine_kind kind,
-                       step_timers& time);
 
   // The router losses' coefficients: each micro-batch's loss is its mean
   // over the micro-batch, and the step's is their mean.
@@ -252,78 +238,16 @@ private:
   layer_acts work_; // with recompute: one layer's worth, shared
   tensor<int32_t> inputs_, targets_;
   tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
-  // backward scratch
+  // backward scratch; drows_ also holds the dispatch's packed rows
   tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
-    drecv_, dgate_, dexp_in_, dexp_out_;
+    dgate_, dexp_in_, dexp_out_;
   std::vector<int32_t> topk_host_; // staging
-  // This layer's combine chunks: local experts [first, last), their rows
-  // in expert-major order, and the rows to and from each EP member.
-  struct combine_plan {
-    int64_t first = 0, last = 0, start = 0, rows = 0;
-    std::vector<int64_t> send, recv;
-    std::vector<int64_t> rows_per_expert; // for the executor
-  };
-  std::vector<combine_plan> combine_;
-  std::vector<int64_t> expert_start_; // dispatch-order row of each expert
-  tensor<float> dsend_, dcombine_;
-  tensor<int64_t> combine_index_;
   int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
   int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks
-  int64_t alltoall_bytes_ = 0; // payload this rank sent this step
-  std::vector<int64_t> alltoall_bytes_to_; // of it, to each EP member
-  void count_sent_rows(const std::vector<int64_t>& rows_to);
-  void count_sent_bytes(const std::vector<int64_t>& bytes_to);
-
-  // The exchanges of the MoE block (moe_exchange.cpp), flat or through the
-  // rack relays (moe_config.rack_aware_alltoall): same bits either way.
-  // The dispatch of layer l's rows (xn2 by slot_of_row) into drecv_, or
-  // by runs straight into dexp_in_ in the experts' order.
-  status dispatch_rows(layer_acts& a, int64_t n, step_timers& time);
-  // An EP group of one: its exchanges would copy rows onto themselves, so
-  // the MoE block skips them (and the regrouping copies around them).
-  bool exchanges_with_self_only() const {
-    return comms_.ep->size() == 1 && !rack_;
-  }
-  // Ranks of one process on the CPU: the exchanges copy rows straight
-  // between the dispatch order and the experts' order (all_to_all_runs),
-  // with no regrouping copies around them.
-  bool exchanges_by_runs() const {
-    return comms_.ep->size() > 1 && !rack_ && comms_.ep->in_process()
-           && stream_.device == kernels::device_kind::cpu;
-  }
-  // From the layer's per-expert counts both ways: the rows from each
-  // member, their regrouping by expert, and the exchange buffers' sizes.
-  void plan_receive(layer_acts& a);
-  void plan_runs(layer_acts& a) const;
-  status exchange_by_runs(const float* send,
-                          const std::vector<std::vector<comm::slice>>& from,
-                          float* recv,
-                          const std::vector<std::vector<comm::slice>>& to,
-                          const std::vector<int64_t>& send_rows,
-                          step_timers& time);
-  // Rows of hidden-size floats by EP member; `dir` says which end is the
-  // tokens' home (the dispatch leaves it, the combine returns to it).
-  status exchange_rows(moe::relay_direction dir, const float* send,
-                       const std::vector<int64_t>& send_rows, float* recv,
-                       const std::vector<int64_t>& recv_rows,
-                       step_timers& time);
-  // Through the relays after the dispatch (rack_exchange.hpp): the
-  // combine (outputs, or input gradients with the groups' gate gradients
-  // into dgate_), and the output gradient dx (with the rows' gradients
-  // drows_) to the experts, into drecv_.
-  status rack_combine(layer_acts& a, moe::combine_kind kind, const float* send,
-                      const std::vector<int64_t>& send_rows, float* recv,
-                      const std::vector<int64_t>& recv_rows,
-                      step_timers& time);
-  status rack_dispatch_gradient(layer_acts& a, const float* dx,
-                                step_timers& time);
-  // The gates of the combine at home: the router's, with 1 on the relays'
-  // group sums and 0 on the rows they hold (rack_plan.hpp).
-  void rack_combine_gates(const layer_acts& a, int64_t n);
-  std::unique_ptr<moe::rack_exchange> rack_; // null: flat all-to-all
-  std::vector<int32_t> slot_host_;      // staging
-  std::vector<float> gate_host_, gate_mix_;
-  tensor<float> gate_combine_;
+  // The MoE block's dispatch and combine over the EP group, the strategy
+  // chosen once from the config (token_exchange.hpp); it also counts the
+  // bytes this rank sends each EP member in a step.
+  std::unique_ptr<moe::token_exchange> exchange_;
 };
 
 } // namespace tutti::train
