@@ -15,7 +15,7 @@
 #include "child_process.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "service_client.hpp"
+#include "gateway_admin.hpp"
 #include "tutti/gateway/gateway.hpp"
 #include "tutti/config/serve_config.hpp"
 
@@ -150,7 +150,7 @@ int service_command(const std::vector<std::string>& args) {
     return *done;
   if (!vm.count("address"))
     return cl.bad("usage: " + cl.usage_line());
-  auto answer = service_request(vm["action"].as<std::string>(),
+  auto answer = gateway_admin_request(vm["action"].as<std::string>(),
                                 vm["address"].as<std::string>(), token_file);
   if (answer.exit_status == 2 && answer.text.rfind('{', 0) != 0)
     return cl.bad(answer.text);

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "commands.hpp"
-#include "service_client.hpp"
+#include "gateway_admin.hpp"
 #include "shell_command.hpp"
 
 namespace tutti::cli {
@@ -170,7 +170,7 @@ int shell_session::rollback(const std::vector<std::string>& args,
 int shell_session::service(const std::vector<std::string>& args,
                            const std::map<std::string, std::string>& options) {
   auto token_file = options.find("token-file");
-  auto answer = service_request(
+  auto answer = gateway_admin_request(
     args[0], args[1], token_file == options.end() ? "" : token_file->second);
   const bool json_answer = answer.text.rfind('{', 0) == 0
                            || answer.text.rfind('[', 0) == 0;

@@ -1,4 +1,4 @@
-#include "service_client.hpp"
+#include "gateway_admin.hpp"
 
 #include "tutti/net/http_client.hpp"
 #include "tutti/security/secret.hpp"
@@ -9,15 +9,15 @@ namespace tutti::cli {
 
 namespace {
 
-service_answer failed(int exit_status, std::string text) {
+gateway_admin_answer failed(int exit_status, std::string text) {
   return {exit_status, std::move(text)};
 }
 
 } // namespace
 
-service_answer service_request(const std::string& action,
-                               const std::string& address,
-                               const std::string& token_file) {
+gateway_admin_answer gateway_admin_request(const std::string& action,
+                                           const std::string& address,
+                                           const std::string& token_file) {
   std::string method, path;
   if (action == "status")
     method = "GET", path = "/admin/status";
@@ -32,9 +32,8 @@ service_answer service_request(const std::string& action,
   uint16_t port = 0;
   if (auto s = parse_host_port(address, host, port); !s.ok())
     return failed(2, "HOST:PORT: " + s.message());
-  auto token = token_file.empty()
-                 ? security::client_token_from_environment()
-                 : security::secret_from_file(token_file);
+  auto token = token_file.empty() ? security::client_token_from_environment()
+                                  : security::secret_from_file(token_file);
   if (!token)
     return failed(2, (token_file.empty() ? "" : "--token-file: ")
                        + token.message());

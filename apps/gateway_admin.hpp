@@ -9,7 +9,7 @@
 
 namespace tutti::cli {
 
-struct service_answer {
+struct gateway_admin_answer {
   int exit_status = 0; // 0 done, 1 failed or refused, 2 bad input, or 409
   std::string text;    // the gateway's JSON, or one line saying what failed
 };
@@ -17,8 +17,8 @@ struct service_answer {
 // `action`: status, events, promote or rollback. `token_file`: a 0600 file
 // holding the token; "" takes TUTTI_TOKEN_FILE or TUTTI_TOKEN as the job
 // clients do, or none.
-service_answer service_request(const std::string& action,
-                               const std::string& address,
-                               const std::string& token_file);
+gateway_admin_answer gateway_admin_request(const std::string& action,
+                                           const std::string& address,
+                                           const std::string& token_file);
 
 } // namespace tutti::cli
