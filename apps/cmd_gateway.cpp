@@ -1,6 +1,6 @@
 // tutti gateway CONFIG [--listen HOST:PORT]: one endpoint in front of
 // replicas of `tutti serve` (gateway/gateway.hpp), until SIGINT or
-// SIGTERM; the replicas it started stop with it. tutti service
+// SIGTERM; the replicas it started stop with it. tutti rollout
 // status|events|promote|rollback HOST:PORT: a gateway's rollout, shown and
 // steered.
 
@@ -132,8 +132,8 @@ int gateway_command(const std::vector<std::string>& args) {
   return 0;
 }
 
-int service_command(const std::vector<std::string>& args) {
-  command_line cl("service",
+int rollout_command(const std::vector<std::string>& args) {
+  command_line cl("rollout",
                   "status|events|promote|rollback HOST:PORT [--token-file F]",
                   "a gateway's versions, replicas and rollout (status), its "
                   "events, or\nthe canary moved to its next step (promote) "
@@ -155,7 +155,7 @@ int service_command(const std::vector<std::string>& args) {
   if (answer.exit_status == 2 && answer.text.rfind('{', 0) != 0)
     return cl.bad(answer.text);
   if (answer.exit_status != 0 && answer.text.rfind('{', 0) != 0)
-    return fail(answer.exit_status, "service: " + answer.text);
+    return fail(answer.exit_status, "rollout: " + answer.text);
   std::printf("%s\n", answer.text.c_str());
   return answer.exit_status;
 }

@@ -30,7 +30,7 @@ int experts_command(const std::vector<std::string>& args);
 int placement_command(const std::vector<std::string>& args);
 int publish_command(const std::vector<std::string>& args);
 int gateway_command(const std::vector<std::string>& args);
-int service_command(const std::vector<std::string>& args);
+int rollout_command(const std::vector<std::string>& args);
 
 // Prints "tutti: <what>" to stderr and returns `status`.
 int fail(int status, const std::string& what);

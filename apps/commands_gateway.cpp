@@ -12,9 +12,9 @@ command_group gateway_commands() {
      gateway_command,
      {{"gateway CONFIG [--listen HOST:PORT]",
        "one endpoint in front of serve replicas"}}},
-    {"service",
-     service_command,
-     {{"service status|events|promote|rollback HOST:PORT [--token-file F]",
+    {"rollout",
+     rollout_command,
+     {{"rollout status|events|promote|rollback HOST:PORT [--token-file F]",
        "a gateway's rollout, shown and steered"}}},
   };
   return table;

@@ -1,5 +1,5 @@
 #pragma once
-// The client half of `tutti service status|events|promote|rollback
+// The client half of `tutti rollout status|events|promote|rollback
 // HOST:PORT`, shared by the command and the shell's `service`: one HTTP
 // request to a gateway's /admin/ endpoint, with an access token when there
 // is one (the gateway lets loopback clients in without one; others need a

@@ -49,8 +49,8 @@ int shell_session::run(const std::string& line, bool& quit) {
   }
   if (cmd.name == "help")
     return help(cmd.args);
-  if (cmd.name == "service")
-    return service(cmd.args, cmd.options);
+  if (cmd.name == "rollout")
+    return rollout(cmd.args, cmd.options);
   if (cmd.name == "rollback")
     return rollback(cmd.args, cmd.options);
   if (cmd.name == "kill" && !confirm("kill " + cmd.args[0]))
@@ -167,7 +167,7 @@ int shell_session::rollback(const std::vector<std::string>& args,
   return rollback_command(argv);
 }
 
-int shell_session::service(const std::vector<std::string>& args,
+int shell_session::rollout(const std::vector<std::string>& args,
                            const std::map<std::string, std::string>& options) {
   auto token_file = options.find("token-file");
   auto answer = gateway_admin_request(
@@ -175,7 +175,7 @@ int shell_session::service(const std::vector<std::string>& args,
   const bool json_answer = answer.text.rfind('{', 0) == 0
                            || answer.text.rfind('[', 0) == 0;
   if (answer.exit_status != 0 && !json_answer) {
-    std::fprintf(stderr, "tutti shell: service: %s\n", answer.text.c_str());
+    std::fprintf(stderr, "tutti shell: rollout: %s\n", answer.text.c_str());
     return answer.exit_status;
   }
   std::fprintf(answer.exit_status == 0 ? stdout : stderr, "%s\n",

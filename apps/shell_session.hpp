@@ -1,7 +1,7 @@
 #pragma once
 // The shell's side of `tutti shell` and `tutti logs`: runs one command line
 // against a live job through its job_client and prints the answer (text,
-// or JSON with --json). `service` talks to a gateway and `rollback RUN_DIR`
+// or JSON with --json). `rollout` talks to a gateway and `rollback RUN_DIR`
 // works on a stopped job's directory, so those need no job connection.
 
 #include <chrono>
@@ -36,7 +36,7 @@ private:
   int follow_logs(const std::vector<std::string>& args);
   int rollback(const std::vector<std::string>& args,
                const std::map<std::string, std::string>& options);
-  int service(const std::vector<std::string>& args,
+  int rollout(const std::vector<std::string>& args,
               const std::map<std::string, std::string>& options);
 
   client::job_client* job_;

@@ -20,7 +20,7 @@ enum class value_kind {
   duration,     // --since: 300, 90s, 5m, 2h
   level,        // --level
   flag,         // --follow: no value
-  choice,       // one of the arg's choices: service ACTION
+  choice,       // one of the arg's choices: rollout ACTION
 };
 
 struct arg_spec {
@@ -108,8 +108,8 @@ const std::vector<command_spec>& command_table() {
       {"checkpoint", value_kind::whole_number},
       {"prepare-only", value_kind::flag},
       {"quiet", value_kind::flag}}},
-    {{"service",
-      "service status|events|promote|rollback HOST:PORT [--token-file F]",
+    {{"rollout",
+      "rollout status|events|promote|rollback HOST:PORT [--token-file F]",
       "a gateway's rollout: show it, or steer its canary"},
      {{"ACTION", value_kind::choice, true,
        {"status", "events", "promote", "rollback"}},

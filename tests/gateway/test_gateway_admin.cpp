@@ -1,8 +1,8 @@
 // The gateway's /admin/ endpoints are no open control port: a client that
 // is not on loopback is refused (403, one line saying why) unless the
 // gateway has gateway.admin_policy and the request carries one of its
-// tokens, an operator's to promote or roll back. `tutti service` and the
-// shell's `service` send the token (--token-file, TUTTI_TOKEN_FILE).
+// tokens, an operator's to promote or roll back. `tutti rollout` and the
+// shell's `rollout` send the token (--token-file, TUTTI_TOKEN_FILE).
 // Real processes and HTTP: the gateway is bound on 0.0.0.0 and reached
 // through this machine's non-loopback address. Its replicas are addresses
 // nothing answers on: the rollout and its admin endpoints work without.
@@ -117,7 +117,7 @@ TEST_CASE("gateway /admin/ answers loopback only without an admin policy",
   CHECK(admin(ip, port, "POST", "/admin/rollback").status == 403);
   // The serving side stays open to everyone.
   CHECK(admin(ip, port, "GET", "/health").status == 200);
-  auto cli = run(tutti_bin() + " service promote " + ip + ":"
+  auto cli = run(tutti_bin() + " rollout promote " + ip + ":"
                    + std::to_string(port),
                  30);
   INFO(cli.output);
@@ -126,21 +126,21 @@ TEST_CASE("gateway /admin/ answers loopback only without an admin policy",
 
   // On loopback the shell shows and steers the rollout with no token.
   const auto here = "127.0.0.1:" + std::to_string(port);
-  auto status = run(tutti_bin() + " shell -c 'service status " + here + "'",
+  auto status = run(tutti_bin() + " shell -c 'rollout status " + here + "'",
                     30);
   INFO(status.output);
   CHECK(status.status == 0);
   CHECK(has(status.output, "\"stable_version\": \"tiny@v1\""));
   CHECK(has(status.output, "\"canary_share_percent\": 10"));
-  auto steered = run(tutti_bin() + " shell -c 'service promote " + here
-                       + "; service events " + here + "'",
+  auto steered = run(tutti_bin() + " shell -c 'rollout promote " + here
+                       + "; rollout events " + here + "'",
                      30);
   INFO(steered.output);
   CHECK(steered.status == 0);
   CHECK(has(steered.output, "\"canary_share_percent\": 50"));
   CHECK(has(steered.output, "takes 50.0%"));
   // Bad input in one line, the usage named.
-  auto bad = run(tutti_bin() + " shell -c 'service promot " + here + "'", 30);
+  auto bad = run(tutti_bin() + " shell -c 'rollout promot " + here + "'", 30);
   CHECK(bad.status == 2);
   CHECK(has(bad.output, "did you mean 'promote'"));
 }
@@ -182,20 +182,20 @@ TEST_CASE("gateway /admin/ from elsewhere needs a token of its admin policy",
   // An operator promotes, from the CLI with --token-file and from the
   // shell with TUTTI_TOKEN_FILE, as the job clients take it.
   const auto there = ip + ":" + std::to_string(port);
-  auto cli = run(tutti_bin() + " service promote " + there + " --token-file "
+  auto cli = run(tutti_bin() + " rollout promote " + there + " --token-file "
                    + operator_.string(),
                  30);
   INFO(cli.output);
   CHECK(cli.status == 0);
   CHECK(has(cli.output, "\"canary_share_percent\": 50"));
   auto shell = run("env TUTTI_TOKEN_FILE=" + operator_.string() + " "
-                     + tutti_bin() + " shell -c 'service promote " + there
+                     + tutti_bin() + " shell -c 'rollout promote " + there
                      + "'",
                    30);
   INFO(shell.output);
   CHECK(shell.status == 0);
   CHECK(has(shell.output, "\"canary_share_percent\": 100"));
-  auto refused = run(tutti_bin() + " shell -c 'service rollback " + there
+  auto refused = run(tutti_bin() + " shell -c 'rollout rollback " + there
                        + " --token-file " + viewer.string() + "'",
                      30);
   INFO(refused.output);

@@ -3,7 +3,7 @@
 // is broken (NaN weights: every request an error) is rolled back by itself
 // while no request to the stable version fails, with an event and the
 // alert metric; a healthy canary goes through every step to 100% and
-// becomes the stable version. `tutti service status` shows it.
+// becomes the stable version. `tutti rollout status` shows it.
 
 #include <catch2/catch.hpp>
 
@@ -144,11 +144,11 @@ TEST_CASE("a broken canary is rolled back by itself, stable never fails",
   auto s = admin(port, "/admin/status");
   CHECK(s["alert"] == true);
   CHECK(s["canary_share_percent"] == 0);
-  auto status = run(tutti_bin() + " service status 127.0.0.1:"
+  auto status = run(tutti_bin() + " rollout status 127.0.0.1:"
                     + std::to_string(port));
   CHECK(status.status == 0);
   CHECK(status.output.find("rolled_back") != std::string::npos);
-  auto events = run(tutti_bin() + " service events 127.0.0.1:"
+  auto events = run(tutti_bin() + " rollout events 127.0.0.1:"
                     + std::to_string(port));
   CHECK(events.output.find("\"rollback\"") != std::string::npos);
   httplib::Client c("127.0.0.1", port);
@@ -158,7 +158,7 @@ TEST_CASE("a broken canary is rolled back by itself, stable never fails",
         != std::string::npos);
   CHECK(read_text(gw.log).find("gateway: rollback:") != std::string::npos);
   // Nothing left to roll back: the operator's command says so.
-  auto again = run(tutti_bin() + " service rollback 127.0.0.1:"
+  auto again = run(tutti_bin() + " rollout rollback 127.0.0.1:"
                    + std::to_string(port));
   CHECK(again.status == 2);
 }
@@ -216,7 +216,7 @@ TEST_CASE("a healthy canary is promoted through its steps",
   CHECK(s["alert"] == false);
 }
 
-TEST_CASE("tutti gateway and tutti service refuse bad input in one line",
+TEST_CASE("tutti gateway and tutti rollout refuse bad input in one line",
           "[integration]") {
   const auto root = scratch("gateway_cli_bad");
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -247,9 +247,9 @@ TEST_CASE("tutti gateway and tutti service refuse bad input in one line",
     CHECK(r.output.find("gateway on http://") == std::string::npos);
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   }
-  CHECK(run(tutti_bin() + " service frob 127.0.0.1:1").status == 2);
-  CHECK(run(tutti_bin() + " service status nowhere").status == 2);
+  CHECK(run(tutti_bin() + " rollout frob 127.0.0.1:1").status == 2);
+  CHECK(run(tutti_bin() + " rollout status nowhere").status == 2);
   // Nothing listens there: a run-time failure, not a hang.
-  auto none = run(tutti_bin() + " service status 127.0.0.1:1", 30);
+  auto none = run(tutti_bin() + " rollout status 127.0.0.1:1", 30);
   CHECK(none.status == 1);
 }

@@ -81,7 +81,7 @@ TEST_CASE("the command table lists every command once with usage and help",
         == strings{"help", "status", "nodes", "actors", "experts", "metrics",
                    "events", "logs", "pause", "resume", "checkpoint", "restart",
                    "kill", "drain", "stop", "quit", "exit", "audit", "config",
-                   "rollback", "service"});
+                   "rollback", "rollout"});
   REQUIRE(find_command("experts"));
   CHECK(find_command("experts")->usage == "experts [LAYER]");
   CHECK(find_command("nope") == nullptr);
@@ -348,22 +348,24 @@ TEST_CASE("rollback [RUN_DIR] --to-version V [--checkpoint STEP]",
         == strings{"--checkpoint", "--prepare-only", "--quiet"});
 }
 
-TEST_CASE("service ACTION HOST:PORT [--token-file F]", "[shell]") {
-  auto cmd = parse_ok("service promote 10.0.0.5:9000 --token-file /t");
+TEST_CASE("rollout ACTION HOST:PORT [--token-file F]", "[shell]") {
+  auto cmd = parse_ok("rollout promote 10.0.0.5:9000 --token-file /t");
   CHECK(cmd.args == strings{"promote", "10.0.0.5:9000"});
   CHECK(cmd.options["token-file"] == "/t");
-  CHECK(parse_ok("service status 127.0.0.1:9000").args[0] == "status");
-  CHECK_THAT(parse_error("service promot 127.0.0.1:9000"),
+  CHECK(parse_ok("rollout status 127.0.0.1:9000").args[0] == "status");
+  CHECK_THAT(parse_error("rollout promot 127.0.0.1:9000"),
              Contains("ACTION must be one of status, events, promote, "
                       "rollback, got 'promot' (did you mean 'promote'?)"));
-  CHECK_THAT(parse_error("service status"), Contains("missing HOST:PORT"));
-  CHECK_THAT(parse_error("service"), Contains("missing ACTION"));
-  CHECK(complete_command_line("service ", actors)
+  CHECK_THAT(parse_error("rollout status"), Contains("missing HOST:PORT"));
+  CHECK_THAT(parse_error("rollout"), Contains("missing ACTION"));
+  CHECK(complete_command_line("rollout ", actors)
         == strings{"events", "promote", "rollback", "status"});
-  CHECK(complete_command_line("service p", actors) == strings{"promote"});
-  CHECK(complete_command_line("service status 127.0.0.1:9000 ", actors)
+  CHECK(complete_command_line("rollout p", actors) == strings{"promote"});
+  CHECK(complete_command_line("rollout status 127.0.0.1:9000 ", actors)
         == strings{"--token-file"});
-  CHECK(complete_command_line("ro", actors) == strings{"rollback"});
+  CHECK(complete_command_line("ro", actors)
+        == strings{"rollback", "rollout"});
+  CHECK(complete_command_line("rollo", actors) == strings{"rollout"});
 }
 
 TEST_CASE("line_editor compiles and links", "[shell]") {

@@ -9,7 +9,7 @@
 // X-Tutti-Replica and X-Tutti-Version. Also: /health, /ready (a replica is
 // up), /metrics, /v1/models (a replica's), and the operator's
 // GET /admin/status, GET /admin/events, POST /admin/promote,
-// POST /admin/rollback (tutti service). A control actor probes every
+// POST /admin/rollback (tutti rollout). A control actor probes every
 // replica's /ready, reopens circuit breakers, judges the canary's steps
 // (rollout.hpp) and scales the stable group (autoscale.hpp).
 
@@ -50,7 +50,7 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-// JSON of the fleet for /admin/status and `tutti service status`.
+// JSON of the fleet for /admin/status and `tutti rollout status`.
 std::string status_json(fleet& f);
 
 } // namespace tutti::gateway
