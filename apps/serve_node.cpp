@@ -175,15 +175,26 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + " KV blocks, "
                       + std::to_string(c.limits.ep_ranks)
                       + " expert-parallel ranks)");
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  std::printf("serve: stopping (signal %d)\n", sig);
-  log_info("serve", "stopping (signal " + std::to_string(sig) + ")");
+  // Until a stop signal, or the replica fails (its expert tier gave up):
+  // then the process ends non-zero within a tenth of a second, so what runs
+  // it replaces it, instead of answering requests it cannot serve.
+  const timespec tick{0, 100'000'000};
+  int sig = -1;
+  std::string failure;
+  while (sig < 0 && (failure = service.failure()).empty())
+    sig = sigtimedwait(&stop_signals, nullptr, &tick);
+  if (!failure.empty()) {
+    std::fprintf(stderr, "%s: %s; exiting\n", prog, failure.c_str());
+    log_error("serve", failure + "; exiting");
+  } else {
+    std::printf("serve: stopping (signal %d)\n", sig);
+    log_info("serve", "stopping (signal " + std::to_string(sig) + ")");
+  }
   // The engine first: requests in flight end (503, or an error event on a
   // stream) instead of holding the HTTP threads until they finish.
   service.stop();
   front.value()->stop();
-  return 0;
+  return failure.empty() ? 0 : 1;
 }
 
 } // namespace tutti::cli

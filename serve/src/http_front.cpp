@@ -3,6 +3,8 @@
 #include <chrono>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "tutti/base/whole_number.hpp"
 #include "tutti/security/web_config.hpp"
 #include "tutti/serve/api_auth.hpp"
@@ -24,6 +26,10 @@ const char* json_type = "application/json";
 void send_error(net::http_response& res, int status, const std::string& message,
                 const std::string& type, const std::string& param = {}) {
   res.status = status;
+  // A replica not ready now may be soon (an expert tier restarting):
+  // clients and the gateway retry, elsewhere first.
+  if (status == 503)
+    res.set_header("Retry-After", "1");
   res.set_content(error_body(message, type, param), json_type);
 }
 
@@ -156,9 +162,20 @@ void http_front::routes() {
       send_error(res, res.status, "request failed", "invalid_request_error");
   });
 
-  server.get("/health", [](const net::http_request&, net::http_response& res) {
-    res.set_content(R"({"status":"ok"})", json_type);
-  });
+  // Liveness: a replica whose expert tier gave up is dead to its probes.
+  server.get("/health",
+             [this](const net::http_request&, net::http_response& res) {
+               const auto failure = service_.failure();
+               if (failure.empty()) {
+                 res.set_content(R"({"status":"ok"})", json_type);
+                 return;
+               }
+               res.status = 503;
+               res.set_content(nlohmann::json{{"status", "failed"},
+                                              {"reason", failure}}
+                                 .dump(),
+                               json_type);
+             });
   server.get(
     "/ready", [this](const net::http_request&, net::http_response& res) {
       if (service_.shards_up())

@@ -93,6 +93,7 @@ status service::build(int64_t blocks) {
     o.layout = limits_.layout;
     o.racks = limits_.replan.rack;
     o.rack_aware_alltoall = limits_.rack_aware_alltoall;
+    o.max_tier_restarts = limits_.expert_tier_restarts;
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();
@@ -117,6 +118,14 @@ status service::build(int64_t blocks) {
 
 bool service::shards_up() {
   return ready() && (!ranks_ || ranks_->shards_up());
+}
+
+bool service::ready() const {
+  return ready_.load() && !(ranks_ && ranks_->failed());
+}
+
+std::string service::failure() const {
+  return ranks_ ? ranks_->failure() : std::string();
 }
 
 service::~service() {
@@ -250,6 +259,7 @@ void service::publish_gauges() {
     g.all_to_all_bytes = ranks_->exchanged_bytes();
     g.all_to_all_link_bytes = ranks_->exchanged_link_bytes();
     g.expert_shard_restarts = ranks_->shard_restarts();
+    g.expert_tier_restarts = ranks_->tier_restarts();
     g.offloaded_rows = ranks_->offloaded_rows();
     g.routed_rows = ranks_->routed_rows();
     for (char c : ranks_->layout()->offloaded)

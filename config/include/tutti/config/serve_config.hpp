@@ -173,6 +173,11 @@ void visit_fields(Visitor& v, serve_config& c) {
                        "experts; else 1"});
   v.field("step_timeout_s", l.step_timeout_s,
           "a rank's step, an expert shard's restart included", above(0));
+  v.field("expert_tier_restarts", l.expert_tier_restarts,
+          "restarts of the whole expert tier within a minute (each after "
+          "more than 3 shard restarts in a minute); one more and the "
+          "process exits non-zero",
+          at_least(0));
   v.field("prefix_caching", l.batch.prefix_caching,
           "share the KV blocks of equal prompt prefixes");
   v.field("api_keys", c.api_keys,

@@ -54,8 +54,11 @@ struct ep_options {
   int64_t blocks_per_rank = 0;
   int64_t block_tokens = 16;
   std::chrono::milliseconds timeout{30000}; // a step, a collective
-  int64_t max_restarts = 3;                 // per shard within period
+  int64_t max_restarts = 3;                 // of the shards within period
   std::chrono::milliseconds restart_period{60000};
+  // Restarts of the whole expert tier (the shards' supervisor, after it
+  // gave up) within restart_period; one more and the replica has failed.
+  int64_t max_tier_restarts = 10;
   ep_cluster cluster; // empty: every rank in this process
   // Where the experts live (serve_layout.hpp); null: contiguous.
   std::shared_ptr<const expert_layout> layout;
@@ -125,6 +128,12 @@ public:
   int64_t routed_rows() const { return routed_rows_; }
   double take_offload_wait_s() { return std::exchange(offload_wait_s_, 0.0); }
   int64_t shard_restarts() const;  // survived by the ranks
+  // Restarts of the expert tier (its supervisor gave up, the tier started
+  // it again), and why the tier itself gave up: "" while it has not. A
+  // failed replica serves no more steps.
+  int64_t tier_restarts() const;
+  bool failed() const;
+  std::string failure() const;
   // Whether every rank has joined its group and its shard is running
   // (readiness).
   bool shards_up();

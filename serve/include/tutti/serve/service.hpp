@@ -83,9 +83,14 @@ public:
 
   void start(); // spawns the scheduler actor; ready() from then on
   void stop();  // ends every request (cancelled) and the scheduler actor
-  bool ready() const { return ready_.load(); }
+  // Running and not failed: submissions are taken.
+  bool ready() const;
   // Readiness: running, and (expert parallel) every expert shard up.
   bool shards_up();
+  // Why the replica can serve no more ("" while it can): its expert tier
+  // gave up past every restart budget. The process should end non-zero
+  // so that what runs it (systemd, Kubernetes, the gateway) replaces it.
+  std::string failure() const;
 
   struct submission {
     uint64_t id = 0;
