@@ -175,22 +175,33 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + " KV blocks, "
                       + std::to_string(c.limits.ep_ranks)
                       + " expert-parallel ranks)");
-  // Until a stop signal, or the replica fails (its expert tier gave up):
-  // then the process ends non-zero within a tenth of a second, so what runs
-  // it replaces it, instead of answering requests it cannot serve.
+  // Until a stop signal here or on another daemon of the service, or the
+  // replica fails (its expert tier gave up): then the process ends
+  // non-zero within a tenth of a second, so what runs it replaces it,
+  // instead of answering requests it cannot serve.
   const timespec tick{0, 100'000'000};
   int sig = -1;
   std::string failure;
-  while (sig < 0 && (failure = service.failure()).empty())
+  while (sig < 0 && !service.stop_wanted()
+         && (failure = service.failure()).empty())
     sig = sigtimedwait(&stop_signals, nullptr, &tick);
   if (!failure.empty()) {
     std::fprintf(stderr, "%s: %s; exiting\n", prog, failure.c_str());
     log_error("serve", failure + "; exiting");
   } else {
-    std::printf("serve: stopping (signal %d)\n", sig);
-    log_info("serve", "stopping (signal " + std::to_string(sig) + ")");
+    const auto why = sig >= 0 ? "signal " + std::to_string(sig)
+                              : std::string("another daemon stopping");
+    const auto grace = std::chrono::milliseconds(
+      static_cast<int64_t>(c.limits.drain_timeout_s * 1000));
+    std::printf("serve: stopping (%s): draining for up to %g s\n",
+                why.c_str(), c.limits.drain_timeout_s);
+    std::fflush(stdout);
+    log_info("serve", "stopping (" + why + "), draining");
+    if (!service.drain(grace))
+      log_warn("serve", "requests still running after the drain timeout "
+                        "end cancelled");
   }
-  // The engine first: requests in flight end (503, or an error event on a
+  // The engine first: requests left end (503, or an error event on a
   // stream) instead of holding the HTTP threads until they finish.
   service.stop();
   front.value()->stop();

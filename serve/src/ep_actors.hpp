@@ -145,6 +145,9 @@ struct rank_signals {
   std::atomic<bool> joined{false}; // its communicator is up
   std::atomic<bool> ended{false};
   std::atomic<bool> broken{false}; // its group failed; steps fail from now
+  // A stop asked for across daemons: set on a follower by its SIGTERM
+  // (ep_ranks::follow), it reaches node 0's rank with the next header.
+  std::atomic<bool> stop_wanted{false};
   // Node 0's rank across daemons: the other daemons' all-to-all bytes by
   // link class, as of the last step header.
   std::array<std::atomic<int64_t>, link_classes> peer_link_bytes{};

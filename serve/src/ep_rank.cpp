@@ -269,23 +269,29 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
     a.data_parallel_attention
       ? size_t(a.model->shape.layers * a.model->shape.experts) + 1
       : 0;
-  std::vector<int64_t> buf(2 + link_classes + routed, 0);
+  // [0] the header, [1] chunk words (node 0's); [2] followers asking the
+  // service to stop (a SIGTERM there), their link bytes, their routing.
+  constexpr size_t links_at = 3;
+  std::vector<int64_t> buf(links_at + link_classes + routed, 0);
   if (comm.rank() == 0) {
     buf[0] = header;
     buf[1] = chunk_words;
   } else {
-    std::copy(mine.begin(), mine.end(), buf.begin() + 2);
+    buf[2] = a.signals->stop_wanted ? 1 : 0;
+    std::copy(mine.begin(), mine.end(), buf.begin() + links_at);
     std::copy_n(activations.begin(), std::min(routed, activations.size()),
-                buf.begin() + 2 + link_classes);
+                buf.begin() + links_at + link_classes);
   }
   TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
   header = buf[0];
   chunk_words = buf[1];
   if (comm.rank() == 0) {
+    if (buf[2] > 0)
+      a.signals->stop_wanted = true;
     for (int l = 0; l < link_classes; ++l)
-      a.signals->peer_link_bytes[l] = buf[2 + l];
+      a.signals->peer_link_bytes[l] = buf[links_at + l];
     std::lock_guard lock(a.signals->mutex);
-    a.signals->peer_activations.assign(buf.begin() + 2 + link_classes,
+    a.signals->peer_activations.assign(buf.begin() + links_at + link_classes,
                                        buf.end() - (routed ? 1 : 0));
     a.signals->peer_routed_rows = routed ? buf.back() : 0;
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "ep_actors.hpp"
@@ -22,6 +23,7 @@ struct ep_ranks::actors {
   std::shared_ptr<tier_record> tier = std::make_shared<tier_record>();
   std::vector<caf::actor> ranks;
   std::vector<std::shared_ptr<rank_signals>> signals;
+  daemon_world world; // across daemons
 };
 
 namespace {
@@ -151,7 +153,8 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
     auto c = connect_across_daemons(sys, o.cluster, o.timeout);
     if (!c)
       return c.error();
-    connect = std::move(c.value());
+    connect = c.value().connect;
+    out->actors_->world = std::move(c.value());
   } else {
     auto hub = std::make_shared<comm::memory_hub>(0, ranks);
     static std::atomic<int64_t> replicas{0};
@@ -221,12 +224,15 @@ ep_ranks::~ep_ranks() {
       self->send(r, stop_atom_v);
     self->wait_for(act.ranks);
     // The shards' supervisor stops its shards; then the tier above it.
-    if (auto shards = shards_supervisor(self.ptr(), act.experts,
-                                        options_.timeout))
-      self->send(caf::actor_cast<supervisor_actor>(*shards), stop_atom_v);
-    self->send(act.experts, stop_atom_v);
-    self->send_exit(act.watch, caf::exit_reason::user_shutdown);
+    if (act.experts) {
+      if (auto shards = shards_supervisor(self.ptr(), act.experts,
+                                          options_.timeout))
+        self->send(caf::actor_cast<supervisor_actor>(*shards), stop_atom_v);
+      self->send(act.experts, stop_atom_v);
+      self->send_exit(act.watch, caf::exit_reason::user_shutdown);
+    }
   }
+  act.world.close(act.system);
   act.ranks.clear();
   act.experts = nullptr;
 }
@@ -352,6 +358,13 @@ int64_t ep_ranks::shard_restarts() const {
 
 int64_t ep_ranks::tier_restarts() const { return actors_->tier->restarts; }
 
+bool ep_ranks::stop_wanted() const {
+  for (const auto& sig : actors_->signals)
+    if (sig->stop_wanted)
+      return true;
+  return false;
+}
+
 bool ep_ranks::failed() const { return actors_->tier->failed; }
 
 std::string ep_ranks::failure() const {
@@ -384,15 +397,23 @@ bool ep_ranks::shards_up() {
   return up;
 }
 
-status ep_ranks::follow(const std::atomic<bool>& stop) {
+status ep_ranks::follow(const std::atomic<bool>& stop,
+                        std::chrono::milliseconds grace) {
   auto& act = *actors_;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   for (;;) {
     bool ended = true;
     for (const auto& sig : act.signals)
       ended = ended && sig->ended;
     if (ended)
       break;
-    if (stop)
+    if (stop && !deadline) {
+      // Node 0 drains the service and then stops every daemon's rank.
+      deadline = std::chrono::steady_clock::now() + grace;
+      for (const auto& sig : act.signals)
+        sig->stop_wanted = true;
+    }
+    if (deadline && std::chrono::steady_clock::now() >= *deadline)
       return {};
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -32,25 +32,38 @@ expected<rendezvous_actor> find_rendezvous(caf::actor_system& sys,
 
 } // namespace
 
-expected<connect_fn> connect_across_daemons(caf::actor_system& sys,
-                                            const ep_cluster& cluster,
-                                            std::chrono::milliseconds timeout) {
+void daemon_world::close(caf::actor_system& sys) {
+  if (!rendezvous)
+    return;
+  sys.middleman().unpublish(rendezvous, port);
+  caf::anon_send_exit(rendezvous, caf::exit_reason::user_shutdown);
+  rendezvous = nullptr;
+}
+
+expected<daemon_world> connect_across_daemons(
+  caf::actor_system& sys, const ep_cluster& cluster,
+  std::chrono::milliseconds timeout) {
   const auto node = cluster.node_rank;
   if (node < 0 || node >= static_cast<int64_t>(cluster.nodes.size()))
     return status::error("node rank " + std::to_string(node) + " of "
                          + std::to_string(cluster.nodes.size()) + " nodes");
+  daemon_world world;
   rendezvous_actor local;
   if (node == 0) {
     local = spawn_rendezvous(sys);
     auto port = sys.middleman().publish(local, cluster.rendezvous_port,
                                         cluster.nodes[0].c_str(), true);
-    if (!port)
+    if (!port) {
+      caf::anon_send_exit(local, caf::exit_reason::user_shutdown);
       return status::error("serve.rendezvous_port: cannot listen on "
                            + cluster.nodes[0] + ":"
                            + std::to_string(cluster.rendezvous_port) + ": "
                            + sys.render(port.error()));
+    }
+    world.rendezvous = local;
+    world.port = *port;
   }
-  return connect_fn(
+  world.connect = connect_fn(
     [&sys, cluster, timeout, local](
       int rank, int size, std::unique_ptr<comm::communicator>& out) -> status {
       auto store = local;
@@ -70,6 +83,7 @@ expected<connect_fn> connect_across_daemons(caf::actor_system& sys,
       o.members = cluster.nodes;
       return comm::make_gloo_communicator(gloo_store, rank, size, o, out);
     });
+  return world;
 }
 
 } // namespace tutti::serve

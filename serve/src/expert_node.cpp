@@ -47,7 +47,11 @@ status run_expert_node(const served_model& model, const service_limits& l,
   }
   if (ready)
     ready();
-  return ranks.value()->follow(stop);
+  // Node 0 hears the stop within a keep-alive, drains, then stops the
+  // ranks: wait for that, and no longer.
+  const auto grace = std::chrono::milliseconds(
+    static_cast<int64_t>((l.drain_timeout_s + l.step_timeout_s) * 1000));
+  return ranks.value()->follow(stop, grace);
 }
 
 } // namespace tutti::serve

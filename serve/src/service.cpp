@@ -124,6 +124,8 @@ bool service::ready() const {
   return ready_.load() && !(ranks_ && ranks_->failed());
 }
 
+bool service::stop_wanted() const { return ranks_ && ranks_->stop_wanted(); }
+
 std::string service::failure() const {
   return ranks_ ? ranks_->failure() : std::string();
 }
@@ -142,6 +144,24 @@ void service::start() {
   scheduler_actor_ = runtime_->system.spawn<caf::detached>(
     [this](caf::blocking_actor* self) { loop(self); });
   ready_ = true;
+}
+
+bool service::drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    ready_ = false;
+  }
+  const auto deadline = clock::now() + grace;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (in_mailbox_ + queued_ + running_ == 0)
+        return true;
+    }
+    if (clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void service::stop() {
@@ -296,14 +316,13 @@ void service::loop(caf::blocking_actor* self) {
         [&](stop_atom) { stopping = true; }, caf::after(wait) >> [] {});
       wait = std::chrono::milliseconds(0);
     }
-    std::lock_guard lock(mutex_);
-    in_mailbox_ -= static_cast<int64_t>(arrived.size());
   };
   while (!stopping) {
     take_mail(busy ? std::chrono::milliseconds(0)
                    : std::chrono::milliseconds(100));
     if (stopping)
       break;
+    const auto taken = static_cast<int64_t>(arrived.size());
     for (auto& r : arrived)
       scheduler_->add(std::move(r));
     arrived.clear();
@@ -322,8 +341,12 @@ void service::loop(caf::blocking_actor* self) {
     if (busy && replanner_) // between two steps: none in flight
       replanner_->after_step(*ranks_);
     {
+      // Counted out of the mailbox only once counted in the scheduler, so
+      // drain() never sees a request in neither.
       std::lock_guard lock(mutex_);
+      in_mailbox_ -= taken;
       queued_ = scheduler_->waiting();
+      running_ = scheduler_->running();
     }
     publish_gauges();
   }
@@ -337,7 +360,8 @@ void service::loop(caf::blocking_actor* self) {
     scheduler_->finish(id, finish_reason::cancelled);
   {
     std::lock_guard lock(mutex_);
-    queued_ = 0;
+    in_mailbox_ -= static_cast<int64_t>(arrived.size());
+    queued_ = running_ = 0;
   }
   publish_gauges();
 }

@@ -30,57 +30,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Completions one after another on `threads` connections until `stop`:
-// each one's start and end, and whether it came back whole.
-struct completion_load {
-  struct done {
-    steady::time_point start, end;
-    bool whole = false;
-    std::string problem;
-  };
-  std::atomic<bool> stop{false};
-  std::mutex mutex;
-  std::vector<done> finished;
-  std::vector<std::thread> threads;
-
-  completion_load(int port, int threads_count) {
-    for (int t = 0; t < threads_count; ++t)
-      threads.emplace_back([this, port, t] {
-        httplib::Client c("127.0.0.1", port);
-        c.set_read_timeout(60, 0);
-        const json body = {{"prompt", "tutti serves " + std::to_string(t)},
-                           {"max_tokens", 160},
-                           {"temperature", 0}};
-        while (!stop) {
-          done d;
-          d.start = steady::now();
-          auto r = c.Post("/v1/completions", body.dump(), "application/json");
-          d.end = steady::now();
-          if (!r)
-            d.problem = httplib::to_string(r.error());
-          else if (r->status != 200)
-            d.problem = std::to_string(r->status) + " " + r->body;
-          else {
-            auto j = json::parse(r->body, nullptr, false);
-            d.whole = j.is_object()
-                      && j["choices"][0]["token_ids"].size() == 160;
-            if (!d.whole)
-              d.problem = r->body;
-          }
-          std::lock_guard lock(mutex);
-          finished.push_back(d);
-        }
-      });
-  }
-  ~completion_load() { end(); }
-  void end() {
-    stop = true;
-    for (auto& t : threads)
-      if (t.joinable())
-        t.join();
-  }
-};
-
 // `tutti serve` of a tiny model on 2 expert-parallel ranks under
 // scratch(name), its serve section ending in `extra`; ready on return.
 struct tiny_serve {
@@ -149,13 +98,8 @@ TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
   CHECK(has(hang.output, "not available on a service"));
 
   // kill_expert while completions run: every one comes back whole.
-  completion_load load(port, 2);
-  REQUIRE(wait_until(
-    [&] {
-      std::lock_guard lock(load.mutex);
-      return load.finished.size() >= 2;
-    },
-    60));
+  completion_load load(port, 2, 160);
+  REQUIRE(wait_until([&] { return load.count() >= 2; }, 60));
   const auto chaos_start = steady::now();
   auto chaos = run(tutti_bin() + " chaos" + target + " kill_expert --rank 1",
                    60);
@@ -206,7 +150,7 @@ TEST_CASE("tutti serve exits non-zero when kills outlast its expert tier",
   tiny_serve node("serve_node_tier_gives_up", "  expert_tier_restarts: 0\n");
   const auto &config = node.config, &log = node.log;
   auto& serve = *node.process;
-  completion_load load(node.port, 2);
+  completion_load load(node.port, 2, 160);
   int kills = 0;
   steady::time_point last_kill;
   const auto deadline = steady::now() + std::chrono::seconds(60);

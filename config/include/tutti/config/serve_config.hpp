@@ -178,6 +178,10 @@ void visit_fields(Visitor& v, serve_config& c) {
           "more than 3 shard restarts in a minute); one more and the "
           "process exits non-zero",
           at_least(0));
+  v.field("drain_timeout_s", l.drain_timeout_s,
+          "on SIGTERM (to any daemon of the service): new requests get 503 "
+          "and those in flight have this long to finish",
+          at_least(0.0));
   v.field("prefix_caching", l.batch.prefix_caching,
           "share the KV blocks of equal prompt prefixes");
   v.field("api_keys", c.api_keys,

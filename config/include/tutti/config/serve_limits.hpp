@@ -49,6 +49,9 @@ struct serve_limits {
   // supervisor gave up: more than 3 shard restarts in a minute); one more
   // and the replica has failed and the process ends non-zero.
   int64_t expert_tier_restarts = 10;
+  // A stop (SIGTERM on any daemon of the service): new requests get 503
+  // and those taken have this long to finish before they are cancelled.
+  double drain_timeout_s = 20.0;
   // Across daemons (serve.nodes): this is node 0, with one rank of the
   // group; the others follow (expert_node.hpp).
   ep_cluster cluster;

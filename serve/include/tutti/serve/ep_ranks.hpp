@@ -138,8 +138,13 @@ public:
   // (readiness).
   bool shards_up();
   // Node > 0 of a cluster: blocks until its rank ends (node 0 stopped,
-  // failed or went away: the reason, or ok for a stop) or `stop` is set.
-  status follow(const std::atomic<bool>& stop);
+  // failed or went away: the reason, or ok for a stop). Once `stop` is set
+  // it asks node 0 to stop the service (stop_wanted there), which drains
+  // it and ends every rank; past `grace` it returns ok regardless.
+  status follow(const std::atomic<bool>& stop,
+                std::chrono::milliseconds grace = {});
+  // Node 0 of a cluster: another daemon asked the service to stop.
+  bool stop_wanted() const;
   // Arms `fault` in rank r's expert shard: it fails on its next task.
   status inject_fault(int64_t rank, const std::string& fault);
   // Kills rank r's expert shard actor now (chaos kill_expert): its

@@ -83,6 +83,10 @@ public:
 
   void start(); // spawns the scheduler actor; ready() from then on
   void stop();  // ends every request (cancelled) and the scheduler actor
+  // A graceful stop's first half: takes no more requests (503) and waits,
+  // up to `grace`, until those taken have finished; true if they all did.
+  // stop() then ends what is left.
+  bool drain(std::chrono::milliseconds grace);
   // Running and not failed: submissions are taken.
   bool ready() const;
   // Readiness: running, and (expert parallel) every expert shard up.
@@ -91,6 +95,9 @@ public:
   // gave up past every restart budget. The process should end non-zero
   // so that what runs it (systemd, Kubernetes, the gateway) replaces it.
   std::string failure() const;
+  // Across daemons, on node 0: another daemon got a stop signal and asks
+  // for the service to drain and stop.
+  bool stop_wanted() const;
 
   struct submission {
     uint64_t id = 0;
@@ -139,6 +146,7 @@ private:
   std::mutex mutex_; // submissions against the queue limit; start and stop
   int64_t in_mailbox_ = 0; // submitted, not yet taken by the scheduler
   int64_t queued_ = 0;     // the scheduler's waiting, as of the last step
+  int64_t running_ = 0;    // and its running
   uint64_t next_id_ = 1;
   std::atomic<bool> ready_{false};
   caf::actor scheduler_actor_;

@@ -1,0 +1,75 @@
+// A service across two `tuttid` daemons stopped as a scheduler stops it:
+// SIGTERM to either daemon drains the whole service. Requests already
+// taken finish whole, new ones get 503 (or find the front closed once the
+// drain is over), and both daemons exit 0 within the drain timeout, for
+// each daemon that gets the signal.
+
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+
+#include <csignal>
+
+#include "daemon_support.hpp"
+#include "serve_http_support.hpp"
+#include "serve_test_support.hpp"
+
+using namespace tutti;
+using namespace tutti::testing;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+void drain_when_signalled(int signalled_node) {
+  auto root = scratch("serve_drain_" + std::to_string(signalled_node));
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 53);
+  const int base = port_block(57, 2);
+  const int http = base, rendezvous = base + 1;
+  write_text(root / "two.yaml",
+             serve_yaml(model, http,
+                        "  nodes: [127.0.0.1, 127.0.0.1]\n"
+                        "  rendezvous_port: " + std::to_string(rendezvous)
+                          + "\n  drain_timeout_s: 15\n"));
+  auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
+  auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
+  INFO("node 0: " << read_text(root / "node0.log") << "\nnode 1: "
+                  << read_text(root / "node1.log"));
+  REQUIRE(wait_until([&] { return serve_ready(http); }, 30));
+
+  completion_load load(http, 3, 48);
+  REQUIRE(wait_until([&] { return load.count() >= 3; }, 60));
+  const auto signalled = steady::now();
+  (signalled_node == 0 ? node0 : node1)->signal(SIGTERM);
+  const int status0 = node0->wait(40), status1 = node1->wait(40);
+  const auto exited = steady::now();
+  load.end();
+  CHECK(status0 == 0);
+  CHECK(status1 == 0);
+  CHECK(exited - signalled < std::chrono::seconds(20));
+
+  int drained = 0, refused = 0;
+  for (const auto& o : load.finished) {
+    INFO("a request answered " << o.status);
+    // Every answer is a whole completion, a 503, or none (front closed):
+    // no request is cut off or fails.
+    CHECK((o.whole || o.status == 503 || o.status == 0));
+    drained += o.whole && o.start < signalled && o.end > signalled;
+    refused += o.status == 503;
+  }
+  // The requests in flight at the signal finished: the drain waited.
+  CHECK(drained >= 1);
+  INFO(refused << " refused during the drain");
+}
+
+} // namespace
+
+TEST_CASE("SIGTERM to node 0 drains the service; both daemons exit 0",
+          "[integration][fault]") {
+  drain_when_signalled(0);
+}
+
+TEST_CASE("SIGTERM to node 1 drains the service; both daemons exit 0",
+          "[integration][fault]") {
+  drain_when_signalled(1);
+}
