@@ -33,6 +33,7 @@ expected<rendezvous_actor> find_rendezvous(caf::actor_system& sys,
 } // namespace
 
 void daemon_world::close(caf::actor_system& sys) {
+  guard.reset();
   if (!rendezvous)
     return;
   sys.middleman().unpublish(rendezvous, port);
@@ -51,17 +52,24 @@ expected<daemon_world> connect_across_daemons(
   rendezvous_actor local;
   if (node == 0) {
     local = spawn_rendezvous(sys);
-    auto port = sys.middleman().publish(local, cluster.rendezvous_port,
-                                        cluster.nodes[0].c_str(), true);
+    auto port = sys.middleman().publish(local, 0, "127.0.0.1", true);
     if (!port) {
       caf::anon_send_exit(local, caf::exit_reason::user_shutdown);
-      return status::error("serve.rendezvous_port: cannot listen on "
-                           + cluster.nodes[0] + ":"
-                           + std::to_string(cluster.rendezvous_port) + ": "
+      return status::error("cannot listen on loopback: "
                            + sys.render(port.error()));
     }
     world.rendezvous = local;
     world.port = *port;
+    if (auto s = basp_guard::start(
+          cluster.nodes[0], static_cast<uint16_t>(cluster.rendezvous_port),
+          *port, world.guard);
+        !s.ok()) {
+      world.close(sys);
+      return status::error("serve.rendezvous_port: cannot listen on "
+                           + cluster.nodes[0] + ":"
+                           + std::to_string(cluster.rendezvous_port) + ": "
+                           + s.message());
+    }
   }
   world.connect = connect_fn(
     [&sys, cluster, timeout, local](

@@ -8,6 +8,7 @@
 #include <caf/actor_system.hpp>
 
 #include "ep_actors.hpp"
+#include "tutti/runtime/basp_guard.hpp"
 #include "tutti/runtime/rendezvous.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 
@@ -15,10 +16,13 @@ namespace tutti::serve {
 
 struct daemon_world {
   connect_fn connect; // joins the calling rank to the group in `timeout`
-  // Node 0's rendezvous, published on `port` until close() (a published
-  // actor would keep the actor system, and so the process, alive).
+  // Node 0's rendezvous, published on loopback (`port`) behind a guard on
+  // serve.rendezvous_port, as a daemon's actors are (basp_guard.hpp),
+  // until close(): a published actor would keep the actor system, and so
+  // the process, alive.
   rendezvous_actor rendezvous;
   uint16_t port = 0;
+  std::unique_ptr<basp_guard> guard;
   void close(caf::actor_system& sys);
 };
 

@@ -1,4 +1,5 @@
-// A service across two `tuttid` daemons stopped as a scheduler stops it:
+// A service across two `tuttid` daemons stopped as a scheduler stops it
+// (and its rendezvous port shrugging off a header that would crash CAF):
 // SIGTERM to either daemon drains the whole service. Requests already
 // taken finish whole, new ones get 503 (or find the front closed once the
 // drain is over), and both daemons exit 0 within the drain timeout, for
@@ -36,6 +37,16 @@ void drain_when_signalled(int signalled_node) {
   INFO("node 0: " << read_text(root / "node0.log") << "\nnode 1: "
                   << read_text(root / "node1.log"));
   REQUIRE(wait_until([&] { return serve_ready(http); }, 30));
+  // The rendezvous port is a guarded daemon port: a BASP header that
+  // would crash CAF's middleman costs the prober its connection only.
+  {
+    socket_guard probe(tcp_connect("127.0.0.1", rendezvous));
+    REQUIRE(probe.fd >= 0);
+    send_bytes(probe.fd, basp_header(1, 0, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  REQUIRE(node0->running());
+  REQUIRE(serve_ready(http));
 
   completion_load load(http, 3, 48);
   REQUIRE(wait_until([&] { return load.count() >= 3; }, 60));
