@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tutti/runtime/log.hpp"
+#include "tutti/runtime/node_tls.hpp"
 #include "tutti/serve/expert_node.hpp"
 #include "tutti/serve/http_front.hpp"
 #include "tutti/serve/model_registry.hpp"
@@ -63,6 +64,27 @@ void open_serve_log(const std::string& dir, uint16_t port, const char* prog) {
   std::fflush(stdout);
 }
 
+// Across daemons: mutual TLS with the cluster's node certificates (the
+// security section), or a loud warning that the rendezvous is plaintext.
+expected<basp_guard::tls_options> daemon_tls(const serve::serve_config& c,
+                                             int64_t node_rank,
+                                             const char* prog) {
+  if (!c.limits.cluster.spans_daemons())
+    return basp_guard::tls_options{};
+  if (c.security.tls_on())
+    return set_up_node_tls(c.security, node_rank);
+  if (c.security.required)
+    return status::error("security.required is set but security.tls is "
+                         "not: refusing to serve across daemons in the "
+                         "clear");
+  const std::string warning =
+    "WARNING: no security.tls: the daemons of this service talk in the "
+    "clear, and anyone who can reach serve.rendezvous_port can join it";
+  std::fprintf(stderr, "%s: %s\n", prog, warning.c_str());
+  log_warn("serve", warning);
+  return basp_guard::tls_options{};
+}
+
 } // namespace
 
 int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
@@ -98,6 +120,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (!affinity)
     return fail(2, prog, affinity.message());
   limits.affinity = affinity.value();
+  if (auto tls = daemon_tls(c, node_rank, prog); !tls)
+    return fail(2, prog, tls.message());
+  else
+    limits.guard_tls = std::move(tls.value());
   if (node_rank > 0)
     return follow(model.value(), limits, prog);
   auto svc = serve::service::create(std::move(model.value()), limits);

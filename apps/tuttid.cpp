@@ -33,6 +33,7 @@
 #include "tutti/train/rank.hpp"
 #include "tutti/runtime/metrics_board.hpp"
 #include "tutti/runtime/node_endpoint.hpp"
+#include "tutti/runtime/node_tls.hpp"
 #include "job_start.hpp"
 #include "serve_node.hpp"
 #include "tutti/train/node_supervisor.hpp"
@@ -83,42 +84,14 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
     }
     return {};
   }
-  const auto files = security::for_node({sec.tls.ca, sec.tls.cert, sec.tls.key,
-                                         sec.tls.key_passphrase_file,
-                                         sec.tls.crl},
-                                        node_rank);
-  auto server = security::tls_endpoint::load(files, security::tls_role::server);
-  if (!server)
-    return server.error();
-  const auto self = (*server)->self();
-  if (self.kind != security::identity_kind::node || self.node_rank != node_rank)
-    return status::error("certificate " + files.cert + " names " + self.text()
-                         + ", but this daemon is node "
-                         + std::to_string(node_rank));
-  auto client = security::tls_endpoint::load(files, security::tls_role::client);
-  if (!client)
-    return client.error();
-  std::function<std::optional<security::identity>(const security::secret&)>
-    tokens;
-  if (!sec.policy.empty()) {
-    auto policy = security::access_policy::open(sec.policy);
-    if (!policy)
-      return status::error("security.policy: " + policy.message());
-    // Clients without a certificate may show a token the policy holds.
-    tokens = [policy = *policy](const security::secret& token) {
-      return policy->token_identity(token);
-    };
-  }
+  auto tls = set_up_node_tls(sec, node_rank);
+  if (!tls)
+    return tls.error();
   if (node_rank == 0)
     if (auto audit = security::audit_log::open(cfg.run.dir + "/audit.jsonl");
         !audit)
       return audit.error();
-  const auto limit = std::chrono::milliseconds(
-    static_cast<int64_t>(sec.handshake_timeout_s * 1000));
-  guard_tls = {*server, limit, tokens};
-  security::tls_dialer::install(*client, limit);
-  log_info("tuttid",
-           "mutual TLS 1.3 on as " + self.text() + " (CA " + files.ca + ")");
+  guard_tls = std::move(tls.value());
   return {};
 }
 

@@ -150,7 +150,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   const auto ranks = static_cast<int32_t>(group);
   connect_fn connect;
   if (across) {
-    auto c = connect_across_daemons(sys, o.cluster, o.timeout);
+    auto c = connect_across_daemons(sys, o.cluster, o.timeout, o.guard_tls);
     if (!c)
       return c.error();
     connect = c.value().connect;

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "tutti/runtime/node_tls.hpp"
 #include "tutti/runtime/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 
@@ -18,14 +19,14 @@ expected<rendezvous_actor> find_rendezvous(caf::actor_system& sys,
                                            std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto handle = sys.middleman().remote_actor<rendezvous_actor>(host, port);
+    auto handle = remote_actor<rendezvous_actor>(sys, host, port);
     if (handle)
-      return *handle;
+      return handle;
     if (std::chrono::steady_clock::now() >= deadline)
       return status::error("no rendezvous of node 0 at " + host + ":"
                            + std::to_string(port) + " within "
                            + std::to_string(timeout.count())
-                           + " ms: " + sys.render(handle.error()));
+                           + " ms: " + handle.message());
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }
@@ -43,7 +44,7 @@ void daemon_world::close(caf::actor_system& sys) {
 
 expected<daemon_world> connect_across_daemons(
   caf::actor_system& sys, const ep_cluster& cluster,
-  std::chrono::milliseconds timeout) {
+  std::chrono::milliseconds timeout, const basp_guard::tls_options& tls) {
   const auto node = cluster.node_rank;
   if (node < 0 || node >= static_cast<int64_t>(cluster.nodes.size()))
     return status::error("node rank " + std::to_string(node) + " of "
@@ -62,7 +63,7 @@ expected<daemon_world> connect_across_daemons(
     world.port = *port;
     if (auto s = basp_guard::start(
           cluster.nodes[0], static_cast<uint16_t>(cluster.rendezvous_port),
-          *port, world.guard);
+          *port, world.guard, tls);
         !s.ok()) {
       world.close(sys);
       return status::error("serve.rendezvous_port: cannot listen on "

@@ -27,8 +27,10 @@ struct daemon_world {
 };
 
 // Node 0: publishes the rendezvous now (failing if the port is taken).
+// With `tls` (its endpoint set), the rendezvous's guard runs mutual TLS
+// first, and the others reach it through security::tls_dialer.
 expected<daemon_world> connect_across_daemons(
   caf::actor_system& sys, const ep_cluster& cluster,
-  std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout, const basp_guard::tls_options& tls = {});
 
 } // namespace tutti::serve

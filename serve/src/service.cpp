@@ -94,6 +94,7 @@ status service::build(int64_t blocks) {
     o.racks = limits_.replan.rack;
     o.rack_aware_alltoall = limits_.rack_aware_alltoall;
     o.max_tier_restarts = limits_.expert_tier_restarts;
+    o.guard_tls = limits_.guard_tls;
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();

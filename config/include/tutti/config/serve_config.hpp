@@ -18,6 +18,7 @@
 #include "tutti/base/status.hpp"
 #include "tutti/config/enums.hpp"
 #include "tutti/config/field.hpp"
+#include "tutti/config/security_config.hpp"
 #include "tutti/config/serve_limits.hpp"
 
 namespace tutti::serve {
@@ -90,6 +91,10 @@ struct serve_config {
   // A policy file whose tokens let other machines use /admin/
   // (security/admin_access.hpp); "" = this machine's clients only.
   std::string admin_policy;
+  // Across daemons: mutual TLS on node 0's rendezvous and every daemon's
+  // connection to it, with the cluster's node certificates (a job's
+  // security section).
+  security_config security;
   // Where `tutti serve` writes its log, tutti-serve-PORT.log.jsonl (what
   // `tutti logs CONFIG` shows); default: the config file's directory.
   std::string log_dir;
@@ -266,6 +271,9 @@ void visit_fields(Visitor& v, serve_config& c) {
 template <class Visitor>
 void visit_serve_file(Visitor& v, serve_config& c) {
   v.field("serve", c, "the service: tutti's own keys");
+  v.field("security", c.security,
+          "mutual TLS between the service's daemons (serve.nodes), as a "
+          "job's");
 }
 
 // The InferenceService manifest: the users' deployment keys around

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/runtime/basp_guard.hpp"
 #include "tutti/config/serve_limits.hpp"
 #include "tutti/protocol/messages.hpp"
 #include "tutti/serve/engine.hpp"
@@ -67,6 +68,8 @@ struct ep_options {
   // rack (moe/token_exchange.hpp) instead of straight to each rank.
   std::vector<int32_t> racks;
   bool rack_aware_alltoall = false;
+  // Across daemons: mutual TLS on node 0's rendezvous (service_limits).
+  basp_guard::tls_options guard_tls;
 };
 
 class ep_ranks {

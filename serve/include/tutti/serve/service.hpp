@@ -19,6 +19,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/config/serve_limits.hpp"
+#include "tutti/runtime/basp_guard.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
@@ -47,6 +48,9 @@ struct service_limits : serve_limits {
   // Where a request starts (serve.rack_affinity); null: the rank with the
   // most free KV blocks.
   std::shared_ptr<const request_affinity> affinity;
+  // Across daemons with security.tls: the guard's mutual TLS on node 0's
+  // rendezvous (runtime/node_tls.hpp; the dialer is installed with it).
+  basp_guard::tls_options guard_tls;
 };
 
 // The KV cache's blocks for `m` under `l` (a daemon's rank holds
