@@ -15,6 +15,7 @@ packages=(
   libssl-dev
   libcrypt-dev
   libonig-dev
+  xz-utils # the GPU carries (bench/collect_gpu_carry.sh) and their test
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
