@@ -15,6 +15,7 @@ packages=(
   libssl-dev
   libcrypt-dev
   libonig-dev
+  chromium
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
