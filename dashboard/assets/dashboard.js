@@ -394,10 +394,13 @@ function renderExperts(training) {
   let max = 0, total = 0;
   for (const row of shares) for (const v of row) max = Math.max(max, v);
   for (const row of table.counts) for (const v of row) total += v;
+  // Coloured against an even share (the middle of the scale), so a
+  // balanced layer looks even and a hot expert stands out at any size.
   const box = canvas.parentElement;
-  const geometry = drawHeatmap(canvas, shares, max, Math.max(box.clientWidth - 20, 300));
+  const relative = shares.map(row => row.map(v => v * row.length));
+  const geometry = drawHeatmap(canvas, relative, 2, Math.max(box.clientWidth - 20, 300));
   drawScale($("heat-scale"));
-  $("heat-max").textContent = (100 * max).toFixed(1) + "% of a layer";
+  $("heat-max").textContent = "2x an even share or more (busiest: " + (100 * max).toFixed(1) + "% of a layer)";
   Object.assign(canvas.dataset, {cells: geometry.rows * geometry.cols, layers: geometry.rows,
     experts: geometry.cols, sum: total, window: table.window, step: seen.lastStep});
   canvas.onmousemove = ev => {
