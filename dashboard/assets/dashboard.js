@@ -18,6 +18,8 @@ const seen = {
 };
 
 window.addEventListener("error", e => noteError(e.message));
+const consoleError = console.error.bind(console);
+console.error = (...args) => { noteError(args.join(" ")); consoleError(...args); };
 window.addEventListener("unhandledrejection", e => noteError(String(e.reason)));
 function noteError(text) {
   seen.errors.push(text);
