@@ -28,6 +28,7 @@
 
 #include "tutti/runtime/basp_guard.hpp"
 #include "tutti/train/coordinator.hpp"
+#include "tutti/train/job_dashboard.hpp"
 #include "tutti/train/journal.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/train/rank.hpp"
@@ -234,6 +235,8 @@ int serve_job(const job_config& cfg, daemon_options opt) {
   auto job_board = std::make_shared<metrics_board>();
   auto node_board = std::make_shared<metrics_board>();
   std::unique_ptr<net::metrics_endpoint> metrics_server;
+  // /dashboard beside /metrics; its events once node 0 opens the store.
+  auto job_store_for_page = std::make_shared<job_store_slot>();
   if (cfg.metrics.port > 0) {
     security::web_config web; // none: plain HTTP, no auth
     if (!cfg.metrics.web_config.empty()) {
@@ -242,9 +245,11 @@ int serve_job(const job_config& cfg, daemon_options opt) {
         return fail(2, "metrics.web_config: " + loaded.message());
       web = std::move(*loaded);
     }
-    auto started = serve_metrics(cfg.cluster.node(opt.node_rank).host,
-                                 cfg.metrics.port + opt.node_rank,
-                                 {job_board, node_board}, web);
+    auto started = serve_metrics(
+      cfg.cluster.node(opt.node_rank).host, cfg.metrics.port + opt.node_rank,
+      {job_board, node_board}, web,
+      dashboard::routes(
+        job_dashboard(cfg, {job_board, node_board}, job_store_for_page)));
     if (!started)
       return fail(1, started.message());
     metrics_server = std::move(*started);
@@ -258,6 +263,7 @@ int serve_job(const job_config& cfg, daemon_options opt) {
       opt.fresh, opt.yes, "tuttid");
     if (start.status != 0 || start.completed)
       return start.status;
+    job_store_for_page->set(start.db);
     journal = spawn_journal(sys, cfg, start.db);
     coordinator =
       spawn_coordinator(sys, {cfg, caf::actor{self}, false, journal,

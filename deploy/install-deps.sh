@@ -16,6 +16,7 @@ packages=(
   libcrypt-dev
   libonig-dev
   xz-utils # the GPU carries (bench/collect_gpu_carry.sh) and their test
+  chromium # the dashboard's browser test
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

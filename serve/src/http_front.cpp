@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve_dashboard.hpp"
 #include "tutti/base/whole_number.hpp"
+#include "tutti/dashboard/dashboard.hpp"
 #include "tutti/security/web_config.hpp"
 #include "tutti/serve/api_auth.hpp"
 #include "tutti/serve/completion_api.hpp"
@@ -188,6 +190,8 @@ void http_front::routes() {
                res.set_content(service_.metrics().render(service_.model().name),
                                "text/plain; version=0.0.4");
              });
+  // Read-only, behind /metrics' basic auth (api_auth.cpp).
+  dashboard::add_routes(server, serve_dashboard(service_, cfg_));
   // The client commands (service_admin.hpp); the shell's command decides
   // the role a token needs (status looks, kill steers).
   auto admin = std::make_shared<admin_context>();
