@@ -81,6 +81,8 @@ public:
     return {};
   }
 
+  bool sums_in_member_order() const override { return true; } // reduce()
+
   std::string describe() const override {
     return "gloo/" + options_.group + " rank " + std::to_string(rank()) + "/"
            + std::to_string(size());

@@ -250,6 +250,7 @@ public:
   status barrier() override { return arrive(); }
 
   bool in_process() const override { return true; }
+  bool sums_in_member_order() const override { return true; }
   double waited_s() const override { return waited_s_; }
   double lent_s() const override { return lent_s_; }
 

@@ -1,6 +1,9 @@
 #include "tutti/kernels/packed_gemm.hpp"
 
 #include <cmath>
+#include <type_traits>
+
+#include "backends.hpp"
 
 namespace tutti::kernels {
 
@@ -24,29 +27,54 @@ namespace {
 
 // Without AVX-512: the same chains of fused multiply-adds one output at a
 // time (std::fma rounds once, as the instruction does), so the bits are
-// those of the AVX-512 kernel; slower, and only for CPUs without it.
-void packed_gemm_portable(const float* x, int64_t ldx, const float* wt,
-                          int64_t n, int64_t k, float* y, int64_t ldy,
-                          int64_t m) {
+// those of the AVX-512 kernel; slower, and only for CPUs without it (and
+// for double).
+template <class T>
+void packed_gemm_portable(const T* x, int64_t ldx, const T* wt, int64_t n,
+                          int64_t k, T* y, int64_t ldy, int64_t m) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
+      T acc = T(0);
       for (int64_t t = 0; t < k; ++t)
         acc = std::fma(wt[t * n + j], x[i * ldx + t], acc);
       y[i * ldy + j] = acc;
     }
 }
 
+void packed_gemm_float(const float* x, int64_t ldx, const float* wt,
+                       int64_t n, int64_t k, float* y, int64_t ldy,
+                       int64_t m) {
+  static const auto kernel = __builtin_cpu_supports("avx512f")
+                                 && __builtin_cpu_supports("fma")
+                               ? packed_gemm_avx512
+                               : packed_gemm_portable<float>;
+  if (m > 0)
+    kernel(x, ldx, wt, n, k, y, ldy, m);
+}
+
 } // namespace
 
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m) {
-  static const auto kernel = __builtin_cpu_supports("avx512f")
-                                 && __builtin_cpu_supports("fma")
-                               ? packed_gemm_avx512
-                               : packed_gemm_portable;
-  if (m > 0)
-    kernel(x, ldx, w.t.data(), w.out, w.in, y, ldy, m);
+  packed_gemm_float(x, ldx, w.t.data(), w.out, w.in, y, ldy, m);
 }
+
+// The routed op (op_list.inc): packed_gemm on the CPU backend.
+namespace cpu {
+
+template <class T>
+void invariant_linear_forward(const stream&, const T* x, int64_t ldx,
+                              const T* wt, T* y, int64_t ldy, int64_t m,
+                              int64_t k, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    packed_gemm_float(x, ldx, wt, n, k, y, ldy, m);
+  else
+    packed_gemm_portable(x, ldx, wt, n, k, y, ldy, m);
+}
+
+#define TUTTI_OPS_FAMILY TUTTI_OPS_INVARIANT
+#include "instantiate_ops.inc"
+
+} // namespace cpu
 
 } // namespace tutti::kernels

@@ -16,6 +16,13 @@ bool staged_collectives::staged(const comm::communicator& c) const {
 
 status staged_collectives::all_reduce_sum(comm::communicator& c, float* data,
                                           size_t count) {
+  // A transport that adds in its own order (NCCL) sums by member-order
+  // reduce-scatter and all-gather instead: the bits of every other
+  // communicator's all-reduce, and of the distributed optimizer's slices.
+  if (!c.sums_in_member_order() && c.size() > 1) {
+    TUTTI_RETURN_IF_ERROR(reduce_scatter_sum(c, data, count));
+    return all_gather(c, data, count);
+  }
   k::wait(stream_);
   if (!staged(c))
     return c.all_reduce_sum(data, count);

@@ -216,13 +216,14 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
   auto dir = scratch("plan_search");
   write_text(dir / "seed.yaml", seed_as_is);
   // Mixtral-8x7B with restart in place's second set of expert weights and
-  // its replay log (which the plan counts) fits 80 GB only pipelined with
-  // recomputation: 49 layouts (none before PP took recomputation and the
-  // distributed optimizer), the smallest (PP32·EP128·DP256, 32
-  // micro-batches, full recomputation, sharded) 52.6 GiB; before that the
-  // smallest was 82.8 GiB. Without them 361 layouts fit (59 before).
-  // DeepSeek-V3 fits in no layout: its 61 layers split into no equal
-  // stages, so only TP divides the model; the smallest (TP8) needs 121 GiB.
+  // its replay log (which the plan counts) fits 80 GB only pipelined: 71
+  // layouts, 20 of them without recomputation now that attention keeps no
+  // [seq, seq] probabilities (tiled at 4,096 tokens), the fastest
+  // TP2·PP8·EP128, 16 micro-batches (72.7 GiB), the smallest
+  // (PP32·EP128·DP256, 32 micro-batches, full recomputation, sharded)
+  // 50.6 GiB. Without them 445 layouts fit. DeepSeek-V3 fits in no layout:
+  // its 61 layers split into no equal stages, so only TP divides the
+  // model; the smallest (TP8) needs 120 GiB.
   write_text(dir / "seed_no_restart.yaml",
              std::string(seed_as_is)
                + "supervision:\n  expert_shard:\n    max_restarts: 0\n");
@@ -234,13 +235,14 @@ TEST_CASE("tutti plan --search on the 8192-accelerator example: layouts "
     REQUIRE(r.status == 0);
     const auto j = nlohmann::json::parse(r.output);
     CHECK(j["fit"].get<int64_t>() > 0);
-    int64_t sharded = 0;
+    int64_t sharded = 0, recomputed = 0;
     for (const auto& l : j["layouts"]) {
       CHECK(l["pp"].get<int64_t>() > 1);
-      CHECK(l["recompute"] != "none");
+      recomputed += l["recompute"] != "none";
       sharded += l["optimizer_sharding"].get<bool>();
     }
     CHECK(sharded > 0);
+    CHECK(recomputed > 0);
   }
   {
     auto r = run(tutti_bin() + " plan " + (dir / "seed_no_restart.yaml").string()
@@ -362,4 +364,46 @@ TEST_CASE("memory by component follows micro-batches, sharding and "
         < plain["activations"].get<double>());
   CHECK(full["activations"].get<double>()
         < selective["activations"].get<double>());
+}
+
+TEST_CASE("tutti plan counts attention without a [seq, seq] term where it "
+          "is tiled",
+          "[unit]") {
+  auto dir = scratch("plan_attention");
+  const auto base = read_text(source_dir() + "/configs/seed_8192.yaml");
+  // One sequence per rank (global batch 8192 over DP 8192), 32 query heads.
+  auto plan = [&](const std::string& name, int seq, const std::string& device) {
+    auto text = replace_once(base, "  seq_len: 4096\n",
+                             "  seq_len: " + std::to_string(seq) + "\n");
+    text = replace_once(text, "  max_seq_len: 4096\n",
+                        "  max_seq_len: " + std::to_string(seq) + "\n");
+    text = replace_once(text, "  ep_size: 64\n",
+                        "  ep_size: 64\n  device: " + device + "\n");
+    write_text(dir / (name + ".yaml"), text);
+    auto r = run(tutti_bin() + " plan " + (dir / (name + ".yaml")).string()
+                   + " --json",
+                 30);
+    INFO(name << ": " << r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.output)["memory"];
+  };
+  const double row = 4; // one fp32 log-sum-exp per query row
+  auto s4k = plan("s4096", 4096, "cpu"), s8k = plan("s8192", 8192, "cpu");
+  CHECK(s4k["attention_tiled"].get<bool>());
+  CHECK(s4k["attention_saved_per_layer"].get<double>() == 32 * 4096 * row);
+  CHECK(s8k["attention_saved_per_layer"].get<double>()
+        == 2 * s4k["attention_saved_per_layer"].get<double>());
+  // Everything a micro-batch keeps grows with its tokens, nothing with
+  // their square.
+  CHECK(s8k["activations_per_micro_batch"].get<double>()
+        == Approx(2 * s4k["activations_per_micro_batch"].get<double>())
+             .epsilon(1e-9));
+  // The CPU keeps the [seq, seq] probabilities of short sequences, as
+  // rank_model does; CUDA never does.
+  auto cpu256 = plan("cpu256", 256, "cpu"), cuda256 = plan("cuda256", 256, "cuda");
+  CHECK_FALSE(cpu256["attention_tiled"].get<bool>());
+  CHECK(cpu256["attention_saved_per_layer"].get<double>()
+        == 32.0 * 256 * 256 * 4);
+  CHECK(cuda256["attention_tiled"].get<bool>());
+  CHECK(cuda256["attention_saved_per_layer"].get<double>() == 32 * 256 * row);
 }

@@ -4,7 +4,8 @@
 // repeats one), outputs poisoned before the op, fp32 within 1e-5 normwise
 // relative error of the CPU in fp32, fp64 within 1e-10, bf16 GEMMs within
 // 1e-2 of the fp32 CPU result; integer outputs (routing, plans, counts)
-// identical; two GPU runs bitwise identical. Where no device answers, the
+// identical; two GPU runs bitwise identical; the batch-invariant GEMM
+// bitwise the CPU's, alone or in any batch. Where no device answers, the
 // program prints why and exits 77, which CTest reports as skipped.
 
 #define CATCH_CONFIG_RUNNER
@@ -157,6 +158,73 @@ TEST_CASE("cuda attention", "[gpu]") {
             be.f("dq", dq, q.size()), be.f("dk", dk, kv.size()),
             be.f("dv", dv, v.size())};
   });
+}
+
+// The tiled kernels against the CPU's tiled ones, at a length that crosses
+// several tiles of both (CPU 64, CUDA 32 / 16) with a partial last one.
+TEST_CASE("cuda tiled attention", "[gpu]") {
+  auto rng = rng_for(7);
+  const int64_t b = 2, s = 200, hq = 8, hkv = 2, d = 64;
+  const Vec q = randn_in_float(b * s * hq * d, rng),
+            kv = randn_in_float(b * s * hkv * d, rng),
+            v = randn_in_float(b * s * hkv * d, rng),
+            g = randn_in_float(b * s * hq * d, rng);
+  check_both("attention (tiled)", [&](backend& be, auto tag) -> outputs {
+    using T = decltype(tag);
+    const T *qp = be.in(as<T>(q)), *kp = be.in(as<T>(kv)),
+            *vp = be.in(as<T>(v));
+    T *out = be.out<T>(q.size()), *lse = be.out<T>(b * hq * s),
+      *dq = be.out<T>(q.size()), *dk = be.out<T>(kv.size()),
+      *dv = be.out<T>(v.size());
+    k::attention_forward_tiled(be.s, qp, kp, vp, out, lse, b, s, hq, hkv, d);
+    k::attention_backward_tiled(be.s, qp, kp, vp, out, lse, be.in(as<T>(g)),
+                                dq, dk, dv, b, s, hq, hkv, d);
+    return {be.f("out", out, q.size()), be.f("lse", lse, b * hq * s),
+            be.f("dq", dq, q.size()), be.f("dk", dk, kv.size()),
+            be.f("dv", dv, v.size())};
+  });
+}
+
+// Serving's batch invariance on the GPU: every output is the CPU's chain of
+// fused multiply-adds, so the GPU gives the CPU's bits, and a row's bits
+// alone, in a batch of 37, or at an odd offset of a batch of 5.
+TEST_CASE("cuda batch-invariant GEMM: the CPU's bits in any batch", "[gpu]") {
+  auto rng = rng_for(8);
+  const int64_t m = 37, kk = 300, n = 200; // n, k not multiples of the tiles
+  const Vec x = randn_in_float(m * kk, rng), w = randn_in_float(n * kk, rng);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const auto xt = as<T>(x);
+    std::vector<T> wt(kk * n);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t t = 0; t < kk; ++t)
+        wt[t * n + j] = T(w[j * kk + t]);
+    std::vector<T> ref(m * n);
+    k::invariant_linear_forward(k::cpu_stream(), xt.data(), kk, wt.data(),
+                                ref.data(), n, m, kk, n);
+    backend gpu(fp32_stream->get());
+    const T *xp = gpu.in(xt), *wp = gpu.in(wt);
+    T *all = gpu.out<T>(m * n), *five = gpu.out<T>(5 * n),
+      *one = gpu.out<T>(n);
+    k::invariant_linear_forward(gpu.s, xp, kk, wp, all, n, m, kk, n);
+    const Vec got = gpu.f("batch", all, m * n).values;
+    INFO((sizeof(T) == 4 ? "fp32" : "fp64"));
+    CHECK(got == Vec(ref.begin(), ref.end()));
+    for (int64_t i = 0; i < m; ++i) {
+      k::invariant_linear_forward(gpu.s, xp + i * kk, kk, wp, one, n, 1, kk,
+                                  n);
+      const Vec alone = gpu.f("row", one, n).values;
+      INFO("row " << i);
+      CHECK(std::equal(alone.begin(), alone.end(), got.begin() + i * n));
+    }
+    const int64_t first = 3;
+    k::invariant_linear_forward(gpu.s, xp + first * kk, kk, wp, five, n, 5,
+                                kk, n);
+    const Vec some = gpu.f("five", five, 5 * n).values;
+    CHECK(std::equal(some.begin(), some.end(), got.begin() + first * n));
+  };
+  run(float{});
+  run(double{});
 }
 
 TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {

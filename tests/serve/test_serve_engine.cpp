@@ -19,6 +19,7 @@
 #include "tutti/train/rank_model.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/kernels/invariant_ops.hpp"
+#include "tutti/kernels/ops.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
 #include "tutti/store/checkpoint_files.hpp"
@@ -321,8 +322,8 @@ TEST_CASE("the KV cache hands out blocks all or nothing", "[unit]") {
   CHECK(cache.used_blocks() == 2);
 }
 
-TEST_CASE("kernels::packed_gemm gives every row the bits of its left-to-right "
-          "chain of fused multiply-adds, "
+TEST_CASE("kernels::packed_gemm and invariant_linear_forward give every row "
+          "the bits of its left-to-right chain of fused multiply-adds, "
           "alone or in any batch",
           "[unit]") {
   std::mt19937 rng(3);
@@ -339,14 +340,34 @@ TEST_CASE("kernels::packed_gemm gives every row the bits of its left-to-right "
         v = u(rng);
       const auto packed = kernels::pack_matrix(w.data(), n, k);
       kernels::packed_gemm(x.data(), packed, y.data(), m);
+      // The routed op (the one test_cuda_kernels holds CUDA's kernel to):
+      // the same bits on the CPU, in float and in double.
+      std::vector<float> routed(m * n);
+      kernels::invariant_linear_forward(kernels::cpu_stream(), x.data(), k,
+                                        packed.t.data(), routed.data(), n, m,
+                                        k, n);
+      const std::vector<double> xd(x.begin(), x.end()),
+        wtd(packed.t.begin(), packed.t.end());
+      std::vector<double> yd(m * n), oned(n);
+      kernels::invariant_linear_forward(kernels::cpu_stream(), xd.data(), k,
+                                        wtd.data(), yd.data(), n, m, k, n);
       for (int64_t i = 0; i < m; ++i) {
         kernels::packed_gemm(x.data() + i * k, packed, one.data(), 1);
+        kernels::invariant_linear_forward(kernels::cpu_stream(),
+                                          xd.data() + i * k, k, wtd.data(),
+                                          oned.data(), n, 1, k, n);
         for (int64_t j = 0; j < n; ++j) {
           float sum = 0.0f; // the chain of fused multiply-adds
-          for (int64_t t = 0; t < k; ++t)
+          double sumd = 0.0;
+          for (int64_t t = 0; t < k; ++t) {
             sum = std::fma(x[i * k + t], w[j * k + t], sum);
+            sumd = std::fma(xd[i * k + t], double(w[j * k + t]), sumd);
+          }
           CHECK(y[i * n + j] == one[j]);
           CHECK(y[i * n + j] == sum);
+          CHECK(routed[i * n + j] == sum);
+          CHECK(yd[i * n + j] == oned[j]);
+          CHECK(yd[i * n + j] == sumd);
         }
       }
     }

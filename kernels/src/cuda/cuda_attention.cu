@@ -1,10 +1,11 @@
 // Causal grouped-query attention on CUDA, forward and backward.
 //
-// Correct first: one block per (query row, head, batch), the S x S scores
-// kept in `probs` exactly as the CPU backend keeps them (the model saves
-// them for backward), dot products accumulated in T like the CPU's BLAS
-// GEMMs, softmax sums in double. A fused flash-style kernel is later work;
-// the API (probs saved) would have to change for it anyway.
+// The [s, s] API of the CPU backend's short sequences, for parity: models
+// on CUDA run the tiled kernels (cuda_attention_tiled.cu,
+// kernels::attention_is_tiled), which keep no [s, s] buffer. Here one block
+// per (query row, head, batch), the S x S scores kept in `probs` exactly as
+// the CPU backend keeps them, dot products accumulated in T like the CPU's
+// BLAS GEMMs, softmax sums in double.
 //
 // Backward: one block per query row computes dS = P * (dP - rowsum(P dP))
 // into scratch and dQ; then one block per (key row, kv head, batch) sums

@@ -33,13 +33,26 @@ status rank_model::attention_forward(int64_t l, int64_t seqs,
                     a.v.data(), n, d, hkv * hd);
   k::rope_forward(stream_, a.q.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_forward(stream_, a.k.data(), seqs, s, hkv, hd, m.rope_theta);
-  k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
-                       a.attn.data(), a.probs.data(), seqs, s, hq, hkv, hd);
+  attention_core_forward(a, seqs);
   k::linear_forward(stream_, a.attn.data(), param(layer_name(l, names::o_proj)),
                     a.x_mid.data(), n, hq * hd, d);
   TUTTI_RETURN_IF_ERROR(tp_sum(a.x_mid.data(), n * d, time));
   k::axpy(stream_, 1.0f, a.x_in.data(), a.x_mid.data(), n * d);
   return {};
+}
+
+// Tiled where kernels::attention_is_tiled says (CUDA, long sequences):
+// no [s, s] buffer; else the [s, s] probabilities are kept.
+void rank_model::attention_core_forward(layer_acts& a, int64_t seqs) {
+  const int64_t s = cfg_.train.seq_len, hd = cfg_.model.head_dim();
+  if (k::attention_is_tiled(stream_.device, s))
+    k::attention_forward_tiled(stream_, a.q.data(), a.k.data(), a.v.data(),
+                               a.attn.data(), a.attn_saved.data(), seqs, s,
+                               heads_, kv_heads_, hd);
+  else
+    k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
+                         a.attn.data(), a.attn_saved.data(), seqs, s, heads_,
+                         kv_heads_, hd);
 }
 
 // dx: gradient of x_mid in, gradient of x_in out.
@@ -59,9 +72,15 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
   k::linear_backward(
     stream_, a.attn.data(), param(layer_name(l, names::o_proj)), dx.data(),
     dattn_.data(), grad(layer_name(l, names::o_proj)), n, hq * hd, d);
-  k::attention_backward(stream_, a.q.data(), a.k.data(), a.v.data(),
-                        a.probs.data(), dattn_.data(), dq_.data(), dk_.data(),
-                        dv_.data(), seqs, s, hq, hkv, hd);
+  if (k::attention_is_tiled(stream_.device, s))
+    k::attention_backward_tiled(stream_, a.q.data(), a.k.data(), a.v.data(),
+                                a.attn.data(), a.attn_saved.data(),
+                                dattn_.data(), dq_.data(), dk_.data(),
+                                dv_.data(), seqs, s, hq, hkv, hd);
+  else
+    k::attention_backward(stream_, a.q.data(), a.k.data(), a.v.data(),
+                          a.attn_saved.data(), dattn_.data(), dq_.data(),
+                          dk_.data(), dv_.data(), seqs, s, hq, hkv, hd);
   k::rope_backward(stream_, dq_.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_backward(stream_, dk_.data(), seqs, s, hkv, hd, m.rope_theta);
   k::linear_backward(stream_, a.xn1.data(), param(layer_name(l, names::q_proj)),

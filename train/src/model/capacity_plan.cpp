@@ -183,6 +183,10 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
         + (mem.in_flight > 1 ? " (the experts' saved rows once)" : "")
         + ", recompute "
         + to_string(layout.recompute));
+  row("attention, kept", bytes_text(mem.attention_saved_per_layer),
+      std::string("per layer and micro-batch: ")
+        + (mem.attention_tiled ? "tiled, each row's log-sum-exp"
+                               : "the [seq, seq] probabilities"));
   row("working buffers", bytes_text(mem.working),
       "backward scratch, LM head, recomputed layer");
   row("dispatch buffers", bytes_text(mem.dispatch),

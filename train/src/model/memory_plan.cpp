@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tutti/kernels/ops.hpp"
 #include "tutti/train/capacity_plan.hpp"
 
 namespace tutti::train {
@@ -118,7 +119,18 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
 
   // No sequence parallelism: every TP rank holds the whole [tokens,
   // hidden] activations and runs the norms on all of them.
-  const double probs = x.seqs * x.hq * x.s * x.s;
+  // The attention core keeps what rank_model sizes: no [s, s] term where
+  // it is tiled, whose backward needs one value per query row of scratch.
+  const auto device = cfg.cluster.device == compute_device::cuda
+                        ? kernels::device_kind::cuda
+                        : kernels::device_kind::cpu;
+  b.attention_tiled = kernels::attention_is_tiled(device, cfg.train.seq_len);
+  const double probs =
+    x.seqs * x.hq
+    * static_cast<double>(
+      kernels::attention_saved_per_head(device, cfg.train.seq_len));
+  b.attention_saved_per_layer = probs * fp32;
+  const double attention_scratch = b.attention_tiled ? n * x.hq : 0;
   const double layer_rest = 3 * nd + 2 * n + 2 * n * x.hq * x.hd
                             + 2 * n * x.hkv * x.hd + 2 * n * x.E + 4 * n * x.K
                             + x.recv * d + 2 * x.recv;
@@ -155,7 +167,8 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
            + (stage + 1 == l.pp ? n * std::max(x.v, x.E) : 0);
   };
   const double scratch = 3 * nd + 2 * n * x.hq * x.hd + 2 * n * x.hkv * x.hd
-                         + n * x.K + 3 * x.recv * x.f + x.recv * d + 2 * n;
+                         + n * x.K + 3 * x.recv * x.f + x.recv * d + 2 * n
+                         + attention_scratch;
 
   const double rows = cfg.moe.communication_buffer_size > 0
                         ? cfg.moe.communication_buffer_size / (d * fp32)

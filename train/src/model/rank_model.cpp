@@ -119,10 +119,11 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   const int64_t kk = cfg.moe.router_top_k;
   const auto& st = stream_;
   const auto mode = cfg.train.recompute;
-  // What a layer needs while it runs; `probs`: the attention core's part.
-  auto size_working = [&](layer_acts& a, bool rest, bool probs) {
-    if (probs)
-      a.probs.resize(st, seqs * heads_ * s * s);
+  // What a layer needs while it runs; `core`: the attention core's part.
+  auto size_working = [&](layer_acts& a, bool rest, bool core) {
+    if (core)
+      a.attn_saved.resize(st, seqs * heads_
+                                * k::attention_saved_per_head(st.device, s));
     if (!rest)
       return;
     for (auto* buf : {&a.xn1, &a.x_mid, &a.xn2})
@@ -289,7 +290,7 @@ void rank_model::swap_working(layer_acts& a) {
   const auto mode = cfg_.train.recompute;
   if (mode == recompute_mode::none)
     return;
-  std::swap(a.probs, work_.probs);
+  std::swap(a.attn_saved, work_.attn_saved);
   if (mode != recompute_mode::full)
     return;
   using pair = std::pair<tensor<float>*, tensor<float>*>;
@@ -324,11 +325,7 @@ status rank_model::recompute(int64_t l, int64_t seqs, step_timers& time) {
   case recompute_mode::none:
     return {};
   case recompute_mode::selective: {
-    const auto& m = cfg_.model;
-    auto& a = acts_[l];
-    k::attention_forward(stream_, a.q.data(), a.k.data(), a.v.data(),
-                         a.attn.data(), a.probs.data(), seqs,
-                         cfg_.train.seq_len, heads_, kv_heads_, m.head_dim());
+    attention_core_forward(acts_[l], seqs);
     return {};
   }
   case recompute_mode::full:

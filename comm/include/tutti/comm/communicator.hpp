@@ -21,7 +21,9 @@ public:
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // In-place sum over all members. Every member gets the same bits.
+  // In-place sum over all members. Every member gets the same bits; in
+  // which order the members' values are added is the transport's (see
+  // sums_in_member_order).
   virtual status all_reduce_sum(float* data, size_t count) = 0;
   virtual status all_reduce_sum(double* data, size_t count) = 0;
   virtual status all_reduce_sum(int64_t* data, size_t count) = 0;
@@ -64,6 +66,13 @@ public:
   // false when they must be host memory (Gloo): callers holding device
   // tensors stage them through the host (model/staged_collectives.hpp).
   virtual bool takes_device_memory() const { return false; }
+
+  // True when all_reduce_sum adds member 0's value, plus member 1's, ...
+  // (Gloo and in-memory groups): the order of a reduce-scatter built from
+  // all_to_all_v (moe::staged_collectives), so both give the same bits.
+  // False where the transport picks its own order (NCCL: ring or tree, by
+  // size and topology), and by default.
+  virtual bool sums_in_member_order() const { return false; }
 
   // True when every collective is copies made by the calling threads in
   // this process (memory_communicator): no transfer runs beside the

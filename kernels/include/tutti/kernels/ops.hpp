@@ -51,4 +51,20 @@ namespace tutti::kernels {
 int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t k,
                         int64_t experts);
 
+// Which attention ops a model runs on `device` for sequences of `seq`
+// tokens: the tiled ones (attention_*_tiled: a row's log-sum-exp kept for
+// backward) on CUDA, and on the CPU above kAttentionTiledAbove tokens;
+// attention_forward / attention_backward ([seq, seq] probabilities kept)
+// for the CPU's shorter sequences, where they are faster and give the bits
+// CPU training has always had. Not routed, no stream.
+constexpr int64_t kAttentionTiledAbove = 512;
+constexpr bool attention_is_tiled(device_kind device, int64_t seq) {
+  return device == device_kind::cuda || seq > kAttentionTiledAbove;
+}
+
+// Elements attention keeps for backward per sequence and query head.
+constexpr int64_t attention_saved_per_head(device_kind device, int64_t seq) {
+  return attention_is_tiled(device, seq) ? seq : seq * seq;
+}
+
 } // namespace tutti::kernels

@@ -10,7 +10,8 @@
 // through in blocks that share each weight load (4 rows x 64 outputs in
 // AVX-512 registers), which is what makes a batch of decodes cheaper per
 // token than one: the weights are read once per step, not once per
-// sequence.
+// sequence. On a stream, kernels::invariant_linear_forward (op_list.inc)
+// runs these chains on the CPU or on CUDA, with the same bits.
 
 #include <cstdint>
 #include <vector>

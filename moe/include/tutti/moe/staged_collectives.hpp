@@ -21,6 +21,13 @@ class staged_collectives {
 public:
   explicit staged_collectives(kernels::stream s) : stream_(s) {}
 
+  // Every element summed in member order on every communicator: where the
+  // transport adds in an order of its own (NCCL's ring or tree;
+  // comm::communicator::sums_in_member_order), as reduce_scatter_sum then
+  // all_gather, which move the bytes of a ring all-reduce (2 (n-1)/n of
+  // the buffer per member) as grouped point-to-point transfers. So dense
+  // and expert gradients, TP sums and the distributed optimizer's slices
+  // have the same bits on NCCL as on Gloo or in one process.
   status all_reduce_sum(comm::communicator& c, float* data, size_t count);
 
   // Sum over the members of slice comm::member_slice(count, size, rank)

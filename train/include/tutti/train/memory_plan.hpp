@@ -42,6 +42,12 @@ struct memory_breakdown {
   double optimizer = 0;         // AdamW moments (the dense ones / dp if sharded)
   double optimizer_scratch = 0; // the experts' second set (restart in place)
   double activations_micro = 0; // kept for backward by one micro-batch
+  // What the attention core keeps for backward, per layer and micro-batch
+  // (part of activations, or of working with recomputation): each row's
+  // log-sum-exp where attention is tiled (CUDA, and the CPU above
+  // kernels::kAttentionTiledAbove tokens), else the [s, s] probabilities.
+  double attention_saved_per_layer = 0;
+  bool attention_tiled = false;
   double in_flight = 1;         // micro-batches whose activations are kept
   double activations = 0; // in_flight micro-batches' and the shard's saved rows
   double working = 0; // backward scratch, recompute's shared layer, LM head

@@ -112,7 +112,11 @@ private:
   using tensor = kernels::tensor<T>;
 
   struct layer_acts {
-    tensor<float> x_in, xn1, rstd1, q, k, v, probs, attn, x_mid, xn2, rstd2,
+    // attn_saved: what the attention core keeps for backward, the [s, s]
+    // probabilities or, where attention is tiled, each row's log-sum-exp
+    // (kernels::attention_is_tiled).
+    tensor<float> x_in, xn1, rstd1, q, k, v, attn_saved, attn, x_mid, xn2,
+      rstd2,
       logits, rprobs, gate, y_rows, fraction;
     // Pipeline: the experts' input rows, for running them again before
     // backward when a later micro-batch's forward came in between.
@@ -162,6 +166,8 @@ private:
   status recompute(int64_t l, int64_t seqs, step_timers& time);
 
   status attention_forward(int64_t l, int64_t seqs, step_timers& time);
+  // The attention core on a layer's q, k, v: attn and attn_saved.
+  void attention_core_forward(layer_acts& a, int64_t seqs);
   status attention_backward(int64_t l, int64_t seqs, tensor<float>& dx,
                             step_timers& time);
   // Tensor parallelism: sums a row-parallel layer's partial outputs (or a
