@@ -27,6 +27,7 @@ int token_command(const std::vector<std::string>& args);
 int config_command(const std::vector<std::string>& args);
 int rollback_command(const std::vector<std::string>& args);
 int experts_command(const std::vector<std::string>& args);
+int report_command(const std::vector<std::string>& args);
 int placement_command(const std::vector<std::string>& args);
 int publish_command(const std::vector<std::string>& args);
 int gateway_command(const std::vector<std::string>& args);

@@ -1,5 +1,5 @@
 // What an operator does to a job beside running it: config versions,
-// rollback, routing statistics and expert placement.
+// rollback, routing statistics, expert placement and the run's report.
 
 #include "command_table.hpp"
 #include "commands.hpp"
@@ -24,6 +24,10 @@ command_group operations_commands() {
      placement_command,
      {{"placement plan CONFIG --stats STATS.json [--out PLAN]",
        "rack-aware expert placement"}}},
+    {"report",
+     report_command,
+     {{"report RUN_DIR --out FILE",
+       "one offline HTML file of a run: curves, heatmap, events"}}},
   };
   return table;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tutti/runtime/log.hpp"
+#include "tutti/runtime/node_tls.hpp"
 #include "tutti/serve/expert_node.hpp"
 #include "tutti/serve/http_front.hpp"
 #include "tutti/serve/model_registry.hpp"
@@ -63,6 +64,27 @@ void open_serve_log(const std::string& dir, uint16_t port, const char* prog) {
   std::fflush(stdout);
 }
 
+// Across daemons: mutual TLS with the cluster's node certificates (the
+// security section), or a loud warning that the rendezvous is plaintext.
+expected<basp_guard::tls_options> daemon_tls(const serve::serve_config& c,
+                                             int64_t node_rank,
+                                             const char* prog) {
+  if (!c.limits.cluster.spans_daemons())
+    return basp_guard::tls_options{};
+  if (c.security.tls_on())
+    return set_up_node_tls(c.security, node_rank);
+  if (c.security.required)
+    return status::error("security.required is set but security.tls is "
+                         "not: refusing to serve across daemons in the "
+                         "clear");
+  const std::string warning =
+    "WARNING: no security.tls: the daemons of this service talk in the "
+    "clear, and anyone who can reach serve.rendezvous_port can join it";
+  std::fprintf(stderr, "%s: %s\n", prog, warning.c_str());
+  log_warn("serve", warning);
+  return basp_guard::tls_options{};
+}
+
 } // namespace
 
 int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
@@ -98,6 +120,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (!affinity)
     return fail(2, prog, affinity.message());
   limits.affinity = affinity.value();
+  if (auto tls = daemon_tls(c, node_rank, prog); !tls)
+    return fail(2, prog, tls.message());
+  else
+    limits.guard_tls = std::move(tls.value());
   if (node_rank > 0)
     return follow(model.value(), limits, prog);
   auto svc = serve::service::create(std::move(model.value()), limits);
@@ -175,15 +201,37 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + " KV blocks, "
                       + std::to_string(c.limits.ep_ranks)
                       + " expert-parallel ranks)");
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  std::printf("serve: stopping (signal %d)\n", sig);
-  log_info("serve", "stopping (signal " + std::to_string(sig) + ")");
-  // The engine first: requests in flight end (503, or an error event on a
+  // Until a stop signal here or on another daemon of the service, or the
+  // replica fails (its expert tier gave up): then the process ends
+  // non-zero within a tenth of a second, so what runs it replaces it,
+  // instead of answering requests it cannot serve.
+  const timespec tick{0, 100'000'000};
+  int sig = -1;
+  std::string failure;
+  while (sig < 0 && !service.stop_wanted()
+         && (failure = service.failure()).empty())
+    sig = sigtimedwait(&stop_signals, nullptr, &tick);
+  if (!failure.empty()) {
+    std::fprintf(stderr, "%s: %s; exiting\n", prog, failure.c_str());
+    log_error("serve", failure + "; exiting");
+  } else {
+    const auto why = sig >= 0 ? "signal " + std::to_string(sig)
+                              : std::string("another daemon stopping");
+    const auto grace = std::chrono::milliseconds(
+      static_cast<int64_t>(c.limits.drain_timeout_s * 1000));
+    std::printf("serve: stopping (%s): draining for up to %g s\n",
+                why.c_str(), c.limits.drain_timeout_s);
+    std::fflush(stdout);
+    log_info("serve", "stopping (" + why + "), draining");
+    if (!service.drain(grace))
+      log_warn("serve", "requests still running after the drain timeout "
+                        "end cancelled");
+  }
+  // The engine first: requests left end (503, or an error event on a
   // stream) instead of holding the HTTP threads until they finish.
   service.stop();
   front.value()->stop();
-  return 0;
+  return failure.empty() ? 0 : 1;
 }
 
 } // namespace tutti::cli

@@ -32,11 +32,13 @@
 
 #include "tutti/runtime/basp_guard.hpp"
 #include "tutti/train/coordinator.hpp"
+#include "tutti/train/job_dashboard.hpp"
 #include "tutti/train/journal.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/train/rank.hpp"
 #include "tutti/runtime/metrics_board.hpp"
 #include "tutti/runtime/node_endpoint.hpp"
+#include "tutti/runtime/node_tls.hpp"
 #include "job_start.hpp"
 #include "serve_node.hpp"
 #include "tutti/train/node_supervisor.hpp"
@@ -97,42 +99,14 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
     }
     return {};
   }
-  const auto files = security::for_node({sec.tls.ca, sec.tls.cert, sec.tls.key,
-                                         sec.tls.key_passphrase_file,
-                                         sec.tls.crl},
-                                        node_rank);
-  auto server = security::tls_endpoint::load(files, security::tls_role::server);
-  if (!server)
-    return server.error();
-  const auto self = (*server)->self();
-  if (self.kind != security::identity_kind::node || self.node_rank != node_rank)
-    return status::error("certificate " + files.cert + " names " + self.text()
-                         + ", but this daemon is node "
-                         + std::to_string(node_rank));
-  auto client = security::tls_endpoint::load(files, security::tls_role::client);
-  if (!client)
-    return client.error();
-  std::function<std::optional<security::identity>(const security::secret&)>
-    tokens;
-  if (!sec.policy.empty()) {
-    auto policy = security::access_policy::open(sec.policy);
-    if (!policy)
-      return status::error("security.policy: " + policy.message());
-    // Clients without a certificate may show a token the policy holds.
-    tokens = [policy = *policy](const security::secret& token) {
-      return policy->token_identity(token);
-    };
-  }
+  auto tls = set_up_node_tls(sec, node_rank);
+  if (!tls)
+    return tls.error();
   if (node_rank == 0)
     if (auto audit = security::audit_log::open(cfg.run.dir + "/audit.jsonl");
         !audit)
       return audit.error();
-  const auto limit = std::chrono::milliseconds(
-    static_cast<int64_t>(sec.handshake_timeout_s * 1000));
-  guard_tls = {*server, limit, tokens};
-  security::tls_dialer::install(*client, limit);
-  log_info("tuttid",
-           "mutual TLS 1.3 on as " + self.text() + " (CA " + files.ca + ")");
+  guard_tls = std::move(tls.value());
   return {};
 }
 
@@ -322,6 +296,8 @@ int serve_job(const job_config& cfg, daemon_options opt) {
   auto job_board = std::make_shared<metrics_board>();
   auto node_board = std::make_shared<metrics_board>();
   std::unique_ptr<net::metrics_endpoint> metrics_server;
+  // /dashboard beside /metrics; its events once node 0 opens the store.
+  auto job_store_for_page = std::make_shared<job_store_slot>();
   if (cfg.metrics.port > 0) {
     security::web_config web; // none: plain HTTP, no auth
     if (!cfg.metrics.web_config.empty()) {
@@ -330,9 +306,11 @@ int serve_job(const job_config& cfg, daemon_options opt) {
         return fail(2, "metrics.web_config: " + loaded.message());
       web = std::move(*loaded);
     }
-    auto started = serve_metrics(cfg.cluster.node(opt.node_rank).host,
-                                 cfg.metrics.port + opt.node_rank,
-                                 {job_board, node_board}, web);
+    auto started = serve_metrics(
+      cfg.cluster.node(opt.node_rank).host, cfg.metrics.port + opt.node_rank,
+      {job_board, node_board}, web,
+      dashboard::routes(
+        job_dashboard(cfg, {job_board, node_board}, job_store_for_page)));
     if (!started)
       return fail(1, started.message());
     metrics_server = std::move(*started);
@@ -346,6 +324,7 @@ int serve_job(const job_config& cfg, daemon_options opt) {
       opt.fresh, opt.yes, "tuttid");
     if (start.status != 0 || start.completed)
       return start.status;
+    job_store_for_page->set(start.db);
     journal = spawn_journal(sys, cfg, start.db);
     coordinator =
       spawn_coordinator(sys, {cfg, caf::actor{self}, false, journal,

@@ -8,8 +8,9 @@
 #   - serving: `tutti serve` of each build on the medium model
 #     (configs/medium.yaml, randomly initialised), driven by the NEW
 #     build's `tutti bench serve` at concurrency 1 and 8 (output tokens/s,
-#     TTFT and TPOT medians).
-# Prints a markdown table: OLD, NEW and NEW/OLD of each figure's median.
+#     TTFT and TPOT medians), and the server's CPU seconds for that work.
+# Prints a markdown table: OLD, NEW and NEW/OLD of each figure's median,
+# and each side's spread over the rounds.
 # Usage: bench/compare_builds.sh OLD_BUILD NEW_BUILD [ROUNDS]   (ROUNDS: 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,9 +71,16 @@ EOF
     sleep 0.1
   done
   [ -n "$url" ] || { echo "compare_builds: no server" >&2; exit 1; }
+  # The server's CPU time for the same work: steadier than tokens/s when
+  # the other core is busy.
+  local cpu_before cpu_after
+  cpu_before=$(awk '{print $14 + $15}' "/proc/$server/stat")
   "$new/apps/tutti" bench serve --url "$url" --requests 24 \
     --concurrency 1,8 --prompt-tokens 64 --output-tokens 32 \
     --json "$work/bench.json" --no-progress > /dev/null
+  cpu_after=$(awk '{print $14 + $15}' "/proc/$server/stat")
+  echo -e "serve server CPU s, both levels\t$(( cpu_after - cpu_before ))e-2" \
+    >> "$out.tsv"
   kill "$server"
   wait "$server" 2>/dev/null || true
   server=""
@@ -105,8 +113,12 @@ def read(path):
         out.setdefault(key, []).append(float(value))
     return out
 old, new = read(sys.argv[1]), read(sys.argv[2])
-print("| figure | old | new | new / old |\n|---|---:|---:|---:|")
+# The rounds' spread beside each median: a ratio inside it is noise.
+print("| figure | old | new | new / old | old min-max | new min-max |")
+print("|---|---:|---:|---:|---:|---:|")
 for key in old:
     o, n = statistics.median(old[key]), statistics.median(new[key])
-    print(f"| {key} | {o:.2f} | {n:.2f} | {n / o:.3f} |")
+    print(f"| {key} | {o:.2f} | {n:.2f} | {n / o:.3f} "
+          f"| {min(old[key]):.2f}-{max(old[key]):.2f} "
+          f"| {min(new[key]):.2f}-{max(new[key]):.2f} |")
 EOF

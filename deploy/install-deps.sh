@@ -15,8 +15,10 @@ packages=(
   libssl-dev
   libcrypt-dev
   libonig-dev
-  mmdebstrap umoci
-  nodejs
+  xz-utils # the GPU carries (bench/collect_gpu_carry.sh) and their test
+  chromium # the dashboard's browser test
+  mmdebstrap umoci # the OCI image (deploy/image/build-image.sh) and its test
+  nodejs # the Kubernetes manifests' check (tests/deploy)
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "tutti/security/tls_dialer.hpp"
+#include "tutti/runtime/node_tls.hpp"
 
 namespace tutti::client {
 
@@ -15,19 +15,11 @@ namespace {
 template <class Handle>
 expected<Handle> remote(caf::actor_system& sys, const endpoint& at,
                         const std::string& what) {
-  auto via = security::tls_dialer::route(at.host, at.port);
-  if (!via)
-    return via.error();
-  auto handle = sys.middleman().remote_actor<Handle>(via->host, via->port);
-  if (!handle) {
-    auto why = sys.render(handle.error());
-    if (auto tls = security::tls_dialer::last_failure(at.host, at.port);
-        !tls.empty())
-      why = tls;
+  auto handle = tutti::remote_actor<Handle>(sys, at.host, at.port);
+  if (!handle)
     return status::error("cannot reach " + what + " at " + at.text() + ": "
-                         + why);
-  }
-  return *handle;
+                         + handle.message());
+  return handle;
 }
 
 } // namespace

@@ -33,7 +33,8 @@ server_options scrape_options(const std::string& host, uint16_t port,
 
 expected<std::unique_ptr<metrics_endpoint>> metrics_endpoint::start(
   const std::string& host, uint16_t port, std::function<std::string()> render,
-  const security::web_config& web) {
+  const security::web_config& web,
+  const std::function<void(http_server&)>& more_routes) {
   auto server = std::make_unique<http_server>(scrape_options(host, port, web));
   server->add_guard(basic_auth_guard(web));
   server->get("/metrics", [render = std::move(render)](const http_request&,
@@ -50,6 +51,8 @@ expected<std::unique_ptr<metrics_endpoint>> metrics_endpoint::start(
       res.set_content("rendering metrics failed\n", plain_text);
     }
   });
+  if (more_routes)
+    more_routes(*server);
   server->get("/", [](const http_request&, http_response& res) {
     res.set_content("tutti metrics exporter: scrape /metrics\n", plain_text);
   });

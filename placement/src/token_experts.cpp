@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tutti/model/tensor_names.hpp"
+
 namespace tutti::placement {
 
 namespace {
@@ -59,35 +61,31 @@ expected<std::vector<int32_t>> experts_per_token(const token_model& m) {
     std::span<const float> in_norm, v, o, post_norm, gate, bias;
     std::vector<std::span<const float>> w1, w2, w3;
   };
-  auto embed = get("model.embed_tokens.weight", m.vocab * d);
+  namespace names = model::names;
+  auto embed = get(names::embed, m.vocab * d);
   if (!embed)
     return embed.error();
   std::vector<layer> layers(size_t(m.layers));
   const int64_t f = m.intermediate, kv = m.kv_heads * hd;
   for (int64_t l = 0; l < m.layers; ++l) {
-    const auto pre = "model.layers." + std::to_string(l) + ".";
-    const auto moe = pre + "block_sparse_moe.";
     auto& L = layers[size_t(l)];
-    for (auto [name, to, size, optional] :
-         {std::tuple{pre + "input_layernorm.weight", &L.in_norm, d, false},
-          std::tuple{pre + "self_attn.v_proj.weight", &L.v, kv * d, false},
-          std::tuple{pre + "self_attn.o_proj.weight", &L.o, d * d, false},
-          std::tuple{pre + "post_attention_layernorm.weight", &L.post_norm, d,
-                     false},
-          std::tuple{moe + "gate.weight", &L.gate, m.experts * d, false},
-          std::tuple{moe + "gate.e_score_correction_bias", &L.bias, m.experts,
-                     true}}) {
-      auto t = get(name, size, optional);
+    for (auto [what, to, size, optional] :
+         {std::tuple{names::input_norm, &L.in_norm, d, false},
+          std::tuple{names::v_proj, &L.v, kv * d, false},
+          std::tuple{names::o_proj, &L.o, d * d, false},
+          std::tuple{names::post_norm, &L.post_norm, d, false},
+          std::tuple{names::router, &L.gate, m.experts * d, false},
+          std::tuple{names::router_bias, &L.bias, m.experts, true}}) {
+      auto t = get(names::layer(l, what), size, optional);
       if (!t)
         return t.error();
       *to = *t;
     }
     for (int64_t e = 0; e < m.experts; ++e) {
-      const auto ex = moe + "experts." + std::to_string(e) + ".";
       for (auto [which, to, size] :
            {std::tuple{"w1", &L.w1, f * d}, std::tuple{"w2", &L.w2, d * f},
             std::tuple{"w3", &L.w3, f * d}}) {
-        auto t = get(ex + which + ".weight", size);
+        auto t = get(names::expert(l, e, which), size);
         if (!t)
           return t.error();
         to->push_back(*t);

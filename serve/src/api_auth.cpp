@@ -54,7 +54,7 @@ status install_api_auth(net::http_server& server, const serve_config& cfg) {
       return loaded.error().with_context("serve.metrics_web_config: ");
     server.add_guard(
       net::basic_auth_guard(std::move(*loaded), [](const std::string& path) {
-        return path == "/metrics";
+        return path == "/metrics" || path.rfind("/dashboard", 0) == 0;
       }));
   }
   return {};

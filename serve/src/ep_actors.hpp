@@ -6,6 +6,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/blocking_actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <array>
@@ -109,6 +110,26 @@ inline std::string shard_child_id(int32_t rank) {
   return "expert_shard/" + std::to_string(rank);
 }
 
+// The expert tier, nested as OTP nests supervisors: the shards' supervisor
+// (one_for_one, ep_options::max_restarts per period) is the one child of
+// the tier's supervisor, which starts it again, shards and all, when it
+// gives up. When the tier gives up too, the actor watching it records why
+// here and the replica ends (service::failure).
+inline constexpr const char* shards_child_id = "serve_expert_shards";
+
+struct tier_record {
+  std::atomic<int64_t> restarts{0}; // of the shards' supervisor
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  std::string failure; // why the tier gave up
+};
+
+// Rank `rank`'s running shard (its id in the group), looked up through
+// the tier: an error while the shard or its supervisor is down.
+expected<caf::actor> running_shard(caf::blocking_actor* self,
+                                   const supervisor_actor& tier, int32_t rank,
+                                   std::chrono::milliseconds timeout);
+
 // How a rank joins its group: the in-process memory communicator, or Gloo
 // across daemons (ep_world.cpp). Called on the rank's own thread.
 using connect_fn = std::function<status(
@@ -124,6 +145,9 @@ struct rank_signals {
   std::atomic<bool> joined{false}; // its communicator is up
   std::atomic<bool> ended{false};
   std::atomic<bool> broken{false}; // its group failed; steps fail from now
+  // A stop asked for across daemons: set on a follower by its SIGTERM
+  // (ep_ranks::follow), it reaches node 0's rank with the next header.
+  std::atomic<bool> stop_wanted{false};
   // Node 0's rank across daemons: the other daemons' all-to-all bytes by
   // link class, as of the last step header.
   std::array<std::atomic<int64_t>, link_classes> peer_link_bytes{};
@@ -143,7 +167,8 @@ struct ep_rank_args {
   connect_fn connect;
   rank_role role = rank_role::local;
   std::shared_ptr<rank_signals> signals;
-  supervisor_actor experts;
+  supervisor_actor experts; // the expert tier's supervisor
+  std::shared_ptr<const tier_record> tier;
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
   std::shared_ptr<layout_cell> layout; // where dispatch sends rows
   std::vector<int32_t> racks;          // per rank of the group; empty: one

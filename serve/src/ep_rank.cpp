@@ -51,6 +51,7 @@ private:
   void count_links(const std::vector<int64_t>& bytes_to);
 
   caf::blocking_actor* self_;
+  comm::communicator& comm_;
   const ep_rank_args& a_;
   expert_shard_actor shard_;
   std::vector<int64_t> rack_of_; // per rank of the group
@@ -70,7 +71,7 @@ private:
 
 actor_exchange::actor_exchange(caf::blocking_actor* self,
                                comm::communicator& comm, const ep_rank_args& a)
-  : self_(self), a_(a), rack_of_(a.ranks, 0) {
+  : self_(self), comm_(comm), a_(a), rack_of_(a.ranks, 0) {
   if (static_cast<int64_t>(a.racks.size()) == a.ranks)
     for (int32_t p = 0; p < a.ranks; ++p)
       rack_of_[p] = a.racks[p];
@@ -94,22 +95,27 @@ void actor_exchange::count_links(const std::vector<int64_t>& bytes_to) {
   }
 }
 
-// Waits for the supervisor's running shard, other than `failed`.
+// Waits for the tier's running shard of this rank, other than `failed`
+// (its supervisor, or the tier above it, is starting it again).
 status actor_exchange::find_shard(const caf::actor& failed) {
   const auto deadline = std::chrono::steady_clock::now() + a_.timeout;
   std::string why = "no answer";
-  while (std::chrono::steady_clock::now() < deadline) {
-    caf::actor found;
-    self_
-      ->request(a_.experts, a_.timeout, which_child_atom_v,
-                shard_child_id(a_.rank))
-      .receive([&](caf::actor& h) { found = std::move(h); },
-               [&](caf::error& e) { why = self_->system().render(e); });
-    if (found && found != failed) {
-      shard_ = caf::actor_cast<expert_shard_actor>(found);
+  while (std::chrono::steady_clock::now() < deadline && !a_.tier->failed) {
+    auto found = running_shard(self_, a_.experts, a_.rank, a_.timeout);
+    if (found && *found != failed) {
+      shard_ = caf::actor_cast<expert_shard_actor>(*found);
       return {};
     }
+    if (!found)
+      why = found.message();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (a_.tier->failed) {
+    // The replica is done: the other ranks, waiting for this one in the
+    // step's exchange, fail now rather than at their timeout.
+    (void)comm_.abort();
+    return status::error("rank " + std::to_string(a_.rank)
+                         + ": the expert tier gave up");
   }
   return status::error("rank " + std::to_string(a_.rank)
                        + ": no expert shard within the timeout (" + why + ")");
@@ -117,9 +123,11 @@ status actor_exchange::find_shard(const caf::actor& failed) {
 
 // The shard computes the task; when it fails, its supervisor restarts it
 // and the task goes again, whole (its input is the rank's, untouched), so
-// the output is what the first try would have given.
+// the output is what the first try would have given. The supervisors'
+// restart budgets bound the retries: past them the tier gives up and
+// find_shard says so.
 status actor_exchange::compute(const expert_task_ptr& task) {
-  for (int attempt = 0;; ++attempt) {
+  for (;;) {
     if (!shard_)
       TUTTI_RETURN_IF_ERROR(find_shard(nullptr));
     std::string why;
@@ -128,10 +136,6 @@ status actor_exchange::compute(const expert_task_ptr& task) {
                [&](caf::error& e) { why = self_->system().render(e); });
     if (why.empty())
       return {};
-    if (attempt >= 3)
-      return status::error("rank " + std::to_string(a_.rank)
-                           + ": expert shard failed "
-                           + std::to_string(attempt + 1) + " times: " + why);
     log_warn("ep_rank", "rank " + std::to_string(a_.rank)
                           + ": expert shard "
                             "failed ("
@@ -265,23 +269,29 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
     a.data_parallel_attention
       ? size_t(a.model->shape.layers * a.model->shape.experts) + 1
       : 0;
-  std::vector<int64_t> buf(2 + link_classes + routed, 0);
+  // [0] the header, [1] chunk words (node 0's); [2] followers asking the
+  // service to stop (a SIGTERM there), their link bytes, their routing.
+  constexpr size_t links_at = 3;
+  std::vector<int64_t> buf(links_at + link_classes + routed, 0);
   if (comm.rank() == 0) {
     buf[0] = header;
     buf[1] = chunk_words;
   } else {
-    std::copy(mine.begin(), mine.end(), buf.begin() + 2);
+    buf[2] = a.signals->stop_wanted ? 1 : 0;
+    std::copy(mine.begin(), mine.end(), buf.begin() + links_at);
     std::copy_n(activations.begin(), std::min(routed, activations.size()),
-                buf.begin() + 2 + link_classes);
+                buf.begin() + links_at + link_classes);
   }
   TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
   header = buf[0];
   chunk_words = buf[1];
   if (comm.rank() == 0) {
+    if (buf[2] > 0)
+      a.signals->stop_wanted = true;
     for (int l = 0; l < link_classes; ++l)
-      a.signals->peer_link_bytes[l] = buf[2 + l];
+      a.signals->peer_link_bytes[l] = buf[links_at + l];
     std::lock_guard lock(a.signals->mutex);
-    a.signals->peer_activations.assign(buf.begin() + 2 + link_classes,
+    a.signals->peer_activations.assign(buf.begin() + links_at + link_classes,
                                        buf.end() - (routed ? 1 : 0));
     a.signals->peer_routed_rows = routed ? buf.back() : 0;
   }

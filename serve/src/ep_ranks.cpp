@@ -5,21 +5,85 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "ep_actors.hpp"
 #include "ep_world.hpp"
 #include "remote_sequences.hpp"
+#include "tutti/runtime/log.hpp"
 
 namespace tutti::serve {
 
 struct ep_ranks::actors {
   explicit actors(caf::actor_system& sys) : system(sys) {}
   caf::actor_system& system;
-  supervisor_actor experts;
+  supervisor_actor experts; // the tier's supervisor
+  caf::actor watch;         // its parent: keeps the tier_record
+  std::shared_ptr<tier_record> tier = std::make_shared<tier_record>();
   std::vector<caf::actor> ranks;
   std::vector<std::shared_ptr<rank_signals>> signals;
+  daemon_world world; // across daemons
 };
+
+namespace {
+
+// The tier supervisor's parent: counts its restarts of the shards'
+// supervisor and records why it gave up.
+caf::behavior watch_tier(caf::event_based_actor*,
+                         std::shared_ptr<tier_record> tier) {
+  return {
+    [tier](const child_restarted& r) {
+      ++tier->restarts;
+      log_warn("serve", "expert tier restarted (" + r.reason
+                          + "): its shards start again from the model's "
+                            "weights");
+    },
+    [tier](escalate_atom, const std::string& why) {
+      {
+        std::lock_guard lock(tier->mutex);
+        tier->failure = "the expert tier gave up: " + why;
+      }
+      tier->failed = true;
+      log_error("serve", "the expert tier gave up: " + why);
+    },
+  };
+}
+
+// The shards' supervisor under the tier, or an error while it is down.
+expected<caf::actor> shards_supervisor(caf::blocking_actor* self,
+                                       const supervisor_actor& tier,
+                                       std::chrono::milliseconds timeout) {
+  caf::actor out;
+  std::string why = "no answer";
+  self->request(tier, timeout, which_child_atom_v, std::string(shards_child_id))
+    .receive([&](caf::actor& h) { out = std::move(h); },
+             [&](caf::error& e) { why = self->system().render(e); });
+  if (!out)
+    return status::error("the expert shards' supervisor is not running: "
+                         + why);
+  return out;
+}
+
+} // namespace
+
+expected<caf::actor> running_shard(caf::blocking_actor* self,
+                                   const supervisor_actor& tier, int32_t rank,
+                                   std::chrono::milliseconds timeout) {
+  auto shards = shards_supervisor(self, tier, timeout);
+  if (!shards)
+    return shards.error();
+  caf::actor out;
+  std::string why = "no answer";
+  self
+    ->request(caf::actor_cast<supervisor_actor>(*shards), timeout,
+              which_child_atom_v, shard_child_id(rank))
+    .receive([&](caf::actor& h) { out = std::move(h); },
+             [&](caf::error& e) { why = self->system().render(e); });
+  if (!out)
+    return status::error(why);
+  return out;
+}
 
 expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
                                                     const served_model& model,
@@ -86,10 +150,11 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   const auto ranks = static_cast<int32_t>(group);
   connect_fn connect;
   if (across) {
-    auto c = connect_across_daemons(sys, o.cluster, o.timeout);
+    auto c = connect_across_daemons(sys, o.cluster, o.timeout, o.guard_tls);
     if (!c)
       return c.error();
-    connect = std::move(c.value());
+    connect = c.value().connect;
+    out->actors_->world = std::move(c.value());
   } else {
     auto hub = std::make_shared<comm::memory_hub>(0, ranks);
     static std::atomic<int64_t> replicas{0};
@@ -117,8 +182,17 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   flags.strategy = restart_strategy::one_for_one;
   flags.max_restarts = o.max_restarts;
   flags.period = o.restart_period;
-  act.experts = spawn_supervisor(act.system, "serve_expert_shards", flags,
-                                 std::move(shards), nullptr);
+  supervisor_flags tier_flags = flags;
+  tier_flags.max_restarts = o.max_tier_restarts;
+  act.watch = act.system.spawn(watch_tier, act.tier);
+  act.experts = spawn_supervisor(
+    act.system, "serve_expert_tier", tier_flags,
+    {{shards_child_id, restart_type::permanent,
+      [flags, shards = std::move(shards)](caf::actor_system& sys) {
+        return caf::actor_cast<caf::actor>(
+          spawn_supervisor(sys, shards_child_id, flags, shards, nullptr));
+      }}},
+    act.watch);
   const auto role = !across       ? rank_role::local
                     : first == 0 ? rank_role::leader
                                  : rank_role::follower;
@@ -127,7 +201,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
     act.ranks.push_back(spawn_ep_rank(
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
-       connect, role, act.signals.back(), act.experts, o.timeout,
+       connect, role, act.signals.back(), act.experts, act.tier, o.timeout,
        out->layout_, o.racks, o.rack_aware_alltoall, dp}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
@@ -148,9 +222,17 @@ ep_ranks::~ep_ranks() {
     caf::scoped_actor self{act.system};
     for (auto& r : act.ranks)
       self->send(r, stop_atom_v);
-    self->send(act.experts, stop_atom_v);
     self->wait_for(act.ranks);
+    // The shards' supervisor stops its shards; then the tier above it.
+    if (act.experts) {
+      if (auto shards = shards_supervisor(self.ptr(), act.experts,
+                                          options_.timeout))
+        self->send(caf::actor_cast<supervisor_actor>(*shards), stop_atom_v);
+      self->send(act.experts, stop_atom_v);
+      self->send_exit(act.watch, caf::exit_reason::user_shutdown);
+    }
   }
+  act.world.close(act.system);
   act.ranks.clear();
   act.experts = nullptr;
 }
@@ -274,14 +356,37 @@ int64_t ep_ranks::shard_restarts() const {
   return n;
 }
 
+int64_t ep_ranks::tier_restarts() const { return actors_->tier->restarts; }
+
+bool ep_ranks::stop_wanted() const {
+  for (const auto& sig : actors_->signals)
+    if (sig->stop_wanted)
+      return true;
+  return false;
+}
+
+bool ep_ranks::failed() const { return actors_->tier->failed; }
+
+std::string ep_ranks::failure() const {
+  std::lock_guard lock(actors_->tier->mutex);
+  return actors_->tier->failure;
+}
+
 bool ep_ranks::shards_up() {
   auto& act = *actors_;
   for (const auto& sig : act.signals)
     if (!sig->joined || sig->ended || sig->broken)
       return false;
+  if (failed())
+    return false;
   caf::scoped_actor self{act.system};
+  auto shards = shards_supervisor(self.ptr(), act.experts, options_.timeout);
+  if (!shards)
+    return false;
   bool up = false;
-  self->request(act.experts, options_.timeout, children_atom_v)
+  self
+    ->request(caf::actor_cast<supervisor_actor>(*shards), options_.timeout,
+              children_atom_v)
     .receive(
       [&](std::vector<child_status>& children) {
         up = static_cast<int64_t>(children.size()) == size();
@@ -292,15 +397,23 @@ bool ep_ranks::shards_up() {
   return up;
 }
 
-status ep_ranks::follow(const std::atomic<bool>& stop) {
+status ep_ranks::follow(const std::atomic<bool>& stop,
+                        std::chrono::milliseconds grace) {
   auto& act = *actors_;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   for (;;) {
     bool ended = true;
     for (const auto& sig : act.signals)
       ended = ended && sig->ended;
     if (ended)
       break;
-    if (stop)
+    if (stop && !deadline) {
+      // Node 0 drains the service and then stops every daemon's rank.
+      deadline = std::chrono::steady_clock::now() + grace;
+      for (const auto& sig : act.signals)
+        sig->stop_wanted = true;
+    }
+    if (deadline && std::chrono::steady_clock::now() >= *deadline)
       return {};
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -317,22 +430,16 @@ expected<caf::actor> ep_ranks::shard_of(int64_t rank) {
   if (rank < 0 || rank >= size())
     return status::error("no rank " + std::to_string(rank) + " (ranks 0.."
                          + std::to_string(size() - 1) + ")");
-  auto& act = *actors_;
-  caf::scoped_actor self{act.system};
-  std::string why = "no answer";
-  caf::actor shard;
+  caf::scoped_actor self{actors_->system};
   // Shards are named by their rank in the group.
   const auto in_group = options_.cluster.spans_daemons()
                           ? options_.cluster.node_rank + rank
                           : rank;
-  self
-    ->request(act.experts, options_.timeout, which_child_atom_v,
-              shard_child_id(static_cast<int32_t>(in_group)))
-    .receive([&](caf::actor& h) { shard = std::move(h); },
-             [&](caf::error& e) { why = self->system().render(e); });
+  auto shard = running_shard(self.ptr(), actors_->experts,
+                             static_cast<int32_t>(in_group), options_.timeout);
   if (!shard)
     return status::error("expert shard of rank " + std::to_string(rank)
-                         + " is not running: " + why);
+                         + " is not running: " + shard.message());
   return shard;
 }
 
@@ -356,7 +463,13 @@ status ep_ranks::kill_shard(int64_t rank) {
 std::vector<child_status> ep_ranks::shard_states() {
   std::vector<child_status> out;
   caf::scoped_actor self{actors_->system};
-  self->request(actors_->experts, options_.timeout, children_atom_v)
+  auto shards = shards_supervisor(self.ptr(), actors_->experts,
+                                  options_.timeout);
+  if (!shards)
+    return out;
+  self
+    ->request(caf::actor_cast<supervisor_actor>(*shards), options_.timeout,
+              children_atom_v)
     .receive([&](std::vector<child_status>& children) { out = children; },
              [](caf::error&) {});
   return out;

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "tutti/runtime/node_tls.hpp"
 #include "tutti/runtime/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
 
@@ -18,39 +19,60 @@ expected<rendezvous_actor> find_rendezvous(caf::actor_system& sys,
                                            std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto handle = sys.middleman().remote_actor<rendezvous_actor>(host, port);
+    auto handle = remote_actor<rendezvous_actor>(sys, host, port);
     if (handle)
-      return *handle;
+      return handle;
     if (std::chrono::steady_clock::now() >= deadline)
       return status::error("no rendezvous of node 0 at " + host + ":"
                            + std::to_string(port) + " within "
                            + std::to_string(timeout.count())
-                           + " ms: " + sys.render(handle.error()));
+                           + " ms: " + handle.message());
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }
 
 } // namespace
 
-expected<connect_fn> connect_across_daemons(caf::actor_system& sys,
-                                            const ep_cluster& cluster,
-                                            std::chrono::milliseconds timeout) {
+void daemon_world::close(caf::actor_system& sys) {
+  guard.reset();
+  if (!rendezvous)
+    return;
+  sys.middleman().unpublish(rendezvous, port);
+  caf::anon_send_exit(rendezvous, caf::exit_reason::user_shutdown);
+  rendezvous = nullptr;
+}
+
+expected<daemon_world> connect_across_daemons(
+  caf::actor_system& sys, const ep_cluster& cluster,
+  std::chrono::milliseconds timeout, const basp_guard::tls_options& tls) {
   const auto node = cluster.node_rank;
   if (node < 0 || node >= static_cast<int64_t>(cluster.nodes.size()))
     return status::error("node rank " + std::to_string(node) + " of "
                          + std::to_string(cluster.nodes.size()) + " nodes");
+  daemon_world world;
   rendezvous_actor local;
   if (node == 0) {
     local = spawn_rendezvous(sys);
-    auto port = sys.middleman().publish(local, cluster.rendezvous_port,
-                                        cluster.nodes[0].c_str(), true);
-    if (!port)
+    auto port = sys.middleman().publish(local, 0, "127.0.0.1", true);
+    if (!port) {
+      caf::anon_send_exit(local, caf::exit_reason::user_shutdown);
+      return status::error("cannot listen on loopback: "
+                           + sys.render(port.error()));
+    }
+    world.rendezvous = local;
+    world.port = *port;
+    if (auto s = basp_guard::start(
+          cluster.nodes[0], static_cast<uint16_t>(cluster.rendezvous_port),
+          *port, world.guard, tls);
+        !s.ok()) {
+      world.close(sys);
       return status::error("serve.rendezvous_port: cannot listen on "
                            + cluster.nodes[0] + ":"
                            + std::to_string(cluster.rendezvous_port) + ": "
-                           + sys.render(port.error()));
+                           + s.message());
+    }
   }
-  return connect_fn(
+  world.connect = connect_fn(
     [&sys, cluster, timeout, local](
       int rank, int size, std::unique_ptr<comm::communicator>& out) -> status {
       auto store = local;
@@ -70,6 +92,7 @@ expected<connect_fn> connect_across_daemons(caf::actor_system& sys,
       o.members = cluster.nodes;
       return comm::make_gloo_communicator(gloo_store, rank, size, o, out);
     });
+  return world;
 }
 
 } // namespace tutti::serve

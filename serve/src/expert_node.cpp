@@ -32,6 +32,8 @@ status run_expert_node(const served_model& model, const service_limits& l,
   o.layout = l.layout;
   o.racks = l.replan.rack;
   o.rack_aware_alltoall = l.rack_aware_alltoall;
+  o.max_tier_restarts = l.expert_tier_restarts;
+  o.guard_tls = l.guard_tls;
   auto ranks = ep_ranks::start(system, model, o);
   if (!ranks)
     return ranks.error();
@@ -46,7 +48,11 @@ status run_expert_node(const served_model& model, const service_limits& l,
   }
   if (ready)
     ready();
-  return ranks.value()->follow(stop);
+  // Node 0 hears the stop within a keep-alive, drains, then stops the
+  // ranks: wait for that, and no longer.
+  const auto grace = std::chrono::milliseconds(
+    static_cast<int64_t>((l.drain_timeout_s + l.step_timeout_s) * 1000));
+  return ranks.value()->follow(stop, grace);
 }
 
 } // namespace tutti::serve

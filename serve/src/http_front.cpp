@@ -3,7 +3,11 @@
 #include <chrono>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "serve_dashboard.hpp"
 #include "tutti/base/whole_number.hpp"
+#include "tutti/dashboard/dashboard.hpp"
 #include "tutti/security/web_config.hpp"
 #include "tutti/serve/api_auth.hpp"
 #include "tutti/serve/completion_api.hpp"
@@ -24,6 +28,10 @@ const char* json_type = "application/json";
 void send_error(net::http_response& res, int status, const std::string& message,
                 const std::string& type, const std::string& param = {}) {
   res.status = status;
+  // A replica not ready now may be soon (an expert tier restarting):
+  // clients and the gateway retry, elsewhere first.
+  if (status == 503)
+    res.set_header("Retry-After", "1");
   res.set_content(error_body(message, type, param), json_type);
 }
 
@@ -156,9 +164,20 @@ void http_front::routes() {
       send_error(res, res.status, "request failed", "invalid_request_error");
   });
 
-  server.get("/health", [](const net::http_request&, net::http_response& res) {
-    res.set_content(R"({"status":"ok"})", json_type);
-  });
+  // Liveness: a replica whose expert tier gave up is dead to its probes.
+  server.get("/health",
+             [this](const net::http_request&, net::http_response& res) {
+               const auto failure = service_.failure();
+               if (failure.empty()) {
+                 res.set_content(R"({"status":"ok"})", json_type);
+                 return;
+               }
+               res.status = 503;
+               res.set_content(nlohmann::json{{"status", "failed"},
+                                              {"reason", failure}}
+                                 .dump(),
+                               json_type);
+             });
   server.get(
     "/ready", [this](const net::http_request&, net::http_response& res) {
       if (service_.shards_up())
@@ -171,6 +190,8 @@ void http_front::routes() {
                res.set_content(service_.metrics().render(service_.model().name),
                                "text/plain; version=0.0.4");
              });
+  // Read-only, behind /metrics' basic auth (api_auth.cpp).
+  dashboard::add_routes(server, serve_dashboard(service_, cfg_));
   // The client commands (service_admin.hpp); the shell's command decides
   // the role a token needs (status looks, kill steers).
   auto admin = std::make_shared<admin_context>();

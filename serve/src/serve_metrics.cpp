@@ -131,6 +131,10 @@ std::string serve_metrics::render(const std::string& model) const {
   t.metric("tutti_serve_expert_shard_restarts_total", "counter",
            "expert shard failures the ranks survived by a restart", m,
            double(gauges_.expert_shard_restarts));
+  t.metric("tutti_serve_expert_tier_restarts_total", "counter",
+           "restarts of the whole expert tier after its shards' supervisor "
+           "gave up",
+           m, double(gauges_.expert_tier_restarts));
   t.family("tutti_serve_requests_finished_total", "counter",
            "requests finished, by finish reason");
   for (const auto& [why, n] : finished_)

@@ -93,6 +93,8 @@ status service::build(int64_t blocks) {
     o.layout = limits_.layout;
     o.racks = limits_.replan.rack;
     o.rack_aware_alltoall = limits_.rack_aware_alltoall;
+    o.max_tier_restarts = limits_.expert_tier_restarts;
+    o.guard_tls = limits_.guard_tls;
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();
@@ -119,6 +121,16 @@ bool service::shards_up() {
   return ready() && (!ranks_ || ranks_->shards_up());
 }
 
+bool service::ready() const {
+  return ready_.load() && !(ranks_ && ranks_->failed());
+}
+
+bool service::stop_wanted() const { return ranks_ && ranks_->stop_wanted(); }
+
+std::string service::failure() const {
+  return ranks_ ? ranks_->failure() : std::string();
+}
+
 service::~service() {
   stop();
   scheduler_.reset();
@@ -133,6 +145,24 @@ void service::start() {
   scheduler_actor_ = runtime_->system.spawn<caf::detached>(
     [this](caf::blocking_actor* self) { loop(self); });
   ready_ = true;
+}
+
+bool service::drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    ready_ = false;
+  }
+  const auto deadline = clock::now() + grace;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (in_mailbox_ + queued_ + running_ == 0)
+        return true;
+    }
+    if (clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void service::stop() {
@@ -250,6 +280,7 @@ void service::publish_gauges() {
     g.all_to_all_bytes = ranks_->exchanged_bytes();
     g.all_to_all_link_bytes = ranks_->exchanged_link_bytes();
     g.expert_shard_restarts = ranks_->shard_restarts();
+    g.expert_tier_restarts = ranks_->tier_restarts();
     g.offloaded_rows = ranks_->offloaded_rows();
     g.routed_rows = ranks_->routed_rows();
     for (char c : ranks_->layout()->offloaded)
@@ -286,14 +317,13 @@ void service::loop(caf::blocking_actor* self) {
         [&](stop_atom) { stopping = true; }, caf::after(wait) >> [] {});
       wait = std::chrono::milliseconds(0);
     }
-    std::lock_guard lock(mutex_);
-    in_mailbox_ -= static_cast<int64_t>(arrived.size());
   };
   while (!stopping) {
     take_mail(busy ? std::chrono::milliseconds(0)
                    : std::chrono::milliseconds(100));
     if (stopping)
       break;
+    const auto taken = static_cast<int64_t>(arrived.size());
     for (auto& r : arrived)
       scheduler_->add(std::move(r));
     arrived.clear();
@@ -312,8 +342,12 @@ void service::loop(caf::blocking_actor* self) {
     if (busy && replanner_) // between two steps: none in flight
       replanner_->after_step(*ranks_);
     {
+      // Counted out of the mailbox only once counted in the scheduler, so
+      // drain() never sees a request in neither.
       std::lock_guard lock(mutex_);
+      in_mailbox_ -= taken;
       queued_ = scheduler_->waiting();
+      running_ = scheduler_->running();
     }
     publish_gauges();
   }
@@ -327,7 +361,8 @@ void service::loop(caf::blocking_actor* self) {
     scheduler_->finish(id, finish_reason::cancelled);
   {
     std::lock_guard lock(mutex_);
-    queued_ = 0;
+    in_mailbox_ -= static_cast<int64_t>(arrived.size());
+    queued_ = running_ = 0;
   }
   publish_gauges();
 }

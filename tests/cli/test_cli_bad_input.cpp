@@ -148,6 +148,12 @@ TEST_CASE("command line misuse: status 2, one line", "[unit]") {
   }
   SECTION("unknown command") { expect_refusal("trian", {"trian"}); }
   SECTION("run without a config") { expect_refusal("run", {"CONFIG"}); }
+  SECTION("report without --out, or of a directory that is no run") {
+    expect_refusal("report " + q(dir), {"--out"});
+    expect_refusal("report " + q(dir) + " --out " + q(dir / "r.html"),
+                   {(dir / "metrics.jsonl").string()});
+    CHECK_FALSE(fs::exists(dir / "r.html"));
+  }
   SECTION("run with an unknown option") {
     expect_refusal("run x.yaml --fast", {"--fast"});
   }

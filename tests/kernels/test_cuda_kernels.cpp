@@ -290,6 +290,23 @@ TEST_CASE("cuda cross entropy, adamw, reductions", "[gpu]") {
             be.f("axpy", y, np),
             be.i("fill_zero", z, np)};
   });
+  // The experts' output guard classifies values: a huge finite value (its
+  // square overflows) is finite, a NaN or an infinity anywhere is not.
+  check_both("all_finite", [&](backend& be, auto tag) -> outputs {
+    using T = decltype(tag);
+    const T huge = sizeof(T) == 8 ? T(1e200) : T(1e30);
+    std::vector<T> big = as<T>(p0), nan = big, inf = big;
+    big[17] = huge;
+    big[np - 1] = -huge;
+    nan[np / 2] = std::numeric_limits<T>::quiet_NaN();
+    inf[np - 1] = std::numeric_limits<T>::infinity();
+    const Vec flags{double(k::all_finite(be.s, be.in(as<T>(p0)), np)),
+                    double(k::all_finite(be.s, be.in(big), np)),
+                    double(k::all_finite(be.s, be.in(nan), np)),
+                    double(k::all_finite(be.s, be.in(inf), np))};
+    CHECK(flags == Vec{1, 1, 0, 0});
+    return {{"all_finite", flags, true}};
+  });
 }
 
 int main(int argc, char** argv) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -322,6 +323,24 @@ TEST_CASE("precision cross entropy, adamw, reductions",
     CHECK(z == std::vector<T>(np, T(0)));
     return std::vector<Vec>{Vec{ss}, wide(y)};
   });
+}
+
+// The experts' output guard classifies values; it never squares them (a
+// double's square overflows from |x| ~ 1.3e154 on).
+TEST_CASE("all_finite: huge values are finite, NaN and inf are not",
+          "[kernels][precision]") {
+  std::vector<double> d(1000, 0.5);
+  std::vector<float> f(1000, 0.5f);
+  CHECK(k::all_finite(S, d.data(), 1000));
+  d[3] = 1e200;
+  d[999] = -1e300;
+  f[3] = 3e38f;
+  CHECK(k::all_finite(S, d.data(), 1000));
+  CHECK(k::all_finite(S, f.data(), 1000));
+  d[500] = std::numeric_limits<double>::infinity();
+  f[999] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(!k::all_finite(S, d.data(), 1000));
+  CHECK(!k::all_finite(S, f.data(), 1000));
 }
 
 // Not run by default (timing on a shared machine): `test_kernels_precision

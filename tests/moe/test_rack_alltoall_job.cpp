@@ -83,9 +83,9 @@ rack_run run_rack_job(const std::filesystem::path& dir, const std::string& name,
   run_job(dir / (name + ".yaml"), text, 120);
   const auto metrics = dir / name / "metrics.jsonl";
   rack_run out{training_series(metrics)};
-  REQUIRE(out.series.size() == 4 * (after + steps));
+  REQUIRE(out.series.size() == size_t(4 * (after + steps)));
   const auto c = cross_rack_per_token(metrics);
-  REQUIRE(c.size() == after + steps);
+  REQUIRE(c.size() == size_t(after + steps));
   out.cross_step1 = c[after];
   for (int i = after; i < after + steps; ++i)
     out.cross_mean += c[i] / steps;

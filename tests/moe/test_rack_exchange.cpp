@@ -1,4 +1,4 @@
-// The rack-aware all-to-all (model/rack_exchange.hpp) against the flat one
+// The rack-aware all-to-all (moe/rack_exchange.hpp) against the flat one
 // on in-process groups: for random row counts (zeros included), racks that
 // are uneven and not contiguous in member order, and tokens chosen several
 // times per rack, the dispatch and both relayed directions leave exactly

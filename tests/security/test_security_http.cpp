@@ -67,6 +67,14 @@ TEST_CASE("a daemon's /metrics under a web config: TLS and bcrypt basic auth",
   auto body = run(
     "curl -sS --max-time 10 " + tls + "-u prometheus:scrape-secret " + url, 30);
   CHECK(body.output.find("tutti_") != std::string::npos);
+  // The daemon's dashboard: the same listener, TLS and basic auth.
+  const auto page = "https://node-0:" + std::to_string(metrics_port)
+                    + "/dashboard";
+  for (const std::string path : {"", "/api/steps?since=0", "/api/events"}) {
+    const auto at = "'" + page + path + "'";
+    CHECK(http_status(tls + at) == "401");
+    CHECK(http_status(tls + "-u prometheus:scrape-secret " + at) == "200");
+  }
   // Plaintext HTTP to the TLS port gets no HTTP answer.
   CHECK(
     http_status("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics")
@@ -176,6 +184,11 @@ TEST_CASE("tutti serve: API keys on /v1/* with a rate limit, /health open, "
   CHECK(http_status("-u prometheus:wrong " + url + "/metrics") == "401");
   CHECK(http_status("-u prometheus:scrape-secret " + url + "/metrics")
         == "200");
+  // The dashboard is behind the same basic auth as /metrics.
+  for (const char* page : {"/dashboard", "/dashboard/api/metrics"}) {
+    CHECK(http_status(url + page) == "401");
+    CHECK(http_status("-u prometheus:scrape-secret " + url + page) == "200");
+  }
   CHECK(read_text(log).find(key) == std::string::npos);
 }
 

@@ -4,6 +4,7 @@
 // kill_expert kills a live expert shard actor while completions run: its
 // supervisor restarts it, every request completes, and status counts the
 // restart. A training job's commands are refused in one line, exit 1.
+// Kills past every restart budget end `tutti serve` with exit 1 at once.
 
 #include <catch2/catch.hpp>
 
@@ -29,70 +30,33 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Completions one after another on `threads` connections until `stop`:
-// each one's start and end, and whether it came back whole.
-struct completion_load {
-  struct done {
-    steady::time_point start, end;
-    bool whole = false;
-    std::string problem;
-  };
-  std::atomic<bool> stop{false};
-  std::mutex mutex;
-  std::vector<done> finished;
-  std::vector<std::thread> threads;
-
-  completion_load(int port, int threads_count) {
-    for (int t = 0; t < threads_count; ++t)
-      threads.emplace_back([this, port, t] {
-        httplib::Client c("127.0.0.1", port);
-        c.set_read_timeout(60, 0);
-        const json body = {{"prompt", "tutti serves " + std::to_string(t)},
-                           {"max_tokens", 160},
-                           {"temperature", 0}};
-        while (!stop) {
-          done d;
-          d.start = steady::now();
-          auto r = c.Post("/v1/completions", body.dump(), "application/json");
-          d.end = steady::now();
-          if (!r)
-            d.problem = httplib::to_string(r.error());
-          else if (r->status != 200)
-            d.problem = std::to_string(r->status) + " " + r->body;
-          else {
-            auto j = json::parse(r->body, nullptr, false);
-            d.whole = j.is_object()
-                      && j["choices"][0]["token_ids"].size() == 160;
-            if (!d.whole)
-              d.problem = r->body;
-          }
-          std::lock_guard lock(mutex);
-          finished.push_back(d);
-        }
-      });
+// `tutti serve` of a tiny model on 2 expert-parallel ranks under
+// scratch(name), its serve section ending in `extra`; ready on return.
+struct tiny_serve {
+  explicit tiny_serve(const std::string& name, const std::string& extra = "")
+    : root(scratch(name)), port(port_block(75, 1)),
+      config(root / "serve.yaml"), log(root / "serve.log") {
+    write_random_export(root / "model",
+                        serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 256),
+                        43);
+    write_text(config, tiny_service_yaml(root / "model", port, extra));
+    process = std::make_unique<child_process>(
+      std::vector<std::string>{tutti_bin(), "serve", config.string()}, log);
+    REQUIRE(wait_until([&] { return serve_ready(port); }, 60));
   }
-  ~completion_load() { end(); }
-  void end() {
-    stop = true;
-    for (auto& t : threads)
-      if (t.joinable())
-        t.join();
-  }
+  fs::path root;
+  int port;
+  fs::path config, log;
+  std::unique_ptr<child_process> process;
 };
 
 } // namespace
 
 TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
           "[integration][fault]") {
-  const auto root = scratch("serve_node_clients");
-  write_random_export(root / "model",
-                      serve_test_config(256, 32, 64, 2, 4, 2, 4, 2, 256), 43);
-  const int port = port_block(75, 1);
-  const auto config = root / "serve.yaml";
-  write_text(config, tiny_service_yaml(root / "model", port));
-  const auto log = root / "serve.log";
-  child_process serve({tutti_bin(), "serve", config.string()}, log);
-  REQUIRE(wait_until([&] { return serve_ready(port); }, 60));
+  tiny_serve node("serve_node_clients");
+  const auto &root = node.root, &config = node.config, &log = node.log;
+  const int port = node.port;
   INFO("tutti serve: " << tail(read_text(log)));
   // The log next to the config, one file per port.
   const auto log_file = root
@@ -134,13 +98,8 @@ TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
   CHECK(has(hang.output, "not available on a service"));
 
   // kill_expert while completions run: every one comes back whole.
-  completion_load load(port, 2);
-  REQUIRE(wait_until(
-    [&] {
-      std::lock_guard lock(load.mutex);
-      return load.finished.size() >= 2;
-    },
-    60));
+  completion_load load(port, 2, 160);
+  REQUIRE(wait_until([&] { return load.count() >= 2; }, 60));
   const auto chaos_start = steady::now();
   auto chaos = run(tutti_bin() + " chaos" + target + " kill_expert --rank 1",
                    60);
@@ -180,6 +139,37 @@ TEST_CASE("tutti status, shell, logs and chaos reach a running tutti serve",
   INFO(warned.output);
   CHECK(has(warned.output, "killed expert_shard/1"));
 
-  serve.signal(SIGTERM);
-  CHECK(serve.wait(30) == 0);
+  node.process->signal(SIGTERM);
+  CHECK(node.process->wait(30) == 0);
+}
+
+TEST_CASE("tutti serve exits non-zero when kills outlast its expert tier",
+          "[integration][fault]") {
+  // No tier restart: the shards' supervisor giving up (a 4th kill within a
+  // minute) fails the replica.
+  tiny_serve node("serve_node_tier_gives_up", "  expert_tier_restarts: 0\n");
+  const auto &config = node.config, &log = node.log;
+  auto& serve = *node.process;
+  completion_load load(node.port, 2, 160);
+  int kills = 0;
+  steady::time_point last_kill;
+  const auto deadline = steady::now() + std::chrono::seconds(60);
+  while (serve.running() && steady::now() < deadline) {
+    auto chaos = run(tutti_bin() + " chaos " + config.string()
+                       + " kill_expert --rank " + std::to_string(kills % 2),
+                     30);
+    if (chaos.status == 0) {
+      ++kills;
+      last_kill = steady::now();
+    }
+  }
+  load.end();
+  INFO("tutti serve: " << tail(read_text(log)));
+  const int status = serve.wait(10);
+  const auto exited = steady::now();
+  CHECK(status == 1);
+  CHECK(kills >= 4);
+  CHECK(has(read_text(log), "the expert tier gave up"));
+  // It ends at once, not after a step's timeout (20 s here).
+  CHECK(exited - last_kill < std::chrono::seconds(5));
 }

@@ -273,6 +273,21 @@ inline int tcp_connect(const std::string& host, int port,
   return fd;
 }
 
+// The 32-byte BASP header of CAF 0.17 (network byte order): operation,
+// 2 padding bytes, flags, payload length, operation data, source and
+// destination actor ids. basp_header(1, 0, 1), a client handshake
+// announcing no payload, crashes an unguarded CAF 0.17.6 middleman.
+inline std::string basp_header(uint8_t operation, uint32_t payload_len,
+                               uint64_t operation_data) {
+  std::string h(32, '\0');
+  h[0] = static_cast<char>(operation);
+  for (int i = 0; i < 4; ++i)
+    h[4 + i] = static_cast<char>((payload_len >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    h[8 + i] = static_cast<char>((operation_data >> (56 - 8 * i)) & 0xff);
+  return h;
+}
+
 // Sends all of `data` within `timeout_ms`; false if the peer closed or the
 // deadline passed (a peer that stops reading is not our problem here).
 inline bool send_bytes(int fd, const std::string& data, int timeout_ms = 2000) {

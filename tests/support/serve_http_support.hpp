@@ -1,12 +1,18 @@
 #pragma once
 // For tests that start `tutti serve` or serving daemons as processes: the
 // serve section of their config, a client of the front on loopback, and
-// readiness.
+// readiness, and a load of completions.
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace tutti::testing {
 
@@ -33,5 +39,67 @@ inline bool serve_ready(int port) {
   auto r = local_client(port).Get("/ready");
   return r && r->status == 200;
 }
+
+// Greedy completions of `max_tokens`, one after another on each of
+// `threads` connections, until end(): each one's start, end and answer.
+struct completion_load {
+  struct done {
+    std::chrono::steady_clock::time_point start, end;
+    int status = 0;     // 0: no answer (the front closed)
+    bool whole = false; // 200 with max_tokens tokens
+    std::string problem;
+  };
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<done> finished;
+  std::vector<std::thread> threads;
+
+  completion_load(int port, int threads_count, int max_tokens) {
+    using json = nlohmann::json;
+    for (int t = 0; t < threads_count; ++t)
+      threads.emplace_back([this, port, t, max_tokens] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(60, 0);
+        c.set_connection_timeout(2, 0);
+        const json body = {{"prompt", "tutti serves " + std::to_string(t)},
+                           {"max_tokens", max_tokens},
+                           {"temperature", 0}};
+        while (!stop) {
+          done d;
+          d.start = std::chrono::steady_clock::now();
+          auto r = c.Post("/v1/completions", body.dump(), "application/json");
+          d.end = std::chrono::steady_clock::now();
+          if (!r) {
+            d.problem = httplib::to_string(r.error());
+          } else {
+            d.status = r->status;
+            auto j = json::parse(r->body, nullptr, false);
+            d.whole = r->status == 200 && j.is_object()
+                      && j["choices"][0]["token_ids"].size()
+                           == size_t(max_tokens);
+            if (!d.whole)
+              d.problem = std::to_string(r->status) + " " + r->body;
+          }
+          {
+            std::lock_guard lock(mutex);
+            finished.push_back(d);
+          }
+          if (!r) // the front is gone: do not spin
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      });
+  }
+  ~completion_load() { end(); }
+  void end() {
+    stop = true;
+    for (auto& t : threads)
+      if (t.joinable())
+        t.join();
+  }
+  size_t count() {
+    std::lock_guard lock(mutex);
+    return finished.size();
+  }
+};
 
 } // namespace tutti::testing

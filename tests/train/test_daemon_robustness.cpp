@@ -20,20 +20,6 @@ using namespace tutti::testing;
 
 namespace {
 
-// The 32-byte BASP header of CAF 0.17 (network byte order): operation,
-// 2 padding bytes, flags, payload length, operation data, source and
-// destination actor ids.
-std::string basp_header(uint8_t operation, uint32_t payload_len,
-                        uint64_t operation_data) {
-  std::string h(32, '\0');
-  h[0] = static_cast<char>(operation);
-  for (int i = 0; i < 4; ++i)
-    h[4 + i] = static_cast<char>((payload_len >> (24 - 8 * i)) & 0xff);
-  for (int i = 0; i < 8; ++i)
-    h[8 + i] = static_cast<char>((operation_data >> (56 - 8 * i)) & 0xff);
-  return h;
-}
-
 std::string garbage(size_t n, unsigned seed) {
   std::mt19937 gen(seed);
   std::string out(n, '\0');

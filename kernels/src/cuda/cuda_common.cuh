@@ -28,9 +28,10 @@ cublasHandle_t blas_handle(const stream& s);
 
 // Scratch device memory for one op call on stream s: valid until the next
 // call with the same (stream, slot). Work queued on a stream runs in order,
-// so one buffer per stream is enough; it only grows (the old one is freed
-// after a stream sync). Two slots, so an op's own scratch and the
-// reduction helper below can be used in the same call.
+// so one buffer per stream is enough; it only grows, the old one freed in
+// stream order (cudaFreeAsync), so growing never waits for the device nor
+// holds a lock other streams need. Two slots, so an op's own scratch and
+// the reduction helper below can be used in the same call.
 enum class scratch_slot { main = 0, reduce = 1 };
 void* scratch(const stream& s, size_t bytes,
               scratch_slot slot = scratch_slot::main);

@@ -139,6 +139,17 @@ struct square_term {
   }
 };
 
+// 1 for a NaN or infinite value, else 0: classification, not arithmetic,
+// so a finite value of any size counts as finite (a double's square
+// overflows from |x| ~ 1.3e154 on).
+template <class T>
+struct non_finite_term {
+  const T* x;
+  __device__ double operator()(int64_t i) const {
+    return isfinite(x[i]) ? 0.0 : 1.0;
+  }
+};
+
 template <class T>
 __global__ void axpy_kernel(T a, const T* x, T* y, int64_t n) {
   TUTTI_GRID_STRIDE(i, n) y[i] += a * x[i];
@@ -222,11 +233,10 @@ double sum_squares(const stream& s, const T* x, int64_t n) {
   return reduce_to_host(s, n, square_term<T>{x});
 }
 
-// A sum of squares is NaN or infinite exactly when a value is (a float's
-// square cannot overflow a double), and it is one reduction already here.
+// A count of the NaN and infinite values (one deterministic reduction).
 template <class T>
 bool all_finite(const stream& s, const T* x, int64_t n) {
-  return std::isfinite(cuda::sum_squares<T>(s, x, n));
+  return reduce_to_host(s, n, non_finite_term<T>{x}) == 0.0;
 }
 
 template <class T>

@@ -191,6 +191,10 @@ void observe_step(coordinator_pointer self, const step_report& merged) {
   auto& seen = st.seen;
   seen.last = merged;
   seen.have_last = true;
+  if (merged.evaluated) {
+    seen.last_eval_loss = merged.eval_loss;
+    seen.have_eval = true;
+  }
   ++seen.steps_seen;
   seen.elapsed_s += merged.step_time_s;
   seen.dropped_total += merged.dropped_tokens;
@@ -269,6 +273,12 @@ std::string render_metrics(const coordinator_state& st) {
   }
   if (seen.have_last) {
     gauge("tutti_loss", "Training loss of the last step (nats/token).", r.loss);
+    gauge("tutti_grad_norm",
+          "Gradient norm of the last step (before clipping).", r.grad_norm);
+    gauge("tutti_learning_rate", "Learning rate of the last step.", r.lr);
+    if (seen.have_eval)
+      gauge("tutti_eval_loss", "The last held-out loss (nats/token).",
+            seen.last_eval_loss);
     gauge("tutti_tokens_per_second", "Tokens per second of the last step.",
           r.step_time_s > 0 ? r.tokens / r.step_time_s : 0);
     m.metric("tutti_step_time_seconds", "gauge",

@@ -68,6 +68,8 @@ struct job_observations {
   // inter_rack), every rank's, summed over the steps seen.
   std::vector<double> alltoall_bytes_total;
   std::map<std::string, firing_alert> alerts; // by rule name
+  double last_eval_loss = 0;                  // the last held-out loss
+  bool have_eval = false;
 };
 
 struct coordinator_state {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "tutti/train/coordinator.hpp"
+#include "tutti/train/job_dashboard.hpp"
 #include "tutti/train/journal.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/runtime/node_endpoint.hpp"
@@ -13,6 +14,7 @@
 #include "tutti/runtime/system_config.hpp"
 #include "tutti/kernels/blas_core.hpp"
 #include "tutti/lifecycle/environment.hpp"
+#include "tutti/security/web_config.hpp"
 
 namespace tutti {
 
@@ -60,11 +62,18 @@ job_result run_local_job(const job_config& cfg, bool quiet,
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   std::vector<std::unique_ptr<basp_guard>> guards; // outlive their use
-  // /metrics as the daemons serve it: node N on metrics.port + N, node 0
-  // with the job's families.
+  // /metrics and /dashboard as the daemons serve them: node N on
+  // metrics.port + N, node 0 with the job's families and events.
   auto job_board = std::make_shared<metrics_board>();
   std::vector<std::shared_ptr<metrics_board>> node_boards;
   std::vector<std::unique_ptr<net::metrics_endpoint>> servers;
+  security::web_config web; // none: plain HTTP, no auth
+  if (cfg.metrics.port > 0 && !cfg.metrics.web_config.empty()) {
+    auto loaded = security::load_web_config(cfg.metrics.web_config);
+    if (!loaded)
+      return {false, "metrics.web_config: " + loaded.message(), 0};
+    web = std::move(*loaded);
+  }
   for (int64_t n = 0; n < cfg.cluster.nnodes; ++n) {
     node_boards.push_back(std::make_shared<metrics_board>());
     if (cfg.metrics.port <= 0)
@@ -73,7 +82,12 @@ job_result run_local_job(const job_config& cfg, bool quiet,
     if (n == 0)
       boards.push_back(job_board);
     boards.push_back(node_boards.back());
-    auto started = serve_metrics("127.0.0.1", cfg.metrics.port + n, boards);
+    auto store = std::make_shared<job_store_slot>();
+    if (n == 0)
+      store->set(db);
+    auto page = dashboard::routes(job_dashboard(cfg, boards, store));
+    auto started = serve_metrics("127.0.0.1", cfg.metrics.port + n, boards, web,
+                                 page);
     if (!started)
       return {false, started.message(), 0};
     servers.push_back(std::move(*started));

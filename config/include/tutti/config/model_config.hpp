@@ -64,7 +64,7 @@ struct moe_config {
   int64_t communication_buffer_size = 0; // bytes; 0 = auto
   int64_t combine_chunks = 2;
   bool share_idle_cores = true; // model/idle_core_pool.hpp
-  bool rack_aware_alltoall = false; // model/rack_exchange.hpp
+  bool rack_aware_alltoall = false; // moe/rack_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
 };

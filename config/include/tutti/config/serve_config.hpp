@@ -18,6 +18,7 @@
 #include "tutti/base/status.hpp"
 #include "tutti/config/enums.hpp"
 #include "tutti/config/field.hpp"
+#include "tutti/config/security_config.hpp"
 #include "tutti/config/serve_limits.hpp"
 
 namespace tutti::serve {
@@ -90,6 +91,10 @@ struct serve_config {
   // A policy file whose tokens let other machines use /admin/
   // (security/admin_access.hpp); "" = this machine's clients only.
   std::string admin_policy;
+  // Across daemons: mutual TLS on node 0's rendezvous and every daemon's
+  // connection to it, with the cluster's node certificates (a job's
+  // security section).
+  security_config security;
   // Where `tutti serve` writes its log, tutti-serve-PORT.log.jsonl (what
   // `tutti logs CONFIG` shows); default: the config file's directory.
   std::string log_dir;
@@ -173,6 +178,15 @@ void visit_fields(Visitor& v, serve_config& c) {
                        "experts; else 1"});
   v.field("step_timeout_s", l.step_timeout_s,
           "a rank's step, an expert shard's restart included", above(0));
+  v.field("expert_tier_restarts", l.expert_tier_restarts,
+          "restarts of the whole expert tier within a minute (each after "
+          "more than 3 shard restarts in a minute); one more and the "
+          "process exits non-zero",
+          at_least(0));
+  v.field("drain_timeout_s", l.drain_timeout_s,
+          "on SIGTERM (to any daemon of the service): new requests get 503 "
+          "and those in flight have this long to finish",
+          at_least(0.0));
   v.field("prefix_caching", l.batch.prefix_caching,
           "share the KV blocks of equal prompt prefixes");
   v.field("api_keys", c.api_keys,
@@ -257,6 +271,9 @@ void visit_fields(Visitor& v, serve_config& c) {
 template <class Visitor>
 void visit_serve_file(Visitor& v, serve_config& c) {
   v.field("serve", c, "the service: tutti's own keys");
+  v.field("security", c.security,
+          "mutual TLS between the service's daemons (serve.nodes), as a "
+          "job's");
 }
 
 // The InferenceService manifest: the users' deployment keys around

@@ -45,6 +45,13 @@ struct serve_limits {
   // no actors.
   int64_t ep_ranks = 1;
   double step_timeout_s = 30.0; // a rank's step, a shard restart included
+  // Restarts of the whole expert tier within a minute (after its shards'
+  // supervisor gave up: more than 3 shard restarts in a minute); one more
+  // and the replica has failed and the process ends non-zero.
+  int64_t expert_tier_restarts = 10;
+  // A stop (SIGTERM on any daemon of the service): new requests get 503
+  // and those taken have this long to finish before they are cancelled.
+  double drain_timeout_s = 20.0;
   // Across daemons (serve.nodes): this is node 0, with one rank of the
   // group; the others follow (expert_node.hpp).
   ep_cluster cluster;

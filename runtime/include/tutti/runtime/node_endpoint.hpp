@@ -8,6 +8,7 @@
 #include <caf/io/middleman.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,10 +42,16 @@ status publish_guarded(caf::actor_system& sys, const Handle& handle,
 
 // Serves GET /metrics on host:port: the boards' texts, in order (each
 // board holds whole families, and no two boards the same family); with
-// `web` (metrics.web_config) over HTTPS and behind basic auth as it says.
+// `web` (metrics.web_config) over HTTPS and behind basic auth as it says;
+// `more_routes` (the dashboard's) on the same listener.
 expected<std::unique_ptr<net::metrics_endpoint>> serve_metrics(
   const std::string& host, int64_t port,
   std::vector<std::shared_ptr<metrics_board>> boards,
-  const security::web_config& web = {});
+  const security::web_config& web = {},
+  const std::function<void(net::http_server&)>& more_routes = {});
+
+// The boards' texts in order: what serve_metrics answers.
+std::string read_boards(
+  const std::vector<std::shared_ptr<metrics_board>>& boards);
 
 } // namespace tutti

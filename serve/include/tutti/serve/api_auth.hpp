@@ -2,7 +2,8 @@
 // Who may use the serving API: `Authorization: Bearer KEY` on /v1/* checked
 // against the key hashes of serve.api_keys (401 without or with a wrong
 // key, 429 with Retry-After past the key's rate), basic auth on /metrics
-// from serve.metrics_web_config's basic_auth_users (401). /health and
+// and /dashboard from serve.metrics_web_config's basic_auth_users (401).
+// /health and
 // /ready stay open for probes; /admin/ is each front's admin_access
 // (security/admin_access.hpp). Without either file, nothing is checked.
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/runtime/basp_guard.hpp"
 #include "tutti/config/serve_limits.hpp"
 #include "tutti/protocol/messages.hpp"
 #include "tutti/serve/engine.hpp"
@@ -54,8 +55,11 @@ struct ep_options {
   int64_t blocks_per_rank = 0;
   int64_t block_tokens = 16;
   std::chrono::milliseconds timeout{30000}; // a step, a collective
-  int64_t max_restarts = 3;                 // per shard within period
+  int64_t max_restarts = 3;                 // of the shards within period
   std::chrono::milliseconds restart_period{60000};
+  // Restarts of the whole expert tier (the shards' supervisor, after it
+  // gave up) within restart_period; one more and the replica has failed.
+  int64_t max_tier_restarts = 10;
   ep_cluster cluster; // empty: every rank in this process
   // Where the experts live (serve_layout.hpp); null: contiguous.
   std::shared_ptr<const expert_layout> layout;
@@ -64,6 +68,8 @@ struct ep_options {
   // rack (moe/token_exchange.hpp) instead of straight to each rank.
   std::vector<int32_t> racks;
   bool rack_aware_alltoall = false;
+  // Across daemons: mutual TLS on node 0's rendezvous (service_limits).
+  basp_guard::tls_options guard_tls;
 };
 
 class ep_ranks {
@@ -125,12 +131,23 @@ public:
   int64_t routed_rows() const { return routed_rows_; }
   double take_offload_wait_s() { return std::exchange(offload_wait_s_, 0.0); }
   int64_t shard_restarts() const;  // survived by the ranks
+  // Restarts of the expert tier (its supervisor gave up, the tier started
+  // it again), and why the tier itself gave up: "" while it has not. A
+  // failed replica serves no more steps.
+  int64_t tier_restarts() const;
+  bool failed() const;
+  std::string failure() const;
   // Whether every rank has joined its group and its shard is running
   // (readiness).
   bool shards_up();
   // Node > 0 of a cluster: blocks until its rank ends (node 0 stopped,
-  // failed or went away: the reason, or ok for a stop) or `stop` is set.
-  status follow(const std::atomic<bool>& stop);
+  // failed or went away: the reason, or ok for a stop). Once `stop` is set
+  // it asks node 0 to stop the service (stop_wanted there), which drains
+  // it and ends every rank; past `grace` it returns ok regardless.
+  status follow(const std::atomic<bool>& stop,
+                std::chrono::milliseconds grace = {});
+  // Node 0 of a cluster: another daemon asked the service to stop.
+  bool stop_wanted() const;
   // Arms `fault` in rank r's expert shard: it fails on its next task.
   status inject_fault(int64_t rank, const std::string& fault);
   // Kills rank r's expert shard actor now (chaos kill_expert): its

@@ -14,8 +14,10 @@
 namespace tutti::serve {
 
 // Joins the group (within step_timeout_s) and follows node 0 until it
-// stops the replica (ok), fails or goes away (the reason), or `stop` is set
-// (ok). `ready` is called once the rank has joined.
+// stops the replica (ok), fails or goes away (the reason). Once `stop` is
+// set it asks node 0 to drain and stop the service, and waits for that up
+// to drain_timeout_s + step_timeout_s (ok). `ready` is called once the
+// rank has joined.
 status run_expert_node(const served_model& model, const service_limits& l,
                        const std::atomic<bool>& stop,
                        const std::function<void()>& ready = {});

@@ -26,7 +26,7 @@ struct serve_gauges {
   int64_t running = 0, waiting = 0, kv_used_blocks = 0, kv_total_blocks = 0;
   // Running totals the scheduler and the ranks keep.
   int64_t prefix_cache_hit_tokens = 0, all_to_all_bytes = 0,
-          expert_shard_restarts = 0;
+          expert_shard_restarts = 0, expert_tier_restarts = 0;
   // The whole group's all-to-all bytes by link class (ep_ranks.hpp).
   link_bytes all_to_all_link_bytes{};
   // Offload (offload_layout.hpp): (layer, expert) pairs offloaded; rows

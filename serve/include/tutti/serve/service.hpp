@@ -19,6 +19,7 @@
 
 #include "tutti/base/status.hpp"
 #include "tutti/config/serve_limits.hpp"
+#include "tutti/runtime/basp_guard.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/live_replan.hpp"
 #include "tutti/serve/model.hpp"
@@ -47,6 +48,9 @@ struct service_limits : serve_limits {
   // Where a request starts (serve.rack_affinity); null: the rank with the
   // most free KV blocks.
   std::shared_ptr<const request_affinity> affinity;
+  // Across daemons with security.tls: the guard's mutual TLS on node 0's
+  // rendezvous (runtime/node_tls.hpp; the dialer is installed with it).
+  basp_guard::tls_options guard_tls;
 };
 
 // The KV cache's blocks for `m` under `l` (a daemon's rank holds
@@ -83,9 +87,21 @@ public:
 
   void start(); // spawns the scheduler actor; ready() from then on
   void stop();  // ends every request (cancelled) and the scheduler actor
-  bool ready() const { return ready_.load(); }
+  // A graceful stop's first half: takes no more requests (503) and waits,
+  // up to `grace`, until those taken have finished; true if they all did.
+  // stop() then ends what is left.
+  bool drain(std::chrono::milliseconds grace);
+  // Running and not failed: submissions are taken.
+  bool ready() const;
   // Readiness: running, and (expert parallel) every expert shard up.
   bool shards_up();
+  // Why the replica can serve no more ("" while it can): its expert tier
+  // gave up past every restart budget. The process should end non-zero
+  // so that what runs it (systemd, Kubernetes, the gateway) replaces it.
+  std::string failure() const;
+  // Across daemons, on node 0: another daemon got a stop signal and asks
+  // for the service to drain and stop.
+  bool stop_wanted() const;
 
   struct submission {
     uint64_t id = 0;
@@ -134,6 +150,7 @@ private:
   std::mutex mutex_; // submissions against the queue limit; start and stop
   int64_t in_mailbox_ = 0; // submitted, not yet taken by the scheduler
   int64_t queued_ = 0;     // the scheduler's waiting, as of the last step
+  int64_t running_ = 0;    // and its running
   uint64_t next_id_ = 1;
   std::atomic<bool> ready_{false};
   caf::actor scheduler_actor_;
