@@ -114,10 +114,14 @@ while read -r name path; do
 done < <(for p in "${programs[@]}"; do ldd "$build/apps/$p"; done |
   awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
 if [ $variant = gpu ]; then
-  # cuBLAS is loaded when first used (kernels/src/cuda/cublas_loader.cpp).
-  for lib in "$cuda_dir"/libcublas.so.[0-9]* "$cuda_dir"/libcublasLt.so.[0-9]*; do
+  # cuBLAS and NCCL are loaded when first used (kernels/src/cuda/
+  # cublas_loader.cpp, comm/src/nccl_library.cpp), from these directories.
+  nccl_dir=$(grep -o 'TUTTI_NCCL_DIR=\\"[^\\]*' "$build/build.ninja" | head -1 | cut -d'"' -f2)
+  for lib in "$cuda_dir"/libcublas.so.[0-9]* "$cuda_dir"/libcublasLt.so.[0-9]* \
+    ${nccl_dir:+"$nccl_dir"/libnccl.so.[0-9]*}; do
     [[ $lib =~ \.so\.[0-9]+$ ]] && cuda_libs+=("$lib")
   done
+  mapfile -t cuda_libs < <(printf '%s\n' "${cuda_libs[@]}" | sort -u)
 fi
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | sort -u)
 echo "build-image: tutti:$tag ($variant) from Debian $suite; runtime packages: ${packages[*]}"

@@ -27,9 +27,11 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; exit 1; }
 ok() { echo "ok: $*"; }
 
-# The directory of the CUDA libraries a CUDA build's programs load.
+# The directory of the CUDA libraries a CUDA build's programs load (cuBLAS,
+# NCCL: when first used, from where the build found them); "" for a build
+# without the CUDA backend.
 host_cuda_dir() {
-  ldd "$bin/apps/tuttid" | awk '$1 ~ /^libnccl/ && $3 ~ /^\// { print $3 }' | xargs -r dirname
+  grep -o 'TUTTI_CUBLAS_DIR=\\"[^\\]*' "$bin/build.ninja" 2>/dev/null | head -1 | cut -d'"' -f2
 }
 
 # The image's tag and config, from the layout's index.json.
