@@ -3,7 +3,11 @@
 // serve config instead of a job's, node N of a serving replica across
 // daemons (serve_node.hpp). Exits 0
 // when the job completes or is stopped (SIGTERM/SIGINT stop it at a step
-// boundary), 1 when it fails, 2 on bad input. With --spare --rack R instead
+// boundary, its checkpoint committed; --stopped-status N: every daemon of a
+// job stopped before its end exits N),
+// 1 when it fails, 2 on bad input, 3 when the stop's checkpoint was not
+// committed within --stop-grace-s (the next start resumes from the
+// checkpoint before, and says so). With --spare --rack R instead
 // of --node-rank it waits with the coordinator until a node leaves, then
 // becomes that node (coordinator_spares.cpp picks a spare of the node's
 // rack first).
@@ -59,6 +63,16 @@ namespace {
 std::atomic<bool> interrupted{false};
 void on_signal(int) { interrupted.store(true); }
 
+// A stop whose checkpoint did not make it within --stop-grace-s.
+constexpr int stopped_without_checkpoint = 3;
+
+// Seconds as people write them: "90", "0.5".
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
+
 int fail(int status, const std::string& what) {
   std::fprintf(stderr, "tuttid: %s\n", what.c_str());
   return status;
@@ -96,6 +110,25 @@ status set_up_security(const job_config& cfg, int64_t node_rank) {
   return {};
 }
 
+// Whether the job was stopped before its end rather than completed, for a
+// node other than 0 (node 0 knows from the outcome): the coordinator says
+// so once it has settled (asked for up to 5 s); without an answer, whether
+// this daemon was signalled.
+bool job_was_stopped(caf::scoped_actor& self,
+                     const coordinator_actor& coordinator) {
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    std::string state;
+    self->request(coordinator, std::chrono::milliseconds(300), status_atom_v)
+      .receive([&](job_status& s) { state = s.state; }, [](caf::error&) {});
+    if (state == "completed")
+      return false;
+    if (state == "stopped" || state.empty())
+      return state == "stopped" || interrupted.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return interrupted.load();
+}
+
 struct daemon_options;
 int run_node(caf::actor_system& sys, caf::scoped_actor& self,
              const job_config& cfg, const daemon_options& opt,
@@ -111,6 +144,8 @@ struct daemon_options {
   std::string rack;
   bool fresh = false, yes = false;
   bool spare = false;
+  int stopped_status = 0;   // the job was stopped before its last step
+  double stop_grace_s = 90; // after a signal, for the stop's checkpoint
 };
 
 // Polls until host:port can be bound (the listener before us has closed),
@@ -202,6 +237,32 @@ int64_t wait_as_spare(caf::actor_system& sys, caf::scoped_actor& self,
       });
   self->demonitor(coordinator.address());
   return node;
+}
+
+// Node 0, when the grace time ran out: the job's store says the job stopped
+// without its checkpoint, so that the next start says which checkpoint it
+// resumes from instead (resume.cpp). Bounded: each request waits 2 s.
+void record_stop_without_checkpoint(caf::scoped_actor& self,
+                                    const coordinator_actor& coordinator,
+                                    const journal_actor& journal,
+                                    double grace_s) {
+  const auto patience = std::chrono::seconds(2);
+  job_status now;
+  self->request(coordinator, patience, status_atom_v)
+    .receive([&](job_status& s) { now = std::move(s); }, [](caf::error&) {});
+  const auto text =
+    "stopped at step " + std::to_string(now.step)
+    + " without its checkpoint: the grace time (" + seconds_text(grace_s)
+    + " s, --stop-grace-s) ran out; the last committed checkpoint is step "
+    + std::to_string(now.last_checkpoint);
+  self->send(journal, job_event{"stop_without_checkpoint", text, grace_s});
+  self->send(journal, job_final_state{"stopped_without_checkpoint", now.step});
+  // Answered after the two above are stored (one sender, in order).
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  self->request(journal, patience, events_atom_v, int64_t{now_ms})
+    .receive([](std::vector<std::string>&) {}, [](caf::error&) {});
 }
 
 int serve_job(const job_config& cfg, daemon_options opt) {
@@ -307,6 +368,9 @@ int serve_job(const job_config& cfg, daemon_options opt) {
       continue;
     }
     status = lost < 0 ? 1 : lost;
+    if (status == stopped_without_checkpoint && journal)
+      record_stop_without_checkpoint(self, coordinator, journal,
+                                     opt.stop_grace_s);
     break;
   }
   if (journal)
@@ -360,6 +424,9 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
   // Node 0 waits for the job's end (from its coordinator) and its node;
   // other nodes for their node supervisor only.
   bool job_over = opt.node_rank != 0, node_over = false, stopping = false;
+  bool stopped_early = false; // node 0: the outcome is a stop, not the end
+  bool out_of_grace = false;
+  std::chrono::steady_clock::time_point give_up;
   int status = 0;
   while (!job_over || !node_over) {
     self->receive(
@@ -371,6 +438,7 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
           log_error("tuttid", "job failed: " + why);
           return;
         }
+        stopped_early = !why.empty();
         auto done = why.empty() ? std::string("job completed") : why;
         if (std::isfinite(eval_loss))
           done += "; final held-out loss " + std::to_string(eval_loss)
@@ -393,14 +461,41 @@ int run_node(caf::actor_system& sys, caf::scoped_actor& self,
       },
       caf::after(std::chrono::milliseconds(200)) >>
         [&] {
+          const auto now = std::chrono::steady_clock::now();
           if (interrupted && !stopping) {
-            log_info("tuttid", "signal: stopping at the next step boundary");
+            log_info("tuttid",
+                     "signal: stopping at the next step boundary, within "
+                       + seconds_text(opt.stop_grace_s)
+                       + " s (--stop-grace-s)");
             self->send(supervisor, stop_atom_v);
             stopping = true;
+            give_up =
+              now
+              + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(opt.stop_grace_s));
+          } else if (stopping && now >= give_up) {
+            out_of_grace = job_over = node_over = true;
           }
         });
   }
-  return status;
+  if (out_of_grace) {
+    const auto why =
+      "the grace time (" + seconds_text(opt.stop_grace_s)
+      + " s, --stop-grace-s) ran out before the stop's checkpoint was "
+        "committed; exiting without it: the next start resumes from the "
+        "last committed checkpoint";
+    log_warn("tuttid", why);
+    std::printf("%s\n", why.c_str());
+    return stopped_without_checkpoint;
+  }
+  // A stop (a signal to any daemon, or `stop` in the shell) ended the job
+  // before its last step: every daemon says so, for a scheduler to run it
+  // again.
+  if (status != 0 || opt.stopped_status == 0)
+    return status;
+  const bool stopped = opt.node_rank == 0 ? stopped_early
+                                          : job_was_stopped(self, coordinator);
+  return stopped ? opt.stopped_status : 0;
 }
 
 } // namespace
@@ -416,7 +511,13 @@ int main(int argc, char** argv) {
     "data-dir", po::value(&opt.data_dir), "daemon state (default run.dir)")(
     "rack", po::value(&opt.rack), "rack label (overrides the config's)")(
     "fresh", po::bool_switch(&opt.fresh), "node 0: forget the job, start over")(
-    "yes", po::bool_switch(&opt.yes), "with --fresh: do not ask");
+    "yes", po::bool_switch(&opt.yes), "with --fresh: do not ask")(
+    "stopped-status", po::value(&opt.stopped_status),
+    "exit status when the job was stopped before its last step (default 0; "
+    "a scheduler that must run the job again wants 3)")(
+    "stop-grace-s", po::value(&opt.stop_grace_s),
+    "after SIGTERM/SIGINT, wait this long for the stop's checkpoint, then "
+    "exit 3 without it (default 90; under the scheduler's grace period)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -439,6 +540,12 @@ int main(int argc, char** argv) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   job_config cfg = std::move(*loaded);
+  if (!(opt.stop_grace_s > 0))
+    return fail(2, "--stop-grace-s " + seconds_text(opt.stop_grace_s)
+                     + " must be above 0");
+  if (opt.stopped_status < 0 || opt.stopped_status > 255)
+    return fail(2, "--stopped-status " + std::to_string(opt.stopped_status)
+                     + " is outside 0..255");
   if (opt.spare && (vm.count("node-rank") || opt.rack.empty()))
     return fail(2, "--spare takes --rack and no --node-rank (the coordinator "
                    "assigns it one)");

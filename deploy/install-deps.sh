@@ -17,11 +17,13 @@ packages=(
   libonig-dev
   xz-utils # the GPU carries (bench/collect_gpu_carry.sh) and their test
   chromium # the dashboard's browser test
+  mmdebstrap umoci # the OCI image (deploy/image/build-image.sh) and its test
+  nodejs # the Kubernetes manifests' check (tests/deploy)
 )
 
 # The benchmarks' peers and profiler (bench/bench_vs_torch.sh), not needed to
 # build or test: `deploy/install-deps.sh --bench` adds them.
-bench_packages=(python3-torch linux-perf time nodejs)
+bench_packages=(python3-torch linux-perf time)
 if [ "${1:-}" = "--bench" ]; then
   packages+=("${bench_packages[@]}")
 fi
@@ -40,6 +42,23 @@ else
   export DEBIAN_FRONTEND=noninteractive
   $sudo_cmd apt-get update -qq
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# npm for the manifests' check below: Debian's, unless node came with its own.
+if ! command -v npm >/dev/null; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends npm
+fi
+
+# The Kubernetes API's schemas, for the offline check of deploy/kubernetes
+# (tests/deploy/validate_manifests.mjs): kubernetes-models and yaml from
+# npm, at the versions locked in tests/deploy/package-lock.json, into
+# tests/deploy/node_modules (git-ignored).
+deploy_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy"
+if [ ! -d "$deploy_checks/node_modules/kubernetes-models" ]; then
+  (cd "$deploy_checks" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "install-deps: Kubernetes API schemas (kubernetes-models) in $deploy_checks/node_modules"
 fi
 
 # llama.cpp, the serving peer (bench/bench_vs_llama.sh, tests/peer/test_llama_peer.sh):

@@ -92,6 +92,18 @@ std::string first_line(const fs::path& file, const std::string& otherwise) {
   return std::getline(in, line) && !line.empty() ? line : otherwise;
 }
 
+// The image this program was installed in (see environment.hpp).
+std::string image_digest() {
+  if (const char* forced = std::getenv("TUTTI_IMAGE_DIGEST"); forced && *forced)
+    return forced;
+  std::error_code ec;
+  const auto program = fs::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return "unknown";
+  return first_line(program.parent_path().parent_path() / "image-digest",
+                    "none");
+}
+
 std::string os_name() {
   std::string pretty;
   std::ifstream release("/etc/os-release");
@@ -145,6 +157,7 @@ environment node_environment(const job_config& cfg,
                              const std::string& blas_core) {
   environment env;
   env.emplace_back("build_id", build_id());
+  env.emplace_back("image", image_digest());
   env.emplace_back("caf", loaded_library({"libcaf_core"}));
   env.emplace_back("gloo", loaded_library({"libgloo"}));
   env.emplace_back("nccl", loaded_library({"libnccl"}));

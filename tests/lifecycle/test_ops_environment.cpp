@@ -1,7 +1,9 @@
 // Environment consistency before a job starts: a daemon whose build id
-// differs (TUTTI_BUILD_ID) or that lacks a data file is refused, named with
-// the component, and the job does not start; with diag.environment: warn it
-// joins and the job runs, with a warning naming it.
+// differs (TUTTI_BUILD_ID), that runs in another image (TUTTI_IMAGE_DIGEST,
+// as the image's digest file would say) or that lacks a data file is
+// refused, named with the component, and the job does not start; with
+// diag.environment: warn it joins and the job runs, with a warning naming
+// it.
 
 #include <catch2/catch.hpp>
 
@@ -38,8 +40,9 @@ struct two_daemons {
   // first.
   std::pair<std::string, std::string> check_refused(
     const fs::path& config0, const fs::path& config1,
-    const std::vector<std::string>& prefix1 = {}) {
-    auto node0 = start_daemon(config0, 0, dir / "node0.log");
+    const std::vector<std::string>& prefix1 = {},
+    const std::vector<std::string>& prefix0 = {}) {
+    auto node0 = start_daemon(config0, 0, dir / "node0.log", prefix0);
     auto node1 = start_daemon(config1, 1, dir / "node1.log", prefix1);
     const int s1 = node1->wait(60), s0 = node0->wait(60);
     const auto log0 = read_text(dir / "node0.log"),
@@ -69,9 +72,9 @@ TEST_CASE("the environment table, and its first difference",
     return out;
   }();
   for (const char* component :
-       {"build_id", "caf", "gloo", "nccl", "cuda_runtime", "cuda_driver",
-        "blas", "blas_core", "os", "data/meta.json", "data/train-00000.tok",
-        "free_disk.data", "free_disk.checkpoints"})
+       {"build_id", "image", "caf", "gloo", "nccl", "cuda_runtime",
+        "cuda_driver", "blas", "blas_core", "os", "data/meta.json",
+        "data/train-00000.tok", "free_disk.data", "free_disk.checkpoints"})
     CHECK(has(names, component));
   CHECK(tutti::lifecycle::environment_difference(env, "a", env, "b").empty());
   auto other = env;
@@ -95,6 +98,40 @@ TEST_CASE("a daemon with another build id is refused, the job does not start",
   CHECK(has(log1, "node 1 (127.0.0.1) differs in build_id"));
   CHECK(has(log1, "built-elsewhere on node 1"));
   CHECK(has(log0, "differs in build_id"));
+}
+
+// What the image build writes beside the programs, for two builds.
+const std::vector<std::string> image_here = {
+  "env", "TUTTI_IMAGE_DIGEST=sha256:1111 (tutti:here)"};
+const std::vector<std::string> image_elsewhere = {
+  "env", "TUTTI_IMAGE_DIGEST=sha256:2222 (tutti:elsewhere)"};
+
+TEST_CASE("a daemon in another image is refused, naming the image",
+          "[ops][environment]") {
+  two_daemons job("ops_environment_image", 87);
+  auto config = job.config("job", job.data);
+  const auto [log0, log1] = job.check_refused(config, config, image_elsewhere,
+                                              image_here);
+  INFO("node0: " << tail(log0) << "\nnode1: " << tail(log1));
+  CHECK(has(log1, "node 1 (127.0.0.1) differs in image: sha256:1111 "
+                  "(tutti:here) on node 0 (the coordinator's), sha256:2222 "
+                  "(tutti:elsewhere) on node 1"));
+  CHECK(has(log0, "differs in image"));
+}
+
+TEST_CASE("with diag.environment: warn a daemon in another image joins",
+          "[ops][environment]") {
+  two_daemons job("ops_environment_image_warn", 89);
+  auto config = job.config("job", job.data, "diag:\n  environment: warn\n", 4);
+  auto node0 = start_daemon(config, 0, job.dir / "node0.log", image_here);
+  auto node1 = start_daemon(config, 1, job.dir / "node1.log", image_elsewhere);
+  const int s0 = node0->wait(180), s1 = node1->wait(60);
+  const auto log0 = read_text(job.dir / "node0.log");
+  INFO("node0: " << tail(log0));
+  CHECK(s0 == 0);
+  CHECK(s1 == 0);
+  CHECK(has(log0, "differs in image"));
+  CHECK(has(log0, "joining anyway (diag.environment: warn)"));
 }
 
 TEST_CASE("a daemon missing a data file is refused, naming the file",

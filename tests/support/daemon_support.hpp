@@ -37,15 +37,17 @@ inline std::string tuttid_bin() { return binary_dir() + "/apps/tuttid"; }
 
 using tutti::child_process;
 
-// tuttid --config CONFIG --node-rank N, optionally behind a prefix such as
-// {"ip", "netns", "exec", "NS"} (which execs tuttid in place, same pid).
+// tuttid --config CONFIG --node-rank N [ARGS...], optionally behind a
+// prefix such as {"ip", "netns", "exec", "NS"} (which execs tuttid in
+// place, same pid).
 inline std::unique_ptr<child_process> start_daemon(
   const std::filesystem::path& config, int node_rank,
-  const std::filesystem::path& log,
-  const std::vector<std::string>& prefix = {}) {
+  const std::filesystem::path& log, const std::vector<std::string>& prefix = {},
+  const std::vector<std::string>& args = {}) {
   std::vector<std::string> argv = prefix;
   argv.insert(argv.end(), {tuttid_bin(), "--config", config.string(),
                            "--node-rank", std::to_string(node_rank)});
+  argv.insert(argv.end(), args.begin(), args.end());
   return std::make_unique<child_process>(argv, log);
 }
 

@@ -8,6 +8,27 @@
 
 namespace tutti {
 
+namespace {
+
+// When the previous run stopped without its checkpoint (tuttid: the grace
+// time ran out), which steps are trained again; "" otherwise.
+std::string behind_the_stop(
+  const expected<std::optional<std::pair<std::string, int64_t>>>& state,
+  int64_t resume_step) {
+  if (!state.ok() || !state.value()
+      || state.value()->first != "stopped_without_checkpoint"
+      || state.value()->second <= resume_step)
+    return "";
+  const auto stopped_at = state.value()->second;
+  return ", the last committed checkpoint: the previous run stopped at step "
+         + std::to_string(stopped_at)
+         + " without its checkpoint (its grace time ran out), so steps "
+         + std::to_string(resume_step + 1) + ".." + std::to_string(stopped_at)
+         + " are trained again";
+}
+
+} // namespace
+
 resume_point find_resume_point(store::job_store& db, const job_config& cfg,
                                const std::string& config_yaml) {
   resume_point out;
@@ -61,7 +82,8 @@ resume_point find_resume_point(store::job_store& db, const job_config& cfg,
     if (auto put = db.put_job_state("running", i->step); !put)
       log_warn("resume", put.message());
     return {resume_point::resume, i->step,
-            skipped + "resuming after step " + std::to_string(i->step)};
+            skipped + "resuming after step " + std::to_string(i->step)
+              + behind_the_stop(state, i->step)};
   }
   db.append_event("resume", "no usable checkpoint: from scratch");
   return {resume_point::fresh, 0,

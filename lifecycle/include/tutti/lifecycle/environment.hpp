@@ -1,7 +1,8 @@
 #pragma once
 // What a node runs with, reported when it joins a job so the coordinator can
 // refuse (or warn about, diag.environment) a node that differs from its own
-// process: tutti's build id, the libraries loaded (CAF, Gloo, NCCL, CUDA
+// process: tutti's build id, the container image it runs in, the libraries
+// loaded (CAF, Gloo, NCCL, CUDA
 // runtime, BLAS and its kernels' core), the CUDA driver, the OS, and the
 // data files the job reads with their checksums. Free disk on the data and
 // checkpoint paths is reported too, but not compared.
@@ -9,6 +10,13 @@
 // TUTTI_BUILD_ID, when set, replaces the build id read from the program's
 // ELF build-id note (for packaging, and for tests that need a node built
 // differently).
+//
+// The image is the digest deploy/image/build-image.sh writes into the image
+// beside the programs (PREFIX/image-digest for PREFIX/bin/tuttid): the
+// digest of the image's root file system layer and the image's name, or
+// "none" outside such an image. TUTTI_IMAGE_DIGEST, when set, replaces it
+// (for a platform that passes the digest of the image it pulled, and for
+// tests).
 
 #include <string>
 #include <utility>
