@@ -102,15 +102,6 @@ private:
 
 // ||a - ref|| / ||ref|| (absolute norm when ref is all zeros); NaN anywhere
 // in `a` gives NaN, which fails every comparison.
-inline double rel_err(const Vec& a, const Vec& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 // Runs body(backend&, T{}) on the CPU and twice on `gpu`; see the top.
 template <class T, class Body>
 void check_backends(const char* op, const k::stream& gpu, double tol,

@@ -1,7 +1,9 @@
 #pragma once
-// Shared by the kernel tests: random inputs drawn in double, and the same
-// values in the precision an op runs in.
+// Shared by the kernel tests: random inputs drawn in double, the same
+// values in the precision an op runs in, and the error measure outputs are
+// checked by.
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -30,6 +32,23 @@ inline std::vector<double> randn_in_float(size_t n, std::mt19937_64& rng,
 template <class T>
 std::vector<T> as(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
+}
+
+// Back to double: widening float is exact, so bit equality survives it.
+template <class T>
+std::vector<double> wide(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Normwise relative error ||a - ref|| / ||ref|| (||a - ref|| when ref is 0).
+inline double rel_err(const std::vector<double>& a,
+                      const std::vector<double>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 } // namespace tutti::testing

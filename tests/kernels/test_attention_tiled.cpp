@@ -25,6 +25,8 @@ namespace k = tutti::kernels;
 using Vec = std::vector<double>;
 using tutti::testing::as;
 using tutti::testing::randn_in_float;
+using tutti::testing::rel_err;
+using tutti::testing::wide;
 
 namespace {
 
@@ -100,20 +102,6 @@ grads reference(const shape& x, const Vec& q, const Vec& kk, const Vec& v,
         }
     }
   return g;
-}
-
-template <class T>
-Vec wide(const std::vector<T>& v) {
-  return Vec(v.begin(), v.end());
-}
-
-double rel_err(const Vec& a, const Vec& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // The tiled ops in T; outputs poisoned first, so an element left unwritten

@@ -18,6 +18,7 @@
 namespace k = tutti::kernels;
 using Vec = std::vector<double>;
 using tutti::testing::randn;
+using tutti::testing::rel_err;
 
 namespace {
 
@@ -55,15 +56,6 @@ Vec numeric_grad(Vec& x, F&& loss, double h = 1e-6) {
 }
 
 // ||a - n|| / ||n||; when the true gradient is all zero, the absolute norm.
-double rel_err(const Vec& a, const Vec& n) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < n.size(); ++i) {
-    num += (a[i] - n[i]) * (a[i] - n[i]);
-    den += n[i] * n[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 template <class F>
 void check_grad(const char* what, const Vec& analytic, Vec& x, F&& loss) {
   REQUIRE(analytic.size() == x.size());

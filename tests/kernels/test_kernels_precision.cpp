@@ -22,25 +22,12 @@ namespace k = tutti::kernels;
 using Vec = std::vector<double>;
 using tutti::testing::as;
 using tutti::testing::randn_in_float;
+using tutti::testing::rel_err;
+using tutti::testing::wide;
 
 namespace {
 
 const k::stream S = k::cpu_stream();
-
-// Widening float -> double is exact, so bit equality survives it.
-template <class T>
-Vec wide(const std::vector<T>& v) {
-  return Vec(v.begin(), v.end());
-}
-
-double rel_err(const Vec& a, const Vec& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // run(T{}) returns the op's outputs (widened to double). Checks float vs
 // double per output, and that two runs in each precision agree bitwise.
