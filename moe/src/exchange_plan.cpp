@@ -11,6 +11,12 @@
 
 namespace tutti::moe {
 
+status exchange_plan::check_chunk(size_t chunk) const {
+  if (chunk >= chunks.size())
+    return status::error("moe exchange: no chunk " + std::to_string(chunk));
+  return {};
+}
+
 std::vector<std::vector<int64_t>> exchange_plan::chunk_rows() const {
   std::vector<std::vector<int64_t>> rows;
   rows.reserve(chunks.size());

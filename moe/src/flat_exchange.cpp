@@ -55,8 +55,7 @@ status flat_exchange::combine(exchange_plan& plan, size_t chunk,
                               combine_kind /*kind*/, const float* experts_order,
                               float* dispatch_order, float* /*gate_grads*/,
                               exchange_clock& clock) {
-  if (chunk >= plan.chunks.size())
-    return status::error("moe exchange: no chunk " + std::to_string(chunk));
+  TUTTI_RETURN_IF_ERROR(plan.check_chunk(chunk));
   const auto& ch = plan.chunks[chunk];
   const int64_t d = plan.d, P = plan.members();
   const float* send = pack_chunk(stream_, plan, ch, experts_order, chunk_index_,

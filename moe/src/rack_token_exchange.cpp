@@ -99,8 +99,7 @@ status rack_token_exchange::combine(exchange_plan& plan, size_t chunk,
                                     const float* experts_order,
                                     float* dispatch_order, float* gate_grads,
                                     exchange_clock& clock) {
-  if (chunk >= plan.chunks.size())
-    return status::error("moe exchange: no chunk " + std::to_string(chunk));
+  TUTTI_RETURN_IF_ERROR(plan.check_chunk(chunk));
   // One chunk: the relays batch a rack's rows for a member into one
   // message, and their sums land in dispatch order.
   const auto& ch = plan.chunks[chunk];

@@ -37,8 +37,7 @@ status runs_exchange::combine(exchange_plan& plan, size_t chunk,
                               combine_kind /*kind*/, const float* experts_order,
                               float* dispatch_order, float* /*gate_grads*/,
                               exchange_clock& clock) {
-  if (chunk >= plan.chunks.size())
-    return status::error("moe exchange: no chunk " + std::to_string(chunk));
+  TUTTI_RETURN_IF_ERROR(plan.check_chunk(chunk));
   {
     clocked t(clock, stream_);
     TUTTI_RETURN_IF_ERROR(

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tutti/base/status.hpp"
 #include "tutti/comm/slices.hpp"
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/moe/rack_plan.hpp"
@@ -75,6 +76,8 @@ struct exchange_plan {
 
   int64_t members() const { return int64_t(send.size()); }
   int64_t local_experts() const { return int64_t(rows_per_expert.size()); }
+  // An error naming `chunk` when the way back has no such chunk.
+  status check_chunk(size_t chunk) const;
   // Rows of each local expert per chunk, as expert_executor's
   // forward_chunks and backward_chunks take them.
   std::vector<std::vector<int64_t>> chunk_rows() const;
