@@ -202,8 +202,8 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + std::to_string(c.limits.ep_ranks)
                       + " expert-parallel ranks)");
   // Until a stop signal here or on another daemon of the service, or the
-  // replica fails (its expert tier gave up): then the process ends
-  // non-zero within a tenth of a second, so what runs it replaces it,
+  // replica fails (its expert tier gave up), checked every tenth of a
+  // second: then the process ends non-zero, so what runs it replaces it,
   // instead of answering requests it cannot serve.
   const timespec tick{0, 100'000'000};
   int sig = -1;
