@@ -1,7 +1,9 @@
 #include "gloo_abort.hpp"
 
 #include <gloo/context.h>
+#include <gloo/common/error.h>
 #include <gloo/transport/tcp/pair.h>
+#include <gloo/transport/tcp/unbound_buffer.h>
 
 #include <sys/socket.h>
 
@@ -13,12 +15,18 @@ namespace tutti::comm {
 namespace {
 
 using gloo::transport::tcp::Pair;
+using gloo::transport::tcp::UnboundBuffer;
 
-// Pointers to the protected members Pair::fd_ and Pair::m_, taken the one
-// way C++ allows: from inside a derived class.
+// Pointers to the protected members Pair::fd_ and Pair::m_ and
+// UnboundBuffer::signalException, taken the one way C++ allows: from inside
+// a derived class.
 struct pair_access : Pair {
   static int Pair::*socket() { return &pair_access::fd_; }
   static std::mutex Pair::*lock() { return &pair_access::m_; }
+};
+struct buffer_access : UnboundBuffer {
+  using signal_fn = void (UnboundBuffer::*)(std::exception_ptr);
+  static signal_fn signal() { return &buffer_access::signalException; }
 };
 
 // The pair closes its socket (and its number may be reused at once) under
@@ -45,6 +53,13 @@ void shutdown_gloo_pairs(gloo::Context& context) {
     if (auto* pair = dynamic_cast<Pair*>(context.getPair(peer).get()))
       shutdown_pair(*pair);
   }
+}
+
+void fail_gloo_buffer(gloo::transport::UnboundBuffer& buffer,
+                      const std::string& message) {
+  if (auto* tcp = dynamic_cast<UnboundBuffer*>(&buffer))
+    (tcp->*buffer_access::signal())(
+      std::make_exception_ptr(gloo::IoException(message)));
 }
 
 } // namespace tutti::comm

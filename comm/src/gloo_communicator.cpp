@@ -1,7 +1,6 @@
 #include "tutti/comm/gloo_communicator.hpp"
 
 #include <gloo/alltoallv.h>
-#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/address.h>
@@ -11,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <numeric>
 
 #include "gloo_abort.hpp"
 #include "tutti/comm/data_plane_peers.hpp"
@@ -51,9 +52,13 @@ public:
       send_bytes[p] = send_counts[p] * static_cast<int64_t>(element_bytes);
       recv_bytes[p] = recv_counts[p] * static_cast<int64_t>(element_bytes);
     }
+    auto in_buffer = context_->createUnboundBuffer(in, total(send_bytes));
+    auto out_buffer = context_->createUnboundBuffer(out, total(recv_bytes));
     gloo::AlltoallvOptions opts(context_);
-    opts.setInput(static_cast<uint8_t*>(in), send_bytes);
-    opts.setOutput(static_cast<uint8_t*>(out), recv_bytes);
+    in_flight flight(*this, {in_buffer.get(), out_buffer.get()});
+    TUTTI_RETURN_IF_ERROR(flight.admitted());
+    opts.setInput<uint8_t>(std::move(in_buffer), send_bytes);
+    opts.setOutput<uint8_t>(std::move(out_buffer), recv_bytes);
     opts.setTag(next_tag());
     opts.setTimeout(options_.timeout);
     TUTTI_GLOO_CHECK(gloo::alltoallv(opts));
@@ -66,18 +71,24 @@ public:
     return all_to_all_v(send, counts, recv, counts, sizeof(int64_t));
   }
 
+  // One byte to and from every member: no member leaves before all came.
+  // (gloo::barrier's own buffer could not be failed by abort().)
   status barrier() override {
-    TUTTI_RETURN_IF_ERROR(check_not_aborted());
-    gloo::BarrierOptions opts(context_);
-    opts.setTag(next_tag());
-    opts.setTimeout(options_.timeout);
-    TUTTI_GLOO_CHECK(gloo::barrier(opts));
-    return {};
+    std::vector<uint8_t> send(size()), recv(size());
+    const std::vector<int64_t> ones(size(), 1);
+    return all_to_all_v(send.data(), ones, recv.data(), ones, 1);
   }
 
+  // Wakes this member's collective under way, and every member's that
+  // waits on it: the pairs' sockets are shut down and the buffers in
+  // flight fail.
   status abort() override {
-    if (!aborted_.exchange(true))
-      shutdown_gloo_pairs(*context_);
+    std::lock_guard<std::mutex> guard(flight_lock_);
+    if (aborted_.exchange(true))
+      return {};
+    shutdown_gloo_pairs(*context_);
+    for (auto* buffer : flight_buffers_)
+      fail_gloo_buffer(*buffer, describe() + ": aborted");
     return {};
   }
 
@@ -89,6 +100,37 @@ public:
   }
 
 private:
+  // The buffers of the collective under way, known to abort() from the
+  // moment they are made until just before they are destroyed.
+  class in_flight {
+  public:
+    in_flight(gloo_communicator& comm,
+              std::vector<gloo::transport::UnboundBuffer*> buffers)
+      : comm_(comm) {
+      std::lock_guard<std::mutex> guard(comm_.flight_lock_);
+      if (comm_.aborted_)
+        return;
+      comm_.flight_buffers_ = std::move(buffers);
+      admitted_ = true;
+    }
+    ~in_flight() {
+      std::lock_guard<std::mutex> guard(comm_.flight_lock_);
+      comm_.flight_buffers_.clear();
+    }
+    status admitted() const {
+      return admitted_ ? status{} : comm_.check_not_aborted();
+    }
+
+  private:
+    gloo_communicator& comm_;
+    bool admitted_ = false;
+  };
+
+  static size_t total(const std::vector<int64_t>& bytes) {
+    return static_cast<size_t>(
+      std::accumulate(bytes.begin(), bytes.end(), int64_t{0}));
+  }
+
   // A reduce-scatter and an all-gather, each one all-to-all: member r sums
   // slice r over the members in member order (member 0's value, plus member
   // 1's, ...), the order memory_communicator uses, so a group gives the same
@@ -129,6 +171,8 @@ private:
   std::shared_ptr<gloo::Context> context_;
   gloo_options options_;
   std::atomic<bool> aborted_{false};
+  std::mutex flight_lock_;
+  std::vector<gloo::transport::UnboundBuffer*> flight_buffers_;
   uint32_t tag_ = 1;
 };
 

@@ -1,10 +1,11 @@
 #pragma once
 // Debian's libgloo-dev (0.0~git20220518) installs gloo/transport/tcp/pair.h
-// but not the gloo/common/memory.h it includes. gloo_abort.cpp needs
-// pair.h only for the offset of Pair::fd_, which these pointer wrappers
-// (declared after it) do not change, and calls nothing that uses them. So
-// minimal stand-ins do; this directory is on the include path of that one
-// file only.
+// and unbound_buffer.h but not the gloo/common/memory.h they include.
+// gloo_abort.cpp needs them only for the offsets of Pair::fd_ and Pair::m_
+// and for UnboundBuffer::signalException, which these pointer wrappers
+// (each one smart pointer, as in Gloo, declared after those members) do not
+// change. So minimal stand-ins do; this directory is on the include path of
+// that one file only.
 
 #include <memory>
 
@@ -16,13 +17,20 @@ class NonOwningPtr {
 };
 
 template <typename T>
-class WeakNonOwningPtr {
-  std::weak_ptr<T> ptr_;
+class ShareableNonOwningPtr {
+public:
+  std::shared_ptr<T> ptr_;
 };
 
 template <typename T>
-class ShareableNonOwningPtr {
-  std::shared_ptr<T> ptr_;
+class WeakNonOwningPtr {
+public:
+  WeakNonOwningPtr() = default;
+  explicit WeakNonOwningPtr(const ShareableNonOwningPtr<T>& p)
+    : ptr_(p.ptr_) {}
+
+private:
+  std::weak_ptr<T> ptr_;
 };
 
 } // namespace gloo
