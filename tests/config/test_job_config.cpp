@@ -501,6 +501,25 @@ TEST_CASE("supervision and recovery: defaults, values, refusals", "[config]") {
   }
 }
 
+TEST_CASE("alert timing: defaults, values, refusals", "[config]") {
+  auto c = parse(base);
+  CHECK(c.alerts.hold_steps == 3);
+  CHECK(c.alerts.clear_steps == 10);
+  CHECK(c.alerts.flap_firings == 4);
+  CHECK(c.alerts.flap_window_steps == 200);
+  c = parse(base + "alerts:\n  hold_steps: 1\n  flap_firings: 0\n");
+  CHECK(c.alerts.hold_steps == 1);
+  CHECK(c.alerts.flap_firings == 0);
+  for (const char* bad : {"hold_steps: 0", "clear_steps: -1",
+                          "flap_firings: -2", "flap_window_steps: 0"}) {
+    INFO(bad);
+    auto msg = refusal(base + "alerts:\n  " + bad + "\n");
+    const std::string key(bad, std::string(bad).find(':'));
+    CHECK_THAT(msg, StartsWith("alerts." + key + ": must be >= "));
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
 TEST_CASE("enum keys take only their names", "[unit]") {
   SECTION("train.gemm_precision") {
     auto msg = refusal(

@@ -89,6 +89,9 @@ void finish(coordinator_pointer self, job_state outcome, std::string message) {
   auto& st = self->state;
   if (st.ended())
     return;
+  // A failed job's alerts stay as they were, for the post-mortem.
+  if (outcome != job_state::failed)
+    resolve_all_alerts(self, "the job " + std::string(to_string(outcome)));
   st.state = outcome;
   st.failure = std::move(message);
   // Every daemon learns the job is over, so none takes the coordinator's
@@ -579,12 +582,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
            const std::vector<std::string>& args) {
       return guarded_shell_command(self, command, args);
     },
-    [self](const alert_report& a) {
-      if (a.text.empty())
-        resolve_alert(self, a.name);
-      else
-        fire_alert(self, a.name, a.level, a.text);
-    },
+    [self](const alert_report& a) { report_condition(self, a); },
     [self](tick_atom) {
       auto& st = self->state;
       if (st.ended())

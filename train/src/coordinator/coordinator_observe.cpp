@@ -1,6 +1,9 @@
 // What the coordinator makes of each step: running figures for status,
 // the shell and /metrics, and the alert rules of `alerts:` (each firing is
-// an event, a log line, a metric and a line in status).
+// an event, a log line, a metric and a line in status). A rule's
+// condition is judged per step through its observability::alert_state:
+// it fires after alerts.hold_steps in a row, resolves after
+// alerts.clear_steps clear, and says once when it is flapping.
 
 #include <algorithm>
 #include <chrono>
@@ -16,8 +19,7 @@ namespace tutti {
 
 namespace {
 
-constexpr size_t loss_window = 50;     // steps the spike rule averages over
-constexpr int64_t data_wait_steps = 3; // in a row before data_wait fires
+constexpr size_t loss_window = 50; // steps the spike rule averages over
 constexpr size_t comm_baseline_steps = 20;
 
 double unix_now() {
@@ -45,14 +47,41 @@ std::pair<double, int64_t> worst_imbalance(const std::vector<int64_t>& counts,
   return {worst, layer};
 }
 
-// Fires `name` while `condition` holds, resolves it when it stops.
-void rule(coordinator_pointer self, bool on, bool condition,
-          const std::string& name, const std::string& level,
-          const std::string& text) {
-  if (on && condition)
+// This step's `condition` of the rule `name`: fires or resolves it as its
+// alert_state says. `at_once`: fire without the hold.
+void rule(coordinator_pointer self, bool condition, const std::string& name,
+          const std::string& level, const std::string& text,
+          bool at_once = false) {
+  const auto& a = self->state.cfg.alerts;
+  auto& rules = self->state.seen.rules;
+  auto i = rules.find(name);
+  if (i == rules.end())
+    i = rules
+          .emplace(name, observability::alert_state(
+                           {a.hold_steps, a.clear_steps, a.flap_firings,
+                            a.flap_window_steps}))
+          .first;
+  auto& state = i->second;
+  switch (state.observe(condition, at_once)) {
+  case observability::alert_change::fired:
     fire_alert(self, name, level, text);
-  else
+    break;
+  case observability::alert_change::flapping:
+    fire_alert(self, name, level, text,
+               "fired " + std::to_string(state.recent_firings()) + " times in "
+                 + std::to_string(a.flap_window_steps)
+                 + " steps; firing until clear for "
+                 + std::to_string(std::max(a.flap_window_steps, a.clear_steps))
+                 + " steps");
+    break;
+  case observability::alert_change::resolved:
     resolve_alert(self, name);
+    break;
+  case observability::alert_change::none:
+    if (condition && state.firing()) // the latest numbers for status
+      fire_alert(self, name, level, text);
+    break;
+  }
 }
 
 void evaluate_rules(coordinator_pointer self, const step_report& r) {
@@ -63,7 +92,7 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
 
   auto [imbalance, layer] = worst_imbalance(r.expert_counts,
                                             st.cfg.moe.num_experts);
-  rule(self, a.expert_imbalance > 0, imbalance > a.expert_imbalance,
+  rule(self, a.expert_imbalance > 0 && imbalance > a.expert_imbalance,
        "expert_imbalance", "important",
        "expert load max/mean " + std::to_string(imbalance) + " in layer "
          + std::to_string(layer) + " over alerts.expert_imbalance "
@@ -78,11 +107,12 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
   const bool nan = !std::isfinite(r.loss);
   const bool spike = a.loss_spike_factor > 0 && seen.recent_losses.size() >= 10
                      && r.loss > a.loss_spike_factor * mean_loss;
-  rule(self, true, nan || spike, "loss", "important",
+  rule(self, nan || spike, "loss", "important",
        nan ? "loss is not finite" + step
            : "loss " + std::to_string(r.loss) + " over "
                + std::to_string(a.loss_spike_factor) + " x its recent mean "
-               + std::to_string(mean_loss) + step);
+               + std::to_string(mean_loss) + step,
+       /*at_once=*/nan);
   if (!nan) {
     seen.recent_losses.push_back(r.loss);
     if (seen.recent_losses.size() > loss_window)
@@ -100,8 +130,9 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
       seen.comm_baseline_s = v[v.size() / 2];
     }
   }
-  rule(self, a.comm_time_factor > 0 && seen.comm_baseline_s > 0,
-       exchange_s > a.comm_time_factor * seen.comm_baseline_s
+  rule(self,
+       a.comm_time_factor > 0 && seen.comm_baseline_s > 0
+         && exchange_s > a.comm_time_factor * seen.comm_baseline_s
          && exchange_s - seen.comm_baseline_s > 1e-3,
        "comm_time", "important",
        "all-to-all exchange " + std::to_string(exchange_s) + " s over "
@@ -109,27 +140,24 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + std::to_string(seen.comm_baseline_s) + " s" + step);
 
   const double cross = cross_rack_share(r.alltoall_bytes_by_link);
-  rule(self, a.cross_rack_share > 0, cross > a.cross_rack_share,
+  rule(self, a.cross_rack_share > 0 && cross > a.cross_rack_share,
        "cross_rack_share", "important",
        "all-to-all bytes crossing racks " + std::to_string(cross)
          + " of those on links, over alerts.cross_rack_share "
          + std::to_string(a.cross_rack_share) + step);
 
   const double busy = r.step_time_s > 0 ? r.time_compute_s / r.step_time_s : 1;
-  rule(self, a.low_utilisation > 0, busy < a.low_utilisation, "low_utilisation",
-       "normal",
+  rule(self, a.low_utilisation > 0 && busy < a.low_utilisation,
+       "low_utilisation", "normal",
        "compute is " + std::to_string(busy) + " of the step time, under "
          + std::to_string(a.low_utilisation) + step);
 
-  // Ranks starved by their loaders: the data path does not keep up. Three
-  // steps in a row, so one late wake-up of a loader thread on a busy
-  // machine is not an alert.
+  // Ranks starved by their loaders: the data path does not keep up (the
+  // hold keeps one late wake-up of a loader thread from being an alert).
   const bool starved = r.step_time_s > 0
                        && r.time_data_s > a.data_wait * r.step_time_s
                        && r.time_data_s > 0.01;
-  seen.data_wait_steps = starved ? seen.data_wait_steps + 1 : 0;
-  rule(self, a.data_wait > 0, seen.data_wait_steps >= data_wait_steps,
-       "data_wait", "important",
+  rule(self, a.data_wait > 0 && starved, "data_wait", "important",
        "ranks waited " + std::to_string(r.time_data_s) + " s of a "
          + std::to_string(r.step_time_s)
          + " s step for data, over alerts.data_wait "
@@ -142,40 +170,71 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
       worst_rss = m.resident_bytes;
       worst_node = st.node_name(node);
     }
-  rule(self, a.memory_watermark_gb > 0,
-       static_cast<double>(worst_rss) > a.memory_watermark_gb * 1e9, "memory",
-       "important",
+  rule(self,
+       a.memory_watermark_gb > 0
+         && static_cast<double>(worst_rss) > a.memory_watermark_gb * 1e9,
+       "memory", "important",
        worst_node + " uses " + std::to_string(worst_rss / 1e9)
          + " GB, over alerts.memory_watermark_gb");
+
+  for (const auto& [name, c] : seen.reported)
+    rule(self, c.raised, name, c.level, c.text);
 }
 
 } // namespace
 
 void fire_alert(coordinator_pointer self, const std::string& name,
-                const std::string& level, const std::string& text) {
+                const std::string& level, const std::string& text,
+                const std::string& flapping) {
   auto& alerts = self->state.seen.alerts;
   auto i = alerts.find(name);
   if (i != alerts.end()) {
     i->second.text = text; // still firing: keep the latest numbers
     return;
   }
-  alerts[name] = {level, text, self->state.last_step};
-  auto line = "ALERT " + level + ": " + name + ": " + text;
+  alerts[name] = {level, text, self->state.last_step, !flapping.empty()};
+  const auto said = name
+                    + (flapping.empty() ? "" : " flapping (" + flapping + ")")
+                    + ": " + text;
+  const auto line = "ALERT " + level + ": " + said;
   if (level == "normal")
     log_info("coordinator", line);
   else
     log_warn("coordinator", line);
-  record_event(self, "alert", level + " " + name + ": " + text, -1);
+  record_event(self, "alert", level + " " + said, -1);
 }
 
-void resolve_alert(coordinator_pointer self, const std::string& name) {
+void resolve_alert(coordinator_pointer self, const std::string& name,
+                   const std::string& why) {
   auto& alerts = self->state.seen.alerts;
   auto i = alerts.find(name);
   if (i == alerts.end())
     return;
-  log_info("coordinator", "alert resolved: " + name);
-  record_event(self, "alert_resolved", name, -1);
+  const auto text = name + ": fired at step "
+                    + std::to_string(i->second.since_step)
+                    + ", resolved at step "
+                    + std::to_string(self->state.last_step)
+                    + (why.empty() ? "" : " (" + why + ")");
+  log_info("coordinator", "alert resolved: " + text);
+  record_event(self, "alert_resolved", text, -1);
   alerts.erase(i);
+}
+
+void resolve_all_alerts(coordinator_pointer self, const std::string& why) {
+  std::vector<std::string> firing;
+  for (const auto& [name, a] : self->state.seen.alerts)
+    firing.push_back(name);
+  for (const auto& name : firing)
+    resolve_alert(self, name, why);
+}
+
+void report_condition(coordinator_pointer self, const alert_report& report) {
+  auto& c = self->state.seen.reported[report.name];
+  c.raised = !report.text.empty();
+  if (c.raised) {
+    c.level = report.level;
+    c.text = report.text;
+  }
 }
 
 double cross_rack_share(const std::vector<int64_t>& by_link) {
@@ -324,8 +383,7 @@ std::string render_metrics(const coordinator_state& st) {
   m.family("tutti_alltoall_bytes_total", "counter",
            "All-to-all bytes every rank sent, by the link class they "
            "crossed, since the daemon started.");
-  const char* links[] = {"same_rank", "intra_node", "intra_rack",
-                         "inter_rack"};
+  const char* links[] = {"same_rank", "intra_node", "intra_rack", "inter_rack"};
   for (size_t c = 1; c < 4; ++c) // a rank's copies to itself cross no link
     m.sample("tutti_alltoall_bytes_total", {{"link", links[c]}},
              c < seen.alltoall_bytes_total.size() ? seen.alltoall_bytes_total[c]

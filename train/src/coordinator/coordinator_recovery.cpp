@@ -287,7 +287,8 @@ job_status describe_job(const coordinator_state& st) {
               : st.user_paused ? "paused by the shell; resume to go on"
                                : st.failure;
   for (const auto& [name, a] : st.seen.alerts)
-    s.alerts.push_back(a.level + " " + name + ": " + a.text);
+    s.alerts.push_back(a.level + " " + name + (a.flapping ? " (flapping)" : "")
+                       + ": " + a.text);
   return s;
 }
 

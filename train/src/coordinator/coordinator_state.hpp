@@ -19,6 +19,7 @@
 #include "tutti/runtime/key_store.hpp"
 #include "tutti/train/coordinator.hpp"
 #include "tutti/runtime/metrics_board.hpp"
+#include "tutti/observability/alert_state.hpp"
 #include "tutti/placement/routing_stats.hpp"
 #include "tutti/security/access_policy.hpp"
 
@@ -44,6 +45,15 @@ struct firing_alert {
   std::string level; // critical | important | normal
   std::string text;
   int64_t since_step = 0;
+  bool flapping = false; // fired often: held until clear for a window
+};
+
+// A condition a node's actors report (alert_report: checkpoint_disk,
+// slow_log_write), judged at each step like the coordinator's own rules.
+struct reported_condition {
+  std::string level;
+  std::string text;
+  bool raised = false;
 };
 
 // What the coordinator has seen of the job, for status, the shell's
@@ -63,11 +73,13 @@ struct job_observations {
   std::deque<double> recent_losses; // for the spike rule
   std::vector<double> comm_samples; // all-to-all seconds, first steps
   double comm_baseline_s = 0;
-  int64_t data_wait_steps = 0; // steps in a row over alerts.data_wait
   // All-to-all bytes by link class (same_rank, intra_node, intra_rack,
   // inter_rack), every rank's, summed over the steps seen.
   std::vector<double> alltoall_bytes_total;
   std::map<std::string, firing_alert> alerts; // by rule name
+  // Each per-step rule's hold, hysteresis and flapping, by rule name.
+  std::map<std::string, observability::alert_state> rules;
+  std::map<std::string, reported_condition> reported; // by rule name
   double last_eval_loss = 0;                  // the last held-out loss
   bool have_eval = false;
 };
@@ -175,9 +187,18 @@ job_status describe_job(const coordinator_state& st);
 void observe_step(coordinator_pointer self, const step_report& merged);
 void observe_commit(coordinator_pointer self, bool ok, double seconds);
 void observe_restart(coordinator_pointer self, const std::string& text);
+// Fire and resolve at once: alerts an event decides (job_interrupted,
+// checkpoint_failures). `flapping`, when not empty, says why the rule is
+// held firing.
 void fire_alert(coordinator_pointer self, const std::string& name,
-                const std::string& level, const std::string& text);
-void resolve_alert(coordinator_pointer self, const std::string& name);
+                const std::string& level, const std::string& text,
+                const std::string& flapping = "");
+void resolve_alert(coordinator_pointer self, const std::string& name,
+                   const std::string& why = "");
+// At the job's end: every episode still firing ends with it.
+void resolve_all_alerts(coordinator_pointer self, const std::string& why);
+// A node's alert_report: the condition, judged at the next steps.
+void report_condition(coordinator_pointer self, const alert_report& report);
 void publish_metrics(coordinator_pointer self);
 std::string render_metrics(const coordinator_state& st);
 // Of a step's all-to-all bytes that went over a link (same_rank, the

@@ -441,7 +441,10 @@ void visit_fields(Visitor& v, metrics_config& c) {
 // expert over the mean load times a factor, the loss NaN or over its
 // recent mean times a factor; normal: metrics lines slower to write than
 // a limit, compute under a share of the step time, ranks waiting for their
-// data loader over a share of the step time. 0 turns a rule off.
+// data loader over a share of the step time. 0 turns a rule off. The rules
+// judged per step fire after hold_steps in a row, resolve after
+// clear_steps clear, and a rule firing flap_firings times within
+// flap_window_steps is flapping: said once, firing until clear that long.
 struct alerts_config {
   int64_t checkpoint_failures = 2;
   double memory_watermark_gb = 0;
@@ -452,6 +455,10 @@ struct alerts_config {
   double low_utilisation = 0;
   double data_wait = 0.25;
   double cross_rack_share = 0;
+  int64_t hold_steps = 3;
+  int64_t clear_steps = 10;
+  int64_t flap_firings = 4;
+  int64_t flap_window_steps = 200;
 };
 
 template <class Visitor>
@@ -483,7 +490,7 @@ void visit_fields(Visitor& v, alerts_config& c) {
           not_fingerprinted);
   v.field("data_wait", c.data_wait,
           "important: ranks waiting for their batches over this share of "
-          "the step time (and 10 ms), 3 steps in a row",
+          "the step time (and 10 ms)",
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the step time: must be < 1"),
           not_fingerprinted);
@@ -493,6 +500,22 @@ void visit_fields(Visitor& v, alerts_config& c) {
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the bytes: must be < 1"),
           not_fingerprinted);
+  v.field("hold_steps", c.hold_steps,
+          "a rule fires after its condition holds this many steps in a row "
+          "(a NaN loss at once)",
+          at_least(1), not_fingerprinted);
+  v.field("clear_steps", c.clear_steps,
+          "a firing rule resolves after its condition is clear this many "
+          "steps in a row",
+          at_least(1), not_fingerprinted);
+  v.field("flap_firings", c.flap_firings,
+          "a rule firing this often within flap_window_steps is flapping: "
+          "said once, firing until clear for the window",
+          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("flap_window_steps", c.flap_window_steps,
+          "the window of flap_firings, and the clear run that resolves a "
+          "flapping rule",
+          at_least(1), not_fingerprinted);
 }
 
 struct job_config {
