@@ -39,8 +39,8 @@ __attribute__((always_inline)) inline uint8_t to_e4m3(float v) {
   float a;
   std::memcpy(&a, &mag, sizeof a);
   const uint32_t sub = static_cast<uint32_t>(round_even(a * 512.0f));
-  const uint32_t norm =
-    ((mag + 0x7ffffu + ((mag >> 20) & 1u)) >> 20) - (120u << 3);
+  const uint32_t norm = ((mag + 0x7ffffu + ((mag >> 20) & 1u)) >> 20)
+                        - (120u << 3);
   uint32_t code = a < 0.015625f ? sub : norm;
   code = code < 0x7eu ? code : 0x7eu;
   return static_cast<uint8_t>(sign | code);

@@ -67,8 +67,8 @@ TEST_CASE("row_quant int8: every element within absmax / 254 of its row",
       // Half a step, and a few float roundings of the division and product.
       const float bound = absmax(&x[r * d], d) / 254.0f * (1.0f + 1e-5f);
       for (int64_t i = 0; i < d; ++i) {
-        INFO("d " << d << " row " << r << " element " << i << ": " << x[r * d + i]
-                  << " came back " << y[r * d + i]);
+        INFO("d " << d << " row " << r << " element " << i << ": "
+                  << x[r * d + i] << " came back " << y[r * d + i]);
         REQUIRE(std::abs(y[r * d + i] - x[r * d + i]) <= bound);
       }
     }
@@ -88,7 +88,8 @@ TEST_CASE("row_quant fp8 e4m3: relative 2^-4, or half a subnormal step",
         // Normals carry 3 mantissa bits (half a step: 2^-4 relative);
         // subnormals are steps of 2^-9 scale.
         const float bound = (std::ldexp(std::abs(v), -4)
-                             + std::ldexp(scale, -10)) * (1.0f + 1e-5f);
+                             + std::ldexp(scale, -10))
+                            * (1.0f + 1e-5f);
         INFO("d " << d << " row " << r << " element " << i << ": " << v
                   << " came back " << y[r * d + i]);
         REQUIRE(std::abs(y[r * d + i] - v) <= bound);
