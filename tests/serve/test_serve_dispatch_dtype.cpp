@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "serve_requests.hpp"
 
 using namespace tutti;
@@ -52,13 +55,27 @@ TEST_CASE("8-bit dispatch: the same tokens at every EP size, a quarter of "
     check_same_outcomes(serve_with(dtype, 4, js, true).outcomes, one.outcomes,
                         js);
     const auto two = serve_with(dtype, 2, js);
-    // Greedy requests against fp32 dispatch: reported, not bounded.
+    // Greedy requests against fp32 dispatch, reported, not bounded: the
+    // tokens that agree, and the log-probabilities' largest drift over
+    // each request's positions up to its first different token.
     int64_t same = 0, greedy = 0;
-    for (size_t i = 1; i < js.size(); i += 2)
-      for (size_t t = 0; t < one.outcomes[i].tokens.size(); ++t, ++greedy)
-        same += one.outcomes[i].tokens[t] == fp32.outcomes[i].tokens[t];
+    double drift = 0;
+    for (size_t i = 1; i < js.size(); i += 2) {
+      bool agreed = true;
+      for (size_t t = 0; t < one.outcomes[i].tokens.size(); ++t, ++greedy) {
+        const bool equal = one.outcomes[i].tokens[t]
+                           == fp32.outcomes[i].tokens[t];
+        same += equal;
+        if (agreed)
+          drift = std::max(drift,
+                           double(std::abs(one.outcomes[i].logprobs[t]
+                                           - fp32.outcomes[i].logprobs[t])));
+        agreed = agreed && equal;
+      }
+    }
     WARN(to_string(dtype) << ": greedy tokens as with fp32 dispatch: " << same
-                          << " of " << greedy);
+                          << " of " << greedy
+                          << ", largest log-probability drift " << drift);
     // Every step's rows go out (dispatch) and come back (combine, fp32):
     // the same rows in both runs (every request runs to its length).
     const double hidden = 32, ratio = (hidden + 4) / (4 * hidden);
