@@ -14,6 +14,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/moe/token_exchange.hpp"
 #include "tutti/placement/planner.hpp"
 #include "tutti/placement/token_experts.hpp"
 #include "tutti/store/atomic_file.hpp"
@@ -109,8 +110,11 @@ int plan(const std::vector<std::string>& args) {
   if (!mine.ok())
     return fail(2, "placement plan: " + mine.message());
   // Four crossings a layer (dispatch and combine, forward and backward) of
-  // one fp32 hidden vector.
-  const double bytes = 4.0 * double(cfg->model.hidden_size) * sizeof(float);
+  // one hidden vector: float32, but the forward dispatch's in
+  // moe_config.dispatch_dtype.
+  const int64_t d = cfg->model.hidden_size;
+  const double bytes = 3.0 * double(d) * sizeof(float)
+                       + double(moe::dispatch_row_bytes(cfg->moe.dispatch, d));
   const auto& t = topo.value();
   placement::placement_plan affinity;
   // With --method affinity: the share of the tokens' own picks in the rack

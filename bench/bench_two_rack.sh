@@ -21,7 +21,9 @@
 #   bench/bench_two_rack.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_two_rack), PRETRAIN_STEPS (600), STEPS (10),
 #        EXPERTS (16), INTRA_MBIT (800),
-#        INTER_MBIT (INTRA/8), PORT (29650)
+#        INTER_MBIT (INTRA/8), PORT (29650),
+#        DISPATCH_DTYPE (fp32: moe_config.dispatch_dtype of the eight runs
+#        on the testbed; the pretraining is fp32 whatever it says)
 #
 # Needs root, iproute2 and tc; exits 77 with the reason where network
 # namespaces are not allowed. The testbed and every daemon go on any exit.
@@ -39,6 +41,7 @@ experts=${EXPERTS:-16}
 intra=${INTRA_MBIT:-800}
 inter=${INTER_MBIT:-$((intra / 8))}
 port=${PORT:-29650}
+dispatch_dtype=${DISPATCH_DTYPE:-fp32}
 tag=b$(printf '%x' $$ | tail -c 5)
 
 name=bench_two_rack
@@ -116,7 +119,8 @@ job_config "$one_node" "$out/pretrain" "$pretrain_steps" "" >"$out/pretrain.yaml
 "$tutti" export "$(ls -d "$out"/pretrain/checkpoints/step-* | tail -1)" \
   --format hf --out "$out/export" >/dev/null
 
-job_config "$testbed_nodes" "$out/plan-only" "$steps" "" >"$out/testbed.yaml"
+job_config "$testbed_nodes" "$out/plan-only" "$steps" \
+  "  dispatch_dtype: $dispatch_dtype" >"$out/testbed.yaml"
 for method in contiguous eplb tutti; do
   "$tutti" placement plan "$out/testbed.yaml" --stats "$out/stats.json" \
     --method "$method" --out "$out/$method.plan" >/dev/null
@@ -130,13 +134,15 @@ done
 "$testbed" up "$tag" "$intra" "$inter" >/dev/null
 echo
 echo "testbed $tag: node links $intra Mb/s, inter-rack $inter Mb/s;" \
-  "continuing $steps steps from step $pretrain_steps, 4 daemons"
+  "continuing $steps steps from step $pretrain_steps, 4 daemons," \
+  "dispatch $dispatch_dtype"
 
 run_on_testbed() { # NAME PLACEMENT RACK_AWARE [RACK_AFFINITY]
   local name=$1 dir=$out/$1
   cp -a "$out/pretrain" "$dir"
   local moe="  placement: $out/$2.plan
-  rack_aware_alltoall: $3"
+  rack_aware_alltoall: $3
+  dispatch_dtype: $dispatch_dtype"
   job_config "$testbed_nodes" "$dir" $((pretrain_steps + steps)) "$moe" \
     "  rack_affinity: ${4:-false}" >"$out/$name.yaml"
   procs=()

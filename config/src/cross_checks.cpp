@@ -205,6 +205,11 @@ status check_train(const job_config& c) {
                                   || c.cluster.device == compute_device::cuda,
                                 "train.gemm_precision",
                                 "bf16 needs cluster_config.device: cuda"));
+  TUTTI_RETURN_IF_ERROR(require(c.moe.dispatch == dispatch_dtype::fp32
+                                  || c.cluster.device == compute_device::cpu,
+                                "moe_config.dispatch_dtype",
+                                std::string(to_string(c.moe.dispatch))
+                                  + " needs cluster_config.device: cpu"));
   return require(t.eval_sequences >= 0 && t.eval_sequences % world == 0,
                  "train.eval_sequences",
                  "must be >= 0 and divisible by " + dp);

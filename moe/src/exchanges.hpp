@@ -31,9 +31,9 @@ class self_exchange final : public token_exchange {
 public:
   self_exchange(comm::communicator& group, kernels::stream s)
     : token_exchange(group, s, 1) {}
-  status dispatch(const routed_rows& rows, exchange_plan& plan,
-                  kernels::tensor<float>& dispatch_order, const landing& land,
-                  exchange_clock& clock) override;
+  status dispatch_rows(const routed_rows& rows, exchange_plan& plan,
+                       kernels::tensor<float>& dispatch_order,
+                       const landing& land, exchange_clock& clock) override;
   status combine(exchange_plan& plan, size_t chunk, combine_kind kind,
                  const float* experts_order, float* dispatch_order,
                  float* gate_grads, exchange_clock& clock) override;
@@ -49,9 +49,9 @@ class runs_exchange final : public token_exchange {
 public:
   runs_exchange(comm::communicator& group, kernels::stream s)
     : token_exchange(group, s, 1) {}
-  status dispatch(const routed_rows& rows, exchange_plan& plan,
-                  kernels::tensor<float>& dispatch_order, const landing& land,
-                  exchange_clock& clock) override;
+  status dispatch_rows(const routed_rows& rows, exchange_plan& plan,
+                       kernels::tensor<float>& dispatch_order,
+                       const landing& land, exchange_clock& clock) override;
   status combine(exchange_plan& plan, size_t chunk, combine_kind kind,
                  const float* experts_order, float* dispatch_order,
                  float* gate_grads, exchange_clock& clock) override;
@@ -66,9 +66,9 @@ class flat_exchange final : public token_exchange {
 public:
   flat_exchange(comm::communicator& group, kernels::stream s, int64_t chunks)
     : token_exchange(group, s, chunks), collectives_(s) {}
-  status dispatch(const routed_rows& rows, exchange_plan& plan,
-                  kernels::tensor<float>& dispatch_order, const landing& land,
-                  exchange_clock& clock) override;
+  status dispatch_rows(const routed_rows& rows, exchange_plan& plan,
+                       kernels::tensor<float>& dispatch_order,
+                       const landing& land, exchange_clock& clock) override;
   status combine(exchange_plan& plan, size_t chunk, combine_kind kind,
                  const float* experts_order, float* dispatch_order,
                  float* gate_grads, exchange_clock& clock) override;
@@ -96,9 +96,9 @@ public:
                       rack_layout racks)
     : token_exchange(group, s, 1), rack_(std::move(racks), s), collectives_(s) {
   }
-  status dispatch(const routed_rows& rows, exchange_plan& plan,
-                  kernels::tensor<float>& dispatch_order, const landing& land,
-                  exchange_clock& clock) override;
+  status dispatch_rows(const routed_rows& rows, exchange_plan& plan,
+                       kernels::tensor<float>& dispatch_order,
+                       const landing& land, exchange_clock& clock) override;
   status combine(exchange_plan& plan, size_t chunk, combine_kind kind,
                  const float* experts_order, float* dispatch_order,
                  float* gate_grads, exchange_clock& clock) override;

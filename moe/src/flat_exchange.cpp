@@ -31,9 +31,11 @@ status flat_exchange::exchange_rows(const float* send,
   return {};
 }
 
-status flat_exchange::dispatch(const routed_rows& rows, exchange_plan& plan,
-                               k::tensor<float>& dispatch_order,
-                               const landing& land, exchange_clock& clock) {
+status flat_exchange::dispatch_rows(const routed_rows& rows,
+                                    exchange_plan& plan,
+                                    k::tensor<float>& dispatch_order,
+                                    const landing& land,
+                                    exchange_clock& clock) {
   auto landed = plan_and_land(
     rows, plan, land, [&](exchange_plan& p) { return share_counts(p, clock); });
   if (!landed.ok())

@@ -16,11 +16,11 @@ namespace k = tutti::kernels;
 
 void rack_token_exchange::count_rack() { count_bytes(rack_.bytes_to()); }
 
-status rack_token_exchange::dispatch(const routed_rows& rows,
-                                     exchange_plan& plan,
-                                     k::tensor<float>& /*dispatch_order*/,
-                                     const landing& land,
-                                     exchange_clock& clock) {
+status rack_token_exchange::dispatch_rows(const routed_rows& rows,
+                                          exchange_plan& plan,
+                                          k::tensor<float>& /*dispatch_order*/,
+                                          const landing& land,
+                                          exchange_clock& clock) {
   const int64_t P = group_.size(), me = group_.rank();
   TUTTI_RETURN_IF_ERROR(plan_dispatch(rows, P, me, plan));
   const auto& first = plan.expert_first;

@@ -11,9 +11,11 @@ namespace tutti::moe {
 
 namespace k = tutti::kernels;
 
-status runs_exchange::dispatch(const routed_rows& rows, exchange_plan& plan,
-                               k::tensor<float>& dispatch_order,
-                               const landing& land, exchange_clock& clock) {
+status runs_exchange::dispatch_rows(const routed_rows& rows,
+                                    exchange_plan& plan,
+                                    k::tensor<float>& dispatch_order,
+                                    const landing& land,
+                                    exchange_clock& clock) {
   auto landed = plan_and_land(
     rows, plan, land, [&](exchange_plan& p) { return share_counts(p, clock); });
   if (!landed.ok())

@@ -11,9 +11,11 @@ namespace tutti::moe {
 
 namespace k = tutti::kernels;
 
-status self_exchange::dispatch(const routed_rows& rows, exchange_plan& plan,
-                               k::tensor<float>& /*dispatch_order*/,
-                               const landing& land, exchange_clock& /*clock*/) {
+status self_exchange::dispatch_rows(const routed_rows& rows,
+                                    exchange_plan& plan,
+                                    k::tensor<float>& /*dispatch_order*/,
+                                    const landing& land,
+                                    exchange_clock& /*clock*/) {
   auto landed = plan_and_land(rows, plan, land, [](exchange_plan& p) {
     p.recv_expert = p.send_expert;
     return status{};

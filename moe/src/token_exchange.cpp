@@ -71,23 +71,38 @@ const float* pack_chunk(const k::stream& s, const exchange_plan& plan,
   return out.data();
 }
 
+namespace {
+
+std::unique_ptr<token_exchange> make_strategy(comm::communicator& group,
+                                              k::stream s,
+                                              const exchange_options& o) {
+  if (o.rack_aware && o.racks.racks() > 1)
+    return std::make_unique<rack_token_exchange>(group, s, o.racks);
+  if (group.size() == 1)
+    return std::make_unique<self_exchange>(group, s);
+  if (group.in_process() && s.device == k::device_kind::cpu)
+    return std::make_unique<runs_exchange>(group, s);
+  const int64_t chunks = group.in_process() ? 1 : o.combine_chunks;
+  return std::make_unique<flat_exchange>(group, s,
+                                         std::max<int64_t>(chunks, 1));
+}
+
+} // namespace
+
 expected<std::unique_ptr<token_exchange>> make_token_exchange(
   comm::communicator& group, k::stream s, const exchange_options& o) {
-  if (o.rack_aware && o.racks.racks() > 1) {
-    if (o.racks.members() != group.size())
-      return status::error(
-        "moe exchange: racks for " + std::to_string(o.racks.members())
-        + " members, the EP group has " + std::to_string(group.size()));
-    return std::unique_ptr<token_exchange>(
-      new rack_token_exchange(group, s, o.racks));
-  }
-  if (group.size() == 1)
-    return std::unique_ptr<token_exchange>(new self_exchange(group, s));
-  if (group.in_process() && s.device == k::device_kind::cpu)
-    return std::unique_ptr<token_exchange>(new runs_exchange(group, s));
-  const int64_t chunks = group.in_process() ? 1 : o.combine_chunks;
-  return std::unique_ptr<token_exchange>(
-    new flat_exchange(group, s, std::max<int64_t>(chunks, 1)));
+  if (o.rack_aware && o.racks.racks() > 1 && o.racks.members() != group.size())
+    return status::error(
+      "moe exchange: racks for " + std::to_string(o.racks.members())
+      + " members, the EP group has " + std::to_string(group.size()));
+  // The quantizer is a CPU kernel (kernels/row_quant.hpp).
+  if (o.dispatch != dispatch_dtype::fp32 && s.device != k::device_kind::cpu)
+    return status::error(std::string("moe exchange: dispatch_dtype ")
+                         + to_string(o.dispatch)
+                         + " runs on CPU ranks only (use fp32 on cuda)");
+  auto made = make_strategy(group, s, o);
+  made->dtype_ = o.dispatch;
+  return std::move(made);
 }
 
 } // namespace tutti::moe

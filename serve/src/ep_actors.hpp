@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tutti/config/enums.hpp"
 #include "tutti/protocol/interfaces.hpp"
 #include "tutti/runtime/supervisor.hpp"
 #include "tutti/comm/memory_communicator.hpp"
@@ -175,6 +176,7 @@ struct ep_rank_args {
   bool rack_aware_alltoall = false;    // moe::make_token_exchange: rack
   // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
   bool data_parallel_attention = false;
+  dispatch_dtype dispatch = dispatch_dtype::fp32; // serve.dispatch_dtype
 };
 
 // Answers each rank_step_ptr with it, filled in; ends on stop_atom.

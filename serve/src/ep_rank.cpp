@@ -77,6 +77,7 @@ actor_exchange::actor_exchange(caf::blocking_actor* self,
       rack_of_[p] = a.racks[p];
   moe::exchange_options o;
   o.rack_aware = a.rack_aware_alltoall;
+  o.dispatch = a.dispatch;
   o.racks = moe::rack_layout(rack_of_);
   auto made = moe::make_token_exchange(comm, kernels::cpu_stream(), o);
   if (made.ok())

@@ -202,7 +202,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
        connect, role, act.signals.back(), act.experts, act.tier, o.timeout,
-       out->layout_, o.racks, o.rack_aware_alltoall, dp}));
+       out->layout_, o.racks, o.rack_aware_alltoall, dp, o.dispatch}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
   // the others may start later; shards_up() says when they have.

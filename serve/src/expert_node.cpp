@@ -32,6 +32,7 @@ status run_expert_node(const served_model& model, const service_limits& l,
   o.layout = l.layout;
   o.racks = l.replan.rack;
   o.rack_aware_alltoall = l.rack_aware_alltoall;
+  o.dispatch = l.dispatch;
   o.max_tier_restarts = l.expert_tier_restarts;
   o.guard_tls = l.guard_tls;
   auto ranks = ep_ranks::start(system, model, o);

@@ -78,6 +78,11 @@ status service::build(int64_t blocks) {
   runtime_ = std::make_unique<actor_runtime>(
     limits_.cluster.spans_daemons());
   if (limits_.ep_ranks == 0) {
+    // The engine alone dispatches nothing: there is nothing to quantize.
+    if (limits_.dispatch != dispatch_dtype::fp32)
+      return status::error(std::string("serve.dispatch_dtype ")
+                           + to_string(limits_.dispatch)
+                           + " needs the expert-parallel ranks (ep_ranks 0)");
     cache_ = std::make_unique<kv_cache>(geometry_of(model_, limits_), blocks);
     engine_ = std::make_unique<engine>(model_, *cache_);
     scheduler_ = std::make_unique<scheduler>(*engine_, *cache_, limits_.batch,
@@ -93,6 +98,7 @@ status service::build(int64_t blocks) {
     o.layout = limits_.layout;
     o.racks = limits_.replan.rack;
     o.rack_aware_alltoall = limits_.rack_aware_alltoall;
+    o.dispatch = limits_.dispatch;
     o.max_tier_restarts = limits_.expert_tier_restarts;
     o.guard_tls = limits_.guard_tls;
     auto r = ep_ranks::start(runtime_->system, model_, o);

@@ -63,6 +63,7 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
       "moe_config.all_to_all_communication",
       "moe_config.communication_buffer_size",
       "moe_config.combine_chunks",
+      "moe_config.dispatch_dtype",
       "moe_config.placement_plan",
       "train.steps",
       "train.global_batch_size",

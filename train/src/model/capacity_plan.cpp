@@ -1,5 +1,6 @@
 #include "tutti/train/capacity_plan.hpp"
 
+#include "tutti/moe/token_exchange.hpp"
 #include "tutti/train/memory_plan.hpp"
 
 #include <algorithm>
@@ -118,8 +119,11 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   double cross_node = 0, cross_rack = 0;
   remote_shares(cfg, cross_node, cross_rack);
   // Every routed row crosses the all-to-all four times a step: dispatch and
-  // combine, forward and backward (its own rank included).
-  p.alltoall_bytes = 4 * layers * rows * d * fp32;
+  // combine, forward and backward (its own rank included); the forward
+  // dispatch in moe_config.dispatch_dtype, the others in float32.
+  const double dispatched = static_cast<double>(
+    moe::dispatch_row_bytes(e.dispatch, m.hidden_size));
+  p.alltoall_bytes = layers * rows * (3 * d * fp32 + dispatched);
   p.alltoall_cross_node_bytes = p.alltoall_bytes * cross_node;
   p.alltoall_cross_rack_bytes = p.alltoall_bytes * cross_rack;
   const double edp = static_cast<double>(cl.world_size) / cfg.ep_size();
@@ -207,7 +211,9 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("FLOPs per token (fwd+bwd)", count_text(p.flops_per_token));
   row("FLOPs per step (global)", count_text(p.flops_per_step));
   out << "communication per rank per step\n";
-  row("all-to-all", bytes_text(p.alltoall_bytes), "dispatch+combine, fwd+bwd");
+  row("all-to-all", bytes_text(p.alltoall_bytes),
+      std::string("dispatch+combine, fwd+bwd; forward dispatch ")
+        + to_string(cfg.moe.dispatch));
   row("  of which cross-node", bytes_text(p.alltoall_cross_node_bytes));
   row("  of which cross-rack", bytes_text(p.alltoall_cross_rack_bytes));
   row("all-reduce payload", bytes_text(p.allreduce_bytes),

@@ -104,6 +104,7 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     if (o.rack_aware)
       o.racks = moe::rack_layout::of_group(cfg, comms_.dp->rank());
     o.combine_chunks = combine_chunk_count(cfg);
+    o.dispatch = cfg.moe.dispatch;
     auto made = moe::make_token_exchange(*comms_.ep, where, o);
     if (!made.ok())
       throw std::invalid_argument("rank_model: " + made.error().message());

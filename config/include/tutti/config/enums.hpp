@@ -21,6 +21,9 @@ enum class recompute_mode { none, selective, full };
 enum class preflight_check { off, warn, refuse };
 // moe_config.all_to_all_communication: disabled keeps all experts local.
 enum class all_to_all_mode { enabled, disabled };
+// moe_config.dispatch_dtype: the rows the MoE dispatch sends, as they are
+// or quantized per row to 8 bits (moe/token_exchange.hpp).
+enum class dispatch_dtype { fp32, int8, fp8 };
 // cluster_config.local_transport: how ranks of one process exchange.
 enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
@@ -57,6 +60,10 @@ struct enum_names<preflight_check> {
 template <>
 struct enum_names<all_to_all_mode> {
   static constexpr std::array names{"enabled", "disabled"};
+};
+template <>
+struct enum_names<dispatch_dtype> {
+  static constexpr std::array names{"fp32", "int8", "fp8"};
 };
 template <>
 struct enum_names<local_transport_kind> {

@@ -65,6 +65,7 @@ struct moe_config {
   int64_t combine_chunks = 2;
   bool share_idle_cores = true; // model/idle_core_pool.hpp
   bool rack_aware_alltoall = false; // moe/rack_exchange.hpp
+  dispatch_dtype dispatch = dispatch_dtype::fp32; // moe/token_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
 };
@@ -110,6 +111,12 @@ void visit_fields(Visitor& v, moe_config& c) {
           "the backward's two exchanges likewise; same bits as the flat "
           "exchange (the combine in one chunk)",
           not_fingerprinted);
+  v.field("dispatch_dtype", c.dispatch,
+          "the rows the dispatch all-to-all sends: fp32, or int8 / fp8 "
+          "(e4m3) with a float32 scale per row, dequantized at the expert "
+          "into float32 (about a quarter of the bytes; in every exchange, "
+          "EP 1 included, so the loss does not depend on the EP size); the "
+          "combine and the backward's gradients stay fp32; CPU only");
   v.field("routing_stats_window", c.routing_stats_window,
           "steps per window of routing statistics (tokens per expert, "
           "co-activation, layer transitions) kept in the job store for "

@@ -256,6 +256,12 @@ void visit_fields(Visitor& v, serve_config& c) {
           "token crossing to a rack once however many of its experts live "
           "there; the same tokens as the flat exchange, fewer bytes across "
           "racks");
+  v.field("dispatch_dtype", l.dispatch,
+          "the rows the dispatch sends to the expert ranks: fp32, or int8 "
+          "/ fp8 (e4m3) with a float32 scale per row, dequantized there "
+          "(about a quarter of the bytes; at every EP size, one included, "
+          "so a request's tokens do not depend on it); outputs return fp32 "
+          "(moe_config.dispatch_dtype)");
   v.field("rack_affinity", c.rack_affinity,
           "needs racks and a placement with token_experts (`tutti placement "
           "plan --method affinity`); not with replan or offload; across "

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tutti/config/enums.hpp"
+
 namespace tutti::serve {
 
 // The scheduler's bounds on one engine step.
@@ -58,6 +60,8 @@ struct serve_limits {
   // Dispatch and combine through one relay per rack (needs the racks):
   // the same tokens, fewer bytes across racks.
   bool rack_aware_alltoall = false;
+  // The rows the dispatch sends: fp32, or 8 bits with a scale per row.
+  dispatch_dtype dispatch = dispatch_dtype::fp32;
 };
 
 } // namespace tutti::serve

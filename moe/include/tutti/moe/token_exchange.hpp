@@ -19,6 +19,14 @@
 // Whatever the strategy, the rows land and return as the same bits: only
 // the traffic on each link class differs. Every member of the group must
 // make the same calls in the same order (they are collectives).
+//
+// With an 8-bit dispatch (moe_config.dispatch_dtype int8 or fp8), the
+// base's dispatch quantizes each token's row (kernels/row_quant.hpp: d
+// bytes and a float32 scale, padded to whole floats) before the strategy
+// moves it, and dequantizes what lands into the float32 landing buffer:
+// every strategy, self included, moves and counts the quantized rows, so
+// the result is the same at every EP size. The way back and the
+// backward's dispatch of gradients stay float32.
 
 #include <cstdint>
 #include <functional>
@@ -45,6 +53,22 @@ public:
   virtual void stop() {}
 };
 
+// Which strategy, from the config.
+struct exchange_options {
+  // moe_config.rack_aware_alltoall / serve.rack_aware_alltoall, and where
+  // the group's members sit; in one rack the flat exchange is the same.
+  bool rack_aware = false;
+  rack_layout racks;
+  // Chunks of the flat way back (moe_config.combine_chunks, at most one
+  // per local expert); one where there is nothing to overlap.
+  int64_t combine_chunks = 1;
+  // moe_config.dispatch_dtype / serve.dispatch_dtype: 8-bit needs the CPU.
+  dispatch_dtype dispatch = dispatch_dtype::fp32;
+};
+
+// Bytes one dispatched row of d floats takes on the wire.
+int64_t dispatch_row_bytes(dispatch_dtype dtype, int64_t d);
+
 class token_exchange {
 public:
   virtual ~token_exchange() = default;
@@ -58,10 +82,11 @@ public:
   // member's experts where `land` says. `dispatch_order` is the caller's
   // buffer for the rows in dispatch order, where an exchange needs them
   // packed (it resizes it; a caller that keeps such a buffer for its
-  // backward pass lends it, so no second one is held).
-  virtual status dispatch(const routed_rows& rows, exchange_plan& plan,
-                          kernels::tensor<float>& dispatch_order,
-                          const landing& land, exchange_clock& clock) = 0;
+  // backward pass lends it, so no second one is held). Quantized on the
+  // way with an 8-bit dispatch_dtype (quantized_dispatch.cpp).
+  status dispatch(const routed_rows& rows, exchange_plan& plan,
+                  kernels::tensor<float>& dispatch_order, const landing& land,
+                  exchange_clock& clock);
 
   // The way back of plan.chunks[chunk] (every member calls it for every
   // chunk, in order): its rows in the experts' order (`experts_order`
@@ -107,6 +132,11 @@ protected:
   token_exchange(comm::communicator& group, kernels::stream s, int64_t chunks)
     : group_(group), stream_(s), chunks_(chunks), bytes_to_(group.size(), 0) {}
 
+  // The strategy's dispatch, of rows as they come (dispatch above).
+  virtual status dispatch_rows(const routed_rows& rows, exchange_plan& plan,
+                               kernels::tensor<float>& dispatch_order,
+                               const landing& land, exchange_clock& clock) = 0;
+
   // The plan's dispatch side, the counts' sharing through `share` (fills
   // plan.recv_expert), the receive side and the landing buffer.
   expected<float*> plan_and_land(
@@ -122,17 +152,14 @@ protected:
   kernels::stream stream_;
   int64_t chunks_; // of the way back
   std::vector<int64_t> bytes_to_;
-};
 
-// Which strategy, from the config.
-struct exchange_options {
-  // moe_config.rack_aware_alltoall / serve.rack_aware_alltoall, and where
-  // the group's members sit; in one rack the flat exchange is the same.
-  bool rack_aware = false;
-  rack_layout racks;
-  // Chunks of the flat way back (moe_config.combine_chunks, at most one
-  // per local expert); one where there is nothing to overlap.
-  int64_t combine_chunks = 1;
+private:
+  friend expected<std::unique_ptr<token_exchange>> make_token_exchange(
+    comm::communicator& group, kernels::stream s, const exchange_options& o);
+
+  dispatch_dtype dtype_ = dispatch_dtype::fp32;
+  // An 8-bit dispatch's quantized tokens, and where they land.
+  kernels::tensor<float> quantized_tokens_, quantized_landing_;
 };
 
 // The exchange for `group` (which must outlive it) on stream `s`: rack

@@ -68,6 +68,8 @@ struct ep_options {
   // rack (moe/token_exchange.hpp) instead of straight to each rank.
   std::vector<int32_t> racks;
   bool rack_aware_alltoall = false;
+  // The rows the dispatch sends (serve.dispatch_dtype).
+  dispatch_dtype dispatch = dispatch_dtype::fp32;
   // Across daemons: mutual TLS on node 0's rendezvous (service_limits).
   basp_guard::tls_options guard_tls;
 };
