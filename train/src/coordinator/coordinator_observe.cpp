@@ -177,8 +177,11 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
        worst_node + " uses " + std::to_string(worst_rss / 1e9)
          + " GB, over alerts.memory_watermark_gb");
 
+  // A checkpoint writer judges the disk once a checkpoint, not once a step:
+  // the save it refused is the episode, so its alert does not wait.
   for (const auto& [name, c] : seen.reported)
-    rule(self, c.raised, name, c.level, c.text);
+    rule(self, c.raised, name, c.level, c.text,
+         /*at_once=*/name == "checkpoint_disk");
 }
 
 } // namespace
