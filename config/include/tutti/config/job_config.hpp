@@ -430,8 +430,9 @@ void visit_fields(Visitor& v, metrics_config& c) {
           "every node",
           not_fingerprinted);
   v.field("web_config", c.web_config,
-          "TLS and basic auth for /metrics: a Prometheus web config file "
-          "(tls_server_config, basic_auth_users with bcrypt hashes)",
+          "TLS and basic auth for /metrics and /dashboard: a Prometheus web "
+          "config file (tls_server_config, basic_auth_users with bcrypt "
+          "hashes)",
           not_fingerprinted);
 }
 

@@ -194,7 +194,8 @@ void visit_fields(Visitor& v, serve_config& c) {
           "KEY` (per-key rates)",
           default_text{"none: open"});
   v.field("metrics_web_config", c.metrics_web_config,
-          "a Prometheus web config whose basic_auth_users guard `/metrics`; "
+          "a Prometheus web config whose basic_auth_users guard `/metrics` "
+          "and `/dashboard`; "
           "its tls_server_config puts the whole front on HTTPS",
           default_text{"none: open, HTTP"});
   v.field("admin_policy", c.admin_policy,
