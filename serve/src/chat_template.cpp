@@ -713,11 +713,22 @@ private:
     }
   }
 
-  json lookup(const std::string& name) const {
+  const json* find(const std::string& name) const {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
-      if (s->contains(name))
-        return (*s)[name];
-    return undefined_value;
+      if (auto it = s->find(name); it != s->end())
+        return &*it;
+    return nullptr;
+  }
+
+  // A subscript's or attribute's base without copying a variable's whole
+  // value (messages[i] inside a loop over messages).
+  const json& operand(const expr& e, int depth, json& holder) {
+    if (e.kind == expr::variable) {
+      const json* v = find(e.name);
+      return v ? *v : undefined_value;
+    }
+    holder = eval(e, depth);
+    return holder;
   }
 
   json member(const json& base, const json& key, const std::string& shown) {
@@ -750,19 +761,25 @@ private:
     switch (e.kind) {
     case expr::literal:
       return e.value;
-    case expr::variable:
-      return lookup(e.name);
+    case expr::variable: {
+      const json* v = find(e.name);
+      return v ? *v : undefined_value;
+    }
     case expr::list: {
       json l = json::array();
       for (const auto& a : e.args)
         l.push_back(eval(*a, d));
       return l;
     }
-    case expr::attribute:
-      return member(eval(*e.args[0], d), e.name, "." + e.name);
+    case expr::attribute: {
+      json holder;
+      return member(operand(*e.args[0], d, holder), e.name, "." + e.name);
+    }
     case expr::subscript: {
       const json key = eval(*e.args[1], d);
-      return member(eval(*e.args[0], d), key, "[" + text_of(key) + "]");
+      json holder;
+      return member(operand(*e.args[0], d, holder), key,
+                    "[" + text_of(key) + "]");
     }
     case expr::conditional:
       return truthy(eval(*e.args[0], d)) ? eval(*e.args[1], d)
