@@ -44,3 +44,10 @@ done
 [ -n "$url" ] || { echo "tutti serve did not start"; cat "$work/serve.log"; exit 1; }
 cd "$client"
 timeout 60 node check_openai_client.mjs "$url" model
+# tutti bench serve --chat against the same server: every request answered.
+timeout 60 "$tutti" bench serve --chat --url "$url" --requests 4 --prompt-tokens 16 \
+  --output-tokens 4 --no-progress --json "$work/bench.json" >/dev/null
+node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const x = Array.isArray(r) ? r[0] : r;
+  if (x.completed !== 4 || x.failed !== 0) { console.error("bench serve --chat:", JSON.stringify(x)); process.exit(1); }
+  console.log("tutti bench serve --chat: 4 of 4 answered");' "$work/bench.json"
