@@ -6,6 +6,7 @@
 
 #include "tutti/serve/chat_template.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <memory>
@@ -224,7 +225,18 @@ struct expr {
   std::string name; // variable, attribute, call, filter, test, operator
   std::vector<expr_ptr> args;
   bool negated = false; // test: `is not`
+  int depth = 1;        // of the tree below: bounded, as is its teardown
 };
+
+// A node with its children in place: its depth checked, so neither
+// evaluation nor destruction recurses without bound (`a ~ a ~ a ...`).
+expr_ptr bounded(expr_ptr e) {
+  for (const auto& a : e->args)
+    e->depth = std::max(e->depth, a->depth + 1);
+  if (e->depth > max_depth)
+    fail("expressions nested deeper than " + std::to_string(max_depth));
+  return e;
+}
 
 expr_ptr make(expr::kind_t k, std::string name = {}) {
   auto e = std::make_unique<expr>();
@@ -280,7 +292,7 @@ private:
     auto e = make(expr::binary, std::move(op));
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return bounded(std::move(e));
   }
   expr_ptr conditional(int d) {
     deeper(d);
@@ -296,7 +308,7 @@ private:
       e->args.push_back(make(expr::literal));
       e->args.back()->value = json(json::value_t::discarded);
     }
-    return e;
+    return bounded(std::move(e));
   }
   expr_ptr or_expr(int d) {
     auto a = and_expr(d);
@@ -315,7 +327,7 @@ private:
     if (accept_name("not")) {
       auto e = make(expr::unary, "not");
       e->args.push_back(not_expr(d + 1));
-      return e;
+      return bounded(std::move(e));
     }
     return compare(d);
   }
@@ -372,7 +384,7 @@ private:
     if (accept("-")) {
       auto e = make(expr::unary, "-");
       e->args.push_back(unary(d + 1));
-      return e;
+      return bounded(std::move(e));
     }
     return postfix(primary(d + 1), d + 1);
   }
@@ -418,7 +430,7 @@ private:
             expect(",");
           e->args.push_back(conditional(d + 1));
         }
-        return e;
+        return bounded(std::move(e));
       }
       fail("unexpected '" + t.text + "'");
     case tok::end:
@@ -431,7 +443,7 @@ private:
       if (accept(".")) {
         auto a = make(expr::attribute, name());
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = bounded(std::move(a));
       } else if (accept("[")) {
         if (peek().kind == tok::op && peek().text == ":")
           fail("slices (x[a:b]) are not supported");
@@ -441,7 +453,7 @@ private:
         if (peek().kind == tok::op && peek().text == ":")
           fail("slices (x[a:b]) are not supported");
         expect("]");
-        e = std::move(s);
+        e = bounded(std::move(s));
       } else if (accept("(")) {
         // A call: kept with its callee's name, refused when evaluated
         // unless it is raise_exception.
@@ -459,19 +471,19 @@ private:
                    "supported");
           c->args.push_back(conditional(d + 1));
         }
-        e = std::move(c);
+        e = bounded(std::move(c));
       } else if (accept("|")) {
         auto f = make(expr::filter, name());
         f->args.push_back(std::move(e));
         if (accept("("))
           fail("filter arguments (|" + f->name + "(...)) are not supported");
-        e = std::move(f);
+        e = bounded(std::move(f));
       } else if (accept_name("is")) {
         auto t = make(expr::test);
         t->negated = accept_name("not");
         t->name = name();
         t->args.push_back(std::move(e));
-        e = std::move(t);
+        e = bounded(std::move(t));
       } else {
         return e;
       }

@@ -140,6 +140,11 @@ TEST_CASE("malformed or unsupported templates are refused in one line",
   CHECK(
     refusal("{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}")
     == "chat_template: expressions nested deeper than 64");
+  std::string chain = "{{ 'a'";
+  for (int i = 0; i < 100000; ++i)
+    chain += " ~ 'a'";
+  CHECK(refusal(chain + " }}")
+        == "chat_template: expressions nested deeper than 64");
   std::string deep;
   for (int i = 0; i < 100; ++i)
     deep += "{% if true %}";
