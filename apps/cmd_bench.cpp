@@ -40,9 +40,10 @@ std::vector<int64_t> parse_list(const std::string& text, bool& ok) {
 int bench_serve(const std::vector<std::string>& args) {
   command_line cl(
     "bench serve", "[--url http://HOST:PORT] [options]",
-    "Streams completion requests to an OpenAI-compatible server and reports\n"
-    "TTFT, TPOT, ITL and end-to-end latency (mean, p50, p90, p99), request\n"
-    "and output-token throughput, and goodput under --slo.");
+    "Streams completion (--chat: chat completion) requests to an OpenAI-\n"
+    "compatible server and reports TTFT, TPOT, ITL and end-to-end latency\n"
+    "(mean, p50, p90, p99), request and output-token throughput, and\n"
+    "goodput under --slo.");
   cl.options()(
     "url", po::value<std::string>()->default_value("http://127.0.0.1:8000"),
     "the server")("model", po::value<std::string>(), "model name to send")(
@@ -69,7 +70,9 @@ int bench_serve(const std::vector<std::string>& args) {
     "prompts and arrivals")("slo", po::value<std::string>(),
                             "goodput limits, e.g. ttft=2000ms,tpot=200ms")(
     "json", po::value<std::string>(),
-    "write the results here as JSON")("no-progress", "no progress bar");
+    "write the results here as JSON")("no-progress", "no progress bar")(
+    "chat", "POST /v1/chat/completions, each prompt as one user message "
+            "(text prompts, or random lowercase text)");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
     return *done;
@@ -121,6 +124,10 @@ int bench_serve(const std::vector<std::string>& args) {
                     + std::to_string(spec.prompt_source.size())
                     + " held-out tokens, fewer than --prompt-tokens");
   }
+  spec.chat = vm.count("chat") > 0;
+  if (spec.chat && vm.count("prompts-from"))
+    return cl.bad("--chat and --prompts-from: chat messages are text "
+                  "(--prompts-file, or random text)");
   if (vm.count("slo"))
     if (auto s = serve::parse_slo(vm["slo"].as<std::string>(), spec.slo_ms);
         !s.ok())

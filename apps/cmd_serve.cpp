@@ -16,8 +16,9 @@ namespace tutti::cli {
 int serve_command(const std::vector<std::string>& args) {
   command_line cl(
     "serve", "CONFIG [--listen HOST:PORT]",
-    "OpenAI-style completions (POST /v1/completions, GET /v1/models,\n"
-    "/health, /ready, /metrics) from the model CONFIG names. CONFIG has a\n"
+    "OpenAI-style completions (POST /v1/completions, /v1/chat/completions\n"
+    "with the model's chat_template, GET /v1/models, /health, /ready,\n"
+    "/metrics) from the model CONFIG names. CONFIG has a\n"
     "'serve:' section (model, listen, max_batch_tokens, max_sequences,\n"
     "max_queue, max_prompt_tokens, max_output_tokens, request_timeout_s,\n"
     "kv_cache_bytes, kv_block_tokens, max_body_bytes, http_threads, "

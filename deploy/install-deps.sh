@@ -61,6 +61,15 @@ if [ ! -d "$deploy_checks/node_modules/kubernetes-models" ]; then
   echo "install-deps: Kubernetes API schemas (kubernetes-models) in $deploy_checks/node_modules"
 fi
 
+# The official OpenAI client library (tests/serve/test_openai_client.sh):
+# npm openai at the version locked in tests/serve/openai_client/
+# package-lock.json, into its node_modules (git-ignored).
+openai_client="$(cd "$(dirname "$0")/.." && pwd)/tests/serve/openai_client"
+if [ ! -d "$openai_client/node_modules/openai" ]; then
+  (cd "$openai_client" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "install-deps: the OpenAI client library (openai) in $openai_client/node_modules"
+fi
+
 # llama.cpp, the serving peer (bench/bench_vs_llama.sh, tests/peer/test_llama_peer.sh):
 # node-llama-cpp's prebuilt CPU binaries from npm, at the versions locked in
 # bench/peer/package-lock.json, into bench/peer/node_modules (git-ignored).

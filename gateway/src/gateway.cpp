@@ -369,10 +369,11 @@ void gateway::impl::routes() {
       R"({"error":{"message":"no replica is ready","type":"service_unavailable"}})",
       json_type);
   });
-  server.post("/v1/completions",
-              [this](const net::http_request& req, net::http_response& res) {
-                proxy_completion(f, req, res);
-              });
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"})
+    server.post(path,
+                [this](const net::http_request& req, net::http_response& res) {
+                  proxy_completion(f, req, res);
+                });
   server.get("/admin/status",
              [this](const net::http_request& req, net::http_response& res) {
                if (admitted(req, res, "status"))

@@ -88,7 +88,8 @@ struct upstream_stream {
 };
 
 void run_stream(std::shared_ptr<upstream_stream> up, replica_address a,
-                std::string body, double connect_s, clock::duration read) {
+                std::string path, std::string body, double connect_s,
+                clock::duration read) {
   net::http_client cli(replica_call(a, connect_s, read));
   net::reply_stream events;
   events.on_head = [up](int status, const net::header_map& headers) {
@@ -111,7 +112,7 @@ void run_stream(std::shared_ptr<upstream_stream> up, replica_address a,
     up->cv.notify_all();
     return !up->cancel;
   };
-  auto result = cli.post_streamed("/v1/completions", body, json_type, events);
+  auto result = cli.post_streamed(path, body, json_type, events);
   std::lock_guard<std::mutex> lock(up->m);
   up->error = result ? std::string() : result.message();
   up->returned = true;
@@ -156,8 +157,9 @@ request_outcome outcome_of(const stream_session& s) {
 
 // True when the stream was handed to the client: its release leaves the
 // gateway's concurrency slot.
-bool proxy_stream(fleet& f, const std::string& body, net::http_response& res,
-                  clock::time_point begun, clock::time_point deadline) {
+bool proxy_stream(fleet& f, const std::string& path, const std::string& body,
+                  net::http_response& res, clock::time_point begun,
+                  clock::time_point deadline) {
   std::set<std::string> tried;
   std::string last_error = "no replica is available";
   int last_status = 503;
@@ -184,7 +186,7 @@ bool proxy_stream(fleet& f, const std::string& body, net::http_response& res,
       ++f.retries;
     }
     auto up = std::make_shared<upstream_stream>();
-    up->thread = std::thread(run_stream, up, r->address, body,
+    up->thread = std::thread(run_stream, up, r->address, path, body,
                              f.cfg.connect_timeout_s, deadline - clock::now());
     bool started = false;
     {
@@ -306,8 +308,9 @@ bool proxy_stream(fleet& f, const std::string& body, net::http_response& res,
   return false;
 }
 
-void proxy_json(fleet& f, const std::string& body, net::http_response& res,
-                clock::time_point begun, clock::time_point deadline) {
+void proxy_json(fleet& f, const std::string& path, const std::string& body,
+                net::http_response& res, clock::time_point begun,
+                clock::time_point deadline) {
   std::set<std::string> tried;
   std::string last_error = "no replica is available";
   int last_status = 503;
@@ -334,7 +337,7 @@ void proxy_json(fleet& f, const std::string& body, net::http_response& res,
     }
     net::http_client cli(replica_call(r->address, f.cfg.connect_timeout_s,
                                       deadline - clock::now()));
-    auto up = cli.post("/v1/completions", body, json_type);
+    auto up = cli.post(path, body, json_type);
     if (up && !retryable_status(up->status)) {
       request_outcome o;
       o.what = up->status >= 500 ? request_outcome::failed
@@ -408,9 +411,9 @@ void proxy_completion(fleet& f, const net::http_request& req,
   }
   // The slot is left when the answer is complete: for a stream handed to
   // its client, when the stream's release runs.
-  if (!(stream && proxy_stream(f, req.body, res, begun, deadline))) {
+  if (!(stream && proxy_stream(f, req.path, req.body, res, begun, deadline))) {
     if (!stream)
-      proxy_json(f, req.body, res, begun, deadline);
+      proxy_json(f, req.path, req.body, res, begun, deadline);
     f.leave();
   }
 }

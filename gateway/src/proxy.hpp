@@ -1,5 +1,6 @@
 #pragma once
-// Forwarding one POST /v1/completions to replicas, with the retries and
+// Forwarding one POST /v1/completions or /v1/chat/completions (the
+// request's path) to replicas, with the retries and
 // outcomes gateway.hpp describes; the gateway's error answer.
 
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tutti/serve/chat_template.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
 namespace tutti::serve {
@@ -78,10 +79,63 @@ json logprobs_json(const std::vector<sampled_token>& tokens,
   return j;
 }
 
-json finish_json(finish_reason f) {
-  if (f == finish_reason::none)
-    return nullptr;
-  return finish_reason_name(f);
+// Chat's shape: {"content": [{token, logprob, bytes, top_logprobs}]}.
+json chat_logprobs_json(const std::vector<sampled_token>& tokens,
+                        const served_model* m) {
+  auto entry = [&](int32_t token, double logprob) {
+    const auto text = token_text(m, token);
+    json bytes = json::array();
+    for (unsigned char c : text)
+      bytes.push_back(int(c));
+    return json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const auto& t : tokens) {
+    json e = entry(t.token, t.logprob);
+    e["top_logprobs"] = json::array();
+    for (const auto& [tok, lp] : t.top)
+      e["top_logprobs"].push_back(entry(tok, lp));
+    content.push_back(e);
+  }
+  return json{{"content", content}};
+}
+
+// One choice of either API: text and logprobs where a completion has them,
+// a message (a delta when streamed) where a chat answer does.
+json choice_json(const std::vector<sampled_token>& tokens, int64_t text_offset,
+                 finish_reason finish, const completion_options& o,
+                 const served_model* m, bool streamed) {
+  std::string text;
+  json ids = json::array();
+  for (const auto& t : tokens) {
+    text += token_text(m, t.token);
+    ids.push_back(t.token);
+  }
+  json choice;
+  choice["index"] = 0;
+  if (o.chat) {
+    json message = {{"content", text}};
+    if (!streamed || text_offset == 0)
+      message["role"] = "assistant";
+    choice[streamed ? "delta" : "message"] = message;
+    choice["logprobs"] = o.logprobs ? chat_logprobs_json(tokens, m)
+                                    : json(nullptr);
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = o.logprobs ? logprobs_json(tokens, text_offset, m)
+                                    : json(nullptr);
+  }
+  choice["token_ids"] = ids;
+  choice["finish_reason"] = finish == finish_reason::none
+                              ? json(nullptr)
+                              : json(finish_reason_name(finish));
+  return choice;
+}
+
+const char* object_name(const completion_options& o, bool streamed) {
+  if (!o.chat)
+    return "text_completion";
+  return streamed ? "chat.completion.chunk" : "chat.completion";
 }
 
 } // namespace
@@ -127,16 +181,11 @@ std::string error_body(const std::string& message, const std::string& type,
   return dump(json{{"error", e}});
 }
 
-parsed_completion parse_completion(const std::string& body,
-                                   const served_model& model,
-                                   uint64_t random_seed) {
-  const auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return refuse("", "the body must be a JSON object");
-  const auto& s = model.shape;
-  auto r = std::make_unique<request>();
-  completion_options o;
+namespace {
 
+// The `model` field: absent, or the served model's name (404 otherwise).
+parsed_completion parse_model(const json& j, const served_model& model,
+                              completion_options& o) {
   if (j.contains("model")) {
     if (!j["model"].is_string())
       return refuse("model", "model must be a string");
@@ -151,35 +200,16 @@ parsed_completion parse_completion(const std::string& body,
     o.model = model.name;
   }
 
-  // prompt: text, token ids, or a list of exactly one of them.
-  if (!j.contains("prompt"))
-    return refuse("prompt", "prompt is required");
-  json prompt = j["prompt"];
-  if (prompt.is_array() && prompt.size() == 1
-      && (prompt[0].is_string() || prompt[0].is_array()))
-    prompt = prompt[0];
-  std::string why;
-  if (prompt.is_string()) {
-    if (!encode(prompt.get<std::string>(), model, r->prompt, why))
-      return refuse("prompt", why);
-  } else if (prompt.is_array()) {
-    for (const auto& t : prompt) {
-      if (!t.is_number_integer())
-        return refuse("prompt", "prompt must be a string or a list of token "
-                                "ids (one prompt per request)");
-      const auto id = t.get<int64_t>();
-      if (id < 0 || id >= s.vocab)
-        return refuse("prompt", "token id " + std::to_string(id)
-                                  + " is outside the vocabulary of "
-                                  + std::to_string(s.vocab));
-      r->prompt.push_back(static_cast<int32_t>(id));
-    }
-  } else {
-    return refuse("prompt", "prompt must be a string or a list of token ids");
-  }
-  if (r->prompt.empty())
-    return refuse("prompt", "prompt is empty");
+  return {};
+}
 
+// The fields both endpoints share: max_tokens, sampling, logprobs, stream,
+// n, stop. `r` holds the prompt already.
+parsed_completion parse_generation(const json& j, const served_model& model,
+                                   uint64_t random_seed,
+                                   std::unique_ptr<request> r,
+                                   completion_options o) {
+  std::string why;
   auto integer = [&](const char* key, int64_t lo, int64_t hi,
                      int64_t& out) -> bool {
     if (!j.contains(key) || j[key].is_null())
@@ -220,10 +250,14 @@ parsed_completion parse_completion(const std::string& body,
     return true;
   };
 
-  r->max_tokens = 16; // OpenAI's default
+  // OpenAI's defaults: 16 tokens for a completion; a chat answer runs to
+  // its end-of-turn token or as far as the service allows (0).
+  r->max_tokens = o.chat ? 0 : 16;
   int64_t n = 1, top_k = -1, logprobs = -1, seed = -1;
   bool echo = false;
   auto& p = r->sampling;
+  if (o.chat && !integer("max_completion_tokens", 1, INT32_MAX, r->max_tokens))
+    return refuse("max_completion_tokens", why);
   if (!integer("max_tokens", 1, INT32_MAX, r->max_tokens))
     return refuse("max_tokens", why);
   if (!number("temperature", 0, 2, false, p.temperature))
@@ -238,15 +272,27 @@ parsed_completion parse_completion(const std::string& body,
   p.seed = j.contains("seed") && !j["seed"].is_null()
              ? static_cast<uint64_t>(seed)
              : random_seed;
-  if (!integer("logprobs", 0, 5, logprobs))
+  if (o.chat) {
+    // Chat asks with a flag and counts alternatives in top_logprobs.
+    bool wanted = false;
+    int64_t top = 0;
+    if (!flag("logprobs", wanted))
+      return refuse("logprobs", why);
+    if (!integer("top_logprobs", 0, 5, top))
+      return refuse("top_logprobs", why);
+    if (top > 0 && !wanted)
+      return refuse("top_logprobs", "top_logprobs needs logprobs: true");
+    logprobs = wanted ? top : -1;
+  } else if (!integer("logprobs", 0, 5, logprobs)) {
     return refuse("logprobs", why);
+  }
   o.logprobs = logprobs >= 0;
   p.logprobs = logprobs;
   if (!flag("stream", o.stream))
     return refuse("stream", why);
   if (!integer("n", 1, 1, n))
     return refuse("n", "n must be 1 (one completion per request)");
-  if (!flag("echo", echo) || echo)
+  if (!o.chat && (!flag("echo", echo) || echo))
     return refuse("echo", "echo is not supported");
   if (j.contains("stop") && !j["stop"].is_null()) {
     json stop = j["stop"];
@@ -269,29 +315,122 @@ parsed_completion parse_completion(const std::string& body,
   return out;
 }
 
+} // namespace
+
+parsed_completion parse_completion(const std::string& body,
+                                   const served_model& model,
+                                   uint64_t random_seed) {
+  const auto j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return refuse("", "the body must be a JSON object");
+  const auto& s = model.shape;
+  auto r = std::make_unique<request>();
+  completion_options o;
+  if (auto bad = parse_model(j, model, o); bad.http_status != 0)
+    return bad;
+
+  // prompt: text, token ids, or a list of exactly one of them.
+  if (!j.contains("prompt"))
+    return refuse("prompt", "prompt is required");
+  json prompt = j["prompt"];
+  if (prompt.is_array() && prompt.size() == 1
+      && (prompt[0].is_string() || prompt[0].is_array()))
+    prompt = prompt[0];
+  std::string why;
+  if (prompt.is_string()) {
+    if (!encode(prompt.get<std::string>(), model, r->prompt, why))
+      return refuse("prompt", why);
+  } else if (prompt.is_array()) {
+    for (const auto& t : prompt) {
+      if (!t.is_number_integer())
+        return refuse("prompt", "prompt must be a string or a list of token "
+                                "ids (one prompt per request)");
+      const auto id = t.get<int64_t>();
+      if (id < 0 || id >= s.vocab)
+        return refuse("prompt", "token id " + std::to_string(id)
+                                  + " is outside the vocabulary of "
+                                  + std::to_string(s.vocab));
+      r->prompt.push_back(static_cast<int32_t>(id));
+    }
+  } else {
+    return refuse("prompt", "prompt must be a string or a list of token ids");
+  }
+  if (r->prompt.empty())
+    return refuse("prompt", "prompt is empty");
+
+  return parse_generation(j, model, random_seed, std::move(r), o);
+}
+
+parsed_completion parse_chat(const std::string& body, const served_model& model,
+                             uint64_t random_seed) {
+  const auto j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return refuse("", "the body must be a JSON object");
+  completion_options o;
+  o.chat = true;
+  if (auto bad = parse_model(j, model, o); bad.http_status != 0)
+    return bad;
+  if (model.chat_template.empty())
+    return refuse("", "the model '" + model.name
+                        + "' has no chat_template (tokenizer_config.json in "
+                          "its directory); use /v1/completions");
+  if (!j.contains("messages") || !j["messages"].is_array())
+    return refuse("messages", "messages must be a list of messages");
+  if (j["messages"].empty())
+    return refuse("messages", "messages is empty");
+  chat_template_inputs in;
+  in.bos_token = model.bos_token;
+  in.eos_token = model.eos_token;
+  in.add_generation_prompt = true;
+  for (size_t i = 0; i < j["messages"].size(); ++i) {
+    const auto& m = j["messages"][i];
+    const auto field = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object())
+      return refuse(field, field + " must be an object");
+    for (const char* key : {"role", "content"})
+      if (!m.contains(key) || !m[key].is_string())
+        return refuse(field + "." + key,
+                      field + "." + key + " must be a string");
+    in.messages.push_back(
+      {m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  auto text = render_chat_template(model.chat_template, in);
+  if (!text)
+    return refuse("messages", text.message());
+  auto r = std::make_unique<request>();
+  std::string why;
+  if (!encode(text.value(), model, r->prompt, why))
+    return refuse("messages", why);
+  if (r->prompt.empty())
+    return refuse("messages", "the chat template rendered an empty prompt");
+  auto out = parse_generation(j, model, random_seed, std::move(r), o);
+  if (!out.req)
+    return out;
+  // The assistant's turn ends at the end-of-document token, or at the text
+  // of eos_token or (ChatML templates) <|im_end|>; none of them is output.
+  if (model.text_tokenizer && model.text_tokenizer->eos_id() >= 0)
+    out.req->stop.push_back({model.text_tokenizer->eos_id()});
+  std::vector<std::string> ends = {model.eos_token};
+  if (model.chat_template.find("<|im_end|>") != std::string::npos)
+    ends.push_back("<|im_end|>");
+  for (const auto& end : ends) {
+    std::vector<int32_t> seq;
+    if (!end.empty() && encode(end, model, seq, why) && !seq.empty())
+      out.req->stop.push_back(std::move(seq));
+  }
+  return out;
+}
+
 std::string completion_body(const std::string& id, const std::string& model,
                             int64_t created, const completion_result& r,
                             const completion_options& o,
                             const served_model* m) {
-  std::string text;
-  json ids = json::array();
-  for (const auto& t : r.tokens) {
-    text += token_text(m, t.token);
-    ids.push_back(t.token);
-  }
-  json choice;
-  choice["index"] = 0;
-  choice["text"] = text;
-  choice["token_ids"] = ids;
-  choice["logprobs"] = o.logprobs ? logprobs_json(r.tokens, 0, m)
-                                  : json(nullptr);
-  choice["finish_reason"] = finish_json(r.finish);
   json j;
   j["id"] = id;
-  j["object"] = "text_completion";
+  j["object"] = object_name(o, false);
   j["created"] = created;
   j["model"] = model;
-  j["choices"] = json::array({choice});
+  j["choices"] = json::array({choice_json(r.tokens, 0, r.finish, o, m, false)});
   const auto completion = static_cast<int64_t>(r.tokens.size());
   j["usage"] = {{"prompt_tokens", r.prompt_tokens},
                 {"completion_tokens", completion},
@@ -303,25 +442,12 @@ std::string stream_chunk(const std::string& id, const std::string& model,
                          int64_t created, const std::vector<sampled_token>& t,
                          int64_t text_offset, finish_reason finish,
                          const completion_options& o, const served_model* m) {
-  std::string text;
-  json ids = json::array();
-  for (const auto& x : t) {
-    text += token_text(m, x.token);
-    ids.push_back(x.token);
-  }
-  json choice;
-  choice["index"] = 0;
-  choice["text"] = text;
-  choice["token_ids"] = ids;
-  choice["logprobs"] = o.logprobs ? logprobs_json(t, text_offset, m)
-                                  : json(nullptr);
-  choice["finish_reason"] = finish_json(finish);
   json j;
   j["id"] = id;
-  j["object"] = "text_completion";
+  j["object"] = object_name(o, true);
   j["created"] = created;
   j["model"] = model;
-  j["choices"] = json::array({choice});
+  j["choices"] = json::array({choice_json(t, text_offset, finish, o, m, true)});
   return "data: " + dump(j) + "\n\n";
 }
 

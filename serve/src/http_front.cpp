@@ -221,107 +221,115 @@ void http_front::routes() {
     res.set_content(models_body(service_.model(), created), json_type);
   });
 
-  server.post("/v1/completions", [this](const net::http_request& req,
-                                        net::http_response& res) {
-    if (!service_.ready())
-      return send_error(res, 503, "the model is not ready",
-                        "service_unavailable");
-    thread_local std::mt19937_64 seeds(std::random_device{}());
-    auto parsed = parse_completion(req.body, service_.model(), seeds());
-    if (parsed.http_status != 0) {
-      service_.metrics().rejected("invalid");
-      return send_error(res, parsed.http_status, parsed.message,
-                        "invalid_request_error", parsed.param);
-    }
-    const int64_t prompt_tokens = static_cast<int64_t>(
-      parsed.req->prompt.size());
-    auto sub = service_.submit(std::move(parsed.req));
-    if (sub.refused.http_status != 0) {
-      if (sub.refused.http_status == 429)
-        res.set_header("Retry-After", "1");
-      return send_error(res, sub.refused.http_status, sub.refused.message,
-                        sub.refused.type, sub.refused.param);
-    }
-    const auto cmpl_id = "cmpl-" + std::to_string(sub.id);
-    const int64_t now = unix_now();
-    if (!parsed.options.stream) {
-      completion_result result;
-      result.prompt_tokens = prompt_tokens;
-      request_event ev;
-      while (result.finish == finish_reason::none) {
-        if (!sub.stream->next(ev, std::chrono::seconds(1)))
-          continue; // the service's deadline ends every request
-        result.tokens.insert(result.tokens.end(), ev.tokens.begin(),
-                             ev.tokens.end());
-        result.finish = ev.finish;
-        if (ev.finish != finish_reason::none) {
-          int status = 0;
-          std::string type;
-          if (failed(ev.finish, status, type))
-            return send_error(res, status,
-                              ev.error.empty() ? finish_reason_name(ev.finish)
-                                               : ev.error,
-                              type);
-        }
-      }
-      res.set_content(completion_body(cmpl_id, parsed.options.model, now,
-                                      result, parsed.options,
-                                      &service_.model()),
-                      json_type);
-      return;
-    }
-    auto st = std::make_shared<stream_state>();
-    st->svc = &service_;
-    st->id = sub.id;
-    st->events = sub.stream;
-    st->cmpl_id = cmpl_id;
-    st->model = parsed.options.model;
-    st->created = now;
-    st->options = parsed.options;
-    res.set_header("Cache-Control", "no-cache");
-    res.stream(
-      "text/event-stream",
-      [st](net::chunk_sink& sink) {
-        request_event ev;
-        if (!st->events->next(ev, std::chrono::seconds(1))) {
-          // A comment line keeps proxies patient and finds a client that
-          // went away while the request waits.
-          return sink.write(": waiting\n\n", 11);
-        }
-        std::string out;
+  server.post("/v1/completions",
+              [this](const net::http_request& req, net::http_response& res) {
+                answer(req, res, parse_completion);
+              });
+  server.post("/v1/chat/completions",
+              [this](const net::http_request& req, net::http_response& res) {
+                answer(req, res, parse_chat);
+              });
+}
+
+// Completions and chat completions alike: parse, submit, then one body or
+// a stream of server-sent events.
+void http_front::answer(const net::http_request& req, net::http_response& res,
+                        parse_fn parse) {
+  if (!service_.ready())
+    return send_error(res, 503, "the model is not ready",
+                      "service_unavailable");
+  thread_local std::mt19937_64 seeds(std::random_device{}());
+  auto parsed = parse(req.body, service_.model(), seeds());
+  if (parsed.http_status != 0) {
+    service_.metrics().rejected("invalid");
+    return send_error(res, parsed.http_status, parsed.message,
+                      "invalid_request_error", parsed.param);
+  }
+  const int64_t prompt_tokens = static_cast<int64_t>(parsed.req->prompt.size());
+  auto sub = service_.submit(std::move(parsed.req));
+  if (sub.refused.http_status != 0) {
+    if (sub.refused.http_status == 429)
+      res.set_header("Retry-After", "1");
+    return send_error(res, sub.refused.http_status, sub.refused.message,
+                      sub.refused.type, sub.refused.param);
+  }
+  const auto cmpl_id = (parsed.options.chat ? "chatcmpl-" : "cmpl-")
+                       + std::to_string(sub.id);
+  const int64_t now = unix_now();
+  if (!parsed.options.stream) {
+    completion_result result;
+    result.prompt_tokens = prompt_tokens;
+    request_event ev;
+    while (result.finish == finish_reason::none) {
+      if (!sub.stream->next(ev, std::chrono::seconds(1)))
+        continue; // the service's deadline ends every request
+      result.tokens.insert(result.tokens.end(), ev.tokens.begin(),
+                           ev.tokens.end());
+      result.finish = ev.finish;
+      if (ev.finish != finish_reason::none) {
         int status = 0;
         std::string type;
-        if (ev.finish != finish_reason::none
-            && failed(ev.finish, status, type)) {
-          out = "data: "
-                + error_body(ev.error.empty() ? finish_reason_name(ev.finish)
-                                              : ev.error,
-                             type)
-                + "\n\n";
-        } else if (!ev.tokens.empty() || ev.finish != finish_reason::none) {
-          out = stream_chunk(st->cmpl_id, st->model, st->created, ev.tokens,
-                             st->offset, ev.finish, st->options,
-                             &st->svc->model());
-          for (const auto& t : ev.tokens)
-            st->offset += static_cast<int64_t>(
-              token_text(&st->svc->model(), t.token).size());
-        }
-        if (ev.finish != finish_reason::none) {
-          st->finished = true;
-          out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size()))
-          return false;
-        if (st->finished)
-          sink.done();
-        return true;
-      },
-      [st](bool) {
-        // Ended before its last event: the client is gone.
-        if (!st->finished)
-          st->svc->cancel(st->id);
-      });
-  });
+        if (failed(ev.finish, status, type))
+          return send_error(
+            res, status,
+            ev.error.empty() ? finish_reason_name(ev.finish) : ev.error, type);
+      }
+    }
+    res.set_content(completion_body(cmpl_id, parsed.options.model, now, result,
+                                    parsed.options, &service_.model()),
+                    json_type);
+    return;
+  }
+  auto st = std::make_shared<stream_state>();
+  st->svc = &service_;
+  st->id = sub.id;
+  st->events = sub.stream;
+  st->cmpl_id = cmpl_id;
+  st->model = parsed.options.model;
+  st->created = now;
+  st->options = parsed.options;
+  res.set_header("Cache-Control", "no-cache");
+  res.stream(
+    "text/event-stream",
+    [st](net::chunk_sink& sink) {
+      request_event ev;
+      if (!st->events->next(ev, std::chrono::seconds(1))) {
+        // A comment line keeps proxies patient and finds a client that
+        // went away while the request waits.
+        return sink.write(": waiting\n\n", 11);
+      }
+      std::string out;
+      int status = 0;
+      std::string type;
+      if (ev.finish != finish_reason::none && failed(ev.finish, status, type)) {
+        out = "data: "
+              + error_body(ev.error.empty() ? finish_reason_name(ev.finish)
+                                            : ev.error,
+                           type)
+              + "\n\n";
+      } else if (!ev.tokens.empty() || ev.finish != finish_reason::none) {
+        out = stream_chunk(st->cmpl_id, st->model, st->created, ev.tokens,
+                           st->offset, ev.finish, st->options,
+                           &st->svc->model());
+        for (const auto& t : ev.tokens)
+          st->offset += static_cast<int64_t>(
+            token_text(&st->svc->model(), t.token).size());
+      }
+      if (ev.finish != finish_reason::none) {
+        st->finished = true;
+        out += "data: [DONE]\n\n";
+      }
+      if (!out.empty() && !sink.write(out.data(), out.size()))
+        return false;
+      if (st->finished)
+        sink.done();
+      return true;
+    },
+    [st](bool) {
+      // Ended before its last event: the client is gone.
+      if (!st->finished)
+        st->svc->cancel(st->id);
+    });
 }
 
 } // namespace tutti::serve

@@ -70,7 +70,9 @@ one_result send_one(const load_spec& spec, const json& body) {
       int64_t tokens = 0;
       if (choice.contains("token_ids") && choice["token_ids"].is_array())
         tokens = static_cast<int64_t>(choice["token_ids"].size());
-      else if (choice.value("text", std::string()).size() > 0)
+      else if (!choice.value("text", std::string()).empty()
+               || (choice.contains("delta") && choice["delta"].is_object()
+                   && !choice["delta"].value("content", std::string()).empty()))
         tokens = 1; // a server without token ids: one token a chunk
       if (tokens == 0)
         continue;
@@ -85,8 +87,9 @@ one_result send_one(const load_spec& spec, const json& body) {
     }
     return true;
   };
-  auto r = client.post_streamed("/v1/completions", request_body,
-                                "application/json", events);
+  auto r = client.post_streamed(spec.chat ? "/v1/chat/completions"
+                                          : "/v1/completions",
+                                request_body, "application/json", events);
   out.e2e_ms = ms_between(start, steady::now());
   if (!r) {
     if (out.error.empty())
@@ -210,6 +213,17 @@ expected<load_report> run_load(
         id = static_cast<int>(rng() % static_cast<uint64_t>(spec.vocab));
       b["prompt"] = ids;
     }
+    if (spec.chat) {
+      json prompt = b["prompt"];
+      b.erase("prompt");
+      if (!prompt.is_string()) { // random text in place of random ids
+        std::string text(prompt.size(), ' ');
+        for (auto& c : text)
+          c = static_cast<char>('a' + rng() % 26);
+        prompt = text;
+      }
+      b["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+    }
     b["max_tokens"] = spec.output_tokens;
     b["temperature"] = spec.temperature;
     b["seed"] = static_cast<int64_t>(spec.seed + i);
@@ -239,10 +253,12 @@ expected<load_report> run_load(
     }
     threads.emplace_back([&, i] {
       results[i] = send_one(spec, bodies[i]);
-      results[i].prompt_tokens =
-        bodies[i]["prompt"].is_array()
-          ? static_cast<int64_t>(bodies[i]["prompt"].size())
-          : static_cast<int64_t>(bodies[i]["prompt"].get<std::string>().size());
+      const json& prompt = spec.chat ? bodies[i]["messages"][0]["content"]
+                                     : bodies[i]["prompt"];
+      results[i].prompt_tokens = prompt.is_array()
+                                   ? static_cast<int64_t>(prompt.size())
+                                   : static_cast<int64_t>(
+                                     prompt.get<std::string>().size());
       std::lock_guard lock(mutex);
       --in_flight;
       ++finished;
@@ -303,6 +319,7 @@ std::string report_json(const load_spec& spec, const load_report& r) {
   };
   json j;
   j["requests"] = spec.requests;
+  j["endpoint"] = spec.chat ? "/v1/chat/completions" : "/v1/completions";
   j["rate"] = spec.rate;
   j["burstiness"] = spec.burstiness;
   j["concurrency"] = spec.concurrency;

@@ -2,6 +2,11 @@
 // `tutti export` directories, tutti checkpoints; model/weights.hpp) laid
 // out and packed for the serving forward.
 
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
@@ -38,6 +43,60 @@ expected<std::vector<float>> take(tensor_map& t, const shape_map& shapes,
   auto v = std::move(it->second);
   t.erase(it);
   return v;
+}
+
+// A special token in tokenizer_config.json: its text, or an object with
+// its "content" (AddedToken), or null.
+expected<std::string> special_token(const nlohmann::json& j, const char* key,
+                                    const std::string& file) {
+  if (!j.contains(key) || j[key].is_null())
+    return std::string();
+  const auto& v = j[key];
+  if (v.is_string())
+    return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  return status::error(file + ": " + key
+                       + " must be a string or an object with a content "
+                         "string");
+}
+
+// tokenizer_config.json's chat_template (a string, or Hugging Face's list
+// of named templates: the one named "default") and special tokens.
+status load_chat_template(const fs::path& file, served_model& m) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!in || j.is_discarded() || !j.is_object())
+    return status::error(file.string() + ": not a JSON object");
+  if (j.contains("chat_template") && !j["chat_template"].is_null()) {
+    const auto& t = j["chat_template"];
+    if (t.is_string()) {
+      m.chat_template = t.get<std::string>();
+    } else if (t.is_array()) {
+      for (const auto& named : t)
+        if (named.is_object() && named.value("name", "") == "default"
+            && named.contains("template") && named["template"].is_string())
+          m.chat_template = named["template"].get<std::string>();
+      if (m.chat_template.empty())
+        return status::error(file.string()
+                             + ": chat_template lists no template named "
+                               "'default'");
+    } else {
+      return status::error(file.string()
+                           + ": chat_template must be a string or a list");
+    }
+  }
+  auto bos = special_token(j, "bos_token", file.string());
+  if (!bos)
+    return bos.error();
+  auto eos = special_token(j, "eos_token", file.string());
+  if (!eos)
+    return eos.error();
+  m.bos_token = bos.value();
+  m.eos_token = eos.value();
+  return {};
 }
 
 } // namespace
@@ -149,6 +208,9 @@ expected<served_model> load_model(const fs::path& dir) {
   auto m = model_from_weights(std::move(weights.value()), dir.string());
   if (!m)
     return m;
+  const auto config = dir / "tokenizer_config.json";
+  if (fs::exists(config, ec))
+    TUTTI_RETURN_IF_ERROR(load_chat_template(config, m.value()));
   const auto file = dir / tokenizer::model_file_name;
   if (!fs::exists(file, ec))
     return m;

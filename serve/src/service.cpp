@@ -223,6 +223,8 @@ service::submission service::submit(std::unique_ptr<request> r) {
                   "prompt has " + std::to_string(prompt)
                     + " tokens; the limit is " + std::to_string(max_prompt),
                   "prompt");
+  if (r->max_tokens == 0 && prompt < s.max_positions)
+    r->max_tokens = std::min(max_output, s.max_positions - prompt);
   if (r->max_tokens < 1 || r->max_tokens > max_output)
     return refuse(400, "invalid_request_error",
                   "max_tokens must be between 1 and "

@@ -214,6 +214,15 @@ TEST_CASE("a healthy canary is promoted through its steps",
   auto s = admin(port, "/admin/status");
   CHECK(s["stable_version"] == "tiny@v3");
   CHECK(s["alert"] == false);
+  // Chat requests go to the replicas too (this model has no chat template:
+  // the replica's 400 naming it, not the gateway's 404).
+  httplib::Client c("127.0.0.1", port);
+  auto chat = c.Post("/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"hi"}]})",
+                     "application/json");
+  REQUIRE(chat);
+  CHECK(chat->status == 400);
+  CHECK(chat->body.find("has no chat_template") != std::string::npos);
 }
 
 TEST_CASE("tutti gateway and tutti rollout refuse bad input in one line",

@@ -413,6 +413,14 @@ TEST_CASE("the load generator measures a real server", "[integration]") {
   REQUIRE(refused.ok());
   CHECK(refused.value().failed == 8);
   CHECK(refused.value().first_error.find("404") != std::string::npos);
+  // Chat against a model without a chat template: refused, naming it.
+  spec.model.clear();
+  spec.chat = true;
+  auto chat = serve::run_load(spec);
+  REQUIRE(chat.ok());
+  CHECK(chat.value().failed == 8);
+  CHECK(chat.value().first_error.find("has no chat_template")
+        != std::string::npos);
 }
 
 TEST_CASE("load generator figures and SLOs", "[unit]") {

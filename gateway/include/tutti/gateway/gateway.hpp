@@ -1,10 +1,11 @@
 #pragma once
 // `tutti gateway`: one OpenAI-style endpoint in front of replicas of
-// `tutti serve`. POST /v1/completions (JSON or server-sent events) goes to
-// a replica by least outstanding requests (fleet.hpp); a request that has
-// sent no bytes to its client yet is retried on another replica (at most
-// gateway.max_retries times) when its replica cannot be reached, refuses
-// it (503, 429) or fails before the first token; one that has streamed
+// `tutti serve`. POST /v1/completions and /v1/chat/completions (JSON or
+// server-sent events) go to a replica by least outstanding requests
+// (fleet.hpp); a request that has sent no bytes to its client yet is
+// retried on another replica (at most gateway.max_retries times) when its
+// replica cannot be reached, refuses it (503, 429) or fails before the
+// first token; one that has streamed
 // tokens ends with an error event naming the replica. Answers carry
 // X-Tutti-Replica and X-Tutti-Version. Also: /health, /ready (a replica is
 // up), /metrics, /v1/models (a replica's), and the operator's

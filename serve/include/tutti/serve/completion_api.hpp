@@ -1,6 +1,7 @@
 #pragma once
-// OpenAI's completions API as JSON: parsing a POST /v1/completions body
-// into a request, and the response, stream chunk and error bodies. Text
+// OpenAI's completions and chat completions APIs as JSON: parsing a POST
+// /v1/completions or /v1/chat/completions body into a request, and the
+// response, stream chunk and error bodies. Text
 // goes through the model's tokenizer where it ships one; otherwise tokens
 // are bytes: text is UTF-8 bytes, token t < 256 is byte t (a token past 255
 // prints as <|t|>). Pure functions; no HTTP.
@@ -18,6 +19,7 @@ namespace tutti::serve {
 struct completion_options {
   bool stream = false;
   bool logprobs = false; // report logprobs (top alternatives: sampling)
+  bool chat = false;     // chat.completion shapes, not text_completion
   std::string model;     // as the client named it
 };
 
@@ -33,6 +35,13 @@ struct parsed_completion {
 parsed_completion parse_completion(const std::string& body,
                                    const served_model& model,
                                    uint64_t random_seed);
+
+// POST /v1/chat/completions: `messages` rendered with the model's chat
+// template (a refusal where it has none), the shared fields as above
+// (logprobs as a flag with top_logprobs), and generation stopped at the
+// model's end-of-turn tokens.
+parsed_completion parse_chat(const std::string& body, const served_model& model,
+                             uint64_t random_seed);
 
 std::string token_text(int32_t token);
 // Token text with the model's tokenizer (SentencePiece pieces, U+2581 as a

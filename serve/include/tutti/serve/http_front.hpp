@@ -1,8 +1,9 @@
 #pragma once
 // The HTTP front of a service (net/'s server, on its own thread pool; no
-// engine work runs on its threads): POST /v1/completions (JSON or server-
-// sent events), GET /v1/models, /health (alive), /ready (503 until the
-// service runs), /metrics (Prometheus); POST /admin/shell and /admin/chaos
+// engine work runs on its threads): POST /v1/completions and
+// /v1/chat/completions (JSON or server-sent events), GET /v1/models,
+// /health (alive), /ready (503 until the service runs), /metrics
+// (Prometheus); POST /admin/shell and /admin/chaos
 // answer the client commands (service_admin.hpp): peers on this machine,
 // others with a token of serve.admin_policy (security/admin_access.hpp). Errors in OpenAI's JSON shape: 400
 // bad fields, 404 unknown model or path, 413 body over the limit, 429 with
@@ -20,6 +21,7 @@
 #include "tutti/net/http_server.hpp"
 #include "tutti/security/admin_access.hpp"
 #include "tutti/config/serve_config.hpp"
+#include "tutti/serve/completion_api.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace tutti::serve {
@@ -40,6 +42,12 @@ private:
   http_front(service& svc, const serve_config& cfg,
              std::unique_ptr<net::http_server> server);
   void routes();
+  // POST /v1/completions and /v1/chat/completions; `parse` is
+  // parse_completion or parse_chat (completion_api.hpp).
+  using parse_fn = parsed_completion (*)(const std::string&,
+                                         const served_model&, uint64_t);
+  void answer(const net::http_request& req, net::http_response& res,
+              parse_fn parse);
 
   service& service_;
   serve_config cfg_;

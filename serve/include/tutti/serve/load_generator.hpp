@@ -1,6 +1,6 @@
 #pragma once
 // `tutti bench serve`: a load generator for any OpenAI-compatible
-// completions endpoint. Requests arrive as a Poisson process (gamma
+// completions or chat completions endpoint. Requests arrive as a Poisson process (gamma
 // inter-arrival times with a burstiness shape; 1 = Poisson), at most
 // `concurrency` in flight, each streamed. The figures follow vLLM's `bench
 // serve`: TTFT (send to first streamed token), TPOT ((end - TTFT) /
@@ -34,6 +34,9 @@ struct load_spec {
   // `--prompts-from`): each prompt is prompt_tokens consecutive tokens at a
   // position drawn from the seed, so the load has the data's structure.
   std::vector<int32_t> prompt_source;
+  // /v1/chat/completions instead, each prompt the one user message: text
+  // prompts, or random lowercase text of prompt_tokens bytes.
+  bool chat = false;
   uint64_t seed = 0;
   double temperature = 0;
   std::map<std::string, double> slo_ms; // ttft, tpot, itl, e2e -> limit

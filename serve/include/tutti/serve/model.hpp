@@ -44,6 +44,9 @@ struct served_model {
   // The tokenizer shipped with the model (its directory's tokenizer.model);
   // null: byte-level text.
   std::shared_ptr<const tokenizer::tokenizer> text_tokenizer;
+  // From tokenizer_config.json beside the weights (empty without one): the
+  // Jinja chat template and the special tokens' text it is rendered with.
+  std::string chat_template, bos_token, eos_token;
   model_shape shape;
   std::vector<float> embed, final_norm, lm_head;
   kernels::packed_matrix lm_head_t;
@@ -67,7 +70,8 @@ expected<served_model> model_from_weights(model::model_weights weights,
 
 // A directory with config.json (a `tutti export` or Hugging Face Mixtral
 // directory) or with a MANIFEST (a tutti checkpoint), and the
-// tokenizer.model beside the weights if there is one. Errors are one line
+// tokenizer.model and tokenizer_config.json (chat template) beside the
+// weights if there are. Errors are one line
 // naming the file, key or tensor.
 expected<served_model> load_model(const std::filesystem::path& dir);
 

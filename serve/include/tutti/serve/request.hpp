@@ -29,7 +29,7 @@ struct request_event {
 struct request {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 16; // 0: as many as the limits and context allow
   sampling_params sampling;
   std::vector<std::vector<int32_t>> stop; // token sequences that end it
   // Called on the scheduler's thread; must not block.
