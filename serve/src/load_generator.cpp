@@ -97,7 +97,10 @@ one_result send_one(const load_spec& spec, const json& body) {
     return out;
   }
   if (r->status != 200) {
-    out.error = "HTTP " + std::to_string(r->status) + ": " + r->body;
+    // A refusal's body came through on_body, not an event: it is what is
+    // left in the buffer.
+    out.error = "HTTP " + std::to_string(r->status) + ": "
+                + (r->body.empty() ? buffer : r->body);
     return out;
   }
   if (!done && out.error.empty())
