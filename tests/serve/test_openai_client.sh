@@ -7,20 +7,9 @@
 set -euo pipefail
 src=${TUTTI_SOURCE_DIR:?} bin=${TUTTI_BINARY_DIR:?}
 client=$src/tests/serve/openai_client
-if ! command -v node >/dev/null; then
-  echo "SKIPPED test_openai_client: node is not installed"; exit 77
-fi
-if [ ! -d "$client/node_modules/openai" ]; then
-  echo "SKIPPED test_openai_client: the openai client is not installed (deploy/install-deps.sh)"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/tutti_openai_client.XXXXXX")
-server=""
-cleanup() {
-  [ -z "$server" ] || kill "$server" 2>/dev/null || true
-  [ -z "$server" ] || wait "$server" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$src/tests/support/serve_script_support.sh"
+require_node_package test_openai_client "$client" openai "deploy/install-deps.sh"
+make_scratch tutti_openai_client
 tutti=$bin/apps/tutti
 # The quickstart model with a byte vocabulary and room for the prompts.
 sed -e 's/vocab_size: 16/vocab_size: 256/' -e 's/max_seq_len: 64/max_seq_len: 256/' \
@@ -32,16 +21,7 @@ node -e 'const fs = require("fs");
     bos_token: null, eos_token: "<|im_end|>" }));' \
   "$src/tests/serve/chat_templates/qwen2.5.jinja" "$work/model/tokenizer_config.json"
 printf 'serve:\n  model: %s\n' "$work/model" >"$work/serve.yaml"
-timeout 120 "$tutti" serve "$work/serve.yaml" --listen 127.0.0.1:0 >"$work/serve.log" 2>&1 &
-server=$!
-url=""
-for _ in $(seq 1 300); do
-  url=$(grep -o 'on http://[0-9.:]*' "$work/serve.log" | head -1 | cut -c4-) || true
-  [ -n "$url" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "tutti serve did not start"; cat "$work/serve.log"; exit 1; }
+start_serve "$work/serve.yaml" 120
 cd "$client"
 timeout 60 node check_openai_client.mjs "$url" model
 # tutti bench serve --chat against the same server: every request answered.
