@@ -23,22 +23,10 @@ constexpr int steps = 5;
 std::string rack_config(const std::string& data, const std::string& run_dir,
                         bool rack_aware, bool tcp, int top_k = 4,
                         const std::string& train = "") {
-  auto text = small_config(data, run_dir, 4, steps);
-  text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n",
-                      "  nnodes: 4\n  nproc_per_node: 1\n"
-                      "  local_transport: "
-                        + std::string(tcp ? "tcp" : "memory")
-                        + "\n  nodes:\n"
-                          "    - {host: 127.0.0.1, port: 7391, rack: r0}\n"
-                          "    - {host: 127.0.0.1, port: 7392, rack: r0}\n"
-                          "    - {host: 127.0.0.1, port: 7393, rack: r1}\n"
-                          "    - {host: 127.0.0.1, port: 7394, rack: r1}\n");
   // Two experts per rank, four per token: tokens often choose two in one
   // remote rack (top-2: half of them, when the racks are two).
-  text = replace_once(text, "  num_experts: 4\n  router_top_k: 2\n",
-                      "  num_experts: 8\n  router_top_k: "
-                        + std::to_string(top_k) + "\n  rack_aware_alltoall: "
-                        + std::string(rack_aware ? "true" : "false") + "\n");
+  auto text = two_rack_config(data, run_dir, steps, 7391, rack_aware, tcp,
+                              top_k);
   if (!train.empty())
     text = insert_after(text, "  log_interval: 10\n", train);
   return text;

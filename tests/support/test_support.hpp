@@ -206,4 +206,27 @@ inline std::string small_config(const std::string& data_dir,
   return c.str();
 }
 
+// small_config's model on 4 ranks, one on each of 4 nodes in 2 racks (the
+// nodes' ports from `first_port`), 8 experts of which each token takes
+// `top_k`; ranks talk over Gloo on loopback when `tcp`, else in memory.
+inline std::string two_rack_config(const std::string& data_dir,
+                                   const std::string& run_dir, int steps,
+                                   int first_port, bool rack_aware, bool tcp,
+                                   int top_k = 4) {
+  auto text = small_config(data_dir, run_dir, 4, steps);
+  std::string nodes;
+  for (int n = 0; n < 4; ++n)
+    nodes += "    - {host: 127.0.0.1, port: " + std::to_string(first_port + n)
+             + ", rack: r" + std::to_string(n / 2) + "}\n";
+  text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n",
+                      "  nnodes: 4\n  nproc_per_node: 1\n"
+                      "  local_transport: "
+                        + std::string(tcp ? "tcp" : "memory") + "\n  nodes:\n"
+                        + nodes);
+  return replace_once(text, "  num_experts: 4\n  router_top_k: 2\n",
+                      "  num_experts: 8\n  router_top_k: "
+                        + std::to_string(top_k) + "\n  rack_aware_alltoall: "
+                        + std::string(rack_aware ? "true" : "false") + "\n");
+}
+
 } // namespace tutti::testing

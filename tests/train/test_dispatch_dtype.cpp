@@ -123,21 +123,10 @@ TEST_CASE("int8 dispatch through the runs, Gloo's all_to_all_v and the rack "
   // through the relays.
   auto [dir, data] = scratch_with_data("dispatch_dtype_exchanges");
   auto racked = [&](const std::string& name, bool rack_aware, bool tcp) {
-    auto text = with_dtype(
-      small_config(data.string(), (dir / name).string(), 4, 5), "int8");
-    text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n",
-                        "  nnodes: 4\n  nproc_per_node: 1\n"
-                        "  local_transport: "
-                          + std::string(tcp ? "tcp" : "memory")
-                          + "\n  nodes:\n"
-                            "    - {host: 127.0.0.1, port: 7381, rack: r0}\n"
-                            "    - {host: 127.0.0.1, port: 7382, rack: r0}\n"
-                            "    - {host: 127.0.0.1, port: 7383, rack: r1}\n"
-                            "    - {host: 127.0.0.1, port: 7384, rack: r1}\n");
-    text = replace_once(text, "  num_experts: 4\n  router_top_k: 2\n",
-                        "  num_experts: 8\n  router_top_k: 4\n"
-                        "  rack_aware_alltoall: "
-                          + std::string(rack_aware ? "true" : "false") + "\n");
+    const auto text = with_dtype(
+      two_rack_config(data.string(), (dir / name).string(), 5, 7381,
+                      rack_aware, tcp),
+      "int8");
     run_job(dir / (name + ".yaml"), text, 120);
     const auto series = training_series(dir / name / "metrics.jsonl");
     REQUIRE(series.size() == 4 * 5);
