@@ -105,6 +105,11 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, model.message());
   if (!c.model_name.empty())
     model.value().name = c.model_name;
+  if (c.weights == weight_dtype::int8)
+    serve::quantize_experts(model.value());
+  // Which kernel multiplies the experts, and why: once, at the start.
+  const auto weights_text = serve::expert_weights_text(model.value());
+  std::printf("serve: %s\n", weights_text.c_str());
   c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
   // The config's limits, and what they need built from the files it names.
   serve::service_limits limits{c.limits};
@@ -200,7 +205,7 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + " (" + std::to_string(service.kv_blocks())
                       + " KV blocks, "
                       + std::to_string(c.limits.ep_ranks)
-                      + " expert-parallel ranks)");
+                      + " expert-parallel ranks; " + weights_text + ")");
   // Until a stop signal here or on another daemon of the service, or the
   // replica fails (its expert tier gave up), checked every tenth of a
   // second: then the process ends non-zero, so what runs it replaces it,
