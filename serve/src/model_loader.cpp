@@ -277,6 +277,13 @@ std::string expert_weights_text(const served_model& m) {
   return text + "; CPU: " + kernels::cpu_capabilities();
 }
 
+std::string expert_kernel_name(const served_model& m) {
+  if (m.expert_dtype != weight_dtype::int8)
+    return "packed_fp32";
+  const auto kernel = kernels::int8_gemm_kernel();
+  return "int8_" + kernel.substr(0, kernel.find(' '));
+}
+
 expected<served_model> model_from_weights(model::model_weights weights,
                                           const std::string& source) {
   tensor_map tensors;

@@ -1,7 +1,8 @@
 // serve.weight_dtype int8: experts quantized at load serve the same tokens
 // and log-probabilities, to the bit, one request at a time and eight at
 // once, on the engine alone and on 1 and 2 expert-parallel ranks; their
-// greedy tokens against the float32 model's are reported. The key's bad
+// greedy tokens against the float32 model's are reported; /metrics names
+// the experts' dtype and kernel. The key's bad
 // values are refused naming it.
 
 #include <catch2/catch.hpp>
@@ -28,6 +29,11 @@ std::vector<served_outcome> serve_int8(int64_t ranks, bool all_at_once,
   REQUIRE(svc.ok());
   auto& s = *svc.value();
   s.start();
+  // /metrics says what the experts are and which kernel runs them.
+  const auto metrics = s.metrics().render("m");
+  CHECK(metrics.find(int8 ? "dtype=\"int8\",kernel=\"int8_"
+                          : "dtype=\"fp32\",kernel=\"packed_fp32\"")
+        != std::string::npos);
   std::vector<served_outcome> out;
   if (all_at_once) {
     out = serve_all_jobs(s, js);

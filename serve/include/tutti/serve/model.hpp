@@ -76,6 +76,9 @@ void quantize_experts(served_model& m);
 // int8 (quantized at load), kernel avx512 (the CPU has avx512f and fma);
 // CPU: avx2 fma avx512f ..., no amx").
 std::string expert_weights_text(const served_model& m);
+// The same in a word, for /metrics: "int8_avx512", "int8_portable" or
+// "packed_fp32".
+std::string expert_kernel_name(const served_model& m);
 
 // Builds a model from tensors named as in Hugging Face's MixtralForCausalLM
 // (`...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
