@@ -58,7 +58,7 @@ serve() {
   servers+=($!)
   url=""
   for _ in $(seq 1 600); do
-    url=$(grep -o 'on http://[0-9.:]*' "$config.log" | head -1 | cut -c4-) || true
+    url=$(grep -so 'on http://[0-9.:]*' "$config.log" | head -1 | cut -c4-) || true
     [ -n "$url" ] && return 0
     sleep 0.1
   done
