@@ -107,9 +107,9 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     model.value().name = c.model_name;
   if (c.weights == weight_dtype::int8)
     serve::quantize_experts(model.value());
-  // Which kernel multiplies the experts, and why: once, at the start.
+  // Which kernel multiplies the experts, and why: said once, at the start
+  // (once the config is known to be good).
   const auto weights_text = serve::expert_weights_text(model.value());
-  std::printf("serve: %s\n", weights_text.c_str());
   c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
   // The config's limits, and what they need built from the files it names.
   serve::service_limits limits{c.limits};
@@ -129,11 +129,14 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, tls.message());
   else
     limits.guard_tls = std::move(tls.value());
-  if (node_rank > 0)
+  if (node_rank > 0) {
+    std::printf("serve: %s\n", weights_text.c_str());
     return follow(model.value(), limits, prog);
+  }
   auto svc = serve::service::create(std::move(model.value()), limits);
   if (!svc)
     return fail(2, prog, svc.message());
+  std::printf("serve: %s\n", weights_text.c_str());
   if (cl.spans_daemons())
     std::printf("serve: expert parallelism over %zu daemons (one rank each, "
                 "rendezvous on %s:%u)\n",
