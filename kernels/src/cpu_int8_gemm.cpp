@@ -54,9 +54,9 @@ bool has_avx512() {
 
 // Without AVX-512: one output at a time, the same chain (std::fma rounds
 // once, as the instruction does).
-void int8_gemm_portable(const float* x, int64_t ldx, const int8_t* codes,
-                        const float* scales, int64_t n, int64_t k, float* y,
-                        int64_t ldy, int64_t m) {
+void portable_kernel(const float* x, int64_t ldx, const int8_t* codes,
+                     const float* scales, int64_t n, int64_t k, float* y,
+                     int64_t ldy, int64_t m) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
@@ -71,9 +71,15 @@ void int8_gemm_portable(const float* x, int64_t ldx, const int8_t* codes,
 void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m) {
   static const auto kernel = has_avx512() ? int8_gemm_avx512
-                                          : int8_gemm_portable;
+                                          : portable_kernel;
   if (m > 0)
     kernel(x, ldx, w.codes.data(), w.scales.data(), w.out, w.in, y, ldy, m);
+}
+
+void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
+                        float* y, int64_t ldy, int64_t m) {
+  portable_kernel(x, ldx, w.codes.data(), w.scales.data(), w.out, w.in, y, ldy,
+                  m);
 }
 
 std::string int8_gemm_kernel() {

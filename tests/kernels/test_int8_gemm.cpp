@@ -2,7 +2,8 @@
 // per-channel quantization's rule, the product against a float64
 // reference of the dequantized weights, and its batch invariance: a row's
 // bits alone, among others and at every batch size are the same, and are
-// those of the portable chain the header defines (scale * fma chain).
+// those of the chain the header defines (scale * fma chain) and of the
+// portable kernel CPUs without AVX-512 run.
 
 #include <catch2/catch.hpp>
 
@@ -87,6 +88,11 @@ TEST_CASE("int8 product against float64 of the dequantized weights, the "
             <= double(in + 2) * 0x1p-24 * magnitude + 1e-30);
       CHECK(same_bits(got, chain * scales[j]));
     }
+  // The portable kernel (CPUs without AVX-512) gives the same bits.
+  std::vector<float> portable(rows * out);
+  k::int8_gemm_portable(x.data(), in, p, portable.data(), out, rows);
+  for (int64_t v = 0; v < rows * out; ++v)
+    CHECK(same_bits(portable[v], y[v]));
   // Every row alone, and every batch size from the first row, gives the
   // same bits as the batch of nine.
   std::vector<float> part(rows * out);

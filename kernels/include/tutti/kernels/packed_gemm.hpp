@@ -57,6 +57,12 @@ void quantize_matrix_int8(const float* w, int64_t out, int64_t in,
 std::string int8_gemm_kernel();
 std::string cpu_capabilities();
 
+// The int8 product's portable kernel alone, what CPUs without AVX-512 run
+// (packed_gemm picks it there): callable anywhere, so that tests check it
+// gives the bits of the kernel this CPU picks.
+void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
+                        float* y, int64_t ldy, int64_t m);
+
 // y[m, w.out] = x[m, w.in] w^T, with row strides ldx and ldy.
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m);
