@@ -13,7 +13,8 @@
 #    REQUESTS requests of PROMPT random token ids, OUTPUT greedy tokens
 #    each. Decode tokens/s is 1000 / the mean time per output token,
 #    prefill tokens/s PROMPT / the mean time to first token. Interleaved
-#    ROUNDS times; medians over rounds.
+#    ROUNDS times; medians over rounds. Then the engine's decode alone, no
+#    HTTP (bench_serve decode 1 [int8], when built).
 # 2. Agreement on real text. A model trained on real text (configs/text.yaml,
 #    1,000 steps on the Python documentation; TEXT_RUN, or trained here
 #    first in about 6 minutes) served float32 and with serve.weight_dtype
@@ -104,6 +105,17 @@ PY
 done
 for pid in "${servers[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
 servers=()
+# The engine alone, the same model's shape on the same core, no HTTP
+# (bench_serve decode 1 [int8]): what the serving loop adds to a token.
+engine=""
+if [ -x "$build/bench/bench_serve" ]; then
+  for dtype in int8 fp32; do
+    runs=$(for _ in 1 2 3; do
+      taskset -c 0 "$build/bench/bench_serve" decode 1 "$dtype" | grep -o '[0-9.]* tok/s' | cut -d' ' -f1
+    done | sort -n | sed -n 2p)
+    engine="$engine, $dtype $runs tok/s"
+  done
+fi
 
 # 2. Agreement on real text.
 if [ -z "${TEXT_RUN:-}" ]; then
@@ -181,4 +193,5 @@ for side in ("tutti int8", "tutti fp32", "llama.cpp Q8_0"):
 d, p = (med["tutti int8"][i] / med["llama.cpp Q8_0"][i] for i in (0, 1))
 print(f"tutti int8 / llama.cpp Q8_0: decode {d:.2f}x, prefill {p:.2f}x")
 PY
+[ -z "$engine" ] || echo "decode in the engine alone (bench_serve, median of 3)${engine#,}"
 echo "real text (configs/text.yaml model, $prompts greedy completions of $max_tokens tokens), int8 against fp32: $agreement"
