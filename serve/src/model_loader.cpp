@@ -202,7 +202,8 @@ expected<served_model> model_from_tensors(const model_shape& shape,
         get(name, {x.rows, x.cols}, t);
         if (int8 && bad.ok() && !are_codes(t))
           bad = status::error(source + ": tensor " + name
-                              + " has scales but is not int8");
+                              + " is not int8 codes, as the other experts "
+                                "(with _scale tensors) are");
         std::copy(t.begin(), t.end(), x.weights.begin() + e * x.rows * x.cols);
         if (!int8 || !bad.ok())
           continue;
