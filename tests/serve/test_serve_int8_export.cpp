@@ -2,13 +2,16 @@
 // experts' weights stored as I8 with F32 scales [out, 1] (the rest F32,
 // config.json's quantization_config saying so), loaded without
 // re-quantizing, the same codes and scales as quantizing the float export
-// at load (serve.weight_dtype int8); a checkpoint missing a scale and the
+// at load (serve.weight_dtype int8), and `tutti serve` saying so with the
+// kernel it runs them on; a checkpoint missing a scale and the
 // --dtype values that do not fit the format refused in one line naming
 // them.
 
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
+
+#include <tuple>
 
 #include "test_support.hpp"
 #include "tutti/model/tensor_names.hpp"
@@ -94,6 +97,23 @@ TEST_CASE("tutti export --dtype int8 is served as it is, as quantized at "
       check_same_packing(int8.value().layers[l].w2_t[e],
                          at_load.value().layers[l].w2_t[e]);
     }
+
+  // `tutti serve` says at the start what the experts are and which kernel
+  // runs them (it is stopped by the deadline, 3 s).
+  for (const auto& [model, key, said] :
+       {std::tuple{dir / "int8", "", "experts int8 (from the checkpoint), "
+                                     "kernel "},
+        std::tuple{dir / "f32", "  weight_dtype: int8\n",
+                   "experts int8 (quantized at load), kernel "}}) {
+    write_text(dir / "serve.yaml", "serve:\n  model: " + model.string()
+                                     + "\n  listen: 127.0.0.1:0\n  log_dir: "
+                                     + dir.string() + "\n" + key);
+    auto r = run(tutti_bin() + " serve " + (dir / "serve.yaml").string(), 3);
+    INFO(r.output);
+    CHECK(r.output.find(said) != std::string::npos);
+    CHECK(r.output.find("; CPU: ") != std::string::npos);
+    CHECK(r.output.find("serving ") != std::string::npos);
+  }
 
   // A scale missing: refused naming the tensor, in one line.
   const auto broken = dir / "broken";
