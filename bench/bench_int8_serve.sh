@@ -32,7 +32,6 @@
 #        tokenizer; default TEXT_RUN/../tok)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 build=$(cd "${1:-build}" && pwd)
 rounds=${ROUNDS:-3} requests=${REQUESTS:-8} prompt=${PROMPT:-128}
 output=${OUTPUT:-64} prompts=${PROMPTS:-16} max_tokens=${MAX_TOKENS:-64}
