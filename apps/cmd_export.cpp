@@ -2,7 +2,10 @@
 // as Hugging Face MixtralForCausalLM (config.json + model.safetensors), with
 // the run's tokenizer (tokenizer.model, tokenizer_config.json,
 // special_tokens_map.json) and generation_config.json, so a Hugging Face
-// loader or a GGUF converter takes the directory as it is.
+// loader or a GGUF converter takes the directory as it is. --dtype int8
+// stores the experts' weights in 8 bits (with_int8_experts below), which
+// `tutti serve` serves as they are; --format gguf --dtype q8_0 the same
+// tensors in llama.cpp's Q8_0.
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +18,7 @@
 #include "commands.hpp"
 #include "export_gguf.hpp"
 #include "initial_weights.hpp"
+#include "tutti/kernels/packed_gemm.hpp"
 #include "tutti/store/atomic_file.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/weights.hpp"
@@ -84,6 +88,52 @@ status write_tokenizer_files(const fs::path& out,
                                   special.dump(2) + "\n");
 }
 
+// --dtype int8: each expert matrix as int8 codes (I8, under its own name)
+// followed by its per-output-channel scales (`<name>_scale`, F32 [out, 1],
+// as compressed-tensors stores a channel-wise int8 weight), quantized as
+// serve.weight_dtype int8 quantizes at load: both serve the same bits.
+// Embeddings, attention, norms, router and LM head stay F32.
+std::vector<store::named_tensor> with_int8_experts(
+  std::vector<store::named_tensor> tensors) {
+  std::vector<store::named_tensor> out;
+  out.reserve(tensors.size() * 2);
+  for (auto& t : tensors) {
+    const bool expert =
+      t.name.find(".block_sparse_moe.experts.") != std::string::npos
+      && t.shape.size() == 2;
+    out.push_back(std::move(t));
+    if (!expert)
+      continue;
+    auto& w = out.back();
+    const int64_t rows = w.shape[0], cols = w.shape[1];
+    store::named_tensor scale{w.name + "_scale", {rows, 1},
+                              std::vector<float>(rows)};
+    kernels::quantize_matrix_int8(w.data.data(), rows, cols, w.data.data(),
+                                  scale.data.data());
+    w.int8 = true;
+    out.push_back(std::move(scale));
+  }
+  return out;
+}
+
+// config.json's note that the experts are int8 (compressed-tensors'
+// vocabulary: weight-only, symmetric, per channel; tutti reads the
+// `_scale` tensors, not this).
+nlohmann::ordered_json int8_quantization_config() {
+  nlohmann::ordered_json weights = {{"num_bits", 8},       {"type", "int"},
+                                    {"symmetric", true},   {"strategy", "channel"},
+                                    {"dynamic", false}};
+  nlohmann::ordered_json group = {
+    {"targets", {"re:.*block_sparse_moe\\.experts\\..*"}},
+    {"weights", weights},
+    {"input_activations", nullptr},
+    {"output_activations", nullptr}};
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "int-quantized"},
+          {"config_groups", {{"group_0", group}}},
+          {"ignore", {"lm_head"}}};
+}
+
 } // namespace
 
 int export_command(const std::vector<std::string>& args) {
@@ -92,7 +142,10 @@ int export_command(const std::vector<std::string>& args) {
                   "MixtralForCausalLM\n(config.json + model.safetensors)");
   cl.options()("format", po::value<std::string>(),
                "hf (safetensors) or gguf (llama.cpp)")(
-    "dtype", po::value<std::string>(), "gguf only: f32 (default) or f16")(
+    "dtype", po::value<std::string>(),
+    "f32 (default); hf: int8 (the experts' weights int8 with a float32 "
+    "scale per output channel); gguf: f16 or q8_0 (the experts' weights "
+    "in llama.cpp's Q8_0)")(
     "out", po::value<std::string>(),
     "output directory")("tokenizer", po::value<std::string>(),
                         "hf: tokenizer.model, tokenizer.json or their "
@@ -117,9 +170,12 @@ int export_command(const std::vector<std::string>& args) {
     return cl.bad("--format: hf or gguf, got '" + format + "'");
   const auto dtype = vm.count("dtype") ? vm["dtype"].as<std::string>()
                                        : std::string("f32");
-  if (dtype != "f32" && (dtype != "f16" || format != "gguf"))
-    return cl.bad("--dtype: f32, or f16 with --format gguf; got '" + dtype
-                  + "'");
+  const bool gguf = format == "gguf";
+  if (dtype != "f32" && !(gguf && (dtype == "f16" || dtype == "q8_0"))
+      && !(!gguf && dtype == "int8"))
+    return cl.bad("--dtype: f32; int8 with --format hf; f16 or q8_0 with "
+                  "--format gguf; got '"
+                  + dtype + "'");
   // An --init model has no run to take a tokenizer from: byte-level
   // unless one is given.
   expected<tokenizer::tokenizer> tok = tokenizer::tokenizer::bytes();
@@ -150,8 +206,10 @@ int export_command(const std::vector<std::string>& args) {
   if (format == "gguf") {
     const auto file = fs::path(out) / ("model-" + dtype + ".gguf");
     bool dropped = false;
-    if (auto err = export_gguf(tensors, meta0, file, dtype == "f16", dropped);
-        !err)
+    const auto stored = dtype == "f16"    ? gguf_dtype::f16
+                        : dtype == "q8_0" ? gguf_dtype::q8_0
+                                          : gguf_dtype::f32;
+    if (auto err = export_gguf(tensors, meta0, file, stored, dropped); !err)
       return fail(1, "export: " + err.message());
     if (dropped)
       std::printf("note: the router's selection biases are not zero; "
@@ -174,6 +232,10 @@ int export_command(const std::vector<std::string>& args) {
     config["bos_token_id"] = tok.value().bos_id();
   if (tok.value().eos_id() >= 0)
     config["eos_token_id"] = tok.value().eos_id();
+  if (dtype == "int8") {
+    config["quantization_config"] = int8_quantization_config();
+    tensors = with_int8_experts(std::move(tensors));
+  }
   if (auto err = store::write_file_atomic(fs::path(out) / "config.json",
                                           config.dump(2) + "\n");
       !err)

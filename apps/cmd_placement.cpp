@@ -31,9 +31,22 @@ expected<std::vector<int32_t>> token_experts_of(const job_config& cfg,
     (std::filesystem::path(dir) / "model.safetensors").string());
   if (!read.ok())
     return read.error();
-  std::map<std::string, const store::named_tensor*> by_name;
-  for (const auto& t : read.value())
+  std::map<std::string, store::named_tensor*> by_name;
+  for (auto& t : read.value())
     by_name[t.name] = &t;
+  // An int8 export's experts (`tutti export --dtype int8`): code x scale.
+  for (auto& [name, t] : by_name) {
+    if (!t->int8)
+      continue;
+    auto scale = by_name.find(name + "_scale");
+    if (scale == by_name.end() || t->shape.size() != 2
+        || scale->second->data.size() != size_t(t->shape[0]))
+      return status::error(dir + ": tensor " + name
+                           + " is int8 without its scales " + name + "_scale");
+    const int64_t cols = t->shape[1];
+    for (size_t i = 0; i < t->data.size(); ++i)
+      t->data[i] *= scale->second->data[i / cols];
+  }
   const auto& m = cfg.model;
   placement::token_model tm;
   tm.vocab = m.vocab_size;

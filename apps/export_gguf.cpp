@@ -29,7 +29,7 @@ std::vector<float> rope_rows_for_gguf(const std::vector<float>& w,
 
 status export_gguf(const std::vector<store::named_tensor>& tensors,
                    const store::shard_meta& meta,
-                   const std::filesystem::path& file, bool f16,
+                   const std::filesystem::path& file, gguf_dtype dtype,
                    bool& dropped_biases) {
   auto i = [&](const char* k) {
     return meta.ints.count(k) ? meta.ints.at(k) : int64_t(0);
@@ -104,7 +104,8 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
         shape = {E, t->shape[0], t->shape[1]};
         stacked.insert(stacked.end(), t->data.begin(), t->data.end());
       }
-      out.push_back({blk + gguf + ".weight", shape, stacked.data()});
+      out.push_back({blk + gguf + ".weight", shape, stacked.data(),
+                     dtype == gguf_dtype::q8_0});
     }
   }
   add("output_norm.weight", "model.norm.weight");
@@ -128,7 +129,10 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
   const std::vector<std::pair<std::string, store::gguf_value>> kv = {
     {"general.architecture", std::string("llama")},
     {"general.name", std::string("tutti step ") + std::to_string(meta.step)},
-    {"general.file_type", uint32_t(f16 ? 1 : 0)},
+    // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_Q8_0.
+    {"general.file_type", uint32_t(dtype == gguf_dtype::f16    ? 1
+                                   : dtype == gguf_dtype::q8_0 ? 7
+                                                               : 0)},
     {"llama.context_length", uint32_t(i("max_seq_len"))},
     {"llama.embedding_length", uint32_t(D)},
     {"llama.block_count", uint32_t(L)},
@@ -148,7 +152,7 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     {"tokenizer.ggml.add_bos_token", false},
     {"tokenizer.ggml.add_eos_token", false},
   };
-  return store::write_gguf(file, kv, out, f16);
+  return store::write_gguf(file, kv, out, dtype == gguf_dtype::f16);
 }
 
 } // namespace tutti::cli

@@ -15,12 +15,17 @@
 
 namespace tutti::cli {
 
+// How the weights are stored: f32; f16 (every matrix); q8_0 (the experts'
+// matrices in llama.cpp's Q8_0, the tensors `tutti export --dtype int8`
+// and serve.weight_dtype int8 hold in 8 bits; the rest F32).
+enum class gguf_dtype { f32, f16, q8_0 };
+
 // `tensors` by Hugging Face name (one per expert), `meta` as a rank-0
 // shard records the model. `dropped_biases`: set when non-zero router
 // selection biases had to be left out (llama.cpp's Mixtral has none).
 status export_gguf(const std::vector<store::named_tensor>& tensors,
                    const store::shard_meta& meta,
-                   const std::filesystem::path& file, bool f16,
+                   const std::filesystem::path& file, gguf_dtype dtype,
                    bool& dropped_biases);
 
 // Hugging Face row order of a [heads * head_dim, in] projection to

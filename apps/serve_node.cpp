@@ -105,6 +105,11 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, model.message());
   if (!c.model_name.empty())
     model.value().name = c.model_name;
+  if (c.weights == weight_dtype::int8)
+    serve::quantize_experts(model.value());
+  // Which kernel multiplies the experts, and why: said once, at the start
+  // (once the config is known to be good).
+  const auto weights_text = serve::expert_weights_text(model.value());
   c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
   // The config's limits, and what they need built from the files it names.
   serve::service_limits limits{c.limits};
@@ -124,11 +129,14 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, tls.message());
   else
     limits.guard_tls = std::move(tls.value());
-  if (node_rank > 0)
+  if (node_rank > 0) {
+    std::printf("serve: %s\n", weights_text.c_str());
     return follow(model.value(), limits, prog);
+  }
   auto svc = serve::service::create(std::move(model.value()), limits);
   if (!svc)
     return fail(2, prog, svc.message());
+  std::printf("serve: %s\n", weights_text.c_str());
   if (cl.spans_daemons())
     std::printf("serve: expert parallelism over %zu daemons (one rank each, "
                 "rendezvous on %s:%u)\n",
@@ -200,7 +208,7 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                       + " (" + std::to_string(service.kv_blocks())
                       + " KV blocks, "
                       + std::to_string(c.limits.ep_ranks)
-                      + " expert-parallel ranks)");
+                      + " expert-parallel ranks; " + weights_text + ")");
   // Until a stop signal here or on another daemon of the service, or the
   // replica fails (its expert tier gave up), checked every tenth of a
   // second: then the process ends non-zero, so what runs it replaces it,

@@ -6,6 +6,8 @@
 //     kernels at prefill;
 //   - single-request decode tokens/s, against the same projections as
 //     OpenBLAS calls of one row;
+//   - single-request decode tokens/s with the experts int8
+//     (serve.weight_dtype), against float32 experts;
 //   - output tokens/s through the scheduler at concurrency 8 and 32,
 //     against concurrency 1 (continuous batching's gain);
 //   - output tokens/s at concurrency 32 on 2 expert-parallel rank actors
@@ -15,7 +17,8 @@
 //     sharing each weight load) against 32 one-row calls, the fastest of
 //     200 interleaved runs each (robust to a loaded machine).
 // Usage: bench_serve [requests per level, default 32]
-//        bench_serve decode B   (decode steps at batch B only, to profile)
+//        bench_serve decode B [int8]   (decode steps at batch B only, to
+//        profile; int8: experts in 8 bits)
 
 #include <cstdlib>
 #include <random>
@@ -259,11 +262,16 @@ std::pair<double, double> linear_rows_s(int reps) {
 int main(int argc, char** argv) {
   kernels::use_single_threaded_blas();
   const auto m = medium();
-  // `bench_serve decode B`: only decode steps at batch B, for a profiler.
+  auto m_int8 = m;
+  serve::quantize_experts(m_int8);
+  // `bench_serve decode B [int8]`: only decode steps at batch B, for a
+  // profiler.
   if (argc > 2 && std::string(argv[1]) == "decode") {
     const int64_t b = std::atoll(argv[2]);
-    std::printf("decode, %lld requests in one batch: %.1f tok/s\n",
-                static_cast<long long>(b), 1.0 / decode_s(m, 128, 64, b));
+    const bool int8 = argc > 3 && std::string(argv[3]) == "int8";
+    std::printf("decode, %lld requests in one batch, experts %s: %.1f tok/s\n",
+                static_cast<long long>(b), int8 ? "int8" : "fp32",
+                1.0 / decode_s(int8 ? m_int8 : m, 128, 64, b));
     return 0;
   }
   const int64_t requests = argc > 1 ? std::atoll(argv[1]) : 32;
@@ -279,6 +287,10 @@ int main(int argc, char** argv) {
         bench::fmt("%.1f", 1.0 / dec),
         "its projections as 1-row OpenBLAS calls (tok/s)",
         bench::fmt("%.1f", 1.0 / dec_blas), dec_blas / dec);
+  const double dec_int8 = decode_s(m_int8, 128, 64);
+  t.add("decode, 1 request, experts int8 (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec_int8), "the same, experts fp32 (tok/s)",
+        bench::fmt("%.1f", 1.0 / dec), dec / dec_int8);
   const double dec8 = decode_s(m, 128, 32, 8);
   t.add("decode, 8 requests in one batch, context 128-160 (tok/s)",
         bench::fmt("%.1f", 1.0 / dec8), "decode, 1 request (tok/s)",

@@ -11,6 +11,9 @@ namespace tutti::kernels {
 void packed_gemm_avx512(const float* x, int64_t ldx, const float* wt,
                         int64_t n, int64_t k, float* y, int64_t ldy,
                         int64_t m);
+// cpu_int8_gemm.cpp: the same product for an int8 matrix.
+void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
+               int64_t ldy, int64_t m);
 
 packed_matrix pack_matrix(const float* w, int64_t out, int64_t in) {
   packed_matrix p;
@@ -56,6 +59,8 @@ void packed_gemm_float(const float* x, int64_t ldx, const float* wt,
 
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m) {
+  if (w.is_int8())
+    return int8_gemm(x, ldx, w, y, ldy, m);
   packed_gemm_float(x, ldx, w.t.data(), w.out, w.in, y, ldy, m);
 }
 

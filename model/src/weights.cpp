@@ -112,9 +112,16 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
       if (!seen.insert(t.name).second)
         return status::error(file.string() + ": tensor " + t.name
                              + " appears twice");
-      w.tensors.push_back({t.name, t.shape, std::move(t.data)});
+      w.tensors.push_back(std::move(t));
     }
   }
+  // An int8 weight is its codes and their scales: never one without the
+  // other.
+  for (const auto& t : w.tensors)
+    if (t.int8 && !seen.count(t.name + "_scale"))
+      return status::error(dir.string() + ": tensor " + t.name
+                           + " is int8 but its scales " + t.name
+                           + "_scale are missing");
   return w;
 }
 

@@ -2,7 +2,9 @@
 // `tutti export` directories, tutti checkpoints; model/weights.hpp) laid
 // out and packed for the serving forward.
 
+#include <cmath>
 #include <fstream>
+#include <tuple>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -99,6 +101,44 @@ status load_chat_template(const fs::path& file, served_model& m) {
   return {};
 }
 
+// Whether `t` holds int8 codes: whole numbers in [-128, 127].
+bool are_codes(const std::vector<float>& t) {
+  for (float v : t)
+    if (!(v >= -128.0f && v <= 127.0f) || v != std::nearbyint(v))
+      return false;
+  return true;
+}
+
+// The experts of `w` packed: float, or int8 with their scales (the
+// row-major copies then go: only the packed ones serve).
+void pack_experts(layer_weights& w, const model_shape& s) {
+  const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
+  w.w13_t.clear();
+  w.w2_t.clear();
+  std::vector<float> w13(2 * F * D);
+  const bool int8 = !w.w1_scale.empty();
+  std::vector<float> s13(2 * F);
+  for (int64_t e = 0; e < E; ++e) {
+    std::copy_n(w.w1.data() + e * F * D, F * D, w13.data());
+    std::copy_n(w.w3.data() + e * F * D, F * D, w13.data() + F * D);
+    if (!int8) {
+      w.w13_t.push_back(kernels::pack_matrix(w13.data(), 2 * F, D));
+      w.w2_t.push_back(kernels::pack_matrix(w.w2.data() + e * D * F, D, F));
+      continue;
+    }
+    std::copy_n(w.w1_scale.data() + e * F, F, s13.data());
+    std::copy_n(w.w3_scale.data() + e * F, F, s13.data() + F);
+    w.w13_t.push_back(
+      kernels::pack_matrix_int8(w13.data(), s13.data(), 2 * F, D));
+    w.w2_t.push_back(kernels::pack_matrix_int8(
+      w.w2.data() + e * D * F, w.w2_scale.data() + e * D, D, F));
+  }
+  if (int8)
+    for (auto* v : {&w.w1, &w.w3, &w.w2, &w.w1_scale, &w.w3_scale,
+                    &w.w2_scale})
+      std::vector<float>().swap(*v);
+}
+
 } // namespace
 
 expected<served_model> model_from_tensors(const model_shape& shape,
@@ -124,6 +164,8 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     else
       out = std::move(v.value());
   };
+  // int8 experts (`tutti export --dtype int8`): a scale beside the first.
+  const bool int8 = tensors.count(names::expert(0, 0, "w1") + "_scale") > 0;
   get(names::embed, {shape.vocab, D}, m.embed);
   get(names::final_norm, {D}, m.final_norm);
   get(names::lm_head, {shape.vocab, D}, m.lm_head);
@@ -142,17 +184,43 @@ expected<served_model> model_from_tensors(const model_shape& shape,
       get(bias, {E}, w.router_bias);
     else
       w.router_bias.assign(E, 0.0f);
-    w.w1.resize(E * F * D);
-    w.w3.resize(E * F * D);
-    w.w2.resize(E * D * F);
-    for (int64_t e = 0; e < E && bad.ok(); ++e) {
-      std::vector<float> t;
-      get(names::expert(l, e, "w1"), {F, D}, t);
-      std::copy(t.begin(), t.end(), w.w1.begin() + e * F * D);
-      get(names::expert(l, e, "w3"), {F, D}, t);
-      std::copy(t.begin(), t.end(), w.w3.begin() + e * F * D);
-      get(names::expert(l, e, "w2"), {D, F}, t);
-      std::copy(t.begin(), t.end(), w.w2.begin() + e * D * F);
+    struct expert_matrix {
+      const char* which;
+      int64_t rows, cols;
+      std::vector<float>&weights, &scales;
+    };
+    for (const expert_matrix& x :
+         {expert_matrix{"w1", F, D, w.w1, w.w1_scale},
+          expert_matrix{"w3", F, D, w.w3, w.w3_scale},
+          expert_matrix{"w2", D, F, w.w2, w.w2_scale}}) {
+      x.weights.resize(E * x.rows * x.cols);
+      if (int8)
+        x.scales.resize(E * x.rows);
+      for (int64_t e = 0; e < E && bad.ok(); ++e) {
+        const auto name = names::expert(l, e, x.which);
+        std::vector<float> t;
+        get(name, {x.rows, x.cols}, t);
+        if (int8 && bad.ok() && !are_codes(t))
+          bad = status::error(source + ": tensor " + name
+                              + " is not int8 codes, as the other experts "
+                                "(with _scale tensors) are");
+        std::copy(t.begin(), t.end(), x.weights.begin() + e * x.rows * x.cols);
+        if (!int8 || !bad.ok())
+          continue;
+        const auto scale = name + "_scale";
+        if (!tensors.count(scale)) {
+          bad = status::error(source + ": tensor " + name
+                              + " is int8 but its scales " + scale
+                              + " are missing");
+          break;
+        }
+        // compressed-tensors' [out, 1], or [out].
+        get(scale,
+            shapes.at(scale).size() == 1 ? std::vector<int64_t>{x.rows}
+                                         : std::vector<int64_t>{x.rows, 1},
+            t);
+        std::copy(t.begin(), t.end(), x.scales.begin() + e * x.rows);
+      }
     }
   }
   if (!bad.ok())
@@ -160,13 +228,14 @@ expected<served_model> model_from_tensors(const model_shape& shape,
   if (!tensors.empty())
     return status::error(source + ": unexpected tensor "
                          + tensors.begin()->first);
+  m.expert_dtype = int8 ? weight_dtype::int8 : weight_dtype::fp32;
   pack_for_serving(m);
   return m;
 }
 
 void pack_for_serving(served_model& m) {
   const auto& s = m.shape;
-  const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
+  const int64_t D = s.hidden, E = s.experts;
   const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
   for (auto& w : m.layers) {
@@ -175,16 +244,45 @@ void pack_for_serving(served_model& m) {
     w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
     w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
     w.router_t = kernels::pack_matrix(w.router.data(), E, D);
-    w.w13_t.clear();
-    w.w2_t.clear();
-    std::vector<float> w13(2 * F * D);
-    for (int64_t e = 0; e < E; ++e) {
-      std::copy_n(w.w1.data() + e * F * D, F * D, w13.data());
-      std::copy_n(w.w3.data() + e * F * D, F * D, w13.data() + F * D);
-      w.w13_t.push_back(kernels::pack_matrix(w13.data(), 2 * F, D));
-      w.w2_t.push_back(kernels::pack_matrix(w.w2.data() + e * D * F, D, F));
-    }
+    pack_experts(w, s);
   }
+}
+
+void quantize_experts(served_model& m) {
+  if (m.expert_dtype == weight_dtype::int8)
+    return;
+  const int64_t D = m.shape.hidden, F = m.shape.intermediate;
+  const int64_t E = m.shape.experts;
+  for (auto& w : m.layers) {
+    for (auto [weights, scales, rows, cols] :
+         {std::tuple{&w.w1, &w.w1_scale, F, D},
+          std::tuple{&w.w3, &w.w3_scale, F, D},
+          std::tuple{&w.w2, &w.w2_scale, D, F}}) {
+      scales->resize(E * rows);
+      // In place: each row is read whole before its codes are written.
+      kernels::quantize_matrix_int8(weights->data(), E * rows, cols,
+                                    weights->data(), scales->data());
+    }
+    pack_experts(w, m.shape);
+  }
+  m.expert_dtype = weight_dtype::int8;
+  m.quantized_at_load = true;
+}
+
+std::string expert_weights_text(const served_model& m) {
+  std::string text = std::string("experts ") + to_string(m.expert_dtype);
+  if (m.expert_dtype == weight_dtype::int8)
+    text += std::string(m.quantized_at_load ? " (quantized at load)"
+                                            : " (from the checkpoint)")
+            + ", kernel " + kernels::int8_gemm_kernel();
+  return text + "; CPU: " + kernels::cpu_capabilities();
+}
+
+std::string expert_kernel_name(const served_model& m) {
+  if (m.expert_dtype != weight_dtype::int8)
+    return "packed_fp32";
+  const auto kernel = kernels::int8_gemm_kernel();
+  return "int8_" + kernel.substr(0, kernel.find(' '));
 }
 
 expected<served_model> model_from_weights(model::model_weights weights,

@@ -66,6 +66,13 @@ void serve_metrics::set_gauges(const serve_gauges& g,
   activations_ = activations;
 }
 
+void serve_metrics::set_expert_weights(const std::string& dtype,
+                                       const std::string& kernel) {
+  std::lock_guard lock(mutex_);
+  weight_dtype_ = dtype;
+  weight_kernel_ = kernel;
+}
+
 serve_totals serve_metrics::totals() const {
   std::lock_guard lock(mutex_);
   serve_totals t{prompt_tokens_, generation_tokens_, preemptions_, 0, 0};
@@ -85,6 +92,12 @@ std::string serve_metrics::render(const std::string& model) const {
   std::lock_guard lock(mutex_);
   observability::prometheus_text t;
   const observability::label_list m = {{"model", model}};
+  t.metric("tutti_serve_expert_weights_info", "gauge",
+           "the experts' weights as served (serve.weight_dtype) and the "
+           "kernel that multiplies them, chosen at start by the CPU",
+           {{"model", model}, {"dtype", weight_dtype_},
+            {"kernel", weight_kernel_}},
+           1.0);
   t.metric("tutti_serve_requests_running", "gauge",
            "requests in the running batch", m, double(gauges_.running));
   t.metric("tutti_serve_requests_waiting", "gauge",

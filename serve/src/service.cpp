@@ -70,7 +70,10 @@ expected<std::unique_ptr<service>> service::create(served_model model,
 
 service::service(served_model model, const service_limits& l)
   : model_(std::move(model)), limits_(l),
-    metrics_(model_.shape.layers, model_.shape.experts) {}
+    metrics_(model_.shape.layers, model_.shape.experts) {
+  metrics_.set_expert_weights(to_string(model_.expert_dtype),
+                              expert_kernel_name(model_));
+}
 
 // The engine on the scheduler's thread, or the rank and expert shard
 // actors.

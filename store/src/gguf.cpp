@@ -1,5 +1,7 @@
 #include "tutti/store/gguf.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -12,7 +14,8 @@ namespace {
 constexpr uint64_t alignment = 32;
 
 // ggml tensor types and GGUF value types used here.
-constexpr uint32_t ggml_f32 = 0, ggml_f16 = 1;
+constexpr uint32_t ggml_f32 = 0, ggml_f16 = 1, ggml_q8_0 = 8;
+constexpr int64_t q8_0_block = 32;
 enum : uint32_t {
   t_uint32 = 4,
   t_int32 = 5,
@@ -126,6 +129,24 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
+std::string quantize_q8_0(const float* x, int64_t n) {
+  std::string out;
+  out.reserve(n / q8_0_block * (2 + q8_0_block));
+  for (int64_t b = 0; b < n; b += q8_0_block) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < q8_0_block; ++i)
+      amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = float_to_half(d);
+    out.append(reinterpret_cast<const char*>(&h), 2);
+    for (int64_t i = 0; i < q8_0_block; ++i)
+      out.push_back(static_cast<char>(static_cast<int8_t>(
+        std::roundf(x[b + i] * id))));
+  }
+  return out;
+}
+
 status write_gguf(const std::filesystem::path& file,
                   const std::vector<std::pair<std::string, gguf_value>>& kv,
                   const std::vector<gguf_tensor>& tensors, bool f16) {
@@ -149,15 +170,21 @@ status write_gguf(const std::filesystem::path& file,
     const int64_t n = numel(t.shape);
     if (t.name.empty() || t.shape.empty() || n <= 0 || !t.data)
       return status::error("gguf: tensor '" + t.name + "' has no data");
-    const bool half = f16 && t.shape.size() >= 2;
+    const bool half = f16 && t.shape.size() >= 2 && !t.q8_0;
+    if (t.q8_0 && t.shape.back() % q8_0_block != 0)
+      return status::error("gguf: tensor '" + t.name + "' has rows of "
+                           + std::to_string(t.shape.back())
+                           + " values, not a multiple of 32 (Q8_0)");
     w.str(t.name);
     w.pod<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it)
       w.pod<uint64_t>(static_cast<uint64_t>(*it));
-    w.pod<uint32_t>(half ? ggml_f16 : ggml_f32);
+    w.pod<uint32_t>(t.q8_0 ? ggml_q8_0 : half ? ggml_f16 : ggml_f32);
     w.pod<uint64_t>(offset);
     std::string blob;
-    if (half) {
+    if (t.q8_0) {
+      blob = quantize_q8_0(t.data, n);
+    } else if (half) {
       blob.resize(n * 2);
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = float_to_half(t.data[i]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <span>
@@ -34,7 +35,7 @@ struct entry {
   std::string name;
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0, end = 0;
-  std::string dtype; // F32, or F16 / BF16 when widening
+  std::string dtype; // F32, or F16 / BF16 / I8 when widening
 };
 
 } // namespace
@@ -65,14 +66,21 @@ status write_safetensors(const std::filesystem::path& file,
     if (!element_count(t.shape, n) || n != t.data.size())
       return fail("tensor '" + t.name + "' has " + std::to_string(t.data.size())
                   + " values, its shape wants " + std::to_string(n));
+    if (t.int8)
+      for (float v : t.data)
+        if (!(v >= -128.0f && v <= 127.0f) || v != std::nearbyint(v))
+          return fail("tensor '" + t.name + "' is int8 but holds "
+                      + std::to_string(v));
+    const std::uint64_t bytes = n * (t.int8 ? 1 : 4);
     if (header.size() > 1)
       header += ",";
-    header += detail::json::quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":[";
+    header += detail::json::quote(t.name) + ":{\"dtype\":\""
+              + (t.int8 ? "I8" : "F32") + "\",\"shape\":[";
     for (std::size_t i = 0; i < t.shape.size(); ++i)
       header += (i ? "," : "") + std::to_string(t.shape[i]);
     header += "],\"data_offsets\":[" + std::to_string(offset) + ","
-              + std::to_string(offset + n * 4) + "]}";
-    offset += n * 4;
+              + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
   }
   header += "}";
   // Never write a file we would refuse to read (e.g. a name that is not UTF-8).
@@ -85,8 +93,16 @@ status write_safetensors(const std::filesystem::path& file,
   prefix += header;
   std::vector<std::span<const std::byte>> parts{
     std::as_bytes(std::span(prefix.data(), prefix.size()))};
-  for (const auto& t : tensors)
-    parts.push_back(std::as_bytes(std::span(t.data)));
+  std::vector<std::vector<std::int8_t>> codes; // the int8 tensors' bytes
+  codes.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    if (!t.int8) {
+      parts.push_back(std::as_bytes(std::span(t.data)));
+      continue;
+    }
+    auto& c = codes.emplace_back(t.data.begin(), t.data.end());
+    parts.push_back(std::as_bytes(std::span(c)));
+  }
   if (auto err = create_directories_durable(file.parent_path()); !err)
     return err;
   return write_file_atomic_parts(file, parts);
@@ -161,9 +177,10 @@ expected<std::vector<named_tensor>> read_impl(
       return bad(
         "needs \"dtype\" string, \"shape\" and \"data_offsets\" arrays");
     const bool half = widen && (dtype->text == "F16" || dtype->text == "BF16");
-    if (dtype->text != "F32" && !half)
+    const bool byte = widen && dtype->text == "I8";
+    if (dtype->text != "F32" && !half && !byte)
       return bad("dtype " + dtype->text + " is not supported (only F32"
-                 + std::string(widen ? ", F16, BF16)" : ")"));
+                 + std::string(widen ? ", F16, BF16, I8)" : ")"));
     entry e{name, {}, 0, 0, dtype->text};
     for (const auto& d : shape->items) {
       std::int64_t dim = 0;
@@ -175,7 +192,7 @@ expected<std::vector<named_tensor>> read_impl(
         || !offsets->items[1].as_uint64(e.end) || e.begin > e.end)
       return bad("data_offsets must be [begin, end] with begin <= end");
     std::uint64_t count = 0;
-    const std::uint64_t width = half ? 2 : 4;
+    const std::uint64_t width = byte ? 1 : half ? 2 : 4;
     if (!element_count(e.shape, count) || count * width != e.end - e.begin)
       return bad("data_offsets span " + std::to_string(e.end - e.begin)
                  + " bytes, shape needs " + std::to_string(count * width)
@@ -214,6 +231,14 @@ expected<std::vector<named_tensor>> read_impl(
       TUTTI_RETURN_IF_ERROR(in.value().read_at(data_start + e.begin,
                                                t.data.data(), e.end - e.begin));
       out.push_back(std::move(t));
+      continue;
+    }
+    if (e.dtype == "I8") {
+      std::vector<std::int8_t> raw(e.end - e.begin);
+      TUTTI_RETURN_IF_ERROR(
+        in.value().read_at(data_start + e.begin, raw.data(), raw.size()));
+      out.push_back({e.name, e.shape,
+                     std::vector<float>(raw.begin(), raw.end()), true});
       continue;
     }
     std::vector<std::uint16_t> raw((e.end - e.begin) / 2);

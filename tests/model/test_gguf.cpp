@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "export_gguf.hpp"
@@ -233,4 +235,81 @@ TEST_CASE("tutti export --format gguf writes llama.cpp's layout",
   const auto half_up = floats(h, "blk.1.ffn_up_exps.weight", up.size());
   for (size_t i = 0; i < up.size(); ++i)
     CHECK(half_up[i] == store::half_to_float(store::float_to_half(up[i])));
+}
+
+TEST_CASE("tutti export --format gguf --dtype q8_0 writes the experts in "
+          "llama.cpp's Q8_0",
+          "[integration]") {
+  auto dir = scratch("gguf_q8_0");
+  auto cfg = dir / "tiny32.yaml";
+  // Rows of 32 and 64: whole Q8_0 blocks.
+  write_text(cfg, "cluster_config:\n  world_size: 1\n  nnodes: 1\n"
+                  "  nproc_per_node: 1\n  ep_size: 1\nmodel:\n"
+                  "  vocab_size: 40\n  hidden_size: 32\n"
+                  "  intermediate_size: 64\n  num_hidden_layers: 2\n"
+                  "  num_attention_heads: 4\n  num_key_value_heads: 2\n"
+                  "  max_seq_len: 32\nmoe_config:\n  num_experts: 4\n"
+                  "  router_top_k: 2\ntrain:\n  steps: 1\n"
+                  "  global_batch_size: 1\n  seq_len: 32\ndata:\n  dir: d\n"
+                  "run:\n  dir: r\n");
+  const auto base = tutti_bin() + " export --init " + cfg.string();
+  for (const auto& [args, out] : {std::pair{" --format hf", "hf"},
+                                  std::pair{" --format gguf --dtype q8_0",
+                                            "q8"}}) {
+    auto r = run(base + args + " --out " + (dir / out).string());
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+  }
+  auto hf = store::read_safetensors(dir / "hf" / "model.safetensors");
+  REQUIRE(hf.ok());
+  std::map<std::string, std::vector<float>> by_name;
+  for (auto& t : hf.value())
+    by_name[t.name] = t.data;
+  auto g = read_gguf(dir / "q8" / "model-q8_0.gguf");
+  CHECK(g.numbers["general.file_type"] == 7); // LLAMA_FTYPE_MOSTLY_Q8_0
+  CHECK(g.tensors.at("blk.1.ffn_down_exps.weight").type == 8);
+  CHECK(g.tensors.at("blk.1.ffn_up_exps.weight").ne
+        == std::vector<uint64_t>{32, 64, 4});
+  // What tutti serves int8 is int8 here; the rest stays F32.
+  for (const char* f32 : {"token_embd.weight", "blk.0.attn_q.weight",
+                          "blk.0.ffn_gate_inp.weight", "output.weight"})
+    CHECK(g.tensors.at(f32).type == 0);
+  std::vector<float> up;
+  for (int e = 0; e < 4; ++e) {
+    const auto& w = by_name["model.layers.1.block_sparse_moe.experts."
+                            + std::to_string(e) + ".w3.weight"];
+    up.insert(up.end(), w.begin(), w.end());
+  }
+  const auto blocks = store::quantize_q8_0(up.data(), int64_t(up.size()));
+  REQUIRE(blocks.size() == up.size() / 32 * 34);
+  CHECK(std::string(g.data("blk.1.ffn_up_exps.weight"), blocks.size())
+        == blocks);
+  // llama.cpp's reference by hand on every block: d = absmax / 127 in F16,
+  // codes round(x * (1 / d)); each value back within half a step.
+  for (size_t b = 0; b < up.size() / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i)
+      amax = std::max(amax, std::abs(up[b * 32 + i]));
+    uint16_t h;
+    std::memcpy(&h, blocks.data() + b * 34, 2);
+    CHECK(h == store::float_to_half(amax / 127.0f));
+    const float d = store::half_to_float(h);
+    for (int i = 0; i < 32; ++i) {
+      const auto q = static_cast<int8_t>(blocks[b * 34 + 2 + i]);
+      CHECK(q == static_cast<int8_t>(
+              std::roundf(up[b * 32 + i] * (1.0f / (amax / 127.0f)))));
+      CHECK(std::abs(q * d - up[b * 32 + i]) <= 0.51f * d + 1e-3f * amax);
+    }
+  }
+  // Rows Q8_0's blocks do not divide are refused, naming the tensor.
+  auto odd = dir / "odd.yaml";
+  auto text = read_text(cfg);
+  text.replace(text.find("intermediate_size: 64"), 21,
+               "intermediate_size: 24");
+  write_text(odd, text);
+  auto r = run(tutti_bin() + " export --init " + odd.string()
+               + " --format gguf --dtype q8_0 --out " + (dir / "x").string());
+  CHECK(r.status != 0);
+  CHECK(r.output.find("ffn_down_exps") != std::string::npos);
+  CHECK(r.output.find("multiple of 32") != std::string::npos);
 }

@@ -24,6 +24,9 @@ enum class all_to_all_mode { enabled, disabled };
 // moe_config.dispatch_dtype: the rows the MoE dispatch sends, as they are
 // or quantized per row to 8 bits (moe/token_exchange.hpp).
 enum class dispatch_dtype { fp32, int8, fp8 };
+// serve.weight_dtype: the served experts' weights, float32 or int8 with a
+// float32 scale per output channel (kernels/packed_gemm.hpp).
+enum class weight_dtype { fp32, int8 };
 // cluster_config.local_transport: how ranks of one process exchange.
 enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
@@ -64,6 +67,10 @@ struct enum_names<all_to_all_mode> {
 template <>
 struct enum_names<dispatch_dtype> {
   static constexpr std::array names{"fp32", "int8", "fp8"};
+};
+template <>
+struct enum_names<weight_dtype> {
+  static constexpr std::array names{"fp32", "int8"};
 };
 template <>
 struct enum_names<local_transport_kind> {

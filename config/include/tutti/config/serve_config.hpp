@@ -78,6 +78,9 @@ struct serve_config {
   std::string model_name; // what /v1/models lists; default: the directory
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
+  // The experts' weights as served: int8 quantizes a float checkpoint's
+  // at load (an int8 checkpoint's are int8 whatever this says).
+  weight_dtype weights = weight_dtype::fp32;
   serve_limits limits;
   int64_t max_body_bytes = 1 << 20;
   int64_t http_threads = 0; // 0: max_sequences + max_queue + 8
@@ -263,6 +266,14 @@ void visit_fields(Visitor& v, serve_config& c) {
           "(about a quarter of the bytes; at every EP size, one included, "
           "so a request's tokens do not depend on it); outputs return fp32 "
           "(moe_config.dispatch_dtype)");
+  v.field("weight_dtype", c.weights,
+          "the experts' weights as served: fp32, or int8 (weight-only, "
+          "symmetric, a float32 scale per output channel; activations and "
+          "accumulation stay float32), quantized at load from a float "
+          "checkpoint; a checkpoint written by `tutti export --dtype int8` "
+          "is served int8 as it is, whatever this says; embeddings, "
+          "attention, norms, router and LM head stay float32; the same "
+          "tokens at every concurrency and EP size");
   v.field("rack_affinity", c.rack_affinity,
           "needs racks and a placement with token_experts (`tutti placement "
           "plan --method affinity`); not with replan or offload; across "

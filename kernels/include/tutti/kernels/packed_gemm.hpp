@@ -12,19 +12,56 @@
 // token than one: the weights are read once per step, not once per
 // sequence. On a stream, kernels::invariant_linear_forward (op_list.inc)
 // runs these chains on the CPU or on CUDA, with the same bits.
+//
+// A matrix may instead be held in 8 bits (serve.weight_dtype: int8):
+// weight-only, symmetric, one float32 scale per output (w[j, t] = code[t,
+// j] * scale[j]). The product keeps float32 activations and accumulation:
+// y[i, j] = scale[j] * (the same chain of fused multiply-adds over
+// float(code[t, j]) * x[i, t]), the conversion of a code to float exact,
+// so it is as batch-invariant as the float32 product and its bits are the
+// same on every path (cpu_int8_gemm*.cpp). The CPU only.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tutti::kernels {
 
 struct packed_matrix {
   int64_t in = 0, out = 0;
-  std::vector<float> t; // [in, out]
+  std::vector<float> t; // [in, out]; empty when the matrix is int8
+  std::vector<int8_t> codes; // [in, out] when int8
+  std::vector<float> scales; // [out] when int8
+  bool is_int8() const { return !codes.empty(); }
 };
 
 // w[out, in], row-major.
 packed_matrix pack_matrix(const float* w, int64_t out, int64_t in);
+
+// codes[out, in] (row-major, each in [-127, 127], as a float or an int8
+// checkpoint holds them) and scales[out].
+packed_matrix pack_matrix_int8(const float* codes, const float* scales,
+                               int64_t out, int64_t in);
+
+// Quantizes w[out, in] per output row, symmetric: scale = absmax / 127,
+// code = round-to-nearest-even(w / scale), as kernels::quantize_rows
+// (row_quant.hpp) does for the dispatch's rows. codes[out, in] (as
+// floats; may be w itself), scales[out].
+void quantize_matrix_int8(const float* w, int64_t out, int64_t in,
+                          float* codes, float* scales);
+
+// Which kernel the int8 product runs on this CPU and why ("avx512 (the
+// CPU has avx512f and fma)" or "portable (no avx512f)"), and what the CPU
+// offers for low precision ("avx512f fma avx512_vnni avx512_bf16, no
+// amx").
+std::string int8_gemm_kernel();
+std::string cpu_capabilities();
+
+// The int8 product's portable kernel alone, what CPUs without AVX-512 run
+// (packed_gemm picks it there): callable anywhere, so that tests check it
+// gives the bits of the kernel this CPU picks.
+void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
+                        float* y, int64_t ldy, int64_t m);
 
 // y[m, w.out] = x[m, w.in] w^T, with row strides ldx and ldy.
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,

@@ -4,7 +4,8 @@
 // `...block_sparse_moe.gate.e_score_correction_bias`, and each expert's w1,
 // w3 and w2 under its global index. The one loader of the project: a
 // Hugging Face or `tutti export` directory (config.json and safetensors,
-// one file or the shards of model.safetensors.index.json, F32/F16/BF16),
+// one file or the shards of model.safetensors.index.json, F32/F16/BF16,
+// and I8 weights with their `_scale` tensors, kept as codes and scales),
 // or a tutti checkpoint (MANIFEST and shard files, verified before use;
 // the optimizer's state stays behind). Serving, `tutti sample` and
 // `tutti export` read models through it.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tutti/base/status.hpp"
+#include "tutti/config/enums.hpp"
 #include "tutti/model/model_shape.hpp"
 #include "tutti/model/weights.hpp"
 #include "tutti/kernels/packed_gemm.hpp"
@@ -32,7 +33,11 @@ using model::model_shape;
 struct layer_weights {
   std::vector<float> input_norm, q, k, v, o, post_norm;
   std::vector<float> router, router_bias; // [experts, hidden], [experts]
+  // Float experts; with scales ([experts, out] each), int8 codes as
+  // floats. Emptied once int8 experts are packed (only the packed copy
+  // serves them).
   std::vector<float> w1, w3, w2;
+  std::vector<float> w1_scale, w3_scale, w2_scale;
   // The same matrices packed for the serving forward (packed_gemm.hpp);
   // per expert, w1 and w3 side by side: [hidden, 2 * intermediate].
   kernels::packed_matrix q_t, k_t, v_t, o_t, router_t;
@@ -51,14 +56,34 @@ struct served_model {
   std::vector<float> embed, final_norm, lm_head;
   kernels::packed_matrix lm_head_t;
   std::vector<layer_weights> layers;
+  // The experts' weights: fp32, or int8 (from an int8 checkpoint, or
+  // quantized at load by quantize_experts).
+  weight_dtype expert_dtype = weight_dtype::fp32;
+  bool quantized_at_load = false;
 };
 
 // Fills in the packed matrices from the row-major ones (model_from_tensors
 // does).
 void pack_for_serving(served_model& m);
 
+// serve.weight_dtype int8 on a model with float experts: quantizes each
+// expert matrix per output channel (kernels::quantize_matrix_int8) and
+// packs it int8. Experts that are int8 already stay as they are.
+void quantize_experts(served_model& m);
+
+// One line for the serve start and /metrics: the experts' dtype, the
+// kernel that multiplies them and why, and what the CPU has ("experts
+// int8 (quantized at load), kernel avx512 (the CPU has avx512f and fma);
+// CPU: avx2 fma avx512f ..., no amx").
+std::string expert_weights_text(const served_model& m);
+// The same in a word, for /metrics: "int8_avx512", "int8_portable" or
+// "packed_fp32".
+std::string expert_kernel_name(const served_model& m);
+
 // Builds a model from tensors named as in Hugging Face's MixtralForCausalLM
 // (`...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
+// With `...experts.E.wN.weight_scale` ([out, 1] or [out]) beside every
+// expert matrix, the matrices are int8 codes and are packed as they are.
 // `source` names where they came from in error messages.
 expected<served_model> model_from_tensors(
   const model_shape& shape, std::map<std::string, std::vector<float>> tensors,

@@ -4,8 +4,9 @@
 // end-to-end, queue time), requests running and waiting, KV cache usage,
 // prompt and generated tokens, finished and rejected requests, preemptions,
 // prefix cache hits, all-to-all bytes, expert shard restarts, the tokens
-// routed to each expert of each layer, and what offloaded experts cost
-// (the share of rows that chose one, the steps' wait on them). Thread-safe: the
+// routed to each expert of each layer, what offloaded experts cost
+// (the share of rows that chose one, the steps' wait on them), and the
+// experts' weight dtype and kernel. Thread-safe: the
 // scheduler's thread records, HTTP threads render.
 
 #include <cstdint>
@@ -63,6 +64,9 @@ public:
   void offload_waited(double seconds);
   void set_gauges(const serve_gauges& g,
                   const std::vector<int64_t>& expert_activations);
+  // The experts' weights as served and the kernel that multiplies them
+  // (model.hpp's expert_weights_text), set once at start.
+  void set_expert_weights(const std::string& dtype, const std::string& kernel);
 
   serve_gauges gauges() const;
   serve_totals totals() const;
@@ -76,6 +80,7 @@ private:
   std::map<std::string, int64_t> finished_, rejected_;
   serve_gauges gauges_;
   std::vector<int64_t> activations_;
+  std::string weight_dtype_ = "fp32", weight_kernel_ = "packed_fp32";
 };
 
 } // namespace tutti::serve

@@ -7,9 +7,13 @@
 //    "data_offsets": [begin, end]}, ...}
 // padded with spaces so the data starts 8-byte aligned; then the data. The
 // offsets are relative to the data start, cover it exactly and without
-// overlap (this writer emits them contiguous in the given order). Only F32
-// is written; read_safetensors reads F32, read_safetensors_as_f32 also F16
-// and BF16.
+// overlap (this writer emits them contiguous in the given order). F32 is
+// written, and I8 for tensors marked int8; read_safetensors reads F32,
+// read_safetensors_as_f32 also F16, BF16 and I8.
+//
+// An 8-bit weight (`tutti export --dtype int8`, as compressed-tensors
+// stores a channel-wise int8 weight): `<name>.weight` I8 [out, in] and
+// `<name>.weight_scale` F32 [out, 1], the weight being code * scale.
 
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +29,8 @@ struct named_tensor {
   std::string name;
   std::vector<std::int64_t> shape; // [] is a scalar
   std::vector<float> data;         // product(shape) elements, row-major
+  // Stored as I8: data holds whole numbers in [-128, 127].
+  bool int8 = false;
 };
 
 // Writes atomically (tmp + fsync + rename + directory fsync), creating the
@@ -45,7 +51,8 @@ expected<std::vector<named_tensor>> read_safetensors(
   std::map<std::string, std::string>* metadata = nullptr);
 
 // read_safetensors' checks, also accepting F16 and BF16 tensors (as
-// Hugging Face models ship), converted exactly to float.
+// Hugging Face models ship), converted exactly to float, and I8 tensors
+// (their codes as floats, marked int8).
 expected<std::vector<named_tensor>> read_safetensors_as_f32(
   const std::filesystem::path& file,
   std::map<std::string, std::string>* metadata = nullptr);
