@@ -144,7 +144,8 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
       if (world % (tp * pp) != 0)
         continue;
       const int64_t dp = world / (tp * pp);
-      if (cfg.train.global_batch_size % dp != 0)
+      if (cfg.train.global_batch_size % dp != 0
+          || cfg.train.eval_sequences % dp != 0)
         continue;
       const int64_t per_dp = cfg.train.global_batch_size / dp;
       for (int64_t ep = 1; ep <= std::min(E, dp); ep *= 2) {
