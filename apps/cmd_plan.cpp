@@ -146,7 +146,12 @@ int print_search(const job_config& cfg, const train::hardware& hw,
                 "drops them)\n");
   if (found.empty())
     std::printf("none fits: raise cluster_config.device_memory_gb or the "
-                "world size, or lower train.seq_len\n");
+                "world size, lower train.seq_len or "
+                "train.global_batch_size%s\n",
+                cfg.expert_restart_in_place()
+                  ? ", or restart from checkpoints instead of in place "
+                    "(supervision.expert_shard.max_restarts: 0)"
+                  : "");
   else
     std::printf("fastest: %s (%s per rank); set %s\n",
                 train::layout_text(found.front().layout).c_str(),

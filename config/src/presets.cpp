@@ -175,19 +175,34 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
   if (parsed || !any_layout)
     return parsed;
   // The search picks its own layout: one the config gets wrong is dropped,
-  // and said so, rather than refused.
+  // and said so, rather than refused. Without it the default layout (all
+  // ranks data parallel) may not divide the batch: then the first of
+  // TP x PP (PP dividing the layers) that reads stands in; the search
+  // replaces it anyway.
   for (const auto& [section, key] : layout_keys)
     if (root[section] && root[section][key])
       root[section].remove(key);
-  YAML::Emitter again;
-  again << root;
-  auto fixed = parse_job_config(again.c_str(), source_name);
-  if (fixed) {
-    notes.push_back(parsed.message() + "; --search chooses the layout");
-    if (chosen)
-      fixed->preset = chosen->shape;
+  const auto layers = root["model"]["num_hidden_layers"];
+  const int64_t depth =
+    layers && layers.IsScalar() ? layers.as<int64_t>(0) : 1;
+  for (int64_t pp = 1; pp <= std::max<int64_t>(1, depth); pp *= 2) {
+    if (depth % pp != 0)
+      continue;
+    for (int64_t tp = 1; tp <= 8; tp *= 2) {
+      root["cluster_config"]["tensor_model_parallel_size"] = tp;
+      root["cluster_config"]["pipeline_model_parallel_size"] = pp;
+      YAML::Emitter again;
+      again << root;
+      auto fixed = parse_job_config(again.c_str(), source_name);
+      if (!fixed)
+        continue;
+      notes.push_back(parsed.message() + "; --search chooses the layout");
+      if (chosen)
+        fixed->preset = chosen->shape;
+      return fixed;
+    }
   }
-  return fixed ? fixed : parsed;
+  return parsed;
 }
 
 } // namespace tutti

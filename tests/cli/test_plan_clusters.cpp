@@ -150,6 +150,22 @@ TEST_CASE("--search drops a layout the config gets wrong and says so",
   REQUIRE(fixed.r.status == 0);
   CHECK(fixed.r.output.find("; --search chooses the layout")
         != std::string::npos);
+  CHECK(fixed.r.output.find("none fits: ") != std::string::npos);
+  CHECK(fixed.r.output.find("supervision.expert_shard.max_restarts: 0")
+        != std::string::npos);
+  // 1,024 sequences do not split over 8,192 data-parallel ranks, the
+  // layout without parallelism keys: the search still answers.
+  write_text(dir / "batch.yaml",
+             std::string(seed_cluster)
+               + "train:\n  steps: 1\n  global_batch_size: 1024\n"
+                 "  seq_len: 4096\n");
+  const auto batch =
+    plan((dir / "batch.yaml").string() + " --model mixtral-8x22b --search");
+  INFO(batch.r.output);
+  REQUIRE(batch.r.status == 0);
+  CHECK(batch.r.output.find("train.global_batch_size: must be divisible")
+        != std::string::npos);
+  CHECK(batch.r.output.find("\nfastest: ") != std::string::npos);
 }
 
 TEST_CASE("DeepSeek-V3 in its published layout fits 2,048 x 80 GB",
