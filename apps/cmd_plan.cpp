@@ -112,7 +112,7 @@ int print_search(const job_config& cfg, const train::hardware& hw,
     j["fit"] = found.size();
     j["layouts"] = rows;
     if (!found.empty())
-      j["keys"] = train::layout_keys_text(found.front().layout);
+      j["keys"] = train::layout_keys_text(cfg, found.front().layout);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -156,7 +156,7 @@ int print_search(const job_config& cfg, const train::hardware& hw,
     std::printf("fastest: %s (%s per rank); set %s\n",
                 train::layout_text(found.front().layout).c_str(),
                 gib(found.front().memory.total).c_str(),
-                train::layout_keys_text(found.front().layout).c_str());
+                train::layout_keys_text(cfg, found.front().layout).c_str());
   return 0;
 }
 
@@ -220,7 +220,7 @@ int plan_command(const std::vector<std::string>& args) {
                   "set %s\n",
                   train::layout_text(found.front().layout).c_str(),
                   gib(found.front().memory.total).c_str(), found.size(),
-                  train::layout_keys_text(found.front().layout).c_str());
+                  train::layout_keys_text(cfg, found.front().layout).c_str());
   }
   return 0;
 }

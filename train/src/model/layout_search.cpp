@@ -200,7 +200,12 @@ std::string layout_text(const parallel_layout& l) {
          + (l.optimizer_sharding ? " sharded-optimizer" : "");
 }
 
-std::string layout_keys_text(const parallel_layout& l) {
+std::string layout_keys_text(const job_config& cfg, const parallel_layout& l) {
+  const auto& p = cfg.train.precision;
+  const bool mixed = p.params != storage_dtype::fp32
+                     || p.grads != storage_dtype::fp32
+                     || p.master_weights != storage_dtype::fp32
+                     || p.moments != storage_dtype::fp32;
   return "cluster_config: {tensor_model_parallel_size: " + std::to_string(l.tp)
          + ", pipeline_model_parallel_size: " + std::to_string(l.pp)
          + (uneven(l.stage_layers)
@@ -209,7 +214,13 @@ std::string layout_keys_text(const parallel_layout& l) {
          + ", ep_size: " + std::to_string(l.ep)
          + "}, train: {micro_batches: " + std::to_string(l.micro_batches)
          + ", recompute: " + to_string(l.recompute) + ", optimizer_sharding: "
-         + (l.optimizer_sharding ? "true" : "false") + "}";
+         + (l.optimizer_sharding ? "true" : "false")
+         + (mixed ? std::string(", precision: {params: ") + to_string(p.params)
+                      + ", grads: " + to_string(p.grads)
+                      + ", master_weights: " + to_string(p.master_weights)
+                      + ", moments: " + to_string(p.moments) + "}"
+                  : "")
+         + "}";
 }
 
 } // namespace tutti::train

@@ -134,8 +134,8 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
 std::string layout_text(const parallel_layout& l);
 
 // The config keys that ask for `l`, as flow YAML: "cluster_config:
-// {...}, train: {...}".
-std::string layout_keys_text(const parallel_layout& l);
+// {...}, train: {...}", with cfg's train.precision where it is not fp32.
+std::string layout_keys_text(const job_config& cfg, const parallel_layout& l);
 
 // "params bf16, grads bf16, master weights fp32, moments fp32".
 std::string precision_text(const job_config& cfg);
