@@ -47,6 +47,7 @@ std::string plan_json(const train::capacity_plan& p) {
   const auto& m = p.memory;
   j["memory"] = {{"weights", whole(m.weights)},
                  {"gradients", whole(m.gradients)},
+                 {"master_weights", whole(m.master_weights)},
                  {"optimizer", whole(m.optimizer)},
                  {"optimizer_scratch", whole(m.optimizer_scratch)},
                  {"activations_per_micro_batch", whole(m.activations_micro)},
@@ -64,7 +65,8 @@ std::string plan_json(const train::capacity_plan& p) {
                  {"kv_cache_per_sequence", whole(m.kv_cache_per_sequence)},
                  {"total", whole(m.total)},
                  {"total_all_stages", whole(m.total_all_stages)},
-                 {"pipeline_stages", m.stages}};
+                 {"pipeline_stages", m.stages},
+                 {"fullest_stage", m.fullest_stage}};
   return j.dump();
 }
 
@@ -93,6 +95,7 @@ int print_search(const job_config& cfg, const train::hardware& hw,
       const auto& c = found[i];
       rows.push_back({{"tp", c.layout.tp},
                       {"pp", c.layout.pp},
+                      {"pipeline_layers", c.layout.stage_layers},
                       {"ep", c.layout.ep},
                       {"dp", c.layout.dp},
                       {"micro_batches", c.layout.micro_batches},
@@ -108,6 +111,8 @@ int print_search(const job_config& cfg, const train::hardware& hw,
     j["considered"] = considered;
     j["fit"] = found.size();
     j["layouts"] = rows;
+    if (!found.empty())
+      j["keys"] = train::layout_keys_text(cfg, found.front().layout);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -141,7 +146,17 @@ int print_search(const job_config& cfg, const train::hardware& hw,
                 "drops them)\n");
   if (found.empty())
     std::printf("none fits: raise cluster_config.device_memory_gb or the "
-                "world size, or lower train.seq_len\n");
+                "world size, lower train.seq_len or "
+                "train.global_batch_size%s\n",
+                cfg.expert_restart_in_place()
+                  ? ", or restart from checkpoints instead of in place "
+                    "(supervision.expert_shard.max_restarts: 0)"
+                  : "");
+  else
+    std::printf("fastest: %s (%s per rank); set %s\n",
+                train::layout_text(found.front().layout).c_str(),
+                gib(found.front().memory.total).c_str(),
+                train::layout_keys_text(cfg, found.front().layout).c_str());
   return 0;
 }
 
@@ -153,7 +168,8 @@ int plan_command(const std::vector<std::string>& args) {
                   "with the key to change");
   cl.options()("json", "one JSON object instead of text")(
     "model", po::value<std::string>(),
-    "a model preset: mixtral-8x7b, mixtral-8x22b or deepseek-v3")(
+    "a model preset: mixtral-8x7b, mixtral-8x22b, deepseek-v3, "
+    "qwen3-30b-a3b or qwen3-235b-a22b")(
     "search", "list the layouts (TP, PP, EP, DP, micro-batches, "
               "recomputation, optimizer sharding) that fit, fastest first")(
     "top", po::value<size_t>()->default_value(15), "layouts --search lists")(
@@ -172,7 +188,8 @@ int plan_command(const std::vector<std::string>& args) {
   std::vector<std::string> notes;
   auto loaded = parse_plan_config(
     text.str(), path,
-    vm.count("model") ? vm["model"].as<std::string>() : std::string(), notes);
+    vm.count("model") ? vm["model"].as<std::string>() : std::string(), notes,
+    vm.count("search") > 0);
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   const job_config& cfg = *loaded;
@@ -180,19 +197,31 @@ int plan_command(const std::vector<std::string>& args) {
   if (!json)
     for (const auto& note : notes)
       std::printf("note: %s\n", note.c_str());
-  if (vm.count("search")) {
-    if (cfg.cluster.device_memory_gb <= 0)
-      return fail(2, "plan --search: cluster_config.device_memory_gb is not "
-                     "set; the search needs the device's size");
+  if (vm.count("search"))
     return print_search(cfg,
                         train::hardware_of(cfg, vm["tflops"].as<double>()),
                         vm["top"].as<size_t>(), json);
-  }
   auto p = train::make_capacity_plan(cfg);
-  if (json)
+  if (json) {
     std::printf("%s\n", plan_json(p).c_str());
-  else
-    std::fputs(train::format_plan(cfg, p).c_str(), stdout);
+    return 0;
+  }
+  std::fputs(train::format_plan(cfg, p).c_str(), stdout);
+  if (p.total_bytes > cfg.cluster.device_memory_gb * 1e9) {
+    // The answer, not only the refusal: the layout that fits, if any.
+    int64_t considered = 0;
+    const auto found = train::search_layouts(
+      cfg, train::hardware_of(cfg, vm["tflops"].as<double>()), considered);
+    if (found.empty())
+      std::printf("no layout of the %lld considered fits either\n",
+                  static_cast<long long>(considered));
+    else
+      std::printf("fits: %s (%s per rank, the fastest of %zu that fit); "
+                  "set %s\n",
+                  train::layout_text(found.front().layout).c_str(),
+                  gib(found.front().memory.total).c_str(), found.size(),
+                  train::layout_keys_text(cfg, found.front().layout).c_str());
+  }
   return 0;
 }
 

@@ -25,4 +25,27 @@ node_address cluster_config::node(int64_t rank) const {
   return {host, coordinator_port() + 1 + rank, ""};
 }
 
+std::vector<int64_t> job_config::stage_layer_counts() const {
+  const auto& cl = cluster;
+  const int64_t stages = pp_size();
+  if (!cl.pipeline_layers.empty())
+    return cl.pipeline_layers;
+  std::vector<int64_t> out(static_cast<size_t>(stages), 0);
+  int64_t rest = model.num_hidden_layers, shared = stages;
+  if (stages > 1 && cl.pipeline_first_stage_layers > 0) {
+    out.front() = cl.pipeline_first_stage_layers;
+    rest -= out.front();
+    --shared;
+  }
+  if (stages > 1 && cl.pipeline_last_stage_layers > 0) {
+    out.back() = cl.pipeline_last_stage_layers;
+    rest -= out.back();
+    --shared;
+  }
+  for (auto& n : out)
+    if (n == 0)
+      n = shared > 0 ? rest / shared : 0;
+  return out;
+}
+
 } // namespace tutti

@@ -1,6 +1,8 @@
 // Checks across keys, in the order a reader meets the keys. Each key is
 // already within its own declared rules (field_checks.cpp).
 
+#include <algorithm>
+
 #include "checks.hpp"
 
 namespace tutti::config {
@@ -62,17 +64,71 @@ status check_cluster(const cluster_config& cl) {
                        + text(dp) + ", got " + text(cl.ep_size));
 }
 
+std::string list_text(const std::vector<int64_t>& xs) {
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    out += (i ? ", " : "") + text(xs[i]);
+  return out + "]";
+}
+
+// The stages' layer counts: a list, or first/last counts with the other
+// stages sharing the rest equally, or equal stages.
+status check_stage_layers(const job_config& c) {
+  const auto& cl = c.cluster;
+  const auto pp = c.pp_size(), layers = c.model.num_hidden_layers;
+  const auto first = cl.pipeline_first_stage_layers,
+             last = cl.pipeline_last_stage_layers;
+  if (!cl.pipeline_layers.empty()) {
+    const std::string key = "cluster_config.pipeline_layers";
+    const auto& xs = cl.pipeline_layers;
+    int64_t sum = 0;
+    for (auto n : xs)
+      sum += n;
+    TUTTI_RETURN_IF_ERROR(require(
+      static_cast<int64_t>(xs.size()) == pp, key,
+      "lists " + text(static_cast<int64_t>(xs.size()))
+        + " stages but pipeline_model_parallel_size is " + text(pp)));
+    TUTTI_RETURN_IF_ERROR(
+      require(*std::min_element(xs.begin(), xs.end()) >= 1, key,
+              "every stage needs a layer, got " + list_text(xs)));
+    TUTTI_RETURN_IF_ERROR(require(
+      sum == layers, key,
+      list_text(xs) + " sums to " + text(sum)
+        + ", but model.num_hidden_layers is " + text(layers)));
+    return require(first == 0 && last == 0, key,
+                   "set it or pipeline_first/last_stage_layers, not both");
+  }
+  const auto shared = pp - (first > 0) - (last > 0);
+  const auto rest = layers - first - last;
+  TUTTI_RETURN_IF_ERROR(require(
+    pp > 1 || (first == 0 && last == 0),
+    first > 0 ? "cluster_config.pipeline_first_stage_layers"
+              : "cluster_config.pipeline_last_stage_layers",
+    "needs pipeline_model_parallel_size > 1"));
+  if (shared == 0)
+    return require(rest == 0, "cluster_config.pipeline_last_stage_layers",
+                   "first and last stage layers must sum to "
+                   "model.num_hidden_layers (" + text(layers) + ")");
+  return require(
+    rest >= shared && rest % shared == 0,
+    first + last > 0 ? "cluster_config.pipeline_first_stage_layers"
+                     : "cluster_config.pipeline_model_parallel_size",
+    (first + last > 0
+       ? "leaves " + text(rest) + " layers for " + text(shared)
+           + " stages, not a whole number each"
+       : text(pp) + " must divide model.num_hidden_layers (" + text(layers)
+           + ") for equal stages")
+      + "; cluster_config.pipeline_layers lists uneven stages");
+}
+
 // What pipeline parallelism needs of the model, and the features it does
 // not combine with yet (refused rather than silently wrong).
 status check_pipeline_parallel(const job_config& c) {
+  TUTTI_RETURN_IF_ERROR(check_stage_layers(c));
   const auto pp = c.pp_size();
   if (pp == 1)
     return {};
   const std::string key = "cluster_config.pipeline_model_parallel_size";
-  TUTTI_RETURN_IF_ERROR(require(
-    c.model.num_hidden_layers % pp == 0, key,
-    text(pp) + " must divide model.num_hidden_layers ("
-      + text(c.model.num_hidden_layers) + "): stages hold equal layers"));
   TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
                                 "> 1 does not combine with "
                                 "moe_config.rack_aware_alltoall yet"));
@@ -210,6 +266,12 @@ status check_train(const job_config& c) {
                                 "moe_config.dispatch_dtype",
                                 std::string(to_string(c.moe.dispatch))
                                   + " needs cluster_config.device: cpu"));
+  TUTTI_RETURN_IF_ERROR(require(
+    t.precision.master_weights == storage_dtype::fp32
+      || t.precision.params == storage_dtype::bf16,
+    "train.precision.master_weights",
+    "bf16 under fp32 params would round the weights the optimizer "
+    "updates; set params: bf16 too, or master_weights: fp32"));
   return require(t.eval_sequences >= 0 && t.eval_sequences % world == 0,
                  "train.eval_sequences",
                  "must be >= 0 and divisible by " + dp);

@@ -124,6 +124,14 @@ template <named_enum E>
 std::string exact_text(E x) {
   return to_string(x);
 }
+// A list of values in YAML's flow form: [3, 4, 4].
+template <class T>
+std::string exact_text(const std::vector<T>& xs) {
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    out += (i ? ", " : "") + exact_text(xs[i]);
+  return out + "]";
+}
 
 // A scalar's kind, as a refusal names it ("expected an integer").
 template <class T>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "checks.hpp"
@@ -21,11 +22,15 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
   job_config c;
   c.source_path = source_name;
   TUTTI_RETURN_IF_ERROR(config::read_document(root, source_name, c, "section"));
+  // Unset: the experts over as many data-parallel ranks as they divide
+  // evenly (all of them when the experts are as many or more).
   if (c.cluster.ep_size == 0)
-    c.cluster.ep_size =
-      c.cluster.world_size
-      / std::max<int64_t>(1, c.cluster.tensor_model_parallel_size
-                               * c.cluster.pipeline_model_parallel_size);
+    c.cluster.ep_size = std::gcd(
+      std::max<int64_t>(1, c.moe.num_experts),
+      std::max<int64_t>(1, c.cluster.world_size
+                             / std::max<int64_t>(
+                               1, c.cluster.tensor_model_parallel_size
+                                    * c.cluster.pipeline_model_parallel_size)));
   TUTTI_RETURN_IF_ERROR(config::check_across_keys(c));
   return c;
 }

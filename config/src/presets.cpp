@@ -1,13 +1,18 @@
 // Model presets and the planning reader (presets.hpp). The numbers are the
-// published configurations; DeepSeek-V3's multi-head latent attention, its
-// shared expert and its three dense layers are planned as grouped-query
-// attention with 128 heads and 61 MoE layers of 256 routed experts.
+// published configurations (each model's Hugging Face config.json;
+// intermediate_size is the routed experts' width). What model_config has
+// no key for is carried in job_config::preset for the plan: DeepSeek-V3's
+// multi-head latent attention, its shared expert and its three leading
+// dense layers, Qwen3's head width of 128 (not hidden / heads). Not
+// counted: DeepSeek-V3's multi-token-prediction module (one more layer
+// and its head, 14B parameters, used in training only).
 
 #include "tutti/config/presets.hpp"
 
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace tutti {
 
@@ -18,12 +23,34 @@ struct preset {
   int64_t vocab, hidden, intermediate, layers, heads, kv_heads, max_seq;
   double rope_theta;
   int64_t experts, top_k;
+  preset_shape shape;
 };
 
-constexpr preset presets[] = {
-  {"mixtral-8x7b", 32000, 4096, 14336, 32, 32, 8, 32768, 1e6, 8, 2},
-  {"mixtral-8x22b", 32768, 6144, 16384, 56, 48, 8, 65536, 1e6, 8, 2},
-  {"deepseek-v3", 129280, 7168, 2048, 61, 128, 128, 163840, 10000, 256, 8},
+// preset_shape: head_dim, dense_layers, dense_intermediate, shared_experts,
+// q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+// v_head_dim.
+const preset presets[] = {
+  {"mixtral-8x7b", 32000, 4096, 14336, 32, 32, 8, 32768, 1e6, 8, 2, {}},
+  {"mixtral-8x22b", 32768, 6144, 16384, 56, 48, 8, 65536, 1e6, 8, 2, {}},
+  {"deepseek-v3", 129280, 7168, 2048, 61, 128, 128, 163840, 10000, 256, 8,
+   {0, 3, 18432, 1, 1536, 512, 128, 64, 128}},
+  {"qwen3-30b-a3b", 151936, 2048, 768, 48, 32, 4, 40960, 1e6, 128, 8,
+   {128, 0, 0, 0, 0, 0, 0, 0, 0}},
+  {"qwen3-235b-a22b", 151936, 4096, 1536, 94, 64, 4, 40960, 1e6, 128, 8,
+   {128, 0, 0, 0, 0, 0, 0, 0, 0}},
+};
+
+// The keys a layout sets (search_layouts' choices).
+const std::pair<const char*, const char*> layout_keys[] = {
+  {"cluster_config", "tensor_model_parallel_size"},
+  {"cluster_config", "pipeline_model_parallel_size"},
+  {"cluster_config", "pipeline_layers"},
+  {"cluster_config", "pipeline_first_stage_layers"},
+  {"cluster_config", "pipeline_last_stage_layers"},
+  {"cluster_config", "ep_size"},
+  {"train", "micro_batches"},
+  {"train", "recompute"},
+  {"train", "optimizer_sharding"},
 };
 
 const preset* find_preset(const std::string& name) {
@@ -53,7 +80,8 @@ std::vector<std::string> model_preset_names() {
 expected<job_config> parse_plan_config(const std::string& yaml_text,
                                        const std::string& source_name,
                                        const std::string& preset_name,
-                                       std::vector<std::string>& notes) {
+                                       std::vector<std::string>& notes,
+                                       bool any_layout) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -70,8 +98,9 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
                          + " has no model section: add one, name a preset "
                            "(model: NAME) or pass --model NAME; presets: "
                          + names_text());
+  const preset* chosen = nullptr;
   if (!name.empty()) {
-    const auto* p = find_preset(name);
+    const auto* p = chosen = find_preset(name);
     if (!p)
       return status::error("model preset " + name + " is unknown; presets: "
                            + names_text());
@@ -88,14 +117,23 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
     if (!root["moe_config"])
       root["moe_config"] = YAML::Node(YAML::NodeType::Map);
     auto moe = root["moe_config"];
+    std::string kept;
     if (!moe["num_experts"])
       moe["num_experts"] = p->experts;
+    else if (moe["num_experts"].Scalar() != std::to_string(p->experts))
+      kept = "the config's expert count";
     if (!moe["router_top_k"])
       moe["router_top_k"] = p->top_k;
+    else if (moe["router_top_k"].Scalar() != std::to_string(p->top_k))
+      kept += (kept.empty() ? "the config's " : " and ") + std::string("top-k");
     notes.push_back("model: preset " + name + " (" + std::to_string(p->layers)
                     + " layers, hidden " + std::to_string(p->hidden) + "), "
                     + moe["num_experts"].as<std::string>() + " experts top-"
                     + moe["router_top_k"].as<std::string>());
+    if (!kept.empty())
+      notes.push_back("moe_config: " + kept + " kept over the preset's ("
+                      + std::to_string(p->experts) + " experts top-"
+                      + std::to_string(p->top_k) + ")");
   }
   if (!root["train"]) {
     const auto cluster = root["cluster_config"];
@@ -109,18 +147,62 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
     t["steps"] = 1;
     t["global_batch_size"] = world;
     t["seq_len"] = std::min<int64_t>(max_seq, 4096);
+    t["precision"]["params"] = "bf16";
+    t["precision"]["grads"] = "bf16";
     root["train"] = t;
     notes.push_back("train: not in the config; planned with "
                     "global_batch_size "
                     + std::to_string(world) + " (one sequence per rank), "
-                    + "seq_len " + t["seq_len"].as<std::string>());
+                    + "seq_len " + t["seq_len"].as<std::string>()
+                    + ", bf16 parameters and gradients with fp32 master "
+                      "weights and moments (train.precision, as GPU "
+                      "clusters train)");
+  }
+  auto cluster = root["cluster_config"];
+  if (!cluster || !cluster["device_memory_gb"]) {
+    root["cluster_config"]["device_memory_gb"] = 80;
+    notes.push_back("cluster_config.device_memory_gb: not set; planned for "
+                    "80 GB devices");
   }
   for (const char* section : {"data", "run"})
     if (!root[section])
       root[section]["dir"] = std::string("(planning only)");
   YAML::Emitter out;
   out << root;
-  return parse_job_config(out.c_str(), source_name);
+  auto parsed = parse_job_config(out.c_str(), source_name);
+  if (parsed && chosen)
+    parsed->preset = chosen->shape;
+  if (parsed || !any_layout)
+    return parsed;
+  // The search picks its own layout: one the config gets wrong is dropped,
+  // and said so, rather than refused. Without it the default layout (all
+  // ranks data parallel) may not divide the batch: then the first of
+  // TP x PP (PP dividing the layers) that reads stands in; the search
+  // replaces it anyway.
+  for (const auto& [section, key] : layout_keys)
+    if (root[section] && root[section][key])
+      root[section].remove(key);
+  const auto layers = root["model"]["num_hidden_layers"];
+  const int64_t depth =
+    layers && layers.IsScalar() ? layers.as<int64_t>(0) : 1;
+  for (int64_t pp = 1; pp <= std::max<int64_t>(1, depth); pp *= 2) {
+    if (depth % pp != 0)
+      continue;
+    for (int64_t tp = 1; tp <= 8; tp *= 2) {
+      root["cluster_config"]["tensor_model_parallel_size"] = tp;
+      root["cluster_config"]["pipeline_model_parallel_size"] = pp;
+      YAML::Emitter again;
+      again << root;
+      auto fixed = parse_job_config(again.c_str(), source_name);
+      if (!fixed)
+        continue;
+      notes.push_back(parsed.message() + "; --search chooses the layout");
+      if (chosen)
+        fixed->preset = chosen->shape;
+      return fixed;
+    }
+  }
+  return parsed;
 }
 
 } // namespace tutti

@@ -38,6 +38,12 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(c.cluster.tensor_model_parallel_size == 1);
   CHECK(c.cluster.pipeline_model_parallel_size == 1);
   CHECK(c.cluster.host == "127.0.0.1");
+  // More data-parallel ranks than experts: the experts spread over as
+  // many as divide them (8 ranks, 4 experts: EP4, two expert replicas).
+  const auto wide =
+    parse(with("  world_size: 2", "  world_size: 8",
+               with("  nproc_per_node: 2", "  nproc_per_node: 8", base)));
+  CHECK(wide.ep_size() == 4);
   // With tensor parallelism, ep_size 0 means "all data-parallel ranks".
   const auto tp = parse(
     with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2"));
@@ -283,6 +289,58 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("moe_config.router_top_k"));
     CHECK_THAT(msg, Contains("num_experts"));
   }
+  SECTION("pipeline stages that do not hold the layers") {
+    const auto pp2 = [&](const std::string& keys) {
+      return with("  ep_size: 0",
+                  "  ep_size: 0\n  pipeline_model_parallel_size: 2\n" + keys);
+    };
+    auto msg = refusal(pp2("  pipeline_layers: [1, 1, 1]"));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_layers: lists 3 "
+                               "stages but pipeline_model_parallel_size is 2"));
+    msg = refusal(pp2("  pipeline_layers: [2, 1]"));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_layers: [2, 1] sums "
+                               "to 3, but model.num_hidden_layers is 2"));
+    msg = refusal(pp2("  pipeline_layers: [2, 0]"));
+    CHECK_THAT(msg, Contains("every stage needs a layer"));
+    msg = refusal(pp2("  pipeline_first_stage_layers: 3"));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_first_stage_layers"));
+    msg = refusal(with("  ep_size: 0", "  ep_size: 0\n"
+                                       "  pipeline_last_stage_layers: 1"));
+    CHECK_THAT(msg, StartsWith("cluster_config.pipeline_last_stage_layers: "
+                               "needs pipeline_model_parallel_size > 1"));
+    // Accepted: a list, and first/last counts with equal stages between.
+    const auto listed = parse(pp2("  pipeline_layers: [1, 1]"));
+    CHECK(listed.stage_layer_counts() == std::vector<int64_t>{1, 1});
+    const auto five = with("  num_hidden_layers: 2", "  num_hidden_layers: 5");
+    const auto pp3 = [&](const std::string& keys) {
+      return with("  world_size: 2", "  world_size: 3",
+                  with("  nproc_per_node: 2", "  nproc_per_node: 3",
+                       with("  global_batch_size: 8", "  global_batch_size: 9",
+                            with("  ep_size: 0",
+                                 "  ep_size: 1\n"
+                                 "  pipeline_model_parallel_size: 3\n"
+                                   + keys,
+                                 five))));
+    };
+    CHECK(parse(pp3("  pipeline_first_stage_layers: 1")).stage_layer_counts()
+          == std::vector<int64_t>{1, 2, 2});
+    CHECK(parse(pp3("  pipeline_last_stage_layers: 3")).stage_layer_counts()
+          == std::vector<int64_t>{1, 1, 3});
+    msg = refusal(pp3(""));
+    CHECK_THAT(msg, Contains("cluster_config.pipeline_layers lists uneven "
+                             "stages"));
+  }
+  SECTION("bf16 master weights under fp32 parameters") {
+    auto msg = refusal(with("  seq_len: 32", "  seq_len: 32\n"
+                                             "  precision: {master_weights: "
+                                             "bf16}"));
+    CHECK_THAT(msg, StartsWith("train.precision.master_weights"));
+    const auto mixed = parse(with(
+      "  seq_len: 32", "  seq_len: 32\n  precision: {params: bf16, grads: "
+                       "bf16, moments: bf16}"));
+    CHECK(mixed.train.precision.params == storage_dtype::bf16);
+    CHECK(mixed.train.precision.master_weights == storage_dtype::fp32);
+  }
   SECTION("world_size != nnodes * nproc_per_node") {
     auto msg = refusal(with("  world_size: 2", "  world_size: 4"));
     CHECK_THAT(msg, StartsWith("cluster_config.world_size"));
@@ -291,6 +349,7 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
   SECTION("num_experts not divisible by ep_size") {
     auto yaml = with("  num_experts: 4", "  num_experts: 3");
     yaml = with("  router_top_k: 2", "  router_top_k: 1", yaml);
+    yaml = with("  ep_size: 0", "  ep_size: 2", yaml);
     auto msg = refusal(yaml);
     CHECK_THAT(msg, StartsWith("moe_config.num_experts"));
     CHECK_THAT(msg, Contains("ep_size"));

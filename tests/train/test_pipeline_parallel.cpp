@@ -23,6 +23,10 @@
 //   gradient norms to the bit (a norm piece that crosses a stage's optimizer
 //   slices is joined over the dp ranks, adding zeros), and its checkpoint
 //   resumes on (DP2·EP2) with that run's losses to the bit.
+// - Stages of unequal layers (cluster_config.pipeline_layers: 5 layers as
+//   [1, 2, 2] and [2, 2, 1] over PP3) give the world-1 losses to the bit;
+//   a [1, 2, 2] checkpoint resumes on world 1 to the bit and on (DP2·EP2)
+//   within 1e-3, as PP2's.
 // - What PP does not combine with yet is refused with the key's name.
 
 #include <catch2/catch.hpp>
@@ -51,6 +55,20 @@ std::string tp2_config(const scratch_job& job, const std::string& name,
                          "  micro_batches: 4\n" + train_extra);
 }
 
+// pp_config with 5 layers; with pp 3, in the stages `stages` lists.
+std::string five_layers(const scratch_job& job, const std::string& name,
+                        int world, int pp, const std::string& stages,
+                        int steps, const std::string& train_extra = "") {
+  auto text = replace_once(pp_config(job, name, world, pp, steps, train_extra),
+                           "  num_hidden_layers: 2\n",
+                           "  num_hidden_layers: 5\n");
+  return pp != 3 ? text
+                 : replace_once(text, "  pipeline_model_parallel_size: 3\n",
+                                "  pipeline_model_parallel_size: 3\n"
+                                "  pipeline_layers: "
+                                  + stages + "\n");
+}
+
 } // namespace
 
 TEST_CASE("pipeline parallelism gives the losses of world 1 to the bit",
@@ -74,6 +92,49 @@ TEST_CASE("pipeline parallelism gives the losses of world 1 to the bit",
     INFO("PP2·DP2 against DP2, step " << i + 1);
     CHECK(pp2dp2.loss[i] == dp2.loss[i]);
   }
+}
+
+TEST_CASE("an uneven 3-stage pipeline of 5 layers gives the losses of "
+          "world 1 to the bit",
+          "[integration]") {
+  auto job = scratch_with_data("pipeline_uneven");
+  auto world1 = train_series(job.dir, "w1",
+                             five_layers(job, "w1", 1, 1, "", 10));
+  REQUIRE(world1.loss.size() == 10);
+  for (const char* stages : {"[1, 2, 2]", "[2, 2, 1]"}) {
+    auto pp3 = train_series(job.dir, "pp3",
+                            five_layers(job, "pp3", 3, 3, stages, 10));
+    INFO(stages << ": " << pp3.output);
+    REQUIRE(pp3.loss.size() == 10);
+    for (size_t i = 0; i < 10; ++i) {
+      INFO("step " << i + 1);
+      CHECK(pp3.loss[i] == world1.loss[i]);
+      CHECK(pp3.grad_norm[i] == world1.grad_norm[i]);
+    }
+  }
+}
+
+TEST_CASE("an uneven PP3 checkpoint resumes on world 1 and on DP2·EP2",
+          "[integration]") {
+  auto job = scratch_with_data("pipeline_uneven_resume");
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "pp3",
+    [&](const std::string& name, int steps) {
+      return five_layers(job, name, 3, 3, "[1, 2, 2]", steps, flat);
+    },
+    [&](const std::string& name, int world, int steps) {
+      return five_layers(job, name, world, 1, "", steps, flat);
+    },
+    false,
+    [](int world, const std::vector<double>& whole,
+       const std::vector<double>& resumed, double worst) {
+      // As PP2's: world 1 to the bit, (DP2·EP2) within its own drift.
+      if (world == 1)
+        CHECK(resumed == whole);
+      else
+        CHECK(worst <= 1e-3);
+    });
 }
 
 TEST_CASE("a PP2 checkpoint resumes on world 1 and on DP2·EP2",

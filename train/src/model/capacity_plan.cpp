@@ -79,31 +79,35 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   const auto& m = cfg.model;
   const auto& e = cfg.moe;
   const auto& cl = cfg.cluster;
-  const double d = m.hidden_size, f = m.intermediate_size, v = m.vocab_size;
-  const double hd = m.head_dim(), hq = m.num_attention_heads,
-               hkv = m.num_key_value_heads, layers = m.num_hidden_layers;
-  const double E = e.num_experts, k = e.router_top_k;
+  const double d = m.hidden_size, v = m.vocab_size;
+  const double hd = head_dim_of(cfg), hq = m.num_attention_heads,
+               layers = m.num_hidden_layers;
+  const double k = e.router_top_k;
   const double s = cfg.train.seq_len;
   const double seqs = static_cast<double>(cfg.train.global_batch_size)
                       / cl.world_size;
   const double n = seqs * s; // local tokens per step
 
-  const double attn = d * hq * hd * 2 + d * hkv * hd * 2; // q, o, k, v
-  const double per_layer_dense = 2 * d + attn + E * d;    // norms, router
-  p.dense_params = static_cast<int64_t>(v * d * 2 + d
-                                        + layers * per_layer_dense);
-  const double per_expert = 3 * d * f;
-  p.expert_params_total = static_cast<int64_t>(layers * E * per_expert);
-  p.expert_params_per_rank = static_cast<int64_t>(
-    layers * cfg.experts_per_rank() * per_expert);
-  p.active_params_per_token = static_cast<int64_t>(p.dense_params
-                                                   + layers * k * per_expert);
+  double dense = v * d * 2 + d, experts = 0, active = 0, moe_layers = 0;
+  for (int64_t i = 0; i < m.num_hidden_layers; ++i) {
+    const auto layer = params_of_layer(cfg, i, 1, 1);
+    dense += layer.dense;
+    experts += layer.experts;
+    active += k * layer.per_expert;
+    moe_layers += layer.per_expert > 0;
+  }
+  p.dense_params = static_cast<int64_t>(dense);
+  p.expert_params_total = static_cast<int64_t>(experts);
+  p.expert_params_per_rank =
+    static_cast<int64_t>(experts / static_cast<double>(cfg.ep_size()));
+  p.active_params_per_token = static_cast<int64_t>(dense + active);
 
   // Memory by component: memory_plan.cpp, for the config's own layout.
   p.memory = plan_memory(cfg, layout_of(cfg));
   p.weights_bytes = p.memory.weights;
   p.grads_bytes = p.memory.gradients;
-  p.optimizer_bytes = p.memory.optimizer + p.memory.optimizer_scratch;
+  p.optimizer_bytes = p.memory.master_weights + p.memory.optimizer
+                      + p.memory.optimizer_scratch;
   p.activation_bytes = p.memory.activations + p.memory.working;
   p.dispatch_buffer_bytes = p.memory.dispatch;
   p.total_bytes = p.memory.total;
@@ -123,7 +127,7 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
   // dispatch in moe_config.dispatch_dtype, the others in float32.
   const double dispatched = static_cast<double>(
     moe::dispatch_row_bytes(e.dispatch, m.hidden_size));
-  p.alltoall_bytes = layers * rows * (3 * d * fp32 + dispatched);
+  p.alltoall_bytes = moe_layers * rows * (3 * d * fp32 + dispatched);
   p.alltoall_cross_node_bytes = p.alltoall_bytes * cross_node;
   p.alltoall_cross_rack_bytes = p.alltoall_bytes * cross_rack;
   const double edp = static_cast<double>(cl.world_size) / cfg.ep_size();
@@ -170,9 +174,19 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("active per token", count_text(p.active_params_per_token));
   const auto& mem = p.memory;
   const auto layout = layout_of(cfg);
-  out << "memory per rank (fp32), " << layout_text(layout) << "\n";
+  out << "memory per rank (" << precision_text(cfg) << "), "
+      << layout_text(layout)
+      << (layout.pp > 1
+            ? ", stage " + std::to_string(mem.fullest_stage) + " the fullest"
+            : "")
+      << "\n";
   row("weights", bytes_text(mem.weights));
   row("gradients", bytes_text(mem.gradients));
+  if (mem.master_weights > 0)
+    row("master weights", bytes_text(mem.master_weights),
+        layout.optimizer_sharding
+          ? "fp32, dense ones sharded over DP " + std::to_string(layout.dp)
+          : "fp32");
   row("optimizer moments", bytes_text(mem.optimizer),
       layout.optimizer_sharding
         ? "AdamW m and v, dense ones sharded over DP "

@@ -9,8 +9,11 @@ namespace tutti::train {
 namespace names = model::names;
 
 layer_range stage_layers(const job_config& cfg, int64_t stage) {
-  const int64_t per = cfg.model.num_hidden_layers / cfg.pp_size();
-  return {per * stage, per * (stage + 1)};
+  const auto counts = cfg.stage_layer_counts();
+  int64_t first = 0;
+  for (int64_t s = 0; s < stage; ++s)
+    first += counts[static_cast<size_t>(s)];
+  return {first, first + counts[static_cast<size_t>(stage)]};
 }
 
 int64_t layer_of(const std::string& name) {

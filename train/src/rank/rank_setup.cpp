@@ -3,6 +3,7 @@
 #include "rank/rank_setup.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "tutti/runtime/rendezvous.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
@@ -141,6 +142,19 @@ kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
 
 status check_rank_device(const job_config& cfg) {
   const auto& cl = cfg.cluster;
+  // tutti plan counts bf16 training state; the engine stores fp32 only.
+  const auto& p = cfg.train.precision;
+  for (const auto& [key, dtype] :
+       {std::pair{"params", p.params}, std::pair{"grads", p.grads},
+        std::pair{"master_weights", p.master_weights},
+        std::pair{"moments", p.moments}})
+    if (dtype != storage_dtype::fp32)
+      return status::error(std::string("train.precision.") + key + ": "
+                           + to_string(dtype)
+                           + " is planned (tutti plan) but not run on "
+                           + "cluster_config.device "
+                           + to_string(cl.device)
+                           + " yet: training stores fp32");
   if (cl.backend() == backend_kind::other)
     return status::error("cluster_config.communication_backend: '"
                          + cl.communication_backend

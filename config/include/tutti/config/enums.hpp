@@ -15,6 +15,8 @@ namespace tutti {
 enum class compute_device { cpu, cuda };
 // train.gemm_precision: GEMM inputs in fp32, or bf16 with fp32 accumulation.
 enum class gemm_precision { fp32, bf16 };
+// train.precision.*: what a kind of training state is stored in.
+enum class storage_dtype { fp32, bf16 };
 // train.recompute: which activations backward recomputes instead of keeping.
 enum class recompute_mode { none, selective, full };
 // diag.on_start: the interconnect check before every job start.
@@ -50,6 +52,10 @@ struct enum_names<compute_device> {
 };
 template <>
 struct enum_names<gemm_precision> {
+  static constexpr std::array names{"fp32", "bf16"};
+};
+template <>
+struct enum_names<storage_dtype> {
   static constexpr std::array names{"fp32", "bf16"};
 };
 template <>

@@ -45,9 +45,12 @@ struct cluster_config {
   int64_t nproc_per_node = 1;
   std::string communication_backend = "gloo"; // an open set: enums.hpp
   compute_device device = compute_device::cpu;
-  int64_t ep_size = 0; // 0 = world_size (filled in by the loader)
+  int64_t ep_size = 0; // 0 = filled in by the loader (see its doc)
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
+  std::vector<int64_t> pipeline_layers; // per stage; empty = even shares
+  int64_t pipeline_first_stage_layers = 0; // 0 = an even share
+  int64_t pipeline_last_stage_layers = 0;
   std::string host = "127.0.0.1";
   int64_t collective_timeout_ms = 60000;
   local_transport_kind local_transport = local_transport_kind::memory;
@@ -91,9 +94,10 @@ void visit_fields(Visitor& v, cluster_config& c) {
           "where ranks compute; cuda: local rank i on GPU i % count, its "
           "expert shard on the same GPU");
   v.field("ep_size", c.ep_size,
-          "ranks the experts are spread over (0 = the data-parallel size "
-          "world_size / (tensor_model_parallel_size * "
-          "pipeline_model_parallel_size)); divides it");
+          "ranks the experts are spread over; divides the data-parallel "
+          "size world_size / (tensor_model_parallel_size * "
+          "pipeline_model_parallel_size) and moe_config.num_experts (0 = "
+          "the largest that divides both)");
   v.field("tensor_model_parallel_size", c.tensor_model_parallel_size,
           "tensor parallelism (Megatron): attention heads and the experts' "
           "intermediate dimension split over this many ranks; divides "
@@ -102,9 +106,23 @@ void visit_fields(Visitor& v, cluster_config& c) {
   v.field("pipeline_model_parallel_size", c.pipeline_model_parallel_size,
           "pipeline parallelism (Megatron, 1F1B): the layers split into this "
           "many contiguous stages, train.micro_batches in flight; divides "
-          "num_hidden_layers, and times tensor_model_parallel_size divides "
-          "world_size",
+          "num_hidden_layers (unless pipeline_layers or the first/last "
+          "stage counts give the stages' layers), and times "
+          "tensor_model_parallel_size divides world_size",
           at_least(1));
+  v.field("pipeline_layers", c.pipeline_layers,
+          "layers of each pipeline stage, first to last (e.g. [3, 4, 4, "
+          "2]): as many as pipeline_model_parallel_size, summing to "
+          "num_hidden_layers (empty = equal stages)");
+  v.field("pipeline_first_stage_layers", c.pipeline_first_stage_layers,
+          "layers of the first stage, the embedding's (Megatron's "
+          "decoder_first_pipeline_num_layers); the stages without a count "
+          "share the rest equally",
+          at_least(0, "0 = an equal share"));
+  v.field("pipeline_last_stage_layers", c.pipeline_last_stage_layers,
+          "layers of the last stage, the LM head's; as "
+          "pipeline_first_stage_layers",
+          at_least(0, "0 = an equal share"));
   v.field("host", c.host, "address the data plane binds to without nodes",
           not_fingerprinted);
   v.field("collective_timeout_ms", c.collective_timeout_ms,
@@ -186,6 +204,31 @@ void visit_fields(Visitor& v, diag_config& c) {
           not_fingerprinted);
 }
 
+// What each kind of training state is stored in. bf16 parameters and
+// gradients with fp32 master weights and fp32 or bf16 moments is the GPU
+// convention `tutti plan` counts; training itself stores fp32 today.
+struct precision_config {
+  storage_dtype params = storage_dtype::fp32;
+  storage_dtype grads = storage_dtype::fp32;
+  storage_dtype master_weights = storage_dtype::fp32;
+  storage_dtype moments = storage_dtype::fp32;
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, precision_config& c) {
+  v.field("params", c.params,
+          "the weights forward and backward read; bf16 is planned by `tutti "
+          "plan` and refused by a job (training stores fp32)");
+  v.field("grads", c.grads, "the gradients; as params");
+  v.field("master_weights", c.master_weights,
+          "the copy the optimizer updates when params are bf16 (none when "
+          "they are fp32); sharded over data parallel with "
+          "optimizer_sharding");
+  v.field("moments", c.moments,
+          "AdamW's m and v; sharded over data parallel with "
+          "optimizer_sharding; bf16 as params");
+}
+
 struct train_config {
   int64_t steps = 0;
   int64_t global_batch_size = 0;
@@ -203,6 +246,7 @@ struct train_config {
   uint64_t seed = 1234;
   int64_t micro_batches = 1;
   bool optimizer_sharding = false;
+  precision_config precision;
   tutti::recompute_mode recompute = tutti::recompute_mode::none;
   int64_t eval_interval = 0;
   int64_t eval_sequences = 0;
@@ -243,6 +287,8 @@ void visit_fields(Visitor& v, train_config& c) {
           "each rank updates its slice of AdamW state, weights all-gathered; "
           "same results, so a job may resume with it flipped",
           not_fingerprinted);
+  v.field("precision", c.precision,
+          "storage of parameters, gradients, master weights and moments");
   v.field("recompute", c.recompute,
           "activations backward recomputes instead of keeping: none, "
           "selective (attention core) or full (each layer from its input); "
@@ -519,6 +565,20 @@ void visit_fields(Visitor& v, alerts_config& c) {
           at_least(1), not_fingerprinted);
 }
 
+// What a model preset knows of its shape beyond model_config's keys, for
+// `tutti plan` only (config/presets.cpp); 0 = as model_config says. Not a
+// config key: training has none of these yet.
+struct preset_shape {
+  int64_t head_dim = 0;           // set apart from hidden / heads (Qwen3)
+  int64_t dense_layers = 0;       // leading layers with a dense FFN
+  int64_t dense_intermediate = 0; // their FFN width
+  int64_t shared_experts = 0;     // experts every token passes through
+  // Multi-head latent attention (DeepSeek-V3): low-rank query and KV, the
+  // KV cache holding the latent and the rotary key only.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+};
+
 struct job_config {
   cluster_config cluster;
   model_config model;
@@ -534,6 +594,7 @@ struct job_config {
   alerts_config alerts;
   security_config security;
   std::string source_path; // the file it came from, for messages
+  preset_shape preset;      // from a model preset, planning only
 
   int64_t ep_size() const { return cluster.ep_size; }
   // Ranks that split each layer's weights (tensor parallelism), and the
@@ -554,6 +615,10 @@ struct job_config {
   int64_t pp_stage_of(int64_t rank) const {
     return rank / (dp_size() * tp_size());
   }
+  // Layers of each pipeline stage, first to last: cluster_config's
+  // pipeline_layers, or its first/last-stage counts with equal shares
+  // between, or equal stages (as check_across_keys has checked).
+  std::vector<int64_t> stage_layer_counts() const;
   int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
   // A failed expert shard restarts in place (its rank replays the step's
   // expert work) unless its supervision allows no restart: then the shards

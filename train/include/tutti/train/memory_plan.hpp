@@ -15,7 +15,19 @@
 // (1F1B); the LM head's buffers on every stage, its logits' gradient on
 // the last; stage 0's ranks receive the later stages' layers and take the
 // checkpoint copies of the whole model. The two combine (TP·PP): each
-// stage holds its TP rank's slices of its layers.
+// stage holds its TP rank's slices of its layers. Stages may hold unequal
+// layer counts (cluster_config.pipeline_layers); the search splits layers
+// so the fullest stage is as small as it can be.
+//
+// Training state is counted in train.precision's dtypes: parameters and
+// gradients, master weights where parameters are bf16 and master weights
+// fp32, the two AdamW moments; with the distributed optimizer the dense
+// master weights and moments are sharded over data parallel (the experts'
+// are not, as the engine runs it). Activations, working and dispatch
+// buffers are counted in the parameters' dtype (the GPU convention: bf16
+// parameters, bf16 compute). A model preset's shape details
+// (job_config::preset: MLA, shared experts, leading dense layers, an
+// explicit head width) are counted where set.
 
 #include <cstdint>
 #include <string>
@@ -30,15 +42,36 @@ struct parallel_layout {
   int64_t micro_batches = 1;
   recompute_mode recompute = recompute_mode::none;
   bool optimizer_sharding = false;
+  std::vector<int64_t> stage_layers; // layers per stage; empty = equal
 };
 
 // The layout a config asks for.
 parallel_layout layout_of(const job_config& cfg);
 
+// One layer's parameters on a rank of tensor parallel `tp` and expert
+// parallel `ep`: the dense ones (attention, norms, router, shared experts
+// or a leading layer's dense FFN) and the rank's routed experts';
+// `per_expert` is one routed expert's (0 in a dense layer).
+struct layer_params {
+  double dense = 0, experts = 0, per_expert = 0;
+};
+layer_params params_of_layer(const job_config& cfg, int64_t layer, int64_t tp,
+                             int64_t ep);
+
+// The head width attention works in (a preset's, MLA's query-key width,
+// else hidden / heads).
+double head_dim_of(const job_config& cfg);
+
+// Layers per stage for `l` that make the fullest stage smallest (the
+// first stage's embedding and in-flight micro-batches, the last's head).
+std::vector<int64_t> balanced_stage_layers(const job_config& cfg,
+                                           const parallel_layout& l);
+
 // Bytes per rank, the fullest rank (pipeline: the first or the last stage,
 // whichever holds more).
 struct memory_breakdown {
   double weights = 0, gradients = 0;
+  double master_weights = 0; // fp32 copy of bf16 parameters (dense / dp if sharded)
   double optimizer = 0;         // AdamW moments (the dense ones / dp if sharded)
   double optimizer_scratch = 0; // the experts' second set (restart in place)
   double activations_micro = 0; // kept for backward by one micro-batch
@@ -59,6 +92,7 @@ struct memory_breakdown {
   double total = 0; // everything but the KV cache
   double total_all_stages = 0; // one rank of each pipeline stage together
   int64_t stages = 1;          // pipeline stages
+  int64_t fullest_stage = 0;   // whose numbers these are
 };
 
 memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l);
@@ -98,5 +132,12 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
                                           int64_t& considered);
 
 std::string layout_text(const parallel_layout& l);
+
+// The config keys that ask for `l`, as flow YAML: "cluster_config:
+// {...}, train: {...}", with cfg's train.precision where it is not fp32.
+std::string layout_keys_text(const job_config& cfg, const parallel_layout& l);
+
+// "params bf16, grads bf16, master weights fp32, moments fp32".
+std::string precision_text(const job_config& cfg);
 
 } // namespace tutti::train

@@ -1,6 +1,6 @@
 #pragma once
 // Pipeline parallelism's split of the weights: stage s of p holds only its
-// layers [first, last) (equal shares, job_config::pp_stage_of), the
+// layers [first, last) (job_config::stage_layer_counts: equal shares or as listed), the
 // embedding with the first stage and the final norm and LM head with the
 // last (the model has no tied embedding). Each stage's tensors keep the
 // whole model's order, so the stages' layouts one after another are the
