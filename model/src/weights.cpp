@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "tutti/model/family.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/store/expert_blocks.hpp"
@@ -112,7 +113,14 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
       if (!seen.insert(t.name).second)
         return status::error(file.string() + ": tensor " + t.name
                              + " appears twice");
-      w.tensors.push_back({t.name, t.shape, std::move(t.data)});
+      // Under tutti's names whatever the family (family.hpp); a name that
+      // does not come back is another family's.
+      auto name = tutti_tensor_name(w.shape.family, t.name);
+      if (hf_tensor_name(w.shape.family, name) != t.name)
+        return status::error(file.string() + ": tensor " + t.name
+                             + " is not a " + to_string(w.shape.family)
+                             + " tensor");
+      w.tensors.push_back({std::move(name), t.shape, std::move(t.data)});
     }
   }
   return w;

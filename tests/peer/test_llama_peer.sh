@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# llama.cpp loads tutti's GGUF export of the medium model (F32 and F16) and
-# its greedy continuations and log-probabilities equal `tutti serve`'s on the
-# Hugging Face export of the same weights. Exits 77 (CTest: skipped) where
+# llama.cpp loads tutti's GGUF export of the medium model (F32 and F16), and
+# of the same model as a Qwen3-MoE (its qwen3moe architecture: QK-norm,
+# heads of their own size), and its greedy continuations and
+# log-probabilities equal `tutti serve`'s on the Hugging Face export of the
+# same weights. Exits 77 (CTest: skipped) where
 # node or node-llama-cpp (deploy/install-deps.sh --bench) is missing.
 set -euo pipefail
 src=${TUTTI_SOURCE_DIR:?} bin=${TUTTI_BINARY_DIR:?}
@@ -21,3 +23,16 @@ cd "$peer"
 timeout 120 node compare_llama.mjs --gguf "$work/f32/model-f32.gguf" --url "$url" --tolerance 1e-5
 # F16 weights in llama.cpp against F32 in tutti: the rounding of the weights.
 timeout 120 node compare_llama.mjs --gguf "$work/f16/model-f16.gguf" --url "$url" --tolerance 3e-3
+# The same model as a Qwen3-MoE, F32: llama.cpp's qwen3moe against tutti.
+kill "$server"; wait "$server" 2>/dev/null || true
+sed 's/^model:$/model:\n  family: qwen3_moe\n  head_dim: 48/' \
+  "$src/configs/medium.yaml" >"$work/qwen3.yaml"
+for format in "gguf --dtype f32" "hf"; do
+  timeout 120 "$tutti" export --init "$work/qwen3.yaml" --format $format \
+    --out "$work/qwen3-${format##* }"
+done
+sed "s#runs/medium/export#$work/qwen3-hf#" "$src/configs/serve-medium.yaml" \
+  >"$work/serve-qwen3.yaml"
+start_serve "$work/serve-qwen3.yaml" 300
+cd "$peer"
+timeout 120 node compare_llama.mjs --gguf "$work/qwen3-f32/model-f32.gguf" --url "$url" --tolerance 1e-5

@@ -24,6 +24,9 @@ enum class all_to_all_mode { enabled, disabled };
 // moe_config.dispatch_dtype: the rows the MoE dispatch sends, as they are
 // or quantized per row to 8 bits (moe/token_exchange.hpp).
 enum class dispatch_dtype { fp32, int8, fp8 };
+// model.family: the architecture the weights belong to, by Hugging Face's
+// model_type (model/family.hpp holds what differs between them).
+enum class model_family { mixtral, qwen3_moe, deepseek_v3 };
 // cluster_config.local_transport: how ranks of one process exchange.
 enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
@@ -64,6 +67,10 @@ struct enum_names<all_to_all_mode> {
 template <>
 struct enum_names<dispatch_dtype> {
   static constexpr std::array names{"fp32", "int8", "fp8"};
+};
+template <>
+struct enum_names<model_family> {
+  static constexpr std::array names{"mixtral", "qwen3_moe", "deepseek_v3"};
 };
 template <>
 struct enum_names<local_transport_kind> {
