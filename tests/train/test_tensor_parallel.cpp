@@ -28,18 +28,10 @@ std::string tp_config(const scratch_job& job, const std::string& name,
   return train_extra.empty() ? text : with_train_keys(text, train_extra);
 }
 
-// The same model as a Qwen3-MoE: QK-norm (its weights' gradients partial
-// on each TP rank, summed over the group), heads of 12 (4 x 12 != 32),
-// gates without renormalisation.
-std::string as_qwen3(std::string text) {
-  text = replace_once(text, "model:\n",
-                      "model:\n  family: qwen3_moe\n  head_dim: 12\n");
-  return replace_once(text, "  router_top_k: 2\n",
-                      "  router_top_k: 2\n  norm_topk_prob: false\n");
-}
-
 } // namespace
 
+// as_qwen3: QK-norm's weights get partial gradients on each TP rank,
+// summed over the group.
 TEST_CASE("Qwen3-MoE under tensor parallelism gives the losses of world 1",
           "[integration]") {
   auto job = scratch_with_data("tensor_parallel_qwen3");
