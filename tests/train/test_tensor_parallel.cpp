@@ -5,7 +5,8 @@
 //   losses of world 1 within 1e-4 relative over 30 steps (the TP sums
 //   change the order of additions, so not to the bit).
 // - A Qwen3-MoE (QK-norm, heads of their own size, gates without
-//   renormalisation) under TP2 gives the losses of world 1 likewise.
+//   renormalisation) under TP2 gives the losses of world 1 likewise, and
+//   its TP2 checkpoint resumes on world 1 and on (DP2·EP2).
 // - A TP2 checkpoint holds whole tensors: it resumes on world 1 and on
 //   (DP2·EP2) with the losses of the uninterrupted world-1 run within 1e-4,
 //   and `tutti export` reads it.
@@ -77,6 +78,23 @@ TEST_CASE("a TP2 checkpoint resumes on world 1 and on DP2·EP2",
     },
     [&](const std::string& name, int world, int steps) {
       return tp_config(job, name, world, 1, steps, flat);
+    },
+    true,
+    [](int, const std::vector<double>&, const std::vector<double>&,
+       double worst) { CHECK(worst <= 1e-4); });
+}
+
+TEST_CASE("a Qwen3-MoE TP2 checkpoint resumes on world 1 and on DP2·EP2",
+          "[integration]") {
+  auto job = scratch_with_data("tensor_parallel_qwen3_resume");
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "tp2",
+    [&](const std::string& name, int steps) {
+      return as_qwen3(tp_config(job, name, 2, 2, steps, flat));
+    },
+    [&](const std::string& name, int world, int steps) {
+      return as_qwen3(tp_config(job, name, world, 1, steps, flat));
     },
     true,
     [](int, const std::vector<double>&, const std::vector<double>&,
