@@ -87,15 +87,18 @@ status check_shape(const model_shape& s) {
   if (s.family != model_family::mixtral && s.family != model_family::qwen3_moe)
     return status::error(
       "model_type: only mixtral and qwen3_moe are supported");
+  // Qwen3-MoE's config.json names two of them differently.
+  const bool qwen3 = s.family == model_family::qwen3_moe;
+  const char* experts = qwen3 ? "num_experts" : "num_local_experts";
   const std::pair<const char*, int64_t> sizes[] = {
     {"vocab_size", s.vocab},
     {"hidden_size", s.hidden},
-    {"intermediate_size", s.intermediate},
+    {qwen3 ? "moe_intermediate_size" : "intermediate_size", s.intermediate},
     {"num_hidden_layers", s.layers},
     {"num_attention_heads", s.q_heads},
     {"num_key_value_heads", s.kv_heads},
     {"head_dim", s.head_dim},
-    {"num_local_experts", s.experts},
+    {experts, s.experts},
     {"num_experts_per_tok", s.top_k},
     {"max_position_embeddings", s.max_positions}};
   for (const auto& [key, v] : sizes)
@@ -107,7 +110,8 @@ status check_shape(const model_shape& s) {
   if (s.head_dim % 2 != 0)
     return status::error("head_dim must be even (rotary embedding)");
   if (s.top_k > s.experts)
-    return status::error("num_experts_per_tok must be <= num_local_experts");
+    return status::error(std::string("num_experts_per_tok must be <= ")
+                         + experts);
   return {};
 }
 
