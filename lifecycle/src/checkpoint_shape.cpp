@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/model/model_shape.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
 namespace tutti::lifecycle {
@@ -29,15 +30,8 @@ status check_checkpoint_shape(const std::filesystem::path& checkpoint_dir,
       {{"num_experts", "moe_config.num_experts"}, cfg.moe.num_experts},
       {{"world_size", "cluster_config.world_size"}, cfg.cluster.world_size},
       {{"ep_size", "cluster_config.ep_size"}, cfg.ep_size()}};
-  // A header without the family is a Mixtral's.
-  const auto& strings = shard->meta.strings;
-  const auto family = strings.count("model_family")
-                        ? strings.at("model_family")
-                        : std::string(to_string(model_family::mixtral));
-  if (family != to_string(m.family))
-    return status::error("model.family: the checkpoint in "
-                         + checkpoint_dir.string() + " has " + family
-                         + ", the config " + to_string(m.family));
+  TUTTI_RETURN_IF_ERROR(
+    model::check_family(shard->meta, m.family, checkpoint_dir.string()));
   const auto& ints = shard->meta.ints;
   for (const auto& [names, want] : fields) {
     auto it = ints.find(names.first);

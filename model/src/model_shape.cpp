@@ -63,6 +63,16 @@ model_shape shape_of(const store::shard_meta& rank0) {
   return s;
 }
 
+status check_family(const store::shard_meta& rank0, model_family want,
+                    const std::string& dir) {
+  const auto has = shape_of(rank0).family;
+  if (has == want)
+    return {};
+  return status::error(std::string("model.family: the checkpoint in ") + dir
+                       + " has " + to_string(has) + ", the config "
+                       + to_string(want));
+}
+
 void record_shape(const model_config& m, const moe_config& e,
                   std::map<std::string, int64_t>& ints,
                   std::map<std::string, std::string>& strings) {

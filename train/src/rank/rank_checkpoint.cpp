@@ -378,12 +378,8 @@ status restore_snapshot(const rank_args& a, train::rank_model& model,
   auto dense = store::read_shard_file(dir / store::shard_file_name(0));
   if (!dense.ok())
     return status::error(dense.message());
-  // Another family's tensors may have this one's names and sizes.
-  if (const auto f = model::shape_of(dense.value().meta).family;
-      f != a.cfg.model.family)
-    return status::error(std::string("model.family: the checkpoint in ")
-                         + dir.string() + " has " + to_string(f)
-                         + ", the config " + to_string(a.cfg.model.family));
+  TUTTI_RETURN_IF_ERROR(
+    model::check_family(dense.value().meta, a.cfg.model.family, dir.string()));
   auto find = [](const store::shard_file& f,
                  const std::string& name) -> const store::loaded_tensor* {
     for (const auto& t : f.tensors)

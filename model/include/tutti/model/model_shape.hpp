@@ -43,6 +43,12 @@ model_shape shape_of(const model_config& m, const moe_config& e);
 // without the family is a Mixtral's).
 model_shape shape_of(const store::shard_meta& rank0);
 
+// Refuses, naming model.family, a checkpoint (`dir`, its rank-0 header)
+// of another family than `want`, the config's: another family's tensors
+// may have the same names and sizes.
+status check_family(const store::shard_meta& rank0, model_family want,
+                    const std::string& dir);
+
 // The header fields shape_of(rank0) reads, from the job config, into a
 // shard header's integers and texts: what rank 0's shard records so a
 // resume, an export or a server knows the model.
