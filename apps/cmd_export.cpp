@@ -1,5 +1,6 @@
 // tutti export CHECKPOINT --format hf --out DIR: the weights of a checkpoint
-// as Hugging Face MixtralForCausalLM (config.json + model.safetensors), with
+// as Hugging Face MixtralForCausalLM or Qwen3MoeForCausalLM, by the model's
+// family (config.json + model.safetensors), with
 // the run's tokenizer (tokenizer.model, tokenizer_config.json,
 // special_tokens_map.json) and generation_config.json, so a Hugging Face
 // loader or a GGUF converter takes the directory as it is. --dtype int8
@@ -20,6 +21,7 @@
 #include "initial_weights.hpp"
 #include "tutti/kernels/packed_gemm.hpp"
 #include "tutti/store/atomic_file.hpp"
+#include "tutti/model/family.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/weights.hpp"
 #include "tutti/store/safetensors.hpp"
@@ -139,7 +141,8 @@ nlohmann::ordered_json int8_quantization_config() {
 int export_command(const std::vector<std::string>& args) {
   command_line cl("export", "CHECKPOINT|--init CONFIG --format hf --out DIR",
                   "the checkpoint's weights as Hugging Face "
-                  "MixtralForCausalLM\n(config.json + model.safetensors)");
+                  "MixtralForCausalLM or\nQwen3MoeForCausalLM (config.json + "
+                  "model.safetensors)");
   cl.options()("format", po::value<std::string>(),
                "hf (safetensors) or gguf (llama.cpp)")(
     "dtype", po::value<std::string>(),
@@ -213,7 +216,7 @@ int export_command(const std::vector<std::string>& args) {
       return fail(1, "export: " + err.message());
     if (dropped)
       std::printf("note: the router's selection biases are not zero; "
-                  "llama.cpp's Mixtral has none, so the GGUF routes "
+                  "llama.cpp's architecture has none, so the GGUF routes "
                   "without them\n");
     std::printf("exported step %lld: %zu tensors to %s\n",
                 static_cast<long long>(meta0.step), tensors.size(),
@@ -245,6 +248,10 @@ int export_command(const std::vector<std::string>& args) {
         meta0.ints.count("max_seq_len") ? meta0.ints.at("max_seq_len") : 0);
       !err)
     return fail(1, "export: " + err.message());
+  // Under the family's names (config.json says which).
+  const auto family = model::shape_of(meta0).family;
+  for (auto& t : tensors)
+    t.name = model::hf_tensor_name(family, t.name);
   if (auto err = store::write_safetensors(fs::path(out) / "model.safetensors",
                                           tensors, {{"format", "pt"}});
       !err)

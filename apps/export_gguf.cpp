@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "tutti/model/model_shape.hpp"
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/store/gguf.hpp"
 
@@ -38,10 +39,19 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     return meta.strings.count(k) ? std::atof(meta.strings.at(k).c_str())
                                  : fallback;
   };
+  const auto shape = model::shape_of(meta);
+  const bool qwen3 = shape.family == model_family::qwen3_moe;
+  if (qwen3 && !shape.norm_topk_prob)
+    return status::error("gguf: moe_config.norm_topk_prob false: llama.cpp's "
+                         "qwen3moe renormalises its gates");
+  // llama.cpp's architecture: its "llama" runs Mixtral; "qwen3moe" rotates
+  // as Hugging Face does (NEOX: pairs a half head apart), so Q and K keep
+  // their rows there.
+  const std::string arch = qwen3 ? "qwen3moe" : "llama";
   const int64_t vocab = i("vocab_size"), D = i("hidden_size");
   const int64_t F = i("intermediate_size"), L = i("num_hidden_layers");
   const int64_t hq = i("num_attention_heads"), hkv = i("num_key_value_heads");
-  const int64_t E = i("num_experts"), hd = hq > 0 ? D / hq : 0;
+  const int64_t E = i("num_experts"), hd = shape.head_dim;
   if (vocab <= 0 || D <= 0 || F <= 0 || L <= 0 || hq <= 0 || hkv <= 0 || E <= 0)
     return status::error("gguf: the checkpoint does not describe its model");
   std::map<std::string, const store::named_tensor*> by_name;
@@ -77,9 +87,18 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
                                 + " missing");
         continue;
       }
+      if (qwen3) {
+        out.push_back({blk + "attn_" + which + ".weight", t->shape,
+                       t->data.data()});
+        continue;
+      }
       owned.push_back(rope_rows_for_gguf(t->data, heads, hd, D));
       out.push_back(
         {blk + "attn_" + which + ".weight", t->shape, owned.back().data()});
+    }
+    if (qwen3) {
+      add(blk + "attn_q_norm.weight", names::layer(l, names::q_norm));
+      add(blk + "attn_k_norm.weight", names::layer(l, names::k_norm));
     }
     add(blk + "attn_v.weight", names::layer(l, names::v_proj));
     add(blk + "attn_output.weight", names::layer(l, names::o_proj));
@@ -126,25 +145,26 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     scores.push_back(0.0f);
     types.push_back(t < 256 ? 6 : 1); // byte, normal
   }
-  const std::vector<std::pair<std::string, store::gguf_value>> kv = {
-    {"general.architecture", std::string("llama")},
+  std::vector<std::pair<std::string, store::gguf_value>> kv = {
+    {"general.architecture", arch},
     {"general.name", std::string("tutti step ") + std::to_string(meta.step)},
     // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_Q8_0.
     {"general.file_type", uint32_t(dtype == gguf_dtype::f16    ? 1
                                    : dtype == gguf_dtype::q8_0 ? 7
                                                                : 0)},
-    {"llama.context_length", uint32_t(i("max_seq_len"))},
-    {"llama.embedding_length", uint32_t(D)},
-    {"llama.block_count", uint32_t(L)},
-    {"llama.feed_forward_length", uint32_t(F)},
-    {"llama.rope.dimension_count", uint32_t(hd)},
-    {"llama.attention.head_count", uint32_t(hq)},
-    {"llama.attention.head_count_kv", uint32_t(hkv)},
-    {"llama.attention.layer_norm_rms_epsilon", float(d("rms_norm_eps", 1e-5))},
-    {"llama.rope.freq_base", float(d("rope_theta", 10000.0))},
-    {"llama.expert_count", uint32_t(E)},
-    {"llama.expert_used_count", uint32_t(i("router_top_k"))},
-    {"llama.vocab_size", uint32_t(vocab)},
+    {arch + ".context_length", uint32_t(i("max_seq_len"))},
+    {arch + ".embedding_length", uint32_t(D)},
+    {arch + ".block_count", uint32_t(L)},
+    {arch + ".feed_forward_length", uint32_t(F)},
+    {arch + ".rope.dimension_count", uint32_t(hd)},
+    {arch + ".attention.head_count", uint32_t(hq)},
+    {arch + ".attention.head_count_kv", uint32_t(hkv)},
+    {arch + ".attention.layer_norm_rms_epsilon",
+     float(d("rms_norm_eps", 1e-5))},
+    {arch + ".rope.freq_base", float(d("rope_theta", 10000.0))},
+    {arch + ".expert_count", uint32_t(E)},
+    {arch + ".expert_used_count", uint32_t(i("router_top_k"))},
+    {arch + ".vocab_size", uint32_t(vocab)},
     {"tokenizer.ggml.model", std::string("llama")},
     {"tokenizer.ggml.tokens", tokens},
     {"tokenizer.ggml.scores", scores},
@@ -152,6 +172,11 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     {"tokenizer.ggml.add_bos_token", false},
     {"tokenizer.ggml.add_eos_token", false},
   };
+  if (qwen3) // heads of their own size, experts of theirs
+    kv.insert(kv.begin() + 10,
+              {{arch + ".attention.key_length", uint32_t(hd)},
+               {arch + ".attention.value_length", uint32_t(hd)},
+               {arch + ".expert_feed_forward_length", uint32_t(F)}});
   return store::write_gguf(file, kv, out, dtype == gguf_dtype::f16);
 }
 

@@ -1,10 +1,12 @@
 #pragma once
-// `tutti export --format gguf`: a model as llama.cpp loads it (GGUF, its
-// "llama" architecture, which runs Mixtral): llama.cpp's tensor names, the
-// experts of a layer stacked into one tensor each, and the rows of Q and K
-// reordered from Hugging Face's rotate_half layout to the interleaved pairs
-// llama.cpp's rotary embedding expects (as its convert_hf_to_gguf.py
-// does). Byte-level vocabulary: token t < 256 is the byte token <0xTT>.
+// `tutti export --format gguf`: a model as llama.cpp loads it (GGUF; a
+// Mixtral in its "llama" architecture, a Qwen3-MoE in "qwen3moe"):
+// llama.cpp's tensor names, the experts of a layer stacked into one tensor
+// each, and for "llama" the rows of Q and K reordered from Hugging Face's
+// rotate_half layout to the interleaved pairs llama.cpp's rotary embedding
+// expects there (as its convert_hf_to_gguf.py does; "qwen3moe" rotates as
+// Hugging Face does). Byte-level vocabulary: token t < 256 is the byte
+// token <0xTT>.
 
 #include <filesystem>
 #include <vector>
@@ -22,7 +24,8 @@ enum class gguf_dtype { f32, f16, q8_0 };
 
 // `tensors` by Hugging Face name (one per expert), `meta` as a rank-0
 // shard records the model. `dropped_biases`: set when non-zero router
-// selection biases had to be left out (llama.cpp's Mixtral has none).
+// selection biases had to be left out (llama.cpp's llama and qwen3moe
+// have none).
 status export_gguf(const std::vector<store::named_tensor>& tensors,
                    const store::shard_meta& meta,
                    const std::filesystem::path& file, gguf_dtype dtype,

@@ -1,5 +1,6 @@
 #include "initial_weights.hpp"
 
+#include "tutti/model/model_shape.hpp"
 #include "tutti/model/param_layout.hpp"
 
 namespace tutti::cli {
@@ -36,17 +37,7 @@ void initial_weights(const job_config& cfg,
   }
   meta.rank = 0;
   meta.step = 0;
-  meta.ints = {{"vocab_size", m.vocab_size},
-               {"hidden_size", m.hidden_size},
-               {"intermediate_size", m.intermediate_size},
-               {"num_hidden_layers", m.num_hidden_layers},
-               {"num_attention_heads", m.num_attention_heads},
-               {"num_key_value_heads", m.num_key_value_heads},
-               {"max_seq_len", m.max_seq_len},
-               {"num_experts", E},
-               {"router_top_k", e.router_top_k}};
-  meta.strings = {{"rope_theta", std::to_string(m.rope_theta)},
-                  {"rms_norm_eps", std::to_string(m.rms_norm_eps)}};
+  model::record_shape(m, e, meta.ints, meta.strings);
 }
 
 } // namespace tutti::cli

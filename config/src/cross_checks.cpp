@@ -194,11 +194,17 @@ status check_recovery(const job_config& c) {
 }
 
 status check_model(const model_config& m) {
+  TUTTI_RETURN_IF_ERROR(require(m.family != model_family::deepseek_v3,
+                                "model.family",
+                                "deepseek_v3 is not supported yet"));
   TUTTI_RETURN_IF_ERROR(require(
     m.num_attention_heads % m.num_key_value_heads == 0,
     "model.num_attention_heads",
     "must be a multiple of num_key_value_heads (" + text(m.num_attention_heads)
       + " % " + text(m.num_key_value_heads) + " != 0)"));
+  if (m.head_dim_size > 0)
+    return require(m.head_dim_size % 2 == 0, "model.head_dim",
+                   "must be even for rotary embedding");
   TUTTI_RETURN_IF_ERROR(require(m.hidden_size % m.num_attention_heads == 0,
                                 "model.hidden_size",
                                 "must be a multiple of num_attention_heads"));
@@ -214,6 +220,10 @@ status check_moe(const job_config& c) {
     require(e.router_top_k <= e.num_experts, "moe_config.router_top_k",
             "must be <= num_experts (" + text(e.router_top_k) + " > "
               + text(e.num_experts) + ")"));
+  TUTTI_RETURN_IF_ERROR(require(
+    e.norm_topk_prob || c.model.family == model_family::qwen3_moe,
+    "moe_config.norm_topk_prob",
+    "false needs model.family qwen3_moe (Mixtral renormalises its gates)"));
   TUTTI_RETURN_IF_ERROR(
     require(e.num_experts % ep == 0, "moe_config.num_experts",
             "must be divisible by ep_size (" + text(e.num_experts) + " % "

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/model/model_shape.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 
 namespace tutti::lifecycle {
@@ -25,9 +26,12 @@ status check_checkpoint_shape(const std::filesystem::path& checkpoint_dir,
        m.num_attention_heads},
       {{"num_key_value_heads", "model.num_key_value_heads"},
        m.num_key_value_heads},
+      {{"head_dim", "model.head_dim"}, m.head_dim()},
       {{"num_experts", "moe_config.num_experts"}, cfg.moe.num_experts},
       {{"world_size", "cluster_config.world_size"}, cfg.cluster.world_size},
       {{"ep_size", "cluster_config.ep_size"}, cfg.ep_size()}};
+  TUTTI_RETURN_IF_ERROR(
+    model::check_family(shard->meta, m.family, checkpoint_dir.string()));
   const auto& ints = shard->meta.ints;
   for (const auto& [names, want] : fields) {
     auto it = ints.find(names.first);

@@ -6,9 +6,48 @@
 #include <fstream>
 #include <sstream>
 
+#include "tutti/model/family.hpp"
+
 namespace tutti::model {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Qwen3-MoE's keys beyond the shared ones, and the variants tutti does not
+// build refused in one line naming the key: dense layers between the MoE
+// ones, attention biases, tied embeddings, scaled or windowed attention.
+status qwen3_keys(const nlohmann::json& j, model_shape& s,
+                  const std::string& file) {
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    return status::error(file + ": key " + key + " " + why);
+  };
+  if (j.contains("norm_topk_prob")) {
+    if (!j["norm_topk_prob"].is_boolean())
+      return refuse("norm_topk_prob", "must be true or false");
+    s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+  } else {
+    s.norm_topk_prob = false; // Qwen3MoeConfig's default
+  }
+  if (j.contains("decoder_sparse_step")
+      && j["decoder_sparse_step"] != nlohmann::json(1))
+    return refuse("decoder_sparse_step",
+                  "must be 1 (every layer a MoE layer)");
+  if (j.contains("mlp_only_layers")
+      && !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty()))
+    return refuse("mlp_only_layers", "must be empty (every layer a MoE layer)");
+  for (const char* flag :
+       {"attention_bias", "tie_word_embeddings", "use_sliding_window"})
+    if (j.contains(flag) && j[flag] != nlohmann::json(false))
+      return refuse(flag, "must be false");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    return refuse("rope_scaling", "must be null (no scaled rotary embedding)");
+  if (j.contains("hidden_act") && j["hidden_act"] != nlohmann::json("silu"))
+    return refuse("hidden_act", "must be silu");
+  return {};
+}
+
+} // namespace
 
 expected<model_shape> read_hf_config(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -46,21 +85,38 @@ expected<model_shape> read_hf_config(const fs::path& file) {
     }
     out = j[key].get<double>();
   };
+  // Absent: an older `tutti export`, always Mixtral.
+  if (j.contains("model_type") && !j["model_type"].is_string())
+    return status::error(file.string() + ": key model_type must be a string");
+  const auto type = j.value("model_type", std::string("mixtral"));
+  const auto family = from_string<model_family>(type);
+  if (!family || *family == model_family::deepseek_v3)
+    return status::error(file.string() + ": model_type " + type
+                         + " is not supported (mixtral or qwen3_moe)");
+  s.family = *family;
+  const bool qwen3 = s.family == model_family::qwen3_moe;
   integer("vocab_size", s.vocab, true);
   integer("hidden_size", s.hidden, true);
-  integer("intermediate_size", s.intermediate, true);
+  integer(qwen3 ? "moe_intermediate_size" : "intermediate_size",
+          s.intermediate, true);
   integer("num_hidden_layers", s.layers, true);
   integer("num_attention_heads", s.q_heads, true);
   integer("num_key_value_heads", s.kv_heads, true);
-  integer("num_local_experts", s.experts, true);
+  integer(qwen3 ? "num_experts" : "num_local_experts", s.experts, true);
   integer("num_experts_per_tok", s.top_k, true);
   integer("max_position_embeddings", s.max_positions, true);
   if (bad.ok() && s.q_heads > 0)
     s.head_dim = s.hidden / s.q_heads;
+  if (j.contains("head_dim") && j["head_dim"].is_null())
+    j.erase("head_dim"); // Hugging Face's "derive it"
   integer("head_dim", s.head_dim, false);
   number("rope_theta", s.rope_theta);
   number("rms_norm_eps", s.rms_norm_eps);
   number("router_temperature", s.router_temperature);
+  if (bad.ok() && qwen3) {
+    s.qk_norm = true;
+    bad = qwen3_keys(j, s, file.string());
+  }
   if (!bad.ok())
     return bad;
   if (auto c = check_shape(s); !c.ok())
@@ -69,28 +125,37 @@ expected<model_shape> read_hf_config(const fs::path& file) {
 }
 
 std::string hf_config_text(const store::shard_meta& m) {
-  auto i = [&](const char* k) { return m.ints.count(k) ? m.ints.at(k) : 0; };
+  const auto shape = shape_of(m);
+  const bool qwen3 = shape.family == model_family::qwen3_moe;
   auto number = [&](const char* k) {
     auto j = nlohmann::ordered_json::parse(
       m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr, false);
     return j.is_number() ? j : nlohmann::ordered_json(0);
   };
   nlohmann::ordered_json j;
-  j["architectures"] = {"MixtralForCausalLM"};
-  j["model_type"] = "mixtral";
-  j["vocab_size"] = i("vocab_size");
-  j["hidden_size"] = i("hidden_size");
-  j["intermediate_size"] = i("intermediate_size");
-  j["num_hidden_layers"] = i("num_hidden_layers");
-  j["num_attention_heads"] = i("num_attention_heads");
-  j["num_key_value_heads"] = i("num_key_value_heads");
-  j["head_dim"] = i("hidden_size")
-                  / std::max<int64_t>(1, i("num_attention_heads"));
-  j["max_position_embeddings"] = i("max_seq_len");
+  j["architectures"] = {hf_architecture(shape.family)};
+  j["model_type"] = to_string(shape.family);
+  j["vocab_size"] = shape.vocab;
+  j["hidden_size"] = shape.hidden;
+  j["intermediate_size"] = shape.intermediate;
+  if (qwen3)
+    j["moe_intermediate_size"] = shape.intermediate;
+  j["num_hidden_layers"] = shape.layers;
+  j["num_attention_heads"] = shape.q_heads;
+  j["num_key_value_heads"] = shape.kv_heads;
+  j["head_dim"] = shape.head_dim;
+  j["max_position_embeddings"] = shape.max_positions;
   j["rope_theta"] = number("rope_theta");
   j["rms_norm_eps"] = number("rms_norm_eps");
-  j["num_local_experts"] = i("num_experts");
-  j["num_experts_per_tok"] = i("router_top_k");
+  j[qwen3 ? "num_experts" : "num_local_experts"] = shape.experts;
+  j["num_experts_per_tok"] = shape.top_k;
+  if (qwen3) {
+    j["norm_topk_prob"] = shape.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+    j["attention_bias"] = false;
+    j["use_sliding_window"] = false;
+  }
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = false;
   j["torch_dtype"] = "float32";

@@ -8,6 +8,7 @@ namespace tutti::model {
 
 model_shape shape_of(const model_config& m, const moe_config& e) {
   model_shape s;
+  s.family = m.family;
   s.vocab = m.vocab_size;
   s.hidden = m.hidden_size;
   s.intermediate = m.intermediate_size;
@@ -21,6 +22,8 @@ model_shape shape_of(const model_config& m, const moe_config& e) {
   s.rope_theta = m.rope_theta;
   s.rms_norm_eps = m.rms_norm_eps;
   s.router_temperature = e.router_temperature;
+  s.qk_norm = m.qk_norm();
+  s.norm_topk_prob = e.norm_topk_prob;
   return s;
 }
 
@@ -41,6 +44,16 @@ model_shape shape_of(const store::shard_meta& rank0) {
   s.q_heads = i("num_attention_heads");
   s.kv_heads = i("num_key_value_heads");
   s.head_dim = s.q_heads > 0 ? s.hidden / s.q_heads : 0;
+  if (rank0.ints.count("head_dim"))
+    s.head_dim = rank0.ints.at("head_dim");
+  if (rank0.strings.count("model_family")) {
+    // An unknown name stays out of range: check_shape refuses it.
+    const auto f = from_string<model_family>(rank0.strings.at("model_family"));
+    s.family = f ? *f : static_cast<model_family>(-1);
+  }
+  s.qk_norm = s.family == model_family::qwen3_moe;
+  if (rank0.ints.count("norm_topk_prob"))
+    s.norm_topk_prob = rank0.ints.at("norm_topk_prob") != 0;
   s.experts = i("num_experts");
   s.top_k = i("router_top_k");
   s.max_positions = i("max_seq_len");
@@ -50,16 +63,52 @@ model_shape shape_of(const store::shard_meta& rank0) {
   return s;
 }
 
+status check_family(const store::shard_meta& rank0, model_family want,
+                    const std::string& dir) {
+  const auto has = shape_of(rank0).family;
+  if (has == want)
+    return {};
+  return status::error(std::string("model.family: the checkpoint in ") + dir
+                       + " has " + to_string(has) + ", the config "
+                       + to_string(want));
+}
+
+void record_shape(const model_config& m, const moe_config& e,
+                  std::map<std::string, int64_t>& ints,
+                  std::map<std::string, std::string>& strings) {
+  ints["vocab_size"] = m.vocab_size;
+  ints["hidden_size"] = m.hidden_size;
+  ints["intermediate_size"] = m.intermediate_size;
+  ints["num_hidden_layers"] = m.num_hidden_layers;
+  ints["num_attention_heads"] = m.num_attention_heads;
+  ints["num_key_value_heads"] = m.num_key_value_heads;
+  ints["head_dim"] = m.head_dim();
+  ints["max_seq_len"] = m.max_seq_len;
+  ints["num_experts"] = e.num_experts;
+  ints["router_top_k"] = e.router_top_k;
+  ints["norm_topk_prob"] = e.norm_topk_prob ? 1 : 0;
+  strings["model_family"] = to_string(m.family);
+  strings["rope_theta"] = std::to_string(m.rope_theta);
+  strings["rms_norm_eps"] = std::to_string(m.rms_norm_eps);
+  strings["router_temperature"] = std::to_string(e.router_temperature);
+}
+
 status check_shape(const model_shape& s) {
+  if (s.family != model_family::mixtral && s.family != model_family::qwen3_moe)
+    return status::error(
+      "model_type: only mixtral and qwen3_moe are supported");
+  // Qwen3-MoE's config.json names two of them differently.
+  const bool qwen3 = s.family == model_family::qwen3_moe;
+  const char* experts = qwen3 ? "num_experts" : "num_local_experts";
   const std::pair<const char*, int64_t> sizes[] = {
     {"vocab_size", s.vocab},
     {"hidden_size", s.hidden},
-    {"intermediate_size", s.intermediate},
+    {qwen3 ? "moe_intermediate_size" : "intermediate_size", s.intermediate},
     {"num_hidden_layers", s.layers},
     {"num_attention_heads", s.q_heads},
     {"num_key_value_heads", s.kv_heads},
     {"head_dim", s.head_dim},
-    {"num_local_experts", s.experts},
+    {experts, s.experts},
     {"num_experts_per_tok", s.top_k},
     {"max_position_embeddings", s.max_positions}};
   for (const auto& [key, v] : sizes)
@@ -71,7 +120,8 @@ status check_shape(const model_shape& s) {
   if (s.head_dim % 2 != 0)
     return status::error("head_dim must be even (rotary embedding)");
   if (s.top_k > s.experts)
-    return status::error("num_experts_per_tok must be <= num_local_experts");
+    return status::error(std::string("num_experts_per_tok must be <= ")
+                         + experts);
   return {};
 }
 

@@ -41,6 +41,10 @@ param_layout dense_layout(const model_config& m, const moe_config& e) {
     p.add(names::layer(l, names::q_proj), {m.num_attention_heads * hd, d});
     p.add(names::layer(l, names::k_proj), {m.num_key_value_heads * hd, d});
     p.add(names::layer(l, names::v_proj), {m.num_key_value_heads * hd, d});
+    if (m.qk_norm()) {
+      p.add(names::layer(l, names::q_norm), {hd});
+      p.add(names::layer(l, names::k_norm), {hd});
+    }
     p.add(names::layer(l, names::o_proj), {d, m.num_attention_heads * hd});
     p.add(names::layer(l, names::post_norm), {d});
     p.add(names::layer(l, names::router), {e.num_experts, d});

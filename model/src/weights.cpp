@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "tutti/model/family.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/store/expert_blocks.hpp"
@@ -112,16 +113,27 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
       if (!seen.insert(t.name).second)
         return status::error(file.string() + ": tensor " + t.name
                              + " appears twice");
+      // Under tutti's names whatever the family (family.hpp); a name that
+      // does not come back is another family's.
+      auto name = tutti_tensor_name(w.shape.family, t.name);
+      if (hf_tensor_name(w.shape.family, name) != t.name)
+        return status::error(file.string() + ": tensor " + t.name
+                             + " is not a " + to_string(w.shape.family)
+                             + " tensor");
+      t.name = std::move(name);
       w.tensors.push_back(std::move(t));
     }
   }
   // An int8 weight is its codes and their scales: never one without the
   // other.
   for (const auto& t : w.tensors)
-    if (t.int8 && !seen.count(t.name + "_scale"))
-      return status::error(dir.string() + ": tensor " + t.name
-                           + " is int8 but its scales " + t.name
+    if (t.int8
+        && !seen.count(hf_tensor_name(w.shape.family, t.name + "_scale"))) {
+      const auto hf = hf_tensor_name(w.shape.family, t.name);
+      return status::error(dir.string() + ": tensor " + hf
+                           + " is int8 but its scales " + hf
                            + "_scale are missing");
+    }
   return w;
 }
 

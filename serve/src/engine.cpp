@@ -128,6 +128,16 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
   kernels::packed_gemm(xn_.data(), w.q_t, q_.data(), rows);
   kernels::packed_gemm(xn_.data(), w.k_t, k_.data(), rows);
   kernels::packed_gemm(xn_.data(), w.v_t, v_.data(), rows);
+  if (s.qk_norm) {
+    // Each head's row on its own: the same bits in any batch.
+    const auto eps = static_cast<float>(s.rms_norm_eps);
+    const auto cpu = k::cpu_stream();
+    head_rstd_.resize(rows * hq);
+    k::rmsnorm_forward(cpu, q_.data(), w.q_norm.data(), q_.data(),
+                       head_rstd_.data(), rows * hq, hd, eps);
+    k::rmsnorm_forward(cpu, k_.data(), w.k_norm.data(), k_.data(),
+                       head_rstd_.data(), rows * hkv, hd, eps);
+  }
   kernels::rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
   kernels::rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
 
@@ -212,9 +222,14 @@ status engine::moe(int64_t l, int64_t rows) {
   topk_.resize(rows * K);
   gate_.resize(rows * K);
   kernels::packed_gemm(xn_.data(), w.router_t, router_.data(), rows);
+  probs_.resize(s.norm_topk_prob ? 0 : rows * E);
+  float* probs = s.norm_topk_prob ? nullptr : probs_.data();
   k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
-                                topk_.data(), gate_.data(), nullptr, rows, E, K,
+                                topk_.data(), gate_.data(), probs, rows, E, K,
                                 static_cast<float>(s.router_temperature));
+  if (probs)
+    k::router_gates_from_probs<float>(cpu, topk_.data(), probs, gate_.data(),
+                                      rows, E, K);
   // Each expert's rows in token order, through its SwiGLU FFN; outputs kept
   // per (token, slot) and summed per token in slot order.
   moe_out_.assign(rows * K * D, 0.0f);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tutti/model/family.hpp"
 #include "tutti/model/tensor_names.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
@@ -30,16 +31,19 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Moves tensor `name` out of `t` after checking its shape.
+// Moves tensor `name` out of `t` after checking its shape; errors name it
+// as the family's checkpoints do.
 expected<std::vector<float>> take(tensor_map& t, const shape_map& shapes,
                                   const std::string& name,
                                   const std::vector<int64_t>& want,
-                                  const std::string& source) {
+                                  const std::string& source,
+                                  model_family family) {
   auto it = t.find(name);
+  const auto shown = model::hf_tensor_name(family, name);
   if (it == t.end())
-    return status::error(source + ": tensor " + name + " missing");
+    return status::error(source + ": tensor " + shown + " missing");
   if (shapes.at(name) != want)
-    return status::error(source + ": tensor " + name + " has shape "
+    return status::error(source + ": tensor " + shown + " has shape "
                          + shape_text(shapes.at(name)) + ", expected "
                          + shape_text(want));
   auto v = std::move(it->second);
@@ -158,7 +162,7 @@ expected<served_model> model_from_tensors(const model_shape& shape,
                  std::vector<float>& out) {
     if (!bad.ok())
       return;
-    auto v = take(tensors, shapes, name, want, source);
+    auto v = take(tensors, shapes, name, want, source, shape.family);
     if (!v)
       bad = v.error();
     else
@@ -176,6 +180,10 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     get(names::layer(l, names::q_proj), {Q, D}, w.q);
     get(names::layer(l, names::k_proj), {KV, D}, w.k);
     get(names::layer(l, names::v_proj), {KV, D}, w.v);
+    if (shape.qk_norm) {
+      get(names::layer(l, names::q_norm), {shape.head_dim}, w.q_norm);
+      get(names::layer(l, names::k_norm), {shape.head_dim}, w.k_norm);
+    }
     get(names::layer(l, names::o_proj), {D, Q}, w.o);
     get(names::layer(l, names::post_norm), {D}, w.post_norm);
     get(names::layer(l, names::router), {E, D}, w.router);
@@ -201,7 +209,8 @@ expected<served_model> model_from_tensors(const model_shape& shape,
         std::vector<float> t;
         get(name, {x.rows, x.cols}, t);
         if (int8 && bad.ok() && !are_codes(t))
-          bad = status::error(source + ": tensor " + name
+          bad = status::error(source + ": tensor "
+                              + model::hf_tensor_name(shape.family, name)
                               + " is not int8 codes, as the other experts "
                                 "(with _scale tensors) are");
         std::copy(t.begin(), t.end(), x.weights.begin() + e * x.rows * x.cols);
@@ -209,9 +218,10 @@ expected<served_model> model_from_tensors(const model_shape& shape,
           continue;
         const auto scale = name + "_scale";
         if (!tensors.count(scale)) {
-          bad = status::error(source + ": tensor " + name
-                              + " is int8 but its scales " + scale
-                              + " are missing");
+          const auto shown = model::hf_tensor_name(shape.family, name);
+          bad = status::error(source + ": tensor " + shown
+                              + " is int8 but its scales " + shown
+                              + "_scale are missing");
           break;
         }
         // compressed-tensors' [out, 1], or [out].
@@ -226,8 +236,9 @@ expected<served_model> model_from_tensors(const model_shape& shape,
   if (!bad.ok())
     return bad;
   if (!tensors.empty())
-    return status::error(source + ": unexpected tensor "
-                         + tensors.begin()->first);
+    return status::error(
+      source + ": unexpected tensor "
+      + model::hf_tensor_name(shape.family, tensors.begin()->first));
   m.expert_dtype = int8 ? weight_dtype::int8 : weight_dtype::fp32;
   pack_for_serving(m);
   return m;

@@ -284,6 +284,22 @@ TEST_CASE("text that is not a YAML mapping is refused", "[unit]") {
 }
 
 TEST_CASE("impossible combinations are refused by name", "[unit]") {
+  SECTION("a model family not supported yet") {
+    auto msg = refusal(
+      with("  hidden_size: 32", "  hidden_size: 32\n  family: deepseek_v3"));
+    CHECK(msg == "model.family: deepseek_v3 is not supported yet");
+  }
+  SECTION("gates without renormalisation in a Mixtral") {
+    auto msg = refusal(
+      with("  router_top_k: 2", "  router_top_k: 2\n  norm_topk_prob: false"));
+    CHECK_THAT(msg, StartsWith("moe_config.norm_topk_prob"));
+    CHECK_THAT(msg, Contains("qwen3_moe"));
+  }
+  SECTION("an odd head_dim") {
+    auto msg = refusal(
+      with("  hidden_size: 32", "  hidden_size: 32\n  head_dim: 7"));
+    CHECK_THAT(msg, StartsWith("model.head_dim"));
+  }
   SECTION("router_top_k > num_experts") {
     auto msg = refusal(with("  router_top_k: 2", "  router_top_k: 5"));
     CHECK_THAT(msg, StartsWith("moe_config.router_top_k"));

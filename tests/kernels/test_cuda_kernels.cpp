@@ -248,6 +248,11 @@ TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
                            kk, T(0.8));
     k::router_topk_backward(be.s, idx, gate, be.in(as<T>(dgate)), dl, n, e, kk,
                             T(0.8));
+    // Gates without renormalisation (Qwen3-MoE, norm_topk_prob false).
+    T *all_gate = be.out<T>(n * kk), *all_dl = be.out<T>(n * e);
+    k::router_gates_from_probs(be.s, idx, probs, all_gate, n, e, kk);
+    k::router_gates_from_probs_backward(be.s, idx, probs, be.in(as<T>(dgate)),
+                                        all_dl, n, e, kk, T(0.8));
     const double sw = k::switch_loss_forward(be.s, probs, fp, n, e, 0.01,
                                              global);
     const double z = k::z_loss_forward(be.s, lp, n, e, 0.001, global);
@@ -264,6 +269,8 @@ TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
             be.f("gate", gate, n * kk),
             be.f("probs", probs, n * e),
             be.f("dlogits", dl, n * e),
+            be.f("gates from probs", all_gate, n * kk),
+            be.f("dlogits from probs", all_dl, n * e),
             {"switch loss", Vec{sw}, false},
             {"z loss", Vec{z}, false},
             be.f("aux dlogits", dl2, n * e),

@@ -87,6 +87,13 @@ TEST_CASE("config versions, rollback, and a changed model shape refused",
       run_dir / "checkpoints" / tutti::store::checkpoint_dir_name(4), *cfg);
     CHECK_FALSE(checked.ok());
     CHECK(has(checked.message(), "model.hidden_size"));
+    // Another model family: named before any size.
+    auto other = *cfg;
+    other.model.family = tutti::model_family::qwen3_moe;
+    auto family = tutti::lifecycle::check_checkpoint_shape(
+      run_dir / "checkpoints" / tutti::store::checkpoint_dir_name(4), other);
+    CHECK(has(family.message(), "model.family: the checkpoint in"));
+    CHECK(has(family.message(), "has mixtral, the config qwen3_moe"));
   }
 
   SECTION("a rollback to version 1 at step 4 gives version 1's losses") {

@@ -1,6 +1,9 @@
 // tutti export --format hf: model.safetensors follows the format rules, and
 // the model it holds, loaded back, gives the same loss on a fixed batch as
 // the checkpoint it came from (and as the run's own held-out evaluation).
+// A Qwen3-MoE checkpoint exports under Qwen3MoeForCausalLM's names and
+// config (and as llama.cpp's qwen3moe), reads back as the same tensors, and
+// refuses a Mixtral resume.
 
 #include <catch2/catch.hpp>
 
@@ -9,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "test_support.hpp"
 #include "tutti/comm/gloo_communicator.hpp"
@@ -17,6 +21,7 @@
 #include "local_experts.hpp"
 #include "tutti/train/rank_model.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/model/weights.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/expert_blocks.hpp"
 #include "tutti/store/safetensors.hpp"
@@ -199,4 +204,76 @@ TEST_CASE("exported safetensors reload to the same loss", "[integration]") {
   auto refused = run(tutti_bin() + " export " + ckpt.string()
                      + " --format hf --out " + (dir / "hf2").string());
   CHECK(refused.status == 2);
+}
+
+TEST_CASE("a Qwen3-MoE checkpoint exports as Qwen3MoeForCausalLM",
+          "[integration]") {
+  auto dir = scratch("export_qwen3");
+  auto data = dir / "data";
+  REQUIRE(synth_data(data));
+  auto text = small_config(data.string(), (dir / "run").string(), 2, 4);
+  text = replace_once(text, "model:\n",
+                      "model:\n  family: qwen3_moe\n  head_dim: 12\n");
+  auto cfg_path = dir / "c.yaml";
+  write_text(cfg_path, text);
+  auto r = run(tutti_bin() + " run " + cfg_path.string() + " --quiet");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto ckpt = dir / "run" / "checkpoints" / store::checkpoint_dir_name(4);
+
+  auto out = dir / "hf";
+  auto e = run(tutti_bin() + " export " + ckpt.string() + " --format hf --out "
+               + out.string());
+  INFO(e.output);
+  REQUIRE(e.status == 0);
+  const auto config = read_text(out / "config.json");
+  CHECK(has(config, "\"model_type\": \"qwen3_moe\""));
+  CHECK(has(config, "\"Qwen3MoeForCausalLM\""));
+  CHECK(has(config, "\"head_dim\": 12"));
+  CHECK(has(config, "\"moe_intermediate_size\": 64"));
+  CHECK(has(config, "\"num_experts\": 4"));
+
+  // The family's names, and the same tensors as the checkpoint's once read
+  // back (the loader translates them to tutti's).
+  auto hf = store::read_safetensors(out / "model.safetensors");
+  REQUIRE(hf.ok());
+  std::set<std::string> names;
+  for (const auto& t : hf.value())
+    names.insert(t.name);
+  CHECK(names.count("model.layers.1.mlp.experts.3.down_proj.weight"));
+  CHECK(names.count("model.layers.0.mlp.gate.weight"));
+  CHECK(names.count("model.layers.0.self_attn.k_norm.weight"));
+  CHECK(names.count("model.layers.0.block_sparse_moe.gate.weight") == 0);
+  auto from_hf = model::load_weights(out);
+  auto from_ckpt = model::load_weights(ckpt);
+  INFO(from_hf.message() << from_ckpt.message());
+  REQUIRE(from_hf.ok());
+  REQUIRE(from_ckpt.ok());
+  CHECK(from_hf.value().shape.family == model_family::qwen3_moe);
+  CHECK(from_ckpt.value().shape.head_dim == 12);
+  std::map<std::string, std::vector<float>> a, b;
+  for (const auto& t : from_hf.value().tensors)
+    a[t.name] = t.data;
+  for (const auto& t : from_ckpt.value().tensors)
+    b[t.name] = t.data;
+  CHECK(a == b);
+
+  // llama.cpp's qwen3moe layout (tests/peer/test_llama_peer.sh runs it).
+  auto gguf = run(tutti_bin() + " export " + ckpt.string()
+                  + " --format gguf --out " + (dir / "gguf").string());
+  INFO(gguf.output);
+  CHECK(gguf.status == 0);
+  const auto file = read_text(dir / "gguf" / "model-f32.gguf");
+  for (const char* key :
+       {"qwen3moe.attention.key_length", "qwen3moe.expert_feed_forward_length",
+        "blk.1.attn_k_norm.weight", "blk.0.ffn_down_exps.weight"})
+    CHECK(has(file, key));
+
+  // Resumed under a Mixtral config: refused, naming the key.
+  write_text(cfg_path,
+             small_config(data.string(), (dir / "run").string(), 2, 6));
+  auto resumed = run(tutti_bin() + " run " + cfg_path.string() + " --quiet");
+  INFO(resumed.output);
+  CHECK(resumed.status != 0);
+  CHECK(has(resumed.output, "model.family"));
 }

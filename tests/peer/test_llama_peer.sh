@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# llama.cpp loads tutti's GGUF export of the medium model (F32 and F16) and
-# its greedy continuations and log-probabilities equal `tutti serve`'s on the
-# Hugging Face export of the same weights; the experts in 8 bits, Q8_0 in
-# llama.cpp and `tutti export --dtype int8` in tutti, give the same tokens
-# within a stated log-probability tolerance. Exits 77 (CTest: skipped) where
+# llama.cpp loads tutti's GGUF export of the medium model (F32 and F16), and
+# of the same model as a Qwen3-MoE (its qwen3moe architecture: QK-norm,
+# heads of their own size), and its greedy continuations and
+# log-probabilities equal `tutti serve`'s on the Hugging Face export of the
+# same weights; the experts in 8 bits, Q8_0 in llama.cpp and `tutti export
+# --dtype int8` in tutti, give the same tokens within a stated
+# log-probability tolerance. Exits 77 (CTest: skipped) where
 # node or node-llama-cpp (deploy/install-deps.sh --bench) is missing.
 set -euo pipefail
 src=${TUTTI_SOURCE_DIR:?} bin=${TUTTI_BINARY_DIR:?}
@@ -34,3 +36,16 @@ sed "s#runs/medium/export#$work/hf-int8#" "$src/configs/serve-medium.yaml" >"$wo
 start_serve "$work/serve-int8.yaml" 300
 grep -q "experts int8 (from the checkpoint)" "$work/serve.log"
 timeout 120 node compare_llama.mjs --gguf "$work/q8_0/model-q8_0.gguf" --url "$url" --tolerance 0.1
+# The same model as a Qwen3-MoE, F32: llama.cpp's qwen3moe against tutti.
+kill "$server"; wait "$server" 2>/dev/null || true
+sed 's/^model:$/model:\n  family: qwen3_moe\n  head_dim: 48/' \
+  "$src/configs/medium.yaml" >"$work/qwen3.yaml"
+for format in "gguf --dtype f32" "hf"; do
+  timeout 120 "$tutti" export --init "$work/qwen3.yaml" --format $format \
+    --out "$work/qwen3-${format##* }"
+done
+sed "s#runs/medium/export#$work/qwen3-hf#" "$src/configs/serve-medium.yaml" \
+  >"$work/serve-qwen3.yaml"
+start_serve "$work/serve-qwen3.yaml" 300
+cd "$peer"
+timeout 120 node compare_llama.mjs --gguf "$work/qwen3-f32/model-f32.gguf" --url "$url" --tolerance 1e-5

@@ -20,6 +20,14 @@ inline serve::served_model eight_expert_model() {
     41);
 }
 
+// The same as a Qwen3-MoE: QK-norm, heads of 12 (4 * 12 != 32), gates
+// without renormalisation.
+inline serve::served_model eight_expert_qwen3_model() {
+  return random_served_model(
+    "serve_qwen3_model",
+    qwen3_test_config(64, 32, 48, 2, 4, 2, 12, 8, 2, 96, false), 41);
+}
+
 struct served_outcome {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
@@ -61,10 +69,11 @@ inline serve::service_limits ep_limits(int64_t ranks) {
   return l;
 }
 
-// A service of eight_expert_model under `l`, started.
+// A service of `model` (eight_expert_model) under `l`, started.
 inline std::unique_ptr<serve::service> start_service(
-  const serve::service_limits& l) {
-  auto svc = serve::service::create(eight_expert_model(), l);
+  const serve::service_limits& l,
+  serve::served_model model = eight_expert_model()) {
+  auto svc = serve::service::create(std::move(model), l);
   REQUIRE(svc.ok());
   auto s = std::move(svc.value());
   s->start();

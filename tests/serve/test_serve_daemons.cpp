@@ -2,8 +2,9 @@
 // one rank each, the experts split between them, dispatch and combine over
 // Gloo between the processes) answers every request with the tokens and
 // log-probabilities of `tutti serve` in one process: greedy and seeded
-// sampling, sent concurrently by a real HTTP client. When node 1 dies, node
-// 0 reports not ready and a request gets an error, not a hang.
+// sampling, sent concurrently by a real HTTP client; a Mixtral and a
+// Qwen3-MoE model. When node 1 dies, node 0 reports not ready and a request
+// gets an error, not a hang.
 
 #include <catch2/catch.hpp>
 
@@ -74,10 +75,17 @@ double metric(const std::string& text, const std::string& name) {
 
 TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
           "[integration]") {
-  auto root = scratch("serve_daemons");
+  // A Mixtral, and a Qwen3-MoE (QK-norm, heads of 24: 4 x 24 != 64, gates
+  // without renormalisation).
+  const bool qwen3 = GENERATE(false, true);
+  INFO((qwen3 ? "Qwen3-MoE" : "Mixtral"));
+  auto root = scratch(qwen3 ? "serve_daemons_qwen3" : "serve_daemons");
   const auto model = write_random_export(
-    root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 53);
-  const int base = port_block(53, 3);
+    root / "model",
+    qwen3 ? qwen3_test_config(256, 64, 128, 2, 4, 2, 24, 4, 2, 128, false)
+          : serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128),
+    53);
+  const int base = port_block(qwen3 ? 54 : 53, 3);
   const int one_port = base, two_port = base + 1, rendezvous = base + 2;
 
   write_text(root / "one.yaml", serve_yaml(model, one_port, ""));

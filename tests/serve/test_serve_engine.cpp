@@ -6,17 +6,13 @@
 
 #include <catch2/catch.hpp>
 
-#include <gloo/rendezvous/hash_store.h>
-
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
 
 #include "serve_test_support.hpp"
-#include "tutti/comm/gloo_communicator.hpp"
-#include "local_experts.hpp"
-#include "tutti/train/rank_model.hpp"
+#include "training_forward.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/kernels/invariant_ops.hpp"
 #include "tutti/kernels/ops.hpp"
@@ -30,53 +26,6 @@ using namespace tutti::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// The training forward's log-probabilities logp[p][j] of one sequence:
-// cross-entropy with a single target (j at position p; the others -1,
-// which the loss ignores) is -log softmax(logits_p)[j].
-std::vector<std::vector<double>> training_logprobs(
-  const job_config& cfg, const tensor_map& t,
-  const std::vector<int32_t>& tokens) {
-  gloo::rendezvous::HashStore store;
-  std::unique_ptr<comm::communicator> world;
-  REQUIRE(comm::make_gloo_communicator(store, 0, 1, {}, world).ok());
-  local_experts experts(cfg);
-  train::rank_model m(cfg, {world.get(), world.get(), nullptr}, experts);
-  for (const auto& spec : m.layout().tensors())
-    m.params().upload(m.stream(), t.at(spec.name).data(), spec.numel,
-                      spec.offset);
-  const auto& md = cfg.model;
-  const int64_t E = cfg.moe.num_experts;
-  const int64_t per = md.intermediate_size * md.hidden_size;
-  for (int64_t l = 0; l < md.num_hidden_layers; ++l) {
-    const auto pre = "model.layers." + std::to_string(l) + ".block_sparse_moe.";
-    for (const char* w : {"w1", "w2", "w3"}) {
-      auto off = experts.layout.at(model::expert_block_name(l, w)).offset;
-      for (int64_t e = 0; e < E; ++e) {
-        const auto& v = t.at(pre + "experts." + std::to_string(e) + "." + w
-                             + ".weight");
-        std::copy(v.begin(), v.end(), experts.params.begin() + off + e * per);
-      }
-    }
-    const auto& bias = t.at(pre + "gate.e_score_correction_bias");
-    m.router_bias().upload(m.stream(), bias.data(), E, l * E);
-  }
-  const int64_t P = static_cast<int64_t>(tokens.size()), V = md.vocab_size;
-  std::vector<std::vector<double>> out(P, std::vector<double>(V));
-  std::vector<int32_t> targets(P, -1);
-  for (int64_t p = 0; p < P; ++p)
-    for (int64_t j = 0; j < V; ++j) {
-      targets.assign(P, -1);
-      targets[p] = static_cast<int32_t>(j);
-      double sum = 0;
-      int64_t n = 0;
-      train::step_timers timers;
-      REQUIRE(
-        m.evaluate(tokens.data(), targets.data(), 1, sum, n, timers).ok());
-      out[p][j] = -sum;
-    }
-  return out;
-}
 
 serve::served_model load_or_fail(const fs::path& dir) {
   auto m = serve::load_model(dir);

@@ -1,9 +1,10 @@
-// Expert-parallel serving on actors: a replica of 2 (and 4) rank actors,
-// each with its KV cache and expert shard, gives the same tokens and
+// Expert-parallel serving on actors: a replica of 2 (and 4) rank actors, each
+// with its KV cache and expert shard, gives the same tokens and
 // log-probabilities as the one-rank engine for concurrent greedy and seeded
-// requests; an expert shard that fails mid-generation is restarted by its
-// supervisor and every stream completes with exactly the tokens it would
-// have had, none dropped, none recomputed from scratch.
+// requests, for a Mixtral and a Qwen3-MoE model; an expert shard that fails
+// mid-generation is restarted by its supervisor and every stream completes with
+// exactly the tokens it would have had, none dropped, none recomputed from
+// scratch.
 
 #include <catch2/catch.hpp>
 
@@ -17,8 +18,10 @@ using namespace tutti::testing;
 
 namespace {
 
-std::vector<served_outcome> reference(const std::vector<served_job>& js) {
-  auto svc = start_service(ep_limits(0));
+std::vector<served_outcome> reference(
+  const std::vector<served_job>& js,
+  serve::served_model model = eight_expert_model()) {
+  auto svc = start_service(ep_limits(0), std::move(model));
   return serve_all_jobs(*svc, js);
 }
 
@@ -26,10 +29,14 @@ std::vector<served_outcome> reference(const std::vector<served_job>& js) {
 
 TEST_CASE("expert-parallel ranks give the one-rank engine's tokens", "[unit]") {
   const auto js = served_jobs(12);
-  const auto want = reference(js);
+  const bool qwen3 = GENERATE(false, true);
+  auto model = [&] {
+    return qwen3 ? eight_expert_qwen3_model() : eight_expert_model();
+  };
+  const auto want = reference(js, model());
   for (int64_t ranks : {1, 2, 4}) {
-    INFO(ranks << " ranks");
-    auto svc = start_service(ep_limits(ranks));
+    INFO((qwen3 ? "Qwen3-MoE, " : "Mixtral, ") << ranks << " ranks");
+    auto svc = start_service(ep_limits(ranks), model());
     auto& s = *svc;
     CHECK(s.shards_up());
     check_same_outcomes(serve_all_jobs(s, js), want, js);

@@ -1,9 +1,9 @@
-// Continuous batching: a request's tokens and log-probabilities are the
-// same alone and among 31 others (greedy and seeded sampling, any arrival
-// order), with prompts prefilled in chunks, and when the KV cache runs out
-// and requests are preempted and recomputed. Stop sequences, cancellation
-// and timeouts free their blocks. With rack affinity over several ranks, a
-// request its rack has no room for starts on another rank at once.
+// Continuous batching: a request's tokens and log-probabilities are the same
+// alone and among 31 others (greedy and seeded sampling, any arrival order;
+// Mixtral and Qwen3-MoE), with prompts prefilled in chunks, and when the KV
+// cache runs out and requests are preempted and recomputed. Stop sequences,
+// cancellation and timeouts free their blocks. With rack affinity over several
+// ranks, a request its rack has no room for starts on another rank at once.
 
 #include <catch2/catch.hpp>
 
@@ -24,6 +24,16 @@ serve::served_model small_model(int64_t max_seq = 96) {
     scratch("serve_scheduler_model") / "export",
     serve_test_config(64, 32, 48, 2, 4, 2, 4, 2, static_cast<int>(max_seq)),
     21);
+  auto m = serve::load_model(dir);
+  REQUIRE(m.ok());
+  return std::move(m.value());
+}
+
+// The same as a Qwen3-MoE (QK-norm, heads of 12, gates renormalised).
+serve::served_model small_qwen3_model() {
+  const auto dir = write_random_export(
+    scratch("serve_scheduler_qwen3") / "export",
+    qwen3_test_config(64, 32, 48, 2, 4, 2, 12, 4, 2, 96), 21);
   auto m = serve::load_model(dir);
   REQUIRE(m.ok());
   return std::move(m.value());
@@ -92,6 +102,14 @@ TEST_CASE("greedy decoding is the same alone and among 31 others", "[unit]") {
 
 TEST_CASE("seeded sampling is the same alone and among 31 others", "[unit]") {
   check_invariant(small_model(), seeded(4242));
+}
+
+TEST_CASE("Qwen3-MoE: greedy and seeded decoding are the same alone and among "
+          "31 others",
+          "[unit]") {
+  const auto m = small_qwen3_model();
+  check_invariant(m, greedy());
+  check_invariant(m, seeded(4242));
 }
 
 TEST_CASE("preempted requests are recomputed to the same tokens", "[unit]") {

@@ -58,6 +58,15 @@ inline std::string tp_pp_config(const scratch_job& job, const std::string& name,
   return text;
 }
 
+// A small_config's model as a Qwen3-MoE: QK-norm, heads of 12 (4 x 12 !=
+// 32), gates without renormalisation.
+inline std::string as_qwen3(std::string text) {
+  text = replace_once(text, "model:\n",
+                      "model:\n  family: qwen3_moe\n  head_dim: 12\n");
+  return replace_once(text, "  router_top_k: 2\n",
+                      "  router_top_k: 2\n  norm_topk_prob: false\n");
+}
+
 struct job_series {
   std::vector<double> loss, grad_norm;
   std::string output; // what `tutti run --quiet` printed

@@ -1,7 +1,8 @@
 #pragma once
-// Shared by the serve tests: a randomly initialised Mixtral model (tutti's
-// own initialisation, with non-zero router biases so they matter), as a
-// name -> tensor map and written out as a `tutti export` directory.
+// Shared by the serve tests: a randomly initialised Mixtral or Qwen3-MoE
+// model (tutti's own initialisation, with non-zero router biases and QK-norm
+// weights so they matter), as a name -> tensor map and written out as a
+// `tutti export` directory.
 
 #include <nlohmann/json.hpp>
 
@@ -14,20 +15,24 @@
 
 #include "test_support.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/model/family.hpp"
 #include "tutti/model/param_layout.hpp"
+#include "tutti/model/tensor_names.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/store/safetensors.hpp"
 
 namespace tutti::testing {
 
-// The model part of a job config (train.seq_len = max_seq_len).
+// The model part of a job config (train.seq_len = max_seq_len);
+// `model_keys` are further lines of the model section ("  family: ...\n").
 inline job_config serve_test_config(int vocab, int hidden, int intermediate,
                                     int layers, int heads, int kv_heads,
-                                    int experts, int top_k, int max_seq) {
+                                    int experts, int top_k, int max_seq,
+                                    const std::string& model_keys = "") {
   std::ostringstream c;
   c << "cluster_config:\n  world_size: 1\n  nnodes: 1\n  nproc_per_node: 1\n"
-       "  ep_size: 1\nmodel:\n  vocab_size: "
-    << vocab << "\n  hidden_size: " << hidden
+       "  ep_size: 1\nmodel:\n"
+    << model_keys << "  vocab_size: " << vocab << "\n  hidden_size: " << hidden
     << "\n  intermediate_size: " << intermediate
     << "\n  num_hidden_layers: " << layers
     << "\n  num_attention_heads: " << heads
@@ -39,6 +44,20 @@ inline job_config serve_test_config(int vocab, int hidden, int intermediate,
   auto cfg = parse_job_config(c.str(), "serve test config");
   REQUIRE(cfg.ok());
   return cfg.value();
+}
+
+// A Qwen3-MoE model: QK-norm, heads of `head_dim` (heads * head_dim need
+// not be `hidden`), gates renormalised or not.
+inline job_config qwen3_test_config(int vocab, int hidden, int intermediate,
+                                    int layers, int heads, int kv_heads,
+                                    int head_dim, int experts, int top_k,
+                                    int max_seq, bool norm_topk_prob = true) {
+  auto cfg = serve_test_config(
+    vocab, hidden, intermediate, layers, heads, kv_heads, experts, top_k,
+    max_seq,
+    "  family: qwen3_moe\n  head_dim: " + std::to_string(head_dim) + "\n");
+  cfg.moe.norm_topk_prob = norm_topk_prob;
+  return cfg;
 }
 
 using tensor_map = std::map<std::string, std::vector<float>>;
@@ -71,6 +90,11 @@ inline tensor_map random_model_tensors(const job_config& cfg, uint64_t seed) {
     auto& b = out[pre + "gate.e_score_correction_bias"];
     for (int64_t e = 0; e < E; ++e)
       b.push_back(bias(rng));
+    // QK-norm weights away from their initial ones, so they matter.
+    for (const char* norm : {model::names::q_norm, model::names::k_norm})
+      if (auto it = out.find(model::names::layer(l, norm)); it != out.end())
+        for (auto& w : it->second)
+          w += bias(rng) * 10;
   }
   return out;
 }
@@ -88,16 +112,17 @@ inline std::vector<int64_t> hf_shape(const job_config& cfg,
   return model::dense_layout(cfg.model, cfg.moe).at(name).shape;
 }
 
-// config.json + model.safetensors, as `tutti export --format hf` writes.
-inline void write_export_dir(const std::filesystem::path& dir,
-                             const job_config& cfg, const tensor_map& t) {
+// The config.json of cfg's model, in its family's keys.
+inline nlohmann::json hf_config_json(const job_config& cfg) {
   const auto& m = cfg.model;
+  const bool qwen3 = m.family == model_family::qwen3_moe;
   nlohmann::json j;
-  j["architectures"] = {"MixtralForCausalLM"};
-  j["model_type"] = "mixtral";
+  j["architectures"] = {qwen3 ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM"};
+  j["model_type"] = to_string(m.family);
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = m.intermediate_size;
+  j[qwen3 ? "moe_intermediate_size" : "intermediate_size"] =
+    m.intermediate_size;
   j["num_hidden_layers"] = m.num_hidden_layers;
   j["num_attention_heads"] = m.num_attention_heads;
   j["num_key_value_heads"] = m.num_key_value_heads;
@@ -105,13 +130,27 @@ inline void write_export_dir(const std::filesystem::path& dir,
   j["max_position_embeddings"] = m.max_seq_len;
   j["rope_theta"] = m.rope_theta;
   j["rms_norm_eps"] = m.rms_norm_eps;
-  j["num_local_experts"] = cfg.moe.num_experts;
+  j[qwen3 ? "num_experts" : "num_local_experts"] = cfg.moe.num_experts;
   j["num_experts_per_tok"] = cfg.moe.router_top_k;
+  if (qwen3) {
+    j["norm_topk_prob"] = cfg.moe.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    j["tie_word_embeddings"] = false;
+  }
+  return j;
+}
+
+// config.json + model.safetensors, as `tutti export --format hf` writes
+// (tensors named by tutti, written under the family's names).
+inline void write_export_dir(const std::filesystem::path& dir,
+                             const job_config& cfg, const tensor_map& t) {
   std::filesystem::create_directories(dir);
-  write_text(dir / "config.json", j.dump(2));
+  write_text(dir / "config.json", hf_config_json(cfg).dump(2));
   std::vector<store::named_tensor> tensors;
   for (const auto& [name, values] : t)
-    tensors.push_back({name, hf_shape(cfg, name), values});
+    tensors.push_back({model::hf_tensor_name(cfg.model.family, name),
+                       hf_shape(cfg, name), values});
   REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
 }
 

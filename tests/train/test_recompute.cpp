@@ -4,7 +4,8 @@
 // and full (each layer from its input, the dispatch repeated), on
 // (DP2·EP2) with 2 micro-batches, and on (PP2) and (TP2·PP2) with 4 under
 // 1F1B (each stage recomputes its own layers; the micro-batches in flight
-// keep only what the mode keeps).
+// keep only what the mode keeps); and for a Qwen3-MoE (QK-norm's inputs
+// rebuilt too).
 
 #include <catch2/catch.hpp>
 
@@ -44,6 +45,18 @@ TEST_CASE("recomputation leaves every loss equal to the bit", "[integration]") {
       "  micro_batches: 2\n  recompute: " + mode + "\n");
   };
   check_same_bits_as_none(job, "", config, {"selective", "full"}, 30);
+}
+
+TEST_CASE("recomputation of a Qwen3-MoE leaves every loss equal to the bit",
+          "[integration]") {
+  auto job = scratch_with_data("recompute_qwen3");
+  auto config = [&](const std::string& name, const std::string& mode) {
+    return with_train_keys(
+      as_qwen3(
+        small_config(job.data.string(), (job.dir / name).string(), 2, 20)),
+      "  micro_batches: 2\n  recompute: " + mode + "\n");
+  };
+  check_same_bits_as_none(job, "", config, {"selective", "full"}, 20);
 }
 
 TEST_CASE("recomputation under pipeline parallelism leaves every loss equal "

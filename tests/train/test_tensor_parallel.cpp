@@ -4,6 +4,9 @@
 // - (TP2) and (TP2·DP2, experts over the two data-parallel ranks) give the
 //   losses of world 1 within 1e-4 relative over 30 steps (the TP sums
 //   change the order of additions, so not to the bit).
+// - A Qwen3-MoE (QK-norm, heads of their own size, gates without
+//   renormalisation) under TP2 gives the losses of world 1 likewise, and
+//   its TP2 checkpoint resumes on world 1 and on (DP2·EP2).
 // - A TP2 checkpoint holds whole tensors: it resumes on world 1 and on
 //   (DP2·EP2) with the losses of the uninterrupted world-1 run within 1e-4,
 //   and `tutti export` reads it.
@@ -27,6 +30,24 @@ std::string tp_config(const scratch_job& job, const std::string& name,
 }
 
 } // namespace
+
+// as_qwen3: QK-norm's weights get partial gradients on each TP rank,
+// summed over the group.
+TEST_CASE("Qwen3-MoE under tensor parallelism gives the losses of world 1",
+          "[integration]") {
+  auto job = scratch_with_data("tensor_parallel_qwen3");
+  auto world1 = train_series(job.dir, "w1",
+                             as_qwen3(tp_config(job, "w1", 1, 1, 20)));
+  REQUIRE(world1.loss.size() == 20);
+  CHECK(world1.loss.back() < world1.loss.front() - 0.05);
+  auto split = train_series(job.dir, "tp2",
+                            as_qwen3(tp_config(job, "tp2", 2, 2, 20)));
+  const double worst = worst_relative(world1.loss, split.loss);
+  WARN("largest relative loss difference, Qwen3-MoE TP2 against world 1: "
+       << worst);
+  CHECK(worst <= 1e-4);
+  CHECK(worst_relative(world1.grad_norm, split.grad_norm) <= 1e-3);
+}
 
 TEST_CASE("tensor parallelism gives the losses of world 1", "[integration]") {
   auto job = scratch_with_data("tensor_parallel");
@@ -57,6 +78,23 @@ TEST_CASE("a TP2 checkpoint resumes on world 1 and on DP2·EP2",
     },
     [&](const std::string& name, int world, int steps) {
       return tp_config(job, name, world, 1, steps, flat);
+    },
+    true,
+    [](int, const std::vector<double>&, const std::vector<double>&,
+       double worst) { CHECK(worst <= 1e-4); });
+}
+
+TEST_CASE("a Qwen3-MoE TP2 checkpoint resumes on world 1 and on DP2·EP2",
+          "[integration]") {
+  auto job = scratch_with_data("tensor_parallel_qwen3_resume");
+  const std::string flat = "  min_lr: 0.003\n"; // min_lr = lr
+  check_resumes_across_layouts(
+    job, "tp2",
+    [&](const std::string& name, int steps) {
+      return as_qwen3(tp_config(job, name, 2, 2, steps, flat));
+    },
+    [&](const std::string& name, int world, int steps) {
+      return as_qwen3(tp_config(job, name, world, 1, steps, flat));
     },
     true,
     [](int, const std::vector<double>&, const std::vector<double>&,

@@ -187,6 +187,36 @@ struct dropped_term {
   }
 };
 
+template <class T>
+__global__ void gates_from_probs(const int32_t* topk_idx, const T* probs,
+                                 T* topk_gate, int64_t n, int64_t experts,
+                                 int64_t k) {
+  TUTTI_GRID_STRIDE(i, n * k) {
+    topk_gate[i] = probs[(i / k) * experts + topk_idx[i]];
+  }
+}
+
+// The CPU's formula and order, one thread per token.
+template <class T>
+__global__ void gates_from_probs_bwd(const int32_t* topk_idx, const T* probs,
+                                     const T* dgate, T* dlogits, int64_t n,
+                                     int64_t experts, int64_t k,
+                                     double inv_t) {
+  TUTTI_GRID_STRIDE(t, n) {
+    const T* p = probs + t * experts;
+    const T* dg = dgate + t * k;
+    const int32_t* idx = topk_idx + t * k;
+    double dot = 0.0;
+    for (int64_t j = 0; j < k; ++j)
+      dot += double(dg[j]) * double(p[idx[j]]);
+    T* out = dlogits + t * experts;
+    for (int64_t e = 0; e < experts; ++e)
+      out[e] = T(-inv_t * double(p[e]) * dot);
+    for (int64_t j = 0; j < k; ++j)
+      out[idx[j]] = T(inv_t * double(p[idx[j]]) * (double(dg[j]) - dot));
+  }
+}
+
 // A handful of experts: one thread, the CPU's code and order.
 template <class T>
 __global__ void bias_update_kernel(T* bias, const int64_t* counts,
@@ -220,6 +250,29 @@ void router_topk_backward(const stream& s, const int32_t* topk_idx,
   topk_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(topk_idx, topk_gate, dgate,
                                                  dlogits, n, experts, k,
                                                  1.0 / double(temperature));
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
+
+template <class T>
+void router_gates_from_probs(const stream& s, const int32_t* topk_idx,
+                             const T* probs, T* topk_gate, int64_t n,
+                             int64_t experts, int64_t k) {
+  if (n == 0)
+    return;
+  gates_from_probs<<<grid_for(n * k, 128), 128, 0, raw(s)>>>(
+    topk_idx, probs, topk_gate, n, experts, k);
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
+
+template <class T>
+void router_gates_from_probs_backward(const stream& s, const int32_t* topk_idx,
+                                      const T* probs, const T* dgate,
+                                      T* dlogits, int64_t n, int64_t experts,
+                                      int64_t k, T temperature) {
+  if (n == 0)
+    return;
+  gates_from_probs_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(
+    topk_idx, probs, dgate, dlogits, n, experts, k, 1.0 / double(temperature));
   TUTTI_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,6 +1,7 @@
 // The attention half of a decoder layer: x_mid = x + o(attn(rope(q), rope(k),
-// v)) on RMSNorm(x), with grouped-query heads. Under tensor parallelism a
-// rank computes heads_ of the query heads and kv_heads_ of the key/value
+// v)) on RMSNorm(x), with grouped-query heads; with QK-norm (Qwen3-MoE) q and k
+// are RMSNormed per head before the rotary embedding. Under tensor parallelism
+// a rank computes heads_ of the query heads and kv_heads_ of the key/value
 // heads (its slices of q/k/v_proj's rows and o_proj's columns); o_proj's
 // partial outputs are summed over the TP group, and so, backward, are the
 // partial gradients of the normed input.
@@ -25,10 +26,21 @@ status rank_model::attention_forward(int64_t l, int64_t seqs,
   k::rmsnorm_forward(stream_, a.x_in.data(),
                      param(layer_name(l, names::input_norm)), a.xn1.data(),
                      a.rstd1.data(), n, d, static_cast<float>(m.rms_norm_eps));
+  const bool qk = m.qk_norm();
   k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::q_proj)),
-                    a.q.data(), n, d, hq * hd);
+                    qk ? a.q_pre.data() : a.q.data(), n, d, hq * hd);
   k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::k_proj)),
-                    a.k.data(), n, d, hkv * hd);
+                    qk ? a.k_pre.data() : a.k.data(), n, d, hkv * hd);
+  if (qk) {
+    // Each head's row of head_dim values, one weight for all heads.
+    const auto eps = static_cast<float>(m.rms_norm_eps);
+    k::rmsnorm_forward(stream_, a.q_pre.data(),
+                       param(layer_name(l, names::q_norm)), a.q.data(),
+                       a.rstd_q.data(), n * hq, hd, eps);
+    k::rmsnorm_forward(stream_, a.k_pre.data(),
+                       param(layer_name(l, names::k_norm)), a.k.data(),
+                       a.rstd_k.data(), n * hkv, hd, eps);
+  }
   k::linear_forward(stream_, a.xn1.data(), param(layer_name(l, names::v_proj)),
                     a.v.data(), n, d, hkv * hd);
   k::rope_forward(stream_, a.q.data(), seqs, s, hq, hd, m.rope_theta);
@@ -83,6 +95,8 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
                           dk_.data(), dv_.data(), seqs, s, hq, hkv, hd);
   k::rope_backward(stream_, dq_.data(), seqs, s, hq, hd, m.rope_theta);
   k::rope_backward(stream_, dk_.data(), seqs, s, hkv, hd, m.rope_theta);
+  if (m.qk_norm())
+    TUTTI_RETURN_IF_ERROR(qk_norm_backward(l, n, time));
   k::linear_backward(stream_, a.xn1.data(), param(layer_name(l, names::q_proj)),
                      dq_.data(), dtmp_.data(),
                      grad(layer_name(l, names::q_proj)), n, d, hq * hd);
@@ -103,6 +117,33 @@ status rank_model::attention_backward(int64_t l, int64_t seqs,
                       dtmp_.data(), dtmp2_.data(),
                       grad(layer_name(l, names::input_norm)), n, d);
   k::axpy(stream_, 1.0f, dtmp2_.data(), dx.data(), n * d);
+  return {};
+}
+
+// Through the per-head RMSNorm of q and k: dq_ and dk_ become the
+// gradients of q_proj's and k_proj's outputs. A TP rank holds some of the
+// heads, so the norm weights' gradients are partial: summed over the TP
+// group before they join the layer's.
+status rank_model::qk_norm_backward(int64_t l, int64_t n, step_timers& time) {
+  auto& a = acts_[l];
+  const int64_t hd = cfg_.model.head_dim(), hq = heads_, hkv = kv_heads_;
+  dq_pre_.resize(stream_, n * hq * hd);
+  dk_pre_.resize(stream_, n * hkv * hd);
+  dqk_norm_.zeros(stream_, 2 * hd);
+  k::rmsnorm_backward(stream_, a.q_pre.data(),
+                      param(layer_name(l, names::q_norm)), a.rstd_q.data(),
+                      dq_.data(), dq_pre_.data(), dqk_norm_.data(), n * hq, hd);
+  k::rmsnorm_backward(stream_, a.k_pre.data(),
+                      param(layer_name(l, names::k_norm)), a.rstd_k.data(),
+                      dk_.data(), dk_pre_.data(), dqk_norm_.data() + hd,
+                      n * hkv, hd);
+  TUTTI_RETURN_IF_ERROR(tp_sum(dqk_norm_.data(), 2 * hd, time));
+  k::axpy(stream_, 1.0f, dqk_norm_.data(), grad(layer_name(l, names::q_norm)),
+          hd);
+  k::axpy(stream_, 1.0f, dqk_norm_.data() + hd,
+          grad(layer_name(l, names::k_norm)), hd);
+  std::swap(dq_, dq_pre_);
+  std::swap(dk_, dk_pre_);
   return {};
 }
 

@@ -120,6 +120,9 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   k::router_topk_forward(stream_, a.logits.data(), router_bias_.data() + l * E,
                          a.topk_orig.data(), a.gate.data(), a.rprobs.data(), n,
                          E, K, temperature);
+  if (!e.norm_topk_prob)
+    k::router_gates_from_probs(stream_, a.topk_orig.data(), a.rprobs.data(),
+                               a.gate.data(), n, E, K);
   if (stats)
     TUTTI_RETURN_IF_ERROR(route_counts(a, n, *stats, l, time));
 
@@ -256,8 +259,14 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                            dtmp_.data(), a.rows, K, d);
   TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   dlogits_.resize(stream_, n * E);
-  k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
-                          dgate_.data(), dlogits_.data(), n, E, K, temperature);
+  if (e.norm_topk_prob)
+    k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
+                            dgate_.data(), dlogits_.data(), n, E, K,
+                            temperature);
+  else
+    k::router_gates_from_probs_backward(stream_, a.topk_orig.data(),
+                                        a.rprobs.data(), dgate_.data(),
+                                        dlogits_.data(), n, E, K, temperature);
   if (e.aux_loss_coeff > 0)
     k::switch_loss_backward(stream_, a.rprobs.data(), a.fraction.data(),
                             dlogits_.data(), n, E, aux_coeff(), global_tokens_,

@@ -135,6 +135,12 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.attn.resize(st, n * heads_ * hd);
     a.k.resize(st, n * kv_heads_ * hd);
     a.v.resize(st, n * kv_heads_ * hd);
+    if (m.qk_norm()) {
+      a.q_pre.resize(st, n * heads_ * hd);
+      a.k_pre.resize(st, n * kv_heads_ * hd);
+      a.rstd_q.resize(st, n * heads_);
+      a.rstd_k.resize(st, n * kv_heads_);
+    }
     a.logits.resize(st, n * e);
     a.rprobs.resize(st, n * e);
     a.gate.resize(st, n * kk);
@@ -300,6 +306,10 @@ void rank_model::swap_working(layer_acts& a) {
                                    {&a.rstd1, &work_.rstd1},
                                    {&a.q, &work_.q},
                                    {&a.k, &work_.k},
+                                   {&a.q_pre, &work_.q_pre},
+                                   {&a.k_pre, &work_.k_pre},
+                                   {&a.rstd_q, &work_.rstd_q},
+                                   {&a.rstd_k, &work_.rstd_k},
                                    {&a.v, &work_.v},
                                    {&a.attn, &work_.attn},
                                    {&a.x_mid, &work_.x_mid},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "tutti/model/model_shape.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/train/stage_layout.hpp"
 #include "tutti/moe/staged_collectives.hpp"
@@ -333,20 +334,7 @@ status take_snapshot(const rank_args& a, train::rank_model& model,
     add_dense(model, full_dense, params, adam_m, adam_v, a.cfg.model,
               a.cfg.moe, *snap);
     // The model's shape travels with the weights, for `tutti export`.
-    const auto& m = a.cfg.model;
-    const auto& e = a.cfg.moe;
-    snap->ints["vocab_size"] = m.vocab_size;
-    snap->ints["hidden_size"] = m.hidden_size;
-    snap->ints["intermediate_size"] = m.intermediate_size;
-    snap->ints["num_hidden_layers"] = m.num_hidden_layers;
-    snap->ints["num_attention_heads"] = m.num_attention_heads;
-    snap->ints["num_key_value_heads"] = m.num_key_value_heads;
-    snap->ints["max_seq_len"] = m.max_seq_len;
-    snap->ints["num_experts"] = e.num_experts;
-    snap->ints["router_top_k"] = e.router_top_k;
-    snap->strings["rope_theta"] = std::to_string(m.rope_theta);
-    snap->strings["rms_norm_eps"] = std::to_string(m.rms_norm_eps);
-    snap->strings["router_temperature"] = std::to_string(e.router_temperature);
+    model::record_shape(a.cfg.model, a.cfg.moe, snap->ints, snap->strings);
   }
   // The first expert-data-parallel replica's experts; under tensor
   // parallelism each TP group of it joins its slices, and its TP index 0
@@ -390,6 +378,8 @@ status restore_snapshot(const rank_args& a, train::rank_model& model,
   auto dense = store::read_shard_file(dir / store::shard_file_name(0));
   if (!dense.ok())
     return status::error(dense.message());
+  TUTTI_RETURN_IF_ERROR(
+    model::check_family(dense.value().meta, a.cfg.model.family, dir.string()));
   auto find = [](const store::shard_file& f,
                  const std::string& name) -> const store::loaded_tensor* {
     for (const auto& t : f.tensors)

@@ -29,6 +29,9 @@ enum class dispatch_dtype { fp32, int8, fp8 };
 // serve.weight_dtype: the served experts' weights, float32 or int8 with a
 // float32 scale per output channel (kernels/packed_gemm.hpp).
 enum class weight_dtype { fp32, int8 };
+// model.family: the architecture the weights belong to, by Hugging Face's
+// model_type (model/family.hpp holds what differs between them).
+enum class model_family { mixtral, qwen3_moe, deepseek_v3 };
 // cluster_config.local_transport: how ranks of one process exchange.
 enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
@@ -77,6 +80,10 @@ struct enum_names<dispatch_dtype> {
 template <>
 struct enum_names<weight_dtype> {
   static constexpr std::array names{"fp32", "int8"};
+};
+template <>
+struct enum_names<model_family> {
+  static constexpr std::array names{"mixtral", "qwen3_moe", "deepseek_v3"};
 };
 template <>
 struct enum_names<local_transport_kind> {

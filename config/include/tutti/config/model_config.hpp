@@ -13,6 +13,7 @@
 namespace tutti {
 
 struct model_config {
+  model_family family = model_family::mixtral;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -23,19 +24,33 @@ struct model_config {
   int64_t max_seq_len = 0;
   double rms_norm_eps = 1e-5;
   double init_std = 0.02;
+  int64_t head_dim_size = 0; // key head_dim; 0 = hidden / heads
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const {
+    return head_dim_size > 0 ? head_dim_size
+                             : hidden_size / num_attention_heads;
+  }
+  // Qwen3-MoE's RMSNorm of each query and key head before the rotary
+  // embedding (q_norm, k_norm).
+  bool qk_norm() const { return family == model_family::qwen3_moe; }
 };
 
 template <class Visitor>
 void visit_fields(Visitor& v, model_config& c) {
   using namespace config;
+  v.field("family", c.family,
+          "architecture, by Hugging Face's model_type: mixtral, or "
+          "qwen3_moe (RMSNorm of each query and key head, q_norm and "
+          "k_norm, before the rotary embedding); deepseek_v3 is refused, "
+          "not supported yet");
   v.field("vocab_size", c.vocab_size, "tokens in the vocabulary", required,
           at_least(2));
   v.field("hidden_size", c.hidden_size,
-          "model width; a multiple of num_attention_heads, even per head",
+          "model width; without head_dim a multiple of "
+          "num_attention_heads, even per head",
           required, at_least(1));
-  v.field("intermediate_size", c.intermediate_size, "expert FFN width",
+  v.field("intermediate_size", c.intermediate_size,
+          "expert FFN width (Qwen3-MoE's moe_intermediate_size)",
           required, at_least(1));
   v.field("num_hidden_layers", c.num_hidden_layers, "transformer layers",
           required, at_least(1));
@@ -50,12 +65,17 @@ void visit_fields(Visitor& v, model_config& c) {
   v.field("rms_norm_eps", c.rms_norm_eps, "RMSNorm epsilon", above(0));
   v.field("init_std", c.init_std, "standard deviation of initial weights",
           above(0));
+  v.field("head_dim", c.head_dim_size,
+          "size of an attention head; num_attention_heads * head_dim may "
+          "differ from hidden_size (Qwen3-MoE)",
+          at_least(0, "0 = hidden_size / num_attention_heads"));
 }
 
 struct moe_config {
   int64_t num_experts = 0;
   int64_t router_top_k = 0;
   double router_temperature = 1.0;
+  bool norm_topk_prob = true;
   double capacity_factor = 0.0;
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
@@ -80,6 +100,10 @@ void visit_fields(Visitor& v, moe_config& c) {
           at_least(1));
   v.field("router_temperature", c.router_temperature,
           "router softmax temperature", above(0));
+  v.field("norm_topk_prob", c.norm_topk_prob,
+          "gates renormalised over the chosen experts (Mixtral; the "
+          "published Qwen3-MoE models); false: the softmax over all experts "
+          "at the chosen ones (model.family qwen3_moe only)");
   v.field("capacity_factor", c.capacity_factor,
           "tokens an expert takes, over the even share",
           at_least(0, "0 = dropless"));

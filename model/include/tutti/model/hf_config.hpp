@@ -1,7 +1,8 @@
 #pragma once
-// The model's shape in Hugging Face's config.json (MixtralForCausalLM):
-// read from a model directory, written for an export. Both directions of
-// the mapping live here, so they cannot disagree.
+// The model's shape in Hugging Face's config.json (MixtralForCausalLM or
+// Qwen3MoeForCausalLM, by model_type): read from a model directory, written
+// for an export. Both directions of the mapping live here, so they cannot
+// disagree.
 
 #include <filesystem>
 #include <string>

@@ -5,6 +5,8 @@
 // role; hf_config.hpp maps the names to Hugging Face's.
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "tutti/base/status.hpp"
 #include "tutti/config/model_config.hpp"
@@ -13,6 +15,7 @@
 namespace tutti::model {
 
 struct model_shape {
+  model_family family = model_family::mixtral;
   int64_t vocab = 0;
   int64_t hidden = 0;
   int64_t intermediate = 0; // one expert's FFN width
@@ -26,13 +29,32 @@ struct model_shape {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   double router_temperature = 1.0;
+  // Qwen3-MoE: RMSNorm of each query and key head (q_norm, k_norm).
+  bool qk_norm = false;
+  // Gates renormalised over the chosen experts; false: the softmax over
+  // all experts at the chosen ones.
+  bool norm_topk_prob = true;
 };
 
 // The model a job config trains.
 model_shape shape_of(const model_config& m, const moe_config& e);
 
-// The model a checkpoint holds, from rank 0's shard header.
+// The model a checkpoint holds, from rank 0's shard header (a header
+// without the family is a Mixtral's).
 model_shape shape_of(const store::shard_meta& rank0);
+
+// Refuses, naming model.family, a checkpoint (`dir`, its rank-0 header)
+// of another family than `want`, the config's: another family's tensors
+// may have the same names and sizes.
+status check_family(const store::shard_meta& rank0, model_family want,
+                    const std::string& dir);
+
+// The header fields shape_of(rank0) reads, from the job config, into a
+// shard header's integers and texts: what rank 0's shard records so a
+// resume, an export or a server knows the model.
+void record_shape(const model_config& m, const moe_config& e,
+                  std::map<std::string, int64_t>& ints,
+                  std::map<std::string, std::string>& strings);
 
 // The shape's own consistency (positive sizes, heads dividing, even head
 // size, top_k <= experts); names the first bad field by its Hugging Face

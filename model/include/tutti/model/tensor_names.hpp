@@ -1,8 +1,9 @@
 #pragma once
-// The model's tensors by their Hugging Face names (MixtralForCausalLM):
-// the one place those names are spelled. Training's parameter buffer
-// (param_layout.hpp), the loader (weights.hpp), serving's layout of the
-// weights and the exports all name tensors through these.
+// The model's tensors by their Hugging Face names (MixtralForCausalLM's, and
+// Qwen3-MoE's q_norm and k_norm): the one place those names are spelled;
+// family.hpp translates them to another family's. Training's parameter buffer
+// (param_layout.hpp), the loader (weights.hpp), serving's layout of the weights
+// and the exports all name tensors through these.
 
 #include <cstdint>
 #include <string>
@@ -19,6 +20,9 @@ inline constexpr const char* q_proj = "self_attn.q_proj.weight";
 inline constexpr const char* k_proj = "self_attn.k_proj.weight";
 inline constexpr const char* v_proj = "self_attn.v_proj.weight";
 inline constexpr const char* o_proj = "self_attn.o_proj.weight";
+// Qwen3-MoE's RMSNorm weights of a query and a key head ([head_dim]).
+inline constexpr const char* q_norm = "self_attn.q_norm.weight";
+inline constexpr const char* k_norm = "self_attn.k_norm.weight";
 inline constexpr const char* post_norm = "post_attention_layernorm.weight";
 inline constexpr const char* router = "block_sparse_moe.gate.weight";
 // The router's selection-only biases, under DeepSeek-V3's name.

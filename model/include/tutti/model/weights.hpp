@@ -1,6 +1,7 @@
 #pragma once
-// A model's weights in host memory under Hugging Face's names
-// (MixtralForCausalLM): every dense tensor, each layer's router biases as
+// A model's weights in host memory under tutti's names (tensor_names.hpp,
+// Hugging Face's MixtralForCausalLM's; a Qwen3-MoE directory's translated,
+// family.hpp): every dense tensor, each layer's router biases as
 // `...block_sparse_moe.gate.e_score_correction_bias`, and each expert's w1,
 // w3 and w2 under its global index. The one loader of the project: a
 // Hugging Face or `tutti export` directory (config.json and safetensors,

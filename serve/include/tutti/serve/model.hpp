@@ -1,9 +1,9 @@
 #pragma once
-// A Mixtral model held for serving: its shape and its weights in host
-// memory, laid out for the serving forward (engine.hpp). Loaded from a
+// A model held for serving (Mixtral or Qwen3-MoE): its shape and its weights in
+// host memory, laid out for the serving forward (engine.hpp). Loaded from a
 // `tutti export` / Hugging Face directory (config.json and F32, F16 or BF16
-// safetensors, one file or shards listed in model.safetensors.index.json)
-// or straight from a tutti checkpoint directory (MANIFEST and shard files).
+// safetensors, one file or shards listed in model.safetensors.index.json) or
+// straight from a tutti checkpoint directory (MANIFEST and shard files).
 
 #include <cstdint>
 #include <filesystem>
@@ -32,6 +32,7 @@ using model::model_shape;
 // hidden], w2 [experts, hidden, intermediate].
 struct layer_weights {
   std::vector<float> input_norm, q, k, v, o, post_norm;
+  std::vector<float> q_norm, k_norm; // [head_dim], with QK-norm; else empty
   std::vector<float> router, router_bias; // [experts, hidden], [experts]
   // Float experts; with scales ([experts, out] each), int8 codes as
   // floats. Emptied once int8 experts are packed (only the packed copy
@@ -80,10 +81,12 @@ std::string expert_weights_text(const served_model& m);
 // "packed_fp32".
 std::string expert_kernel_name(const served_model& m);
 
-// Builds a model from tensors named as in Hugging Face's MixtralForCausalLM
-// (`...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
+// Builds a model from tensors under tutti's names (tensor_names.hpp:
+// MixtralForCausalLM's, q_norm and k_norm with QK-norm;
+// `...block_sparse_moe.gate.e_score_correction_bias` optional: zeros).
 // With `...experts.E.wN.weight_scale` ([out, 1] or [out]) beside every
 // expert matrix, the matrices are int8 codes and are packed as they are.
+// Errors name a tensor as the family's checkpoints do (family.hpp).
 // `source` names where they came from in error messages.
 expected<served_model> model_from_tensors(
   const model_shape& shape, std::map<std::string, std::vector<float>> tensors,
@@ -94,7 +97,7 @@ expected<served_model> model_from_weights(model::model_weights weights,
                                           const std::string& source);
 
 // A directory with config.json (a `tutti export` or Hugging Face Mixtral
-// directory) or with a MANIFEST (a tutti checkpoint), and the
+// or Qwen3-MoE directory) or with a MANIFEST (a tutti checkpoint), and the
 // tokenizer.model and tokenizer_config.json (chat template) beside the
 // weights if there are. Errors are one line
 // naming the file, key or tensor.

@@ -1,8 +1,9 @@
 #pragma once
-// One rank's share of the Mixtral model: its pipeline stage's dense
-// weights (all of them without PP) with their gradients and AdamW state, the activations of the current step, and
-// the MoE plumbing (route, dispatch over the EP group, experts through an
-// expert_executor, combine). Blocking: runs on the rank's own thread.
+// One rank's share of the model (Mixtral or Qwen3-MoE): its pipeline stage's
+// dense weights (all of them without PP) with their gradients and AdamW state,
+// the activations of the current step, and the MoE plumbing (route, dispatch
+// over the EP group, experts through an expert_executor, combine). Blocking:
+// runs on the rank's own thread.
 //
 // Where it computes is the stream's device: every weight, moment and
 // activation is a kernels::tensor there. What the host needs (routing
@@ -118,6 +119,9 @@ private:
     tensor<float> x_in, xn1, rstd1, q, k, v, attn_saved, attn, x_mid, xn2,
       rstd2,
       logits, rprobs, gate, y_rows, fraction;
+    // With QK-norm (model_config::qk_norm): q and k before their per-head
+    // RMSNorm, and its saved reciprocal norms; empty without.
+    tensor<float> q_pre, k_pre, rstd_q, rstd_k;
     // Pipeline: the experts' input rows, for running them again before
     // backward when a later micro-batch's forward came in between.
     tensor<float> expert_in;
@@ -170,6 +174,7 @@ private:
   void attention_core_forward(layer_acts& a, int64_t seqs);
   status attention_backward(int64_t l, int64_t seqs, tensor<float>& dx,
                             step_timers& time);
+  status qk_norm_backward(int64_t l, int64_t n, step_timers& time);
   // Tensor parallelism: sums a row-parallel layer's partial outputs (or a
   // column-parallel one's partial input gradients) over the TP group; does
   // nothing without one.
@@ -247,6 +252,9 @@ private:
   // backward scratch; drows_ also holds the dispatch's packed rows
   tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
     dgate_, dexp_in_, dexp_out_;
+  // QK-norm's backward: q's and k's gradients before the norm, and the
+  // norm weights' of one layer (q_norm then k_norm, summed over TP).
+  tensor<float> dq_pre_, dk_pre_, dqk_norm_;
   std::vector<int32_t> topk_host_; // staging
   int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
   int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks

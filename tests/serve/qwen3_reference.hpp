@@ -1,0 +1,169 @@
+#pragma once
+// An independent float64 forward of Hugging Face's Qwen3MoeForCausalLM
+// (modeling_qwen3_moe.py), written from the published architecture over
+// the checkpoint's own tensor names: RMSNorm, q/k/v projections without
+// bias, q_norm and k_norm (RMSNorm over each head's head_dim values) before
+// the rotary embedding (rotate_half), causal grouped-query attention scaled
+// by 1/sqrt(head_dim), o_proj; the router's softmax over all experts, top-k,
+// renormalised when norm_topk_prob; SwiGLU experts down(silu(gate(x)) *
+// up(x)); the final norm and the untied LM head. No tutti code.
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace tutti::testing {
+
+struct qwen3_reference {
+  int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim, experts,
+    top_k;
+  bool norm_topk_prob;
+  double rope_theta, eps;
+  std::map<std::string, std::vector<double>> w; // by Hugging Face name
+
+  const std::vector<double>& at(const std::string& name) const {
+    return w.at(name);
+  }
+  std::string layer(int64_t l, const std::string& what) const {
+    return "model.layers." + std::to_string(l) + "." + what;
+  }
+
+  // y[out] = W[out, in] x[in]
+  static std::vector<double> matvec(const std::vector<double>& W,
+                                    const std::vector<double>& x, int64_t out) {
+    const int64_t in = static_cast<int64_t>(x.size());
+    std::vector<double> y(out, 0.0);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i)
+        y[o] += W[o * in + i] * x[i];
+    return y;
+  }
+
+  // RMSNorm of x's rows of `dim` values, in place.
+  void rmsnorm(std::vector<double>& x, const std::vector<double>& g,
+               int64_t dim) const {
+    for (size_t r = 0; r < x.size(); r += dim) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i)
+        ss += x[r + i] * x[r + i];
+      const double inv = 1.0 / std::sqrt(ss / double(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i)
+        x[r + i] = x[r + i] * inv * g[i];
+    }
+  }
+
+  // rotate_half on each head at position p.
+  void rope(std::vector<double>& x, int64_t p) const {
+    const int64_t half = head_dim / 2;
+    for (size_t h = 0; h < x.size(); h += head_dim)
+      for (int64_t i = 0; i < half; ++i) {
+        const double f = double(p)
+                         * std::pow(rope_theta,
+                                    -2.0 * double(i) / double(head_dim));
+        const double a = x[h + i], b = x[h + i + half];
+        x[h + i] = a * std::cos(f) - b * std::sin(f);
+        x[h + i + half] = b * std::cos(f) + a * std::sin(f);
+      }
+  }
+
+  std::vector<double> moe(int64_t l, const std::vector<double>& x) const {
+    auto logits = matvec(at(layer(l, "mlp.gate.weight")), x, experts);
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> p(experts);
+    double z = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      z += p[e] = std::exp(logits[e] - mx);
+    for (auto& v : p)
+      v /= z;
+    std::vector<int64_t> order(experts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    double chosen = 0;
+    for (int64_t j = 0; j < top_k; ++j)
+      chosen += p[order[j]];
+    std::vector<double> out(hidden, 0.0);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = order[j];
+      const double g = norm_topk_prob ? p[e] / chosen : p[e];
+      const auto pre = layer(l, "mlp.experts." + std::to_string(e) + ".");
+      auto gate = matvec(at(pre + "gate_proj.weight"), x, inter);
+      auto up = matvec(at(pre + "up_proj.weight"), x, inter);
+      for (int64_t i = 0; i < inter; ++i)
+        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      const auto down = matvec(at(pre + "down_proj.weight"), gate, hidden);
+      for (int64_t d = 0; d < hidden; ++d)
+        out[d] += g * down[d];
+    }
+    return out;
+  }
+
+  // The logits [position][vocab] of a sequence.
+  std::vector<std::vector<double>> logits(
+    const std::vector<int32_t>& tokens) const {
+    const int64_t P = static_cast<int64_t>(tokens.size());
+    const int64_t group = heads / kv_heads;
+    std::vector<std::vector<double>> x(P);
+    const auto& embed = at("model.embed_tokens.weight");
+    for (int64_t p = 0; p < P; ++p)
+      x[p].assign(embed.begin() + tokens[p] * hidden,
+                  embed.begin() + (tokens[p] + 1) * hidden);
+    for (int64_t l = 0; l < layers; ++l) {
+      std::vector<std::vector<double>> q(P), k(P), v(P);
+      for (int64_t p = 0; p < P; ++p) {
+        auto h = x[p];
+        rmsnorm(h, at(layer(l, "input_layernorm.weight")), hidden);
+        q[p] = matvec(at(layer(l, "self_attn.q_proj.weight")), h,
+                      heads * head_dim);
+        k[p] = matvec(at(layer(l, "self_attn.k_proj.weight")), h,
+                      kv_heads * head_dim);
+        v[p] = matvec(at(layer(l, "self_attn.v_proj.weight")), h,
+                      kv_heads * head_dim);
+        rmsnorm(q[p], at(layer(l, "self_attn.q_norm.weight")), head_dim);
+        rmsnorm(k[p], at(layer(l, "self_attn.k_norm.weight")), head_dim);
+        rope(q[p], p);
+        rope(k[p], p);
+      }
+      for (int64_t p = 0; p < P; ++p) {
+        std::vector<double> attn(heads * head_dim, 0.0);
+        for (int64_t hh = 0; hh < heads; ++hh) {
+          const int64_t g = hh / group;
+          std::vector<double> s(p + 1);
+          for (int64_t j = 0; j <= p; ++j) {
+            double acc = 0;
+            for (int64_t i = 0; i < head_dim; ++i)
+              acc += q[p][hh * head_dim + i] * k[j][g * head_dim + i];
+            s[j] = acc / std::sqrt(double(head_dim));
+          }
+          const double mx = *std::max_element(s.begin(), s.end());
+          double z = 0;
+          for (auto& e : s)
+            z += e = std::exp(e - mx);
+          for (int64_t j = 0; j <= p; ++j)
+            for (int64_t i = 0; i < head_dim; ++i)
+              attn[hh * head_dim + i] += s[j] / z * v[j][g * head_dim + i];
+        }
+        const auto o = matvec(at(layer(l, "self_attn.o_proj.weight")), attn,
+                              hidden);
+        for (int64_t d = 0; d < hidden; ++d)
+          x[p][d] += o[d];
+        auto h = x[p];
+        rmsnorm(h, at(layer(l, "post_attention_layernorm.weight")), hidden);
+        const auto m = moe(l, h);
+        for (int64_t d = 0; d < hidden; ++d)
+          x[p][d] += m[d];
+      }
+    }
+    std::vector<std::vector<double>> out(P);
+    for (int64_t p = 0; p < P; ++p) {
+      rmsnorm(x[p], at("model.norm.weight"), hidden);
+      out[p] = matvec(at("lm_head.weight"), x[p], vocab);
+    }
+    return out;
+  }
+};
+
+} // namespace tutti::testing
