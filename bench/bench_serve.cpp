@@ -43,7 +43,8 @@ constexpr int64_t V = 256, D = 256, F = 512, L = 4, HQ = 8, HKV = 4, E = 8,
 
 serve::served_model medium() {
   job_config cfg;
-  cfg.model = {V, D, F, L, HQ, HKV, 10000.0, MAXPOS, 1e-5, 0.02};
+  cfg.model = {model_family::mixtral, V, D, F, L, HQ, HKV, 10000.0, MAXPOS,
+               1e-5, 0.02};
   cfg.moe.num_experts = E;
   cfg.moe.router_top_k = K;
   std::map<std::string, std::vector<float>> t;
@@ -69,7 +70,8 @@ serve::served_model medium() {
       shapes[name] = {s.shape[1], s.shape[2]};
     }
   }
-  serve::model_shape shape{V, D, F, L, HQ, HKV, HD, E, K, MAXPOS};
+  serve::model_shape shape{model_family::mixtral, V, D, F, L, HQ, HKV, HD, E,
+                          K, MAXPOS};
   auto m = serve::model_from_tensors(shape, std::move(t), shapes, "medium");
   if (!m.ok()) {
     std::fprintf(stderr, "bench_serve: %s\n", m.message().c_str());

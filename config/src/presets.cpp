@@ -20,24 +20,30 @@ namespace {
 
 struct preset {
   const char* name;
-  int64_t vocab, hidden, intermediate, layers, heads, kv_heads, max_seq;
+  const char* family; // model.family
+  int64_t vocab, hidden, intermediate, layers, heads, kv_heads;
+  int64_t head_dim; // model.head_dim; 0 = hidden / heads
+  int64_t max_seq;
   double rope_theta;
   int64_t experts, top_k;
   preset_shape shape;
 };
 
-// preset_shape: head_dim, dense_layers, dense_intermediate, shared_experts,
+// preset_shape: dense_layers, dense_intermediate, shared_experts,
 // q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
-// v_head_dim.
+// v_head_dim. DeepSeek-V3 is planned as a Mixtral-family model with those
+// parts counted; it does not train or serve yet.
 const preset presets[] = {
-  {"mixtral-8x7b", 32000, 4096, 14336, 32, 32, 8, 32768, 1e6, 8, 2, {}},
-  {"mixtral-8x22b", 32768, 6144, 16384, 56, 48, 8, 65536, 1e6, 8, 2, {}},
-  {"deepseek-v3", 129280, 7168, 2048, 61, 128, 128, 163840, 10000, 256, 8,
-   {0, 3, 18432, 1, 1536, 512, 128, 64, 128}},
-  {"qwen3-30b-a3b", 151936, 2048, 768, 48, 32, 4, 40960, 1e6, 128, 8,
-   {128, 0, 0, 0, 0, 0, 0, 0, 0}},
-  {"qwen3-235b-a22b", 151936, 4096, 1536, 94, 64, 4, 40960, 1e6, 128, 8,
-   {128, 0, 0, 0, 0, 0, 0, 0, 0}},
+  {"mixtral-8x7b", "mixtral", 32000, 4096, 14336, 32, 32, 8, 0, 32768, 1e6, 8,
+   2, {}},
+  {"mixtral-8x22b", "mixtral", 32768, 6144, 16384, 56, 48, 8, 0, 65536, 1e6,
+   8, 2, {}},
+  {"deepseek-v3", "mixtral", 129280, 7168, 2048, 61, 128, 128, 0, 163840,
+   10000, 256, 8, {3, 18432, 1, 1536, 512, 128, 64, 128}},
+  {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 768, 48, 32, 4, 128, 40960,
+   1e6, 128, 8, {}},
+  {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 1536, 94, 64, 4, 128, 40960,
+   1e6, 128, 8, {}},
 };
 
 // The keys a layout sets (search_layouts' choices).
@@ -105,12 +111,15 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
       return status::error("model preset " + name + " is unknown; presets: "
                            + names_text());
     YAML::Node m;
+    m["family"] = p->family;
     m["vocab_size"] = p->vocab;
     m["hidden_size"] = p->hidden;
     m["intermediate_size"] = p->intermediate;
     m["num_hidden_layers"] = p->layers;
     m["num_attention_heads"] = p->heads;
     m["num_key_value_heads"] = p->kv_heads;
+    if (p->head_dim > 0)
+      m["head_dim"] = p->head_dim;
     m["max_seq_len"] = p->max_seq;
     m["rope_theta"] = p->rope_theta;
     root["model"] = m;

@@ -16,8 +16,7 @@ double head_dim_of(const job_config& cfg) {
   const auto& p = cfg.preset;
   if (p.kv_lora_rank > 0)
     return static_cast<double>(p.qk_nope_head_dim + p.qk_rope_head_dim);
-  return p.head_dim > 0 ? static_cast<double>(p.head_dim)
-                        : static_cast<double>(cfg.model.head_dim());
+  return static_cast<double>(cfg.model.head_dim());
 }
 
 layer_params params_of_layer(const job_config& cfg, int64_t layer, int64_t tp,

@@ -569,7 +569,6 @@ void visit_fields(Visitor& v, alerts_config& c) {
 // `tutti plan` only (config/presets.cpp); 0 = as model_config says. Not a
 // config key: training has none of these yet.
 struct preset_shape {
-  int64_t head_dim = 0;           // set apart from hidden / heads (Qwen3)
   int64_t dense_layers = 0;       // leading layers with a dense FFN
   int64_t dense_intermediate = 0; // their FFN width
   int64_t shared_experts = 0;     // experts every token passes through

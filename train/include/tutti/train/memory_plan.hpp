@@ -58,8 +58,8 @@ struct layer_params {
 layer_params params_of_layer(const job_config& cfg, int64_t layer, int64_t tp,
                              int64_t ep);
 
-// The head width attention works in (a preset's, MLA's query-key width,
-// else hidden / heads).
+// The head width attention works in (MLA's query-key width, else
+// model.head_dim).
 double head_dim_of(const job_config& cfg);
 
 // Layers per stage for `l` that make the fullest stage smallest (the
