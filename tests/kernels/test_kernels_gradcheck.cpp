@@ -13,56 +13,26 @@
 
 #include "tutti/kernels/ops.hpp"
 
+#include "gradcheck_support.hpp"
 #include "kernel_inputs.hpp"
 
 namespace k = tutti::kernels;
 using Vec = std::vector<double>;
 using tutti::testing::randn;
+using tutti::testing::check_grad;
+using tutti::testing::dot;
+using tutti::testing::numeric_grad;
 using tutti::testing::rel_err;
 
 namespace {
 
 const k::stream S = k::cpu_stream();
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    s += a[i] * b[i];
-  return s;
-}
-
 Vec minus(const Vec& a, const Vec& b) {
   Vec r(a.size());
   for (size_t i = 0; i < a.size(); ++i)
     r[i] = a[i] - b[i];
   return r;
-}
-
-// Central differences of loss() w.r.t. every element of x (x is perturbed
-// in place and restored exactly).
-template <class F>
-Vec numeric_grad(Vec& x, F&& loss, double h = 1e-6) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = loss();
-    x[i] = x0 - h;
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = (lp - lm) / (2.0 * h);
-  }
-  return g;
-}
-
-// ||a - n|| / ||n||; when the true gradient is all zero, the absolute norm.
-template <class F>
-void check_grad(const char* what, const Vec& analytic, Vec& x, F&& loss) {
-  REQUIRE(analytic.size() == x.size());
-  const Vec num = numeric_grad(x, loss);
-  const double err = rel_err(analytic, num);
-  INFO(what << ": relative error " << err);
-  CHECK(err <= 1e-6);
 }
 
 } // namespace

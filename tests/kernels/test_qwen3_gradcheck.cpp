@@ -14,41 +14,18 @@
 
 #include "tutti/kernels/ops.hpp"
 
+#include "gradcheck_support.hpp"
 #include "kernel_inputs.hpp"
 
 namespace k = tutti::kernels;
 using Vec = std::vector<double>;
 using tutti::testing::randn;
-using tutti::testing::rel_err;
+using tutti::testing::check_grad;
+using tutti::testing::dot;
 
 namespace {
 
 const k::stream S = k::cpu_stream();
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    s += a[i] * b[i];
-  return s;
-}
-
-template <class F>
-void check_grad(const char* what, const Vec& analytic, Vec& x, F&& loss) {
-  REQUIRE(analytic.size() == x.size());
-  Vec num(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i], h = 1e-6;
-    x[i] = x0 + h;
-    const double lp = loss();
-    x[i] = x0 - h;
-    const double lm = loss();
-    x[i] = x0;
-    num[i] = (lp - lm) / (2.0 * h);
-  }
-  const double err = rel_err(analytic, num);
-  INFO(what << ": relative error " << err);
-  CHECK(err <= 1e-6);
-}
 
 } // namespace
 
