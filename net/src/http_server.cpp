@@ -1,6 +1,8 @@
 #include "tutti/net/http_server.hpp"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,6 +83,10 @@ struct http_server::impl {
 
 void http_server::impl::engine::serve(int fd) {
   const auto& o = owner_.options;
+  // A streamed answer writes an event at a time: each goes out when
+  // written, not held back for the client's acknowledgement of the last.
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   std::unique_ptr<security::tls_stream> tls;
   if (owner_.tls_context) {
     auto accepted = security::tls_stream::accept_web_client(owner_.tls_context,

@@ -18,6 +18,7 @@
 
 #include "ep_actors.hpp"
 #include "remote_sequences.hpp"
+#include "tutti/runtime/blocking_request.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/moe/token_exchange.hpp"
@@ -132,9 +133,13 @@ status actor_exchange::compute(const expert_task_ptr& task) {
     if (!shard_)
       TUTTI_RETURN_IF_ERROR(find_shard(nullptr));
     std::string why;
-    self_->request(shard_, a_.timeout, expert_fwd_atom_v, task)
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& e) { why = self_->system().render(e); });
+    // Once a layer a token: the deadline awaited here, not by the clock
+    // thread (blocking_request.hpp).
+    request_until(
+      self_, shard_, std::chrono::steady_clock::now() + a_.timeout,
+      [](caf::ok_atom) {},
+      [&](caf::error& e) { why = self_->system().render(e); },
+      expert_fwd_atom_v, task);
     if (why.empty())
       return {};
     log_warn("ep_rank", "rank " + std::to_string(a_.rank)

@@ -11,6 +11,7 @@
 #include "ep_actors.hpp"
 #include "ep_world.hpp"
 #include "remote_sequences.hpp"
+#include "tutti/runtime/blocking_request.hpp"
 #include "tutti/runtime/log.hpp"
 
 namespace tutti::serve {
@@ -24,6 +25,8 @@ struct ep_ranks::actors {
   std::vector<caf::actor> ranks;
   std::vector<std::shared_ptr<rank_signals>> signals;
   daemon_world world; // across daemons
+  // forward()'s: one for all the steps (the scheduler's thread calls it).
+  std::unique_ptr<caf::scoped_actor> stepper;
 };
 
 namespace {
@@ -218,6 +221,7 @@ ep_ranks::~ep_ranks() {
   if (!actors_)
     return;
   auto& act = *actors_;
+  act.stepper.reset();
   {
     caf::scoped_actor self{act.system};
     for (auto& r : act.ranks)
@@ -255,23 +259,25 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
       steps[0]->remote_chunks[c.rank].push_back(steps[0]->hold(c));
   }
   auto& act = *actors_;
-  caf::scoped_actor self{act.system};
+  if (!act.stepper)
+    act.stepper = std::make_unique<caf::scoped_actor>(act.system);
+  auto& self = *act.stepper;
   std::string error;
   // Every rank takes part in every step (the exchange is collective): all
-  // are asked before any answer is awaited.
-  using handle = decltype(self->request(act.ranks[0], options_.timeout,
-                                        steps[0]));
-  std::vector<handle> pending;
+  // are asked before any answer is awaited. The deadline is awaited here
+  // (blocking_request.hpp), not through the clock thread, once a token.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout * 2;
+  std::vector<caf::message_id> pending;
   for (int64_t r = 0; r < P; ++r)
-    pending.push_back(
-      self->request(act.ranks[r], options_.timeout * 2, steps[r]));
+    pending.push_back(self->request(act.ranks[r], caf::infinite, steps[r]).id());
   for (int64_t r = 0; r < P; ++r)
-    pending[r].receive([&](rank_step_ptr& done) { steps[r] = std::move(done); },
-                       [&](caf::error& e) {
-                         if (error.empty())
-                           error = "rank " + std::to_string(r) + ": "
-                                   + self->system().render(e);
-                       });
+    await_answer(
+      self.ptr(), pending[r], deadline,
+      [&](rank_step_ptr& done) { steps[r] = std::move(done); },
+      [&](caf::error& e) {
+        if (error.empty())
+          error = "rank " + std::to_string(r) + ": " + self->system().render(e);
+      });
   for (int64_t r = 0; r < P && error.empty(); ++r)
     if (!steps[r]->error.empty())
       error = steps[r]->error;

@@ -22,12 +22,24 @@ double uniform(uint64_t seed, int64_t index) {
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Token ids by logit, best first; ties go to the lower id.
-std::vector<int32_t> ranked(const float* logits, int64_t vocab) {
+// The n best token ids by logit, best first; ties go to the lower id. A
+// decode step asks for one (greedy, no log-probabilities), so no step
+// sorts the whole vocabulary unless sampling or the request needs it.
+std::vector<int32_t> ranked(const float* logits, int64_t vocab, int64_t n) {
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (n == 1) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab; ++i)
+      if (better(i, best))
+        best = i;
+    return {best};
+  }
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), better);
+  order.resize(n);
   return order;
 }
 
@@ -50,14 +62,16 @@ std::vector<double> log_softmax(const float* logits, int64_t vocab) {
 sampled_token sample_token(const float* logits, int64_t vocab,
                            const sampling_params& p, int64_t index) {
   const auto lp = log_softmax(logits, vocab);
-  const auto order = ranked(logits, vocab);
+  // Candidates when sampling: the top_k best, then the shortest prefix
+  // whose probability (at this temperature) reaches top_p.
+  int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
+  const int64_t shown = std::min<int64_t>(p.logprobs, vocab);
+  const auto order = ranked(logits, vocab,
+                            std::max(p.temperature <= 0.0 ? 1 : keep, shown));
   sampled_token out;
   if (p.temperature <= 0.0) {
     out.token = order[0];
   } else {
-    // Candidates: the top_k best, then the shortest prefix whose
-    // probability (at this temperature) reaches top_p.
-    int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
     const double top = double(logits[order[0]]);
     std::vector<double> weight(keep);
     double total = 0.0;
@@ -88,7 +102,7 @@ sampled_token sample_token(const float* logits, int64_t vocab,
     }
   }
   out.logprob = static_cast<float>(lp[out.token]);
-  for (int64_t i = 0; i < std::min<int64_t>(p.logprobs, vocab); ++i)
+  for (int64_t i = 0; i < shown; ++i)
     out.top.emplace_back(order[i], static_cast<float>(lp[order[i]]));
   return out;
 }
