@@ -108,7 +108,8 @@ void visit_fields(Visitor& v, moe_config& c) {
   v.field("norm_topk_prob", c.norm_topk_prob,
           "gates renormalised over the chosen experts (Mixtral; the "
           "published Qwen3-MoE models); false: the softmax over all experts "
-          "at the chosen ones (model.family qwen3_moe only)");
+          "at the chosen ones (model.family qwen3_moe only); with "
+          "scoring_func sigmoid, false keeps the raw sigmoid scores");
   v.field("scoring_func", c.scoring,
           "expert scores: softmax over the experts, or each expert's sigmoid "
           "with the bias choosing only and gates from the chosen scores "
