@@ -17,6 +17,8 @@
 #include "qwen3_reference.hpp"
 #include "serve_test_support.hpp"
 #include "training_forward.hpp"
+#include "tutti/model/hf_config.hpp"
+#include "tutti/model/model_shape.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
@@ -258,6 +260,19 @@ TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",
                       t[expert].shape = {D, F};
                     }),
             std::string("tensor ") + expert + " has shape [20,16]"));
+  auto groups = [](int64_t n_group, int64_t topk_group) {
+    return [=](auto& j, auto&) {
+      j["scoring_func"] = "sigmoid";
+      j["n_group"] = n_group;
+      j["topk_group"] = topk_group;
+    };
+  };
+  CHECK(has(refusal("n_group", groups(4, 1)),
+            "n_group must divide num_experts (6 % 4 != 0)"));
+  CHECK(has(refusal("topk_group", groups(3, 4)),
+            "topk_group must be between 1 and n_group"));
+  CHECK(has(refusal("scoring", [](auto& j, auto&) { j["scoring_func"] = 1; }),
+            "scoring_func must be softmax or sigmoid"));
   // Mixtral's name for a Qwen3-MoE tensor.
   const auto mixtral = "model.layers.0.block_sparse_moe.gate.weight";
   CHECK(has(refusal("mixtral_name",
@@ -268,4 +283,24 @@ TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",
                       t.insert(std::move(n));
                     }),
             std::string("tensor ") + mixtral + " is not a qwen3_moe tensor"));
+}
+
+TEST_CASE("the sigmoid router's keys go through a checkpoint header and "
+          "config.json",
+          "[unit]") {
+  const auto cfg = sigmoid_config();
+  store::shard_meta meta;
+  model::record_shape(cfg.model, cfg.moe, meta.ints, meta.strings);
+  const auto dir = scratch("qwen3_moe_sigmoid_keys");
+  fs::create_directories(dir);
+  write_text(dir / "config.json", model::hf_config_text(meta));
+  const auto read = model::read_hf_config(dir / "config.json");
+  INFO(read.message());
+  REQUIRE(read.ok());
+  for (const auto& shape : {model::shape_of(meta), read.value()}) {
+    CHECK(shape.scoring == scoring_func::sigmoid);
+    CHECK(shape.n_group == 3);
+    CHECK(shape.topk_group == 2);
+    CHECK(shape.routed_scaling_factor == 2.5);
+  }
 }
