@@ -218,22 +218,20 @@ status check_router_groups(const moe_config& e) {
   const bool sigmoid = e.scoring == scoring_func::sigmoid;
   TUTTI_RETURN_IF_ERROR(require(e.n_group == 1 || sigmoid, "moe_config.n_group",
                                 "> 1 needs scoring_func sigmoid"));
-  TUTTI_RETURN_IF_ERROR(
-    require(e.routed_scaling_factor == 1.0 || sigmoid,
-            "moe_config.routed_scaling_factor",
-            "!= 1 needs scoring_func sigmoid"));
+  TUTTI_RETURN_IF_ERROR(require(e.routed_scaling_factor == 1.0 || sigmoid,
+                                "moe_config.routed_scaling_factor",
+                                "!= 1 needs scoring_func sigmoid"));
   TUTTI_RETURN_IF_ERROR(require(
     !sigmoid || e.aux_loss_coeff == 0.0, "moe_config.aux_loss_coeff",
     "must be 0 with scoring_func sigmoid (the Switch loss is over softmax "
     "probabilities; balance with bias_update_rate)"));
+  TUTTI_RETURN_IF_ERROR(require(!sigmoid || e.router_temperature == 1.0,
+                                "moe_config.router_temperature",
+                                "must be 1 with scoring_func sigmoid"));
   TUTTI_RETURN_IF_ERROR(
-    require(!sigmoid || e.router_temperature == 1.0,
-            "moe_config.router_temperature",
-            "must be 1 with scoring_func sigmoid"));
-  TUTTI_RETURN_IF_ERROR(require(
-    e.num_experts % e.n_group == 0, "moe_config.n_group",
-    "must divide num_experts (" + text(e.num_experts) + " % " + text(e.n_group)
-      + " != 0)"));
+    require(e.num_experts % e.n_group == 0, "moe_config.n_group",
+            "must divide num_experts (" + text(e.num_experts) + " % "
+              + text(e.n_group) + " != 0)"));
   TUTTI_RETURN_IF_ERROR(require(e.topk_group <= e.n_group,
                                 "moe_config.topk_group",
                                 "must be <= n_group (" + text(e.topk_group)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tutti/model/family.hpp"
@@ -119,9 +120,10 @@ expected<model_shape> read_hf_config(const fs::path& file) {
   integer("topk_group", s.topk_group, false);
   number("routed_scaling_factor", s.routed_scaling_factor);
   if (bad.ok() && j.contains("scoring_func")) {
-    const auto f = j["scoring_func"].is_string()
-                     ? from_string<scoring_func>(j["scoring_func"].get<std::string>())
-                     : std::nullopt;
+    const auto& value = j["scoring_func"];
+    std::optional<scoring_func> f;
+    if (value.is_string())
+      f = from_string<scoring_func>(value.get<std::string>());
     if (!f)
       return status::error(file.string()
                            + ": key scoring_func must be softmax or sigmoid");

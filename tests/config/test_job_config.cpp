@@ -323,8 +323,9 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     auto msg = refusal(with("  router_top_k: 2",
                             "  router_top_k: 3\n  scoring_func: sigmoid\n"
                             "  n_group: 2\n  topk_group: 1"));
-    CHECK(msg == "moe_config.router_top_k: must be <= topk_group * "
-                 "num_experts / n_group (3 > 2)");
+    CHECK(msg
+          == "moe_config.router_top_k: must be <= topk_group * "
+             "num_experts / n_group (3 > 2)");
   }
   SECTION("groups or a scaled gate with softmax scores") {
     CHECK_THAT(router("  n_group: 2"), StartsWith("moe_config.n_group"));

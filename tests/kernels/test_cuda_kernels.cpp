@@ -291,10 +291,10 @@ TEST_CASE("cuda group-limited sigmoid router (DeepSeek-V3)", "[gpu]") {
     const T* lp = be.in(as<T>(logits));
     int32_t* idx = be.out<int32_t>(n * kk);
     T *gate = be.out<T>(n * kk), *dl = be.out<T>(n * e);
-    k::router_sigmoid_forward(be.s, lp, be.in(as<T>(bias)), idx, gate, n, e,
-                              kk, groups, kept, true, 2.5);
-    k::router_sigmoid_backward(be.s, idx, lp, be.in(as<T>(dgate)), dl, n, e,
-                               kk, true, 2.5);
+    k::router_sigmoid_forward(be.s, lp, be.in(as<T>(bias)), idx, gate, n, e, kk,
+                              groups, kept, true, 2.5);
+    k::router_sigmoid_backward(be.s, idx, lp, be.in(as<T>(dgate)), dl, n, e, kk,
+                               true, 2.5);
     return {be.i("topk idx", idx, n * kk), be.f("gate", gate, n * kk),
             be.f("dlogits", dl, n * e)};
   });

@@ -175,11 +175,12 @@ TEST_CASE("sigmoid routing breaks ties towards the lower index",
     CHECK(std::abs(g - 1.0 / 3.0) < 1e-15);
 }
 
-TEST_CASE("gradcheck sigmoid routing through the gates", "[kernels][gradcheck]") {
+TEST_CASE("gradcheck sigmoid routing through the gates",
+          "[kernels][gradcheck]") {
   std::mt19937_64 rng(32);
   const int64_t n = 6;
-  for (const router_setup r :
-       {router_setup{8, 3, 4, 2, true, 2.5}, router_setup{8, 3, 2, 1, false, 1.5}}) {
+  for (const router_setup r : {router_setup{8, 3, 4, 2, true, 2.5},
+                               router_setup{8, 3, 2, 1, false, 1.5}}) {
     INFO("normalize " << r.normalize);
     Vec logits = randn(n * r.experts, rng), G = randn(n * r.k, rng);
     const Vec bias = randn(r.experts, rng, 0.2);

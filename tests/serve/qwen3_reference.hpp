@@ -90,8 +90,8 @@ struct qwen3_reference {
   }
 
   // The chosen experts and their gates, by DeepSeek-V3's router.
-  std::vector<std::pair<int64_t, double>>
-  sigmoid_route(int64_t l, const std::vector<double>& logits) const {
+  std::vector<std::pair<int64_t, double>> sigmoid_route(
+    int64_t l, const std::vector<double>& logits) const {
     const auto& r = *sigmoid_router;
     const auto& bias = at(layer(l, "mlp.gate.e_score_correction_bias"));
     const int64_t per = experts / r.n_group;
@@ -149,9 +149,9 @@ struct qwen3_reference {
   }
 
   // sum over the routes (expert, gate) of gate * SwiGLU expert(x).
-  std::vector<double> mix(int64_t l, const std::vector<double>& x,
-                          const std::vector<std::pair<int64_t, double>>& routes)
-    const {
+  std::vector<double> mix(
+    int64_t l, const std::vector<double>& x,
+    const std::vector<std::pair<int64_t, double>>& routes) const {
     std::vector<double> out(hidden, 0.0);
     for (const auto& [e, g] : routes) {
       const auto pre = layer(l, "mlp.experts." + std::to_string(e) + ".");

@@ -88,8 +88,8 @@ TEST_CASE("KV-cached decoding equals full recomputation, in any batch",
     cfg.moe.routed_scaling_factor = 2.0;
   }
   auto tensors = random_model_tensors(cfg, 12);
-  auto dir =
-    scratch(sigmoid ? "serve_engine_kv_sigmoid" : "serve_engine_kv") / "export";
+  auto dir = scratch(sigmoid ? "serve_engine_kv_sigmoid" : "serve_engine_kv")
+             / "export";
   write_export_dir(dir, cfg, tensors);
   auto model = load_or_fail(dir);
   const auto tokens = random_prompt(6, 20, 32);

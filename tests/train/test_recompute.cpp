@@ -65,14 +65,14 @@ TEST_CASE("DeepSeek-V3's sigmoid router trains under EP2, recomputed to the "
           "[integration]") {
   auto job = scratch_with_data("recompute_sigmoid");
   auto config = [&](const std::string& name, const std::string& mode) {
-    auto text =
-      small_config(job.data.string(), (job.dir / name).string(), 2, 20);
+    auto text = small_config(job.data.string(), (job.dir / name).string(), 2,
+                             20);
     text = replace_once(text, "  aux_loss_coeff: 0.01\n",
                         "  aux_loss_coeff: 0\n  scoring_func: sigmoid\n"
                         "  n_group: 2\n  topk_group: 1\n"
                         "  routed_scaling_factor: 2.5\n");
-    return with_train_keys(text, "  micro_batches: 2\n  recompute: " + mode
-                                   + "\n");
+    return with_train_keys(text,
+                           "  micro_batches: 2\n  recompute: " + mode + "\n");
   };
   const auto none = train_series(job.dir, "none", config("none", "none"));
   const auto full = train_series(job.dir, "full", config("full", "full"));

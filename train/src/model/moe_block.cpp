@@ -123,10 +123,9 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                               a.gate.data(), n, E, K, e.n_group, e.topk_group,
                               e.norm_topk_prob, e.routed_scaling_factor);
   } else {
-    k::router_topk_forward(stream_, a.logits.data(),
-                           router_bias_.data() + l * E, a.topk_orig.data(),
-                           a.gate.data(), a.rprobs.data(), n, E, K,
-                           temperature);
+    k::router_topk_forward(
+      stream_, a.logits.data(), router_bias_.data() + l * E, a.topk_orig.data(),
+      a.gate.data(), a.rprobs.data(), n, E, K, temperature);
     if (!e.norm_topk_prob)
       k::router_gates_from_probs(stream_, a.topk_orig.data(), a.rprobs.data(),
                                  a.gate.data(), n, E, K);
