@@ -44,6 +44,10 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
   if (qwen3 && !shape.norm_topk_prob)
     return status::error("gguf: moe_config.norm_topk_prob false: llama.cpp's "
                          "qwen3moe renormalises its gates");
+  if (shape.scoring != scoring_func::softmax)
+    return status::error("gguf: moe_config.scoring_func sigmoid: llama.cpp's "
+                         + std::string(qwen3 ? "qwen3moe" : "llama")
+                         + " routes by softmax");
   // llama.cpp's architecture: its "llama" runs Mixtral; "qwen3moe" rotates
   // as Hugging Face does (NEOX: pairs a half head apart), so Q and K keep
   // their rows there.

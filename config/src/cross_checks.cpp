@@ -213,6 +213,35 @@ status check_model(const model_config& m) {
                  "even for rotary embedding");
 }
 
+// DeepSeek-V3's router: groups of experts, sigmoid scores.
+status check_router_groups(const moe_config& e) {
+  const bool sigmoid = e.scoring == scoring_func::sigmoid;
+  TUTTI_RETURN_IF_ERROR(require(e.n_group == 1 || sigmoid, "moe_config.n_group",
+                                "> 1 needs scoring_func sigmoid"));
+  TUTTI_RETURN_IF_ERROR(require(e.routed_scaling_factor == 1.0 || sigmoid,
+                                "moe_config.routed_scaling_factor",
+                                "!= 1 needs scoring_func sigmoid"));
+  TUTTI_RETURN_IF_ERROR(require(
+    !sigmoid || e.aux_loss_coeff == 0.0, "moe_config.aux_loss_coeff",
+    "must be 0 with scoring_func sigmoid (the Switch loss is over softmax "
+    "probabilities; balance with bias_update_rate)"));
+  TUTTI_RETURN_IF_ERROR(require(!sigmoid || e.router_temperature == 1.0,
+                                "moe_config.router_temperature",
+                                "must be 1 with scoring_func sigmoid"));
+  TUTTI_RETURN_IF_ERROR(
+    require(e.num_experts % e.n_group == 0, "moe_config.n_group",
+            "must divide num_experts (" + text(e.num_experts) + " % "
+              + text(e.n_group) + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(require(e.topk_group <= e.n_group,
+                                "moe_config.topk_group",
+                                "must be <= n_group (" + text(e.topk_group)
+                                  + " > " + text(e.n_group) + ")"));
+  const int64_t reachable = e.topk_group * (e.num_experts / e.n_group);
+  return require(e.router_top_k <= reachable, "moe_config.router_top_k",
+                 "must be <= topk_group * num_experts / n_group ("
+                   + text(e.router_top_k) + " > " + text(reachable) + ")");
+}
+
 status check_moe(const job_config& c) {
   const auto& e = c.moe;
   const auto ep = c.cluster.ep_size;
@@ -221,9 +250,12 @@ status check_moe(const job_config& c) {
             "must be <= num_experts (" + text(e.router_top_k) + " > "
               + text(e.num_experts) + ")"));
   TUTTI_RETURN_IF_ERROR(require(
-    e.norm_topk_prob || c.model.family == model_family::qwen3_moe,
+    e.norm_topk_prob || c.model.family == model_family::qwen3_moe
+      || e.scoring == scoring_func::sigmoid,
     "moe_config.norm_topk_prob",
-    "false needs model.family qwen3_moe (Mixtral renormalises its gates)"));
+    "false needs model.family qwen3_moe or scoring_func sigmoid (Mixtral "
+    "renormalises its gates)"));
+  TUTTI_RETURN_IF_ERROR(check_router_groups(e));
   TUTTI_RETURN_IF_ERROR(
     require(e.num_experts % ep == 0, "moe_config.num_experts",
             "must be divisible by ep_size (" + text(e.num_experts) + " % "

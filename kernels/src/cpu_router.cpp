@@ -143,6 +143,31 @@ void router_gates_from_probs_backward(const stream&, const int32_t* topk_idx,
   }
 }
 
+template <class T>
+void router_sigmoid_forward(const stream&, const T* logits, const T* bias,
+                            int32_t* topk_idx, T* topk_gate, int64_t n,
+                            int64_t experts, int64_t k, int64_t n_group,
+                            int64_t topk_group, bool normalize, double scale) {
+  std::vector<double> group_score(n_group);
+  std::vector<char> group_kept(n_group);
+  for (int64_t t = 0; t < n; ++t)
+    detail::sigmoid_route_row(logits + t * experts, bias, experts, k, n_group,
+                              topk_group, normalize, scale, group_score.data(),
+                              group_kept.data(), topk_idx + t * k,
+                              topk_gate + t * k);
+}
+
+template <class T>
+void router_sigmoid_backward(const stream&, const int32_t* topk_idx,
+                             const T* logits, const T* dgate, T* dlogits,
+                             int64_t n, int64_t experts, int64_t k,
+                             bool normalize, double scale) {
+  for (int64_t t = 0; t < n; ++t)
+    detail::sigmoid_route_backward_row(topk_idx + t * k, logits + t * experts,
+                                       dgate + t * k, dlogits + t * experts,
+                                       experts, k, normalize, scale);
+}
+
 // -- auxiliary losses --------------------------------------------------------------
 
 template <class T>

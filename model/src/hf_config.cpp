@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tutti/model/family.hpp"
@@ -113,6 +114,21 @@ expected<model_shape> read_hf_config(const fs::path& file) {
   number("rope_theta", s.rope_theta);
   number("rms_norm_eps", s.rms_norm_eps);
   number("router_temperature", s.router_temperature);
+  // DeepSeek-V3's router keys, on any family (tutti's export writes them
+  // when they differ from a softmax router).
+  integer("n_group", s.n_group, false);
+  integer("topk_group", s.topk_group, false);
+  number("routed_scaling_factor", s.routed_scaling_factor);
+  if (bad.ok() && j.contains("scoring_func")) {
+    const auto& value = j["scoring_func"];
+    std::optional<scoring_func> f;
+    if (value.is_string())
+      f = from_string<scoring_func>(value.get<std::string>());
+    if (!f)
+      return status::error(file.string()
+                           + ": key scoring_func must be softmax or sigmoid");
+    s.scoring = *f;
+  }
   if (bad.ok() && qwen3) {
     s.qk_norm = true;
     bad = qwen3_keys(j, s, file.string());
@@ -155,6 +171,12 @@ std::string hf_config_text(const store::shard_meta& m) {
     j["mlp_only_layers"] = nlohmann::ordered_json::array();
     j["attention_bias"] = false;
     j["use_sliding_window"] = false;
+  }
+  if (shape.scoring != scoring_func::softmax || shape.n_group != 1) {
+    j["scoring_func"] = to_string(shape.scoring);
+    j["n_group"] = shape.n_group;
+    j["topk_group"] = shape.topk_group;
+    j["routed_scaling_factor"] = number("routed_scaling_factor");
   }
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = false;

@@ -24,6 +24,10 @@ model_shape shape_of(const model_config& m, const moe_config& e) {
   s.router_temperature = e.router_temperature;
   s.qk_norm = m.qk_norm();
   s.norm_topk_prob = e.norm_topk_prob;
+  s.scoring = e.scoring;
+  s.n_group = e.n_group;
+  s.topk_group = e.topk_group;
+  s.routed_scaling_factor = e.routed_scaling_factor;
   return s;
 }
 
@@ -60,6 +64,16 @@ model_shape shape_of(const store::shard_meta& rank0) {
   s.rope_theta = d("rope_theta", 10000.0);
   s.rms_norm_eps = d("rms_norm_eps", 1e-5);
   s.router_temperature = d("router_temperature", 1.0);
+  if (rank0.strings.count("scoring_func")) {
+    // An unknown name stays out of range: check_shape refuses it.
+    const auto f = from_string<scoring_func>(rank0.strings.at("scoring_func"));
+    s.scoring = f ? *f : static_cast<scoring_func>(-1);
+  }
+  if (rank0.ints.count("n_group"))
+    s.n_group = rank0.ints.at("n_group");
+  if (rank0.ints.count("topk_group"))
+    s.topk_group = rank0.ints.at("topk_group");
+  s.routed_scaling_factor = d("routed_scaling_factor", 1.0);
   return s;
 }
 
@@ -91,7 +105,37 @@ void record_shape(const model_config& m, const moe_config& e,
   strings["rope_theta"] = std::to_string(m.rope_theta);
   strings["rms_norm_eps"] = std::to_string(m.rms_norm_eps);
   strings["router_temperature"] = std::to_string(e.router_temperature);
+  ints["n_group"] = e.n_group;
+  ints["topk_group"] = e.topk_group;
+  strings["scoring_func"] = to_string(e.scoring);
+  strings["routed_scaling_factor"] = std::to_string(e.routed_scaling_factor);
 }
+
+namespace {
+
+// DeepSeek-V3's router fields, by their Hugging Face names.
+status check_router_groups(const model_shape& s, const char* experts) {
+  if (s.scoring != scoring_func::softmax && s.scoring != scoring_func::sigmoid)
+    return status::error("scoring_func: must be softmax or sigmoid");
+  const bool sigmoid = s.scoring == scoring_func::sigmoid;
+  if (s.n_group < 1 || s.experts % s.n_group != 0)
+    return status::error(std::string("n_group must divide ") + experts + " ("
+                         + std::to_string(s.experts) + " % "
+                         + std::to_string(s.n_group) + " != 0)");
+  if (s.topk_group < 1 || s.topk_group > s.n_group)
+    return status::error("topk_group must be between 1 and n_group");
+  if (s.top_k > s.topk_group * (s.experts / s.n_group))
+    return status::error(
+      "num_experts_per_tok must be <= topk_group * experts per group");
+  if (!sigmoid && (s.n_group != 1 || s.routed_scaling_factor != 1.0))
+    return status::error(
+      "n_group > 1 and routed_scaling_factor != 1 need scoring_func sigmoid");
+  if (!(s.routed_scaling_factor > 0.0))
+    return status::error("routed_scaling_factor must be positive");
+  return {};
+}
+
+} // namespace
 
 status check_shape(const model_shape& s) {
   if (s.family != model_family::mixtral && s.family != model_family::qwen3_moe)
@@ -122,7 +166,7 @@ status check_shape(const model_shape& s) {
   if (s.top_k > s.experts)
     return status::error(std::string("num_experts_per_tok must be <= ")
                          + experts);
-  return {};
+  return check_router_groups(s, experts);
 }
 
 } // namespace tutti::model

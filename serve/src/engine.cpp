@@ -222,14 +222,21 @@ status engine::moe(int64_t l, int64_t rows) {
   topk_.resize(rows * K);
   gate_.resize(rows * K);
   kernels::packed_gemm(xn_.data(), w.router_t, router_.data(), rows);
-  probs_.resize(s.norm_topk_prob ? 0 : rows * E);
-  float* probs = s.norm_topk_prob ? nullptr : probs_.data();
-  k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
-                                topk_.data(), gate_.data(), probs, rows, E, K,
-                                static_cast<float>(s.router_temperature));
-  if (probs)
-    k::router_gates_from_probs<float>(cpu, topk_.data(), probs, gate_.data(),
-                                      rows, E, K);
+  if (s.scoring == scoring_func::sigmoid) {
+    k::router_sigmoid_forward<float>(cpu, router_.data(), w.router_bias.data(),
+                                     topk_.data(), gate_.data(), rows, E, K,
+                                     s.n_group, s.topk_group, s.norm_topk_prob,
+                                     s.routed_scaling_factor);
+  } else {
+    probs_.resize(s.norm_topk_prob ? 0 : rows * E);
+    float* probs = s.norm_topk_prob ? nullptr : probs_.data();
+    k::router_topk_forward<float>(cpu, router_.data(), w.router_bias.data(),
+                                  topk_.data(), gate_.data(), probs, rows, E, K,
+                                  static_cast<float>(s.router_temperature));
+    if (probs)
+      k::router_gates_from_probs<float>(cpu, topk_.data(), probs, gate_.data(),
+                                        rows, E, K);
+  }
   // Each expert's rows in token order, through its SwiGLU FFN; outputs kept
   // per (token, slot) and summed per token in slot order.
   moe_out_.assign(rows * K * D, 0.0f);

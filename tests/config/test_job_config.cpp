@@ -86,6 +86,19 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(c.moe.aux_loss_coeff == 0.0);
   CHECK(c.moe.z_loss_coeff == 0.0);
   CHECK(c.moe.bias_update_rate == 0.0);
+  CHECK(c.moe.scoring == scoring_func::softmax);
+  CHECK(c.moe.n_group == 1);
+  CHECK(c.moe.topk_group == 1);
+  CHECK(c.moe.routed_scaling_factor == 1.0);
+  const auto sigmoid = parse(with(
+    "  router_top_k: 2",
+    "  router_top_k: 2\n  scoring_func: sigmoid\n  n_group: 2\n"
+    "  topk_group: 1\n  routed_scaling_factor: 2.5\n  norm_topk_prob: false"));
+  CHECK(sigmoid.moe.scoring == scoring_func::sigmoid);
+  CHECK(sigmoid.moe.n_group == 2);
+  CHECK(sigmoid.moe.topk_group == 1);
+  CHECK(sigmoid.moe.routed_scaling_factor == 2.5);
+  CHECK_FALSE(sigmoid.moe.norm_topk_prob);
 
   CHECK(c.train.steps == 10);
   CHECK(c.train.global_batch_size == 8);
@@ -294,6 +307,41 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
       with("  router_top_k: 2", "  router_top_k: 2\n  norm_topk_prob: false"));
     CHECK_THAT(msg, StartsWith("moe_config.norm_topk_prob"));
     CHECK_THAT(msg, Contains("qwen3_moe"));
+  }
+  const auto router = [&](const std::string& keys) {
+    return refusal(with("  router_top_k: 2", "  router_top_k: 2\n" + keys));
+  };
+  SECTION("n_group not dividing num_experts") {
+    auto msg = router("  scoring_func: sigmoid\n  n_group: 3");
+    CHECK(msg == "moe_config.n_group: must divide num_experts (4 % 3 != 0)");
+  }
+  SECTION("topk_group > n_group") {
+    auto msg = router("  scoring_func: sigmoid\n  n_group: 2\n  topk_group: 3");
+    CHECK(msg == "moe_config.topk_group: must be <= n_group (3 > 2)");
+  }
+  SECTION("router_top_k beyond the kept groups' experts") {
+    auto msg = refusal(with("  router_top_k: 2",
+                            "  router_top_k: 3\n  scoring_func: sigmoid\n"
+                            "  n_group: 2\n  topk_group: 1"));
+    CHECK(msg
+          == "moe_config.router_top_k: must be <= topk_group * "
+             "num_experts / n_group (3 > 2)");
+  }
+  SECTION("groups or a scaled gate with softmax scores") {
+    CHECK_THAT(router("  n_group: 2"), StartsWith("moe_config.n_group"));
+    CHECK_THAT(router("  routed_scaling_factor: 2"),
+               StartsWith("moe_config.routed_scaling_factor"));
+  }
+  SECTION("sigmoid scores with the Switch loss or a temperature") {
+    auto msg = router("  scoring_func: sigmoid\n  aux_loss_coeff: 0.01");
+    CHECK_THAT(msg, StartsWith("moe_config.aux_loss_coeff"));
+    CHECK_THAT(msg, Contains("bias_update_rate"));
+    CHECK_THAT(router("  scoring_func: sigmoid\n  router_temperature: 0.5"),
+               StartsWith("moe_config.router_temperature"));
+  }
+  SECTION("an unknown scoring_func") {
+    CHECK_THAT(router("  scoring_func: relu"),
+               StartsWith("moe_config.scoring_func"));
   }
   SECTION("an odd head_dim") {
     auto msg = refusal(

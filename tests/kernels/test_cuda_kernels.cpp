@@ -280,6 +280,26 @@ TEST_CASE("cuda router, aux losses, capacity, bias", "[gpu]") {
   });
 }
 
+TEST_CASE("cuda group-limited sigmoid router (DeepSeek-V3)", "[gpu]") {
+  auto rng = rng_for(14);
+  const int64_t n = 1000, e = 16, kk = 4, groups = 4, kept = 2;
+  const Vec logits = randn_in_float(n * e, rng, 2.0),
+            bias = randn_in_float(e, rng, 0.3),
+            dgate = randn_in_float(n * kk, rng);
+  check_both("sigmoid router", [&](backend& be, auto tag) -> outputs {
+    using T = decltype(tag);
+    const T* lp = be.in(as<T>(logits));
+    int32_t* idx = be.out<int32_t>(n * kk);
+    T *gate = be.out<T>(n * kk), *dl = be.out<T>(n * e);
+    k::router_sigmoid_forward(be.s, lp, be.in(as<T>(bias)), idx, gate, n, e, kk,
+                              groups, kept, true, 2.5);
+    k::router_sigmoid_backward(be.s, idx, lp, be.in(as<T>(dgate)), dl, n, e, kk,
+                               true, 2.5);
+    return {be.i("topk idx", idx, n * kk), be.f("gate", gate, n * kk),
+            be.f("dlogits", dl, n * e)};
+  });
+}
+
 TEST_CASE("cuda permute, combine, gather, scatter", "[gpu]") {
   auto rng = rng_for(5);
   const int64_t n = 600, e = 8, kk = 2, dim = 256;

@@ -7,11 +7,17 @@
 // by 1/sqrt(head_dim), o_proj; the router's softmax over all experts, top-k,
 // renormalised when norm_topk_prob; SwiGLU experts down(silu(gate(x)) *
 // up(x)); the final norm and the untied LM head. No tutti code.
+// Optionally DeepSeek-V3's router in place of the softmax (HF's
+// DeepseekV3TopkRouter): sigmoid scores, choice on scores + the
+// checkpoint's e_score_correction_bias within the topk_group groups whose
+// two best biased scores sum highest, gates the unbiased scores (over their
+// sum when norm_topk_prob) times routed_scaling_factor.
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +29,11 @@ struct qwen3_reference {
   bool norm_topk_prob;
   double rope_theta, eps;
   std::map<std::string, std::vector<double>> w; // by Hugging Face name
+  struct deepseek_router {
+    int64_t n_group = 1, topk_group = 1;
+    double routed_scaling_factor = 1.0;
+  };
+  std::optional<deepseek_router> sigmoid_router = std::nullopt;
 
   const std::vector<double>& at(const std::string& name) const {
     return w.at(name);
@@ -69,8 +80,56 @@ struct qwen3_reference {
       }
   }
 
+  // Indices of v best-first, ties to the lower index.
+  static std::vector<int64_t> ranked(const std::vector<double>& v) {
+    std::vector<int64_t> order(v.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+    return order;
+  }
+
+  // The chosen experts and their gates, by DeepSeek-V3's router.
+  std::vector<std::pair<int64_t, double>> sigmoid_route(
+    int64_t l, const std::vector<double>& logits) const {
+    const auto& r = *sigmoid_router;
+    const auto& bias = at(layer(l, "mlp.gate.e_score_correction_bias"));
+    const int64_t per = experts / r.n_group;
+    std::vector<double> score(experts), choice(experts), group(r.n_group);
+    for (int64_t e = 0; e < experts; ++e) {
+      score[e] = 1.0 / (1.0 + std::exp(-logits[e]));
+      choice[e] = score[e] + bias[e];
+    }
+    for (int64_t g = 0; g < r.n_group; ++g) {
+      std::vector<double> m(choice.begin() + g * per,
+                            choice.begin() + (g + 1) * per);
+      std::sort(m.rbegin(), m.rend());
+      group[g] = m[0] + (per > 1 ? m[1] : 0.0);
+    }
+    const auto groups = ranked(group);
+    std::vector<bool> kept(r.n_group, false);
+    for (int64_t i = 0; i < r.topk_group; ++i)
+      kept[groups[i]] = true;
+    for (int64_t e = 0; e < experts; ++e)
+      if (!kept[e / per])
+        choice[e] = -INFINITY;
+    const auto order = ranked(choice);
+    double sum = 0;
+    for (int64_t j = 0; j < top_k; ++j)
+      sum += score[order[j]];
+    std::vector<std::pair<int64_t, double>> out;
+    for (int64_t j = 0; j < top_k; ++j) {
+      const double s = score[order[j]];
+      out.push_back({order[j], (norm_topk_prob ? s / (sum + 1e-20) : s)
+                                 * r.routed_scaling_factor});
+    }
+    return out;
+  }
+
   std::vector<double> moe(int64_t l, const std::vector<double>& x) const {
     auto logits = matvec(at(layer(l, "mlp.gate.weight")), x, experts);
+    if (sigmoid_router)
+      return mix(l, x, sigmoid_route(l, logits));
     const double mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(experts);
     double z = 0;
@@ -78,17 +137,23 @@ struct qwen3_reference {
       z += p[e] = std::exp(logits[e] - mx);
     for (auto& v : p)
       v /= z;
-    std::vector<int64_t> order(experts);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    const auto order = ranked(p);
     double chosen = 0;
     for (int64_t j = 0; j < top_k; ++j)
       chosen += p[order[j]];
+    std::vector<std::pair<int64_t, double>> routes;
+    for (int64_t j = 0; j < top_k; ++j)
+      routes.push_back(
+        {order[j], norm_topk_prob ? p[order[j]] / chosen : p[order[j]]});
+    return mix(l, x, routes);
+  }
+
+  // sum over the routes (expert, gate) of gate * SwiGLU expert(x).
+  std::vector<double> mix(
+    int64_t l, const std::vector<double>& x,
+    const std::vector<std::pair<int64_t, double>>& routes) const {
     std::vector<double> out(hidden, 0.0);
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = order[j];
-      const double g = norm_topk_prob ? p[e] / chosen : p[e];
+    for (const auto& [e, g] : routes) {
       const auto pre = layer(l, "mlp.experts." + std::to_string(e) + ".");
       auto gate = matvec(at(pre + "gate_proj.weight"), x, inter);
       auto up = matvec(at(pre + "up_proj.weight"), x, inter);

@@ -4,7 +4,8 @@
 // decode step by step over the KV cache), the logits of an independent
 // float64 forward of the published architecture (qwen3_reference.hpp)
 // within float32 rounding, and the same greedy tokens; with gates
-// renormalised and not. Bad checkpoints are refused in one line naming the
+// renormalised and not, and with DeepSeek-V3's group-limited sigmoid
+// router (its correction bias in the checkpoint). Bad checkpoints are refused in one line naming the
 // key or tensor.
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,8 @@
 #include "qwen3_reference.hpp"
 #include "serve_test_support.hpp"
 #include "training_forward.hpp"
+#include "tutti/model/hf_config.hpp"
+#include "tutti/model/model_shape.hpp"
 #include "tutti/serve/engine.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
@@ -31,15 +34,25 @@ namespace {
 constexpr int V = 40, D = 20, F = 16, L = 2, HQ = 4, HKV = 2, HD = 8, E = 6,
               K = 2, P = 12;
 
-job_config config(bool norm_topk_prob) {
+job_config test_config(bool norm_topk_prob) {
   return qwen3_test_config(V, D, F, L, HQ, HKV, HD, E, K, P, norm_topk_prob);
 }
 
-// A Qwen3-MoE checkpoint as Hugging Face writes one (no router biases);
-// returns its tensors under tutti's names.
+// Three groups of two experts, two kept; gates scaled.
+job_config sigmoid_config() {
+  auto cfg = test_config(true);
+  cfg.moe.scoring = scoring_func::sigmoid;
+  cfg.moe.n_group = 3;
+  cfg.moe.topk_group = 2;
+  cfg.moe.routed_scaling_factor = 2.5;
+  return cfg;
+}
+
+// A Qwen3-MoE checkpoint as Hugging Face writes one (no router biases but
+// for the sigmoid router's); returns its tensors under tutti's names.
 tensor_map write_checkpoint(const fs::path& dir, const job_config& cfg) {
   auto t = random_model_tensors(cfg, 31);
-  for (int64_t l = 0; l < L; ++l)
+  for (int64_t l = 0; l < L && cfg.moe.scoring != scoring_func::sigmoid; ++l)
     t.erase(model::names::layer(l, model::names::router_bias));
   write_export_dir(dir, cfg, t);
   return t;
@@ -60,6 +73,9 @@ qwen3_reference reference_of(const fs::path& dir, const job_config& cfg) {
                     cfg.model.rope_theta,
                     cfg.model.rms_norm_eps,
                     {}};
+  if (cfg.moe.scoring == scoring_func::sigmoid)
+    r.sigmoid_router = {cfg.moe.n_group, cfg.moe.topk_group,
+                        cfg.moe.routed_scaling_factor};
   auto read = store::read_safetensors(dir / "model.safetensors");
   REQUIRE(read.ok());
   for (const auto& t : read.value())
@@ -91,10 +107,9 @@ double worst(const std::vector<double>& got, const std::vector<double>& ref) {
   return w;
 }
 
-void check_against_reference(bool norm_topk_prob) {
-  const auto cfg = config(norm_topk_prob);
-  const auto dir = scratch(norm_topk_prob ? "qwen3_moe_norm" : "qwen3_moe_all")
-                   / "hf";
+void check_against_reference(const job_config& cfg, const char* name) {
+  const bool norm_topk_prob = cfg.moe.norm_topk_prob;
+  const auto dir = scratch(name) / "hf";
   const auto tensors = write_checkpoint(dir, cfg);
   const auto ref = reference_of(dir, cfg);
   REQUIRE(ref.w.count("model.layers.1.mlp.experts.5.down_proj.weight"));
@@ -109,6 +124,8 @@ void check_against_reference(bool norm_topk_prob) {
   CHECK(m.shape.family == model_family::qwen3_moe);
   CHECK(m.shape.head_dim == HD);
   CHECK(m.shape.norm_topk_prob == norm_topk_prob);
+  CHECK(m.shape.scoring == cfg.moe.scoring);
+  CHECK(m.shape.n_group == cfg.moe.n_group);
 
   SECTION("serving: prefill of the whole prompt") {
     serve::kv_cache cache({L, HKV, HD, 4}, 8);
@@ -175,7 +192,7 @@ std::string refusal(
   const std::string& name,
   const std::function<void(
     nlohmann::json&, std::map<std::string, store::named_tensor>&)>& spoil) {
-  const auto cfg = config(true);
+  const auto cfg = test_config(true);
   std::map<std::string, store::named_tensor> t;
   for (const auto& [n, values] : random_model_tensors(cfg, 32)) {
     const auto hf = model::hf_tensor_name(model_family::qwen3_moe, n);
@@ -203,13 +220,19 @@ std::string refusal(
 TEST_CASE("Qwen3-MoE with renormalised gates: tutti's logits are the "
           "reference's",
           "[unit]") {
-  check_against_reference(true);
+  check_against_reference(test_config(true), "qwen3_moe_norm");
 }
 
 TEST_CASE("Qwen3-MoE without renormalisation: tutti's logits are the "
           "reference's",
           "[unit]") {
-  check_against_reference(false);
+  check_against_reference(test_config(false), "qwen3_moe_all");
+}
+
+TEST_CASE("DeepSeek-V3's group-limited sigmoid router: tutti's logits are "
+          "the reference's",
+          "[unit]") {
+  check_against_reference(sigmoid_config(), "qwen3_moe_sigmoid");
 }
 
 TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",
@@ -237,6 +260,19 @@ TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",
                       t[expert].shape = {D, F};
                     }),
             std::string("tensor ") + expert + " has shape [20,16]"));
+  auto groups = [](int64_t n_group, int64_t topk_group) {
+    return [=](auto& j, auto&) {
+      j["scoring_func"] = "sigmoid";
+      j["n_group"] = n_group;
+      j["topk_group"] = topk_group;
+    };
+  };
+  CHECK(has(refusal("n_group", groups(4, 1)),
+            "n_group must divide num_experts (6 % 4 != 0)"));
+  CHECK(has(refusal("topk_group", groups(3, 4)),
+            "topk_group must be between 1 and n_group"));
+  CHECK(has(refusal("scoring", [](auto& j, auto&) { j["scoring_func"] = 1; }),
+            "scoring_func must be softmax or sigmoid"));
   // Mixtral's name for a Qwen3-MoE tensor.
   const auto mixtral = "model.layers.0.block_sparse_moe.gate.weight";
   CHECK(has(refusal("mixtral_name",
@@ -247,4 +283,24 @@ TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",
                       t.insert(std::move(n));
                     }),
             std::string("tensor ") + mixtral + " is not a qwen3_moe tensor"));
+}
+
+TEST_CASE("the sigmoid router's keys go through a checkpoint header and "
+          "config.json",
+          "[unit]") {
+  const auto cfg = sigmoid_config();
+  store::shard_meta meta;
+  model::record_shape(cfg.model, cfg.moe, meta.ints, meta.strings);
+  const auto dir = scratch("qwen3_moe_sigmoid_keys");
+  fs::create_directories(dir);
+  write_text(dir / "config.json", model::hf_config_text(meta));
+  const auto read = model::read_hf_config(dir / "config.json");
+  INFO(read.message());
+  REQUIRE(read.ok());
+  for (const auto& shape : {model::shape_of(meta), read.value()}) {
+    CHECK(shape.scoring == scoring_func::sigmoid);
+    CHECK(shape.n_group == 3);
+    CHECK(shape.topk_group == 2);
+    CHECK(shape.routed_scaling_factor == 2.5);
+  }
 }

@@ -79,8 +79,17 @@ TEST_CASE("served logits equal the training forward's", "[unit]") {
 TEST_CASE("KV-cached decoding equals full recomputation, in any batch",
           "[unit]") {
   auto cfg = serve_test_config(32, 32, 64, 2, 4, 2, 4, 2, 24);
+  // Also DeepSeek-V3's router: two groups of two experts, one kept.
+  const bool sigmoid = GENERATE(false, true);
+  if (sigmoid) {
+    cfg.moe.scoring = scoring_func::sigmoid;
+    cfg.moe.n_group = 2;
+    cfg.moe.topk_group = 1;
+    cfg.moe.routed_scaling_factor = 2.0;
+  }
   auto tensors = random_model_tensors(cfg, 12);
-  auto dir = scratch("serve_engine_kv") / "export";
+  auto dir = scratch(sigmoid ? "serve_engine_kv_sigmoid" : "serve_engine_kv")
+             / "export";
   write_export_dir(dir, cfg, tensors);
   auto model = load_or_fail(dir);
   const auto tokens = random_prompt(6, 20, 32);
@@ -125,6 +134,8 @@ TEST_CASE("KV-cached decoding equals full recomputation, in any batch",
   while (pos < 20)
     run(1);
   REQUIRE(got.size() == full.size());
+  if (sigmoid)
+    CHECK(model.shape.scoring == scoring_func::sigmoid);
   size_t identical = 0;
   for (size_t i = 0; i < full.size(); ++i) {
     CHECK(close(got[i], full[i], 1e-5));

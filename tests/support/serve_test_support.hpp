@@ -138,6 +138,12 @@ inline nlohmann::json hf_config_json(const job_config& cfg) {
     j["mlp_only_layers"] = nlohmann::json::array();
     j["tie_word_embeddings"] = false;
   }
+  if (cfg.moe.scoring == scoring_func::sigmoid) {
+    j["scoring_func"] = "sigmoid";
+    j["n_group"] = cfg.moe.n_group;
+    j["topk_group"] = cfg.moe.topk_group;
+    j["routed_scaling_factor"] = cfg.moe.routed_scaling_factor;
+  }
   return j;
 }
 

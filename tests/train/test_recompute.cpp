@@ -4,8 +4,9 @@
 // and full (each layer from its input, the dispatch repeated), on
 // (DP2·EP2) with 2 micro-batches, and on (PP2) and (TP2·PP2) with 4 under
 // 1F1B (each stage recomputes its own layers; the micro-batches in flight
-// keep only what the mode keeps); and for a Qwen3-MoE (QK-norm's inputs
-// rebuilt too).
+// keep only what the mode keeps); for a Qwen3-MoE (QK-norm's inputs
+// rebuilt too), and for DeepSeek-V3's sigmoid router (the gates rebuilt
+// from the kept logits).
 
 #include <catch2/catch.hpp>
 
@@ -57,6 +58,28 @@ TEST_CASE("recomputation of a Qwen3-MoE leaves every loss equal to the bit",
       "  micro_batches: 2\n  recompute: " + mode + "\n");
   };
   check_same_bits_as_none(job, "", config, {"selective", "full"}, 20);
+}
+
+TEST_CASE("DeepSeek-V3's sigmoid router trains under EP2, recomputed to the "
+          "bit",
+          "[integration]") {
+  auto job = scratch_with_data("recompute_sigmoid");
+  auto config = [&](const std::string& name, const std::string& mode) {
+    auto text = small_config(job.data.string(), (job.dir / name).string(), 2,
+                             20);
+    text = replace_once(text, "  aux_loss_coeff: 0.01\n",
+                        "  aux_loss_coeff: 0\n  scoring_func: sigmoid\n"
+                        "  n_group: 2\n  topk_group: 1\n"
+                        "  routed_scaling_factor: 2.5\n");
+    return with_train_keys(text,
+                           "  micro_batches: 2\n  recompute: " + mode + "\n");
+  };
+  const auto none = train_series(job.dir, "none", config("none", "none"));
+  const auto full = train_series(job.dir, "full", config("full", "full"));
+  REQUIRE(none.loss.size() == 20);
+  CHECK(full.loss == none.loss);
+  CHECK(full.grad_norm == none.grad_norm);
+  CHECK(none.loss.back() < none.loss.front()); // and it learns
 }
 
 TEST_CASE("recomputation under pipeline parallelism leaves every loss equal "

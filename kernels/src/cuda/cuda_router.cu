@@ -224,7 +224,67 @@ __global__ void bias_update_kernel(T* bias, const int64_t* counts,
   detail::balance_bias(bias, counts, experts, rate);
 }
 
+// The CPU's row routine, one thread per token; the group scratch lives in
+// the thread's registers or local memory.
+constexpr int64_t max_groups = 256;
+
+template <class T>
+__global__ void sigmoid_fwd(const T* logits, const T* bias, int32_t* topk_idx,
+                            T* topk_gate, int64_t n, int64_t experts, int64_t k,
+                            int64_t n_group, int64_t topk_group, bool normalize,
+                            double scale) {
+  TUTTI_GRID_STRIDE(t, n) {
+    double group_score[max_groups];
+    char group_kept[max_groups];
+    detail::sigmoid_route_row(logits + t * experts, bias, experts, k, n_group,
+                              topk_group, normalize, scale, group_score,
+                              group_kept, topk_idx + t * k, topk_gate + t * k);
+  }
+}
+
+template <class T>
+__global__ void sigmoid_bwd(const int32_t* topk_idx, const T* logits,
+                            const T* dgate, T* dlogits, int64_t n,
+                            int64_t experts, int64_t k, bool normalize,
+                            double scale) {
+  TUTTI_GRID_STRIDE(t, n) {
+    detail::sigmoid_route_backward_row(topk_idx + t * k, logits + t * experts,
+                                       dgate + t * k, dlogits + t * experts,
+                                       experts, k, normalize, scale);
+  }
+}
+
 } // namespace
+
+template <class T>
+void router_sigmoid_forward(const stream& s, const T* logits, const T* bias,
+                            int32_t* topk_idx, T* topk_gate, int64_t n,
+                            int64_t experts, int64_t k, int64_t n_group,
+                            int64_t topk_group, bool normalize, double scale) {
+  if (n == 0)
+    return;
+  TUTTI_DEVICE_REQUIRE(n_group >= 1 && n_group <= max_groups
+                         && experts % n_group == 0 && topk_group >= 1
+                         && topk_group <= n_group
+                         && k <= topk_group * (experts / n_group),
+                       "router: bad n_group, topk_group or k");
+  sigmoid_fwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(
+    logits, bias, topk_idx, topk_gate, n, experts, k, n_group, topk_group,
+    normalize, scale);
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
+
+template <class T>
+void router_sigmoid_backward(const stream& s, const int32_t* topk_idx,
+                             const T* logits, const T* dgate, T* dlogits,
+                             int64_t n, int64_t experts, int64_t k,
+                             bool normalize, double scale) {
+  if (n == 0)
+    return;
+  sigmoid_bwd<<<grid_for(n, 128), 128, 0, raw(s)>>>(
+    topk_idx, logits, dgate, dlogits, n, experts, k, normalize, scale);
+  TUTTI_CUDA_LAUNCH_CHECK();
+}
 
 template <class T>
 void router_topk_forward(const stream& s, const T* logits, const T* bias,

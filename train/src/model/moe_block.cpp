@@ -117,12 +117,19 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                      a.rstd2.data(), n, d, static_cast<float>(m.rms_norm_eps));
   k::linear_forward(stream_, a.xn2.data(), param(layer_name(l, names::router)),
                     a.logits.data(), n, d, E);
-  k::router_topk_forward(stream_, a.logits.data(), router_bias_.data() + l * E,
-                         a.topk_orig.data(), a.gate.data(), a.rprobs.data(), n,
-                         E, K, temperature);
-  if (!e.norm_topk_prob)
-    k::router_gates_from_probs(stream_, a.topk_orig.data(), a.rprobs.data(),
-                               a.gate.data(), n, E, K);
+  if (e.scoring == scoring_func::sigmoid) {
+    k::router_sigmoid_forward(stream_, a.logits.data(),
+                              router_bias_.data() + l * E, a.topk_orig.data(),
+                              a.gate.data(), n, E, K, e.n_group, e.topk_group,
+                              e.norm_topk_prob, e.routed_scaling_factor);
+  } else {
+    k::router_topk_forward(
+      stream_, a.logits.data(), router_bias_.data() + l * E, a.topk_orig.data(),
+      a.gate.data(), a.rprobs.data(), n, E, K, temperature);
+    if (!e.norm_topk_prob)
+      k::router_gates_from_probs(stream_, a.topk_orig.data(), a.rprobs.data(),
+                                 a.gate.data(), n, E, K);
+  }
   if (stats)
     TUTTI_RETURN_IF_ERROR(route_counts(a, n, *stats, l, time));
 
@@ -259,7 +266,11 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                            dtmp_.data(), a.rows, K, d);
   TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   dlogits_.resize(stream_, n * E);
-  if (e.norm_topk_prob)
+  if (e.scoring == scoring_func::sigmoid)
+    k::router_sigmoid_backward(stream_, a.topk_orig.data(), a.logits.data(),
+                               dgate_.data(), dlogits_.data(), n, E, K,
+                               e.norm_topk_prob, e.routed_scaling_factor);
+  else if (e.norm_topk_prob)
     k::router_topk_backward(stream_, a.topk_orig.data(), a.gate.data(),
                             dgate_.data(), dlogits_.data(), n, E, K,
                             temperature);

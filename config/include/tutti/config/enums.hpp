@@ -32,6 +32,9 @@ enum class weight_dtype { fp32, int8 };
 // model.family: the architecture the weights belong to, by Hugging Face's
 // model_type (model/family.hpp holds what differs between them).
 enum class model_family { mixtral, qwen3_moe, deepseek_v3 };
+// moe_config.scoring_func: the router's expert scores, a softmax over the
+// experts or each expert's sigmoid (DeepSeek-V3).
+enum class scoring_func { softmax, sigmoid };
 // cluster_config.local_transport: how ranks of one process exchange.
 enum class local_transport_kind { memory, tcp };
 // supervision.<kind>.strategy: which children restart with a failed one.
@@ -84,6 +87,10 @@ struct enum_names<weight_dtype> {
 template <>
 struct enum_names<model_family> {
   static constexpr std::array names{"mixtral", "qwen3_moe", "deepseek_v3"};
+};
+template <>
+struct enum_names<scoring_func> {
+  static constexpr std::array names{"softmax", "sigmoid"};
 };
 template <>
 struct enum_names<local_transport_kind> {

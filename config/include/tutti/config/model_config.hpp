@@ -76,6 +76,11 @@ struct moe_config {
   int64_t router_top_k = 0;
   double router_temperature = 1.0;
   bool norm_topk_prob = true;
+  // DeepSeek-V3's router (kernels/ops.hpp router_sigmoid_forward).
+  scoring_func scoring = scoring_func::softmax;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
   double capacity_factor = 0.0;
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
@@ -103,7 +108,23 @@ void visit_fields(Visitor& v, moe_config& c) {
   v.field("norm_topk_prob", c.norm_topk_prob,
           "gates renormalised over the chosen experts (Mixtral; the "
           "published Qwen3-MoE models); false: the softmax over all experts "
-          "at the chosen ones (model.family qwen3_moe only)");
+          "at the chosen ones (model.family qwen3_moe only); with "
+          "scoring_func sigmoid, false keeps the raw sigmoid scores");
+  v.field("scoring_func", c.scoring,
+          "expert scores: softmax over the experts, or each expert's sigmoid "
+          "with the bias choosing only and gates from the chosen scores "
+          "(DeepSeek-V3)");
+  v.field("n_group", c.n_group,
+          "expert groups (contiguous ids) for group-limited routing; "
+          "divides num_experts; > 1 needs scoring_func sigmoid",
+          at_least(1));
+  v.field("topk_group", c.topk_group,
+          "groups a token may use, ranked by the sum of their two best "
+          "biased scores; <= n_group",
+          at_least(1));
+  v.field("routed_scaling_factor", c.routed_scaling_factor,
+          "factor on the routed experts' gates (scoring_func sigmoid)",
+          above(0));
   v.field("capacity_factor", c.capacity_factor,
           "tokens an expert takes, over the even share",
           at_least(0, "0 = dropless"));

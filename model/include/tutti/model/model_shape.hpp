@@ -34,6 +34,11 @@ struct model_shape {
   // Gates renormalised over the chosen experts; false: the softmax over
   // all experts at the chosen ones.
   bool norm_topk_prob = true;
+  // DeepSeek-V3's router: sigmoid scores, group-limited choice, scaled gates.
+  scoring_func scoring = scoring_func::softmax;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
 };
 
 // The model a job config trains.
