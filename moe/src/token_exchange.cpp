@@ -102,7 +102,7 @@ expected<std::unique_ptr<token_exchange>> make_token_exchange(
                          + " runs on CPU ranks only (use fp32 on cuda)");
   auto made = make_strategy(group, s, o);
   made->dtype_ = o.dispatch;
-  return std::move(made);
+  return made;
 }
 
 } // namespace tutti::moe
