@@ -15,6 +15,7 @@
 
 #include "tutti/kernels/ops.hpp"
 
+#include "gradcheck_support.hpp"
 #include "kernel_inputs.hpp"
 
 namespace k = tutti::kernels;
@@ -192,27 +193,12 @@ TEST_CASE("gradcheck sigmoid routing through the gates",
       Vec g2;
       tutti_route(logits, bias, r, n, i2, g2);
       REQUIRE(i2 == idx); // the perturbation must not change the choice
-      double s = 0.0;
-      for (size_t i = 0; i < g2.size(); ++i)
-        s += G[i] * g2[i];
-      return s;
+      return tutti::testing::dot(G, g2);
     };
     Vec dl(n * r.experts, 7.0); // overwritten, not accumulated
     k::router_sigmoid_backward(S, idx.data(), logits.data(), G.data(),
                                dl.data(), n, r.experts, r.k, r.normalize,
                                r.scale);
-    Vec num(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) {
-      const double x0 = logits[i], h = 1e-6;
-      logits[i] = x0 + h;
-      const double lp = loss();
-      logits[i] = x0 - h;
-      const double lm = loss();
-      logits[i] = x0;
-      num[i] = (lp - lm) / (2.0 * h);
-    }
-    const double err = rel_err(dl, num);
-    INFO("relative error " << err);
-    CHECK(err <= 1e-6);
+    tutti::testing::check_grad("router_sigmoid_backward", dl, logits, loss);
   }
 }
