@@ -92,6 +92,18 @@ inline double worst_relative(const std::vector<double>& a,
   return worst;
 }
 
+// b's losses and gradient norms are a's to the bit, step by step.
+inline void check_same_bits(const job_series& a, const job_series& b,
+                            const std::string& what) {
+  REQUIRE(a.loss.size() == b.loss.size());
+  REQUIRE(a.grad_norm.size() == b.grad_norm.size());
+  for (size_t i = 0; i < a.loss.size(); ++i) {
+    INFO(what << ", step " << i + 1);
+    CHECK(b.loss[i] == a.loss[i]);
+    CHECK(b.grad_norm[i] == a.grad_norm[i]);
+  }
+}
+
 // A checkpoint written at step 15 under one layout, resumed to step 30 on
 // world 1 and on (DP2·EP2), against the uninterrupted world-1 run.
 // `layout(name, steps)` is the config that writes the checkpoint,

@@ -79,11 +79,7 @@ TEST_CASE("pipeline parallelism gives the losses of world 1 to the bit",
   CHECK(world1.loss.back() < world1.loss.front() - 0.05);
   auto pp2 = train_series(job.dir, "pp2", pp_config(job, "pp2", 2, 2, 30));
   REQUIRE(pp2.loss.size() == 30);
-  for (size_t i = 0; i < 30; ++i) {
-    INFO("step " << i + 1);
-    CHECK(pp2.loss[i] == world1.loss[i]);
-    CHECK(pp2.grad_norm[i] == world1.grad_norm[i]);
-  }
+  check_same_bits(world1, pp2, "PP2 against world 1");
   auto dp2 = train_series(job.dir, "dp2", pp_config(job, "dp2", 2, 1, 30));
   auto pp2dp2 = train_series(job.dir, "pp2dp2",
                              pp_config(job, "pp2dp2", 4, 2, 30));
@@ -106,11 +102,7 @@ TEST_CASE("an uneven 3-stage pipeline of 5 layers gives the losses of "
                             five_layers(job, "pp3", 3, 3, stages, 10));
     INFO(stages << ": " << pp3.output);
     REQUIRE(pp3.loss.size() == 10);
-    for (size_t i = 0; i < 10; ++i) {
-      INFO("step " << i + 1);
-      CHECK(pp3.loss[i] == world1.loss[i]);
-      CHECK(pp3.grad_norm[i] == world1.grad_norm[i]);
-    }
+    check_same_bits(world1, pp3, "PP3 against world 1");
   }
 }
 
@@ -178,11 +170,7 @@ TEST_CASE("tensor and pipeline parallelism together (TP2·PP2) give the "
   CHECK(worst <= 1e-4);
   CHECK(worst_relative(world1.grad_norm, both.grad_norm) <= 1e-3);
   // The stages change no order of additions: TP2's bits.
-  for (size_t i = 0; i < 30; ++i) {
-    INFO("TP2·PP2 against TP2, step " << i + 1);
-    CHECK(both.loss[i] == tp2.loss[i]);
-    CHECK(both.grad_norm[i] == tp2.grad_norm[i]);
-  }
+  check_same_bits(tp2, both, "TP2·PP2 against TP2");
 }
 
 TEST_CASE("a TP2·PP2 checkpoint resumes on world 1 and on DP2·EP2",
@@ -218,11 +206,7 @@ TEST_CASE("PP2·DP2 with the distributed optimizer gives the unsharded bits "
     job.dir, "sharded", pp_config(job, "sharded", 4, 2, 30, flat + sharding));
   REQUIRE(plain.loss.size() == 30);
   REQUIRE(sharded.loss.size() == 30);
-  for (size_t i = 0; i < 30; ++i) {
-    INFO("PP2·DP2 sharded against unsharded, step " << i + 1);
-    CHECK(sharded.loss[i] == plain.loss[i]);
-    CHECK(sharded.grad_norm[i] == plain.grad_norm[i]);
-  }
+  check_same_bits(plain, sharded, "PP2·DP2 sharded against unsharded");
   // PP2·DP2 is (DP2·EP2) to the bit (above), so a sharded PP2·DP2
   // checkpoint resumed on (DP2·EP2) continues the uninterrupted (DP2·EP2)
   // run to the bit: the moments gathered whole, each stage's to stage 0.
