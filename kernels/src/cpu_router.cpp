@@ -128,19 +128,10 @@ void router_gates_from_probs_backward(const stream&, const int32_t* topk_idx,
                                       T* dlogits, int64_t n, int64_t experts,
                                       int64_t k, T temperature) {
   const double inv_t = 1.0 / double(temperature);
-  for (int64_t t = 0; t < n; ++t) {
-    const T* p = probs + t * experts;
-    const T* dg = dgate + t * k;
-    const int32_t* idx = topk_idx + t * k;
-    double dot = 0.0;
-    for (int64_t j = 0; j < k; ++j)
-      dot += double(dg[j]) * double(p[idx[j]]);
-    T* out = dlogits + t * experts;
-    for (int64_t e = 0; e < experts; ++e)
-      out[e] = T(-inv_t * double(p[e]) * dot);
-    for (int64_t j = 0; j < k; ++j)
-      out[idx[j]] = T(inv_t * double(p[idx[j]]) * (double(dg[j]) - dot));
-  }
+  for (int64_t t = 0; t < n; ++t)
+    detail::gates_from_probs_backward_row(topk_idx + t * k, probs + t * experts,
+                                          dgate + t * k, dlogits + t * experts,
+                                          experts, k, inv_t);
 }
 
 template <class T>

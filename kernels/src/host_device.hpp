@@ -133,4 +133,21 @@ TUTTI_HOST_DEVICE void sigmoid_route_backward_row(
   }
 }
 
+// One token's backward of gates read from the softmax over all experts at
+// the chosen ones (no renormalisation): d logits = p (dgate_chosen - <dg, p>)
+// / temperature, the chosen experts' term added to every expert's.
+template <class T>
+TUTTI_HOST_DEVICE void gates_from_probs_backward_row(const int32_t* idx,
+                                                     const T* p, const T* dg,
+                                                     T* out, int64_t experts,
+                                                     int64_t k, double inv_t) {
+  double dot = 0.0;
+  for (int64_t j = 0; j < k; ++j)
+    dot += double(dg[j]) * double(p[idx[j]]);
+  for (int64_t e = 0; e < experts; ++e)
+    out[e] = T(-inv_t * double(p[e]) * dot);
+  for (int64_t j = 0; j < k; ++j)
+    out[idx[j]] = T(inv_t * double(p[idx[j]]) * (double(dg[j]) - dot));
+}
+
 } // namespace tutti::kernels::detail

@@ -196,24 +196,16 @@ __global__ void gates_from_probs(const int32_t* topk_idx, const T* probs,
   }
 }
 
-// The CPU's formula and order, one thread per token.
+// One thread per token, the CPU's code (host_device.hpp).
 template <class T>
 __global__ void gates_from_probs_bwd(const int32_t* topk_idx, const T* probs,
                                      const T* dgate, T* dlogits, int64_t n,
                                      int64_t experts, int64_t k,
                                      double inv_t) {
   TUTTI_GRID_STRIDE(t, n) {
-    const T* p = probs + t * experts;
-    const T* dg = dgate + t * k;
-    const int32_t* idx = topk_idx + t * k;
-    double dot = 0.0;
-    for (int64_t j = 0; j < k; ++j)
-      dot += double(dg[j]) * double(p[idx[j]]);
-    T* out = dlogits + t * experts;
-    for (int64_t e = 0; e < experts; ++e)
-      out[e] = T(-inv_t * double(p[e]) * dot);
-    for (int64_t j = 0; j < k; ++j)
-      out[idx[j]] = T(inv_t * double(p[idx[j]]) * (double(dg[j]) - dot));
+    detail::gates_from_probs_backward_row(topk_idx + t * k, probs + t * experts,
+                                          dgate + t * k, dlogits + t * experts,
+                                          experts, k, inv_t);
   }
 }
 
