@@ -16,15 +16,22 @@
 # 1 thread, tutti 1 thread, llama.cpp 2 threads, tutti 2 threads; the load
 # average is recorded before each. The table gives medians over rounds.
 #
+# MODEL picks another model config of the same serving shape, e.g.
+# configs/medium-qwen3.yaml (Qwen3-MoE: fine-grained experts, QK-norm;
+# llama.cpp's qwen3moe). Prefill tokens/s is PROMPT / the mean time to first
+# token, decode tokens/s 1000 / the mean time per output token (a stream's).
+#
 # Needs deploy/install-deps.sh --bench (node-llama-cpp in bench/peer).
 # Usage: bench/bench_vs_llama.sh [BUILD_DIR]
-#   (ROUNDS=2 REQUESTS=32 PROMPT=128 OUTPUT=64 CONCURRENCY=1,8,32 by default)
+#   (ROUNDS=2 REQUESTS=32 PROMPT=128 OUTPUT=64 CONCURRENCY=1,8,32 THREADS="1 2"
+#    MODEL=configs/medium.yaml by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=$(cd "${1:-build}" && pwd)
 rounds=${ROUNDS:-2} requests=${REQUESTS:-32} prompt=${PROMPT:-128}
 output=${OUTPUT:-64} concurrency=${CONCURRENCY:-1,8,32}
+thread_counts=${THREADS:-1 2} model=${MODEL:-configs/medium.yaml}
 tutti=$build/apps/tutti
 [ -x "$tutti" ] || { echo "bench_vs_llama: $tutti not built" >&2; exit 1; }
 [ -d bench/peer/node_modules/node-llama-cpp ] \
@@ -40,13 +47,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$tutti" export --init configs/medium.yaml --format hf --out "$scratch/hf" >/dev/null
-"$tutti" export --init configs/medium.yaml --format gguf --dtype f32 --out "$scratch/gguf" >/dev/null
+"$tutti" export --init "$model" --format hf --out "$scratch/hf" >/dev/null
+"$tutti" export --init "$model" --format gguf --dtype f32 --out "$scratch/gguf" >/dev/null
 gguf=$scratch/gguf/model-f32.gguf
 
 # One server per thread count, started up front and idle while the other runs.
 declare -A url
-for threads in 1 2; do
+for threads in $thread_counts; do
   sed -e "s#runs/medium/export#$scratch/hf#" \
       -e "s#num_gpus_per_node: 1#num_gpus_per_node: $threads#" \
       configs/serve-medium.yaml >"$scratch/serve$threads.yaml"
@@ -66,7 +73,7 @@ done
 results=$scratch/results.jsonl
 load() { cut -d' ' -f1 /proc/loadavg; }
 for round in $(seq 1 "$rounds"); do
-  for threads in 1 2; do
+  for threads in $thread_counts; do
     cores=$([ "$threads" = 1 ] && echo 0 || echo 0,1)
     l=$(load)
     (cd bench/peer && taskset -c "$cores" node bench_llama.mjs --gguf "$gguf" \
@@ -90,14 +97,15 @@ PY
 done
 
 echo "bench_vs_llama $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "medium model, prompt $prompt, output $output, $requests requests per level, medians of $rounds rounds"
-python3 - "$results" <<'PY'
+echo "$model, prompt $prompt, output $output, $requests requests per level, medians of $rounds rounds"
+python3 - "$results" "$prompt" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 med = lambda xs: statistics.median(xs)
 print(f"load average (1 min) during the runs: {min(r['load'] for r in rows):.1f} - {max(r['load'] for r in rows):.1f}")
-print("| threads | concurrency | tutti output tok/s | llama.cpp output tok/s | ratio | tutti TTFT mean / p99 (ms) | llama.cpp TTFT mean / p99 (ms) | tutti TPOT mean (ms) | llama.cpp TPOT mean (ms) |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+prompt = int(sys.argv[2])
+print("| threads | concurrency | tutti output tok/s | llama.cpp output tok/s | ratio | tutti TTFT mean / p99 (ms) | llama.cpp TTFT mean / p99 (ms) | tutti TPOT mean (ms) | llama.cpp TPOT mean (ms) | prefill tok/s tutti / llama.cpp | decode tok/s tutti / llama.cpp |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for threads in sorted({r["threads"] for r in rows}):
     for c in sorted({r["concurrency"] for r in rows}):
         pick = lambda peer, key: med([r[key] for r in rows if r["peer"] == peer
@@ -106,5 +114,7 @@ for threads in sorted({r["threads"] for r in rows}):
         print(f"| {threads} | {c} | {t:.1f} | {l:.1f} | {t / l:.2f} | "
               f"{pick('tutti', 'ttft_ms_mean'):.1f} / {pick('tutti', 'ttft_ms_p99'):.1f} | "
               f"{pick('llama.cpp', 'ttft_ms_mean'):.1f} / {pick('llama.cpp', 'ttft_ms_p99'):.1f} | "
-              f"{pick('tutti', 'tpot_ms_mean'):.2f} | {pick('llama.cpp', 'tpot_ms_mean'):.2f} |")
+              f"{pick('tutti', 'tpot_ms_mean'):.2f} | {pick('llama.cpp', 'tpot_ms_mean'):.2f} | "
+              f"{prompt * 1000 / pick('tutti', 'ttft_ms_mean'):.0f} / {prompt * 1000 / pick('llama.cpp', 'ttft_ms_mean'):.0f} | "
+              f"{1000 / pick('tutti', 'tpot_ms_mean'):.0f} / {1000 / pick('llama.cpp', 'tpot_ms_mean'):.0f} |")
 PY
