@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev libgloo-dev libopenblas-dev librocksdb-dev libmsgpack-cxx-dev
   libboost-program-options-dev libyaml-cpp-dev libxxhash-dev catch2
+  libdnnl-dev # bf16 GEMMs on the CPU (kernels/src/cpu_bf16_gemm.cpp)
   nlohmann-json3-dev
   python3 iperf3 yamllint iproute2
   libedit-dev tmux prometheus

@@ -299,10 +299,6 @@ status check_train(const job_config& c) {
               + text(t.micro_batches)));
   TUTTI_RETURN_IF_ERROR(require(t.min_lr >= 0 && t.min_lr <= t.lr,
                                 "train.min_lr", "must be in [0, lr]"));
-  TUTTI_RETURN_IF_ERROR(require(t.gemm_precision == gemm_precision::fp32
-                                  || c.cluster.device == compute_device::cuda,
-                                "train.gemm_precision",
-                                "bf16 needs cluster_config.device: cuda"));
   TUTTI_RETURN_IF_ERROR(require(c.moe.dispatch == dispatch_dtype::fp32
                                   || c.cluster.device == compute_device::cpu,
                                 "moe_config.dispatch_dtype",

@@ -41,4 +41,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, T alpha,
                 LDC);
 }
 
+// bf16 products through oneDNN (cpu_bf16_gemm.cpp): the same contract as
+// gemm<float>, alpha 1, with A and B rounded to bfloat16 and float32
+// accumulation. Only where cpu_bf16_support().runs_bf16 (stream.hpp).
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
+               const float* a, int64_t lda, const float* b, int64_t ldb,
+               float beta, float* c, int64_t ldc);
+
 } // namespace tutti::kernels::detail

@@ -87,7 +87,7 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
     each_tile(n, tiles_ ? row_tile : n, [&](int64_t first, int64_t count) {
       const int64_t r = at + first;
       tiles.emplace_back([=] {
-        const auto cpu = k::cpu_stream();
+        const auto cpu = s; // a CPU stream: its GEMM precision
         k::linear_forward(cpu, x + r * D, w.w1 + j * F * D, a + r * F, count,
                           D, F);
         k::linear_forward(cpu, x + r * D, w.w3 + j * F * D, b + r * F, count,
@@ -139,7 +139,7 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
     each_tile(n, tiles_ ? row_tile : n, [&](int64_t first, int64_t count) {
       const int64_t r = at + first;
       tiles.emplace_back([=] {
-        const auto cpu = k::cpu_stream();
+        const auto cpu = s; // a CPU stream: its GEMM precision
         k::linear_input_grad(cpu, w.w2 + j * D * F, dy + r * D, dh + r * F,
                              count, F, D, false);
         k::swiglu_backward(cpu, a + r * F, b + r * F, dh + r * F, da + r * F,
@@ -157,13 +157,13 @@ void expert_ffn::backward(const k::stream& s, int64_t layer,
   each_expert(rows, experts_, [&](int64_t j, int64_t at, int64_t n) {
     each_tile(D, tiles_ ? weight_tile : D, [&](int64_t first, int64_t count) {
       tiles.emplace_back([=] {
-        k::linear_weight_grad_rows(k::cpu_stream(), h + at * F, dy + at * D,
+        k::linear_weight_grad_rows(s, h + at * F, dy + at * D,
                                    w.dw2 + j * D * F, n, F, D, first, count);
       });
     });
     each_tile(F, tiles_ ? weight_tile : F, [&](int64_t first, int64_t count) {
       tiles.emplace_back([=] {
-        const auto cpu = k::cpu_stream();
+        const auto cpu = s; // a CPU stream: its GEMM precision
         k::linear_weight_grad_rows(cpu, x + at * D, da + at * F,
                                    w.dw1 + j * F * D, n, D, F, first, count);
         k::linear_weight_grad_rows(cpu, x + at * D, db + at * F,

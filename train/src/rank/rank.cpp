@@ -32,6 +32,19 @@ namespace tutti {
 
 namespace {
 
+// train.gemm_precision bf16 on the CPU, said once a job: what runs it.
+std::string cpu_bf16_note(const job_config& cfg) {
+  if (cfg.train.gemm_precision != gemm_precision::bf16
+      || cfg.cluster.device != compute_device::cpu)
+    return "";
+  const auto bf16 = kernels::cpu_bf16_support();
+  return bf16.runs_bf16
+           ? std::string("; bf16 GEMMs on oneDNN ") + bf16.isa
+           : std::string("; train.gemm_precision bf16: this CPU has no bf16 "
+                         "units (oneDNN: ")
+               + bf16.isa + "), the GEMMs run in float32";
+}
+
 using clock_type = std::chrono::steady_clock;
 
 // Requests ride the step's all-reduce as one sum (exact in a double): a
@@ -98,6 +111,8 @@ public:
       device_stream_ = std::make_unique<kernels::device_stream>(
         gemm_precision_of(a_.cfg));
       stream_ = device_stream_->get();
+    } else {
+      stream_.gemm = gemm_precision_of(a_.cfg); // the CPU's bf16 GEMMs
     }
     collectives_ = std::make_unique<moe::staged_collectives>(stream_);
     TUTTI_RETURN_IF_ERROR(connect(self_->system(), a_, device, comms_));
@@ -129,7 +144,7 @@ public:
                     : e.capacity_factor > 0         ? "auto: from capacity"
                                             : "auto: dropless worst case")
                  + "); CPU kernels on OpenBLAS core "
-                 + kernels::blas_core_name());
+                 + kernels::blas_core_name() + cpu_bf16_note(a_.cfg));
     }
     if (a_.resume_step > 0) {
       TUTTI_RETURN_IF_ERROR(

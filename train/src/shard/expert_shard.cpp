@@ -247,6 +247,8 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
     st.device_stream = std::make_unique<k::device_stream>(
       gemm_precision_of(st.cfg));
     st.stream = st.device_stream->get();
+  } else {
+    st.stream.gemm = gemm_precision_of(st.cfg); // the CPU's bf16 GEMMs
   }
   const auto& c = st.cfg;
   st.count = c.experts_per_rank();

@@ -274,8 +274,9 @@ void visit_fields(Visitor& v, train_config& c) {
   v.field("grad_clip", c.grad_clip, "global gradient norm clip",
           at_least(0, "0 = off"));
   v.field("gemm_precision", c.gemm_precision,
-          "GEMM inputs; bf16 (cuda only) accumulates, keeps master weights "
-          "and gradients in fp32");
+          "GEMM inputs; bf16 accumulates, keeps master weights and "
+          "gradients in fp32 (cuBLAS; on the CPU oneDNN where it finds bf16 "
+          "units, else fp32)");
   v.field("seed", c.seed, "seed of initialisation and data order");
   v.field("micro_batches", c.micro_batches,
           "gradient accumulation: each rank's batch runs as this many "

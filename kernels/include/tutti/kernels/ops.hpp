@@ -25,7 +25,8 @@
 //     float atomics). Drive a stream from one thread at a time: each
 //     stream has its own scratch memory.
 //   - s.gemm = gemm_precision::bf16 switches the float GEMMs of linear_* and
-//     grouped_linear_* on cuda to bf16 inputs with fp32 accumulation.
+//     grouped_linear_* to bf16 inputs with fp32 accumulation: cuBLAS on
+//     cuda, oneDNN on a CPU with bf16 units (cpu_bf16_support()).
 
 #include <cstdint>
 
