@@ -23,13 +23,24 @@
 # the peer runs with OPENBLAS_CORETYPE set to the core tutti chose, so both
 # sides multiply with the same BLAS. Its figure without it is printed too.
 #
+# PRECISION=bf16 runs both sides in bf16: tutti with train.gemm_precision
+# bf16 (oneDNN on the CPU's bf16 units), PyTorch under torch.autocast("cpu",
+# bfloat16); the anchors stay float32 sgemm.
+#
 # Needs deploy/install-deps.sh --bench (python3-torch).
-# Usage: bench/bench_vs_torch.sh [BUILD_DIR]   (REPS=2 STEPS=30 by default)
+# Usage: bench/bench_vs_torch.sh [BUILD_DIR]
+#   (REPS=2 STEPS=30 PRECISION=fp32 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
 reps=${REPS:-2}
 steps=${STEPS:-30}
+precision=${PRECISION:-fp32}
+case $precision in
+  fp32) autocast="" ;;
+  bf16) autocast="--autocast" ;;
+  *) echo "bench_vs_torch: PRECISION must be fp32 or bf16" >&2; exit 2 ;;
+esac
 warm=3
 python=/usr/bin/python3
 for tool in "$build/apps/tutti" "$build/bench/bench_sgemm"; do
@@ -87,6 +98,7 @@ train:
   warmup_steps: 2
   grad_clip: 1.0
   seed: 1234
+  gemm_precision: $precision
   eval_interval: 0
   eval_sequences: 0
   log_interval: 1
@@ -122,12 +134,12 @@ torch_args() { # NAME
   read -r -a s <<<"${shape[$1]}"
   echo "--vocab ${s[0]} --dim ${s[1]} --ffn ${s[2]} --layers ${s[3]}" \
     "--heads ${s[4]} --kv-heads ${s[5]} --experts ${s[6]} --seq ${s[7]}" \
-    "--batch ${s[8]} --steps $((steps - warm - 1)) --warmup $warm"
+    "--batch ${s[8]} --steps $((steps - warm - 1)) --warmup $warm $autocast"
 }
 
 sgemm=$(taskset -c 0 "$build/bench/bench_sgemm")
 core=$(sed -n 's/.*core=\([A-Za-z0-9]*\).*/\1/p' <<<"$sgemm")
-echo "# $(date -u +%F) on $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')); OpenBLAS core $core"
+echo "# $(date -u +%F) on $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')); OpenBLAS core $core; $precision GEMMs"
 echo "# anchor: $sgemm"
 
 declare -A w1 w2 w2alone torch torch_default a2a flops

@@ -7,7 +7,9 @@ attention with rotary embeddings, RMSNorm, a top-k router over the softmax
 with renormalised gates, SwiGLU experts with tokens grouped by expert;
 final RMSNorm, an untied LM head), the same losses (cross-entropy, the
 Switch load-balancing loss, the router z-loss), gradient clipping and
-AdamW, float32, one thread. Batches are random tokens: the time of a step
+AdamW, float32, one thread; with --autocast the forward runs under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision
+(bf16 matrix products through oneDNN, float32 parameters and optimizer). Batches are random tokens: the time of a step
 does not depend on them. Prints one line:
 
     torch_tokens_per_s=<median over steps after warm-up> step_s=<median>
@@ -82,7 +84,7 @@ def moe(layer, x, top_k, n_experts):
             outs.append(a @ layer.w2[e].t())
         start += c
     y = torch.cat(outs) * gates.reshape(-1)[order].unsqueeze(-1)
-    out = torch.zeros_like(t).index_add_(0, rows, y)
+    out = torch.zeros_like(t).index_add_(0, rows, y.to(t.dtype))
     # Switch loss (fraction routed x mean probability) and router z-loss.
     frac = torch.bincount(flat, minlength=n_experts).float() / flat.numel()
     aux = n_experts * (frac * probs.mean(0)).sum()
@@ -98,6 +100,7 @@ def main():
                           ("batch", 16), ("steps", 20), ("warmup", 3)]:
         ap.add_argument("--" + name.replace("_", "-"), type=int,
                         default=default)
+    ap.add_argument("--autocast", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -123,17 +126,20 @@ def main():
     for step in range(a.warmup + a.steps):
         tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
         start = time.perf_counter()
-        x = embed(tokens[:, :-1])
-        aux_sum = z_sum = 0.0
-        for layer in layers:
-            x = x + attention(layer, rmsnorm(x, layer.norm1), cos, sin, mask)
-            y, aux, z = moe(layer, rmsnorm(x, layer.norm2), a.top_k,
-                            a.experts)
-            x = x + y
-            aux_sum, z_sum = aux_sum + aux, z_sum + z
-        logits = head(rmsnorm(x, norm))
-        loss = F.cross_entropy(logits.reshape(-1, a.vocab),
-                               tokens[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16,
+                            enabled=a.autocast):
+            x = embed(tokens[:, :-1])
+            aux_sum = z_sum = 0.0
+            for layer in layers:
+                x = x + attention(layer, rmsnorm(x, layer.norm1), cos, sin,
+                                  mask)
+                y, aux, z = moe(layer, rmsnorm(x, layer.norm2), a.top_k,
+                                a.experts)
+                x = x + y
+                aux_sum, z_sum = aux_sum + aux, z_sum + z
+            logits = head(rmsnorm(x, norm))
+            loss = F.cross_entropy(logits.reshape(-1, a.vocab).float(),
+                                   tokens[:, 1:].reshape(-1))
         (loss + 0.01 * aux_sum + 0.001 * z_sum).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

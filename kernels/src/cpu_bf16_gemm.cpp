@@ -57,16 +57,6 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   return "below avx2";
 }
 
-// Round to nearest even; NaN stays NaN (a quiet one).
-uint16_t to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // One matmul shape's primitive and its memory objects, whose data handles
 // are set per call.
 struct matmul_entry {
@@ -78,8 +68,8 @@ struct matmul_entry {
 struct thread_state {
   dnnl_engine_t engine = nullptr;
   dnnl_stream_t stream = nullptr;
-  // (m, n, k, weights transposed, ldc, accumulate)
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t, bool>,
+  // (m, n, k, A transposed, B transposed, ldc, accumulate)
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, bool>,
            matmul_entry>
     matmuls;
   std::vector<uint16_t> a, b;
@@ -109,9 +99,9 @@ struct thread_state {
   // cache starts again rather than grow without bound.
   static constexpr size_t max_shapes = 512;
 
-  matmul_entry& matmul(int64_t m, int64_t n, int64_t k, bool tb, int64_t ldc,
-                       bool accumulate) {
-    const auto key = std::tuple{m, n, k, tb, ldc, accumulate};
+  matmul_entry& matmul(int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                       int64_t ldc, bool accumulate) {
+    const auto key = std::tuple{m, n, k, ta, tb, ldc, accumulate};
     if (auto it = matmuls.find(key); it != matmuls.end())
       return it->second;
     if (matmuls.size() >= max_shapes)
@@ -119,9 +109,10 @@ struct thread_state {
     dnnl_memory_desc_t src_md, weights_md, dst_md;
     const dnnl_dims_t src_dims = {m, k}, weights_dims = {k, n},
                       dst_dims = {m, n}, dst_strides = {ldc, 1};
-    TUTTI_DNNL_CHECK(
-      dnnl_memory_desc_init_by_tag(&src_md, 2, src_dims, dnnl_bf16, dnnl_ab));
-    // op(B) is [k, n]; a transposed B is stored [n, k]: format ba.
+    // op(A) is [m, k] and op(B) [k, n], each staged as it is stored: a
+    // transposed one in format ba.
+    TUTTI_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
+      &src_md, 2, src_dims, dnnl_bf16, ta ? dnnl_ba : dnnl_ab));
     TUTTI_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
       &weights_md, 2, weights_dims, dnnl_bf16, tb ? dnnl_ba : dnnl_ab));
     TUTTI_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&dst_md, 2, dst_dims,
@@ -173,18 +164,15 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
     return;
   }
   auto& s = state();
-  // op(A) staged [m, k] row-major (a transposed A is transposed here: the
-  // copy is O(m k) against the product's O(m n k)); B staged as stored.
-  s.a.resize(static_cast<size_t>(m * kk));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < kk; ++p)
-      s.a[i * kk + p] = to_bf16(ta ? a[p * lda + i] : a[i * lda + p]);
+  // Each operand rounded to bf16 as it is stored (rows of its leading
+  // dimension, packed): O(m k + k n) against the product's O(m n k).
+  const int64_t a_rows = ta ? kk : m, a_cols = ta ? m : kk;
   const int64_t b_rows = tb ? n : kk, b_cols = tb ? kk : n;
+  s.a.resize(static_cast<size_t>(a_rows * a_cols));
   s.b.resize(static_cast<size_t>(b_rows * b_cols));
-  for (int64_t r = 0; r < b_rows; ++r)
-    for (int64_t q = 0; q < b_cols; ++q)
-      s.b[r * b_cols + q] = to_bf16(b[r * ldb + q]);
-  auto& e = s.matmul(m, n, kk, tb, ldc, beta != 0.0f);
+  round_rows_to_bf16(a, a_rows, a_cols, lda, s.a.data());
+  round_rows_to_bf16(b, b_rows, b_cols, ldb, s.b.data());
+  auto& e = s.matmul(m, n, kk, ta, tb, ldc, beta != 0.0f);
   TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.src, s.a.data()));
   TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.weights, s.b.data()));
   TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.dst, c));
