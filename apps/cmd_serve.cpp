@@ -15,7 +15,7 @@ namespace tutti::cli {
 
 int serve_command(const std::vector<std::string>& args) {
   command_line cl(
-    "serve", "CONFIG [--listen HOST:PORT]",
+    "serve", "CONFIG [--listen HOST:PORT] [--plan]",
     "OpenAI-style completions (POST /v1/completions, /v1/chat/completions\n"
     "with the model's chat_template, GET /v1/models, /health, /ready,\n"
     "/metrics) from the model CONFIG names. CONFIG has a\n"
@@ -29,8 +29,13 @@ int serve_command(const std::vector<std::string>& args) {
     "spec.parallelism, spec.deployment) with those keys in spec.serve\n"
     "(every key: docs/config-reference.md).\n"
     "Stops on SIGINT or SIGTERM. `tutti status|shell|logs|chaos CONFIG` on\n"
-    "this machine reach it through its listener (loopback only).");
+    "this machine reach it through its listener (loopback only).\n"
+    "--plan prints what each daemon would hold and exits.");
   cl.listen_option();
+  cl.options()("plan",
+               "print the bytes each daemon would hold (dense weights, its "
+               "own experts, KV cache) against serve.memory_limit, and "
+               "exit (1 when one is above it)");
   cl.required("config", "CONFIG");
   po::variables_map vm;
   if (auto done = cl.parse(args, vm))
@@ -41,6 +46,8 @@ int serve_command(const std::vector<std::string>& args) {
   auto c = cfg.value();
   if (auto bad = cl.apply_listen(vm, c.host, c.port))
     return *bad;
+  if (vm.count("plan"))
+    return plan_serve(std::move(c), "serve");
   return run_serve_node(std::move(c), 0, "serve", true);
 }
 

@@ -12,6 +12,9 @@
 #include "tutti/serve/http_front.hpp"
 #include "tutti/serve/model_registry.hpp"
 #include "tutti/serve/serve_layout.hpp"
+#include "tutti/serve/serve_memory.hpp"
+#include "tutti/serve/expert_loading.hpp"
+#include "tutti/model/weights.hpp"
 
 namespace tutti::cli {
 
@@ -25,7 +28,7 @@ int fail(int status, const char* prog, const std::string& what) {
 std::atomic<bool> follower_stop{false};
 void on_follower_signal(int) { follower_stop = true; }
 
-int follow(const serve::served_model& model, const serve::service_limits& l,
+int follow(serve::served_model& model, const serve::service_limits& l,
            const char* prog) {
   std::signal(SIGINT, on_follower_signal);
   std::signal(SIGTERM, on_follower_signal);
@@ -85,7 +88,58 @@ expected<basp_guard::tls_options> daemon_tls(const serve::serve_config& c,
   return basp_guard::tls_options{};
 }
 
+// What a node of the service needs before it loads: the model's shape
+// and expert dtype, the layout it starts with and each daemon's memory.
+struct serve_prep {
+  std::filesystem::path dir;
+  model::weights_info info;
+  bool int8 = false;                                  // the experts as served
+  std::shared_ptr<const serve::expert_layout> layout; // null: contiguous
+  std::shared_ptr<const serve::expert_layout> start;  // across daemons
+  std::vector<serve::daemon_memory> memory;
+};
+
+expected<serve_prep> prepare(serve::serve_config& c) {
+  serve_prep p;
+  auto dir = serve::served_model_dir(c); // a published version is verified
+  if (!dir)
+    return dir.error();
+  p.dir = dir.value();
+  auto info = model::read_weights_info(p.dir);
+  if (!info)
+    return info.error();
+  p.info = info.value();
+  p.int8 = p.info.int8_experts || c.weights == weight_dtype::int8;
+  const auto& shape = p.info.shape;
+  c.limits.ep_ranks = c.ep_ranks_for(shape.experts);
+  auto layout = serve::layout_for(c, shape);
+  if (!layout)
+    return layout.error();
+  p.layout = layout.value();
+  if (c.limits.cluster.spans_daemons()) {
+    auto start = serve::start_layout(c, shape);
+    if (!start)
+      return start.error();
+    p.start = start.value();
+  }
+  p.memory = serve::predict_memory(c, shape, p.int8, p.start.get());
+  return p;
+}
+
 } // namespace
+
+int plan_serve(serve::serve_config c, const char* prog) {
+  auto prep = prepare(c);
+  if (!prep)
+    return fail(2, prog, prep.message());
+  const auto& p = prep.value();
+  std::fputs(serve::memory_plan_text(c, p.info.shape, p.int8, p.memory).c_str(),
+             stdout);
+  for (const auto& d : p.memory)
+    if (!serve::check_memory_limit(c, d).ok())
+      return 1;
+  return 0;
+}
 
 int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                    bool write_log) {
@@ -97,10 +151,19 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                   + " is outside 0.." + std::to_string(nodes - 1)
                   + " (serve.nodes)");
   cl.node_rank = node_rank;
-  auto dir = serve::served_model_dir(c); // a published version is verified
-  if (!dir)
-    return fail(2, prog, dir.message());
-  auto model = serve::load_model(dir.value());
+  auto prep = prepare(c);
+  if (!prep)
+    return fail(2, prog, prep.message());
+  const auto& p = prep.value();
+  // Refused before anything loads, naming the figures.
+  const auto& memory = p.memory.at(cl.spans_daemons() ? node_rank : 0);
+  if (auto s = serve::check_memory_limit(c, memory); !s.ok())
+    return fail(2, prog, s.message());
+  // Across daemons each holds the dense weights and only the experts its
+  // rank computes: the others' bytes are never read.
+  auto model = cl.spans_daemons() ? serve::load_model_part(
+                 p.dir, serve::experts_on(*p.start, {node_rank}), c.weights)
+                                  : serve::load_model(p.dir);
   if (!model)
     return fail(2, prog, model.message());
   if (!c.model_name.empty())
@@ -110,13 +173,20 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   // Which kernel multiplies the experts, and why: said once, at the start
   // (once the config is known to be good).
   const auto weights_text = serve::expert_weights_text(model.value());
-  c.limits.ep_ranks = c.ep_ranks_for(model.value().shape.experts);
   // The config's limits, and what they need built from the files it names.
   serve::service_limits limits{c.limits};
-  auto layout = serve::layout_for(c, model.value().shape);
-  if (!layout)
-    return fail(2, prog, layout.message());
-  limits.layout = layout.value();
+  limits.layout = p.layout;
+  if (cl.spans_daemons()) {
+    limits.model_dir = p.dir.string();
+    std::printf("serve: node %lld holds %lld bytes: dense %lld + %lld own "
+                "experts %lld + KV cache %lld\n",
+                static_cast<long long>(node_rank),
+                static_cast<long long>(memory.total()),
+                static_cast<long long>(memory.dense_bytes),
+                static_cast<long long>(memory.experts),
+                static_cast<long long>(memory.expert_bytes),
+                static_cast<long long>(memory.kv_cache_bytes));
+  }
   auto replan = serve::replan_for(c);
   if (!replan)
     return fail(2, prog, replan.message());

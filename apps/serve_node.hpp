@@ -17,4 +17,9 @@ namespace tutti::cli {
 int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                    bool write_log = false);
 
+// `tutti serve CONFIG --plan`: the bytes each daemon would hold (dense
+// weights, its own experts, KV cache) against serve.memory_limit; exit 1
+// when a daemon is above it, 2 for a bad config or model.
+int plan_serve(serve::serve_config c, const char* prog);
+
 } // namespace tutti::cli

@@ -164,6 +164,135 @@ expected<model_weights> read_checkpoint(const fs::path& dir) {
   return w;
 }
 
+namespace {
+
+expected<model_shape> stream_hf_dir(const fs::path& dir,
+                                    const weight_filter& keep,
+                                    const store::tensor_sink& sink) {
+  auto shape = read_hf_config(dir / "config.json");
+  if (!shape)
+    return shape.error();
+  auto files = weight_files(dir);
+  if (!files)
+    return files.error();
+  const auto family = shape.value().family;
+  std::set<std::string> seen;
+  std::vector<std::string> int8_names;
+  for (const auto& file : files.value()) {
+    // A name that is bad is kept so that the sink refuses it, as
+    // read_hf_dir does (and ends the read).
+    status bad;
+    auto s = store::read_safetensors_each(
+      file,
+      [&](const std::string& hf, bool int8) {
+        if (!bad.ok())
+          return false;
+        if (!seen.insert(hf).second) {
+          bad = status::error(file.string() + ": tensor " + hf
+                              + " appears twice");
+          return true;
+        }
+        const auto name = tutti_tensor_name(family, hf);
+        if (hf_tensor_name(family, name) != hf) {
+          bad = status::error(file.string() + ": tensor " + hf + " is not a "
+                              + to_string(family) + " tensor");
+          return true;
+        }
+        if (int8)
+          int8_names.push_back(name);
+        return keep(shape.value(), name, int8);
+      },
+      [&](store::named_tensor&& t) -> status {
+        if (!bad.ok())
+          return bad;
+        t.name = tutti_tensor_name(family, t.name);
+        return sink(std::move(t));
+      });
+    if (!s.ok())
+      return s;
+    if (!bad.ok())
+      return bad;
+  }
+  for (const auto& name : int8_names)
+    if (!seen.count(hf_tensor_name(family, name + "_scale"))) {
+      const auto hf = hf_tensor_name(family, name);
+      return status::error(dir.string() + ": tensor " + hf
+                           + " is int8 but its scales " + hf
+                           + "_scale are missing");
+    }
+  return shape;
+}
+
+expected<model_shape> stream_checkpoint(const fs::path& dir,
+                                        const weight_filter& keep,
+                                        const store::tensor_sink& sink) {
+  TUTTI_RETURN_IF_ERROR(store::verify_checkpoint(dir));
+  auto manifest = store::read_manifest(dir);
+  if (!manifest)
+    return manifest.error();
+  // The shape first, from rank 0's header alone.
+  const auto rank0_file = dir / store::shard_file_name(0);
+  auto rank0 = store::read_shard_file(rank0_file, false);
+  if (!rank0)
+    return status::error(dir.string() + ": no rank-0 shard with the model");
+  const auto shape = shape_of(rank0.value().meta);
+  if (auto c = check_shape(shape); !c.ok())
+    return status::error(rank0_file.string() + ": " + c.message());
+  for (const auto& entry : manifest.value().shards) {
+    auto shard = store::read_shard_file(dir / entry.file);
+    if (!shard)
+      return shard.error();
+    std::vector<store::named_tensor> tensors;
+    TUTTI_RETURN_IF_ERROR(add_shard_tensors(shard.value(), tensors));
+    shard.value().tensors.clear();
+    for (auto& t : tensors)
+      if (keep(shape, t.name, false))
+        TUTTI_RETURN_IF_ERROR(sink(std::move(t)));
+  }
+  return shape;
+}
+
+} // namespace
+
+expected<model_shape> stream_weights(const fs::path& dir,
+                                     const weight_filter& keep,
+                                     const store::tensor_sink& sink) {
+  if (fs::exists(dir / "config.json"))
+    return stream_hf_dir(dir, keep, sink);
+  if (fs::exists(dir / "MANIFEST"))
+    return stream_checkpoint(dir, keep, sink);
+  return status::error(dir.string()
+                       + ": neither a model directory (config.json) nor a "
+                         "tutti checkpoint (MANIFEST)");
+}
+
+expected<weights_info> read_weights_info(const fs::path& dir) {
+  weights_info info;
+  if (!fs::exists(dir / "config.json") && fs::exists(dir / "MANIFEST")) {
+    // A checkpoint's experts are float; its shape is in rank 0's header.
+    const auto rank0_file = dir / store::shard_file_name(0);
+    auto rank0 = store::read_shard_file(rank0_file, false);
+    if (!rank0)
+      return rank0.error();
+    info.shape = shape_of(rank0.value().meta);
+    if (auto c = check_shape(info.shape); !c.ok())
+      return status::error(rank0_file.string() + ": " + c.message());
+    return info;
+  }
+  auto shape = stream_weights(
+    dir,
+    [&](const model_shape&, const std::string& name, bool int8) {
+      if (int8 && name.find(".block_sparse_moe.experts.") != std::string::npos)
+        info.int8_experts = true;
+      return false;
+    },
+    [](store::named_tensor&&) { return status{}; });
+  if (!shape)
+    return shape.error();
+  info.shape = shape.value();
+  return info;
+}
+
 expected<model_weights> load_weights(const fs::path& dir) {
   if (fs::exists(dir / "config.json"))
     return read_hf_dir(dir);

@@ -32,6 +32,8 @@
 
 namespace tutti::serve {
 
+class expert_loader; // expert_loading.hpp
+
 // The replica's current layout, shared by its ranks and shards. It is
 // replaced only between steps (ep_ranks::set_layout; across daemons node
 // 0's rank sends it to the others before the next step), so every layer of
@@ -177,6 +179,9 @@ struct ep_rank_args {
   // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
   bool data_parallel_attention = false;
   dispatch_dtype dispatch = dispatch_dtype::fp32; // serve.dispatch_dtype
+  // A daemon holding only its own experts: those a layout from node 0
+  // moves here are loaded before it is taken (ep_options::loader).
+  std::shared_ptr<expert_loader> loader;
 };
 
 // Answers each rank_step_ptr with it, filled in; ends on stop_atom.

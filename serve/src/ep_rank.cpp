@@ -22,6 +22,7 @@
 #include "tutti/runtime/log.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/moe/token_exchange.hpp"
+#include "tutti/serve/expert_loading.hpp"
 
 namespace tutti::serve {
 
@@ -307,7 +308,8 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
 // Node 0's rank sends its current layout; the others take it (a sum with
 // zeros from them), between steps. Only order and bounds travel: offload
 // is fixed at the start.
-status share_layout(comm::communicator& comm, layout_cell& cell) {
+status share_layout(comm::communicator& comm, layout_cell& cell,
+                    expert_loader* loader) {
   const auto now = cell.get();
   const int64_t L = now->layers, E = now->experts, P = now->ranks;
   std::vector<int64_t> buf(L * E + L * (P + 1), 0);
@@ -323,6 +325,9 @@ status share_layout(comm::communicator& comm, layout_cell& cell) {
     std::vector<int64_t>(buf.begin() + L * E, buf.end()));
   if (!got)
     return status::error("the layout node 0 sent: " + got.message());
+  if (loader)
+    if (auto loaded = loader->hold_rank(got.value(), comm.rank()); !loaded)
+      return loaded.error();
   cell.set(std::make_shared<const expert_layout>(std::move(got.value())));
   return {};
 }
@@ -395,7 +400,7 @@ void follow_steps(caf::blocking_actor* self, const ep_rank_args& a,
     if (header == stop_ranks)
       return end_rank(a, {});
     if (header == new_layout)
-      if (auto s = share_layout(comm, *a.layout); !s.ok())
+      if (auto s = share_layout(comm, *a.layout, a.loader.get()); !s.ok())
         return end_rank(a, s.message());
     if (header == run_step)
       if (auto s = follow_step(a, comm, eng, chunk_words, mine, logits);
@@ -488,7 +493,8 @@ void ep_rank_main(caf::blocking_actor* self, ep_rank_args a) {
       if (leads && broken.empty() && a.layout->version() != sent_layout) {
         header(new_layout);
         if (broken.empty())
-          if (auto s = share_layout(*comm, *a.layout); !s.ok()) {
+          if (auto s = share_layout(*comm, *a.layout, a.loader.get());
+              !s.ok()) {
             broken = "sending the layout: " + s.message();
             a.signals->broken = true;
           }

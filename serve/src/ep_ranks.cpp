@@ -1,4 +1,5 @@
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/expert_loading.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
@@ -205,7 +206,8 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
        connect, role, act.signals.back(), act.experts, act.tier, o.timeout,
-       out->layout_, o.racks, o.rack_aware_alltoall, dp, o.dispatch}));
+       out->layout_, o.racks, o.rack_aware_alltoall, dp, o.dispatch,
+       o.loader}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
   // the others may start later; shards_up() says when they have.
@@ -332,8 +334,21 @@ status ep_ranks::set_layout(std::shared_ptr<const expert_layout> x) {
   if (now->offload_rank >= 0 || x->offload_rank >= 0)
     return status::error("a layout with offload is fixed at the start");
   TUTTI_RETURN_IF_ERROR(x->check());
+  // The experts it moves here are read before any step runs on it.
+  if (options_.loader) {
+    const int64_t first = options_.cluster.spans_daemons()
+                            ? options_.cluster.node_rank
+                            : 0;
+    for (int64_t i = 0; i < size(); ++i)
+      if (auto loaded = options_.loader->hold_rank(*x, first + i); !loaded)
+        return loaded.error();
+  }
   layout_->set(std::move(x));
   return {};
+}
+
+int64_t ep_ranks::expert_loaded_bytes() const {
+  return options_.loader ? options_.loader->loaded_bytes() : 0;
 }
 
 int64_t ep_ranks::exchanged_bytes() const {

@@ -6,11 +6,12 @@
 
 #include "tutti/runtime/system_config.hpp"
 #include "tutti/serve/ep_ranks.hpp"
+#include "tutti/serve/expert_loading.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace tutti::serve {
 
-status run_expert_node(const served_model& model, const service_limits& l,
+status run_expert_node(served_model& model, const service_limits& l,
                        const std::atomic<bool>& stop,
                        const std::function<void()>& ready) {
   if (!l.cluster.spans_daemons() || l.cluster.node_rank < 1)
@@ -35,6 +36,8 @@ status run_expert_node(const served_model& model, const service_limits& l,
   o.dispatch = l.dispatch;
   o.max_tier_restarts = l.expert_tier_restarts;
   o.guard_tls = l.guard_tls;
+  if (!model.held_experts.empty() && !l.model_dir.empty())
+    o.loader = std::make_shared<expert_loader>(model, l.model_dir);
   auto ranks = ep_ranks::start(system, model, o);
   if (!ranks)
     return ranks.error();

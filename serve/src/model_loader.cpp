@@ -11,6 +11,7 @@
 
 #include "tutti/model/family.hpp"
 #include "tutti/model/tensor_names.hpp"
+#include "model_parts.hpp"
 #include "tutti/serve/model.hpp"
 #include "tutti/tokenizer/tokenizer.hpp"
 
@@ -20,9 +21,6 @@ namespace fs = std::filesystem;
 namespace names = model::names;
 
 namespace {
-
-using tensor_map = std::map<std::string, std::vector<float>>;
-using shape_map = std::map<std::string, std::vector<int64_t>>;
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -117,26 +115,16 @@ bool are_codes(const std::vector<float>& t) {
 // row-major copies then go: only the packed ones serve).
 void pack_experts(layer_weights& w, const model_shape& s) {
   const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
-  w.w13_t.clear();
-  w.w2_t.clear();
-  std::vector<float> w13(2 * F * D);
   const bool int8 = !w.w1_scale.empty();
-  std::vector<float> s13(2 * F);
-  for (int64_t e = 0; e < E; ++e) {
-    std::copy_n(w.w1.data() + e * F * D, F * D, w13.data());
-    std::copy_n(w.w3.data() + e * F * D, F * D, w13.data() + F * D);
-    if (!int8) {
-      w.w13_t.push_back(kernels::pack_matrix(w13.data(), 2 * F, D));
-      w.w2_t.push_back(kernels::pack_matrix(w.w2.data() + e * D * F, D, F));
-      continue;
-    }
-    std::copy_n(w.w1_scale.data() + e * F, F, s13.data());
-    std::copy_n(w.w3_scale.data() + e * F, F, s13.data() + F);
-    w.w13_t.push_back(
-      kernels::pack_matrix_int8(w13.data(), s13.data(), 2 * F, D));
-    w.w2_t.push_back(kernels::pack_matrix_int8(
-      w.w2.data() + e * D * F, w.w2_scale.data() + e * D, D, F));
-  }
+  w.w13_t.assign(E, {});
+  w.w2_t.assign(E, {});
+  for (int64_t e = 0; e < E; ++e)
+    pack_expert(w, e, s,
+                {w.w1.data() + e * F * D, w.w3.data() + e * F * D,
+                 w.w2.data() + e * D * F,
+                 int8 ? w.w1_scale.data() + e * F : nullptr,
+                 int8 ? w.w3_scale.data() + e * F : nullptr,
+                 int8 ? w.w2_scale.data() + e * D : nullptr});
   if (int8)
     for (auto* v : {&w.w1, &w.w3, &w.w2, &w.w1_scale, &w.w3_scale,
                     &w.w2_scale})
@@ -145,16 +133,32 @@ void pack_experts(layer_weights& w, const model_shape& s) {
 
 } // namespace
 
-expected<served_model> model_from_tensors(const model_shape& shape,
-                                          tensor_map tensors,
-                                          const shape_map& shapes,
-                                          const std::string& source) {
-  served_model m;
-  m.shape = shape;
-  m.name = fs::path(source).filename().string();
-  if (m.name.empty())
-    m.name = fs::path(source).parent_path().filename().string();
-  const int64_t D = shape.hidden, F = shape.intermediate, E = shape.experts;
+void pack_expert(layer_weights& w, int64_t e, const model_shape& s,
+                 const expert_matrices& x) {
+  const int64_t D = s.hidden, F = s.intermediate;
+  std::vector<float> stacked;
+  if (!x.w13) {
+    stacked.resize(2 * F * D);
+    std::copy_n(x.w1, F * D, stacked.data());
+    std::copy_n(x.w3, F * D, stacked.data() + F * D);
+  }
+  const float* w13 = x.w13 ? x.w13 : stacked.data();
+  if (!x.w1_scale) {
+    w.w13_t[e] = kernels::pack_matrix(w13, 2 * F, D);
+    w.w2_t[e] = kernels::pack_matrix(x.w2, D, F);
+    return;
+  }
+  std::vector<float> s13(2 * F);
+  std::copy_n(x.w1_scale, F, s13.data());
+  std::copy_n(x.w3_scale, F, s13.data() + F);
+  w.w13_t[e] = kernels::pack_matrix_int8(w13, s13.data(), 2 * F, D);
+  w.w2_t[e] = kernels::pack_matrix_int8(x.w2, x.w2_scale, D, F);
+}
+
+status take_dense(served_model& m, tensor_map& tensors, const shape_map& shapes,
+                  const std::string& source) {
+  const auto& shape = m.shape;
+  const int64_t D = shape.hidden, E = shape.experts;
   const int64_t Q = shape.q_heads * shape.head_dim;
   const int64_t KV = shape.kv_heads * shape.head_dim;
   status bad;
@@ -168,8 +172,6 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     else
       out = std::move(v.value());
   };
-  // int8 experts (`tutti export --dtype int8`): a scale beside the first.
-  const bool int8 = tensors.count(names::expert(0, 0, "w1") + "_scale") > 0;
   get(names::embed, {shape.vocab, D}, m.embed);
   get(names::final_norm, {D}, m.final_norm);
   get(names::lm_head, {shape.vocab, D}, m.lm_head);
@@ -192,6 +194,51 @@ expected<served_model> model_from_tensors(const model_shape& shape,
       get(bias, {E}, w.router_bias);
     else
       w.router_bias.assign(E, 0.0f);
+  }
+  return bad;
+}
+
+void pack_dense(served_model& m) {
+  const auto& s = m.shape;
+  const int64_t D = s.hidden, E = s.experts;
+  const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+  m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
+  for (auto& w : m.layers) {
+    w.q_t = kernels::pack_matrix(w.q.data(), Q, D);
+    w.k_t = kernels::pack_matrix(w.k.data(), KV, D);
+    w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
+    w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
+    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
+  }
+}
+
+expected<served_model> model_from_tensors(const model_shape& shape,
+                                          tensor_map tensors,
+                                          const shape_map& shapes,
+                                          const std::string& source) {
+  served_model m;
+  m.shape = shape;
+  m.name = fs::path(source).filename().string();
+  if (m.name.empty())
+    m.name = fs::path(source).parent_path().filename().string();
+  const int64_t F = shape.intermediate, E = shape.experts;
+  const int64_t D = shape.hidden;
+  status bad;
+  auto get = [&](const std::string& name, std::vector<int64_t> want,
+                 std::vector<float>& out) {
+    if (!bad.ok())
+      return;
+    auto v = take(tensors, shapes, name, want, source, shape.family);
+    if (!v)
+      bad = v.error();
+    else
+      out = std::move(v.value());
+  };
+  // int8 experts (`tutti export --dtype int8`): a scale beside the first.
+  const bool int8 = tensors.count(names::expert(0, 0, "w1") + "_scale") > 0;
+  TUTTI_RETURN_IF_ERROR(take_dense(m, tensors, shapes, source));
+  for (int64_t l = 0; l < shape.layers && bad.ok(); ++l) {
+    auto& w = m.layers[l];
     struct expert_matrix {
       const char* which;
       int64_t rows, cols;
@@ -245,18 +292,9 @@ expected<served_model> model_from_tensors(const model_shape& shape,
 }
 
 void pack_for_serving(served_model& m) {
-  const auto& s = m.shape;
-  const int64_t D = s.hidden, E = s.experts;
-  const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
-  m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
-  for (auto& w : m.layers) {
-    w.q_t = kernels::pack_matrix(w.q.data(), Q, D);
-    w.k_t = kernels::pack_matrix(w.k.data(), KV, D);
-    w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
-    w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
-    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
-    pack_experts(w, s);
-  }
+  pack_dense(m);
+  for (auto& w : m.layers)
+    pack_experts(w, m.shape);
 }
 
 void quantize_experts(served_model& m) {
@@ -317,23 +355,29 @@ expected<served_model> load_model(const fs::path& dir) {
   auto m = model_from_weights(std::move(weights.value()), dir.string());
   if (!m)
     return m;
+  TUTTI_RETURN_IF_ERROR(load_beside_weights(dir, m.value()));
+  return m;
+}
+
+status load_beside_weights(const fs::path& dir, served_model& m) {
+  std::error_code ec;
   const auto config = dir / "tokenizer_config.json";
   if (fs::exists(config, ec))
-    TUTTI_RETURN_IF_ERROR(load_chat_template(config, m.value()));
+    TUTTI_RETURN_IF_ERROR(load_chat_template(config, m));
   const auto file = dir / tokenizer::model_file_name;
   if (!fs::exists(file, ec))
-    return m;
+    return {};
   auto tok = tokenizer::tokenizer::load(file);
   if (!tok)
     return status::error(file.string() + ": " + tok.message());
-  if (tok.value().vocab_size() > static_cast<uint32_t>(m.value().shape.vocab))
+  if (tok.value().vocab_size() > static_cast<uint32_t>(m.shape.vocab))
     return status::error(file.string() + ": its vocabulary of "
                          + std::to_string(tok.value().vocab_size())
                          + " is larger than the model's "
-                         + std::to_string(m.value().shape.vocab));
-  m.value().text_tokenizer = std::make_shared<const tokenizer::tokenizer>(
+                         + std::to_string(m.shape.vocab));
+  m.text_tokenizer = std::make_shared<const tokenizer::tokenizer>(
     std::move(tok.value()));
-  return m;
+  return {};
 }
 
 } // namespace tutti::serve

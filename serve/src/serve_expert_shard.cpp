@@ -62,6 +62,10 @@ void forward(serve_shard_state& st, expert_task& task) {
     if (m == 0)
       continue;
     const int64_t e = x.expert_at(task.layer, first + i);
+    if (w.w13_t[e].out == 0) // a daemon holding only its own experts
+      throw std::runtime_error("expert " + std::to_string(e) + " of layer "
+                               + std::to_string(task.layer)
+                               + " is not loaded on this daemon");
     kernels::invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
                               task.output + row * D, m, st.ab, st.h);
     row += m;

@@ -188,6 +188,11 @@ std::string serve_metrics::render(const std::string& model) const {
   t.metric("tutti_serve_expert_replans_total", "counter",
            "expert layouts replanned live by rack (serve.replan)", m,
            double(gauges_.replans));
+  t.metric("tutti_serve_expert_loaded_bytes_total", "counter",
+           "bytes of expert weights node 0 read from the model's directory "
+           "because a new layout moved those experts to it (across "
+           "daemons each holds only its own)",
+           m, double(gauges_.expert_loaded_bytes));
   t.metric(
     "tutti_serve_requests_placed_total", "counter",
     "requests placed by serve.rack_affinity: in the rack of their "

@@ -1,5 +1,7 @@
 #include "tutti/serve/service.hpp"
 
+#include "tutti/serve/expert_loading.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
 #include <caf/scoped_actor.hpp>
@@ -104,6 +106,8 @@ status service::build(int64_t blocks) {
     o.dispatch = limits_.dispatch;
     o.max_tier_restarts = limits_.expert_tier_restarts;
     o.guard_tls = limits_.guard_tls;
+    if (!model_.held_experts.empty() && !limits_.model_dir.empty())
+      o.loader = std::make_shared<expert_loader>(model_, limits_.model_dir);
     auto r = ep_ranks::start(runtime_->system, model_, o);
     if (!r)
       return r.error();
@@ -296,6 +300,7 @@ void service::publish_gauges() {
     g.routed_rows = ranks_->routed_rows();
     for (char c : ranks_->layout()->offloaded)
       g.offloaded_experts += c ? 1 : 0;
+    g.expert_loaded_bytes = ranks_->expert_loaded_bytes();
     if (replanner_) {
       g.cross_rack_share = replanner_->cross_rack_share();
       g.replans = replanner_->replans();

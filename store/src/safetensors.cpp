@@ -110,12 +110,12 @@ status write_safetensors(const std::filesystem::path& file,
 
 namespace {
 
-// The reader of both entry points; `widen`: F16 and BF16 are accepted and
-// converted to float.
-expected<std::vector<named_tensor>> read_impl(
-  const std::filesystem::path& file,
-  std::map<std::string, std::string>* metadata, bool widen) {
-  using result = std::vector<named_tensor>;
+// The reader of every entry point; `widen`: F16 and BF16 are accepted and
+// converted to float. Each tensor `keep` takes (all without it) goes to
+// `sink` as soon as it is read, in header order.
+status read_impl(const std::filesystem::path& file,
+                 std::map<std::string, std::string>* metadata, bool widen,
+                 const tensor_filter* keep, const tensor_sink& sink) {
   auto fail = [&](const std::string& what) {
     return status::error(file.string() + ": " + what);
   };
@@ -223,22 +223,23 @@ expected<std::vector<named_tensor>> read_impl(
                 + " after the header (at file offset "
                 + std::to_string(data_start) + ")"
                 + (covered > data_size ? ": truncated" : ": trailing bytes"));
-  result out;
   for (auto& e : entries) {
+    if (keep && *keep && !(*keep)(e.name, e.dtype == "I8"))
+      continue;
     if (e.dtype == "F32") {
       named_tensor t{e.name, e.shape,
                      std::vector<float>((e.end - e.begin) / 4)};
       TUTTI_RETURN_IF_ERROR(in.value().read_at(data_start + e.begin,
                                                t.data.data(), e.end - e.begin));
-      out.push_back(std::move(t));
+      TUTTI_RETURN_IF_ERROR(sink(std::move(t)));
       continue;
     }
     if (e.dtype == "I8") {
       std::vector<std::int8_t> raw(e.end - e.begin);
       TUTTI_RETURN_IF_ERROR(
         in.value().read_at(data_start + e.begin, raw.data(), raw.size()));
-      out.push_back({e.name, e.shape,
-                     std::vector<float>(raw.begin(), raw.end()), true});
+      TUTTI_RETURN_IF_ERROR(sink(
+        {e.name, e.shape, std::vector<float>(raw.begin(), raw.end()), true}));
       continue;
     }
     std::vector<std::uint16_t> raw((e.end - e.begin) / 2);
@@ -253,8 +254,20 @@ expected<std::vector<named_tensor>> read_impl(
         std::memcpy(&t.data[i], &bits, 4);
       }
     }
-    out.push_back(std::move(t));
+    TUTTI_RETURN_IF_ERROR(sink(std::move(t)));
   }
+  return {};
+}
+
+expected<std::vector<named_tensor>> read_all(
+  const std::filesystem::path& file,
+  std::map<std::string, std::string>* metadata, bool widen) {
+  std::vector<named_tensor> out;
+  TUTTI_RETURN_IF_ERROR(
+    read_impl(file, metadata, widen, nullptr, [&](named_tensor&& t) {
+      out.push_back(std::move(t));
+      return status{};
+    }));
   return out;
 }
 
@@ -263,13 +276,23 @@ expected<std::vector<named_tensor>> read_impl(
 expected<std::vector<named_tensor>> read_safetensors(
   const std::filesystem::path& file,
   std::map<std::string, std::string>* metadata) {
-  return read_impl(file, metadata, false);
+  return read_all(file, metadata, false);
 }
 
 expected<std::vector<named_tensor>> read_safetensors_as_f32(
   const std::filesystem::path& file,
   std::map<std::string, std::string>* metadata) {
-  return read_impl(file, metadata, true);
+  return read_all(file, metadata, true);
+}
+
+} // namespace tutti::store
+
+namespace tutti::store {
+
+status read_safetensors_each(const std::filesystem::path& file,
+                             const tensor_filter& keep,
+                             const tensor_sink& sink) {
+  return read_impl(file, nullptr, true, &keep, sink);
 }
 
 } // namespace tutti::store

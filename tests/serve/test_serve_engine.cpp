@@ -18,6 +18,7 @@
 #include "tutti/kernels/ops.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
+#include "tutti/serve/expert_loading.hpp"
 #include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/gguf.hpp"
 
@@ -222,6 +223,28 @@ TEST_CASE("a tutti checkpoint loads as the same model", "[unit]") {
     return out;
   };
   CHECK(logits_of(from_export) == logits_of(from_ckpt));
+
+  // A daemon's part (expert_loading.hpp), read shard by shard: with every
+  // expert the same logits; with half of them, those alone packed, the
+  // same packing.
+  auto part = serve::load_model_part(ckpt, serve::expert_set(L * E, 1),
+                                     weight_dtype::fp32);
+  REQUIRE(part.ok());
+  CHECK(logits_of(part.value()) == logits_of(from_export));
+  serve::expert_set half(L * E, 0);
+  for (int64_t i = 0; i < L * E; i += 2)
+    half[i] = 1;
+  auto some = serve::load_model_part(ckpt, half, weight_dtype::fp32);
+  REQUIRE(some.ok());
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t e = 0; e < E; ++e) {
+      const auto& got = some.value().layers[l];
+      CHECK(some.value().holds_expert(l, e) == (half[l * E + e] != 0));
+      CHECK((got.w13_t[e].out > 0) == (half[l * E + e] != 0));
+      if (half[l * E + e])
+        CHECK((got.w13_t[e].t == from_ckpt.layers[l].w13_t[e].t
+               && got.w2_t[e].t == from_ckpt.layers[l].w2_t[e].t));
+    }
 }
 
 TEST_CASE("bad model directories are refused naming the file or key",

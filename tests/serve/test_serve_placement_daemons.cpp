@@ -202,6 +202,11 @@ TEST_CASE("placement and offload across daemons serve the contiguous tokens",
           == std::string::npos);
     CHECK(metrics.find("tutti_serve_expert_replans_total")
           != std::string::npos);
+    // Each daemon holds only its own experts: node 0 read those moved to
+    // it from the model's directory.
+    CHECK(sample_of(metrics,
+                    "tutti_serve_expert_loaded_bytes_total{model=\"model\"} ")
+          > 0);
   }
 
   SECTION("the rack-aware all-to-all over 4 daemons in 2 racks") {

@@ -81,6 +81,9 @@ struct serve_config {
   // The experts' weights as served: int8 quantizes a float checkpoint's
   // at load (an int8 checkpoint's are int8 whatever this says).
   weight_dtype weights = weight_dtype::fp32;
+  // Bytes a daemon may hold (weights and KV cache, serve_memory.hpp);
+  // 0: no limit.
+  int64_t memory_limit = 0;
   serve_limits limits;
   int64_t max_body_bytes = 1 << 20;
   int64_t http_threads = 0; // 0: max_sequences + max_queue + 8
@@ -274,6 +277,12 @@ void visit_fields(Visitor& v, serve_config& c) {
           "is served int8 as it is, whatever this says; embeddings, "
           "attention, norms, router and LM head stay float32; the same "
           "tokens at every concurrency and EP size");
+  v.field("memory_limit", c.memory_limit,
+          "bytes each daemon may hold: the dense weights, its ranks' own "
+          "experts and its KV cache, as `tutti serve --plan` predicts them; "
+          "a daemon whose prediction is above it refuses to start, naming "
+          "the figures",
+          byte_size, at_least(0), default_text{"none"});
   v.field("rack_affinity", c.rack_affinity,
           "needs racks and a placement with token_experts (`tutti placement "
           "plan --method affinity`); not with replan or offload; across "

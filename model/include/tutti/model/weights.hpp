@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "tutti/base/status.hpp"
@@ -35,6 +37,27 @@ struct model_weights {
 // A directory with config.json or with a MANIFEST. Errors are one line
 // naming the file, key or tensor.
 expected<model_weights> load_weights(const std::filesystem::path& dir);
+
+// load_weights one tensor at a time, for a reader that holds part of a
+// model (a serving daemon, its own experts): every tensor name is checked
+// as load_weights checks it, and only those `keep` takes (by tutti's name,
+// and whether stored as int8; the model's shape known) are read and go to
+// `sink` as they are. A directory's safetensors are read by offset, the
+// others' bytes never; a checkpoint's shards one at a time (at most one
+// shard's tensors beside what is kept). Returns the shape.
+using weight_filter = std::function<bool(const model_shape& shape,
+                                         const std::string& name, bool int8)>;
+expected<model_shape> stream_weights(const std::filesystem::path& dir,
+                                     const weight_filter& keep,
+                                     const store::tensor_sink& sink);
+
+// A model directory's or checkpoint's shape, and whether its experts are
+// stored int8, without reading the tensors' data.
+struct weights_info {
+  model_shape shape;
+  bool int8_experts = false;
+};
+expected<weights_info> read_weights_info(const std::filesystem::path& dir);
 
 // Either kind, by name.
 expected<model_weights> read_hf_dir(const std::filesystem::path& dir);

@@ -48,7 +48,8 @@ class actor_system;
 
 namespace tutti::serve {
 
-class layout_cell; // ep_actors.hpp
+class layout_cell;   // ep_actors.hpp
+class expert_loader; // expert_loading.hpp
 
 struct ep_options {
   int64_t ranks = 1; // in this process; 1 with a cluster
@@ -72,6 +73,9 @@ struct ep_options {
   dispatch_dtype dispatch = dispatch_dtype::fp32;
   // Across daemons: mutual TLS on node 0's rendezvous (service_limits).
   basp_guard::tls_options guard_tls;
+  // A daemon holding only its own experts: loads those a new layout
+  // moves to its ranks before adopting it; null: every expert is held.
+  std::shared_ptr<expert_loader> loader;
 };
 
 class ep_ranks {
@@ -110,6 +114,8 @@ public:
     return activations_;
   }
   int64_t exchanged_bytes() const; // by every rank's all-to-alls
+  // Bytes of experts this process loaded for new layouts (ep_options).
+  int64_t expert_loaded_bytes() const;
   // The same by link class, over the whole group: across daemons node 0
   // adds the other daemons' counts as of their last step (they travel
   // with each step's header and the idle keep-alive).

@@ -18,7 +18,7 @@ namespace tutti::serve {
 // set it asks node 0 to drain and stop the service, and waits for that up
 // to drain_timeout_s + step_timeout_s (ok). `ready` is called once the
 // rank has joined.
-status run_expert_node(const served_model& model, const service_limits& l,
+status run_expert_node(served_model& model, const service_limits& l,
                        const std::atomic<bool>& stop,
                        const std::function<void()>& ready = {});
 

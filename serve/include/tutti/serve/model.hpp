@@ -61,6 +61,15 @@ struct served_model {
   // quantized at load by quantize_experts).
   weight_dtype expert_dtype = weight_dtype::fp32;
   bool quantized_at_load = false;
+  // The experts whose weights this process holds, [layer * experts + e]:
+  // a daemon of a replica across daemons holds its ranks' own
+  // (expert_loading.hpp), the others' packed matrices stay empty. Empty:
+  // every expert.
+  std::vector<char> held_experts;
+  bool holds_expert(int64_t layer, int64_t expert) const {
+    return held_experts.empty()
+           || held_experts[layer * shape.experts + expert] != 0;
+  }
 };
 
 // Fills in the packed matrices from the row-major ones (model_from_tensors

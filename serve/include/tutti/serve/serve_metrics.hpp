@@ -37,6 +37,9 @@ struct serve_gauges {
   // the layouts replanned live (serve.replan).
   double cross_rack_share = 0.0;
   int64_t replans = 0;
+  // Across daemons: bytes of experts this daemon read from the model's
+  // directory because a new layout moved them here (expert_loading.hpp).
+  int64_t expert_loaded_bytes = 0;
   // With serve.rack_affinity: requests started in the rack of their
   // prompt's experts, and those that went elsewhere (that rack's ranks
   // were too full).

@@ -51,6 +51,10 @@ struct service_limits : serve_limits {
   // Across daemons with security.tls: the guard's mutual TLS on node 0's
   // rendezvous (runtime/node_tls.hpp; the dialer is installed with it).
   basp_guard::tls_options guard_tls;
+  // Where the model was loaded from: a daemon holding only its own
+  // experts (served_model::held_experts) reads there those a new layout
+  // moves to it (expert_loading.hpp).
+  std::string model_dir;
 };
 
 // The KV cache's blocks for `m` under `l` (a daemon's rank holds

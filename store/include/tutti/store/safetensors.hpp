@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,5 +57,16 @@ expected<std::vector<named_tensor>> read_safetensors(
 expected<std::vector<named_tensor>> read_safetensors_as_f32(
   const std::filesystem::path& file,
   std::map<std::string, std::string>* metadata = nullptr);
+
+// read_safetensors_as_f32 one tensor at a time, reading only what `keep`
+// takes (by name, and whether it is stored as I8: the others' bytes are
+// never read): each goes to `sink` as it is read, so a reader of part of a
+// large file holds no more than that part. The whole header is checked
+// first, as read_safetensors does; an error from `sink` ends the read.
+using tensor_filter = std::function<bool(const std::string& name, bool int8)>;
+using tensor_sink = std::function<status(named_tensor&&)>;
+status read_safetensors_each(const std::filesystem::path& file,
+                             const tensor_filter& keep,
+                             const tensor_sink& sink);
 
 } // namespace tutti::store
