@@ -221,6 +221,12 @@ std::vector<served_outcome> serve_mla(int64_t ranks, bool all_at_once,
   REQUIRE(svc.ok());
   auto& s = *svc.value();
   s.start();
+  // A position: the latent and the rotated key in each of the 2 layers.
+  const auto metrics = s.metrics().render("m");
+  const auto bytes = std::to_string((KVL + ROPE) * L * 4);
+  CHECK(metrics.find("tutti_serve_kv_cache_bytes_per_token{model=\"m\"} "
+                     + bytes + "\n")
+        != std::string::npos);
   std::vector<served_outcome> out;
   if (all_at_once) {
     out = serve_all_jobs(s, js);
