@@ -44,6 +44,10 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
   if (qwen3 && !shape.norm_topk_prob)
     return status::error("gguf: moe_config.norm_topk_prob false: llama.cpp's "
                          "qwen3moe renormalises its gates");
+  if (shape.mla())
+    return status::error("gguf: model.kv_lora_rank > 0: multi-head latent "
+                         "attention is not exported to GGUF (export to "
+                         "Hugging Face's format instead)");
   if (shape.scoring != scoring_func::softmax)
     return status::error("gguf: moe_config.scoring_func sigmoid: llama.cpp's "
                          + std::string(qwen3 ? "qwen3moe" : "llama")

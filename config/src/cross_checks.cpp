@@ -193,6 +193,41 @@ status check_recovery(const job_config& c) {
                  "its step-start snapshot");
 }
 
+// Multi-head latent attention's sizes (DeepSeek-V3's MLA).
+status check_mla(const model_config& m) {
+  const bool mla = m.mla();
+  TUTTI_RETURN_IF_ERROR(
+    require(mla
+              || (m.q_lora_rank == 0 && m.qk_nope_head_dim == 0
+                  && m.qk_rope_head_dim == 0 && m.v_head_dim == 0
+                  && !m.rope_interleave),
+            "model.kv_lora_rank",
+            "must be > 0 with q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+            "v_head_dim or rope_interleave (multi-head latent attention)"));
+  if (!mla)
+    return {};
+  TUTTI_RETURN_IF_ERROR(require(
+    m.qk_rope_head_dim > 0 && m.qk_rope_head_dim % 2 == 0,
+    "model.qk_rope_head_dim", "must be even and > 0 with kv_lora_rank"));
+  TUTTI_RETURN_IF_ERROR(require(m.qk_nope_head_dim > 0,
+                                "model.qk_nope_head_dim",
+                                "must be > 0 with kv_lora_rank"));
+  TUTTI_RETURN_IF_ERROR(require(
+    m.v_head_dim > 0 && m.v_head_dim <= m.qk_head_dim(), "model.v_head_dim",
+    "must be > 0 and <= qk_nope_head_dim + qk_rope_head_dim ("
+      + text(m.qk_head_dim()) + ") with kv_lora_rank"));
+  TUTTI_RETURN_IF_ERROR(require(
+    m.num_key_value_heads == m.num_attention_heads, "model.num_key_value_heads",
+    "must equal num_attention_heads with kv_lora_rank (every head has its "
+    "own key and value)"));
+  TUTTI_RETURN_IF_ERROR(require(!m.qk_norm(), "model.kv_lora_rank",
+                                "must be 0 with QK-norm (model.family "
+                                "qwen3_moe)"));
+  return require(m.head_dim_size == 0, "model.head_dim",
+                 "must be 0 with kv_lora_rank (qk_nope_head_dim + "
+                 "qk_rope_head_dim and v_head_dim give the heads' sizes)");
+}
+
 status check_model(const model_config& m) {
   TUTTI_RETURN_IF_ERROR(require(m.family != model_family::deepseek_v3,
                                 "model.family",
@@ -202,6 +237,9 @@ status check_model(const model_config& m) {
     "model.num_attention_heads",
     "must be a multiple of num_key_value_heads (" + text(m.num_attention_heads)
       + " % " + text(m.num_key_value_heads) + " != 0)"));
+  TUTTI_RETURN_IF_ERROR(check_mla(m));
+  if (m.mla())
+    return {};
   if (m.head_dim_size > 0)
     return require(m.head_dim_size % 2 == 0, "model.head_dim",
                    "must be even for rotary embedding");

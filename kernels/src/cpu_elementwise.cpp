@@ -193,6 +193,22 @@ void fill_zero(const stream&, T* x, int64_t n) {
   std::fill(x, x + n, T(0));
 }
 
+template <class T>
+void strided_copy(const stream&, const T* src, int64_t src_row, int64_t src_col,
+                  T* dst, int64_t dst_row, int64_t dst_col, int64_t rows,
+                  int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = src + r * src_row;
+    T* out = dst + r * dst_row;
+    if (accumulate)
+      for (int64_t c = 0; c < cols; ++c)
+        out[c * dst_col] += in[c * src_col];
+    else
+      for (int64_t c = 0; c < cols; ++c)
+        out[c * dst_col] = in[c * src_col];
+  }
+}
+
 #define TUTTI_OPS_FAMILY TUTTI_OPS_ELEMENTWISE
 #include "instantiate_ops.inc"
 

@@ -129,6 +129,26 @@ expected<model_shape> read_hf_config(const fs::path& file) {
                            + ": key scoring_func must be softmax or sigmoid");
     s.scoring = *f;
   }
+  // Multi-head latent attention's keys, on any family (DeepSeek-V3's
+  // config.json; null q_lora_rank: one q_proj).
+  if (j.contains("q_lora_rank") && j["q_lora_rank"].is_null())
+    j.erase("q_lora_rank");
+  integer("q_lora_rank", s.q_lora_rank, false);
+  integer("kv_lora_rank", s.kv_lora_rank, false);
+  integer("qk_nope_head_dim", s.qk_nope_head_dim, false);
+  integer("qk_rope_head_dim", s.qk_rope_head_dim, false);
+  integer("v_head_dim", s.v_head_dim, false);
+  if (bad.ok() && j.contains("rope_interleave")) {
+    if (!j["rope_interleave"].is_boolean())
+      return status::error(file.string()
+                           + ": key rope_interleave must be true or false");
+    s.rope_interleave = j["rope_interleave"].get<bool>();
+  }
+  if (bad.ok() && s.mla() && j.contains("rope_scaling")
+      && !j["rope_scaling"].is_null())
+    return status::error(file.string()
+                         + ": key rope_scaling must be null (no scaled rotary "
+                           "embedding)");
   if (bad.ok() && qwen3) {
     s.qk_norm = true;
     bad = qwen3_keys(j, s, file.string());
@@ -159,7 +179,8 @@ std::string hf_config_text(const store::shard_meta& m) {
   j["num_hidden_layers"] = shape.layers;
   j["num_attention_heads"] = shape.q_heads;
   j["num_key_value_heads"] = shape.kv_heads;
-  j["head_dim"] = shape.head_dim;
+  // DeepSeek-V3's config.json gives MLA's rotated part as head_dim.
+  j["head_dim"] = shape.mla() ? shape.qk_rope_head_dim : shape.head_dim;
   j["max_position_embeddings"] = shape.max_positions;
   j["rope_theta"] = number("rope_theta");
   j["rms_norm_eps"] = number("rms_norm_eps");
@@ -177,6 +198,16 @@ std::string hf_config_text(const store::shard_meta& m) {
     j["n_group"] = shape.n_group;
     j["topk_group"] = shape.topk_group;
     j["routed_scaling_factor"] = number("routed_scaling_factor");
+  }
+  if (shape.mla()) {
+    j["q_lora_rank"] = shape.q_lora_rank > 0
+                         ? nlohmann::ordered_json(shape.q_lora_rank)
+                         : nlohmann::ordered_json(nullptr);
+    j["kv_lora_rank"] = shape.kv_lora_rank;
+    j["qk_nope_head_dim"] = shape.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = shape.qk_rope_head_dim;
+    j["v_head_dim"] = shape.v_head_dim;
+    j["rope_interleave"] = shape.rope_interleave;
   }
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = false;

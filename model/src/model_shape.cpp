@@ -28,6 +28,12 @@ model_shape shape_of(const model_config& m, const moe_config& e) {
   s.n_group = e.n_group;
   s.topk_group = e.topk_group;
   s.routed_scaling_factor = e.routed_scaling_factor;
+  s.q_lora_rank = m.q_lora_rank;
+  s.kv_lora_rank = m.kv_lora_rank;
+  s.qk_nope_head_dim = m.qk_nope_head_dim;
+  s.qk_rope_head_dim = m.qk_rope_head_dim;
+  s.v_head_dim = m.v_head_dim;
+  s.rope_interleave = m.rope_interleave;
   return s;
 }
 
@@ -74,6 +80,13 @@ model_shape shape_of(const store::shard_meta& rank0) {
   if (rank0.ints.count("topk_group"))
     s.topk_group = rank0.ints.at("topk_group");
   s.routed_scaling_factor = d("routed_scaling_factor", 1.0);
+  // Absent: grouped-query attention.
+  s.q_lora_rank = i("q_lora_rank");
+  s.kv_lora_rank = i("kv_lora_rank");
+  s.qk_nope_head_dim = i("qk_nope_head_dim");
+  s.qk_rope_head_dim = i("qk_rope_head_dim");
+  s.v_head_dim = i("v_head_dim");
+  s.rope_interleave = i("rope_interleave") != 0;
   return s;
 }
 
@@ -109,6 +122,14 @@ void record_shape(const model_config& m, const moe_config& e,
   ints["topk_group"] = e.topk_group;
   strings["scoring_func"] = to_string(e.scoring);
   strings["routed_scaling_factor"] = std::to_string(e.routed_scaling_factor);
+  if (m.mla()) {
+    ints["q_lora_rank"] = m.q_lora_rank;
+    ints["kv_lora_rank"] = m.kv_lora_rank;
+    ints["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    ints["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    ints["v_head_dim"] = m.v_head_dim;
+    ints["rope_interleave"] = m.rope_interleave ? 1 : 0;
+  }
 }
 
 namespace {
@@ -132,6 +153,34 @@ status check_router_groups(const model_shape& s, const char* experts) {
       "n_group > 1 and routed_scaling_factor != 1 need scoring_func sigmoid");
   if (!(s.routed_scaling_factor > 0.0))
     return status::error("routed_scaling_factor must be positive");
+  return {};
+}
+
+// Multi-head latent attention's sizes, by their Hugging Face names.
+status check_mla(const model_shape& s) {
+  if (!s.mla()) {
+    if (s.q_lora_rank != 0 || s.qk_nope_head_dim != 0 || s.qk_rope_head_dim != 0
+        || s.v_head_dim != 0)
+      return status::error("kv_lora_rank must be positive with q_lora_rank, "
+                           "qk_nope_head_dim, qk_rope_head_dim or v_head_dim");
+    return {};
+  }
+  if (s.q_lora_rank < 0)
+    return status::error("q_lora_rank must be 0 or positive");
+  if (s.qk_nope_head_dim <= 0)
+    return status::error("qk_nope_head_dim must be positive");
+  if (s.qk_rope_head_dim <= 0 || s.qk_rope_head_dim % 2 != 0)
+    return status::error(
+      "qk_rope_head_dim must be even and positive (rotary embedding)");
+  if (s.v_head_dim <= 0 || s.v_head_dim > s.qk_head_dim())
+    return status::error(
+      "v_head_dim must be positive and <= qk_nope_head_dim + "
+      "qk_rope_head_dim");
+  if (s.kv_heads != s.q_heads)
+    return status::error(
+      "num_key_value_heads must equal num_attention_heads with kv_lora_rank");
+  if (s.qk_norm)
+    return status::error("kv_lora_rank must be 0 with QK-norm");
   return {};
 }
 
@@ -161,12 +210,13 @@ status check_shape(const model_shape& s) {
   if (s.q_heads % s.kv_heads != 0)
     return status::error(
       "num_attention_heads must be a multiple of num_key_value_heads");
-  if (s.head_dim % 2 != 0)
+  if (!s.mla() && s.head_dim % 2 != 0)
     return status::error("head_dim must be even (rotary embedding)");
   if (s.top_k > s.experts)
     return status::error(std::string("num_experts_per_tok must be <= ")
                          + experts);
-  return check_router_groups(s, experts);
+  TUTTI_RETURN_IF_ERROR(check_router_groups(s, experts));
+  return check_mla(s);
 }
 
 } // namespace tutti::model

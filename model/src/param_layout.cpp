@@ -32,20 +32,46 @@ const tensor_spec* param_layout::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Multi-head latent attention's tensors of layer l, in Hugging Face's order.
+void add_mla(param_layout& p, const model_config& m, int64_t l) {
+  const int64_t d = m.hidden_size, h = m.num_attention_heads;
+  const int64_t qk = m.qk_head_dim(), rank = m.kv_lora_rank;
+  if (m.q_lora_rank > 0) {
+    p.add(names::layer(l, names::q_a_proj), {m.q_lora_rank, d});
+    p.add(names::layer(l, names::q_a_norm), {m.q_lora_rank});
+    p.add(names::layer(l, names::q_b_proj), {h * qk, m.q_lora_rank});
+  } else {
+    p.add(names::layer(l, names::q_proj), {h * qk, d});
+  }
+  p.add(names::layer(l, names::kv_a_proj), {rank + m.qk_rope_head_dim, d});
+  p.add(names::layer(l, names::kv_a_norm), {rank});
+  p.add(names::layer(l, names::kv_b_proj),
+        {h * (m.qk_nope_head_dim + m.v_head_dim), rank});
+  p.add(names::layer(l, names::o_proj), {d, h * m.v_head_dim});
+}
+
+} // namespace
+
 param_layout dense_layout(const model_config& m, const moe_config& e) {
   param_layout p;
   const int64_t d = m.hidden_size, hd = m.head_dim();
   p.add(names::embed, {m.vocab_size, d});
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     p.add(names::layer(l, names::input_norm), {d});
-    p.add(names::layer(l, names::q_proj), {m.num_attention_heads * hd, d});
-    p.add(names::layer(l, names::k_proj), {m.num_key_value_heads * hd, d});
-    p.add(names::layer(l, names::v_proj), {m.num_key_value_heads * hd, d});
-    if (m.qk_norm()) {
-      p.add(names::layer(l, names::q_norm), {hd});
-      p.add(names::layer(l, names::k_norm), {hd});
+    if (m.mla()) {
+      add_mla(p, m, l);
+    } else {
+      p.add(names::layer(l, names::q_proj), {m.num_attention_heads * hd, d});
+      p.add(names::layer(l, names::k_proj), {m.num_key_value_heads * hd, d});
+      p.add(names::layer(l, names::v_proj), {m.num_key_value_heads * hd, d});
+      if (m.qk_norm()) {
+        p.add(names::layer(l, names::q_norm), {hd});
+        p.add(names::layer(l, names::k_norm), {hd});
+      }
+      p.add(names::layer(l, names::o_proj), {d, m.num_attention_heads * hd});
     }
-    p.add(names::layer(l, names::o_proj), {d, m.num_attention_heads * hd});
     p.add(names::layer(l, names::post_norm), {d});
     p.add(names::layer(l, names::router), {e.num_experts, d});
   }

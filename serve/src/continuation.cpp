@@ -17,7 +17,7 @@ expected<continuation> continue_sequence(
     prompt.erase(prompt.begin(), prompt.end() - (s.max_positions - 1));
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t length = std::min(n + o.max_new_tokens, s.max_positions);
-  const kv_geometry g{s.layers, s.kv_heads, s.head_dim, 16};
+  const kv_geometry g = geometry_of_shape(s, 16);
   kv_cache cache(g, (length + g.block_tokens - 1) / g.block_tokens);
   std::vector<int32_t> table;
   if (!cache.reserve(table, length))

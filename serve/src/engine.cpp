@@ -85,7 +85,10 @@ status engine::forward(const std::vector<seq_chunk>& batch,
     const auto& w = model_.layers[l];
     k::rmsnorm_forward(cpu, x_.data(), w.input_norm.data(), xn_.data(),
                        rstd_.data(), rows, D, eps);
-    attention(l, batch);
+    if (s.mla())
+      mla_attention(l, batch);
+    else
+      attention(l, batch);
     k::rmsnorm_forward(cpu, x_.data(), w.post_norm.data(), xn_.data(),
                        rstd_.data(), rows, D, eps);
     TUTTI_RETURN_IF_ERROR(moe(l, rows));

@@ -135,7 +135,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   out->layout_ = std::make_shared<layout_cell>(layout);
   out->rank_activations_.assign(o.ranks,
                                 std::vector<int64_t>(s.layers * s.experts, 0));
-  const kv_geometry g{s.layers, s.kv_heads, s.head_dim, o.block_tokens};
+  const kv_geometry g = geometry_of_shape(s, o.block_tokens);
   const bool follows = across && first > 0;
   const bool dp = across && o.cluster.data_parallel_attention;
   for (int64_t r = 0; r < o.ranks; ++r)

@@ -131,6 +131,28 @@ void pack_experts(layer_weights& w, const model_shape& s) {
       std::vector<float>().swap(*v);
 }
 
+// Multi-head latent attention's projections packed, and kv_b_proj's key
+// half transposed per head for the absorbed decode.
+void pack_mla(layer_weights& w, const model_shape& s) {
+  const int64_t D = s.hidden, H = s.q_heads, qk = s.qk_head_dim();
+  const int64_t ql = s.q_lora_rank, kvl = s.kv_lora_rank;
+  const int64_t nope = s.qk_nope_head_dim, per = nope + s.v_head_dim;
+  if (ql > 0) {
+    w.q_a_t = kernels::pack_matrix(w.q_a.data(), ql, D);
+    w.q_b_t = kernels::pack_matrix(w.q_b.data(), H * qk, ql);
+  } else {
+    w.q_t = kernels::pack_matrix(w.q.data(), H * qk, D);
+  }
+  w.kv_a_t = kernels::pack_matrix(w.kv_a.data(), kvl + s.qk_rope_head_dim, D);
+  w.o_t = kernels::pack_matrix(w.o.data(), D, H * s.v_head_dim);
+  w.kv_b_key_t.assign(H * kvl * nope, 0.0f);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t c = 0; c < kvl; ++c)
+        w.kv_b_key_t[(h * kvl + c) * nope + i] =
+          w.kv_b[(h * per + i) * kvl + c];
+}
+
 } // namespace
 
 void pack_expert(layer_weights& w, int64_t e, const model_shape& s,
@@ -172,6 +194,24 @@ status take_dense(served_model& m, tensor_map& tensors, const shape_map& shapes,
     else
       out = std::move(v.value());
   };
+  // Multi-head latent attention's tensors of layer l.
+  auto get_mla = [&](int64_t l, layer_weights& w) {
+    const int64_t H = shape.q_heads, qk = shape.qk_head_dim();
+    const int64_t ql = shape.q_lora_rank, kvl = shape.kv_lora_rank;
+    if (ql > 0) {
+      get(names::layer(l, names::q_a_proj), {ql, D}, w.q_a);
+      get(names::layer(l, names::q_a_norm), {ql}, w.q_a_norm);
+      get(names::layer(l, names::q_b_proj), {H * qk, ql}, w.q_b);
+    } else {
+      get(names::layer(l, names::q_proj), {H * qk, D}, w.q);
+    }
+    get(names::layer(l, names::kv_a_proj), {kvl + shape.qk_rope_head_dim, D},
+        w.kv_a);
+    get(names::layer(l, names::kv_a_norm), {kvl}, w.kv_a_norm);
+    get(names::layer(l, names::kv_b_proj),
+        {H * (shape.qk_nope_head_dim + shape.v_head_dim), kvl}, w.kv_b);
+    get(names::layer(l, names::o_proj), {D, H * shape.v_head_dim}, w.o);
+  };
   get(names::embed, {shape.vocab, D}, m.embed);
   get(names::final_norm, {D}, m.final_norm);
   get(names::lm_head, {shape.vocab, D}, m.lm_head);
@@ -179,14 +219,18 @@ status take_dense(served_model& m, tensor_map& tensors, const shape_map& shapes,
   for (int64_t l = 0; l < shape.layers && bad.ok(); ++l) {
     auto& w = m.layers[l];
     get(names::layer(l, names::input_norm), {D}, w.input_norm);
-    get(names::layer(l, names::q_proj), {Q, D}, w.q);
-    get(names::layer(l, names::k_proj), {KV, D}, w.k);
-    get(names::layer(l, names::v_proj), {KV, D}, w.v);
-    if (shape.qk_norm) {
-      get(names::layer(l, names::q_norm), {shape.head_dim}, w.q_norm);
-      get(names::layer(l, names::k_norm), {shape.head_dim}, w.k_norm);
+    if (shape.mla()) {
+      get_mla(l, w);
+    } else {
+      get(names::layer(l, names::q_proj), {Q, D}, w.q);
+      get(names::layer(l, names::k_proj), {KV, D}, w.k);
+      get(names::layer(l, names::v_proj), {KV, D}, w.v);
+      if (shape.qk_norm) {
+        get(names::layer(l, names::q_norm), {shape.head_dim}, w.q_norm);
+        get(names::layer(l, names::k_norm), {shape.head_dim}, w.k_norm);
+      }
+      get(names::layer(l, names::o_proj), {D, Q}, w.o);
     }
-    get(names::layer(l, names::o_proj), {D, Q}, w.o);
     get(names::layer(l, names::post_norm), {D}, w.post_norm);
     get(names::layer(l, names::router), {E, D}, w.router);
     const auto bias = names::layer(l, names::router_bias);
@@ -204,11 +248,15 @@ void pack_dense(served_model& m) {
   const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
   for (auto& w : m.layers) {
+    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
+    if (s.mla()) {
+      pack_mla(w, s);
+      continue;
+    }
     w.q_t = kernels::pack_matrix(w.q.data(), Q, D);
     w.k_t = kernels::pack_matrix(w.k.data(), KV, D);
     w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
     w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
-    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
   }
 }
 

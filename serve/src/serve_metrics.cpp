@@ -73,6 +73,11 @@ void serve_metrics::set_expert_weights(const std::string& dtype,
   weight_kernel_ = kernel;
 }
 
+void serve_metrics::set_kv_bytes_per_token(int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  kv_bytes_per_token_ = bytes;
+}
+
 serve_totals serve_metrics::totals() const {
   std::lock_guard lock(mutex_);
   serve_totals t{prompt_tokens_, generation_tokens_, preemptions_, 0, 0};
@@ -113,6 +118,11 @@ std::string serve_metrics::render(const std::string& model) const {
            double(gauges_.kv_used_blocks));
   t.metric("tutti_serve_kv_cache_blocks", "gauge", "KV cache blocks in all", m,
            double(gauges_.kv_total_blocks));
+  t.metric("tutti_serve_kv_cache_bytes_per_token", "gauge",
+           "KV cache bytes one position takes over all layers: keys and "
+           "values, or with multi-head latent attention the latent and the "
+           "rotated key",
+           m, double(kv_bytes_per_token_));
   t.metric("tutti_serve_prompt_tokens_total", "counter",
            "prompt tokens of the requests started", m, double(prompt_tokens_));
   t.metric("tutti_serve_generation_tokens_total", "counter", "tokens generated",

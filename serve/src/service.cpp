@@ -38,8 +38,7 @@ struct service::actor_runtime {
 };
 
 kv_geometry geometry_of(const served_model& m, const service_limits& l) {
-  return {m.shape.layers, m.shape.kv_heads, m.shape.head_dim,
-          l.kv_block_tokens};
+  return geometry_of_shape(m.shape, l.kv_block_tokens);
 }
 
 expected<std::unique_ptr<service>> service::create(served_model model,
@@ -75,6 +74,7 @@ service::service(served_model model, const service_limits& l)
     metrics_(model_.shape.layers, model_.shape.experts) {
   metrics_.set_expert_weights(to_string(model_.expert_dtype),
                               expert_kernel_name(model_));
+  metrics_.set_kv_bytes_per_token(geometry_of(model_, l).token_bytes());
 }
 
 // The engine on the scheduler's thread, or the rank and expert shard

@@ -16,7 +16,7 @@
 #include <cmath>
 #include <regex>
 
-#include "test_support.hpp"
+#include "layout_support.hpp"
 
 using namespace tutti::testing;
 
@@ -415,4 +415,40 @@ TEST_CASE("tutti plan counts attention without a [seq, seq] term where it "
         == 32.0 * 256 * 256 * 4);
   CHECK(cuda256["attention_tiled"].get<bool>());
   CHECK(cuda256["attention_saved_per_layer"].get<double>() == 32 * 256 * row);
+}
+
+TEST_CASE("tutti plan of multi-head latent attention: its parameters and a "
+          "latent KV cache",
+          "[unit]") {
+  auto dir = scratch("plan_mla");
+  auto plan = [&](const std::string& name, const std::string& text) {
+    write_text(dir / (name + ".yaml"), text);
+    auto r = run(tutti_bin() + " plan " + (dir / (name + ".yaml")).string()
+                   + " --json",
+                 30);
+    INFO(name << ": " << r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.output);
+  };
+  const auto text = small_config((dir / "data").string(),
+                                 (dir / "run").string(), 1, 1);
+  const auto gqa = plan("gqa", text), mla = plan("mla", as_mla(text));
+  // small_config: width 32, 4 heads of 8 over 2 KV heads, 2 layers, 4
+  // experts, positions 32; as_mla: latent 12, query latent 10, heads of
+  // 6 + 4, values of 5.
+  const double layers = 2, positions = 32, fp32 = 4;
+  CHECK(gqa["memory"]["kv_cache_per_sequence"].get<double>()
+        == layers * 2 * 2 * 8 * positions * fp32);
+  CHECK(mla["memory"]["kv_cache_per_sequence"].get<double>()
+        == layers * (12 + 4) * positions * fp32);
+  // Per layer: the norms and the router, then q_a_proj, q_a_layernorm,
+  // q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
+  const double d = 32, heads = 4,
+               per_layer = 2 * d + 4 * d + 10 * d + 10 + heads * 10 * 10
+                           + (12 + 4) * d + 12 + heads * (6 + 5) * 12
+                           + d * heads * 5;
+  CHECK(json_number(mla.dump(), "dense_params")
+        == json_number(gqa.dump(), "dense_params")
+             - layers * (2 * d + 4 * d + 2 * d * heads * 8 + 2 * d * 2 * 8)
+             + layers * per_layer);
 }

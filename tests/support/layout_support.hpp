@@ -67,6 +67,17 @@ inline std::string as_qwen3(std::string text) {
                       "  router_top_k: 2\n  norm_topk_prob: false\n");
 }
 
+// small_config's model with multi-head latent attention (4 heads, so as
+// many key/value heads): a query latent, interleaved rotary slices,
+// values narrower than the keys.
+inline std::string as_mla(std::string text) {
+  return replace_once(text, "  num_key_value_heads: 2\n",
+                      "  num_key_value_heads: 4\n  kv_lora_rank: 12\n"
+                      "  q_lora_rank: 10\n  qk_nope_head_dim: 6\n"
+                      "  qk_rope_head_dim: 4\n  v_head_dim: 5\n"
+                      "  rope_interleave: true\n");
+}
+
 struct job_series {
   std::vector<double> loss, grad_norm;
   std::string output; // what `tutti run --quiet` printed

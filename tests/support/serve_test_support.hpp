@@ -138,6 +138,16 @@ inline nlohmann::json hf_config_json(const job_config& cfg) {
     j["mlp_only_layers"] = nlohmann::json::array();
     j["tie_word_embeddings"] = false;
   }
+  if (m.mla()) {
+    j["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank)
+                                         : nlohmann::json(nullptr);
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    j["v_head_dim"] = m.v_head_dim;
+    j["rope_interleave"] = m.rope_interleave;
+    j["head_dim"] = m.qk_rope_head_dim;
+  }
   if (cfg.moe.scoring == scoring_func::sigmoid) {
     j["scoring_func"] = "sigmoid";
     j["n_group"] = cfg.moe.n_group;

@@ -60,6 +60,18 @@ TEST_CASE("recomputation of a Qwen3-MoE leaves every loss equal to the bit",
   check_same_bits_as_none(job, "", config, {"selective", "full"}, 20);
 }
 
+TEST_CASE("recomputation of multi-head latent attention leaves every loss "
+          "equal to the bit",
+          "[integration]") {
+  auto job = scratch_with_data("recompute_mla");
+  auto config = [&](const std::string& name, const std::string& mode) {
+    return with_train_keys(
+      as_mla(small_config(job.data.string(), (job.dir / name).string(), 2, 20)),
+      "  micro_batches: 2\n  recompute: " + mode + "\n");
+  };
+  check_same_bits_as_none(job, "", config, {"selective", "full"}, 20);
+}
+
 TEST_CASE("DeepSeek-V3's sigmoid router trains under EP2, recomputed to the "
           "bit",
           "[integration]") {

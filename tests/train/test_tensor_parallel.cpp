@@ -7,6 +7,8 @@
 // - A Qwen3-MoE (QK-norm, heads of their own size, gates without
 //   renormalisation) under TP2 gives the losses of world 1 likewise, and
 //   its TP2 checkpoint resumes on world 1 and on (DP2·EP2).
+// - Multi-head latent attention under TP2 likewise (the latents' weights
+//   replicated, their partial gradients summed).
 // - A TP2 checkpoint holds whole tensors: it resumes on world 1 and on
 //   (DP2·EP2) with the losses of the uninterrupted world-1 run within 1e-4,
 //   and `tutti export` reads it.
@@ -45,6 +47,24 @@ TEST_CASE("Qwen3-MoE under tensor parallelism gives the losses of world 1",
   const double worst = worst_relative(world1.loss, split.loss);
   WARN("largest relative loss difference, Qwen3-MoE TP2 against world 1: "
        << worst);
+  CHECK(worst <= 1e-4);
+  CHECK(worst_relative(world1.grad_norm, split.grad_norm) <= 1e-3);
+}
+
+// Multi-head latent attention: the heads split, the latents' projections
+// and norms whole on each TP rank with partial gradients summed.
+TEST_CASE("multi-head latent attention under tensor parallelism gives the "
+          "losses of world 1",
+          "[integration]") {
+  auto job = scratch_with_data("tensor_parallel_mla");
+  auto world1 = train_series(job.dir, "w1",
+                             as_mla(tp_config(job, "w1", 1, 1, 20)));
+  REQUIRE(world1.loss.size() == 20);
+  CHECK(world1.loss.back() < world1.loss.front() - 0.05);
+  auto split = train_series(job.dir, "tp2",
+                            as_mla(tp_config(job, "tp2", 2, 2, 20)));
+  const double worst = worst_relative(world1.loss, split.loss);
+  WARN("largest relative loss difference, MLA TP2 against world 1: " << worst);
   CHECK(worst <= 1e-4);
   CHECK(worst_relative(world1.grad_norm, split.grad_norm) <= 1e-3);
 }

@@ -155,6 +155,19 @@ __global__ void axpy_kernel(T a, const T* x, T* y, int64_t n) {
   TUTTI_GRID_STRIDE(i, n) y[i] += a * x[i];
 }
 
+template <class T>
+__global__ void strided_copy_kernel(const T* src, int64_t src_row,
+                                    int64_t src_col, T* dst, int64_t dst_row,
+                                    int64_t dst_col, int64_t rows, int64_t cols,
+                                    bool accumulate) {
+  TUTTI_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    const T v = src[r * src_row + c * src_col];
+    T& out = dst[r * dst_row + c * dst_col];
+    out = accumulate ? out + v : v;
+  }
+}
+
 } // namespace
 
 template <class T>
@@ -253,6 +266,17 @@ void fill_zero(const stream& s, T* x, int64_t n) {
   if (n == 0)
     return;
   TUTTI_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(T) * n, raw(s)));
+}
+
+template <class T>
+void strided_copy(const stream& s, const T* src, int64_t src_row,
+                  int64_t src_col, T* dst, int64_t dst_row, int64_t dst_col,
+                  int64_t rows, int64_t cols, bool accumulate) {
+  if (rows * cols == 0)
+    return;
+  strided_copy_kernel<<<grid_for(rows * cols), kThreads, 0, raw(s)>>>(
+    src, src_row, src_col, dst, dst_row, dst_col, rows, cols, accumulate);
+  TUTTI_CUDA_LAUNCH_CHECK();
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_ELEMENTWISE

@@ -20,6 +20,8 @@ namespace names = model::names;
 status rank_model::attention_forward(int64_t l, int64_t seqs,
                                      step_timers& time) {
   const auto& m = cfg_.model;
+  if (m.mla())
+    return mla_forward(l, seqs, time);
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;
@@ -54,9 +56,10 @@ status rank_model::attention_forward(int64_t l, int64_t seqs,
 }
 
 // Tiled where kernels::attention_is_tiled says (CUDA, long sequences):
-// no [s, s] buffer; else the [s, s] probabilities are kept.
+// no [s, s] buffer; else the [s, s] probabilities are kept. With MLA the
+// heads are qk_head_dim wide (mla_block.cpp).
 void rank_model::attention_core_forward(layer_acts& a, int64_t seqs) {
-  const int64_t s = cfg_.train.seq_len, hd = cfg_.model.head_dim();
+  const int64_t s = cfg_.train.seq_len, hd = core_head_dim();
   if (k::attention_is_tiled(stream_.device, s))
     k::attention_forward_tiled(stream_, a.q.data(), a.k.data(), a.v.data(),
                                a.attn.data(), a.attn_saved.data(), seqs, s,
@@ -71,6 +74,8 @@ void rank_model::attention_core_forward(layer_acts& a, int64_t seqs) {
 status rank_model::attention_backward(int64_t l, int64_t seqs,
                                       tensor<float>& dx, step_timers& time) {
   const auto& m = cfg_.model;
+  if (m.mla())
+    return mla_backward(l, seqs, dx, time);
   auto& a = acts_[l];
   const int64_t s = cfg_.train.seq_len, n = seqs * s, d = m.hidden_size;
   const int64_t hd = m.head_dim(), hq = heads_, hkv = kv_heads_;

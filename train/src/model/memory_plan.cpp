@@ -12,8 +12,27 @@
 
 namespace tutti::train {
 
+namespace {
+
+// A preset's shape, with the model's own multi-head latent attention keys
+// where it sets them (model.kv_lora_rank > 0).
+preset_shape plan_shape_of(const job_config& cfg) {
+  auto p = cfg.preset;
+  const auto& m = cfg.model;
+  if (m.mla()) {
+    p.q_lora_rank = m.q_lora_rank;
+    p.kv_lora_rank = m.kv_lora_rank;
+    p.qk_nope_head_dim = m.qk_nope_head_dim;
+    p.qk_rope_head_dim = m.qk_rope_head_dim;
+    p.v_head_dim = m.v_head_dim;
+  }
+  return p;
+}
+
+} // namespace
+
 double head_dim_of(const job_config& cfg) {
-  const auto& p = cfg.preset;
+  const auto p = plan_shape_of(cfg);
   if (p.kv_lora_rank > 0)
     return static_cast<double>(p.qk_nope_head_dim + p.qk_rope_head_dim);
   return static_cast<double>(cfg.model.head_dim());
@@ -22,7 +41,7 @@ double head_dim_of(const job_config& cfg) {
 layer_params params_of_layer(const job_config& cfg, int64_t layer, int64_t tp,
                              int64_t ep) {
   const auto& m = cfg.model;
-  const auto& p = cfg.preset;
+  const auto p = plan_shape_of(cfg);
   const double d = m.hidden_size, t = static_cast<double>(tp);
   const double hq = m.num_attention_heads / t, hkv = m.num_key_value_heads / t;
   double attention = 0;
@@ -256,7 +275,7 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     b.checkpoint_others = (writers - 1) * gathering + writers * (t - 1) * sending;
   }
   // The KV cache: MLA's latent and rotary key, else K and V per KV head.
-  const auto& p = cfg.preset;
+  const auto p = plan_shape_of(cfg);
   const double per_token = p.kv_lora_rank > 0
                              ? static_cast<double>(p.kv_lora_rank
                                                    + p.qk_rope_head_dim)

@@ -116,7 +116,7 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                 / cfg.train.micro_batches;
   const int64_t seqs = micro_seqs_;
   const int64_t s = cfg.train.seq_len, n = seqs * s, d = m.hidden_size;
-  const int64_t hd = m.head_dim(), e = cfg.moe.num_experts;
+  const int64_t hd = core_head_dim(), e = cfg.moe.num_experts;
   const int64_t kk = cfg.moe.router_top_k;
   const auto& st = stream_;
   const auto mode = cfg.train.recompute;
@@ -135,6 +135,10 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.attn.resize(st, n * heads_ * hd);
     a.k.resize(st, n * kv_heads_ * hd);
     a.v.resize(st, n * kv_heads_ * hd);
+    if (m.mla()) {
+      a.mla.resize(st, mla_dims(seqs));
+      a.attn_packed.resize(st, n * heads_ * m.v_head_dim);
+    }
     if (m.qk_norm()) {
       a.q_pre.resize(st, n * heads_ * hd);
       a.k_pre.resize(st, n * kv_heads_ * hd);
@@ -318,8 +322,10 @@ void rank_model::swap_working(layer_acts& a) {
                                    {&a.logits, &work_.logits},
                                    {&a.rprobs, &work_.rprobs},
                                    {&a.gate, &work_.gate},
-                                   {&a.y_rows, &work_.y_rows}})
+                                   {&a.y_rows, &work_.y_rows},
+                                   {&a.attn_packed, &work_.attn_packed}})
     std::swap(*mine, *shared);
+  std::swap(a.mla, work_.mla);
   std::swap(a.topk_orig, work_.topk_orig);
   std::swap(a.topk_kept, work_.topk_kept);
   std::swap(a.slot_of_row, work_.slot_of_row);

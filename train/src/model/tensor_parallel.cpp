@@ -39,7 +39,10 @@ around_axis split(const std::vector<int64_t>& shape, int axis, int64_t parts) {
 } // namespace
 
 int tp_split_axis(const std::string& name) {
-  for (const char* column : {names::q_proj, names::k_proj, names::v_proj})
+  // MLA's per-head projections split by head too; its latents
+  // (q_a_proj, kv_a_proj_with_mqa and their norms) are replicated.
+  for (const char* column : {names::q_proj, names::k_proj, names::v_proj,
+                             names::q_b_proj, names::kv_b_proj})
     if (ends_with(name, column))
       return 0;
   if (ends_with(name, names::o_proj))

@@ -25,6 +25,13 @@ struct model_config {
   double rms_norm_eps = 1e-5;
   double init_std = 0.02;
   int64_t head_dim_size = 0; // key head_dim; 0 = hidden / heads
+  // Multi-head latent attention (DeepSeek-V3), on when kv_lora_rank > 0.
+  int64_t q_lora_rank = 0; // 0 = one q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = false;
 
   int64_t head_dim() const {
     return head_dim_size > 0 ? head_dim_size
@@ -33,6 +40,9 @@ struct model_config {
   // Qwen3-MoE's RMSNorm of each query and key head before the rotary
   // embedding (q_norm, k_norm).
   bool qk_norm() const { return family == model_family::qwen3_moe; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // MLA's query and key head: its unrotated and rotated parts.
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 template <class Visitor>
@@ -69,6 +79,31 @@ void visit_fields(Visitor& v, model_config& c) {
           "size of an attention head; num_attention_heads * head_dim may "
           "differ from hidden_size (Qwen3-MoE)",
           at_least(0, "0 = hidden_size / num_attention_heads"));
+  v.field("kv_lora_rank", c.kv_lora_rank,
+          "multi-head latent attention (DeepSeek-V3's MLA): keys and values "
+          "from one RMSNormed latent of this width per token "
+          "(kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj), which serving "
+          "caches instead of per-head keys and values; needs "
+          "num_key_value_heads = num_attention_heads and no QK-norm",
+          at_least(0, "0 = grouped-query attention"));
+  v.field("q_lora_rank", c.q_lora_rank,
+          "MLA: queries through a low-rank RMSNormed latent of this width "
+          "(q_a_proj, q_a_layernorm, q_b_proj)",
+          at_least(0, "0 = one q_proj"));
+  v.field("qk_nope_head_dim", c.qk_nope_head_dim,
+          "MLA: a query and key head's values without the rotary embedding",
+          at_least(0));
+  v.field("qk_rope_head_dim", c.qk_rope_head_dim,
+          "MLA: a query head's rotated values, and the rotated key all heads "
+          "share; even",
+          at_least(0));
+  v.field("v_head_dim", c.v_head_dim,
+          "MLA: a value head's size; <= qk_nope_head_dim + qk_rope_head_dim",
+          at_least(0));
+  v.field("rope_interleave", c.rope_interleave,
+          "MLA: the rotated values pair (2i, 2i+1), as DeepSeek-V3's "
+          "checkpoints (Hugging Face de-interleaves them before the "
+          "rotation); false: pairs (i, i + half)");
 }
 
 struct moe_config {

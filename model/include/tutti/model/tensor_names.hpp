@@ -23,6 +23,16 @@ inline constexpr const char* o_proj = "self_attn.o_proj.weight";
 // Qwen3-MoE's RMSNorm weights of a query and a key head ([head_dim]).
 inline constexpr const char* q_norm = "self_attn.q_norm.weight";
 inline constexpr const char* k_norm = "self_attn.k_norm.weight";
+// Multi-head latent attention's (DeepSeek-V3's names): the query through a
+// low-rank latent (q_a_proj, its RMSNorm, q_b_proj; without one, q_proj),
+// the key/value latent and the shared rotated key (kv_a_proj_with_mqa), the
+// latent's RMSNorm and its per-head keys and values (kv_b_proj).
+inline constexpr const char* q_a_proj = "self_attn.q_a_proj.weight";
+inline constexpr const char* q_a_norm = "self_attn.q_a_layernorm.weight";
+inline constexpr const char* q_b_proj = "self_attn.q_b_proj.weight";
+inline constexpr const char* kv_a_proj = "self_attn.kv_a_proj_with_mqa.weight";
+inline constexpr const char* kv_a_norm = "self_attn.kv_a_layernorm.weight";
+inline constexpr const char* kv_b_proj = "self_attn.kv_b_proj.weight";
 inline constexpr const char* post_norm = "post_attention_layernorm.weight";
 inline constexpr const char* router = "block_sparse_moe.gate.weight";
 // The router's selection-only biases, under DeepSeek-V3's name.

@@ -63,6 +63,9 @@ public:
 
 private:
   void attention(int64_t layer, const std::vector<seq_chunk>& batch);
+  // Multi-head latent attention over the latent cache, absorbed
+  // (engine_mla.cpp).
+  void mla_attention(int64_t layer, const std::vector<seq_chunk>& batch);
   status moe(int64_t layer, int64_t rows);
 
   const served_model& model_;
@@ -77,6 +80,9 @@ private:
   // Qwen3-MoE: the per-head norms' reciprocals, the router's softmax over
   // all experts (gates without renormalisation).
   std::vector<float> head_rstd_, probs_;
+  // MLA: the query latent, each row's latent ([rows, kv_lora_rank +
+  // qk_rope_head_dim]), the queries' rotated parts and latent queries.
+  std::vector<float> q_lat_, latent_, q_pe_, q_absorbed_;
 };
 
 } // namespace tutti::serve

@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tutti/model/model_shape.hpp"
+
 namespace tutti::serve {
 
 struct kv_geometry {
@@ -29,12 +31,31 @@ struct kv_geometry {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   int64_t block_tokens = 16;
+  // Multi-head latent attention: a position's one row per layer, the
+  // normed latent and the rotated key (kv_lora_rank + qk_rope_head_dim
+  // values, for every head), in place of keys and values; 0 without.
+  int64_t latent = 0;
 
-  // Bytes of one block: keys and values, every layer, fp32.
-  int64_t block_bytes() const {
-    return 2 * layers * block_tokens * kv_heads * head_dim * 4;
+  // Values a position holds in one layer: its keys and its values, or its
+  // latent row.
+  int64_t token_values() const {
+    return latent > 0 ? latent : 2 * kv_heads * head_dim;
   }
+  // Bytes of one position, every layer, fp32.
+  int64_t token_bytes() const { return layers * token_values() * 4; }
+  // Bytes of one block.
+  int64_t block_bytes() const { return block_tokens * token_bytes(); }
 };
+
+// The cache a model needs: its keys and values per KV head, or with
+// multi-head latent attention its latent rows.
+inline kv_geometry geometry_of_shape(const model::model_shape& s,
+                                     int64_t block_tokens) {
+  kv_geometry g{s.layers, s.kv_heads, s.head_dim, block_tokens};
+  if (s.mla())
+    g.latent = s.kv_lora_rank + s.qk_rope_head_dim;
+  return g;
+}
 
 class kv_cache {
 public:
@@ -77,7 +98,9 @@ public:
                           const int32_t* tokens);
   int64_t cached_blocks() const { return static_cast<int64_t>(cached_.size()); }
 
-  // Key / value row ([kv_heads, head_dim]) of position `offset` in `block`.
+  // Key / value row ([kv_heads, head_dim]) of position `offset` in `block`;
+  // with a latent geometry, key() is the position's latent row and there
+  // are no values.
   float* key(int32_t block, int64_t layer, int64_t offset) {
     return row(block, layer, 0, offset);
   }
@@ -95,9 +118,12 @@ public:
 
 private:
   float* row(int32_t block, int64_t layer, int64_t which, int64_t offset) {
-    const int64_t row_size = geometry_.kv_heads * geometry_.head_dim;
+    const bool latent = geometry_.latent > 0;
+    const int64_t row_size = latent ? geometry_.latent
+                                    : geometry_.kv_heads * geometry_.head_dim;
+    const int64_t ways = latent ? 1 : 2;
     return storage_.data()
-           + ((((static_cast<int64_t>(block) * geometry_.layers + layer) * 2
+           + ((((static_cast<int64_t>(block) * geometry_.layers + layer) * ways
                 + which)
                  * geometry_.block_tokens
                + offset)

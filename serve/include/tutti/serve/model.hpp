@@ -33,6 +33,14 @@ using model::model_shape;
 struct layer_weights {
   std::vector<float> input_norm, q, k, v, o, post_norm;
   std::vector<float> q_norm, k_norm; // [head_dim], with QK-norm; else empty
+  // Multi-head latent attention (model_shape::mla; q, k, v then empty but
+  // for q, q_proj without q_lora_rank): q_a_proj, q_a_layernorm, q_b_proj,
+  // kv_a_proj_with_mqa, kv_a_layernorm and kv_b_proj, as Hugging Face's.
+  std::vector<float> q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
+  // kv_b_proj's key half per head transposed, [heads, kv_lora_rank,
+  // qk_nope_head_dim]: a query head's unrotated part into the latent
+  // (absorbed decode, engine.cpp).
+  std::vector<float> kv_b_key_t;
   std::vector<float> router, router_bias; // [experts, hidden], [experts]
   // Float experts; with scales ([experts, out] each), int8 codes as
   // floats. Emptied once int8 experts are packed (only the packed copy
@@ -42,6 +50,7 @@ struct layer_weights {
   // The same matrices packed for the serving forward (packed_gemm.hpp);
   // per expert, w1 and w3 side by side: [hidden, 2 * intermediate].
   kernels::packed_matrix q_t, k_t, v_t, o_t, router_t;
+  kernels::packed_matrix q_a_t, q_b_t, kv_a_t; // MLA
   std::vector<kernels::packed_matrix> w13_t, w2_t;
 };
 

@@ -5,9 +5,9 @@
 // prompt and generated tokens, finished and rejected requests, preemptions,
 // prefix cache hits, all-to-all bytes, expert shard restarts, the tokens
 // routed to each expert of each layer, what offloaded experts cost
-// (the share of rows that chose one, the steps' wait on them), and the
-// experts' weight dtype and kernel. Thread-safe: the
-// scheduler's thread records, HTTP threads render.
+// (the share of rows that chose one, the steps' wait on them), the
+// experts' weight dtype and kernel, and the KV cache's bytes per position.
+// Thread-safe: the scheduler's thread records, HTTP threads render.
 
 #include <cstdint>
 #include <map>
@@ -70,6 +70,10 @@ public:
   // The experts' weights as served and the kernel that multiplies them
   // (model.hpp's expert_weights_text), set once at start.
   void set_expert_weights(const std::string& dtype, const std::string& kernel);
+  // Bytes of KV cache one position takes, every layer (kv_cache.hpp's
+  // kv_geometry::token_bytes: keys and values, or MLA's latent row), set
+  // once at start.
+  void set_kv_bytes_per_token(int64_t bytes);
 
   serve_gauges gauges() const;
   serve_totals totals() const;
@@ -84,6 +88,7 @@ private:
   serve_gauges gauges_;
   std::vector<int64_t> activations_;
   std::string weight_dtype_ = "fp32", weight_kernel_ = "packed_fp32";
+  int64_t kv_bytes_per_token_ = 0;
 };
 
 } // namespace tutti::serve

@@ -18,6 +18,7 @@
 #include "tutti/kernels/stream.hpp"
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/train/expert_executor.hpp"
+#include "tutti/train/mla_attention.hpp"
 #include "tutti/model/param_layout.hpp"
 #include "tutti/moe/staged_collectives.hpp"
 #include "tutti/moe/token_exchange.hpp"
@@ -122,6 +123,11 @@ private:
     // With QK-norm (model_config::qk_norm): q and k before their per-head
     // RMSNorm, and its saved reciprocal norms; empty without.
     tensor<float> q_pre, k_pre, rstd_q, rstd_k;
+    // With multi-head latent attention (model_config::mla): its latents
+    // (mla_attention.hpp) and the attention's output packed for o_proj
+    // ([n, heads * v_head_dim]; attn is then [n, heads, qk_head_dim]).
+    mla::acts<float> mla;
+    tensor<float> attn_packed;
     // Pipeline: the experts' input rows, for running them again before
     // backward when a later micro-batch's forward came in between.
     tensor<float> expert_in;
@@ -175,6 +181,15 @@ private:
   status attention_backward(int64_t l, int64_t seqs, tensor<float>& dx,
                             step_timers& time);
   status qk_norm_backward(int64_t l, int64_t n, step_timers& time);
+  // Multi-head latent attention's forward and backward of layer l
+  // (mla_block.cpp), in place of the grouped-query projections.
+  mla::dims mla_dims(int64_t seqs) const;
+  mla::weights<float> mla_weights(int64_t l);
+  // The attention core's head size: head_dim, or MLA's qk_head_dim.
+  int64_t core_head_dim() const;
+  status mla_forward(int64_t l, int64_t seqs, step_timers& time);
+  status mla_backward(int64_t l, int64_t seqs, tensor<float>& dx,
+                      step_timers& time);
   // Tensor parallelism: sums a row-parallel layer's partial outputs (or a
   // column-parallel one's partial input gradients) over the TP group; does
   // nothing without one.
@@ -255,6 +270,11 @@ private:
   // QK-norm's backward: q's and k's gradients before the norm, and the
   // norm weights' of one layer (q_norm then k_norm, summed over TP).
   tensor<float> dq_pre_, dk_pre_, dqk_norm_;
+  // MLA's backward: working buffers, the core's output gradient unpacked,
+  // and the replicated latents' weight gradients of one layer (summed over
+  // TP before they join the layer's).
+  mla::scratch<float> mla_tmp_;
+  tensor<float> dattn_core_, dmla_latents_;
   std::vector<int32_t> topk_host_; // staging
   int64_t micro_seqs_ = 0;    // sequences per micro-batch on this rank
   int64_t global_tokens_ = 0; // of the current micro-batch, over all ranks
