@@ -28,6 +28,9 @@ model_shape shape_of(const model_config& m, const moe_config& e) {
   s.n_group = e.n_group;
   s.topk_group = e.topk_group;
   s.routed_scaling_factor = e.routed_scaling_factor;
+  s.shared_experts = e.n_shared_experts;
+  s.dense_layers = e.first_k_dense_replace;
+  s.dense_intermediate = m.dense_intermediate_size;
   return s;
 }
 
@@ -74,6 +77,10 @@ model_shape shape_of(const store::shard_meta& rank0) {
   if (rank0.ints.count("topk_group"))
     s.topk_group = rank0.ints.at("topk_group");
   s.routed_scaling_factor = d("routed_scaling_factor", 1.0);
+  // Absent from a header written before them: none.
+  s.shared_experts = i("n_shared_experts");
+  s.dense_layers = i("first_k_dense_replace");
+  s.dense_intermediate = i("dense_intermediate_size");
   return s;
 }
 
@@ -109,6 +116,9 @@ void record_shape(const model_config& m, const moe_config& e,
   ints["topk_group"] = e.topk_group;
   strings["scoring_func"] = to_string(e.scoring);
   strings["routed_scaling_factor"] = std::to_string(e.routed_scaling_factor);
+  ints["n_shared_experts"] = e.n_shared_experts;
+  ints["first_k_dense_replace"] = e.first_k_dense_replace;
+  ints["dense_intermediate_size"] = m.dense_intermediate_size;
 }
 
 namespace {
@@ -132,6 +142,19 @@ status check_router_groups(const model_shape& s, const char* experts) {
       "n_group > 1 and routed_scaling_factor != 1 need scoring_func sigmoid");
   if (!(s.routed_scaling_factor > 0.0))
     return status::error("routed_scaling_factor must be positive");
+  return {};
+}
+
+// DeepSeek-V3's shared experts and dense layers, by their Hugging Face names.
+status check_feed_forward(const model_shape& s) {
+  if (s.shared_experts < 0)
+    return status::error("n_shared_experts must be >= 0");
+  if (s.dense_layers < 0 || s.dense_layers >= s.layers)
+    return status::error(
+      "first_k_dense_replace must be >= 0 and < num_hidden_layers");
+  if (s.dense_layers > 0 && s.dense_intermediate <= 0)
+    return status::error(
+      "intermediate_size (the dense layers' width) must be positive");
   return {};
 }
 
@@ -166,7 +189,8 @@ status check_shape(const model_shape& s) {
   if (s.top_k > s.experts)
     return status::error(std::string("num_experts_per_tok must be <= ")
                          + experts);
-  return check_router_groups(s, experts);
+  TUTTI_RETURN_IF_ERROR(check_router_groups(s, experts));
+  return check_feed_forward(s);
 }
 
 } // namespace tutti::model

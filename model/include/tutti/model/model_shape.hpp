@@ -39,6 +39,15 @@ struct model_shape {
   int64_t n_group = 1;
   int64_t topk_group = 1;
   double routed_scaling_factor = 1.0;
+  // DeepSeek-V3's feed-forward side: shared experts (one SwiGLU MLP of
+  // width intermediate * shared_experts on every token) and the leading
+  // dense layers (a SwiGLU MLP of width dense_intermediate).
+  int64_t shared_experts = 0;
+  int64_t dense_layers = 0;
+  int64_t dense_intermediate = 0;
+
+  bool dense_layer(int64_t l) const { return l < dense_layers; }
+  int64_t shared_intermediate() const { return shared_experts * intermediate; }
 };
 
 // The model a job config trains.
