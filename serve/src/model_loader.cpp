@@ -168,8 +168,11 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     else
       out = std::move(v.value());
   };
-  // int8 experts (`tutti export --dtype int8`): a scale beside the first.
-  const bool int8 = tensors.count(names::expert(0, 0, "w1") + "_scale") > 0;
+  // int8 experts (`tutti export --dtype int8`): a scale beside the first
+  // (of the first MoE layer).
+  const bool int8 = tensors.count(names::expert(shape.dense_layers, 0, "w1")
+                                  + "_scale")
+                    > 0;
   get(names::embed, {shape.vocab, D}, m.embed);
   get(names::final_norm, {D}, m.final_norm);
   get(names::lm_head, {shape.vocab, D}, m.lm_head);
@@ -186,6 +189,19 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     }
     get(names::layer(l, names::o_proj), {D, Q}, w.o);
     get(names::layer(l, names::post_norm), {D}, w.post_norm);
+    const bool dense = shape.dense_layer(l);
+    if (const int64_t f = dense ? shape.dense_intermediate
+                                : shape.shared_intermediate();
+        f > 0) {
+      get(names::layer(l, dense ? names::dense_gate : names::shared_w1), {f, D},
+          w.mlp_w1);
+      get(names::layer(l, dense ? names::dense_up : names::shared_w3), {f, D},
+          w.mlp_w3);
+      get(names::layer(l, dense ? names::dense_down : names::shared_w2), {D, f},
+          w.mlp_w2);
+    }
+    if (dense)
+      continue; // no router, no experts
     get(names::layer(l, names::router), {E, D}, w.router);
     const auto bias = names::layer(l, names::router_bias);
     if (tensors.count(bias))
@@ -254,6 +270,14 @@ void pack_for_serving(served_model& m) {
     w.k_t = kernels::pack_matrix(w.k.data(), KV, D);
     w.v_t = kernels::pack_matrix(w.v.data(), KV, D);
     w.o_t = kernels::pack_matrix(w.o.data(), D, Q);
+    if (const int64_t f = static_cast<int64_t>(w.mlp_w1.size()) / D; f > 0) {
+      std::vector<float> w13(w.mlp_w1);
+      w13.insert(w13.end(), w.mlp_w3.begin(), w.mlp_w3.end());
+      w.mlp_w13_t = kernels::pack_matrix(w13.data(), 2 * f, D);
+      w.mlp_w2_t = kernels::pack_matrix(w.mlp_w2.data(), D, f);
+    }
+    if (w.router.empty())
+      continue; // a dense layer
     w.router_t = kernels::pack_matrix(w.router.data(), E, D);
     pack_experts(w, s);
   }
@@ -265,6 +289,8 @@ void quantize_experts(served_model& m) {
   const int64_t D = m.shape.hidden, F = m.shape.intermediate;
   const int64_t E = m.shape.experts;
   for (auto& w : m.layers) {
+    if (w.router.empty())
+      continue; // a dense layer: no experts
     for (auto [weights, scales, rows, cols] :
          {std::tuple{&w.w1, &w.w1_scale, F, D},
           std::tuple{&w.w3, &w.w3_scale, F, D},
