@@ -52,6 +52,11 @@ status export_gguf(const std::vector<store::named_tensor>& tensors,
     return status::error("gguf: moe_config.scoring_func sigmoid: llama.cpp's "
                          + std::string(qwen3 ? "qwen3moe" : "llama")
                          + " routes by softmax");
+  if (shape.shared_experts > 0 || shape.dense_layers > 0)
+    return status::error("gguf: moe_config.n_shared_experts and "
+                         "first_k_dense_replace: llama.cpp's "
+                         + std::string(qwen3 ? "qwen3moe" : "llama")
+                         + " has no shared experts or dense layers");
   // llama.cpp's architecture: its "llama" runs Mixtral; "qwen3moe" rotates
   // as Hugging Face does (NEOX: pairs a half head apart), so Q and K keep
   // their rows there.

@@ -1,5 +1,7 @@
 #include "initial_weights.hpp"
 
+#include <string>
+
 #include "tutti/model/model_shape.hpp"
 #include "tutti/model/param_layout.hpp"
 
@@ -24,6 +26,10 @@ void initial_weights(const job_config& cfg,
   model::init_expert_params(experts, ev.data(), m, 0, E, cfg.train.seed,
                             m.init_std);
   for (const auto& t : experts.tensors()) {
+    // A leading dense layer has no experts (training's unused block aside).
+    if (std::stoll(t.name.substr(13))
+        < e.first_k_dense_replace) // model.layers.
+      continue;
     // A block [experts, out, in]: one tensor per expert, as export writes.
     const auto which = t.name.substr(t.name.rfind('.') + 1);
     const auto prefix = t.name.substr(0, t.name.rfind('.'));

@@ -151,6 +151,11 @@ status check_tensor_parallel(const job_config& c) {
     c.model.intermediate_size % tp == 0, key,
     text(tp) + " must divide model.intermediate_size ("
       + text(c.model.intermediate_size) + "): experts split their FFN"));
+  TUTTI_RETURN_IF_ERROR(
+    require(c.model.dense_intermediate_size % tp == 0, key,
+            text(tp) + " must divide model.dense_intermediate_size ("
+              + text(c.model.dense_intermediate_size)
+              + "): the dense layers split their MLP"));
   TUTTI_RETURN_IF_ERROR(require(!c.train.optimizer_sharding, key,
                                 "> 1 does not combine with "
                                 "train.optimizer_sharding yet"));
@@ -249,6 +254,20 @@ status check_model(const model_config& m) {
   return require(m.head_dim() % 2 == 0, "model.hidden_size",
                  "head dimension (hidden_size / num_attention_heads) must be "
                  "even for rotary embedding");
+}
+
+// DeepSeek-V3's shared experts and leading dense layers.
+status check_feed_forward(const job_config& c) {
+  const auto& e = c.moe;
+  const auto layers = c.model.num_hidden_layers;
+  TUTTI_RETURN_IF_ERROR(require(
+    e.first_k_dense_replace < layers, "moe_config.first_k_dense_replace",
+    "must be < model.num_hidden_layers (" + text(e.first_k_dense_replace)
+      + " >= " + text(layers) + "): at least one MoE layer"));
+  return require(e.first_k_dense_replace == 0
+                   || c.model.dense_intermediate_size > 0,
+                 "model.dense_intermediate_size",
+                 "must be set (> 0) with moe_config.first_k_dense_replace > 0");
 }
 
 // DeepSeek-V3's router: groups of experts, sigmoid scores.
@@ -370,6 +389,7 @@ status check_across_keys(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(check_cluster(c.cluster));
   TUTTI_RETURN_IF_ERROR(check_recovery(c));
   TUTTI_RETURN_IF_ERROR(check_model(c.model));
+  TUTTI_RETURN_IF_ERROR(check_feed_forward(c));
   TUTTI_RETURN_IF_ERROR(check_tensor_parallel(c));
   TUTTI_RETURN_IF_ERROR(check_pipeline_parallel(c));
   TUTTI_RETURN_IF_ERROR(check_moe(c));

@@ -1,11 +1,13 @@
 // Model presets and the planning reader (presets.hpp). The numbers are the
 // published configurations (each model's Hugging Face config.json;
-// intermediate_size is the routed experts' width). What model_config has
-// no key for is carried in job_config::preset for the plan: DeepSeek-V3's
-// multi-head latent attention, its shared expert and its three leading
-// dense layers, Qwen3's head width of 128 (not hidden / heads). Not
-// counted: DeepSeek-V3's multi-token-prediction module (one more layer
-// and its head, 14B parameters, used in training only).
+// intermediate_size is the routed experts' width). DeepSeek-V3's shared
+// expert and three leading dense layers are config keys
+// (moe_config.n_shared_experts, first_k_dense_replace,
+// model.dense_intermediate_size); what the config has no key for is
+// carried in job_config::preset for the plan: DeepSeek-V3's multi-head
+// latent attention. Not counted: DeepSeek-V3's multi-token-prediction
+// module (one more layer and its head, 14B parameters, used in training
+// only).
 
 #include "tutti/config/presets.hpp"
 
@@ -26,24 +28,26 @@ struct preset {
   int64_t max_seq;
   double rope_theta;
   int64_t experts, top_k;
+  // model.dense_intermediate_size, moe_config.first_k_dense_replace and
+  // n_shared_experts.
+  int64_t dense_intermediate, dense_layers, shared_experts;
   preset_shape shape;
 };
 
-// preset_shape: dense_layers, dense_intermediate, shared_experts,
-// q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
-// v_head_dim. DeepSeek-V3 is planned as a Mixtral-family model with those
-// parts counted; it does not train or serve yet.
+// preset_shape: q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim. DeepSeek-V3 is planned as a Mixtral-family
+// model with its attention counted; it does not train or serve yet.
 const preset presets[] = {
   {"mixtral-8x7b", "mixtral", 32000, 4096, 14336, 32, 32, 8, 0, 32768, 1e6, 8,
-   2, {}},
+   2, 0, 0, 0, {}},
   {"mixtral-8x22b", "mixtral", 32768, 6144, 16384, 56, 48, 8, 0, 65536, 1e6,
-   8, 2, {}},
+   8, 2, 0, 0, 0, {}},
   {"deepseek-v3", "mixtral", 129280, 7168, 2048, 61, 128, 128, 0, 163840,
-   10000, 256, 8, {3, 18432, 1, 1536, 512, 128, 64, 128}},
+   10000, 256, 8, 18432, 3, 1, {1536, 512, 128, 64, 128}},
   {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 768, 48, 32, 4, 128, 40960,
-   1e6, 128, 8, {}},
+   1e6, 128, 8, 0, 0, 0, {}},
   {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 1536, 94, 64, 4, 128, 40960,
-   1e6, 128, 8, {}},
+   1e6, 128, 8, 0, 0, 0, {}},
 };
 
 // The keys a layout sets (search_layouts' choices).
@@ -122,10 +126,16 @@ expected<job_config> parse_plan_config(const std::string& yaml_text,
       m["head_dim"] = p->head_dim;
     m["max_seq_len"] = p->max_seq;
     m["rope_theta"] = p->rope_theta;
+    if (p->dense_layers > 0)
+      m["dense_intermediate_size"] = p->dense_intermediate;
     root["model"] = m;
     if (!root["moe_config"])
       root["moe_config"] = YAML::Node(YAML::NodeType::Map);
     auto moe = root["moe_config"];
+    if (p->dense_layers > 0 && !moe["first_k_dense_replace"])
+      moe["first_k_dense_replace"] = p->dense_layers;
+    if (p->shared_experts > 0 && !moe["n_shared_experts"])
+      moe["n_shared_experts"] = p->shared_experts;
     std::string kept;
     if (!moe["num_experts"])
       moe["num_experts"] = p->experts;

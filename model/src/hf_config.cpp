@@ -50,6 +50,19 @@ status qwen3_keys(const nlohmann::json& j, model_shape& s,
 
 } // namespace
 
+hf_ffn_keys ffn_keys_of(model_family f) {
+  switch (f) {
+  case model_family::qwen3_moe:
+    return {"moe_intermediate_size", "intermediate_size", "num_experts"};
+  case model_family::deepseek_v3:
+    return {"moe_intermediate_size", "intermediate_size", "n_routed_experts"};
+  case model_family::mixtral:
+    break;
+  }
+  // Mixtral has no dense layers: tutti's own key when it has them.
+  return {"intermediate_size", "dense_intermediate_size", "num_local_experts"};
+}
+
 expected<model_shape> read_hf_config(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in)
@@ -76,6 +89,16 @@ expected<model_shape> read_hf_config(const fs::path& file) {
     }
     out = j[key].get<int64_t>();
   };
+  auto count = [&](const char* key, int64_t& out) {
+    if (!bad.ok() || !j.contains(key))
+      return;
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0) {
+      bad = status::error(file.string() + ": key " + key
+                          + " must be an integer >= 0");
+      return;
+    }
+    out = j[key].get<int64_t>();
+  };
   auto number = [&](const char* key, double& out) {
     if (!bad.ok() || !j.contains(key))
       return;
@@ -96,14 +119,14 @@ expected<model_shape> read_hf_config(const fs::path& file) {
                          + " is not supported (mixtral or qwen3_moe)");
   s.family = *family;
   const bool qwen3 = s.family == model_family::qwen3_moe;
+  const auto ffn = ffn_keys_of(s.family);
   integer("vocab_size", s.vocab, true);
   integer("hidden_size", s.hidden, true);
-  integer(qwen3 ? "moe_intermediate_size" : "intermediate_size",
-          s.intermediate, true);
+  integer(ffn.expert_width, s.intermediate, true);
   integer("num_hidden_layers", s.layers, true);
   integer("num_attention_heads", s.q_heads, true);
   integer("num_key_value_heads", s.kv_heads, true);
-  integer(qwen3 ? "num_experts" : "num_local_experts", s.experts, true);
+  integer(ffn.experts, s.experts, true);
   integer("num_experts_per_tok", s.top_k, true);
   integer("max_position_embeddings", s.max_positions, true);
   if (bad.ok() && s.q_heads > 0)
@@ -119,6 +142,13 @@ expected<model_shape> read_hf_config(const fs::path& file) {
   integer("n_group", s.n_group, false);
   integer("topk_group", s.topk_group, false);
   number("routed_scaling_factor", s.routed_scaling_factor);
+  // DeepSeek-V3's shared experts and leading dense layers, on any family;
+  // the dense width only with dense layers (Qwen3-MoE's intermediate_size
+  // is there without them).
+  count("n_shared_experts", s.shared_experts);
+  count("first_k_dense_replace", s.dense_layers);
+  if (s.dense_layers > 0)
+    integer(ffn.dense_width, s.dense_intermediate, true);
   if (bad.ok() && j.contains("scoring_func")) {
     const auto& value = j["scoring_func"];
     std::optional<scoring_func> f;
@@ -163,6 +193,7 @@ expected<model_shape> read_hf_config(const fs::path& file) {
 std::string hf_config_text(const store::shard_meta& m) {
   const auto shape = shape_of(m);
   const bool qwen3 = shape.family == model_family::qwen3_moe;
+  const auto ffn = ffn_keys_of(shape.family);
   auto number = [&](const char* k) {
     auto j = nlohmann::ordered_json::parse(
       m.strings.count(k) ? m.strings.at(k) : std::string("0"), nullptr, false);
@@ -173,9 +204,12 @@ std::string hf_config_text(const store::shard_meta& m) {
   j["model_type"] = to_string(shape.family);
   j["vocab_size"] = shape.vocab;
   j["hidden_size"] = shape.hidden;
+  // Without dense layers a Qwen3-MoE's intermediate_size is written as
+  // its experts' width (no dense layer reads it).
   j["intermediate_size"] = shape.intermediate;
-  if (qwen3)
-    j["moe_intermediate_size"] = shape.intermediate;
+  j[ffn.expert_width] = shape.intermediate;
+  if (shape.dense_layers > 0)
+    j[ffn.dense_width] = shape.dense_intermediate;
   j["num_hidden_layers"] = shape.layers;
   j["num_attention_heads"] = shape.q_heads;
   j["num_key_value_heads"] = shape.kv_heads;
@@ -184,8 +218,12 @@ std::string hf_config_text(const store::shard_meta& m) {
   j["max_position_embeddings"] = shape.max_positions;
   j["rope_theta"] = number("rope_theta");
   j["rms_norm_eps"] = number("rms_norm_eps");
-  j[qwen3 ? "num_experts" : "num_local_experts"] = shape.experts;
+  j[ffn.experts] = shape.experts;
   j["num_experts_per_tok"] = shape.top_k;
+  if (shape.shared_experts > 0 || shape.family == model_family::deepseek_v3)
+    j["n_shared_experts"] = shape.shared_experts;
+  if (shape.dense_layers > 0 || shape.family == model_family::deepseek_v3)
+    j["first_k_dense_replace"] = shape.dense_layers;
   if (qwen3) {
     j["norm_topk_prob"] = shape.norm_topk_prob;
     j["decoder_sparse_step"] = 1;

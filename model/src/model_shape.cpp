@@ -34,6 +34,9 @@ model_shape shape_of(const model_config& m, const moe_config& e) {
   s.qk_rope_head_dim = m.qk_rope_head_dim;
   s.v_head_dim = m.v_head_dim;
   s.rope_interleave = m.rope_interleave;
+  s.shared_experts = e.n_shared_experts;
+  s.dense_layers = e.first_k_dense_replace;
+  s.dense_intermediate = m.dense_intermediate_size;
   return s;
 }
 
@@ -87,6 +90,10 @@ model_shape shape_of(const store::shard_meta& rank0) {
   s.qk_rope_head_dim = i("qk_rope_head_dim");
   s.v_head_dim = i("v_head_dim");
   s.rope_interleave = i("rope_interleave") != 0;
+  // Absent from a header written before them: none.
+  s.shared_experts = i("n_shared_experts");
+  s.dense_layers = i("first_k_dense_replace");
+  s.dense_intermediate = i("dense_intermediate_size");
   return s;
 }
 
@@ -130,6 +137,9 @@ void record_shape(const model_config& m, const moe_config& e,
     ints["v_head_dim"] = m.v_head_dim;
     ints["rope_interleave"] = m.rope_interleave ? 1 : 0;
   }
+  ints["n_shared_experts"] = e.n_shared_experts;
+  ints["first_k_dense_replace"] = e.first_k_dense_replace;
+  ints["dense_intermediate_size"] = m.dense_intermediate_size;
 }
 
 namespace {
@@ -184,6 +194,19 @@ status check_mla(const model_shape& s) {
   return {};
 }
 
+// DeepSeek-V3's shared experts and dense layers, by their Hugging Face names.
+status check_feed_forward(const model_shape& s) {
+  if (s.shared_experts < 0)
+    return status::error("n_shared_experts must be >= 0");
+  if (s.dense_layers < 0 || s.dense_layers >= s.layers)
+    return status::error(
+      "first_k_dense_replace must be >= 0 and < num_hidden_layers");
+  if (s.dense_layers > 0 && s.dense_intermediate <= 0)
+    return status::error(
+      "intermediate_size (the dense layers' width) must be positive");
+  return {};
+}
+
 } // namespace
 
 status check_shape(const model_shape& s) {
@@ -216,7 +239,8 @@ status check_shape(const model_shape& s) {
     return status::error(std::string("num_experts_per_tok must be <= ")
                          + experts);
   TUTTI_RETURN_IF_ERROR(check_router_groups(s, experts));
-  return check_mla(s);
+  TUTTI_RETURN_IF_ERROR(check_mla(s));
+  return check_feed_forward(s);
 }
 
 } // namespace tutti::model

@@ -73,7 +73,19 @@ param_layout dense_layout(const model_config& m, const moe_config& e) {
       p.add(names::layer(l, names::o_proj), {d, m.num_attention_heads * hd});
     }
     p.add(names::layer(l, names::post_norm), {d});
+    if (e.dense_layer(l)) {
+      const int64_t f = m.dense_intermediate_size;
+      p.add(names::layer(l, names::dense_gate), {f, d});
+      p.add(names::layer(l, names::dense_up), {f, d});
+      p.add(names::layer(l, names::dense_down), {d, f});
+      continue;
+    }
     p.add(names::layer(l, names::router), {e.num_experts, d});
+    if (const int64_t f = e.shared_intermediate(m); f > 0) {
+      p.add(names::layer(l, names::shared_w1), {f, d});
+      p.add(names::layer(l, names::shared_w3), {f, d});
+      p.add(names::layer(l, names::shared_w2), {d, f});
+    }
   }
   p.add(names::final_norm, {d});
   p.add(names::lm_head, {m.vocab_size, d});

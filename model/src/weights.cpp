@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -93,7 +94,47 @@ status add_shard_tensors(store::shard_file& shard,
   return {};
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 } // namespace
+
+status check_feed_forward_tensors(
+  const model_shape& s, const std::vector<store::named_tensor>& tensors) {
+  std::map<std::string, const store::named_tensor*> by_name;
+  for (const auto& t : tensors)
+    by_name[t.name] = &t;
+  auto need = [&](const std::string& name,
+                  std::vector<int64_t> shape) -> status {
+    const auto it = by_name.find(name);
+    const auto hf = hf_tensor_name(s.family, name);
+    if (it == by_name.end())
+      return status::error("tensor " + hf + " missing");
+    if (it->second->shape != shape)
+      return status::error("tensor " + hf + " has shape "
+                           + shape_text(it->second->shape) + ", expected "
+                           + shape_text(shape));
+    return {};
+  };
+  const int64_t d = s.hidden;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const bool dense = s.dense_layer(l);
+    const int64_t f = dense ? s.dense_intermediate : s.shared_intermediate();
+    if (f == 0)
+      continue;
+    const char* gate = dense ? names::dense_gate : names::shared_w1;
+    const char* up = dense ? names::dense_up : names::shared_w3;
+    const char* down = dense ? names::dense_down : names::shared_w2;
+    TUTTI_RETURN_IF_ERROR(need(names::layer(l, gate), {f, d}));
+    TUTTI_RETURN_IF_ERROR(need(names::layer(l, up), {f, d}));
+    TUTTI_RETURN_IF_ERROR(need(names::layer(l, down), {d, f}));
+  }
+  return {};
+}
 
 expected<model_weights> read_hf_dir(const fs::path& dir) {
   auto shape = read_hf_config(dir / "config.json");
@@ -134,6 +175,8 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
                            + " is int8 but its scales " + hf
                            + "_scale are missing");
     }
+  if (auto c = check_feed_forward_tensors(w.shape, w.tensors); !c.ok())
+    return status::error(dir.string() + ": " + c.message());
   return w;
 }
 
@@ -161,6 +204,18 @@ expected<model_weights> read_checkpoint(const fs::path& dir) {
   if (auto c = check_shape(w.shape); !c.ok())
     return status::error((dir / store::shard_file_name(0)).string() + ": "
                          + c.message());
+  // Training keeps a block of experts and router biases for every layer;
+  // a leading dense layer's are never used, and are not the model's.
+  const auto dense_layers = w.shape.dense_layers;
+  std::erase_if(w.tensors, [&](const store::named_tensor& t) {
+    const bool routed = t.name.find(".block_sparse_moe.experts.")
+                          != std::string::npos
+                        || t.name.find(names::router_bias) != std::string::npos;
+    return routed && t.name.rfind("model.layers.", 0) == 0
+           && std::stoll(t.name.substr(13)) < dense_layers;
+  });
+  if (auto c = check_feed_forward_tensors(w.shape, w.tensors); !c.ok())
+    return status::error(dir.string() + ": " + c.message());
   return w;
 }
 

@@ -70,7 +70,7 @@ status engine::forward(const std::vector<seq_chunk>& batch,
   if (rows == 0) {
     // Nothing of its own this step: the rank still serves its peers' rows.
     logits.clear();
-    for (int64_t l = 0; l < s.layers && experts_; ++l)
+    for (int64_t l = s.dense_layers; l < s.layers && experts_; ++l)
       TUTTI_RETURN_IF_ERROR(experts_->run(l, nullptr, nullptr, 0, nullptr));
     return {};
   }
@@ -214,12 +214,26 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     x_[i] += tmp_[i];
 }
 
-// x += sum over the chosen experts of gate * SwiGLU expert(xn_).
+// x += sum over the chosen experts of gate * SwiGLU expert(xn_), plus the
+// shared experts' SwiGLU MLP of xn_; in a leading dense layer x += its
+// MLP of xn_ alone. The MLP runs here, on every EP rank for its own rows,
+// through the experts' batch-invariant kernel.
 status engine::moe(int64_t l, int64_t rows) {
   const auto& s = model_.shape;
   const auto& w = model_.layers[l];
   const int64_t D = s.hidden, E = s.experts;
   const int64_t K = s.top_k;
+  const bool mlp = !w.mlp_w1.empty();
+  if (mlp) {
+    mlp_out_.resize(rows * D);
+    kernels::invariant_expert(xn_.data(), w.mlp_w13_t, w.mlp_w2_t,
+                              mlp_out_.data(), rows, a_, h_);
+  }
+  if (s.dense_layer(l)) {
+    for (int64_t i = 0; i < rows * D; ++i)
+      x_[i] += mlp_out_[i];
+    return {};
+  }
   const auto cpu = k::cpu_stream();
   router_.resize(rows * E);
   topk_.resize(rows * K);
@@ -272,6 +286,9 @@ status engine::moe(int64_t l, int64_t rows) {
       float acc = 0.0f;
       for (int64_t j = 0; j < K; ++j)
         acc += gate_[t * K + j] * moe_out_[(t * K + j) * D + d];
+      // As training adds them: the routed sum, then the shared output.
+      if (mlp)
+        acc += mlp_out_[t * D + d];
       xt[d] += acc;
     }
   }

@@ -108,7 +108,7 @@ public:
   // Every expert in `want` packed, or the first tensor missing.
   status finish(const expert_set& want) const {
     const auto& s = m_.shape;
-    for (int64_t l = 0; l < s.layers; ++l)
+    for (int64_t l = s.dense_layers; l < s.layers; ++l) // dense: no experts
       for (int64_t e = 0; e < s.experts; ++e) {
         if (!want[l * s.experts + e] || m_.layers[l].w13_t[e].out > 0)
           continue;
@@ -194,7 +194,7 @@ private:
 };
 
 bool in_model(const model_shape& s, const expert_tensor& t) {
-  return t.layer >= 0 && t.layer < s.layers && t.expert >= 0
+  return t.layer >= s.dense_layers && t.layer < s.layers && t.expert >= 0
          && t.expert < s.experts;
 }
 

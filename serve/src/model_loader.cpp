@@ -232,6 +232,19 @@ status take_dense(served_model& m, tensor_map& tensors, const shape_map& shapes,
       get(names::layer(l, names::o_proj), {D, Q}, w.o);
     }
     get(names::layer(l, names::post_norm), {D}, w.post_norm);
+    const bool dense = shape.dense_layer(l);
+    if (const int64_t f = dense ? shape.dense_intermediate
+                                : shape.shared_intermediate();
+        f > 0) {
+      get(names::layer(l, dense ? names::dense_gate : names::shared_w1), {f, D},
+          w.mlp_w1);
+      get(names::layer(l, dense ? names::dense_up : names::shared_w3), {f, D},
+          w.mlp_w3);
+      get(names::layer(l, dense ? names::dense_down : names::shared_w2), {D, f},
+          w.mlp_w2);
+    }
+    if (dense)
+      continue; // no router, no experts
     get(names::layer(l, names::router), {E, D}, w.router);
     const auto bias = names::layer(l, names::router_bias);
     if (tensors.count(bias))
@@ -248,7 +261,14 @@ void pack_dense(served_model& m) {
   const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   m.lm_head_t = kernels::pack_matrix(m.lm_head.data(), s.vocab, D);
   for (auto& w : m.layers) {
-    w.router_t = kernels::pack_matrix(w.router.data(), E, D);
+    if (const int64_t f = static_cast<int64_t>(w.mlp_w1.size()) / D; f > 0) {
+      std::vector<float> w13(w.mlp_w1);
+      w13.insert(w13.end(), w.mlp_w3.begin(), w.mlp_w3.end());
+      w.mlp_w13_t = kernels::pack_matrix(w13.data(), 2 * f, D);
+      w.mlp_w2_t = kernels::pack_matrix(w.mlp_w2.data(), D, f);
+    }
+    if (!w.router.empty()) // a dense layer has none
+      w.router_t = kernels::pack_matrix(w.router.data(), E, D);
     if (s.mla()) {
       pack_mla(w, s);
       continue;
@@ -282,10 +302,12 @@ expected<served_model> model_from_tensors(const model_shape& shape,
     else
       out = std::move(v.value());
   };
-  // int8 experts (`tutti export --dtype int8`): a scale beside the first.
-  const bool int8 = tensors.count(names::expert(0, 0, "w1") + "_scale") > 0;
+  // int8 experts (`tutti export --dtype int8`): a scale beside the first
+  // (of the first MoE layer).
+  const bool int8 =
+    tensors.count(names::expert(shape.dense_layers, 0, "w1") + "_scale") > 0;
   TUTTI_RETURN_IF_ERROR(take_dense(m, tensors, shapes, source));
-  for (int64_t l = 0; l < shape.layers && bad.ok(); ++l) {
+  for (int64_t l = shape.dense_layers; l < shape.layers && bad.ok(); ++l) {
     auto& w = m.layers[l];
     struct expert_matrix {
       const char* which;
@@ -342,7 +364,8 @@ expected<served_model> model_from_tensors(const model_shape& shape,
 void pack_for_serving(served_model& m) {
   pack_dense(m);
   for (auto& w : m.layers)
-    pack_experts(w, m.shape);
+    if (!w.router.empty()) // a dense layer has no experts
+      pack_experts(w, m.shape);
 }
 
 void quantize_experts(served_model& m) {
@@ -351,6 +374,8 @@ void quantize_experts(served_model& m) {
   const int64_t D = m.shape.hidden, F = m.shape.intermediate;
   const int64_t E = m.shape.experts;
   for (auto& w : m.layers) {
+    if (w.router.empty())
+      continue; // a dense layer: no experts
     for (auto [weights, scales, rows, cols] :
          {std::tuple{&w.w1, &w.w1_scale, F, D},
           std::tuple{&w.w3, &w.w3_scale, F, D},

@@ -29,12 +29,25 @@ int64_t dense_weight_bytes(const model_shape& s) {
   const int64_t D = s.hidden, E = s.experts;
   const int64_t Q = s.q_heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   // Matrices twice (row-major and packed), norms and biases once.
-  const int64_t matrices = Q * D + 2 * KV * D + D * Q + E * D;
-  const int64_t vectors = 2 * D + E + (s.qk_norm ? 2 * s.head_dim : 0);
-  const int64_t per_layer = 2 * matrices + vectors;
+  int64_t attention = Q * D + 2 * KV * D + D * Q;
+  int64_t attention_vectors = s.qk_norm ? 2 * s.head_dim : 0;
+  if (s.mla()) {
+    const int64_t H = s.q_heads, ql = s.q_lora_rank, kvl = s.kv_lora_rank;
+    const int64_t nope = s.qk_nope_head_dim;
+    attention = (ql > 0 ? ql * D + H * s.qk_head_dim() * ql
+                        : H * s.qk_head_dim() * D)
+                + (kvl + s.qk_rope_head_dim) * D
+                + H * (nope + s.v_head_dim) * kvl + D * H * s.v_head_dim
+                + H * kvl * nope / 2; // the decode's transposed key half
+    attention_vectors = ql + kvl;
+  }
+  const int64_t moe_layer = 2 * (attention + E * D + 3 * s.shared_intermediate() * D)
+                            + attention_vectors + 2 * D + E;
+  const int64_t dense_layer = 2 * (attention + 3 * s.dense_intermediate * D)
+                              + attention_vectors + 2 * D;
   const int64_t floats =
     s.vocab * D /* embed */ + 2 * s.vocab * D /* lm_head, packed */ + D
-    + s.layers * per_layer;
+    + (s.layers - s.dense_layers) * moe_layer + s.dense_layers * dense_layer;
   return floats * 4;
 }
 
@@ -50,7 +63,7 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
                                           const expert_layout* x) {
   const auto& l = c.limits;
   const auto& cl = l.cluster;
-  const kv_geometry g{s.layers, s.kv_heads, s.head_dim, l.kv_block_tokens};
+  const kv_geometry g = geometry_of_shape(s, l.kv_block_tokens);
   const int64_t budget_blocks = kv_cache::blocks_for_budget(g,
                                                             l.kv_cache_bytes);
   std::vector<daemon_memory> out;
@@ -60,7 +73,7 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     const int64_t ranks = std::max<int64_t>(l.ep_ranks, 1);
     daemon_memory d;
     d.dense_bytes = dense_weight_bytes(s);
-    d.experts = s.layers * s.experts;
+    d.experts = (s.layers - s.dense_layers) * s.experts;
     d.expert_bytes = d.experts * expert_weight_bytes(s, int8, !int8);
     d.kv_cache_bytes = budget_blocks / ranks * ranks * g.block_bytes();
     out.push_back(d);
@@ -71,7 +84,7 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     d.node = n;
     d.address = cl.nodes[n];
     d.dense_bytes = dense_weight_bytes(s);
-    for (int64_t layer = 0; x && layer < x->layers; ++layer)
+    for (int64_t layer = s.dense_layers; x && layer < x->layers; ++layer)
       d.experts += x->end(layer, n) - x->begin(layer, n);
     d.expert_bytes = d.experts * expert_weight_bytes(s, int8, false);
     // Node 0's rank holds the sequences; the others one block, or their

@@ -99,6 +99,9 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(sigmoid.moe.topk_group == 1);
   CHECK(sigmoid.moe.routed_scaling_factor == 2.5);
   CHECK_FALSE(sigmoid.moe.norm_topk_prob);
+  CHECK(c.moe.n_shared_experts == 0);
+  CHECK(c.moe.first_k_dense_replace == 0);
+  CHECK(c.model.dense_intermediate_size == 0);
 
   CHECK(c.train.steps == 10);
   CHECK(c.train.global_batch_size == 8);
@@ -338,6 +341,36 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, Contains("bias_update_rate"));
     CHECK_THAT(router("  scoring_func: sigmoid\n  router_temperature: 0.5"),
                StartsWith("moe_config.router_temperature"));
+  }
+  SECTION("DeepSeek-V3's dense layers and shared experts") {
+    CHECK(router("  first_k_dense_replace: 2")
+          == "moe_config.first_k_dense_replace: must be < "
+             "model.num_hidden_layers (2 >= 2): at least one MoE layer");
+    CHECK(router("  first_k_dense_replace: 1")
+          == "model.dense_intermediate_size: must be set (> 0) with "
+             "moe_config.first_k_dense_replace > 0");
+    CHECK_THAT(router("  n_shared_experts: -1"),
+               StartsWith("moe_config.n_shared_experts"));
+    const auto tp2 = with("  ep_size: 0",
+                          "  ep_size: 0\n  tensor_model_parallel_size: 2");
+    const auto dense = with("  hidden_size: 32",
+                            "  hidden_size: 32\n  dense_intermediate_size: 33",
+                            with("  router_top_k: 2",
+                                 "  router_top_k: 2\n"
+                                 "  first_k_dense_replace: 1",
+                                 tp2));
+    CHECK(refusal(dense)
+          == "cluster_config.tensor_model_parallel_size: 2 must divide "
+             "model.dense_intermediate_size (33): the dense layers split "
+             "their MLP");
+    const auto ok = parse(with("  dense_intermediate_size: 33",
+                               "  dense_intermediate_size: 48", dense));
+    CHECK(ok.moe.first_k_dense_replace == 1);
+    CHECK(ok.model.dense_intermediate_size == 48);
+    CHECK(parse(with("  router_top_k: 2",
+                     "  router_top_k: 2\n  n_shared_experts: 2"))
+            .moe.shared_intermediate(ok.model)
+          == 128);
   }
   SECTION("an unknown scoring_func") {
     CHECK_THAT(router("  scoring_func: relu"),

@@ -11,7 +11,12 @@
 // DeepseekV3TopkRouter): sigmoid scores, choice on scores + the
 // checkpoint's e_score_correction_bias within the topk_group groups whose
 // two best biased scores sum highest, gates the unbiased scores (over their
-// sum when norm_topk_prob) times routed_scaling_factor.
+// sum when norm_topk_prob) times routed_scaling_factor. Optionally
+// DeepSeek-V3's feed-forward side (DeepseekV3MoE, DeepseekV3MLP): the
+// first first_k_dense_replace layers a SwiGLU MLP mlp.{gate,up,down}_proj
+// of width dense_inter in place of router and experts, and
+// mlp.shared_experts, a SwiGLU MLP of width inter * n_shared_experts on
+// every token, added to the routed experts' output.
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +39,7 @@ struct qwen3_reference {
     double routed_scaling_factor = 1.0;
   };
   std::optional<deepseek_router> sigmoid_router = std::nullopt;
+  int64_t n_shared_experts = 0, first_k_dense_replace = 0, dense_inter = 0;
 
   const std::vector<double>& at(const std::string& name) const {
     return w.at(name);
@@ -148,6 +154,34 @@ struct qwen3_reference {
     return mix(l, x, routes);
   }
 
+  // down(silu(gate(x)) * up(x)) of the MLP whose weights are `prefix` +
+  // gate_proj / up_proj / down_proj.
+  std::vector<double> swiglu(const std::string& prefix,
+                             const std::vector<double>& x,
+                             int64_t width) const {
+    auto gate = matvec(at(prefix + "gate_proj.weight"), x, width);
+    const auto up = matvec(at(prefix + "up_proj.weight"), x, width);
+    for (int64_t i = 0; i < width; ++i)
+      gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    return matvec(at(prefix + "down_proj.weight"), gate, hidden);
+  }
+
+  // A layer's feed-forward output: a dense layer's MLP, or the routed
+  // experts' plus the shared experts'.
+  std::vector<double> feed_forward(int64_t l,
+                                   const std::vector<double>& x) const {
+    if (l < first_k_dense_replace)
+      return swiglu(layer(l, "mlp."), x, dense_inter);
+    auto out = moe(l, x);
+    if (n_shared_experts > 0) {
+      const auto shared = swiglu(layer(l, "mlp.shared_experts."), x,
+                                 inter * n_shared_experts);
+      for (int64_t d = 0; d < hidden; ++d)
+        out[d] += shared[d];
+    }
+    return out;
+  }
+
   // sum over the routes (expert, gate) of gate * SwiGLU expert(x).
   std::vector<double> mix(
     int64_t l, const std::vector<double>& x,
@@ -217,7 +251,7 @@ struct qwen3_reference {
           x[p][d] += o[d];
         auto h = x[p];
         rmsnorm(h, at(layer(l, "post_attention_layernorm.weight")), hidden);
-        const auto m = moe(l, h);
+        const auto m = feed_forward(l, h);
         for (int64_t d = 0; d < hidden; ++d)
           x[p][d] += m[d];
       }

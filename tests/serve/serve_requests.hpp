@@ -28,6 +28,16 @@ inline serve::served_model eight_expert_qwen3_model() {
     qwen3_test_config(64, 32, 48, 2, 4, 2, 12, 8, 2, 96, false), 41);
 }
 
+// The Mixtral model with DeepSeek-V3's feed-forward side, over 3 layers:
+// the first a dense SwiGLU MLP (width 40), the others with a shared expert.
+inline serve::served_model eight_expert_feed_forward_model() {
+  auto cfg = serve_test_config(64, 32, 48, 3, 4, 2, 8, 2, 96);
+  cfg.moe.n_shared_experts = 1;
+  cfg.moe.first_k_dense_replace = 1;
+  cfg.model.dense_intermediate_size = 40;
+  return random_served_model("serve_feed_forward_model", cfg, 41);
+}
+
 struct served_outcome {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;

@@ -5,8 +5,9 @@
 // float64 forward of the published architecture (qwen3_reference.hpp)
 // within float32 rounding, and the same greedy tokens; with gates
 // renormalised and not, and with DeepSeek-V3's group-limited sigmoid
-// router (its correction bias in the checkpoint). Bad checkpoints are refused in one line naming the
-// key or tensor.
+// router (its correction bias in the checkpoint), and with DeepSeek-V3's
+// shared experts and a leading dense layer. Bad checkpoints are refused in
+// one line naming the key or tensor.
 
 #include <catch2/catch.hpp>
 
@@ -48,12 +49,30 @@ job_config sigmoid_config() {
   return cfg;
 }
 
+// Three layers, the first a dense SwiGLU MLP of width 24, the others with
+// two shared experts (width 32) beside the routed ones.
+job_config feed_forward_config() {
+  auto cfg = qwen3_test_config(V, D, F, 3, HQ, HKV, HD, E, K, P, true);
+  cfg.moe.n_shared_experts = 2;
+  cfg.moe.first_k_dense_replace = 1;
+  cfg.model.dense_intermediate_size = 24;
+  return cfg;
+}
+
 // A Qwen3-MoE checkpoint as Hugging Face writes one (no router biases but
-// for the sigmoid router's); returns its tensors under tutti's names.
+// for the sigmoid router's, no experts in a dense layer); returns its
+// tensors under tutti's names.
 tensor_map write_checkpoint(const fs::path& dir, const job_config& cfg) {
   auto t = random_model_tensors(cfg, 31);
-  for (int64_t l = 0; l < L && cfg.moe.scoring != scoring_func::sigmoid; ++l)
-    t.erase(model::names::layer(l, model::names::router_bias));
+  namespace names = model::names;
+  for (int64_t l = 0; l < cfg.model.num_hidden_layers; ++l) {
+    const bool dense = cfg.moe.dense_layer(l);
+    if (dense || cfg.moe.scoring != scoring_func::sigmoid)
+      t.erase(names::layer(l, names::router_bias));
+    for (int64_t e = 0; e < E && dense; ++e)
+      for (const char* w : {"w1", "w2", "w3"})
+        t.erase(names::expert(l, e, w));
+  }
   write_export_dir(dir, cfg, t);
   return t;
 }
@@ -63,7 +82,7 @@ qwen3_reference reference_of(const fs::path& dir, const job_config& cfg) {
   qwen3_reference r{V,
                     D,
                     F,
-                    L,
+                    cfg.model.num_hidden_layers,
                     HQ,
                     HKV,
                     HD,
@@ -76,6 +95,9 @@ qwen3_reference reference_of(const fs::path& dir, const job_config& cfg) {
   if (cfg.moe.scoring == scoring_func::sigmoid)
     r.sigmoid_router = {cfg.moe.n_group, cfg.moe.topk_group,
                         cfg.moe.routed_scaling_factor};
+  r.n_shared_experts = cfg.moe.n_shared_experts;
+  r.first_k_dense_replace = cfg.moe.first_k_dense_replace;
+  r.dense_inter = cfg.model.dense_intermediate_size;
   auto read = store::read_safetensors(dir / "model.safetensors");
   REQUIRE(read.ok());
   for (const auto& t : read.value())
@@ -109,6 +131,7 @@ double worst(const std::vector<double>& got, const std::vector<double>& ref) {
 
 void check_against_reference(const job_config& cfg, const char* name) {
   const bool norm_topk_prob = cfg.moe.norm_topk_prob;
+  const int64_t layers = cfg.model.num_hidden_layers;
   const auto dir = scratch(name) / "hf";
   const auto tensors = write_checkpoint(dir, cfg);
   const auto ref = reference_of(dir, cfg);
@@ -128,7 +151,7 @@ void check_against_reference(const job_config& cfg, const char* name) {
   CHECK(m.shape.n_group == cfg.moe.n_group);
 
   SECTION("serving: prefill of the whole prompt") {
-    serve::kv_cache cache({L, HKV, HD, 4}, 8);
+    serve::kv_cache cache({layers, HKV, HD, 4}, 8);
     serve::engine engine(m, cache);
     std::vector<int32_t> blocks;
     REQUIRE(cache.reserve(blocks, P));
@@ -146,7 +169,7 @@ void check_against_reference(const job_config& cfg, const char* name) {
     CHECK(w < 1e-5);
   }
   SECTION("serving: greedy decode token by token over the KV cache") {
-    serve::kv_cache cache({L, HKV, HD, 4}, 8);
+    serve::kv_cache cache({layers, HKV, HD, 4}, 8);
     serve::engine engine(m, cache);
     std::vector<int32_t> blocks, seq(prompt.begin(), prompt.begin() + 4);
     std::vector<float> logits;
@@ -233,6 +256,12 @@ TEST_CASE("DeepSeek-V3's group-limited sigmoid router: tutti's logits are "
           "the reference's",
           "[unit]") {
   check_against_reference(sigmoid_config(), "qwen3_moe_sigmoid");
+}
+
+TEST_CASE("DeepSeek-V3's shared experts and a leading dense layer: tutti's "
+          "logits are the reference's",
+          "[unit]") {
+  check_against_reference(feed_forward_config(), "qwen3_moe_feed_forward");
 }
 
 TEST_CASE("bad Qwen3-MoE checkpoints are refused in one line naming it",

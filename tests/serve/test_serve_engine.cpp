@@ -80,17 +80,25 @@ TEST_CASE("served logits equal the training forward's", "[unit]") {
 TEST_CASE("KV-cached decoding equals full recomputation, in any batch",
           "[unit]") {
   auto cfg = serve_test_config(32, 32, 64, 2, 4, 2, 4, 2, 24);
-  // Also DeepSeek-V3's router: two groups of two experts, one kept.
-  const bool sigmoid = GENERATE(false, true);
+  // Also DeepSeek-V3's router: two groups of two experts, one kept; and its
+  // feed-forward side: a dense first layer, a shared expert in the second.
+  const int variant = GENERATE(0, 1, 2);
+  const bool sigmoid = variant == 1;
   if (sigmoid) {
     cfg.moe.scoring = scoring_func::sigmoid;
     cfg.moe.n_group = 2;
     cfg.moe.topk_group = 1;
     cfg.moe.routed_scaling_factor = 2.0;
   }
+  if (variant == 2) {
+    cfg.moe.n_shared_experts = 1;
+    cfg.moe.first_k_dense_replace = 1;
+    cfg.model.dense_intermediate_size = 48;
+  }
   auto tensors = random_model_tensors(cfg, 12);
-  auto dir = scratch(sigmoid ? "serve_engine_kv_sigmoid" : "serve_engine_kv")
-             / "export";
+  const char* names[] = {"serve_engine_kv", "serve_engine_kv_sigmoid",
+                         "serve_engine_kv_feed_forward"};
+  auto dir = scratch(names[variant]) / "export";
   write_export_dir(dir, cfg, tensors);
   auto model = load_or_fail(dir);
   const auto tokens = random_prompt(6, 20, 32);

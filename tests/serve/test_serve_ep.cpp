@@ -1,7 +1,8 @@
 // Expert-parallel serving on actors: a replica of 2 (and 4) rank actors, each
 // with its KV cache and expert shard, gives the same tokens and
 // log-probabilities as the one-rank engine for concurrent greedy and seeded
-// requests, for a Mixtral and a Qwen3-MoE model; an expert shard that fails
+// requests, for a Mixtral and a Qwen3-MoE model and one with shared experts
+// and a leading dense layer; an expert shard that fails
 // mid-generation is restarted by its supervisor and every stream completes with
 // exactly the tokens it would have had, none dropped, none recomputed from
 // scratch.
@@ -29,13 +30,20 @@ std::vector<served_outcome> reference(
 
 TEST_CASE("expert-parallel ranks give the one-rank engine's tokens", "[unit]") {
   const auto js = served_jobs(12);
-  const bool qwen3 = GENERATE(false, true);
+  // Mixtral, Qwen3-MoE, and Mixtral with DeepSeek-V3's shared experts and a
+  // leading dense layer (run on every rank for its own rows).
+  const int kind = GENERATE(0, 1, 2);
   auto model = [&] {
-    return qwen3 ? eight_expert_qwen3_model() : eight_expert_model();
+    return kind == 1   ? eight_expert_qwen3_model()
+           : kind == 2 ? eight_expert_feed_forward_model()
+                       : eight_expert_model();
   };
   const auto want = reference(js, model());
   for (int64_t ranks : {1, 2, 4}) {
-    INFO((qwen3 ? "Qwen3-MoE, " : "Mixtral, ") << ranks << " ranks");
+    INFO((kind == 1   ? "Qwen3-MoE, "
+          : kind == 2 ? "shared experts, dense layer, "
+                      : "Mixtral, ")
+         << ranks << " ranks");
     auto svc = start_service(ep_limits(ranks), model());
     auto& s = *svc;
     CHECK(s.shards_up());

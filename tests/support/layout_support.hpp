@@ -78,6 +78,19 @@ inline std::string as_mla(std::string text) {
                       "  rope_interleave: true\n");
 }
 
+// A small_config's model with DeepSeek-V3's feed-forward side: three
+// layers, the first a dense SwiGLU MLP of width 48 in place of router and
+// experts, the other two with one shared expert (width 64) beside the
+// routed ones.
+inline std::string with_shared_experts(std::string text) {
+  text = replace_once(
+    text, "  num_hidden_layers: 2\n",
+    "  num_hidden_layers: 3\n  dense_intermediate_size: 48\n");
+  return replace_once(text, "  router_top_k: 2\n",
+                      "  router_top_k: 2\n  n_shared_experts: 1\n"
+                      "  first_k_dense_replace: 1\n");
+}
+
 struct job_series {
   std::vector<double> loss, grad_norm;
   std::string output; // what `tutti run --quiet` printed

@@ -62,7 +62,8 @@ inline job_config qwen3_test_config(int vocab, int hidden, int intermediate,
 
 using tensor_map = std::map<std::string, std::vector<float>>;
 
-// Every tensor by its Hugging Face name, initialised from `seed`.
+// Every tensor by its Hugging Face name, initialised from `seed` (a leading
+// dense layer without experts and router biases).
 inline tensor_map random_model_tensors(const job_config& cfg, uint64_t seed) {
   tensor_map out;
   auto dense = model::dense_layout(cfg.model, cfg.moe);
@@ -80,6 +81,8 @@ inline tensor_map random_model_tensors(const job_config& cfg, uint64_t seed) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> bias(-0.05f, 0.05f);
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    if (cfg.moe.dense_layer(l))
+      continue; // a dense layer: no experts, no router biases
     const auto pre = "model.layers." + std::to_string(l) + ".block_sparse_moe.";
     for (const char* w : {"w1", "w2", "w3"}) {
       const auto off = experts.at(model::expert_block_name(l, w)).offset;
@@ -147,6 +150,13 @@ inline nlohmann::json hf_config_json(const job_config& cfg) {
     j["v_head_dim"] = m.v_head_dim;
     j["rope_interleave"] = m.rope_interleave;
     j["head_dim"] = m.qk_rope_head_dim;
+  }
+  if (cfg.moe.n_shared_experts > 0)
+    j["n_shared_experts"] = cfg.moe.n_shared_experts;
+  if (cfg.moe.first_k_dense_replace > 0) {
+    j["first_k_dense_replace"] = cfg.moe.first_k_dense_replace;
+    j[qwen3 ? "intermediate_size" : "dense_intermediate_size"] =
+      m.dense_intermediate_size;
   }
   if (cfg.moe.scoring == scoring_func::sigmoid) {
     j["scoring_func"] = "sigmoid";

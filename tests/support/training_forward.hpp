@@ -35,7 +35,9 @@ inline std::vector<std::vector<double>> training_logprobs(
   const auto& md = cfg.model;
   const int64_t E = cfg.moe.num_experts;
   const int64_t per = md.intermediate_size * md.hidden_size;
-  for (int64_t l = 0; l < md.num_hidden_layers; ++l) {
+  // A leading dense layer's experts and router biases are never used.
+  for (int64_t l = cfg.moe.first_k_dense_replace; l < md.num_hidden_layers;
+       ++l) {
     for (const char* w : {"w1", "w2", "w3"}) {
       auto off = experts.layout.at(model::expert_block_name(l, w)).offset;
       for (int64_t e = 0; e < E; ++e) {

@@ -61,13 +61,14 @@ layer_params params_of_layer(const job_config& cfg, int64_t layer, int64_t tp,
   }
   layer_params out;
   out.dense = 2 * d + attention; // and the two norms
-  if (layer < p.dense_layers) {
-    out.dense += 3 * d * static_cast<double>(p.dense_intermediate) / t;
+  if (cfg.moe.dense_layer(layer)) {
+    out.dense += 3 * d * static_cast<double>(m.dense_intermediate_size) / t;
     return out;
   }
   const double E = static_cast<double>(cfg.moe.num_experts);
   out.per_expert = 3 * d * static_cast<double>(m.intermediate_size) / t;
-  out.dense += E * d + static_cast<double>(p.shared_experts) * out.per_expert;
+  out.dense += E * d
+               + static_cast<double>(cfg.moe.n_shared_experts) * out.per_expert;
   out.experts = E / static_cast<double>(ep) * out.per_expert;
   return out;
 }

@@ -1,6 +1,8 @@
 // The MoE half of a decoder layer: route, dispatch over the EP group,
 // experts (through the expert_executor) and combine, chunk by chunk, the
-// rows moved by the exchange the config chose (moe/token_exchange.hpp).
+// rows moved by the exchange the config chose (moe/token_exchange.hpp);
+// with shared experts their output added (mlp_block.cpp), in a leading
+// dense layer its MLP instead.
 // Expert-parallel layout: EP member p holds slots
 // [p*L, (p+1)*L), L = experts / ep_size; slot s holds expert s, or under a
 // placement the expert whose slot_of_expert_ is s. Routing, capacity and
@@ -103,6 +105,8 @@ status rank_model::route_counts(layer_acts& a, int64_t n, step_stats& stats,
 
 status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
                                step_timers& time) {
+  if (cfg_.moe.dense_layer(l))
+    return dense_layer_forward(l, n, time);
   const auto& m = cfg_.model;
   const auto& e = cfg_.moe;
   auto& a = acts_[l];
@@ -196,6 +200,13 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
   const float* gate = a.exchange.combine_gates(a.gate.data());
   k::unpermute_combine(stream_, a.y_rows.data(), a.slot_of_row.data(), gate,
                        out, a.rows, n, K, d);
+  if (mlp_width(l) > 0) {
+    // The shared experts' partial output joins the routed experts' before
+    // the one sum over the TP group.
+    mlp_out_.resize(stream_, n * d);
+    mlp_forward(l, n, mlp_out_.data());
+    k::axpy(stream_, 1.0f, mlp_out_.data(), out, n * d);
+  }
   TUTTI_RETURN_IF_ERROR(tp_sum(out, n * d, time));
   k::axpy(stream_, 1.0f, a.x_mid.data(), out, n * d);
   return {};
@@ -219,6 +230,8 @@ status rank_model::restore_expert_forward(int64_t l, layer_acts& a,
 // dx: gradient of the layer's output in, gradient of x_mid out.
 status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
                                 step_timers& time) {
+  if (cfg_.moe.dense_layer(l))
+    return dense_layer_backward(l, n, dx, time);
   const auto& m = cfg_.model;
   const auto& e = cfg_.moe;
   auto& a = acts_[l];
@@ -264,6 +277,8 @@ status rank_model::moe_backward(int64_t l, int64_t n, tensor<float>& dx,
   dtmp2_.resize(stream_, n * d);
   k::permute_rows_backward(stream_, drows_.data(), a.slot_of_row.data(),
                            dtmp_.data(), a.rows, K, d);
+  if (mlp_width(l) > 0)
+    mlp_backward(l, n, dx.data(), dtmp_.data());
   TUTTI_RETURN_IF_ERROR(tp_sum(dtmp_.data(), n * d, time));
   dlogits_.resize(stream_, n * E);
   if (e.scoring == scoring_func::sigmoid)

@@ -323,7 +323,10 @@ void rank_model::swap_working(layer_acts& a) {
                                    {&a.rprobs, &work_.rprobs},
                                    {&a.gate, &work_.gate},
                                    {&a.y_rows, &work_.y_rows},
-                                   {&a.attn_packed, &work_.attn_packed}})
+                                   {&a.attn_packed, &work_.attn_packed},
+                                   {&a.mlp_gate, &work_.mlp_gate},
+                                   {&a.mlp_up, &work_.mlp_up},
+                                   {&a.mlp_h, &work_.mlp_h}})
     std::swap(*mine, *shared);
   std::swap(a.mla, work_.mla);
   std::swap(a.topk_orig, work_.topk_orig);
@@ -563,7 +566,8 @@ status rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
   k::fill_zero(stream_, grads_.data(), static_cast<int64_t>(grads_.size()));
   if (cfg_.moe.bias_update_rate > 0) {
     const int64_t e = cfg_.moe.num_experts;
-    for (int64_t l = 0; l < cfg_.model.num_hidden_layers; ++l)
+    for (int64_t l = cfg_.moe.first_k_dense_replace;
+         l < cfg_.model.num_hidden_layers; ++l)
       k::bias_update(stream_, router_bias_.data() + l * e,
                      counts_step_dev_[l].data(), e, cfg_.moe.bias_update_rate);
   }

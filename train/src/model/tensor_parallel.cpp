@@ -40,13 +40,18 @@ around_axis split(const std::vector<int64_t>& shape, int axis, int64_t parts) {
 
 int tp_split_axis(const std::string& name) {
   // MLA's per-head projections split by head too; its latents
-  // (q_a_proj, kv_a_proj_with_mqa and their norms) are replicated.
-  for (const char* column : {names::q_proj, names::k_proj, names::v_proj,
-                             names::q_b_proj, names::kv_b_proj})
+  // (q_a_proj, kv_a_proj_with_mqa and their norms) are replicated. The
+  // dense MLPs as the experts: the intermediate dimension split,
+  // column-parallel in, row-parallel out.
+  for (const char* column :
+       {names::q_proj, names::k_proj, names::v_proj, names::q_b_proj,
+        names::kv_b_proj, names::dense_gate, names::dense_up, names::shared_w1,
+        names::shared_w3})
     if (ends_with(name, column))
       return 0;
-  if (ends_with(name, names::o_proj))
-    return 1;
+  for (const char* row : {names::o_proj, names::dense_down, names::shared_w2})
+    if (ends_with(name, row))
+      return 1;
   // Expert blocks [experts, F, D] and [experts, D, F].
   if (ends_with(name, "experts.w1") || ends_with(name, "experts.w3"))
     return 1;

@@ -570,9 +570,6 @@ void visit_fields(Visitor& v, alerts_config& c) {
 // `tutti plan` only (config/presets.cpp); 0 = as model_config says. Not a
 // config key: training has none of these yet.
 struct preset_shape {
-  int64_t dense_layers = 0;       // leading layers with a dense FFN
-  int64_t dense_intermediate = 0; // their FFN width
-  int64_t shared_experts = 0;     // experts every token passes through
   // Multi-head latent attention (DeepSeek-V3): low-rank query and KV, the
   // KV cache holding the latent and the rotary key only.
   int64_t q_lora_rank = 0, kv_lora_rank = 0;

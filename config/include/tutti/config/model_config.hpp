@@ -32,6 +32,9 @@ struct model_config {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   bool rope_interleave = false;
+  // The dense SwiGLU MLP's width in the leading dense layers
+  // (moe_config.first_k_dense_replace); 0 without them.
+  int64_t dense_intermediate_size = 0;
 
   int64_t head_dim() const {
     return head_dim_size > 0 ? head_dim_size
@@ -60,8 +63,14 @@ void visit_fields(Visitor& v, model_config& c) {
           "num_attention_heads, even per head",
           required, at_least(1));
   v.field("intermediate_size", c.intermediate_size,
-          "expert FFN width (Qwen3-MoE's moe_intermediate_size)",
+          "expert FFN width (Hugging Face's moe_intermediate_size for "
+          "qwen3_moe and deepseek_v3)",
           required, at_least(1));
+  v.field("dense_intermediate_size", c.dense_intermediate_size,
+          "the dense SwiGLU MLP's width in the first "
+          "moe_config.first_k_dense_replace layers (Hugging Face's "
+          "intermediate_size for qwen3_moe and deepseek_v3); needed with them",
+          at_least(0, "0 = no dense layers"));
   v.field("num_hidden_layers", c.num_hidden_layers, "transformer layers",
           required, at_least(1));
   v.field("num_attention_heads", c.num_attention_heads,
@@ -116,6 +125,12 @@ struct moe_config {
   int64_t n_group = 1;
   int64_t topk_group = 1;
   double routed_scaling_factor = 1.0;
+  // DeepSeek-V3's feed-forward side: a SwiGLU MLP of width
+  // intermediate_size * n_shared_experts on every token, added to the routed
+  // experts' output; layers [0, first_k_dense_replace) a dense MLP instead
+  // of router and experts.
+  int64_t n_shared_experts = 0;
+  int64_t first_k_dense_replace = 0;
   double capacity_factor = 0.0;
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
@@ -128,6 +143,13 @@ struct moe_config {
   dispatch_dtype dispatch = dispatch_dtype::fp32; // moe/token_exchange.hpp
   int64_t routing_stats_window = 100; // steps; 0 = off
   std::string placement;              // plan file; empty = contiguous
+
+  // Layer l has a dense MLP, not router and experts.
+  bool dense_layer(int64_t l) const { return l < first_k_dense_replace; }
+  // The shared experts' width (one SwiGLU MLP), 0 without them.
+  int64_t shared_intermediate(const model_config& m) const {
+    return n_shared_experts * m.intermediate_size;
+  }
 };
 
 template <class Visitor>
@@ -160,6 +182,16 @@ void visit_fields(Visitor& v, moe_config& c) {
   v.field("routed_scaling_factor", c.routed_scaling_factor,
           "factor on the routed experts' gates (scoring_func sigmoid)",
           above(0));
+  v.field("n_shared_experts", c.n_shared_experts,
+          "experts every token goes through besides its routed ones, as one "
+          "SwiGLU MLP of width model.intermediate_size * n_shared_experts "
+          "added to their output (DeepSeek-V3); replicated like attention",
+          at_least(0, "0 = none"));
+  v.field("first_k_dense_replace", c.first_k_dense_replace,
+          "the first layers, a dense SwiGLU MLP of width "
+          "model.dense_intermediate_size each instead of router and experts "
+          "(DeepSeek-V3); < model.num_hidden_layers",
+          at_least(0, "0 = every layer a MoE layer"));
   v.field("capacity_factor", c.capacity_factor,
           "tokens an expert takes, over the even share",
           at_least(0, "0 = dropless"));

@@ -3,7 +3,10 @@
 // the architecture's names and the tensors' names. Inside tutti every
 // family's tensors go by the names of tensor_names.hpp (Mixtral's); a
 // Qwen3-MoE directory's are translated here on the way in and out, so
-// training, checkpoints and serving have one naming.
+// training, checkpoints and serving have one naming. DeepSeek-V3's MoE
+// block is named as Qwen3-MoE's (`mlp.experts.E.gate_proj`, `mlp.gate`,
+// `mlp.gate.e_score_correction_bias`, `mlp.shared_experts.gate_proj`); the
+// leading dense layers' `mlp.gate_proj` is the same name in both.
 
 #include <string>
 
@@ -11,7 +14,7 @@
 
 namespace tutti::model {
 
-// "MixtralForCausalLM", "Qwen3MoeForCausalLM".
+// "MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM".
 const char* hf_architecture(model_family f);
 
 // A tensor's name in the family's Hugging Face checkpoints, from tutti's

@@ -13,6 +13,17 @@
 
 namespace tutti::model {
 
+// The config.json keys of the feed-forward sizes, by family: Mixtral's
+// intermediate_size and num_local_experts; Qwen3-MoE's and DeepSeek-V3's
+// moe_intermediate_size with intermediate_size the dense layers' width,
+// num_experts (Qwen3-MoE) or n_routed_experts (DeepSeek-V3).
+struct hf_ffn_keys {
+  const char* expert_width;
+  const char* dense_width;
+  const char* experts;
+};
+hf_ffn_keys ffn_keys_of(model_family f);
+
 // A config.json's shape. A missing or non-positive required key is refused
 // in one line naming the file and the key.
 expected<model_shape> read_hf_config(const std::filesystem::path& file);

@@ -50,6 +50,15 @@ struct model_shape {
 
   bool mla() const { return kv_lora_rank > 0; }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // DeepSeek-V3's feed-forward side: shared experts (one SwiGLU MLP of
+  // width intermediate * shared_experts on every token) and the leading
+  // dense layers (a SwiGLU MLP of width dense_intermediate).
+  int64_t shared_experts = 0;
+  int64_t dense_layers = 0;
+  int64_t dense_intermediate = 0;
+
+  bool dense_layer(int64_t l) const { return l < dense_layers; }
+  int64_t shared_intermediate() const { return shared_experts * intermediate; }
 };
 
 // The model a job config trains.

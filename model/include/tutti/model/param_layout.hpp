@@ -32,7 +32,7 @@ private:
 };
 
 // Replicated (data-parallel) weights: embedding, attention, norms, routers,
-// LM head.
+// shared experts, the leading dense layers' MLPs, LM head.
 param_layout dense_layout(const model_config& m, const moe_config& e);
 
 // The experts [first_expert, first_expert + count) of every layer, stored per

@@ -1,6 +1,7 @@
 #pragma once
-// The model's tensors by their Hugging Face names (MixtralForCausalLM's, and
-// Qwen3-MoE's q_norm and k_norm): the one place those names are spelled;
+// The model's tensors by their Hugging Face names (MixtralForCausalLM's,
+// Qwen3-MoE's q_norm and k_norm, DeepSeek-V3's dense MLP and shared experts,
+// whose naming follows Mixtral's): the one place those names are spelled;
 // family.hpp translates them to another family's. Training's parameter buffer
 // (param_layout.hpp), the loader (weights.hpp), serving's layout of the weights
 // and the exports all name tensors through these.
@@ -38,6 +39,20 @@ inline constexpr const char* router = "block_sparse_moe.gate.weight";
 // The router's selection-only biases, under DeepSeek-V3's name.
 inline constexpr const char* router_bias =
   "block_sparse_moe.gate.e_score_correction_bias";
+
+// A leading dense layer's SwiGLU MLP (moe_config.first_k_dense_replace), in
+// place of router and experts: [F, D], [F, D], [D, F].
+inline constexpr const char* dense_gate = "mlp.gate_proj.weight";
+inline constexpr const char* dense_up = "mlp.up_proj.weight";
+inline constexpr const char* dense_down = "mlp.down_proj.weight";
+// The shared experts of a MoE layer, one SwiGLU MLP applied to every token
+// (moe_config.n_shared_experts), named as the routed experts' w1, w3, w2.
+inline constexpr const char* shared_w1 =
+  "block_sparse_moe.shared_experts.w1.weight";
+inline constexpr const char* shared_w3 =
+  "block_sparse_moe.shared_experts.w3.weight";
+inline constexpr const char* shared_w2 =
+  "block_sparse_moe.shared_experts.w2.weight";
 
 // "model.layers.L." + what
 inline std::string layer(int64_t l, const char* what) {

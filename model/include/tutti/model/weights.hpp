@@ -34,6 +34,13 @@ struct model_weights {
   store::shard_meta rank0;
 };
 
+// The feed-forward tensors `s` has beyond the routed experts (each leading
+// dense layer's MLP, each MoE layer's shared experts), under tutti's names:
+// present and of their shape, else one line naming the tensor by the
+// family's Hugging Face name. The loaders check them.
+status check_feed_forward_tensors(
+  const model_shape& s, const std::vector<store::named_tensor>& tensors);
+
 // A directory with config.json or with a MANIFEST. Errors are one line
 // naming the file, key or tensor.
 expected<model_weights> load_weights(const std::filesystem::path& dir);

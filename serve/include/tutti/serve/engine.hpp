@@ -77,6 +77,7 @@ private:
   std::vector<int64_t> pos_;
   std::vector<float> x_, xn_, rstd_, q_, k_, v_, attn_, tmp_, router_, gate_,
     moe_out_, xe_, a_, h_, ye_, scores_;
+  std::vector<float> mlp_out_; // the dense or shared MLP's output
   // Qwen3-MoE: the per-head norms' reciprocals, the router's softmax over
   // all experts (gates without renormalisation).
   std::vector<float> head_rstd_, probs_;

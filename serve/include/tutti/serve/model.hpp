@@ -1,5 +1,6 @@
 #pragma once
-// A model held for serving (Mixtral or Qwen3-MoE): its shape and its weights in
+// A model held for serving (Mixtral or Qwen3-MoE, with DeepSeek-V3's shared
+// experts and leading dense layers as options): its shape and its weights in
 // host memory, laid out for the serving forward (engine.hpp). Loaded from a
 // `tutti export` / Hugging Face directory (config.json and F32, F16 or BF16
 // safetensors, one file or shards listed in model.safetensors.index.json) or
@@ -47,6 +48,11 @@ struct layer_weights {
   // serves them).
   std::vector<float> w1, w3, w2;
   std::vector<float> w1_scale, w3_scale, w2_scale;
+  // The SwiGLU MLP on every token (DeepSeek-V3's): a leading dense layer's,
+  // which has no router and no experts, or the shared experts'; empty
+  // without. [F, hidden], [F, hidden], [hidden, F]; packed as the experts.
+  std::vector<float> mlp_w1, mlp_w3, mlp_w2;
+  kernels::packed_matrix mlp_w13_t, mlp_w2_t;
   // The same matrices packed for the serving forward (packed_gemm.hpp);
   // per expert, w1 and w3 side by side: [hidden, 2 * intermediate].
   kernels::packed_matrix q_t, k_t, v_t, o_t, router_t;

@@ -1,5 +1,6 @@
 #pragma once
-// One rank's share of the model (Mixtral or Qwen3-MoE): its pipeline stage's
+// One rank's share of the model (Mixtral or Qwen3-MoE, with DeepSeek-V3's
+// shared experts and leading dense layers as options): its pipeline stage's
 // dense weights (all of them without PP) with their gradients and AdamW state,
 // the activations of the current step, and the MoE plumbing (route, dispatch
 // over the EP group, experts through an expert_executor, combine). Blocking:
@@ -128,6 +129,10 @@ private:
     // ([n, heads * v_head_dim]; attn is then [n, heads, qk_head_dim]).
     mla::acts<float> mla;
     tensor<float> attn_packed;
+    // The layer's SwiGLU MLP on every token (a leading dense layer's, or
+    // the shared experts'): w1's and w3's outputs and their SwiGLU, [n, F]
+    // each with F this TP rank's width; empty without one.
+    tensor<float> mlp_gate, mlp_up, mlp_h;
     // Pipeline: the experts' input rows, for running them again before
     // backward when a later micro-batch's forward came in between.
     tensor<float> expert_in;
@@ -201,6 +206,18 @@ private:
   status dense_sum_squares(double& sum_squares, step_timers& time);
   status moe_forward(int64_t l, int64_t n, step_stats* stats,
                      step_timers& time);
+  // The SwiGLU MLP of layer l on every token (mlp_block.cpp): a leading
+  // dense layer's in place of router and experts, or the shared experts'
+  // beside them. mlp_width: this TP rank's share of its width, 0 without
+  // one. mlp_forward writes this TP rank's partial output of xn2 to `out`;
+  // mlp_backward adds the partial gradient of xn2 for output gradient `dy`
+  // to `dxn` and the weights' gradients to theirs.
+  int64_t mlp_width(int64_t l) const;
+  void mlp_forward(int64_t l, int64_t n, float* out);
+  void mlp_backward(int64_t l, int64_t n, const float* dy, float* dxn);
+  status dense_layer_forward(int64_t l, int64_t n, step_timers& time);
+  status dense_layer_backward(int64_t l, int64_t n, tensor<float>& dx,
+                              step_timers& time);
   status route_counts(layer_acts& a, int64_t n, step_stats& stats, int64_t l,
                       step_timers& time);
   status moe_backward(int64_t l, int64_t n, tensor<float>& dx,
@@ -267,6 +284,8 @@ private:
   // backward scratch; drows_ also holds the dispatch's packed rows
   tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
     dgate_, dexp_in_, dexp_out_;
+  // The layer MLP's output, and its backward's scratch.
+  tensor<float> mlp_out_, dmlp_h_, dmlp_gate_, dmlp_up_;
   // QK-norm's backward: q's and k's gradients before the norm, and the
   // norm weights' of one layer (q_norm then k_norm, summed over TP).
   tensor<float> dq_pre_, dk_pre_, dqk_norm_;

@@ -2,8 +2,9 @@
 // Tensor parallelism (Megatron's split): which weights a TP rank holds a
 // slice of, and along which axis. Attention splits by head: q/k/v by
 // output rows (column-parallel), o_proj by its input columns
-// (row-parallel). The experts split their intermediate dimension: w1/w3
-// by rows, w2 by columns. Everything else (embedding, norms, router, LM
+// (row-parallel). The experts, the shared experts and the dense layers'
+// MLPs split their intermediate dimension: w1/w3 (gate/up) by rows, w2
+// (down) by columns. Everything else (embedding, norms, router, LM
 // head) is replicated on every TP rank. A checkpoint holds whole tensors;
 // these functions cut them into a TP rank's slices and join them back.
 
