@@ -234,9 +234,12 @@ status check_mla(const model_config& m) {
 }
 
 status check_model(const model_config& m) {
-  TUTTI_RETURN_IF_ERROR(require(m.family != model_family::deepseek_v3,
-                                "model.family",
-                                "deepseek_v3 is not supported yet"));
+  TUTTI_RETURN_IF_ERROR(require(m.family != model_family::deepseek_v3
+                                  || m.mla(),
+                                "model.kv_lora_rank",
+                                "must be positive for model.family "
+                                "deepseek_v3 (its multi-head latent "
+                                "attention)"));
   TUTTI_RETURN_IF_ERROR(require(
     m.num_attention_heads % m.num_key_value_heads == 0,
     "model.num_attention_heads",

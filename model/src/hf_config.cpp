@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -32,8 +33,7 @@ status qwen3_keys(const nlohmann::json& j, model_shape& s,
   }
   if (j.contains("decoder_sparse_step")
       && j["decoder_sparse_step"] != nlohmann::json(1))
-    return refuse("decoder_sparse_step",
-                  "must be 1 (every layer a MoE layer)");
+    return refuse("decoder_sparse_step", "must be 1 (every layer a MoE layer)");
   if (j.contains("mlp_only_layers")
       && !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty()))
     return refuse("mlp_only_layers", "must be empty (every layer a MoE layer)");
@@ -45,6 +45,61 @@ status qwen3_keys(const nlohmann::json& j, model_shape& s,
     return refuse("rope_scaling", "must be null (no scaled rotary embedding)");
   if (j.contains("hidden_act") && j["hidden_act"] != nlohmann::json("silu"))
     return refuse("hidden_act", "must be silu");
+  return {};
+}
+
+// DeepSeek-V3's keys with DeepseekV3Config's defaults where config.json
+// leaves one out (as Hugging Face and vLLM read it), before the keys every
+// family shares are read.
+void deepseek_defaults(const nlohmann::json& j, model_shape& s) {
+  const std::pair<const char*, int64_t*> counts[] = {
+    {"n_group", &s.n_group},
+    {"topk_group", &s.topk_group},
+    {"n_shared_experts", &s.shared_experts},
+    {"first_k_dense_replace", &s.dense_layers},
+    {"q_lora_rank", &s.q_lora_rank},
+    {"kv_lora_rank", &s.kv_lora_rank},
+    {"qk_nope_head_dim", &s.qk_nope_head_dim},
+    {"qk_rope_head_dim", &s.qk_rope_head_dim},
+    {"v_head_dim", &s.v_head_dim}};
+  const int64_t defaults[] = {8, 4, 1, 3, 1536, 512, 128, 64, 128};
+  for (size_t i = 0; i < std::size(counts); ++i)
+    if (!j.contains(counts[i].first))
+      *counts[i].second = defaults[i];
+  if (!j.contains("scoring_func"))
+    s.scoring = scoring_func::sigmoid;
+  if (!j.contains("routed_scaling_factor"))
+    s.routed_scaling_factor = 2.5;
+  s.rope_interleave = true; // read below when given
+}
+
+// DeepSeek-V3's keys beyond the shared ones, and the variants tutti does
+// not build refused in one line naming the key.
+status deepseek_keys(const nlohmann::json& j, model_shape& s,
+                     const std::string& file) {
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    return status::error(file + ": key " + key + " " + why);
+  };
+  if (j.contains("norm_topk_prob")) {
+    if (!j["norm_topk_prob"].is_boolean())
+      return refuse("norm_topk_prob", "must be true or false");
+    s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+  }
+  if (j.contains("topk_method")
+      && j["topk_method"] != nlohmann::json("noaux_tc"))
+    return refuse("topk_method", "must be noaux_tc (group-limited, biased "
+                                 "choice; DeepSeek-V3's)");
+  if (j.contains("moe_layer_freq") && j["moe_layer_freq"] != nlohmann::json(1))
+    return refuse("moe_layer_freq", "must be 1 (every layer after the dense "
+                                    "ones a MoE layer)");
+  for (const char* flag : {"attention_bias", "tie_word_embeddings"})
+    if (j.contains(flag) && j[flag] != nlohmann::json(false))
+      return refuse(flag, "must be false");
+  if (j.contains("hidden_act") && j["hidden_act"] != nlohmann::json("silu"))
+    return refuse("hidden_act", "must be silu");
+  if (!s.mla())
+    return refuse("kv_lora_rank", "must be positive (DeepSeek-V3's multi-head "
+                                  "latent attention)");
   return {};
 }
 
@@ -114,11 +169,15 @@ expected<model_shape> read_hf_config(const fs::path& file) {
     return status::error(file.string() + ": key model_type must be a string");
   const auto type = j.value("model_type", std::string("mixtral"));
   const auto family = from_string<model_family>(type);
-  if (!family || *family == model_family::deepseek_v3)
+  if (!family)
     return status::error(file.string() + ": model_type " + type
-                         + " is not supported (mixtral or qwen3_moe)");
+                         + " is not supported (mixtral, qwen3_moe or "
+                           "deepseek_v3)");
   s.family = *family;
   const bool qwen3 = s.family == model_family::qwen3_moe;
+  const bool deepseek = s.family == model_family::deepseek_v3;
+  if (deepseek)
+    deepseek_defaults(j, s);
   const auto ffn = ffn_keys_of(s.family);
   integer("vocab_size", s.vocab, true);
   integer("hidden_size", s.hidden, true);
@@ -183,6 +242,8 @@ expected<model_shape> read_hf_config(const fs::path& file) {
     s.qk_norm = true;
     bad = qwen3_keys(j, s, file.string());
   }
+  if (bad.ok() && deepseek)
+    bad = deepseek_keys(j, s, file.string());
   if (!bad.ok())
     return bad;
   if (auto c = check_shape(s); !c.ok())
@@ -231,7 +292,15 @@ std::string hf_config_text(const store::shard_meta& m) {
     j["attention_bias"] = false;
     j["use_sliding_window"] = false;
   }
-  if (shape.scoring != scoring_func::softmax || shape.n_group != 1) {
+  if (shape.family == model_family::deepseek_v3) {
+    j["norm_topk_prob"] = shape.norm_topk_prob;
+    j["topk_method"] = "noaux_tc";
+    j["moe_layer_freq"] = 1;
+    j["attention_bias"] = false;
+    j["rope_scaling"] = nullptr;
+  }
+  if (shape.scoring != scoring_func::softmax || shape.n_group != 1
+      || shape.family == model_family::deepseek_v3) {
     j["scoring_func"] = to_string(shape.scoring);
     j["n_group"] = shape.n_group;
     j["topk_group"] = shape.topk_group;

@@ -210,16 +210,23 @@ status check_feed_forward(const model_shape& s) {
 } // namespace
 
 status check_shape(const model_shape& s) {
-  if (s.family != model_family::mixtral && s.family != model_family::qwen3_moe)
+  if (s.family != model_family::mixtral && s.family != model_family::qwen3_moe
+      && s.family != model_family::deepseek_v3)
     return status::error(
-      "model_type: only mixtral and qwen3_moe are supported");
-  // Qwen3-MoE's config.json names two of them differently.
+      "model_type: only mixtral, qwen3_moe and deepseek_v3 are supported");
+  // Qwen3-MoE's and DeepSeek-V3's config.json name two of them differently.
   const bool qwen3 = s.family == model_family::qwen3_moe;
-  const char* experts = qwen3 ? "num_experts" : "num_local_experts";
+  const bool deepseek = s.family == model_family::deepseek_v3;
+  const char* experts = qwen3      ? "num_experts"
+                        : deepseek ? "n_routed_experts"
+                                   : "num_local_experts";
+  if (deepseek && !s.mla())
+    return status::error("kv_lora_rank must be positive for deepseek_v3");
   const std::pair<const char*, int64_t> sizes[] = {
     {"vocab_size", s.vocab},
     {"hidden_size", s.hidden},
-    {qwen3 ? "moe_intermediate_size" : "intermediate_size", s.intermediate},
+    {qwen3 || deepseek ? "moe_intermediate_size" : "intermediate_size",
+     s.intermediate},
     {"num_hidden_layers", s.layers},
     {"num_attention_heads", s.q_heads},
     {"num_key_value_heads", s.kv_heads},

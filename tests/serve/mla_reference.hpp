@@ -8,7 +8,8 @@
 // rotate_half on q_pe and k_pe only (de-interleaved first with
 // rope_interleave), k_pe shared by every head; causal attention scaled by
 // 1/sqrt(qk_nope_head_dim + qk_rope_head_dim); o_proj. The MoE half and
-// the norms are qwen3_reference's (its MoE names: mlp.gate, mlp.experts).
+// the norms are qwen3_reference's (its MoE names: mlp.gate, mlp.experts;
+// its dense layers and shared experts).
 // No tutti code.
 
 #include <cmath>
@@ -113,7 +114,7 @@ struct mla_reference {
           x[p][d] += o[d];
         auto h = x[p];
         b.rmsnorm(h, b.at(b.layer(l, "post_attention_layernorm.weight")), D);
-        const auto m = b.moe(l, h);
+        const auto m = b.feed_forward(l, h);
         for (int64_t d = 0; d < D; ++d)
           x[p][d] += m[d];
       }

@@ -206,6 +206,68 @@ TEST_CASE("MLA: tutti's logits are the reference's, trained and served over "
   }
 }
 
+TEST_CASE("DeepSeek-V3: a DeepseekV3ForCausalLM directory gives the "
+          "reference's logits, trained and served",
+          "[unit]") {
+  // MLA with a query latent and interleaved rotary slices, a leading dense
+  // layer (width 20), a shared expert, the group-limited sigmoid router
+  // (2 groups of 3, one kept) scaled by 2.5: DeepSeek-V3 in small.
+  auto cfg = mla_config(10, true);
+  cfg.model.family = model_family::deepseek_v3;
+  cfg.model.dense_intermediate_size = 20;
+  cfg.moe.first_k_dense_replace = 1;
+  cfg.moe.n_shared_experts = 1;
+  cfg.moe.scoring = scoring_func::sigmoid;
+  cfg.moe.n_group = 2;
+  cfg.moe.topk_group = 1;
+  cfg.moe.routed_scaling_factor = 2.5;
+  const auto dir = scratch("deepseek_v3") / "hf";
+  auto tensors = random_model_tensors(cfg, 37);
+  // Correction biases that change the choice of experts.
+  const auto bias = names::layer(1, names::router_bias);
+  tensors[bias] = {0.3f, -0.2f, 0.1f, 0.0f, -0.4f, 0.2f};
+  write_export_dir(dir, cfg, tensors);
+  const auto text = read_text(dir / "config.json");
+  CHECK(text.find("\"DeepseekV3ForCausalLM\"") != std::string::npos);
+  CHECK(text.find("\"n_routed_experts\"") != std::string::npos);
+
+  auto ref = reference_of(cfg, tensors);
+  ref.base.w[model::hf_tensor_name(model_family::qwen3_moe, bias)].assign(
+    tensors[bias].begin(), tensors[bias].end());
+  ref.base.sigmoid_router = qwen3_reference::deepseek_router{2, 1, 2.5};
+  ref.base.n_shared_experts = 1;
+  ref.base.first_k_dense_replace = 1;
+  ref.base.dense_inter = 20;
+  const auto prompt = random_prompt(13, P, V);
+  const auto want = ref.logits(prompt);
+
+  const auto m = load_or_fail(dir);
+  CHECK(m.shape.family == model_family::deepseek_v3);
+  CHECK(m.shape.dense_layers == 1);
+  CHECK(m.shape.shared_experts == 1);
+  serve::kv_cache cache(serve::geometry_of_shape(m.shape, 4), 8);
+  serve::engine engine(m, cache);
+  std::vector<int32_t> blocks;
+  REQUIRE(cache.reserve(blocks, P));
+  std::vector<float> logits;
+  REQUIRE(
+    engine
+      .forward({{prompt.data(), P, 0, &blocks, serve::seq_chunk::logits::all}},
+               logits)
+      .ok());
+  const auto trained = training_logprobs(cfg, tensors, prompt);
+  double served = 0, train = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    served = std::max(served,
+                      worst(serve::log_softmax(logits.data() + p * V, V),
+                            log_softmax(want[p])));
+    train = std::max(train, worst(trained[p], log_softmax(want[p])));
+  }
+  INFO("worst relative difference: served " << served << ", trained " << train);
+  CHECK(served < 1e-5);
+  CHECK(train < 1e-5);
+}
+
 namespace {
 
 serve::served_model mla_served_model() {

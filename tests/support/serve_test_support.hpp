@@ -119,12 +119,15 @@ inline std::vector<int64_t> hf_shape(const job_config& cfg,
 inline nlohmann::json hf_config_json(const job_config& cfg) {
   const auto& m = cfg.model;
   const bool qwen3 = m.family == model_family::qwen3_moe;
+  const bool deepseek = m.family == model_family::deepseek_v3;
   nlohmann::json j;
-  j["architectures"] = {qwen3 ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM"};
+  j["architectures"] = {qwen3      ? "Qwen3MoeForCausalLM"
+                        : deepseek ? "DeepseekV3ForCausalLM"
+                                   : "MixtralForCausalLM"};
   j["model_type"] = to_string(m.family);
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
-  j[qwen3 ? "moe_intermediate_size" : "intermediate_size"] =
+  j[qwen3 || deepseek ? "moe_intermediate_size" : "intermediate_size"] =
     m.intermediate_size;
   j["num_hidden_layers"] = m.num_hidden_layers;
   j["num_attention_heads"] = m.num_attention_heads;
@@ -133,7 +136,8 @@ inline nlohmann::json hf_config_json(const job_config& cfg) {
   j["max_position_embeddings"] = m.max_seq_len;
   j["rope_theta"] = m.rope_theta;
   j["rms_norm_eps"] = m.rms_norm_eps;
-  j[qwen3 ? "num_experts" : "num_local_experts"] = cfg.moe.num_experts;
+  j[qwen3 ? "num_experts" : deepseek ? "n_routed_experts" : "num_local_experts"] =
+    cfg.moe.num_experts;
   j["num_experts_per_tok"] = cfg.moe.router_top_k;
   if (qwen3) {
     j["norm_topk_prob"] = cfg.moe.norm_topk_prob;
@@ -151,15 +155,21 @@ inline nlohmann::json hf_config_json(const job_config& cfg) {
     j["rope_interleave"] = m.rope_interleave;
     j["head_dim"] = m.qk_rope_head_dim;
   }
-  if (cfg.moe.n_shared_experts > 0)
+  // DeepSeek-V3's config.json gives them all (absent ones would take
+  // DeepseekV3Config's defaults).
+  if (cfg.moe.n_shared_experts > 0 || deepseek)
     j["n_shared_experts"] = cfg.moe.n_shared_experts;
-  if (cfg.moe.first_k_dense_replace > 0) {
+  if (cfg.moe.first_k_dense_replace > 0 || deepseek) {
     j["first_k_dense_replace"] = cfg.moe.first_k_dense_replace;
-    j[qwen3 ? "intermediate_size" : "dense_intermediate_size"] =
+    j[qwen3 || deepseek ? "intermediate_size" : "dense_intermediate_size"] =
       m.dense_intermediate_size;
   }
-  if (cfg.moe.scoring == scoring_func::sigmoid) {
-    j["scoring_func"] = "sigmoid";
+  if (deepseek) {
+    j["norm_topk_prob"] = cfg.moe.norm_topk_prob;
+    j["topk_method"] = "noaux_tc";
+  }
+  if (cfg.moe.scoring == scoring_func::sigmoid || deepseek) {
+    j["scoring_func"] = to_string(cfg.moe.scoring);
     j["n_group"] = cfg.moe.n_group;
     j["topk_group"] = cfg.moe.topk_group;
     j["routed_scaling_factor"] = cfg.moe.routed_scaling_factor;

@@ -52,10 +52,11 @@ template <class Visitor>
 void visit_fields(Visitor& v, model_config& c) {
   using namespace config;
   v.field("family", c.family,
-          "architecture, by Hugging Face's model_type: mixtral, or "
+          "architecture, by Hugging Face's model_type: mixtral, "
           "qwen3_moe (RMSNorm of each query and key head, q_norm and "
-          "k_norm, before the rotary embedding); deepseek_v3 is refused, "
-          "not supported yet");
+          "k_norm, before the rotary embedding) or deepseek_v3 (multi-head "
+          "latent attention, needs kv_lora_rank; its tensor and config.json "
+          "names)");
   v.field("vocab_size", c.vocab_size, "tokens in the vocabulary", required,
           at_least(2));
   v.field("hidden_size", c.hidden_size,
