@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # llama.cpp loads tutti's GGUF export of the medium model (F32 and F16), and
 # of the same model as a Qwen3-MoE (its qwen3moe architecture: QK-norm,
-# heads of their own size), and its greedy continuations and
+# heads of their own size) and as a DeepSeek-V3 (deepseek2: multi-head
+# latent attention, a dense layer, a shared expert, the grouped sigmoid
+# router), and its greedy continuations and
 # log-probabilities equal `tutti serve`'s on the Hugging Face export of the
 # same weights; the experts in 8 bits, Q8_0 in llama.cpp and `tutti export
 # --dtype int8` in tutti, give the same tokens within a stated
@@ -49,3 +51,20 @@ sed "s#runs/medium/export#$work/qwen3-hf#" "$src/configs/serve-medium.yaml" \
 start_serve "$work/serve-qwen3.yaml" 300
 cd "$peer"
 timeout 120 node compare_llama.mjs --gguf "$work/qwen3-f32/model-f32.gguf" --url "$url" --tolerance 1e-5
+# The same width as a DeepSeek-V3, F32: llama.cpp's deepseek2 (absorbed
+# multi-head latent attention over kv_b's two halves) against tutti.
+kill "$server"; wait "$server" 2>/dev/null || true
+sed -e 's/^model:$/model:\n  family: deepseek_v3\n  kv_lora_rank: 64\n  q_lora_rank: 96\n  qk_nope_head_dim: 32\n  qk_rope_head_dim: 16\n  v_head_dim: 32\n  rope_interleave: true\n  dense_intermediate_size: 512/' \
+  -e 's/^  num_key_value_heads: 4$/  num_key_value_heads: 8/' \
+  -e 's/^  router_top_k: 2$/  router_top_k: 2\n  n_shared_experts: 1\n  first_k_dense_replace: 1\n  scoring_func: sigmoid\n  n_group: 2\n  topk_group: 1\n  routed_scaling_factor: 2.5/' \
+  "$src/configs/medium.yaml" >"$work/deepseek.yaml"
+grep -q "family: deepseek_v3" "$work/deepseek.yaml"
+for format in "gguf --dtype f32" "hf"; do
+  timeout 120 "$tutti" export --init "$work/deepseek.yaml" --format $format \
+    --out "$work/deepseek-${format##* }"
+done
+sed "s#runs/medium/export#$work/deepseek-hf#" "$src/configs/serve-medium.yaml" \
+  >"$work/serve-deepseek.yaml"
+start_serve "$work/serve-deepseek.yaml" 300
+cd "$peer"
+timeout 120 node compare_llama.mjs --gguf "$work/deepseek-f32/model-f32.gguf" --url "$url" --tolerance 1e-5
