@@ -16,6 +16,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// norm_topk_prob when config.json gives it; `absent` (the family's
+// default) when it does not.
+status read_norm_topk_prob(const nlohmann::json& j, model_shape& s,
+                           const std::string& file, bool absent) {
+  if (!j.contains("norm_topk_prob")) {
+    s.norm_topk_prob = absent;
+    return {};
+  }
+  if (!j["norm_topk_prob"].is_boolean())
+    return status::error(file + ": key norm_topk_prob must be true or false");
+  s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+  return {};
+}
+
 // Qwen3-MoE's keys beyond the shared ones, and the variants tutti does not
 // build refused in one line naming the key: dense layers between the MoE
 // ones, attention biases, tied embeddings, scaled or windowed attention.
@@ -24,13 +38,8 @@ status qwen3_keys(const nlohmann::json& j, model_shape& s,
   auto refuse = [&](const std::string& key, const std::string& why) {
     return status::error(file + ": key " + key + " " + why);
   };
-  if (j.contains("norm_topk_prob")) {
-    if (!j["norm_topk_prob"].is_boolean())
-      return refuse("norm_topk_prob", "must be true or false");
-    s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
-  } else {
-    s.norm_topk_prob = false; // Qwen3MoeConfig's default
-  }
+  // Qwen3MoeConfig's default: false.
+  TUTTI_RETURN_IF_ERROR(read_norm_topk_prob(j, s, file, false));
   if (j.contains("decoder_sparse_step")
       && j["decoder_sparse_step"] != nlohmann::json(1))
     return refuse("decoder_sparse_step", "must be 1 (every layer a MoE layer)");
@@ -80,11 +89,8 @@ status deepseek_keys(const nlohmann::json& j, model_shape& s,
   auto refuse = [&](const std::string& key, const std::string& why) {
     return status::error(file + ": key " + key + " " + why);
   };
-  if (j.contains("norm_topk_prob")) {
-    if (!j["norm_topk_prob"].is_boolean())
-      return refuse("norm_topk_prob", "must be true or false");
-    s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
-  }
+  // DeepseekV3Config's default: true.
+  TUTTI_RETURN_IF_ERROR(read_norm_topk_prob(j, s, file, true));
   if (j.contains("topk_method")
       && j["topk_method"] != nlohmann::json("noaux_tc"))
     return refuse("topk_method", "must be noaux_tc (group-limited, biased "
