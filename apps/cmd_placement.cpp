@@ -24,6 +24,25 @@ namespace tutti::cli {
 
 namespace {
 
+// Why the affinity plan cannot predict this model's experts ("" when it
+// can): its one-position forward knows grouped-query attention, every
+// layer a MoE layer and the softmax router, and would predict others wrong.
+std::string affinity_unsupported(const job_config& cfg) {
+  const auto& e = cfg.moe;
+  const char* key = cfg.model.mla()           ? "model.kv_lora_rank"
+                    : e.first_k_dense_replace ? "moe_config.first_k_dense_replace"
+                    : e.n_shared_experts      ? "moe_config.n_shared_experts"
+                    : e.scoring != scoring_func::softmax
+                      ? "moe_config.scoring_func"
+                      : nullptr;
+  return key == nullptr
+           ? ""
+           : std::string(key)
+               + ": --method affinity predicts the experts of models with "
+                 "grouped-query attention, no dense or shared MLPs and the "
+                 "softmax router only";
+}
+
 // The exported model's experts per token and layer (token_experts.hpp).
 expected<std::vector<int32_t>> token_experts_of(const job_config& cfg,
                                                 const std::string& dir) {
@@ -96,6 +115,8 @@ int plan(const std::vector<std::string>& args) {
   auto cfg = load_job_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "config: " + cfg.message());
+  if (method == "affinity" && !affinity_unsupported(*cfg).empty())
+    return fail(2, "placement plan: " + affinity_unsupported(*cfg));
   auto topo = placement::topology::from_config(*cfg);
   if (!topo.ok())
     return fail(2, "placement plan: " + topo.message());

@@ -199,6 +199,14 @@ TEST_CASE("command line misuse: status 2, one line", "[unit]") {
                    {missing.string()});
     CHECK_FALSE(fs::exists(out / "meta.json"));
   }
+  SECTION("an affinity plan for a model it cannot predict") {
+    auto cfg = dir / "deepseek.yaml";
+    fs::copy_file(fs::path(source_dir()) / "configs" / "medium-deepseek.yaml", cfg,
+                  fs::copy_options::overwrite_existing);
+    expect_refusal("placement plan " + q(cfg) + " --stats " + q(dir / "s.json")
+                     + " --method affinity --model " + q(dir),
+                   {"model.kv_lora_rank", "--method affinity"});
+  }
   SECTION("no command at all") {
     auto r = run(tutti_bin(), 60);
     CHECK(r.status == 2);

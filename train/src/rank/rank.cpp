@@ -22,6 +22,7 @@
 #include "tutti/kernels/ops.hpp"
 #include "tutti/train/capacity_plan.hpp"
 #include "tutti/model/param_layout.hpp"
+#include "tutti/moe/rack_routing.hpp"
 #include "tutti/train/rank_model.hpp"
 #include "tutti/train/stage_layout.hpp"
 #include "tutti/train/tensor_parallel.hpp"
@@ -144,7 +145,10 @@ public:
                     : e.capacity_factor > 0         ? "auto: from capacity"
                                             : "auto: dropless worst case")
                  + "); CPU kernels on OpenBLAS core "
-                 + kernels::blas_core_name() + cpu_bf16_note(a_.cfg));
+                 + kernels::blas_core_name() + cpu_bf16_note(a_.cfg)
+                 + moe::rack_routing_note(
+                   a_.cfg, moe::rack_routing_of(a_.cfg, a_.rank,
+                                                a_.slot_of_expert)));
     }
     if (a_.resume_step > 0) {
       TUTTI_RETURN_IF_ERROR(

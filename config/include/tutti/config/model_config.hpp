@@ -174,7 +174,8 @@ void visit_fields(Visitor& v, moe_config& c) {
           "(DeepSeek-V3)");
   v.field("n_group", c.n_group,
           "expert groups (contiguous ids) for group-limited routing; "
-          "divides num_experts; > 1 needs scoring_func sigmoid",
+          "divides num_experts; > 1 needs scoring_func sigmoid; with each "
+          "group's experts in one rack, a token reaches topk_group racks",
           at_least(1));
   v.field("topk_group", c.topk_group,
           "groups a token may use, ranked by the sum of their two best "
