@@ -166,6 +166,11 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                                   : serve::load_model(p.dir);
   if (!model)
     return fail(2, prog, model.message());
+  if (const auto mtp = model.value().skipped_mtp_tensors; mtp > 0)
+    std::printf("serve: skipping %lld multi-token-prediction tensors "
+                "(num_nextn_predict_layers: %lld)\n",
+                static_cast<long long>(mtp),
+                static_cast<long long>(model.value().shape.mtp_layers));
   if (!c.model_name.empty())
     model.value().name = c.model_name;
   if (c.weights == weight_dtype::int8)

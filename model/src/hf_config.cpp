@@ -214,6 +214,7 @@ expected<model_shape> read_hf_config(const fs::path& file) {
   count("first_k_dense_replace", s.dense_layers);
   if (s.dense_layers > 0)
     integer(ffn.dense_width, s.dense_intermediate, true);
+  count("num_nextn_predict_layers", s.mtp_layers);
   if (bad.ok() && j.contains("scoring_func")) {
     const auto& value = j["scoring_func"];
     std::optional<scoring_func> f;

@@ -94,6 +94,22 @@ status add_shard_tensors(store::shard_file& shard,
   return {};
 }
 
+// A tensor of one of the multi-token-prediction layers `s` declares:
+// model.layers.N.* with layers <= N < layers + mtp_layers (its own
+// embedding, norms, projection, head and a whole decoder layer).
+bool mtp_tensor(const model_shape& s, const std::string& hf) {
+  const std::string prefix = "model.layers.";
+  if (s.mtp_layers == 0 || hf.rfind(prefix, 0) != 0)
+    return false;
+  const auto dot = hf.find('.', prefix.size());
+  const auto digits = hf.substr(prefix.size(), dot - prefix.size());
+  if (dot == std::string::npos || digits.empty() || digits.size() > 9
+      || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const int64_t layer = std::stoll(digits);
+  return layer >= s.layers && layer < s.layers + s.mtp_layers;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -154,6 +170,10 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
       if (!seen.insert(t.name).second)
         return status::error(file.string() + ": tensor " + t.name
                              + " appears twice");
+      if (mtp_tensor(w.shape, t.name)) {
+        ++w.skipped_mtp_tensors;
+        continue;
+      }
       // Under tutti's names whatever the family (family.hpp); a name that
       // does not come back is another family's.
       auto name = tutti_tensor_name(w.shape.family, t.name);
@@ -223,7 +243,8 @@ namespace {
 
 expected<model_shape> stream_hf_dir(const fs::path& dir,
                                     const weight_filter& keep,
-                                    const store::tensor_sink& sink) {
+                                    const store::tensor_sink& sink,
+                                    int64_t* skipped_mtp_tensors) {
   auto shape = read_hf_config(dir / "config.json");
   if (!shape)
     return shape.error();
@@ -246,6 +267,11 @@ expected<model_shape> stream_hf_dir(const fs::path& dir,
           bad = status::error(file.string() + ": tensor " + hf
                               + " appears twice");
           return true;
+        }
+        if (mtp_tensor(shape.value(), hf)) {
+          if (skipped_mtp_tensors)
+            ++*skipped_mtp_tensors;
+          return false;
         }
         const auto name = tutti_tensor_name(family, hf);
         if (hf_tensor_name(family, name) != hf) {
@@ -311,9 +337,10 @@ expected<model_shape> stream_checkpoint(const fs::path& dir,
 
 expected<model_shape> stream_weights(const fs::path& dir,
                                      const weight_filter& keep,
-                                     const store::tensor_sink& sink) {
+                                     const store::tensor_sink& sink,
+                                     int64_t* skipped_mtp_tensors) {
   if (fs::exists(dir / "config.json"))
-    return stream_hf_dir(dir, keep, sink);
+    return stream_hf_dir(dir, keep, sink, skipped_mtp_tensors);
   if (fs::exists(dir / "MANIFEST"))
     return stream_checkpoint(dir, keep, sink);
   return status::error(dir.string()

@@ -226,6 +226,7 @@ expected<served_model> load_model_part(const fs::path& dir,
   std::optional<expert_stager> stager;
   bool file_int8 = false;
   status bad;
+  int64_t skipped_mtp = 0;
   auto shape = model::stream_weights(
     dir,
     [&](const model_shape& s, const std::string& name, bool int8) {
@@ -256,7 +257,8 @@ expected<served_model> load_model_part(const fs::path& dir,
       shapes[t.name] = t.shape;
       dense[t.name] = std::move(t.data);
       return {};
-    });
+    },
+    &skipped_mtp);
   if (!shape)
     return shape.error();
   TUTTI_RETURN_IF_ERROR(bad);
@@ -273,6 +275,7 @@ expected<served_model> load_model_part(const fs::path& dir,
   m.expert_dtype = int8 ? weight_dtype::int8 : weight_dtype::fp32;
   m.quantized_at_load = int8 && !file_int8;
   m.held_experts = held;
+  m.skipped_mtp_tensors = skipped_mtp;
   TUTTI_RETURN_IF_ERROR(load_beside_weights(dir, m));
   return m;
 }

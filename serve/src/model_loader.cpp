@@ -425,9 +425,11 @@ expected<served_model> load_model(const fs::path& dir) {
   auto weights = model::load_weights(dir);
   if (!weights)
     return weights.error();
+  const auto skipped_mtp = weights.value().skipped_mtp_tensors;
   auto m = model_from_weights(std::move(weights.value()), dir.string());
   if (!m)
     return m;
+  m.value().skipped_mtp_tensors = skipped_mtp;
   TUTTI_RETURN_IF_ERROR(load_beside_weights(dir, m.value()));
   return m;
 }

@@ -7,8 +7,9 @@
 // interleaved and paired rotary slices. Served, a request's tokens and
 // log-probabilities are the same bits one at a time and eight at once, on
 // the engine and on 1 and 2 expert-parallel ranks; a position costs
-// (kv_lora_rank + qk_rope_head_dim) values per layer. Bad keys and tensors
-// are refused in one line naming them.
+// (kv_lora_rank + qk_rope_head_dim) values per layer. A DeepSeek-V3
+// checkpoint's multi-token-prediction layer is skipped. Bad keys and
+// tensors are refused in one line naming them.
 
 #include <catch2/catch.hpp>
 
@@ -23,7 +24,9 @@
 #include "tutti/model/family.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/model_shape.hpp"
+#include "tutti/model/weights.hpp"
 #include "tutti/serve/engine.hpp"
+#include "tutti/serve/expert_loading.hpp"
 #include "tutti/serve/kv_cache.hpp"
 #include "tutti/serve/sampler.hpp"
 #include "tutti/serve/service.hpp"
@@ -210,17 +213,8 @@ TEST_CASE("DeepSeek-V3: a DeepseekV3ForCausalLM directory gives the "
           "reference's logits, trained and served",
           "[unit]") {
   // MLA with a query latent and interleaved rotary slices, a leading dense
-  // layer (width 20), a shared expert, the group-limited sigmoid router
-  // (2 groups of 3, one kept) scaled by 2.5: DeepSeek-V3 in small.
-  auto cfg = mla_config(10, true);
-  cfg.model.family = model_family::deepseek_v3;
-  cfg.model.dense_intermediate_size = 20;
-  cfg.moe.first_k_dense_replace = 1;
-  cfg.moe.n_shared_experts = 1;
-  cfg.moe.scoring = scoring_func::sigmoid;
-  cfg.moe.n_group = 2;
-  cfg.moe.topk_group = 1;
-  cfg.moe.routed_scaling_factor = 2.5;
+  // layer, a shared expert, the group-limited sigmoid router.
+  const auto cfg = deepseek_test_config(V, P);
   const auto dir = scratch("deepseek_v3") / "hf";
   auto tensors = random_model_tensors(cfg, 37);
   // Correction biases that change the choice of experts.
@@ -266,6 +260,129 @@ TEST_CASE("DeepSeek-V3: a DeepseekV3ForCausalLM directory gives the "
   INFO("worst relative difference: served " << served << ", trained " << train);
   CHECK(served < 1e-5);
   CHECK(train < 1e-5);
+}
+
+namespace {
+
+// The logits of `m` at every position of `prompt` (P tokens).
+std::vector<float> served_logits(const serve::served_model& m,
+                                 const std::vector<int32_t>& prompt) {
+  serve::kv_cache cache(serve::geometry_of_shape(m.shape, 4), 8);
+  serve::engine engine(m, cache);
+  std::vector<int32_t> blocks;
+  REQUIRE(cache.reserve(blocks, P));
+  std::vector<float> logits;
+  REQUIRE(
+    engine
+      .forward({{prompt.data(), P, 0, &blocks, serve::seq_chunk::logits::all}},
+               logits)
+      .ok());
+  return logits;
+}
+
+// config.json (cfg's, with `keys` added) and model.safetensors holding
+// `tensors` as they are named.
+fs::path write_hf_dir(const std::string& name, const job_config& cfg,
+                      const nlohmann::json& keys,
+                      const std::vector<store::named_tensor>& tensors) {
+  const auto dir = scratch("mla_mtp_" + name) / "hf";
+  fs::create_directories(dir);
+  auto j = hf_config_json(cfg);
+  if (keys.is_object())
+    j.update(keys);
+  write_text(dir / "config.json", j.dump(2));
+  REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("DeepSeek-V3: a multi-token-prediction layer is skipped, another "
+          "unexpected tensor refused",
+          "[unit]") {
+  // A checkpoint with num_nextn_predict_layers: 1 holds model.layers.2.*
+  // (of 2 layers): the module's own tensors and a whole MoE decoder layer.
+  const auto cfg = deepseek_test_config(V, P);
+  const auto tensors = random_model_tensors(cfg, 43);
+  std::vector<store::named_tensor> main, mtp;
+  const std::string last = "model.layers.1.";
+  for (const auto& [name, values] : tensors) {
+    const auto hf = model::hf_tensor_name(model_family::deepseek_v3, name);
+    main.push_back({hf, hf_shape(cfg, name), values});
+    if (hf.rfind(last, 0) == 0)
+      mtp.push_back({"model.layers.2." + hf.substr(last.size()),
+                     hf_shape(cfg, name), values});
+  }
+  const std::pair<const char*, std::vector<int64_t>> module[] = {
+    {"embed_tokens.weight", {V, D}},
+    {"enorm.weight", {D}},
+    {"hnorm.weight", {D}},
+    {"eh_proj.weight", {D, 2 * D}},
+    {"shared_head.norm.weight", {D}},
+    {"shared_head.head.weight", {V, D}}};
+  for (const auto& [part, shape] : module) {
+    int64_t n = 1;
+    for (auto d : shape)
+      n *= d;
+    mtp.push_back({"model.layers.2." + std::string(part), shape,
+                   std::vector<float>(n, 0.25f)});
+  }
+  CHECK(mtp.size() > 20);
+  auto with = main;
+  with.insert(with.end(), mtp.begin(), mtp.end());
+  const nlohmann::json nextn = {{"num_nextn_predict_layers", 1}};
+
+  const auto prompt = random_prompt(17, P, V);
+  const auto want = served_logits(
+    load_or_fail(write_hf_dir("none", cfg, {}, main)), prompt);
+  const auto dir = write_hf_dir("one", cfg, nextn, with);
+  const auto read = model::load_weights(dir);
+  REQUIRE(read.ok());
+  CHECK(read.value().skipped_mtp_tensors == int64_t(mtp.size()));
+  CHECK(read.value().shape.mtp_layers == 1);
+  // Loaded whole, and one tensor at a time as a serving daemon loads.
+  const auto whole = load_or_fail(dir);
+  CHECK(whole.skipped_mtp_tensors == int64_t(mtp.size()));
+  CHECK(served_logits(whole, prompt) == want);
+  auto part = serve::load_model_part(dir, serve::expert_set(L * E, 1),
+                                     weight_dtype::fp32);
+  INFO(part.message());
+  REQUIRE(part.ok());
+  CHECK(part.value().skipped_mtp_tensors == int64_t(mtp.size()));
+  CHECK(served_logits(part.value(), prompt) == want);
+
+  auto refused = [&](const std::string& name, const nlohmann::json& keys,
+                     const std::vector<store::named_tensor>& t) {
+    const auto bad = write_hf_dir(name, cfg, keys, t);
+    std::vector<std::string> out;
+    auto whole = serve::load_model(bad);
+    auto streamed = serve::load_model_part(bad, serve::expert_set(L * E, 1),
+                                           weight_dtype::fp32);
+    for (const status& s : {whole.error(), streamed.error()}) {
+      REQUIRE_FALSE(s.ok());
+      CHECK(s.message().find('\n') == std::string::npos);
+      out.push_back(s.message());
+    }
+    return out;
+  };
+  // Without the key the module's tensors are unexpected.
+  for (const auto& m : refused("no_key", {}, with)) {
+    INFO(m);
+    CHECK(m.find("model.layers.2.") != std::string::npos);
+  }
+  // A layer past the declared ones, and a stray tensor, still are.
+  auto past = with;
+  past.push_back({"model.layers.3.enorm.weight", {D}, std::vector<float>(D)});
+  for (const auto& m : refused("past", nextn, past)) {
+    INFO(m);
+    CHECK(m.find("model.layers.3.enorm.weight") != std::string::npos);
+  }
+  auto stray = with;
+  stray.push_back({"model.layers.0.stray.weight", {D}, std::vector<float>(D)});
+  for (const auto& m : refused("stray", nextn, stray)) {
+    INFO(m);
+    CHECK(m.find("model.layers.0.stray.weight") != std::string::npos);
+  }
 }
 
 namespace {

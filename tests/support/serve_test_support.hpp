@@ -60,6 +60,27 @@ inline job_config qwen3_test_config(int vocab, int hidden, int intermediate,
   return cfg;
 }
 
+// DeepSeek-V3 in small: width 24, 4 heads, 2 layers, 6 experts, top-2;
+// MLA (a latent of 12, a query latent of 10, queries and keys of 6 + 4,
+// values of 5, interleaved rotary slices), a leading dense layer of width
+// 20, a shared expert, the group-limited sigmoid router (2 groups of 3,
+// one kept) scaled by 2.5.
+inline job_config deepseek_test_config(int vocab, int max_seq) {
+  auto cfg = serve_test_config(vocab, 24, 16, 2, 4, 4, 6, 2, max_seq,
+                               "  kv_lora_rank: 12\n  q_lora_rank: 10\n"
+                               "  qk_nope_head_dim: 6\n  qk_rope_head_dim: 4\n"
+                               "  v_head_dim: 5\n  rope_interleave: true\n");
+  cfg.model.family = model_family::deepseek_v3;
+  cfg.model.dense_intermediate_size = 20;
+  cfg.moe.first_k_dense_replace = 1;
+  cfg.moe.n_shared_experts = 1;
+  cfg.moe.scoring = scoring_func::sigmoid;
+  cfg.moe.n_group = 2;
+  cfg.moe.topk_group = 1;
+  cfg.moe.routed_scaling_factor = 2.5;
+  return cfg;
+}
+
 using tensor_map = std::map<std::string, std::vector<float>>;
 
 // Every tensor by its Hugging Face name, initialised from `seed` (a leading

@@ -59,6 +59,10 @@ struct model_shape {
 
   bool dense_layer(int64_t l) const { return l < dense_layers; }
   int64_t shared_intermediate() const { return shared_experts * intermediate; }
+  // DeepSeek-V3's multi-token-prediction modules (num_nextn_predict_layers):
+  // layers numbered from `layers` on in a checkpoint, for speculative
+  // decoding; tutti serves the main model and skips their tensors.
+  int64_t mtp_layers = 0;
 };
 
 // The model a job config trains.

@@ -8,7 +8,10 @@
 // one file or the shards of model.safetensors.index.json, F32/F16/BF16,
 // and I8 weights with their `_scale` tensors, kept as codes and scales),
 // or a tutti checkpoint (MANIFEST and shard files, verified before use;
-// the optimizer's state stays behind). Serving, `tutti sample` and
+// the optimizer's state stays behind). A directory's multi-token-prediction
+// layers (DeepSeek-V3's num_nextn_predict_layers, numbered after the
+// model's) are skipped, as vLLM skips them for the main model; any other
+// tensor the model lacks is refused by its readers. Serving, `tutti sample` and
 // `tutti export` read models through it.
 
 #include <cstdint>
@@ -32,6 +35,9 @@ struct model_weights {
   // config.json); -1 and empty for a model directory.
   int64_t step = -1;
   store::shard_meta rank0;
+  // A directory's multi-token-prediction tensors left unread
+  // (model_shape::mtp_layers), for the reader to report.
+  int64_t skipped_mtp_tensors = 0;
 };
 
 // The feed-forward tensors `s` has beyond the routed experts (each leading
@@ -51,12 +57,15 @@ expected<model_weights> load_weights(const std::filesystem::path& dir);
 // and whether stored as int8; the model's shape known) are read and go to
 // `sink` as they are. A directory's safetensors are read by offset, the
 // others' bytes never; a checkpoint's shards one at a time (at most one
-// shard's tensors beside what is kept). Returns the shape.
+// shard's tensors beside what is kept). Returns the shape; counts the
+// multi-token-prediction tensors it skipped into `skipped_mtp_tensors`
+// where given.
 using weight_filter = std::function<bool(const model_shape& shape,
                                          const std::string& name, bool int8)>;
 expected<model_shape> stream_weights(const std::filesystem::path& dir,
                                      const weight_filter& keep,
-                                     const store::tensor_sink& sink);
+                                     const store::tensor_sink& sink,
+                                     int64_t* skipped_mtp_tensors = nullptr);
 
 // A model directory's or checkpoint's shape, and whether its experts are
 // stored int8, without reading the tensors' data.

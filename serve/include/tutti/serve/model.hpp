@@ -81,6 +81,9 @@ struct served_model {
   // (expert_loading.hpp), the others' packed matrices stay empty. Empty:
   // every expert.
   std::vector<char> held_experts;
+  // A DeepSeek-V3 directory's multi-token-prediction tensors, left unread
+  // (model_shape::mtp_layers): the serve start says how many.
+  int64_t skipped_mtp_tensors = 0;
   bool holds_expert(int64_t layer, int64_t expert) const {
     return held_experts.empty()
            || held_experts[layer * shape.experts + expert] != 0;
