@@ -19,6 +19,8 @@
 // Usage: bench_serve [requests per level, default 32]
 //        bench_serve decode B [int8]   (decode steps at batch B only, to
 //        profile; int8: experts in 8 bits)
+//        bench_serve limit   (a decode step of 32 requests against the
+//        machine's limit for it: bytes / bandwidth + FLOPs / GEMM rate)
 
 #include <cstdlib>
 #include <random>
@@ -259,10 +261,103 @@ std::pair<double, double> linear_rows_s(int reps) {
   return {batched, rows};
 }
 
+// One core's read bandwidth from memory, bytes/s: the best of 5 sums
+// over a buffer far larger than the caches (eight accumulators, so the
+// loop waits on loads, not on additions).
+double read_bandwidth() {
+  std::vector<float> buf(size_t(1) << 28, 1.0f); // 1 GiB
+  double best = 0, sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    float acc[8] = {};
+    const double t0 = bench::now_s();
+    for (size_t i = 0; i < buf.size(); i += 8)
+      for (int j = 0; j < 8; ++j)
+        acc[j] += buf[i + j];
+    const double t = bench::now_s() - t0;
+    for (float a : acc)
+      sink += a;
+    best = std::max(best, double(buf.size() * sizeof(float)) / t);
+  }
+  if (sink < 0)
+    std::printf("%f\n", sink);
+  return best;
+}
+
+// One core's float32 GEMM rate through the kernels' linear_forward, FLOP/s
+// (a large square shape: the rate the machine reaches at all).
+double gemm_rate() {
+  const auto s = kernels::cpu_stream();
+  const int64_t n = 1024;
+  std::vector<float> x(n * n, 0.01f), w(n * n, 0.02f), y(n * n);
+  double best = 0;
+  for (int r = 0; r < 4; ++r) {
+    const double t0 = bench::now_s();
+    kernels::linear_forward(s, x.data(), w.data(), y.data(), n, n, n);
+    if (r > 0)
+      best = std::max(best, 2.0 * n * n * n / (bench::now_s() - t0));
+  }
+  return best;
+}
+
+// `bench_serve limit`: a decode step of 32 requests (contexts 128-160)
+// against the machine's limit for it, the bytes it must read over one
+// core's bandwidth plus its FLOPs over one core's GEMM rate. Every expert
+// counts as read: 32 tokens x top-2 leave one of 8 idle with probability
+// (6/8)^32 = 1e-4.
+int decode_limit() {
+  const int64_t B = 32, ctx = 144; // the steps' mean context
+  const double bw = read_bandwidth(), rate = gemm_rate();
+  const double attn_w = double(D) * HQ * HD + 2.0 * D * HKV * HD + HQ * HD * D;
+  const double dense_w = L * (attn_w + D * E + 2.0 * D) + V * D + D;
+  const double expert_w = double(L) * E * 3 * D * F;
+  const double kv = double(B) * ctx * L * 2 * HKV * HD * 4;
+  const double flops =
+    B * (L * (2 * (attn_w + D * E + K * 3.0 * D * F) + 4.0 * ctx * HQ * HD)
+         + 2.0 * V * D);
+  std::printf("one core: read bandwidth %.1f GB/s, GEMM rate %.1f GFLOP/s\n",
+              bw / 1e9, rate / 1e9);
+  std::printf("| experts | decode step, 32 requests (ms) | bytes read (MB) | "
+              "FLOPs (M) | limit: bytes / bandwidth + FLOPs / rate (ms) | "
+              "step / limit (target <= 1.5) |\n|---|---:|---:|---:|---:|---:|\n");
+  const auto m = medium();
+  auto m_int8 = m;
+  serve::quantize_experts(m_int8);
+  for (bool int8 : {false, true}) {
+    // int8: a byte a weight and a float32 scale per output row.
+    const double experts =
+      int8 ? expert_w + double(L) * E * (2 * F + D) * 4 : expert_w * 4;
+    const double bytes = dense_w * 4 + experts + kv;
+    const double step = decode_s(int8 ? m_int8 : m, 128, 32, B) * B;
+    const double limit = bytes / bw + flops / rate;
+    std::printf("| %s | %.3f | %.1f | %.0f | %.3f | %.2f |\n",
+                int8 ? "int8" : "fp32", step * 1e3, bytes / 1e6, flops / 1e6,
+                limit * 1e3, step / limit);
+  }
+  // The kernel this CPU picks against the portable one (what a CPU
+  // without AVX2 and FMA runs), on an expert's matrix and 32 rows.
+  std::vector<float> w(F * D, 0.02f), x(B * D, 0.5f), y(B * F);
+  const auto packed = kernels::pack_matrix(w.data(), F, D);
+  double picked = 1e30, portable = 1e30;
+  for (int r = 0; r < 20; ++r) {
+    const double t0 = bench::now_s();
+    kernels::packed_gemm(x.data(), packed, y.data(), B);
+    const double t1 = bench::now_s();
+    kernels::packed_gemm_portable_float(x.data(), D, packed, y.data(), F, B);
+    picked = std::min(picked, t1 - t0);
+    portable = std::min(portable, bench::now_s() - t1);
+  }
+  std::printf("packed_gemm, 32 rows 256 -> 512: this CPU's kernel %.1f us, "
+              "the portable one %.1f us (%.1fx)\n",
+              picked * 1e6, portable * 1e6, portable / picked);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   kernels::use_single_threaded_blas();
+  if (argc > 1 && std::string(argv[1]) == "limit")
+    return decode_limit();
   const auto m = medium();
   auto m_int8 = m;
   serve::quantize_experts(m_int8);

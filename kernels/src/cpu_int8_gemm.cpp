@@ -2,8 +2,9 @@
 // kernel and the choice of kernel by what the CPU has. Every output is
 // scale[j] * (a left-to-right chain of fused multiply-adds of float(code)
 // and x over the inner dimension); the AVX-512 kernel
-// (cpu_int8_gemm_avx512.cpp) computes the same chains in vector lanes, so
-// both give the same bits, whatever the number of rows.
+// and AVX2 kernels (cpu_packed_gemm_avx512.cpp, cpu_packed_gemm_avx2.cpp)
+// compute the same chains in vector lanes, so all give the same bits,
+// whatever the number of rows.
 
 #include <cmath>
 #include <cstring>
@@ -13,10 +14,13 @@
 
 namespace tutti::kernels {
 
-// cpu_int8_gemm_avx512.cpp
+// cpu_packed_gemm_avx512.cpp and cpu_packed_gemm_avx2.cpp
 void int8_gemm_avx512(const float* x, int64_t ldx, const int8_t* codes,
                       const float* scales, int64_t n, int64_t k, float* y,
                       int64_t ldy, int64_t m);
+void int8_gemm_avx2(const float* x, int64_t ldx, const int8_t* codes,
+                    const float* scales, int64_t n, int64_t k, float* y,
+                    int64_t ldy, int64_t m);
 
 packed_matrix pack_matrix_int8(const float* codes, const float* scales,
                                int64_t out, int64_t in) {
@@ -52,8 +56,12 @@ bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
 }
 
-// Without AVX-512: one output at a time, the same chain (std::fma rounds
-// once, as the instruction does).
+bool has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// Without AVX2 and FMA: one output at a time, the same chain (std::fma
+// rounds once, as the instruction does).
 void portable_kernel(const float* x, int64_t ldx, const int8_t* codes,
                      const float* scales, int64_t n, int64_t k, float* y,
                      int64_t ldy, int64_t m) {
@@ -71,6 +79,7 @@ void portable_kernel(const float* x, int64_t ldx, const int8_t* codes,
 void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m) {
   static const auto kernel = has_avx512() ? int8_gemm_avx512
+                             : has_avx2() ? int8_gemm_avx2
                                           : portable_kernel;
   if (m > 0)
     kernel(x, ldx, w.codes.data(), w.scales.data(), w.out, w.in, y, ldy, m);
@@ -85,8 +94,10 @@ void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
 std::string int8_gemm_kernel() {
   if (has_avx512())
     return "avx512 (the CPU has avx512f and fma)";
+  if (has_avx2())
+    return "avx2 (the CPU has avx2 and fma, no avx512f)";
   return std::string("portable (no ")
-         + (__builtin_cpu_supports("avx512f") ? "fma" : "avx512f") + ")";
+         + (__builtin_cpu_supports("fma") ? "avx2" : "fma") + ")";
 }
 
 std::string cpu_capabilities() {

@@ -7,10 +7,12 @@
 
 namespace tutti::kernels {
 
-// packed_gemm_avx512.cpp
+// cpu_packed_gemm_avx512.cpp and cpu_packed_gemm_avx2.cpp
 void packed_gemm_avx512(const float* x, int64_t ldx, const float* wt,
                         int64_t n, int64_t k, float* y, int64_t ldy,
                         int64_t m);
+void packed_gemm_avx2(const float* x, int64_t ldx, const float* wt, int64_t n,
+                      int64_t k, float* y, int64_t ldy, int64_t m);
 // cpu_int8_gemm.cpp: the same product for an int8 matrix.
 void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m);
@@ -28,10 +30,10 @@ packed_matrix pack_matrix(const float* w, int64_t out, int64_t in) {
 
 namespace {
 
-// Without AVX-512: the same chains of fused multiply-adds one output at a
-// time (std::fma rounds once, as the instruction does), so the bits are
-// those of the AVX-512 kernel; slower, and only for CPUs without it (and
-// for double).
+// Without AVX2 and FMA: the same chains of fused multiply-adds one output
+// at a time (std::fma rounds once, as the instruction does), so the bits
+// are those of the vector kernels; far slower (a library call an
+// element), and only for CPUs without them (and for double).
 template <class T>
 void packed_gemm_portable(const T* x, int64_t ldx, const T* wt, int64_t n,
                           int64_t k, T* y, int64_t ldy, int64_t m) {
@@ -47,15 +49,24 @@ void packed_gemm_portable(const T* x, int64_t ldx, const T* wt, int64_t n,
 void packed_gemm_float(const float* x, int64_t ldx, const float* wt,
                        int64_t n, int64_t k, float* y, int64_t ldy,
                        int64_t m) {
-  static const auto kernel = __builtin_cpu_supports("avx512f")
-                                 && __builtin_cpu_supports("fma")
+  static const auto kernel = !__builtin_cpu_supports("fma")
+                               ? packed_gemm_portable<float>
+                             : __builtin_cpu_supports("avx512f")
                                ? packed_gemm_avx512
+                             : __builtin_cpu_supports("avx2")
+                               ? packed_gemm_avx2
                                : packed_gemm_portable<float>;
   if (m > 0)
     kernel(x, ldx, wt, n, k, y, ldy, m);
 }
 
 } // namespace
+
+void packed_gemm_portable_float(const float* x, int64_t ldx,
+                                const packed_matrix& w, float* y, int64_t ldy,
+                                int64_t m) {
+  packed_gemm_portable(x, ldx, w.t.data(), w.out, w.in, y, ldy, m);
+}
 
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m) {

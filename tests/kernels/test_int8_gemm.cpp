@@ -3,7 +3,7 @@
 // reference of the dequantized weights, and its batch invariance: a row's
 // bits alone, among others and at every batch size are the same, and are
 // those of the chain the header defines (scale * fma chain) and of the
-// portable kernel CPUs without AVX-512 run.
+// portable kernel CPUs without AVX2 run. The float32 product likewise.
 
 #include <catch2/catch.hpp>
 
@@ -88,7 +88,7 @@ TEST_CASE("int8 product against float64 of the dequantized weights, the "
             <= double(in + 2) * 0x1p-24 * magnitude + 1e-30);
       CHECK(same_bits(got, chain * scales[j]));
     }
-  // The portable kernel (CPUs without AVX-512) gives the same bits.
+  // The portable kernel (CPUs without AVX2) gives the same bits.
   std::vector<float> portable(rows * out);
   k::int8_gemm_portable(x.data(), in, p, portable.data(), out, rows);
   for (int64_t v = 0; v < rows * out; ++v)
@@ -108,10 +108,39 @@ TEST_CASE("int8 product against float64 of the dequantized weights, the "
   }
 }
 
+TEST_CASE("float32 weights: the chain the header defines, the portable "
+          "kernel's bits, the same bits at every batch size",
+          "[unit]") {
+  // 100 outputs: AVX-512 strips of 64 and 16 then four single outputs;
+  // AVX2 strips of 16 and 8 then four.
+  const int64_t out = 100, in = 77, rows = 9;
+  const auto w = normal_values(out * in, 21, 0.05f);
+  const auto x = normal_values(rows * in, 22, 1.0f);
+  const auto p = k::pack_matrix(w.data(), out, in);
+  std::vector<float> y(rows * out), portable(rows * out), part(rows * out);
+  k::packed_gemm(x.data(), p, y.data(), rows);
+  k::packed_gemm_portable_float(x.data(), in, p, portable.data(), out, rows);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      float chain = 0.0f;
+      for (int64_t t = 0; t < in; ++t)
+        chain = std::fma(w[j * in + t], x[i * in + t], chain);
+      INFO("row " << i << " output " << j);
+      CHECK(same_bits(y[i * out + j], chain));
+      CHECK(same_bits(portable[i * out + j], chain));
+    }
+  for (int64_t m = 1; m <= rows; ++m) {
+    k::packed_gemm(x.data(), p, part.data(), m);
+    for (int64_t v = 0; v < m * out; ++v)
+      CHECK(same_bits(part[v], y[v]));
+  }
+}
+
 TEST_CASE("the int8 kernel and the CPU's capabilities are named",
           "[unit]") {
   const auto kernel = k::int8_gemm_kernel();
-  CHECK((kernel.rfind("avx512", 0) == 0 || kernel.rfind("portable", 0) == 0));
+  CHECK((kernel.rfind("avx512", 0) == 0 || kernel.rfind("avx2", 0) == 0
+         || kernel.rfind("portable", 0) == 0));
   const auto caps = k::cpu_capabilities();
   CHECK(caps.find("amx") != std::string::npos);
   WARN("int8 kernel: " << kernel << "; CPU: " << caps);

@@ -19,7 +19,8 @@
 // y[i, j] = scale[j] * (the same chain of fused multiply-adds over
 // float(code[t, j]) * x[i, t]), the conversion of a code to float exact,
 // so it is as batch-invariant as the float32 product and its bits are the
-// same on every path (cpu_int8_gemm*.cpp). The CPU only.
+// same on every path (cpu_int8_gemm.cpp, cpu_packed_gemm_*.cpp). The CPU
+// only.
 
 #include <cstdint>
 #include <string>
@@ -51,17 +52,21 @@ void quantize_matrix_int8(const float* w, int64_t out, int64_t in,
                           float* codes, float* scales);
 
 // Which kernel the int8 product runs on this CPU and why ("avx512 (the
-// CPU has avx512f and fma)" or "portable (no avx512f)"), and what the CPU
+// CPU has avx512f and fma)", "avx2 (...)" or "portable (no fma)"), and
+// what the CPU
 // offers for low precision ("avx512f fma avx512_vnni avx512_bf16, no
 // amx").
 std::string int8_gemm_kernel();
 std::string cpu_capabilities();
 
-// The int8 product's portable kernel alone, what CPUs without AVX-512 run
-// (packed_gemm picks it there): callable anywhere, so that tests check it
-// gives the bits of the kernel this CPU picks.
+// The portable kernels alone (float32 and int8), what CPUs without AVX2
+// and FMA run (packed_gemm picks them there): callable anywhere, so that
+// tests check they give the bits of the kernel this CPU picks.
 void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
                         float* y, int64_t ldy, int64_t m);
+void packed_gemm_portable_float(const float* x, int64_t ldx,
+                                const packed_matrix& w, float* y, int64_t ldy,
+                                int64_t m);
 
 // y[m, w.out] = x[m, w.in] w^T, with row strides ldx and ldy.
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
