@@ -1,8 +1,8 @@
 // Each model family served across two `tuttid` daemons (serve.nodes: one
 // rank each, the experts split between them, dispatch and combine over Gloo
 // between the processes) streams every request's tokens and
-// log-probabilities with the same bits as `tutti serve` in one process, one
-// request at a time and eight at once: a Qwen3-MoE model (QK-norm, grouped
+// log-probabilities with the same bits as `tutti serve` in one process (EP
+// 1 and 2), one request at a time and eight at once: a Qwen3-MoE model (QK-norm, grouped
 // query heads of 24) and a DeepSeek-V3 model (multi-head latent attention,
 // a leading dense layer, a shared expert, the group-limited sigmoid router).
 
@@ -114,7 +114,7 @@ double metric(const std::string& text, const std::string& name) {
 } // namespace
 
 TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
-          "1 process, at concurrency 1 and 8",
+          "1 process at EP 1 and 2, at concurrency 1 and 8",
           "[integration]") {
   const bool deepseek = GENERATE(false, true);
   const std::string family = deepseek ? "DeepSeek-V3" : "Qwen3-MoE";
@@ -126,10 +126,12 @@ TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
     deepseek ? deepseek_test_config(256, 128)
              : qwen3_test_config(256, 64, 128, 2, 4, 2, 24, 4, 2, 128, false),
     59);
-  const int base = port_block(deepseek ? 57 : 58, 3);
-  const int one_port = base, two_port = base + 1, rendezvous = base + 2;
+  const int base = port_block(deepseek ? 57 : 58, 4);
+  const int one_port = base, two_port = base + 1, rendezvous = base + 2,
+            ep2_port = base + 3;
 
   write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
+  write_text(root / "ep2.yaml", serve_yaml(model, ep2_port, "  ep_size: 2\n"));
   write_text(root / "two.yaml",
              serve_yaml(model, two_port,
                         "  nodes: [127.0.0.1, 127.0.0.1]\n"
@@ -137,15 +139,22 @@ TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
                           + std::to_string(rendezvous) + "\n"));
   child_process one({tutti_bin(), "serve", (root / "one.yaml").string()},
                     root / "one.log");
+  child_process ep2({tutti_bin(), "serve", (root / "ep2.yaml").string()},
+                    root / "ep2.log");
   auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
   auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
   const auto logs = [&] {
     return "node 0: " + tail(read_text(root / "node0.log"))
            + "\nnode 1: " + tail(read_text(root / "node1.log"))
-           + "\none process: " + tail(read_text(root / "one.log"));
+           + "\none process: " + tail(read_text(root / "one.log"))
+           + "\none process, EP 2: " + tail(read_text(root / "ep2.log"));
   };
   if (!wait_until(
-        [&] { return serve_ready(one_port) && serve_ready(two_port); }, 30))
+        [&] {
+          return serve_ready(one_port) && serve_ready(two_port)
+                 && serve_ready(ep2_port);
+        },
+        30))
     FAIL("not ready within 30 s; " << logs());
 
   const auto alone = answers(one_port, false);
@@ -158,6 +167,8 @@ TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
   }
   const std::pair<const char*, std::vector<json>> others[] = {
     {"1 process, 8 at once", answers(one_port, true)},
+    {"1 process EP 2, one at a time", answers(ep2_port, false)},
+    {"1 process EP 2, 8 at once", answers(ep2_port, true)},
     {"2 daemons, one at a time", answers(two_port, false)},
     {"2 daemons, 8 at once", answers(two_port, true)}};
   for (const auto& [how, got] : others)
