@@ -260,7 +260,8 @@ expected<model_shape> stream_hf_dir(const fs::path& dir,
     status bad;
     auto s = store::read_safetensors_each(
       file,
-      [&](const std::string& hf, bool int8) {
+      [&](const std::string& hf, store::stored_as how) {
+        const bool int8 = how == store::stored_as::int8;
         if (!bad.ok())
           return false;
         if (!seen.insert(hf).second) {
