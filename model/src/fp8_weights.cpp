@@ -47,8 +47,8 @@ status fp8_names::check() const {
                            + " are missing");
   for (const auto& w : scaled_)
     if (!weights_.count(w))
-      return status::error(source_ + ": tensor " + w
-                           + std::string(scale_suffix) + " scales " + w
+      return status::error(source_ + ": tensor " + w + std::string(scale_suffix)
+                           + " scales " + w
                            + ", which is not an F8_E4M3 weight of the model");
   return {};
 }
@@ -66,11 +66,11 @@ status dequantize_fp8(store::named_tensor& weight,
   const int64_t block_cols = (cols + blocks.in - 1) / blocks.in;
   const std::vector<int64_t> want{block_rows, block_cols};
   if (scale_inv.shape != want)
-    return status::error(
-      source + ": tensor " + scale_inv.name + " has shape "
-      + shape_text(scale_inv.shape) + ", expected " + shape_text(want)
-      + " for " + weight.name + " " + shape_text(w) + " in blocks of "
-      + shape_text({blocks.out, blocks.in}));
+    return status::error(source + ": tensor " + scale_inv.name + " has shape "
+                         + shape_text(scale_inv.shape) + ", expected "
+                         + shape_text(want) + " for " + weight.name + " "
+                         + shape_text(w) + " in blocks of "
+                         + shape_text({blocks.out, blocks.in}));
   for (int64_t i = 0; i < rows; ++i) {
     const float* scale = scale_inv.data.data() + (i / blocks.out) * block_cols;
     float* row = weight.data.data() + i * cols;

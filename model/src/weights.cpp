@@ -325,8 +325,8 @@ expected<model_shape> stream_hf_dir(const fs::path& dir,
         if (const auto it = fp8_kept.find(weight); it != fp8_kept.end())
           return it->second;
         // Dequantized, the weight is float.
-        return fp8_kept[weight] =
-                 keep(shape.value(), tutti_tensor_name(family, weight), false);
+        return fp8_kept[weight] = keep(
+                 shape.value(), tutti_tensor_name(family, weight), false);
       },
       [&](store::named_tensor&& t) -> status {
         if (!bad.ok())

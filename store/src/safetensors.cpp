@@ -61,9 +61,10 @@ float fp8_e4m3_value(std::uint8_t code) {
   const int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
   if (exponent == 0xF && mantissa == 0x7)
     return std::numeric_limits<float>::quiet_NaN();
-  const float magnitude =
-    exponent == 0 ? std::ldexp(float(mantissa), -9) // subnormal: m * 2^-9
-                  : std::ldexp(float(8 + mantissa), exponent - 10);
+  // Exponent 0: subnormal, m * 2^-9; else (8 + m) * 2^(e - 7 - 3).
+  const float magnitude = exponent == 0
+                            ? std::ldexp(float(mantissa), -9)
+                            : std::ldexp(float(8 + mantissa), exponent - 10);
   return (code & 0x80) ? -magnitude : magnitude;
 }
 
@@ -110,7 +111,9 @@ status write_safetensors(const std::filesystem::path& file,
     if (header.size() > 1)
       header += ",";
     header += detail::json::quote(t.name) + ":{\"dtype\":\""
-              + (t.int8 ? "I8" : t.fp8_e4m3 ? "F8_E4M3" : "F32")
+              + (t.int8       ? "I8"
+                 : t.fp8_e4m3 ? "F8_E4M3"
+                              : "F32")
               + "\",\"shape\":[";
     for (std::size_t i = 0; i < t.shape.size(); ++i)
       header += (i ? "," : "") + std::to_string(t.shape[i]);
@@ -218,8 +221,8 @@ status read_impl(const std::filesystem::path& file,
       return bad(
         "needs \"dtype\" string, \"shape\" and \"data_offsets\" arrays");
     const bool half = widen && (dtype->text == "F16" || dtype->text == "BF16");
-    const bool byte =
-      widen && (dtype->text == "I8" || dtype->text == "F8_E4M3");
+    const bool byte = widen
+                      && (dtype->text == "I8" || dtype->text == "F8_E4M3");
     if (dtype->text != "F32" && !half && !byte)
       return bad("dtype " + dtype->text + " is not supported (only F32"
                  + std::string(widen ? ", F16, BF16, I8, F8_E4M3)" : ")"));
