@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 
+#include "fp8_export.hpp"
 #include "serve_requests.hpp"
 #include "serve_test_support.hpp"
 #include "tutti/model/family.hpp"
@@ -40,95 +41,11 @@ uint32_t bits_of(float v) {
   return b;
 }
 
-// The e4m3 value nearest `x`, ties to the even code; beyond 448, 448 (as
-// DeepSeek's quantizer never produces: its scales map a block's largest
-// magnitude to 448).
-float round_to_e4m3(float x) {
-  float best = 0;
-  int best_code = 0;
-  for (int code = 0; code <= 0x7E; ++code) {
-    const float v = store::fp8_e4m3_value(uint8_t(code));
-    const float d = std::fabs(std::fabs(x) - v);
-    const float b = std::fabs(std::fabs(x) - best);
-    if (d < b || (d == b && code % 2 == 0 && best_code % 2 == 1)) {
-      best = v;
-      best_code = code;
-    }
-  }
-  return x < 0 ? -best : best;
-}
-
-// A linear layer's weight in DeepSeek-V3's FP8 checkpoints: every
-// projection (attention's, the dense and shared MLPs', the experts');
-// never the embedding, norms, router or head.
-bool stored_fp8(const std::string& hf, const std::vector<int64_t>& shape) {
-  return shape.size() == 2 && hf.find("_proj") != std::string::npos;
-}
-
-struct fp8_export {
-  std::vector<store::named_tensor> fp8;    // the weights' e4m3 values, scales
-  std::vector<store::named_tensor> dequant; // the same model as float32
-};
-
-// `t` (tutti's names) under DeepSeek-V3's Hugging Face names, each linear
-// weight quantized per block of bo x bi as DeepSeek's quantizer does: a
-// block's scale its largest magnitude / 448, its values rounded to e4m3.
-fp8_export quantized(const job_config& cfg, const tensor_map& t, int64_t bo,
-                     int64_t bi) {
-  fp8_export out;
-  for (const auto& [name, values] : t) {
-    const auto hf = model::hf_tensor_name(model_family::deepseek_v3, name);
-    const auto shape = hf_shape(cfg, name);
-    if (!stored_fp8(hf, shape)) {
-      out.fp8.push_back({hf, shape, values});
-      out.dequant.push_back({hf, shape, values});
-      continue;
-    }
-    const int64_t rows = shape[0], cols = shape[1];
-    const int64_t br = (rows + bo - 1) / bo, bc = (cols + bi - 1) / bi;
-    std::vector<float> scale(br * bc, 0.0f);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        float& s = scale[(i / bo) * bc + j / bi];
-        s = std::max(s, std::fabs(values[i * cols + j]));
-      }
-    for (auto& s : scale)
-      s = s > 0 ? s / 448.0f : 1.0f;
-    store::named_tensor q{hf, shape, values}, d{hf, shape, values};
-    q.fp8_e4m3 = true;
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float s = scale[(i / bo) * bc + j / bi];
-        q.data[i * cols + j] = round_to_e4m3(values[i * cols + j] / s);
-        d.data[i * cols + j] = q.data[i * cols + j] * s;
-      }
-    out.fp8.push_back(std::move(q));
-    out.fp8.push_back({hf + "_scale_inv", {br, bc}, scale});
-    out.dequant.push_back(std::move(d));
-  }
-  return out;
-}
-
-nlohmann::json fp8_config(const nlohmann::json& block_size) {
-  return {{"quant_method", "fp8"},
-          {"fmt", "e4m3"},
-          {"activation_scheme", "dynamic"},
-          {"weight_block_size", block_size}};
-}
-
-// config.json (cfg's, quantization_config `quant` unless null) and
-// model.safetensors holding `tensors`.
 fs::path write_dir(const std::string& name, const job_config& cfg,
                    const nlohmann::json& quant,
                    const std::vector<store::named_tensor>& tensors) {
-  const auto dir = scratch("fp8_checkpoint_" + name) / "hf";
-  fs::create_directories(dir);
-  auto j = hf_config_json(cfg);
-  if (!quant.is_null())
-    j["quantization_config"] = quant;
-  write_text(dir / "config.json", j.dump(2));
-  REQUIRE(store::write_safetensors(dir / "model.safetensors", tensors).ok());
-  return dir;
+  return write_quantized_dir(scratch("fp8_checkpoint_" + name) / "hf", cfg,
+                             quant, tensors);
 }
 
 // The same, over two files: every `_scale_inv` in the first (so that a
@@ -314,9 +231,9 @@ TEST_CASE("FP8 checkpoints: dequantized at load, the float32 model's "
     const auto logits = served_logits(loaded(f32_dir), prompt);
     CHECK(served_logits(loaded(fp8_dir), prompt) == logits);
     CHECK(served_logits(loaded_part(fp8_dir, all), prompt) == logits);
-    CHECK(served_logits(loaded_part(fp8_dir, all, weight_dtype::int8), prompt)
-          == served_logits(loaded_part(f32_dir, all, weight_dtype::int8),
-                           prompt));
+    CHECK(
+      served_logits(loaded_part(fp8_dir, all, weight_dtype::int8), prompt)
+      == served_logits(loaded_part(f32_dir, all, weight_dtype::int8), prompt));
 
     // A daemon's part: its experts and the dense tensors, read alone.
     auto odd = [](const std::string& name) {
@@ -425,9 +342,8 @@ TEST_CASE("FP8 checkpoints: a bad quantization_config or scale refused in "
   // of a weight that is not FP8.
   auto drop = [&](const std::string& name) {
     auto t = q.fp8;
-    std::erase_if(t, [&](const store::named_tensor& x) {
-      return x.name == name;
-    });
+    std::erase_if(t,
+                  [&](const store::named_tensor& x) { return x.name == name; });
     return t;
   };
   says("unscaled", good, drop(expert + "_scale_inv"),
