@@ -144,9 +144,21 @@ expected<std::optional<fp8_block_size>> quantization_of(
                       "tutti's int8 export writes it)");
   for (const auto& [key, value] : q.items())
     if (key != "quant_method" && key != "fmt" && key != "activation_scheme"
-        && key != "weight_block_size")
+        && key != "weight_block_size" && key != "modules_to_not_convert")
       return refuse("." + key, "is not supported with fp8 (quant_method, "
-                               "fmt, activation_scheme, weight_block_size)");
+                               "fmt, activation_scheme, weight_block_size, "
+                               "modules_to_not_convert)");
+  // Which modules stay unquantized (Qwen3's FP8 checkpoints list them):
+  // each tensor's dtype says so too, and is what the loader follows.
+  if (q.contains("modules_to_not_convert")) {
+    const auto& m = q["modules_to_not_convert"];
+    bool names = m.is_array() || m.is_null();
+    for (const auto& item : m.is_array() ? m : nlohmann::json::array())
+      names = names && item.is_string();
+    if (!names)
+      return refuse(".modules_to_not_convert:",
+                    shown(m) + " is not a list of module names");
+  }
   // FineGrainedFP8Config's defaults: e4m3, dynamic.
   if (q.contains("fmt") && q["fmt"] != "e4m3")
     return refuse(".fmt:", shown(q["fmt"]) + " is not supported (e4m3 only)");

@@ -202,7 +202,9 @@ TEST_CASE("FP8 checkpoints: dequantized at load, the float32 model's "
     for (const auto& t : q.fp8)
       fp8_weights += t.fp8_e4m3;
     CHECK(fp8_weights == 5 * L + 3 + 3 + 3 * E); // attention, MLPs, experts
-    const auto quant = fp8_config({bo, bi});
+    auto quant = fp8_config({bo, bi});
+    if (bo == 8) // as Qwen3's FP8 checkpoints say what stays unquantized
+      quant["modules_to_not_convert"] = {"lm_head", "mlp.gate"};
     const auto f32_dir = write_dir("f32_" + tag, cfg, nullptr, q.dequant);
     const auto fp8_dir = bo == 16
                            ? write_dir("fp8_" + tag, cfg, quant, q.fp8)
@@ -325,6 +327,9 @@ TEST_CASE("FP8 checkpoints: a bad quantization_config or scale refused in "
        {"quantization_config.activation_scheme: static is not supported"});
   says("unknown", with("ignored_layers", nlohmann::json::array()), q.fp8,
        {"quantization_config.ignored_layers is not supported with fp8"});
+  says("unconverted", with("modules_to_not_convert", {"lm_head", 3}), q.fp8,
+       {"quantization_config.modules_to_not_convert: [\"lm_head\", 3] is "
+        "not a list of module names"});
   auto per_tensor = good;
   per_tensor.erase("weight_block_size");
   says("per_tensor", per_tensor, q.fp8,

@@ -39,7 +39,9 @@ struct fp8_block_size {
 // config.json's block size of FP8 weights: none where quantization_config
 // is absent, null or compressed-tensors' (`tutti export --dtype int8`'s,
 // whose I8 weights carry their scales); quant_method fp8 with fmt e4m3,
-// dynamic activations and weight_block_size [out, in]. Anything else
+// dynamic activations and weight_block_size [out, in] (and
+// modules_to_not_convert, a list of names: the tensors' dtypes say which
+// are FP8). Anything else
 // (another method or format, static activation scales, a block size that
 // is not two positive integers, a key tutti does not know) refused in one
 // line naming the field; read_hf_config refuses the same.
