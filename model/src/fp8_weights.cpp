@@ -1,5 +1,8 @@
 #include "fp8_weights.hpp"
 
+#include <string_view>
+#include <vector>
+
 namespace tutti::model::detail {
 
 namespace {
@@ -87,7 +90,8 @@ bool fp8_pairs::takes(const store::named_tensor& t) {
 
 status fp8_pairs::put(store::named_tensor&& t,
                       const store::tensor_sink& ready) {
-  // Both kinds are refused without a block size before they are read.
+  // fp8_names refused an F8 weight without a block size; scales without
+  // one come here.
   if (!blocks_)
     return status::error(source_ + ": tensor " + t.name
                          + " needs config.json's quantization_config");
