@@ -109,6 +109,78 @@ status deepseek_keys(const nlohmann::json& j, model_shape& s,
   return {};
 }
 
+// quantization_config of the parsed config.json, as
+// read_hf_quantization says.
+expected<std::optional<fp8_block_size>> quantization_of(
+  const nlohmann::json& j, const std::string& file) {
+  if (!j.contains("quantization_config") || j["quantization_config"].is_null())
+    return std::optional<fp8_block_size>();
+  const auto& q = j["quantization_config"];
+  auto refuse = [&](const std::string& field, const std::string& why) {
+    return status::error(file + ": quantization_config" + field + " " + why);
+  };
+  // A value as the message shows it: text bare, an array's items with ", ".
+  auto shown = [](const nlohmann::json& v) -> std::string {
+    if (v.is_string())
+      return v.get<std::string>();
+    if (!v.is_array())
+      return v.dump();
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i)
+      out += (i ? ", " : "") + v[i].dump();
+    return out + "]";
+  };
+  if (!q.is_object())
+    return refuse(":", shown(q) + " is not an object");
+  if (!q.contains("quant_method"))
+    return refuse(".quant_method", "missing (fp8 or compressed-tensors)");
+  // `tutti export --dtype int8`'s note: its I8 weights carry their scales.
+  if (q["quant_method"] == "compressed-tensors")
+    return std::optional<fp8_block_size>();
+  if (q["quant_method"] != "fp8")
+    return refuse(".quant_method:",
+                  shown(q["quant_method"])
+                    + " is not supported (fp8, or compressed-tensors as "
+                      "tutti's int8 export writes it)");
+  for (const auto& [key, value] : q.items())
+    if (key != "quant_method" && key != "fmt" && key != "activation_scheme"
+        && key != "weight_block_size" && key != "modules_to_not_convert")
+      return refuse("." + key, "is not supported with fp8 (quant_method, "
+                               "fmt, activation_scheme, weight_block_size, "
+                               "modules_to_not_convert)");
+  // Which modules stay unquantized (Qwen3's FP8 checkpoints list them):
+  // each tensor's dtype says so too, and is what the loader follows.
+  if (q.contains("modules_to_not_convert")) {
+    const auto& m = q["modules_to_not_convert"];
+    bool names = m.is_array() || m.is_null();
+    for (const auto& item : m.is_array() ? m : nlohmann::json::array())
+      names = names && item.is_string();
+    if (!names)
+      return refuse(".modules_to_not_convert:",
+                    shown(m) + " is not a list of module names");
+  }
+  // FineGrainedFP8Config's defaults: e4m3, dynamic.
+  if (q.contains("fmt") && q["fmt"] != "e4m3")
+    return refuse(".fmt:", shown(q["fmt"]) + " is not supported (e4m3 only)");
+  if (q.contains("activation_scheme") && q["activation_scheme"] != "dynamic")
+    return refuse(".activation_scheme:",
+                  shown(q["activation_scheme"])
+                    + " is not supported (dynamic only: weights are "
+                      "dequantized at load)");
+  if (!q.contains("weight_block_size"))
+    return refuse(".weight_block_size",
+                  "missing (per-tensor FP8 is not supported)");
+  const auto& b = q["weight_block_size"];
+  auto positive = [](const nlohmann::json& v) {
+    return v.is_number_integer() && v.get<int64_t>() > 0;
+  };
+  if (!b.is_array() || b.size() != 2 || !positive(b[0]) || !positive(b[1]))
+    return refuse(".weight_block_size:",
+                  shown(b) + " is not two positive integers");
+  return std::optional<fp8_block_size>(
+    fp8_block_size{b[0].get<int64_t>(), b[1].get<int64_t>()});
+}
+
 } // namespace
 
 hf_ffn_keys ffn_keys_of(model_family f) {
@@ -251,11 +323,27 @@ expected<model_shape> read_hf_config(const fs::path& file) {
   }
   if (bad.ok() && deepseek)
     bad = deepseek_keys(j, s, file.string());
+  if (bad.ok())
+    if (auto q = quantization_of(j, file.string()); !q)
+      bad = q.error();
   if (!bad.ok())
     return bad;
   if (auto c = check_shape(s); !c.ok())
     return status::error(file.string() + ": " + c.message());
   return s;
+}
+
+expected<std::optional<fp8_block_size>> read_hf_quantization(
+  const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    return status::error(file.string() + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return status::error(file.string() + ": not a JSON object");
+  return quantization_of(j, file.string());
 }
 
 std::string hf_config_text(const store::shard_meta& m) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "fp8_weights.hpp"
 #include "tutti/model/family.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/model/tensor_names.hpp"
@@ -156,11 +157,21 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
   auto shape = read_hf_config(dir / "config.json");
   if (!shape)
     return shape.error();
+  auto blocks = read_hf_quantization(dir / "config.json");
+  if (!blocks)
+    return blocks.error();
   auto files = weight_files(dir);
   if (!files)
     return files.error();
   model_weights w;
   w.shape = shape.value();
+  detail::fp8_names fp8(dir.string(), blocks.value());
+  detail::fp8_pairs pairs(dir.string(), blocks.value());
+  auto add = [&](store::named_tensor&& t) {
+    t.name = tutti_tensor_name(w.shape.family, t.name);
+    w.tensors.push_back(std::move(t));
+    return status{};
+  };
   std::set<std::string> seen;
   for (const auto& file : files.value()) {
     auto read = store::read_safetensors_as_f32(file);
@@ -175,16 +186,25 @@ expected<model_weights> read_hf_dir(const fs::path& dir) {
         continue;
       }
       // Under tutti's names whatever the family (family.hpp); a name that
-      // does not come back is another family's.
-      auto name = tutti_tensor_name(w.shape.family, t.name);
-      if (hf_tensor_name(w.shape.family, name) != t.name)
+      // does not come back is another family's. An FP8 weight's scales
+      // go with it.
+      if (detail::scaled_weight_of(t.name).empty()
+          && hf_tensor_name(w.shape.family,
+                            tutti_tensor_name(w.shape.family, t.name))
+               != t.name)
         return status::error(file.string() + ": tensor " + t.name
                              + " is not a " + to_string(w.shape.family)
                              + " tensor");
-      t.name = std::move(name);
-      w.tensors.push_back(std::move(t));
+      TUTTI_RETURN_IF_ERROR(fp8.note(t.name, t.fp8_e4m3
+                                               ? store::stored_as::fp8_e4m3
+                                               : store::stored_as::floating));
+      if (detail::fp8_pairs::takes(t))
+        TUTTI_RETURN_IF_ERROR(pairs.put(std::move(t), add));
+      else
+        TUTTI_RETURN_IF_ERROR(add(std::move(t)));
     }
   }
+  TUTTI_RETURN_IF_ERROR(fp8.check());
   // An int8 weight is its codes and their scales: never one without the
   // other.
   for (const auto& t : w.tensors)
@@ -248,19 +268,31 @@ expected<model_shape> stream_hf_dir(const fs::path& dir,
   auto shape = read_hf_config(dir / "config.json");
   if (!shape)
     return shape.error();
+  auto blocks = read_hf_quantization(dir / "config.json");
+  if (!blocks)
+    return blocks.error();
   auto files = weight_files(dir);
   if (!files)
     return files.error();
   const auto family = shape.value().family;
   std::set<std::string> seen;
   std::vector<std::string> int8_names;
+  detail::fp8_names fp8(dir.string(), blocks.value());
+  detail::fp8_pairs pairs(dir.string(), blocks.value());
+  // Whether `keep` took an FP8 weight, by Hugging Face's name: asked once,
+  // for the weight and its scales together.
+  std::map<std::string, bool> fp8_kept;
+  auto renamed = [&](store::named_tensor&& t) {
+    t.name = tutti_tensor_name(family, t.name);
+    return sink(std::move(t));
+  };
   for (const auto& file : files.value()) {
     // A name that is bad is kept so that the sink refuses it, as
     // read_hf_dir does (and ends the read).
     status bad;
     auto s = store::read_safetensors_each(
       file,
-      [&](const std::string& hf, bool int8) {
+      [&](const std::string& hf, store::stored_as how) {
         if (!bad.ok())
           return false;
         if (!seen.insert(hf).second) {
@@ -273,27 +305,42 @@ expected<model_shape> stream_hf_dir(const fs::path& dir,
             ++*skipped_mtp_tensors;
           return false;
         }
-        const auto name = tutti_tensor_name(family, hf);
-        if (hf_tensor_name(family, name) != hf) {
+        if (auto noted = fp8.note(hf, how); !noted.ok()) {
+          bad = noted;
+          return true;
+        }
+        const auto scaled = detail::scaled_weight_of(hf);
+        if (scaled.empty()
+            && hf_tensor_name(family, tutti_tensor_name(family, hf)) != hf) {
           bad = status::error(file.string() + ": tensor " + hf + " is not a "
                               + to_string(family) + " tensor");
           return true;
         }
+        const bool int8 = how == store::stored_as::int8;
         if (int8)
-          int8_names.push_back(name);
-        return keep(shape.value(), name, int8);
+          int8_names.push_back(tutti_tensor_name(family, hf));
+        if (scaled.empty() && how != store::stored_as::fp8_e4m3)
+          return keep(shape.value(), tutti_tensor_name(family, hf), int8);
+        const auto& weight = scaled.empty() ? hf : scaled;
+        if (const auto it = fp8_kept.find(weight); it != fp8_kept.end())
+          return it->second;
+        // Dequantized, the weight is float.
+        return fp8_kept[weight] = keep(
+                 shape.value(), tutti_tensor_name(family, weight), false);
       },
       [&](store::named_tensor&& t) -> status {
         if (!bad.ok())
           return bad;
-        t.name = tutti_tensor_name(family, t.name);
-        return sink(std::move(t));
+        if (detail::fp8_pairs::takes(t))
+          return pairs.put(std::move(t), renamed);
+        return renamed(std::move(t));
       });
     if (!s.ok())
       return s;
     if (!bad.ok())
       return bad;
   }
+  TUTTI_RETURN_IF_ERROR(fp8.check());
   for (const auto& name : int8_names)
     if (!seen.count(hf_tensor_name(family, name + "_scale"))) {
       const auto hf = hf_tensor_name(family, name);

@@ -2,9 +2,12 @@
 // rank each, the experts split between them, dispatch and combine over Gloo
 // between the processes) streams every request's tokens and
 // log-probabilities with the same bits as `tutti serve` in one process (EP
-// 1 and 2), one request at a time and eight at once: a Qwen3-MoE model (QK-norm, grouped
-// query heads of 24) and a DeepSeek-V3 model (multi-head latent attention,
-// a leading dense layer, a shared expert, the group-limited sigmoid router).
+// 1 and 2), one request at a time and eight at once: a Qwen3-MoE model
+// (QK-norm, grouped query heads of 24) and a DeepSeek-V3 model (multi-head
+// latent attention, a leading dense layer, a shared expert, the
+// group-limited sigmoid router);
+// the DeepSeek-V3 model also as an FP8 block-scaled checkpoint, each daemon
+// dequantizing its own part, against its float32 values in one process.
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +17,7 @@
 #include <thread>
 
 #include "daemon_support.hpp"
+#include "fp8_export.hpp"
 #include "serve_http_support.hpp"
 #include "serve_test_support.hpp"
 
@@ -116,24 +120,35 @@ double metric(const std::string& text, const std::string& name) {
 TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
           "1 process at EP 1 and 2, at concurrency 1 and 8",
           "[integration]") {
-  const bool deepseek = GENERATE(false, true);
-  const std::string family = deepseek ? "DeepSeek-V3" : "Qwen3-MoE";
+  const std::string family = GENERATE(as<std::string>(), "Qwen3-MoE",
+                                      "DeepSeek-V3", "DeepSeek-V3 FP8");
   INFO(family);
-  auto root = scratch(deepseek ? "serve_family_daemons_deepseek"
-                               : "serve_family_daemons_qwen3");
-  const auto model = write_random_export(
-    root / "model",
-    deepseek ? deepseek_test_config(256, 128)
-             : qwen3_test_config(256, 64, 128, 2, 4, 2, 24, 4, 2, 128, false),
-    59);
-  const int base = port_block(deepseek ? 57 : 58, 4);
+  const bool deepseek = family != "Qwen3-MoE";
+  const bool fp8 = family == "DeepSeek-V3 FP8";
+  auto root = scratch(fp8        ? "serve_family_daemons_deepseek_fp8"
+                      : deepseek ? "serve_family_daemons_deepseek"
+                                 : "serve_family_daemons_qwen3");
+  const auto cfg = deepseek ? deepseek_test_config(256, 128)
+                            : qwen3_test_config(256, 64, 128, 2, 4, 2, 24, 4, 2,
+                                                128, false);
+  // FP8: the daemons serve the checkpoint, the one process its float32
+  // values.
+  auto model = root / "model", split = model;
+  if (fp8) {
+    const auto q = quantized(cfg, random_model_tensors(cfg, 59), 16, 16);
+    write_quantized_dir(model, cfg, nullptr, q.dequant);
+    split = write_quantized_dir(root / "fp8", cfg, fp8_config({16, 16}), q.fp8);
+  } else {
+    write_random_export(model, cfg, 59);
+  }
+  const int base = port_block(fp8 ? 56 : deepseek ? 57 : 58, 4);
   const int one_port = base, two_port = base + 1, rendezvous = base + 2,
             ep2_port = base + 3;
 
   write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
   write_text(root / "ep2.yaml", serve_yaml(model, ep2_port, "  ep_size: 2\n"));
   write_text(root / "two.yaml",
-             serve_yaml(model, two_port,
+             serve_yaml(split, two_port,
                         "  nodes: [127.0.0.1, 127.0.0.1]\n"
                         "  rendezvous_port: "
                           + std::to_string(rendezvous) + "\n"));

@@ -5,6 +5,7 @@
 // disagree.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tutti/base/status.hpp"
@@ -27,6 +28,25 @@ hf_ffn_keys ffn_keys_of(model_family f);
 // A config.json's shape. A missing or non-positive required key is refused
 // in one line naming the file and the key.
 expected<model_shape> read_hf_config(const std::filesystem::path& file);
+
+// A checkpoint's FP8 block scaling (config.json's quantization_config:
+// quant_method fp8, fmt e4m3, weight_block_size [out, in]): each F8_E4M3
+// weight [O, I] has a `_scale_inv` of [ceil(O / out), ceil(I / in)].
+struct fp8_block_size {
+  int64_t out = 0, in = 0;
+};
+
+// config.json's block size of FP8 weights: none where quantization_config
+// is absent, null or compressed-tensors' (`tutti export --dtype int8`'s,
+// whose I8 weights carry their scales); quant_method fp8 with fmt e4m3,
+// dynamic activations and weight_block_size [out, in] (and
+// modules_to_not_convert, a list of names: the tensors' dtypes say which
+// are FP8). Anything else
+// (another method or format, static activation scales, a block size that
+// is not two positive integers, a key tutti does not know) refused in one
+// line naming the field; read_hf_config refuses the same.
+expected<std::optional<fp8_block_size>> read_hf_quantization(
+  const std::filesystem::path& file);
 
 // The config.json text of the model in rank 0's shard header; rope_theta
 // and rms_norm_eps are written exactly as they were configured (the header

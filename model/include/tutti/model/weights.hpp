@@ -6,7 +6,9 @@
 // w3 and w2 under its global index. The one loader of the project: a
 // Hugging Face or `tutti export` directory (config.json and safetensors,
 // one file or the shards of model.safetensors.index.json, F32/F16/BF16,
-// and I8 weights with their `_scale` tensors, kept as codes and scales),
+// I8 weights with their `_scale` tensors, kept as codes and scales, and
+// FP8 e4m3 weights with their `_scale_inv` blocks as config.json's
+// quantization_config gives them, dequantized to float32 as they load),
 // or a tutti checkpoint (MANIFEST and shard files, verified before use;
 // the optimizer's state stays behind). A directory's multi-token-prediction
 // layers (DeepSeek-V3's num_nextn_predict_layers, numbered after the
