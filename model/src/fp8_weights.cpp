@@ -9,14 +9,14 @@ namespace {
 
 constexpr std::string_view scale_suffix = "_scale_inv";
 
+} // namespace
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i)
     out += (i ? "," : "") + std::to_string(shape[i]);
   return out + "]";
 }
-
-} // namespace
 
 std::string scaled_weight_of(const std::string& hf) {
   if (hf.size() <= scale_suffix.size()

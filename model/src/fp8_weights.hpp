@@ -9,12 +9,16 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tutti/base/status.hpp"
 #include "tutti/model/hf_config.hpp"
 #include "tutti/store/safetensors.hpp"
 
 namespace tutti::model::detail {
+
+// "[2,3]": a tensor's shape in the loaders' messages.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 // The weight a `<name>_scale_inv` tensor scales (by Hugging Face's name),
 // or "" for any other tensor.

@@ -181,6 +181,19 @@ expected<std::optional<fp8_block_size>> quantization_of(
     fp8_block_size{b[0].get<int64_t>(), b[1].get<int64_t>()});
 }
 
+// A JSON file's top-level object, or why it is none.
+expected<nlohmann::json> json_object_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    return status::error(file.string() + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return status::error(file.string() + ": not a JSON object");
+  return j;
+}
+
 } // namespace
 
 hf_ffn_keys ffn_keys_of(model_family f) {
@@ -197,14 +210,10 @@ hf_ffn_keys ffn_keys_of(model_family f) {
 }
 
 expected<model_shape> read_hf_config(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    return status::error(file.string() + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return status::error(file.string() + ": not a JSON object");
+  auto read = json_object_of(file);
+  if (!read)
+    return read.error();
+  auto j = std::move(read.value());
   model_shape s;
   status bad;
   auto integer = [&](const char* key, int64_t& out, bool required) {
@@ -335,15 +344,10 @@ expected<model_shape> read_hf_config(const fs::path& file) {
 
 expected<std::optional<fp8_block_size>> read_hf_quantization(
   const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    return status::error(file.string() + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return status::error(file.string() + ": not a JSON object");
-  return quantization_of(j, file.string());
+  auto j = json_object_of(file);
+  if (!j)
+    return j.error();
+  return quantization_of(j.value(), file.string());
 }
 
 std::string hf_config_text(const store::shard_meta& m) {

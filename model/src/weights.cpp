@@ -111,12 +111,7 @@ bool mtp_tensor(const model_shape& s, const std::string& hf) {
   return layer >= s.layers && layer < s.layers + s.mtp_layers;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using detail::shape_text;
 
 } // namespace
 
