@@ -2,8 +2,9 @@
 // not AVX-512 (AMD Zen 2 and 3, Intel before Skylake-X); this file alone
 // is built with -mavx2 -mfma (kernels/CMakeLists.txt), and
 // cpu_packed_gemm.cpp / cpu_int8_gemm.cpp check the CPU before calling it.
-// Registers of 8 outputs, strips of 2 (4 rows x 2 registers: 8
-// accumulators of the 16 registers); the loops are packed_gemm_blocks.inc,
+// Registers of 8 outputs, blocks of 6 rows x 2 registers (12 accumulators,
+// 2 weights and a broadcast in the 16 registers, as BLIS's Haswell
+// micro-kernel); the loops are packed_gemm_blocks.inc,
 // and the bits are the AVX-512 kernels'.
 
 #include <immintrin.h>
@@ -16,7 +17,7 @@ namespace {
 
 struct isa {
   using reg = __m256;
-  static constexpr int width = 8, strip = 2;
+  static constexpr int width = 8, rows = 6, strip = 2;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
   static reg load_codes(const int8_t* p) {

@@ -18,7 +18,7 @@ namespace {
 
 struct isa {
   using reg = __m512;
-  static constexpr int width = 16, strip = 4;
+  static constexpr int width = 16, rows = 4, strip = 4;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static reg load_codes(const int8_t* p) {
