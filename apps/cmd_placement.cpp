@@ -115,8 +115,9 @@ int plan(const std::vector<std::string>& args) {
   auto cfg = load_job_config(vm["config"].as<std::string>());
   if (!cfg)
     return fail(2, "config: " + cfg.message());
-  if (method == "affinity" && !affinity_unsupported(*cfg).empty())
-    return fail(2, "placement plan: " + affinity_unsupported(*cfg));
+  if (method == "affinity")
+    if (auto why = affinity_unsupported(*cfg); !why.empty())
+      return fail(2, "placement plan: " + why);
   auto topo = placement::topology::from_config(*cfg);
   if (!topo.ok())
     return fail(2, "placement plan: " + topo.message());

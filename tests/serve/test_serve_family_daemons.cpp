@@ -105,16 +105,6 @@ std::vector<json> answers(int port, bool all_at_once) {
   return out;
 }
 
-// The value of the first sample of `name` (any labels); -1 if none.
-double metric(const std::string& text, const std::string& name) {
-  const auto at = text.find("\n" + name);
-  if (at == std::string::npos)
-    return -1;
-  const auto end = text.find('\n', at + 1);
-  const auto line = text.substr(at + 1, end - at - 1);
-  return std::stod(line.substr(line.rfind(' ') + 1));
-}
-
 } // namespace
 
 TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
@@ -197,7 +187,7 @@ TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
   // The experts of rank 1 ran in node 1: rows crossed between the daemons.
   auto scraped = local_client(two_port).Get("/metrics");
   REQUIRE(scraped);
-  CHECK(metric(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
+  CHECK(first_sample(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
   INFO(logs());
   CHECK(read_text(root / "node1.log").find("joined node 0")
         != std::string::npos);

@@ -27,6 +27,17 @@ inline std::string serve_yaml(const std::filesystem::path& model, int http_port,
          + extra;
 }
 
+// The value of the first sample of `name` (any labels) in a /metrics
+// scrape; -1 if none.
+inline double first_sample(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name);
+  if (at == std::string::npos)
+    return -1;
+  const auto end = text.find('\n', at + 1);
+  const auto line = text.substr(at + 1, end - at - 1);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
 inline httplib::Client local_client(int port) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(30, 0);
