@@ -93,7 +93,7 @@ expected<basp_guard::tls_options> daemon_tls(const serve::serve_config& c,
 struct serve_prep {
   std::filesystem::path dir;
   model::weights_info info;
-  bool int8 = false;                                  // the experts as served
+  weight_dtype dtype = weight_dtype::fp32;            // the experts as served
   std::shared_ptr<const serve::expert_layout> layout; // null: contiguous
   std::shared_ptr<const serve::expert_layout> start;  // across daemons
   std::vector<serve::daemon_memory> memory;
@@ -109,7 +109,7 @@ expected<serve_prep> prepare(serve::serve_config& c) {
   if (!info)
     return info.error();
   p.info = info.value();
-  p.int8 = p.info.int8_experts || c.weights == weight_dtype::int8;
+  p.dtype = p.info.int8_experts ? weight_dtype::int8 : c.weights;
   const auto& shape = p.info.shape;
   c.limits.ep_ranks = c.ep_ranks_for(shape.experts);
   auto layout = serve::layout_for(c, shape);
@@ -122,7 +122,7 @@ expected<serve_prep> prepare(serve::serve_config& c) {
       return start.error();
     p.start = start.value();
   }
-  p.memory = serve::predict_memory(c, shape, p.int8, p.start.get());
+  p.memory = serve::predict_memory(c, shape, p.dtype, p.start.get());
   return p;
 }
 
@@ -133,7 +133,7 @@ int plan_serve(serve::serve_config c, const char* prog) {
   if (!prep)
     return fail(2, prog, prep.message());
   const auto& p = prep.value();
-  std::fputs(serve::memory_plan_text(c, p.info.shape, p.int8, p.memory).c_str(),
+  std::fputs(serve::memory_plan_text(c, p.info.shape, p.dtype, p.memory).c_str(),
              stdout);
   for (const auto& d : p.memory)
     if (!serve::check_memory_limit(c, d).ok())
@@ -173,8 +173,7 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
                 static_cast<long long>(model.value().shape.mtp_layers));
   if (!c.model_name.empty())
     model.value().name = c.model_name;
-  if (c.weights == weight_dtype::int8)
-    serve::quantize_experts(model.value());
+  serve::quantize_experts(model.value(), c.weights);
   // Which kernel multiplies the experts, and why: said once, at the start
   // (once the config is known to be good).
   const auto weights_text = serve::expert_weights_text(model.value());

@@ -17,10 +17,11 @@
 //     sharing each weight load) against 32 one-row calls, the fastest of
 //     200 interleaved runs each (robust to a loaded machine).
 // Usage: bench_serve [requests per level, default 32]
-//        bench_serve decode B [int8]   (decode steps at batch B only, to
-//        profile; int8: experts in 8 bits)
+//        bench_serve decode B [int8|bf16]   (decode steps at batch B only,
+//        to profile; the experts in 8 or 16 bits)
 //        bench_serve limit   (a decode step of 32 requests against the
-//        machine's limit for it: bytes / bandwidth + FLOPs / GEMM rate)
+//        machine's limit for it: bytes / bandwidth + FLOPs / GEMM rate;
+//        experts fp32, bf16 and int8)
 
 #include <cstdlib>
 #include <random>
@@ -283,10 +284,12 @@ double read_bandwidth() {
   return best;
 }
 
-// One core's float32 GEMM rate through the kernels' linear_forward, FLOP/s
-// (a large square shape: the rate the machine reaches at all).
-double gemm_rate() {
-  const auto s = kernels::cpu_stream();
+// One core's GEMM rate through the kernels' linear_forward, FLOP/s (a
+// large square shape: the rate the machine reaches at all), in float32 or
+// with bf16 inputs (oneDNN on bf16 units; float32 where there are none).
+double gemm_rate(kernels::gemm_precision precision) {
+  auto s = kernels::cpu_stream();
+  s.gemm = precision;
   const int64_t n = 1024;
   std::vector<float> x(n * n, 0.01f), w(n * n, 0.02f), y(n * n);
   double best = 0;
@@ -301,37 +304,46 @@ double gemm_rate() {
 
 // `bench_serve limit`: a decode step of 32 requests (contexts 128-160)
 // against the machine's limit for it, the bytes it must read over one
-// core's bandwidth plus its FLOPs over one core's GEMM rate. Every expert
-// counts as read: 32 tokens x top-2 leave one of 8 idle with probability
-// (6/8)^32 = 1e-4.
+// core's bandwidth plus its FLOPs over one core's GEMM rate (the experts'
+// at the bf16 rate when they are bf16). Every expert counts as read: 32
+// tokens x top-2 leave one of 8 idle with probability (6/8)^32 = 1e-4.
 int decode_limit() {
   const int64_t B = 32, ctx = 144; // the steps' mean context
-  const double bw = read_bandwidth(), rate = gemm_rate();
+  const double bw = read_bandwidth();
+  const double rate = gemm_rate(kernels::gemm_precision::fp32);
+  const double bf16_rate = gemm_rate(kernels::gemm_precision::bf16);
   const double attn_w = double(D) * HQ * HD + 2.0 * D * HKV * HD + HQ * HD * D;
   const double dense_w = L * (attn_w + D * E + 2.0 * D) + V * D + D;
   const double expert_w = double(L) * E * 3 * D * F;
   const double kv = double(B) * ctx * L * 2 * HKV * HD * 4;
-  const double flops =
-    B * (L * (2 * (attn_w + D * E + K * 3.0 * D * F) + 4.0 * ctx * HQ * HD)
-         + 2.0 * V * D);
-  std::printf("one core: read bandwidth %.1f GB/s, GEMM rate %.1f GFLOP/s\n",
-              bw / 1e9, rate / 1e9);
+  const double expert_flops = double(B) * L * 2 * K * 3.0 * D * F;
+  const double other_flops =
+    B * (L * (2 * (attn_w + D * E) + 4.0 * ctx * HQ * HD) + 2.0 * V * D);
+  std::printf("one core: read bandwidth %.1f GB/s, GEMM rate %.1f GFLOP/s "
+              "float32, %.1f GFLOP/s bf16 (%s); bf16 experts' kernel: %s\n",
+              bw / 1e9, rate / 1e9, bf16_rate / 1e9,
+              kernels::cpu_bf16_support().isa,
+              kernels::bf16_gemm_kernel().c_str());
   std::printf("| experts | decode step, 32 requests (ms) | bytes read (MB) | "
               "FLOPs (M) | limit: bytes / bandwidth + FLOPs / rate (ms) | "
               "step / limit (target <= 1.5) |\n|---|---:|---:|---:|---:|---:|\n");
   const auto m = medium();
-  auto m_int8 = m;
-  serve::quantize_experts(m_int8);
-  for (bool int8 : {false, true}) {
-    // int8: a byte a weight and a float32 scale per output row.
+  for (auto dtype : {weight_dtype::fp32, weight_dtype::bf16, weight_dtype::int8}) {
+    auto served = m;
+    serve::quantize_experts(served, dtype);
+    // int8: a byte a weight and a float32 scale per output row; bf16: two.
     const double experts =
-      int8 ? expert_w + double(L) * E * (2 * F + D) * 4 : expert_w * 4;
+      dtype == weight_dtype::int8   ? expert_w + double(L) * E * (2 * F + D) * 4
+      : dtype == weight_dtype::bf16 ? expert_w * 2
+                                    : expert_w * 4;
     const double bytes = dense_w * 4 + experts + kv;
-    const double step = decode_s(int8 ? m_int8 : m, 128, 32, B) * B;
-    const double limit = bytes / bw + flops / rate;
+    const double step = decode_s(served, 128, 32, B) * B;
+    const double limit =
+      bytes / bw + other_flops / rate
+      + expert_flops / (dtype == weight_dtype::bf16 ? bf16_rate : rate);
     std::printf("| %s | %.3f | %.1f | %.0f | %.3f | %.2f |\n",
-                int8 ? "int8" : "fp32", step * 1e3, bytes / 1e6, flops / 1e6,
-                limit * 1e3, step / limit);
+                to_string(dtype), step * 1e3, bytes / 1e6,
+                (expert_flops + other_flops) / 1e6, limit * 1e3, step / limit);
   }
   // The kernel this CPU picks against the portable one (what a CPU
   // without AVX2 and FMA runs), on an expert's matrix and 32 rows.
@@ -360,15 +372,22 @@ int main(int argc, char** argv) {
     return decode_limit();
   const auto m = medium();
   auto m_int8 = m;
-  serve::quantize_experts(m_int8);
-  // `bench_serve decode B [int8]`: only decode steps at batch B, for a
-  // profiler.
+  serve::quantize_experts(m_int8, weight_dtype::int8);
+  // `bench_serve decode B [int8|bf16]`: only decode steps at batch B, for
+  // a profiler.
   if (argc > 2 && std::string(argv[1]) == "decode") {
     const int64_t b = std::atoll(argv[2]);
-    const bool int8 = argc > 3 && std::string(argv[3]) == "int8";
+    const auto dtype = from_string<weight_dtype>(argc > 3 ? argv[3] : "fp32");
+    if (!dtype) {
+      std::fprintf(stderr, "bench_serve: experts %s, not %s\n",
+                   enum_choices<weight_dtype>().c_str(), argv[3]);
+      return 2;
+    }
+    auto served = m;
+    serve::quantize_experts(served, *dtype);
     std::printf("decode, %lld requests in one batch, experts %s: %.1f tok/s\n",
-                static_cast<long long>(b), int8 ? "int8" : "fp32",
-                1.0 / decode_s(int8 ? m_int8 : m, 128, 64, b));
+                static_cast<long long>(b), to_string(*dtype),
+                1.0 / decode_s(served, 128, 64, b));
     return 0;
   }
   const int64_t requests = argc > 1 ? std::atoll(argv[1]) : 32;

@@ -16,6 +16,9 @@ void packed_gemm_avx2(const float* x, int64_t ldx, const float* wt, int64_t n,
 // cpu_int8_gemm.cpp: the same product for an int8 matrix.
 void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m);
+// cpu_bf16_packed_gemm.cpp: and for a bfloat16 one.
+void bf16_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
+               int64_t ldy, int64_t m);
 
 packed_matrix pack_matrix(const float* w, int64_t out, int64_t in) {
   packed_matrix p;
@@ -72,6 +75,8 @@ void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m) {
   if (w.is_int8())
     return int8_gemm(x, ldx, w, y, ldy, m);
+  if (w.is_bf16())
+    return bf16_gemm(x, ldx, w, y, ldy, m);
   packed_gemm_float(x, ldx, w.t.data(), w.out, w.in, y, ldy, m);
 }
 

@@ -1,7 +1,8 @@
-// packed_gemm's kernels, float32 and int8, for CPUs with AVX2 and FMA but
-// not AVX-512 (AMD Zen 2 and 3, Intel before Skylake-X); this file alone
-// is built with -mavx2 -mfma (kernels/CMakeLists.txt), and
-// cpu_packed_gemm.cpp / cpu_int8_gemm.cpp check the CPU before calling it.
+// packed_gemm's kernels, float32, int8 and bfloat16 (in float32 FMAs), for
+// CPUs with AVX2 and FMA but not AVX-512 (AMD Zen 2 and 3, Intel before
+// Skylake-X); this file alone is built with -mavx2 -mfma
+// (kernels/CMakeLists.txt), and cpu_packed_gemm.cpp, cpu_int8_gemm.cpp and
+// cpu_bf16_packed_gemm.cpp check the CPU before calling it.
 // Registers of 8 outputs, blocks of 6 rows x 2 registers (12 accumulators,
 // 2 weights and a broadcast in the 16 registers, as BLIS's Haswell
 // micro-kernel); the loops are packed_gemm_blocks.inc,
@@ -10,6 +11,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "bf16_pairs.hpp"
 
 namespace tutti::kernels {
 
@@ -28,6 +31,15 @@ struct isa {
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  // The high / low halves of a register of bfloat16 pairs as floats.
+  static reg odd_halves(const uint32_t* p) {
+    const auto v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+  }
+  static reg even_halves(const uint32_t* p) {
+    const auto v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
 };
 
 #include "packed_gemm_blocks.inc"
@@ -43,6 +55,11 @@ void int8_gemm_avx2(const float* x, int64_t ldx, const int8_t* codes,
                     const float* scales, int64_t n, int64_t k, float* y,
                     int64_t ldy, int64_t m) {
   product(x, ldx, int8_weights{codes, scales}, n, k, y, ldy, m);
+}
+
+void bf16_gemm_avx2(const uint32_t* x, int64_t ldx, const uint32_t* pairs,
+                      int64_t n, int64_t k, float* y, int64_t ldy, int64_t m) {
+  product(x, ldx, bf16_weights{pairs}, n, k, y, ldy, m);
 }
 
 } // namespace tutti::kernels

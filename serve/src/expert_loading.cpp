@@ -61,15 +61,16 @@ std::optional<expert_tensor> parse_expert(const std::string& name) {
 
 int64_t packed_bytes(const kernels::packed_matrix& p) {
   return static_cast<int64_t>(p.t.size() * 4 + p.codes.size()
-                              + p.scales.size() * 4);
+                              + p.scales.size() * 4 + p.bf16_pairs.size() * 4);
 }
 
 // Expert matrices as they are read, packed into the model once an
 // expert's are all there.
 class expert_stager {
 public:
-  expert_stager(served_model& m, std::string source, bool quantize)
-    : m_(m), source_(std::move(source)), quantize_(quantize) {}
+  // `to`: what float experts become (serve.weight_dtype).
+  expert_stager(served_model& m, std::string source, weight_dtype to)
+    : m_(m), source_(std::move(source)), to_(to) {}
 
   status put(const expert_tensor& id, store::named_tensor&& t) {
     const auto& s = m_.shape;
@@ -158,7 +159,7 @@ private:
   void pack(int64_t l, int64_t e, staged& x) {
     const auto& s = m_.shape;
     const int64_t D = s.hidden, F = s.intermediate;
-    if (!x.int8 && quantize_) {
+    if (!x.int8 && to_ == weight_dtype::int8) {
       // Per output row, as quantize_experts does for a layer's stack.
       const std::array<float*, 3> data{x.w13.data(), x.w13.data() + F * D,
                                        x.weights[2].data()};
@@ -174,6 +175,7 @@ private:
     expert_matrices in;
     in.w13 = x.w13.data();
     in.w2 = x.weights[2].data();
+    in.bf16 = !x.int8 && to_ == weight_dtype::bf16;
     if (x.int8) {
       in.w1_scale = x.scales[0].data();
       in.w3_scale = x.scales[1].data();
@@ -187,7 +189,7 @@ private:
 
   served_model& m_;
   std::string source_;
-  bool quantize_ = false;
+  weight_dtype to_ = weight_dtype::fp32;
   std::map<std::pair<int64_t, int64_t>, staged> staged_;
   int64_t bytes_ = 0, packed_ = 0;
   bool any_int8_ = false;
@@ -241,7 +243,7 @@ expected<served_model> load_model_part(const fs::path& dir,
           bad = status::error(source
                               + ": the experts to hold are for "
                                 "another model's shape");
-        stager.emplace(m, source, weights == weight_dtype::int8);
+        stager.emplace(m, source, weights);
       }
       const auto id = parse_expert(name);
       if (!id || !in_model(s, *id))
@@ -271,9 +273,9 @@ expected<served_model> load_model_part(const fs::path& dir,
       source + ": unexpected tensor "
       + model::hf_tensor_name(m.shape.family, dense.begin()->first));
   pack_dense(m);
-  const bool int8 = file_int8 || weights == weight_dtype::int8;
-  m.expert_dtype = int8 ? weight_dtype::int8 : weight_dtype::fp32;
-  m.quantized_at_load = int8 && !file_int8;
+  // An int8 checkpoint is served as it is, whatever serve.weight_dtype.
+  m.expert_dtype = file_int8 ? weight_dtype::int8 : weights;
+  m.quantized_at_load = !file_int8 && weights != weight_dtype::fp32;
   m.held_experts = held;
   m.skipped_mtp_tensors = skipped_mtp;
   TUTTI_RETURN_IF_ERROR(load_beside_weights(dir, m));
@@ -297,7 +299,9 @@ expected<int64_t> expert_loader::hold_rank(const expert_layout& x,
       }
   if (missing == 0)
     return int64_t{0};
-  expert_stager stager(m, dir_.string(), m.quantized_at_load);
+  // Float experts become what the others became at load.
+  expert_stager stager(m, dir_.string(),
+                       m.quantized_at_load ? m.expert_dtype : weight_dtype::fp32);
   auto read = model::stream_weights(
     dir_,
     [&](const model_shape&, const std::string& name, bool) {

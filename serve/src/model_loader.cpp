@@ -113,7 +113,7 @@ bool are_codes(const std::vector<float>& t) {
 
 // The experts of `w` packed: float, or int8 with their scales (the
 // row-major copies then go: only the packed ones serve).
-void pack_experts(layer_weights& w, const model_shape& s) {
+void pack_experts(layer_weights& w, const model_shape& s, bool bf16 = false) {
   const int64_t D = s.hidden, F = s.intermediate, E = s.experts;
   const bool int8 = !w.w1_scale.empty();
   w.w13_t.assign(E, {});
@@ -124,8 +124,9 @@ void pack_experts(layer_weights& w, const model_shape& s) {
                  w.w2.data() + e * D * F,
                  int8 ? w.w1_scale.data() + e * F : nullptr,
                  int8 ? w.w3_scale.data() + e * F : nullptr,
-                 int8 ? w.w2_scale.data() + e * D : nullptr});
-  if (int8)
+                 int8 ? w.w2_scale.data() + e * D : nullptr, nullptr,
+                 bf16 && !int8});
+  if (int8 || bf16)
     for (auto* v : {&w.w1, &w.w3, &w.w2, &w.w1_scale, &w.w3_scale,
                     &w.w2_scale})
       std::vector<float>().swap(*v);
@@ -166,8 +167,9 @@ void pack_expert(layer_weights& w, int64_t e, const model_shape& s,
   }
   const float* w13 = x.w13 ? x.w13 : stacked.data();
   if (!x.w1_scale) {
-    w.w13_t[e] = kernels::pack_matrix(w13, 2 * F, D);
-    w.w2_t[e] = kernels::pack_matrix(x.w2, D, F);
+    const auto pack = x.bf16 ? kernels::pack_matrix_bf16 : kernels::pack_matrix;
+    w.w13_t[e] = pack(w13, 2 * F, D);
+    w.w2_t[e] = pack(x.w2, D, F);
     return;
   }
   std::vector<float> s13(2 * F);
@@ -368,43 +370,58 @@ void pack_for_serving(served_model& m) {
       pack_experts(w, m.shape);
 }
 
-void quantize_experts(served_model& m) {
-  if (m.expert_dtype == weight_dtype::int8)
-    return;
+void quantize_experts(served_model& m, weight_dtype to) {
+  if (m.expert_dtype != weight_dtype::fp32 || to == weight_dtype::fp32)
+    return; // experts from an int8 checkpoint stay as they are
   const int64_t D = m.shape.hidden, F = m.shape.intermediate;
   const int64_t E = m.shape.experts;
   for (auto& w : m.layers) {
     if (w.router.empty())
       continue; // a dense layer: no experts
-    for (auto [weights, scales, rows, cols] :
-         {std::tuple{&w.w1, &w.w1_scale, F, D},
-          std::tuple{&w.w3, &w.w3_scale, F, D},
-          std::tuple{&w.w2, &w.w2_scale, D, F}}) {
-      scales->resize(E * rows);
-      // In place: each row is read whole before its codes are written.
-      kernels::quantize_matrix_int8(weights->data(), E * rows, cols,
-                                    weights->data(), scales->data());
-    }
-    pack_experts(w, m.shape);
+    if (to == weight_dtype::int8)
+      for (auto [weights, scales, rows, cols] :
+           {std::tuple{&w.w1, &w.w1_scale, F, D},
+            std::tuple{&w.w3, &w.w3_scale, F, D},
+            std::tuple{&w.w2, &w.w2_scale, D, F}}) {
+        scales->resize(E * rows);
+        // In place: each row is read whole before its codes are written.
+        kernels::quantize_matrix_int8(weights->data(), E * rows, cols,
+                                      weights->data(), scales->data());
+      }
+    pack_experts(w, m.shape, to == weight_dtype::bf16);
   }
-  m.expert_dtype = weight_dtype::int8;
+  m.expert_dtype = to;
   m.quantized_at_load = true;
 }
 
+namespace {
+
+std::string kernel_of(const served_model& m) {
+  switch (m.expert_dtype) {
+    case weight_dtype::int8: return kernels::int8_gemm_kernel();
+    case weight_dtype::bf16: return kernels::bf16_gemm_kernel();
+    case weight_dtype::fp32: break;
+  }
+  return {};
+}
+
+} // namespace
+
 std::string expert_weights_text(const served_model& m) {
   std::string text = std::string("experts ") + to_string(m.expert_dtype);
-  if (m.expert_dtype == weight_dtype::int8)
+  if (m.expert_dtype != weight_dtype::fp32)
     text += std::string(m.quantized_at_load ? " (quantized at load)"
                                             : " (from the checkpoint)")
-            + ", kernel " + kernels::int8_gemm_kernel();
+            + ", kernel " + kernel_of(m);
   return text + "; CPU: " + kernels::cpu_capabilities();
 }
 
 std::string expert_kernel_name(const served_model& m) {
-  if (m.expert_dtype != weight_dtype::int8)
+  if (m.expert_dtype == weight_dtype::fp32)
     return "packed_fp32";
-  const auto kernel = kernels::int8_gemm_kernel();
-  return "int8_" + kernel.substr(0, kernel.find(' '));
+  const auto kernel = kernel_of(m);
+  return std::string(to_string(m.expert_dtype)) + "_"
+         + kernel.substr(0, kernel.find(' '));
 }
 
 expected<served_model> model_from_weights(model::model_weights weights,

@@ -32,6 +32,8 @@ struct expert_matrices {
   // Or w1 and w3 stacked already, [2 * intermediate, hidden] (w1, w3
   // unused): packed without another copy.
   const float* w13 = nullptr;
+  // Float weights packed in bfloat16 (serve.weight_dtype: bf16).
+  bool bf16 = false;
 };
 // Packs expert `e` into w.w13_t[e] and w.w2_t[e] (sized already).
 void pack_expert(layer_weights& w, int64_t e, const model_shape& s,

@@ -51,15 +51,21 @@ int64_t dense_weight_bytes(const model_shape& s) {
   return floats * 4;
 }
 
-int64_t expert_weight_bytes(const model_shape& s, bool int8, bool row_major) {
+int64_t expert_weight_bytes(const model_shape& s, weight_dtype dtype,
+                            bool row_major) {
   const int64_t D = s.hidden, F = s.intermediate;
-  if (int8)
-    return 3 * F * D + (2 * F + D) * 4;
+  switch (dtype) {
+    case weight_dtype::int8: return 3 * F * D + (2 * F + D) * 4;
+    case weight_dtype::bf16: // pairs along the inner dimension
+      return ((D + 1) / 2 * 2 * F + (F + 1) / 2 * D) * 4;
+    case weight_dtype::fp32: break;
+  }
   return 3 * F * D * 4 * (row_major ? 2 : 1);
 }
 
 std::vector<daemon_memory> predict_memory(const serve_config& c,
-                                          const model_shape& s, bool int8,
+                                          const model_shape& s,
+                                          weight_dtype dtype,
                                           const expert_layout* x) {
   const auto& l = c.limits;
   const auto& cl = l.cluster;
@@ -74,7 +80,9 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     daemon_memory d;
     d.dense_bytes = dense_weight_bytes(s);
     d.experts = (s.layers - s.dense_layers) * s.experts;
-    d.expert_bytes = d.experts * expert_weight_bytes(s, int8, !int8);
+    d.expert_bytes = d.experts
+                     * expert_weight_bytes(s, dtype,
+                                           dtype == weight_dtype::fp32);
     d.kv_cache_bytes = budget_blocks / ranks * ranks * g.block_bytes();
     out.push_back(d);
     return out;
@@ -86,7 +94,7 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     d.dense_bytes = dense_weight_bytes(s);
     for (int64_t layer = s.dense_layers; x && layer < x->layers; ++layer)
       d.experts += x->end(layer, n) - x->begin(layer, n);
-    d.expert_bytes = d.experts * expert_weight_bytes(s, int8, false);
+    d.expert_bytes = d.experts * expert_weight_bytes(s, dtype, false);
     // Node 0's rank holds the sequences; the others one block, or their
     // own sequences with data_parallel_attention.
     const bool sequences = n == 0 || cl.data_parallel_attention;
@@ -107,7 +115,7 @@ std::string mib(int64_t bytes) {
 } // namespace
 
 std::string memory_plan_text(const serve_config& c, const model_shape& s,
-                             bool int8,
+                             weight_dtype dtype,
                              const std::vector<daemon_memory>& daemons) {
   char line[512];
   std::string out;
@@ -115,7 +123,7 @@ std::string memory_plan_text(const serve_config& c, const model_shape& s,
                 "serve plan: %lld layers, %lld experts (%s), over %zu "
                 "daemon%s; bytes each daemon holds:\n",
                 static_cast<long long>(s.layers),
-                static_cast<long long>(s.experts), int8 ? "int8" : "fp32",
+                static_cast<long long>(s.experts), to_string(dtype),
                 daemons.size(), daemons.size() == 1 ? "" : "s");
   out += line;
   std::snprintf(line, sizeof line, "%-6s %-16s %14s %8s %14s %14s %14s\n",

@@ -253,6 +253,19 @@ TEST_CASE("a tutti checkpoint loads as the same model", "[unit]") {
         CHECK((got.w13_t[e].t == from_ckpt.layers[l].w13_t[e].t
                && got.w2_t[e].t == from_ckpt.layers[l].w2_t[e].t));
     }
+
+  // A part read with serve.weight_dtype bf16 holds its experts in
+  // bfloat16, the same logits as the whole model converted at load.
+  auto bf16_part = serve::load_model_part(ckpt, serve::expert_set(L * E, 1),
+                                          weight_dtype::bf16);
+  REQUIRE(bf16_part.ok());
+  CHECK(bf16_part.value().expert_dtype == weight_dtype::bf16);
+  CHECK(bf16_part.value().quantized_at_load);
+  CHECK(bf16_part.value().layers[0].w2_t[0].is_bf16());
+  auto whole_bf16 = load_or_fail(ckpt);
+  serve::quantize_experts(whole_bf16, weight_dtype::bf16);
+  CHECK(logits_of(bf16_part.value()) == logits_of(whole_bf16));
+  CHECK(logits_of(whole_bf16) != logits_of(from_export));
 }
 
 TEST_CASE("bad model directories are refused naming the file or key",

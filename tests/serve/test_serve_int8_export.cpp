@@ -89,7 +89,7 @@ TEST_CASE("tutti export --dtype int8 is served as it is, as quantized at "
   auto at_load = serve::load_model(dir / "f32");
   REQUIRE(at_load.ok());
   CHECK(at_load.value().expert_dtype == weight_dtype::fp32);
-  serve::quantize_experts(at_load.value());
+  serve::quantize_experts(at_load.value(), weight_dtype::int8);
   for (size_t l = 0; l < 2; ++l)
     for (size_t e = 0; e < 4; ++e) {
       check_same_packing(int8.value().layers[l].w13_t[e],

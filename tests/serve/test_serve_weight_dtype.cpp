@@ -1,9 +1,9 @@
-// serve.weight_dtype int8: experts quantized at load serve the same tokens
-// and log-probabilities, to the bit, one request at a time and eight at
-// once, on the engine alone and on 1 and 2 expert-parallel ranks; their
-// greedy tokens against the float32 model's are reported; /metrics names
-// the experts' dtype and kernel. The key's bad
-// values are refused naming it.
+// serve.weight_dtype int8 and bf16: experts converted at load serve the
+// same tokens and log-probabilities, to the bit, one request at a time and
+// eight at once, on the engine alone and on 1 and 2 expert-parallel ranks;
+// their greedy tokens against the float32 model's are reported; /metrics
+// names the experts' dtype and kernel. The key's bad values are refused
+// naming it.
 
 #include <catch2/catch.hpp>
 
@@ -11,28 +11,30 @@
 #include <cmath>
 
 #include "serve_requests.hpp"
+#include "tutti/serve/serve_memory.hpp"
 
 using namespace tutti;
 using namespace tutti::testing;
 
 namespace {
 
-// The jobs served on `ranks` ranks (0: the engine alone), all at once or
-// one after another.
-std::vector<served_outcome> serve_int8(int64_t ranks, bool all_at_once,
-                                       const std::vector<served_job>& js,
-                                       bool int8 = true) {
+// The jobs served with experts in `dtype` on `ranks` ranks (0: the engine
+// alone), all at once or one after another.
+std::vector<served_outcome> serve_as(weight_dtype dtype, int64_t ranks,
+                                     bool all_at_once,
+                                     const std::vector<served_job>& js) {
   auto model = eight_expert_model();
-  if (int8)
-    serve::quantize_experts(model);
+  serve::quantize_experts(model, dtype);
   auto svc = serve::service::create(std::move(model), ep_limits(ranks));
   REQUIRE(svc.ok());
   auto& s = *svc.value();
   s.start();
   // /metrics says what the experts are and which kernel runs them.
+  const std::string name = to_string(dtype);
   const auto metrics = s.metrics().render("m");
-  CHECK(metrics.find(int8 ? "dtype=\"int8\",kernel=\"int8_"
-                          : "dtype=\"fp32\",kernel=\"packed_fp32\"")
+  CHECK(metrics.find(dtype == weight_dtype::fp32
+                       ? std::string("dtype=\"fp32\",kernel=\"packed_fp32\"")
+                       : "dtype=\"" + name + "\",kernel=\"" + name + "_")
         != std::string::npos);
   std::vector<served_outcome> out;
   if (all_at_once) {
@@ -45,35 +47,19 @@ std::vector<served_outcome> serve_int8(int64_t ranks, bool all_at_once,
   return out;
 }
 
-} // namespace
-
-TEST_CASE("int8 experts: the same bits at concurrency 1 and 8, on the "
-          "engine and at EP 1 and 2",
-          "[unit]") {
-  auto model = eight_expert_model();
-  serve::quantize_experts(model);
-  REQUIRE(model.expert_dtype == weight_dtype::int8);
-  CHECK(model.quantized_at_load);
-  CHECK(model.layers[0].w13_t[0].is_int8());
-  CHECK(model.layers[0].w1.empty()); // the packed copy alone serves
-  CHECK(!model.layers[0].q_t.is_int8());
-  CHECK(!model.lm_head_t.is_int8());
-  CHECK(serve::expert_weights_text(model).find("int8 (quantized at load), "
-                                               "kernel ")
-        != std::string::npos);
-
+void check_invariant_and_report(weight_dtype dtype) {
   const auto js = served_jobs(8);
-  const auto alone = serve_int8(1, false, js);
+  const auto alone = serve_as(dtype, 1, false, js);
   for (const auto& o : alone)
     CHECK(!o.tokens.empty());
-  check_same_outcomes(serve_int8(1, true, js), alone, js);
-  check_same_outcomes(serve_int8(2, true, js), alone, js);
-  check_same_outcomes(serve_int8(2, false, js), alone, js);
-  check_same_outcomes(serve_int8(0, true, js), alone, js);
+  check_same_outcomes(serve_as(dtype, 1, true, js), alone, js);
+  check_same_outcomes(serve_as(dtype, 2, true, js), alone, js);
+  check_same_outcomes(serve_as(dtype, 2, false, js), alone, js);
+  check_same_outcomes(serve_as(dtype, 0, true, js), alone, js);
 
   // Against float32 experts, reported: greedy tokens that agree, and the
   // largest log-probability drift before a request's first different one.
-  const auto fp32 = serve_int8(1, true, js, false);
+  const auto fp32 = serve_as(weight_dtype::fp32, 1, true, js);
   int64_t same = 0, greedy = 0;
   double drift = 0;
   for (size_t i = 1; i < js.size(); i += 2) {
@@ -87,22 +73,65 @@ TEST_CASE("int8 experts: the same bits at concurrency 1 and 8, on the "
       agreed = agreed && equal;
     }
   }
-  WARN("int8 experts: greedy tokens as with fp32: " << same << " of "
-                                                    << greedy
-                                                    << ", largest "
-                                                       "log-probability "
-                                                       "drift "
-                                                    << drift);
+  WARN(to_string(dtype) << " experts: greedy tokens as with fp32: " << same
+                        << " of " << greedy
+                        << ", largest log-probability drift " << drift);
   CHECK(same > 0);
 }
 
-TEST_CASE("serve.weight_dtype: fp32 or int8, anything else refused naming "
-          "the key",
+} // namespace
+
+TEST_CASE("int8 experts: the same bits at concurrency 1 and 8, on the "
+          "engine and at EP 1 and 2",
+          "[unit]") {
+  auto model = eight_expert_model();
+  serve::quantize_experts(model, weight_dtype::int8);
+  REQUIRE(model.expert_dtype == weight_dtype::int8);
+  CHECK(model.quantized_at_load);
+  CHECK(model.layers[0].w13_t[0].is_int8());
+  CHECK(model.layers[0].w1.empty()); // the packed copy alone serves
+  CHECK(!model.layers[0].q_t.is_int8());
+  CHECK(!model.lm_head_t.is_int8());
+  CHECK(serve::expert_weights_text(model).find("int8 (quantized at load), "
+                                               "kernel ")
+        != std::string::npos);
+  check_invariant_and_report(weight_dtype::int8);
+}
+
+TEST_CASE("bf16 experts: the same bits at concurrency 1 and 8, on the "
+          "engine and at EP 1 and 2",
+          "[unit]") {
+  auto model = eight_expert_model();
+  serve::quantize_experts(model, weight_dtype::bf16);
+  REQUIRE(model.expert_dtype == weight_dtype::bf16);
+  CHECK(model.quantized_at_load);
+  CHECK(model.layers[0].w13_t[0].is_bf16());
+  CHECK(model.layers[0].w1.empty());
+  CHECK(!model.layers[0].q_t.is_bf16());
+  CHECK(!model.lm_head_t.is_bf16());
+  const auto text = serve::expert_weights_text(model);
+  INFO(text);
+  CHECK(text.find("bf16 (quantized at load), kernel ") != std::string::npos);
+  // The serve plan's bytes for an expert are what it holds.
+  const auto& x = model.layers[0];
+  CHECK(serve::expert_weight_bytes(model.shape, weight_dtype::bf16, false)
+        == static_cast<int64_t>((x.w13_t[0].bf16_pairs.size()
+                                 + x.w2_t[0].bf16_pairs.size())
+                                * sizeof(uint32_t)));
+  // Quantizing again, to anything, leaves them as they are.
+  serve::quantize_experts(model, weight_dtype::int8);
+  CHECK(model.expert_dtype == weight_dtype::bf16);
+  check_invariant_and_report(weight_dtype::bf16);
+}
+
+TEST_CASE("serve.weight_dtype: fp32, int8 or bf16, anything else refused "
+          "naming the key",
           "[unit]") {
   CHECK(serve_refusal("  weight_dtype: int8\n").empty());
   CHECK(serve_refusal("  weight_dtype: fp32\n").empty());
+  CHECK(serve_refusal("  weight_dtype: bf16\n").empty());
   const auto bad = serve_refusal("  weight_dtype: int4\n");
   CHECK(bad.find("serve.weight_dtype") != std::string::npos);
-  CHECK(bad.find("int8") != std::string::npos);
+  CHECK(bad.find("bf16") != std::string::npos);
   CHECK(bad.find('\n') == std::string::npos);
 }

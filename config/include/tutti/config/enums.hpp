@@ -26,9 +26,9 @@ enum class all_to_all_mode { enabled, disabled };
 // moe_config.dispatch_dtype: the rows the MoE dispatch sends, as they are
 // or quantized per row to 8 bits (moe/token_exchange.hpp).
 enum class dispatch_dtype { fp32, int8, fp8 };
-// serve.weight_dtype: the served experts' weights, float32 or int8 with a
-// float32 scale per output channel (kernels/packed_gemm.hpp).
-enum class weight_dtype { fp32, int8 };
+// serve.weight_dtype: the served experts' weights, float32, int8 with a
+// float32 scale per output channel, or bfloat16 (kernels/packed_gemm.hpp).
+enum class weight_dtype { fp32, int8, bf16 };
 // model.family: the architecture the weights belong to, by Hugging Face's
 // model_type (model/family.hpp holds what differs between them).
 enum class model_family { mixtral, qwen3_moe, deepseek_v3 };
@@ -82,7 +82,7 @@ struct enum_names<dispatch_dtype> {
 };
 template <>
 struct enum_names<weight_dtype> {
-  static constexpr std::array names{"fp32", "int8"};
+  static constexpr std::array names{"fp32", "int8", "bf16"};
 };
 template <>
 struct enum_names<model_family> {

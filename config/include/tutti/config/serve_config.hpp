@@ -270,11 +270,14 @@ void visit_fields(Visitor& v, serve_config& c) {
           "so a request's tokens do not depend on it); outputs return fp32 "
           "(moe_config.dispatch_dtype)");
   v.field("weight_dtype", c.weights,
-          "the experts' weights as served: fp32, or int8 (weight-only, "
+          "the experts' weights as served: fp32; int8 (weight-only, "
           "symmetric, a float32 scale per output channel; activations and "
           "accumulation stay float32), quantized at load from a float "
-          "checkpoint; a checkpoint written by `tutti export --dtype int8` "
-          "is served int8 as it is, whatever this says; embeddings, "
+          "checkpoint; or bf16 (weights rounded to bfloat16 at load, "
+          "activations rounded to bfloat16 in the product, float32 "
+          "accumulation: AVX512-BF16 where the CPU has it, the same bits in "
+          "float32 elsewhere); a checkpoint written by `tutti export "
+          "--dtype int8` is served int8 as it is, whatever this says; embeddings, "
           "attention, norms, router and LM head stay float32; the same "
           "tokens at every concurrency and EP size");
   v.field("memory_limit", c.memory_limit,

@@ -21,6 +21,16 @@
 // so it is as batch-invariant as the float32 product and its bits are the
 // same on every path (cpu_int8_gemm.cpp, cpu_packed_gemm_*.cpp). The CPU
 // only.
+//
+// Or in bfloat16 (serve.weight_dtype: bf16): the weights rounded to
+// bfloat16 (nearest even) and kept two to a 32-bit word along the inner
+// dimension, the rows rounded to bfloat16 when multiplied. Each output is
+// the chain of AVX512-BF16's dot-product instruction: per pair of inputs,
+// acc += w[2p+1] x[2p+1], then acc += w[2p] x[2p], each sum rounded once
+// (a product of two bfloat16 values is exact in float32). CPUs without the
+// instruction compute the same chain in float32 fused multiply-adds, with
+// the same bits (cpu_bf16_packed_gemm.cpp); as batch-invariant as the
+// rest.
 
 #include <cstdint>
 #include <string>
@@ -33,7 +43,11 @@ struct packed_matrix {
   std::vector<float> t; // [in, out]; empty when the matrix is int8
   std::vector<int8_t> codes; // [in, out] when int8
   std::vector<float> scales; // [out] when int8
+  // [(in + 1) / 2, out] when bfloat16: w[j, 2p] in the low half of word
+  // [p, j], w[j, 2p + 1] (or 0) in the high half.
+  std::vector<uint32_t> bf16_pairs;
   bool is_int8() const { return !codes.empty(); }
+  bool is_bf16() const { return !bf16_pairs.empty(); }
 };
 
 // w[out, in], row-major.
@@ -43,6 +57,10 @@ packed_matrix pack_matrix(const float* w, int64_t out, int64_t in);
 // checkpoint holds them) and scales[out].
 packed_matrix pack_matrix_int8(const float* codes, const float* scales,
                                int64_t out, int64_t in);
+
+// w[out, in], row-major, rounded to bfloat16 (nearest even; subnormals to
+// zero, as the bf16 instructions read them).
+packed_matrix pack_matrix_bf16(const float* w, int64_t out, int64_t in);
 
 // Quantizes w[out, in] per output row, symmetric: scale = absmax / 127,
 // code = round-to-nearest-even(w / scale), as kernels::quantize_rows
@@ -57,12 +75,17 @@ void quantize_matrix_int8(const float* w, int64_t out, int64_t in,
 // offers for low precision ("avx512f fma avx512_vnni avx512_bf16, no
 // amx").
 std::string int8_gemm_kernel();
+// The same for bfloat16 matrices: "avx512_bf16 (the CPU has avx512_bf16)",
+// or which float32 kernel runs the same chain and why.
+std::string bf16_gemm_kernel();
 std::string cpu_capabilities();
 
-// The portable kernels alone (float32 and int8), what CPUs without AVX2
+// The portable kernels alone (float32, int8 and bfloat16), what CPUs without AVX2
 // and FMA run (packed_gemm picks them there): callable anywhere, so that
 // tests check they give the bits of the kernel this CPU picks.
 void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
+                        float* y, int64_t ldy, int64_t m);
+void bf16_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
                         float* y, int64_t ldy, int64_t m);
 void packed_gemm_portable_float(const float* x, int64_t ldx,
                                 const packed_matrix& w, float* y, int64_t ldy,

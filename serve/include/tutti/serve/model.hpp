@@ -94,18 +94,20 @@ struct served_model {
 // does).
 void pack_for_serving(served_model& m);
 
-// serve.weight_dtype int8 on a model with float experts: quantizes each
-// expert matrix per output channel (kernels::quantize_matrix_int8) and
-// packs it int8. Experts that are int8 already stay as they are.
-void quantize_experts(served_model& m);
+// serve.weight_dtype int8 or bf16 on a model with float experts: int8
+// quantizes each expert matrix per output channel
+// (kernels::quantize_matrix_int8) and packs it int8; bf16 packs it rounded
+// to bfloat16 (kernels::pack_matrix_bf16). Either drops the float copies.
+// Experts that are int8 already, and `to` fp32, leave the model as it is.
+void quantize_experts(served_model& m, weight_dtype to);
 
 // One line for the serve start and /metrics: the experts' dtype, the
 // kernel that multiplies them and why, and what the CPU has ("experts
 // int8 (quantized at load), kernel avx512 (the CPU has avx512f and fma);
 // CPU: avx2 fma avx512f ..., no amx").
 std::string expert_weights_text(const served_model& m);
-// The same in a word, for /metrics: "int8_avx512", "int8_portable" or
-// "packed_fp32".
+// The same in a word, for /metrics: "int8_avx512", "bf16_avx512_bf16",
+// "int8_portable" or "packed_fp32".
 std::string expert_kernel_name(const served_model& m);
 
 // Builds a model from tensors under tutti's names (tensor_names.hpp:

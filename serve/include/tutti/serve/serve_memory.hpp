@@ -36,20 +36,22 @@ expected<std::shared_ptr<const expert_layout>> start_layout(
 
 // Bytes of the dense weights as served_model holds them.
 int64_t dense_weight_bytes(const model_shape& s);
-// Bytes of one expert packed, int8 or float, and with `row_major` the
-// float row-major copy beside it.
-int64_t expert_weight_bytes(const model_shape& s, bool int8, bool row_major);
+// Bytes of one expert packed in `dtype`, and with `row_major` (float
+// experts) the float row-major copy beside it.
+int64_t expert_weight_bytes(const model_shape& s, weight_dtype dtype,
+                            bool row_major);
 
 // Per daemon of serve.nodes (one entry for one process), for a model of
-// shape `s` whose experts are served int8 or not, under layout `x` (across
+// shape `s` whose experts are served in `dtype`, under layout `x` (across
 // daemons; one process holds every expert).
 std::vector<daemon_memory> predict_memory(const serve_config& c,
-                                          const model_shape& s, bool int8,
+                                          const model_shape& s,
+                                          weight_dtype dtype,
                                           const expert_layout* x);
 
 // The table `tutti serve --plan` prints.
 std::string memory_plan_text(const serve_config& c, const model_shape& s,
-                             bool int8,
+                             weight_dtype dtype,
                              const std::vector<daemon_memory>& daemons);
 
 // serve.memory_limit against daemon `node`'s prediction: a one-line
