@@ -8,8 +8,29 @@
 #include "commands.hpp"
 #include "tutti/client/job_client.hpp"
 #include "tutti/config/job_config.hpp"
+#include "tutti/kernels/packed_gemm.hpp"
+#include "tutti/kernels/stream.hpp"
 
 namespace tutti::cli {
+
+namespace {
+
+// What this machine's CPU runs each precision on, and why: the kernels are
+// chosen at run time, so two machines of one job may differ.
+void print_cpu_kernels() {
+  const auto bf16 = kernels::cpu_bf16_support();
+  std::printf(
+    "this machine's CPU: %s\n"
+    "  train.gemm_precision bf16: %s%s%s\n"
+    "  serve.weight_dtype fp32 and int8: %s\n"
+    "  serve.weight_dtype bf16: %s\n",
+    kernels::cpu_capabilities().c_str(),
+    bf16.runs_bf16 ? "oneDNN " : "float32 (no bf16 units; oneDNN: ", bf16.isa,
+    bf16.runs_bf16 ? "" : ")", kernels::int8_gemm_kernel().c_str(),
+    kernels::bf16_gemm_kernel().c_str());
+}
+
+} // namespace
 
 int diag_command(const std::vector<std::string>& args) {
   command_line cl("diag", "CONFIG",
@@ -25,6 +46,7 @@ int diag_command(const std::vector<std::string>& args) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   const job_config& cfg = *loaded;
+  print_cpu_kernels();
   client::job_client job;
   if (auto s = job.connect(client::endpoint{
         cfg.cluster.coordinator_host(),

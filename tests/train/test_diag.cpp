@@ -54,6 +54,9 @@ TEST_CASE("tutti diag names a throttled node", "[integration]") {
   INFO(r.output);
   CHECK(r.status == 3);
   CHECK(r.output.find("point-to-point bandwidth") != std::string::npos);
+  // The kernels this machine's CPU runs each precision on.
+  CHECK(r.output.find("this machine's CPU: ") != std::string::npos);
+  CHECK(r.output.find("serve.weight_dtype bf16: ") != std::string::npos);
   CHECK(r.output.find("raw gloo") != std::string::npos);
   CHECK(r.output.find("node 1 (127.0.0.1") != std::string::npos);
   auto line = r.output.substr(r.output.find("  node 1 ("));
