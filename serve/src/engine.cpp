@@ -13,20 +13,10 @@ namespace k = tutti::kernels;
 
 namespace {
 
-typedef float lanes8 __attribute__((vector_size(32)));
-
-// o[0, n) += e * v[0, n), eight lanes at a time.
-inline void weighted_add(float* o, float e, const float* v, int64_t n) {
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) {
-    lanes8 a, b;
-    std::memcpy(&a, o + d, sizeof a);
-    std::memcpy(&b, v + d, sizeof b);
-    a += e * b;
-    std::memcpy(o + d, &a, sizeof a);
-  }
-  for (; d < n; ++d)
-    o[d] += e * v[d];
+// Asks for `floats` from p into the caches, a line at a time.
+void prefetch(const float* p, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 16)
+    __builtin_prefetch(p + i);
 }
 
 } // namespace
@@ -141,8 +131,10 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     k::rmsnorm_forward(cpu, k_.data(), w.k_norm.data(), k_.data(),
                        head_rstd_.data(), rows * hkv, hd, eps);
   }
-  kernels::rope_at_positions(q_.data(), pos_.data(), rows, hq, hd, s.rope_theta);
-  kernels::rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd, s.rope_theta);
+  kernels::rope_at_positions(q_.data(), pos_.data(), rows, hq, hd,
+                             s.rope_theta);
+  kernels::rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd,
+                             s.rope_theta);
 
   const int64_t bt = cache_.geometry().block_tokens;
   // Keys and values of the new rows go in first: a row attends to the
@@ -165,46 +157,53 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
   for (const auto& c : batch) {
     for (int64_t i = 0; i < c.count; ++i) {
       const int64_t p = c.start + i, r = row + i, n = p + 1;
-      // Per KV head, its `group` query heads together: each key and value
-      // row is read once for all of them. scores_[h * n + j].
-      scores_.resize(group * n);
-      for (int64_t g = 0; g < hkv; ++g) {
-        const float* q0 = q_.data() + (r * hq + g * group) * hd;
-        for (int64_t j0 = 0; j0 < n; j0 += bt) {
-          const int32_t block = (*c.blocks)[j0 / bt];
-          const float* keys = cache_.key(block, l, 0) + g * hd;
-          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
-            for (int64_t h = 0; h < group; ++h)
-              scores_[h * n + j] =
-                kernels::invariant_dot(q0 + h * hd, keys + (j - j0) * kv_row, hd)
-                * scale;
+      // A block of the cache at a time, every KV head's `group` query
+      // heads in one pass over its rows (the cache's rows hold all KV
+      // heads side by side). scores_[h * n + j], h over the query heads.
+      scores_.resize(hq * n);
+      const float* q0 = q_.data() + r * hq * hd;
+      float* o0 = attn_.data() + r * hq * hd;
+      for (int64_t j0 = 0; j0 < std::min(n, 2 * bt); j0 += bt)
+        prefetch(cache_.key((*c.blocks)[j0 / bt], l, 0), 2 * bt * kv_row);
+      for (int64_t j0 = 0; j0 < n; j0 += bt) {
+        const float* keys = cache_.key((*c.blocks)[j0 / bt], l, 0);
+        const int64_t count = std::min(n, j0 + bt) - j0;
+        // The cache's blocks lie apart: fetch the next block's keys and
+        // this block's values (read after the softmax) while these keys
+        // are scored.
+        if (j0 + 2 * bt < n)
+          prefetch(cache_.key((*c.blocks)[j0 / bt + 2], l, 0), 2 * bt * kv_row);
+        for (int64_t g = 0; g < hkv; ++g)
+          kernels::invariant_scores(q0 + g * group * hd, group, hd,
+                                    keys + g * hd, kv_row, count, scale,
+                                    scores_.data() + g * group * n + j0, n);
+      }
+      // Softmax weights and the weighted values in float, position by
+      // position in order (the same for a sequence in any batch).
+      sums_.resize(hq);
+      for (int64_t h = 0; h < hq; ++h) {
+        float* s_h = scores_.data() + h * n;
+        const float mx = *std::max_element(s_h, s_h + n);
+        float sum = 0.0f; // a local: no store to memory a position
+        for (int64_t j = 0; j < n; ++j) {
+          s_h[j] = std::exp(s_h[j] - mx);
+          sum += s_h[j];
         }
-        // Softmax weights and the weighted values in float, position by
-        // position in order (the same for a sequence in any batch).
-        std::vector<float> sums(group, 0.0f);
-        for (int64_t h = 0; h < group; ++h) {
-          float* s_h = scores_.data() + h * n;
-          const float mx = *std::max_element(s_h, s_h + n);
-          for (int64_t j = 0; j < n; ++j) {
-            s_h[j] = std::exp(s_h[j] - mx);
-            sums[h] += s_h[j];
-          }
-        }
-        float* o0 = attn_.data() + (r * hq + g * group) * hd;
-        std::fill(o0, o0 + group * hd, 0.0f);
-        for (int64_t j0 = 0; j0 < n; j0 += bt) {
-          const int32_t block = (*c.blocks)[j0 / bt];
-          const float* values = cache_.value(block, l, 0) + g * hd;
-          for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
-            for (int64_t h = 0; h < group; ++h)
-              weighted_add(o0 + h * hd, scores_[h * n + j],
-                           values + (j - j0) * kv_row, hd);
-        }
-        for (int64_t h = 0; h < group; ++h) {
-          const float inv = 1.0f / sums[h];
-          for (int64_t d = 0; d < hd; ++d)
-            o0[h * hd + d] *= inv;
-        }
+        sums_[h] = sum;
+      }
+      std::fill(o0, o0 + hq * hd, 0.0f);
+      for (int64_t j0 = 0; j0 < n; j0 += bt) {
+        const float* values = cache_.value((*c.blocks)[j0 / bt], l, 0);
+        const int64_t count = std::min(n, j0 + bt) - j0;
+        for (int64_t g = 0; g < hkv; ++g)
+          kernels::invariant_weighted_values(
+            scores_.data() + g * group * n + j0, n, group, values + g * hd,
+            kv_row, count, hd, o0 + g * group * hd);
+      }
+      for (int64_t h = 0; h < hq; ++h) {
+        const float inv = 1.0f / sums_[h];
+        for (int64_t d = 0; d < hd; ++d)
+          o0[h * hd + d] *= inv;
       }
     }
     row += c.count;
@@ -275,8 +274,8 @@ status engine::moe(int64_t l, int64_t rows) {
     ye_.resize(m * D);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(xn_.data() + (slots[i] / K) * D, D, xe_.data() + i * D);
-    kernels::invariant_expert(xe_.data(), w.w13_t[e], w.w2_t[e], ye_.data(), m, a_,
-                     h_);
+    kernels::invariant_expert(xe_.data(), w.w13_t[e], w.w2_t[e], ye_.data(), m,
+                              a_, h_);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(ye_.data() + i * D, D, moe_out_.data() + slots[i] * D);
   }

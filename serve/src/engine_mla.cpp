@@ -37,12 +37,6 @@ void take_rotated(const float* src, int64_t rope, bool interleave, float* dst) {
   }
 }
 
-// o[0, n) += e * v[0, n)
-void weighted_add(float* o, float e, const float* v, int64_t n) {
-  for (int64_t d = 0; d < n; ++d)
-    o[d] += e * v[d];
-}
-
 } // namespace
 
 void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
@@ -145,11 +139,9 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
       }
       std::fill(v_.begin(), v_.end(), 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
-        const float* block = cache_.key((*c.blocks)[j0 / bt], l, 0);
-        for (int64_t j = j0; j < std::min(n, j0 + bt); ++j)
-          for (int64_t h = 0; h < H; ++h)
-            weighted_add(v_.data() + h * kvl, scores_[h * n + j],
-                         block + (j - j0) * lat, kvl);
+        kernels::invariant_weighted_values(
+          scores_.data() + j0, n, H, cache_.key((*c.blocks)[j0 / bt], l, 0),
+          lat, std::min(n, j0 + bt) - j0, kvl, v_.data());
       }
       // Through kv_b_proj's value half: the head's values.
       for (int64_t h = 0; h < H; ++h) {

@@ -19,6 +19,23 @@ namespace tutti::kernels {
 // sum_i a[i] * b[i] in a fixed order (8 lanes, then a fixed tree).
 float invariant_dot(const float* a, const float* b, int64_t n);
 
+// Attention scores of `heads` query rows q[heads, hd] against `count` key
+// rows (keys + j * key_stride): scores[h * score_stride + j] =
+// invariant_dot(q + h * hd, key j, hd) * scale, those bits, eight keys at
+// a time where the CPU has AVX2.
+void invariant_scores(const float* q, int64_t heads, int64_t hd,
+                      const float* keys, int64_t key_stride, int64_t count,
+                      float scale, float* scores, int64_t score_stride);
+
+// o[h * hd + d] += weights[h * weight_stride + j] * values[j * value_stride
+// + d], over j = 0 .. count - 1 in order, for h < heads: each element's
+// multiplies and adds in that order (no fused multiply-add), so a block
+// of the cache at a time gives the bits of a position at a time.
+void invariant_weighted_values(const float* weights, int64_t weight_stride,
+                               int64_t heads, const float* values,
+                               int64_t value_stride, int64_t count, int64_t hd,
+                               float* o);
+
 // Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
 // same rotate_half convention and angle arithmetic as kernels::rope_forward,
 // which takes positions from the sequence index only.

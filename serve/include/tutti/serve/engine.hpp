@@ -76,7 +76,7 @@ private:
   std::vector<int32_t> ids_, topk_;
   std::vector<int64_t> pos_;
   std::vector<float> x_, xn_, rstd_, q_, k_, v_, attn_, tmp_, router_, gate_,
-    moe_out_, xe_, a_, h_, ye_, scores_;
+    moe_out_, xe_, a_, h_, ye_, scores_, sums_;
   std::vector<float> mlp_out_; // the dense or shared MLP's output
   // Qwen3-MoE: the per-head norms' reciprocals, the router's softmax over
   // all experts (gates without renormalisation).

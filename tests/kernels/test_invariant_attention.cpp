@@ -1,0 +1,82 @@
+// The serving attention's kernels (invariant_ops.hpp): the scores of many
+// keys at once have the bits of invariant_dot key by key, and the weighted
+// values of a block of the cache at once have the bits of a position at a
+// time, for head dimensions with and without a tail of the vector width.
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tutti/kernels/invariant_ops.hpp"
+
+namespace k = tutti::kernels;
+
+namespace {
+
+std::vector<float> uniform_values(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = u(gen);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size()
+         && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+} // namespace
+
+TEST_CASE("invariant_scores: invariant_dot's bits, key by key", "[unit]") {
+  for (int64_t hd : {32, 64, 12}) {
+    for (int64_t count : {1, 7, 8, 16, 21}) {
+      const int64_t heads = 3, stride = 2 * hd + 5, score_stride = count + 3;
+      const auto q = uniform_values(heads * hd, 1);
+      const auto keys = uniform_values(count * stride, 2);
+      const float scale = 0.17677669f;
+      std::vector<float> got(heads * score_stride, -1.0f), want = got;
+      k::invariant_scores(q.data(), heads, hd, keys.data(), stride, count,
+                          scale, got.data(), score_stride);
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < count; ++j)
+          want[h * score_stride + j] = k::invariant_dot(
+                                         q.data() + h * hd,
+                                         keys.data() + j * stride, hd)
+                                       * scale;
+      INFO("hd " << hd << ", keys " << count);
+      CHECK(same_bits(got, want));
+    }
+  }
+}
+
+TEST_CASE("invariant_weighted_values: a block at once, a position's bits",
+          "[unit]") {
+  for (int64_t hd : {32, 64, 40, 12}) {
+    for (int64_t heads : {1, 2, 3}) {
+      const int64_t count = 19, stride = hd + 7, weight_stride = count + 2;
+      const auto weights = uniform_values(heads * weight_stride, 3);
+      const auto values = uniform_values(count * stride, 4);
+      const auto start = uniform_values(heads * hd, 5);
+      std::vector<float> got = start, want = start;
+      // In two blocks, as the engine calls it on the cache's blocks.
+      k::invariant_weighted_values(weights.data(), weight_stride, heads,
+                                   values.data(), stride, 11, hd, got.data());
+      k::invariant_weighted_values(weights.data() + 11, weight_stride, heads,
+                                   values.data() + 11 * stride, stride,
+                                   count - 11, hd, got.data());
+      for (int64_t j = 0; j < count; ++j)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < hd; ++d) {
+            const float product = weights[h * weight_stride + j]
+                                  * values[j * stride + d];
+            want[h * hd + d] = want[h * hd + d] + product;
+          }
+      INFO("hd " << hd << ", heads " << heads);
+      CHECK(same_bits(got, want));
+    }
+  }
+}
