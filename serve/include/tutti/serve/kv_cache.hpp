@@ -122,9 +122,10 @@ private:
     const int64_t row_size = latent ? geometry_.latent
                                     : geometry_.kv_heads * geometry_.head_dim;
     const int64_t ways = latent ? 1 : 2;
+    // Layer-major: one layer's blocks side by side, so that a sequence's
+    // blocks (taken in order from the free list) are one stream to read.
     return storage_.data()
-           + ((((static_cast<int64_t>(block) * geometry_.layers + layer) * ways
-                + which)
+           + ((((layer * total_ + block) * ways + which)
                  * geometry_.block_tokens
                + offset)
               * row_size);
