@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -73,6 +74,7 @@ struct thread_state {
            matmul_entry>
     matmuls;
   std::vector<uint16_t> a, b;
+  std::vector<float> c; // the product's rows when m is padded
 
   thread_state() {
     omp_set_num_threads(1); // this thread's OpenMP teams: itself only
@@ -95,8 +97,8 @@ struct thread_state {
     matmuls.clear();
   }
 
-  // Expert GEMMs see a new row count most steps; past this many shapes the
-  // cache starts again rather than grow without bound.
+  // Shapes are padded to sizes that repeat (padded_size); past this many
+  // the cache starts again rather than grow without bound.
   static constexpr size_t max_shapes = 512;
 
   matmul_entry& matmul(int64_t m, int64_t n, int64_t k, bool ta, bool tb,
@@ -152,6 +154,31 @@ thread_state& state() {
   return s;
 }
 
+// Rounded up to one of eight sizes an octave, at least 16. An expert's
+// rows change every step, and so do the m and the inner dimension of its
+// products; each shape's primitive is JIT-compiled once, so the shapes
+// are padded (with zeros, which add nothing) to sizes that repeat.
+// Powers of two, and multiples of an eighth of theirs, stay as they are.
+int64_t padded_size(int64_t v) {
+  if (v <= 16)
+    return 16;
+  const int64_t octave = int64_t{1} << (63 - __builtin_clzll(v - 1));
+  const int64_t step = octave / 8;
+  return (v + step - 1) / step * step;
+}
+
+// rows x cols floats, `ld` apart, rounded to bfloat16 into a rows_to x
+// cols_to buffer, the rest zeros.
+void stage(const float* src, int64_t rows, int64_t cols, int64_t ld,
+           int64_t rows_to, int64_t cols_to, std::vector<uint16_t>& dst) {
+  dst.resize(static_cast<size_t>(rows_to * cols_to));
+  round_rows_to_bf16(src, rows, cols, ld, dst.data(), cols_to);
+  if (cols_to > cols)
+    for (int64_t r = 0; r < rows; ++r)
+      std::fill_n(dst.data() + r * cols_to + cols, cols_to - cols, 0);
+  std::fill(dst.begin() + rows * cols_to, dst.end(), 0);
+}
+
 } // namespace
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
@@ -165,22 +192,42 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
   }
   auto& s = state();
   // Each operand rounded to bf16 as it is stored (rows of its leading
-  // dimension, packed): O(m k + k n) against the product's O(m n k).
-  const int64_t a_rows = ta ? kk : m, a_cols = ta ? m : kk;
-  const int64_t b_rows = tb ? n : kk, b_cols = tb ? kk : n;
-  s.a.resize(static_cast<size_t>(a_rows * a_cols));
-  s.b.resize(static_cast<size_t>(b_rows * b_cols));
-  round_rows_to_bf16(a, a_rows, a_cols, lda, s.a.data());
-  round_rows_to_bf16(b, b_rows, b_cols, ldb, s.b.data());
-  auto& e = s.matmul(m, n, kk, ta, tb, ldc, beta != 0.0f);
+  // dimension, packed): O(m k + k n) against the product's O(m n k); m
+  // and k padded (padded_size).
+  const int64_t M = padded_size(m), K = padded_size(kk);
+  if (ta)
+    stage(a, kk, m, lda, K, M, s.a);
+  else
+    stage(a, m, kk, lda, M, K, s.a);
+  if (tb)
+    stage(b, n, kk, ldb, n, K, s.b);
+  else
+    stage(b, kk, n, ldb, K, n, s.b);
+  // The product's rows: c itself, or a buffer of M rows holding c's.
+  const bool accumulate = beta != 0.0f;
+  float* out = c;
+  int64_t ld_out = ldc;
+  if (M != m) {
+    // The padding's rows are never read back: left as they are.
+    s.c.resize(static_cast<size_t>(M * n));
+    if (accumulate)
+      for (int64_t r = 0; r < m; ++r)
+        std::copy_n(c + r * ldc, n, s.c.data() + r * n);
+    out = s.c.data();
+    ld_out = n;
+  }
+  auto& e = s.matmul(M, n, K, ta, tb, ld_out, accumulate);
   TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.src, s.a.data()));
   TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.weights, s.b.data()));
-  TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.dst, c));
+  TUTTI_DNNL_CHECK(dnnl_memory_set_data_handle(e.dst, out));
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, e.src},
                                   {DNNL_ARG_WEIGHTS, e.weights},
                                   {DNNL_ARG_DST, e.dst}};
   TUTTI_DNNL_CHECK(dnnl_primitive_execute(e.primitive, s.stream, 3, args));
   TUTTI_DNNL_CHECK(dnnl_stream_wait(s.stream));
+  if (out != c)
+    for (int64_t r = 0; r < m; ++r)
+      std::copy_n(out + r * n, n, c + r * ldc);
 }
 
 } // namespace tutti::kernels::detail

@@ -11,10 +11,10 @@
 namespace tutti::kernels::detail {
 
 void round_rows_to_bf16(const float* src, int64_t rows, int64_t cols,
-                        int64_t ld, uint16_t* dst) {
+                        int64_t ld, uint16_t* dst, int64_t dst_ld) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * ld;
-    uint16_t* out = dst + r * cols;
+    uint16_t* out = dst + r * dst_ld;
     int64_t c = 0;
     for (; c + 32 <= cols; c += 32) {
       const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + c + 16),

@@ -44,10 +44,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, T alpha,
 // bf16 products through oneDNN (cpu_bf16_gemm.cpp): the same contract as
 // gemm<float>, alpha 1, with A and B rounded to bfloat16 and float32
 // accumulation. Only where cpu_bf16_support().runs_bf16 (stream.hpp).
-// Rounds `rows` rows of `cols` floats (`ld` apart) to bfloat16, packed
-// (cpu_bf16_round_avx512.cpp; AVX512-BF16 only).
+// Rounds `rows` rows of `cols` floats (`ld` apart) to bfloat16, into rows
+// `dst_ld` apart (cpu_bf16_round_avx512.cpp; AVX512-BF16 only).
 void round_rows_to_bf16(const float* src, int64_t rows, int64_t cols,
-                        int64_t ld, uint16_t* dst);
+                        int64_t ld, uint16_t* dst, int64_t dst_ld);
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
                const float* a, int64_t lda, const float* b, int64_t ldb,
                float beta, float* c, int64_t ldc);
