@@ -181,16 +181,9 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
       // Softmax weights and the weighted values in float, position by
       // position in order (the same for a sequence in any batch).
       sums_.resize(hq);
-      for (int64_t h = 0; h < hq; ++h) {
-        float* s_h = scores_.data() + h * n;
-        const float mx = *std::max_element(s_h, s_h + n);
-        float sum = 0.0f; // a local: no store to memory a position
-        for (int64_t j = 0; j < n; ++j) {
-          s_h[j] = std::exp(s_h[j] - mx);
-          sum += s_h[j];
-        }
-        sums_[h] = sum;
-      }
+      for (int64_t h = 0; h < hq; ++h)
+        sums_[h] = kernels::invariant_softmax_numerators(scores_.data() + h * n,
+                                                         n);
       std::fill(o0, o0 + hq * hd, 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
         const float* values = cache_.value((*c.blocks)[j0 / bt], l, 0);

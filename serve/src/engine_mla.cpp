@@ -130,12 +130,8 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
       // position in order.
       std::vector<float> sums(H, 0.0f);
       for (int64_t h = 0; h < H; ++h) {
-        float* s_h = scores_.data() + h * n;
-        const float mx = *std::max_element(s_h, s_h + n);
-        for (int64_t j = 0; j < n; ++j) {
-          s_h[j] = std::exp(s_h[j] - mx);
-          sums[h] += s_h[j];
-        }
+        sums[h] = kernels::invariant_softmax_numerators(scores_.data() + h * n,
+                                                        n);
       }
       std::fill(v_.begin(), v_.end(), 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {

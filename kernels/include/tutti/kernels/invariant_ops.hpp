@@ -36,6 +36,12 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
                                int64_t value_stride, int64_t count, int64_t hd,
                                float* o);
 
+// A row of attention scores into its softmax's numerators, in place:
+// s[j] = exp(s[j] - max), with the Cephes exponential in separate
+// multiplies and adds (the same bits on every machine); returns their sum
+// over eight lanes (j mod 8), then the tree, then the tail in order.
+float invariant_softmax_numerators(float* s, int64_t n);
+
 // Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
 // same rotate_half convention and angle arithmetic as kernels::rope_forward,
 // which takes positions from the sequence index only.
