@@ -213,11 +213,23 @@ inline lanes8 exp8(lanes8 x) {
 __attribute__((target_clones("avx2", "default")))
 #endif
 float invariant_softmax_numerators(float* s, int64_t n) {
+  // The largest score, eight lanes at a time (a maximum is exact in any
+  // order).
   float mx = s[0];
-  for (int64_t j = 1; j < n; ++j)
+  int64_t j = 0;
+  if (n >= 8) {
+    lanes8 top = load8(s);
+    for (j = 8; j + 8 <= n; j += 8) {
+      const lanes8 v = load8(s + j);
+      top = v > top ? v : top;
+    }
+    for (int l = 0; l < 8; ++l)
+      mx = top[l] > mx ? top[l] : mx;
+  }
+  for (; j < n; ++j)
     mx = s[j] > mx ? s[j] : mx;
   lanes8 lanes = splat(0.0f);
-  int64_t j = 0;
+  j = 0;
   for (; j + 8 <= n; j += 8) {
     const lanes8 e = exp8(load8(s + j) - splat(mx));
     std::memcpy(s + j, &e, sizeof e);
