@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tutti/base/handoff_threads.hpp"
 #include "tutti/runtime/log.hpp"
 #include "tutti/runtime/node_tls.hpp"
 #include "tutti/serve/expert_node.hpp"
@@ -203,6 +204,8 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, tls.message());
   else
     limits.guard_tls = std::move(tls.value());
+  // Before the daemon's threads start, so that every one inherits it.
+  run_without_wakeup_preemption();
   if (node_rank > 0) {
     std::printf("serve: %s\n", weights_text.c_str());
     return follow(model.value(), limits, prog);
