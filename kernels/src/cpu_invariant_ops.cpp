@@ -2,8 +2,6 @@
 
 #include "tutti/kernels/ops.hpp"
 
-#include "cpu_vector.hpp"
-
 #include <immintrin.h>
 
 #include <algorithm>
@@ -178,37 +176,6 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
     }
 }
 
-namespace {
-
-typedef int32_t ints8 __attribute__((vector_size(32)));
-
-inline lanes8 splat(float v) { return lanes8{v, v, v, v, v, v, v, v}; }
-
-// cpu::vector::fast_exp on eight lanes, operation for operation (so the
-// same bits as it, lane by lane).
-inline lanes8 exp8(lanes8 x) {
-  const lanes8 input = x;
-  x = x < splat(88.3762626647949f) ? x : splat(88.3762626647949f);
-  x = x > splat(-87.3365447504f) ? x : splat(-87.3365447504f);
-  const lanes8 fn = (x * splat(1.44269504088896341f) + splat(12582912.0f))
-                    - splat(12582912.0f);
-  const ints8 n = __builtin_convertvector(fn, ints8);
-  x = x - fn * splat(0.693359375f) + fn * splat(2.12194440e-4f);
-  lanes8 y = splat(1.9875691500e-4f);
-  y = y * x + splat(1.3981999507e-3f);
-  y = y * x + splat(8.3334519073e-3f);
-  y = y * x + splat(4.1665795894e-2f);
-  y = y * x + splat(1.6666665459e-1f);
-  y = y * x + splat(5.0000001201e-1f);
-  y = y * x * x + x + splat(1.0f);
-  const ints8 bits = (n + 127) << 23;
-  lanes8 scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale + splat(0.0f) * input;
-}
-
-} // namespace
-
 #if defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -228,20 +195,15 @@ float invariant_softmax_numerators(float* s, int64_t n) {
   }
   for (; j < n; ++j)
     mx = s[j] > mx ? s[j] : mx;
-  lanes8 lanes = splat(0.0f);
-  j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const lanes8 e = exp8(load8(s + j) - splat(mx));
-    std::memcpy(s + j, &e, sizeof e);
-    lanes += e;
-  }
-  float tail = 0.0f;
-  for (; j < n; ++j) {
-    const float e = cpu::vector::fast_exp(s[j] - mx);
+  // Then in order, through the C library's expf: the served bits are
+  // those recorded (tests/model/medium_bits.json) on every machine.
+  float sum = 0.0f;
+  for (j = 0; j < n; ++j) {
+    const float e = std::exp(s[j] - mx);
     s[j] = e;
-    tail += e;
+    sum += e;
   }
-  return reduce(lanes) + tail;
+  return sum;
 }
 
 void rope_at_positions(float* x, const int64_t* positions, int64_t rows,

@@ -18,28 +18,7 @@ namespace tutti::kernels {
 
 namespace {
 
-struct isa {
-  using reg = __m512;
-  static constexpr int width = 16, rows = 4, strip = 4;
-  static reg zero() { return _mm512_setzero_ps(); }
-  static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static reg load_codes(const int8_t* p) { // unused here; the .inc's int8
-    return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
-  static reg broadcast(float v) { return _mm512_set1_ps(v); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
-  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg odd_halves(const uint32_t* p) {
-    const auto v = _mm512_loadu_si512(p);
-    return _mm512_castsi512_ps(
-      _mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
-  }
-  static reg even_halves(const uint32_t* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
-  }
-};
+#include "packed_gemm_isa_avx512.inc"
 
 #include "packed_gemm_blocks.inc"
 

@@ -4,6 +4,8 @@
 // checked by.
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -49,6 +51,21 @@ inline double rel_err(const std::vector<double>& a,
     den += ref[i] * ref[i];
   }
   return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// `n` float values of N(0, sd^2) from seed `seed`.
+inline std::vector<float> normal_floats(int64_t n, unsigned seed, float sd) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v)
+    x = normal(gen);
+  return v;
+}
+
+// Bit for bit, where == would take -0 for 0 and never a NaN for itself.
+inline bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
 } // namespace tutti::testing

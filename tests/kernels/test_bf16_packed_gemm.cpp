@@ -14,22 +14,15 @@
 #include <random>
 #include <vector>
 
+#include "kernel_inputs.hpp"
 #include "tutti/kernels/packed_gemm.hpp"
 
 namespace k = tutti::kernels;
 
 namespace {
 
-std::vector<float> normal_values(int64_t n, unsigned seed, float sd) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = normal(gen);
-  return v;
-}
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+using tutti::testing::normal_floats;
+using tutti::testing::same_bits;
 
 uint32_t bits_of(float v) {
   uint32_t u;
@@ -83,8 +76,8 @@ TEST_CASE("bf16 product against float64 of the rounded values, the same "
   // 100 outputs: strips of 64 and of 16, then four single outputs; an odd
   // inner dimension (the last pair padded).
   const int64_t out = 100, in = 77, rows = 9;
-  const auto w = normal_values(out * in, 11, 0.05f);
-  const auto x = normal_values(rows * in, 12, 1.0f);
+  const auto w = normal_floats(out * in, 11, 0.05f);
+  const auto x = normal_floats(rows * in, 12, 1.0f);
   const auto p = k::pack_matrix_bf16(w.data(), out, in);
   INFO("kernel: " << k::bf16_gemm_kernel());
   std::vector<float> y(rows * out), portable(rows * out);

@@ -12,22 +12,15 @@
 #include <random>
 #include <vector>
 
+#include "kernel_inputs.hpp"
 #include "tutti/kernels/packed_gemm.hpp"
 
 namespace k = tutti::kernels;
 
 namespace {
 
-std::vector<float> normal_values(int64_t n, unsigned seed, float sd) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = normal(gen);
-  return v;
-}
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+using tutti::testing::normal_floats;
+using tutti::testing::same_bits;
 
 } // namespace
 
@@ -35,7 +28,7 @@ TEST_CASE("int8 weights: per-channel codes within half a step, the "
           "extremes at +-127",
           "[unit]") {
   const int64_t out = 5, in = 70;
-  auto w = normal_values(out * in, 3, 0.02f);
+  auto w = normal_floats(out * in, 3, 0.02f);
   for (int64_t t = 0; t < in; ++t)
     w[2 * in + t] = 0.0f; // a row of zeros: scale 0, codes 0
   std::vector<float> codes(out * in), scales(out);
@@ -61,8 +54,8 @@ TEST_CASE("int8 product against float64 of the dequantized weights, the "
           "[unit]") {
   // 100 outputs: strips of 64 and of 16, then four single outputs.
   const int64_t out = 100, in = 77, rows = 9;
-  auto w = normal_values(out * in, 11, 0.05f);
-  auto x = normal_values(rows * in, 12, 1.0f);
+  auto w = normal_floats(out * in, 11, 0.05f);
+  auto x = normal_floats(rows * in, 12, 1.0f);
   std::vector<float> codes(out * in), scales(out);
   k::quantize_matrix_int8(w.data(), out, in, codes.data(), scales.data());
   const auto p = k::pack_matrix_int8(codes.data(), scales.data(), out, in);
@@ -114,8 +107,8 @@ TEST_CASE("float32 weights: the chain the header defines, the portable "
   // 100 outputs: AVX-512 strips of 64 and 16 then four single outputs;
   // AVX2 strips of 16 and 8 then four.
   const int64_t out = 100, in = 77, rows = 9;
-  const auto w = normal_values(out * in, 21, 0.05f);
-  const auto x = normal_values(rows * in, 22, 1.0f);
+  const auto w = normal_floats(out * in, 21, 0.05f);
+  const auto x = normal_floats(rows * in, 22, 1.0f);
   const auto p = k::pack_matrix(w.data(), out, in);
   std::vector<float> y(rows * out), portable(rows * out), part(rows * out);
   k::packed_gemm(x.data(), p, y.data(), rows);

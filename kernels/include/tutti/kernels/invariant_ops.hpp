@@ -37,9 +37,8 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
                                float* o);
 
 // A row of attention scores into its softmax's numerators, in place:
-// s[j] = exp(s[j] - max), with the Cephes exponential in separate
-// multiplies and adds (the same bits on every machine); returns their sum
-// over eight lanes (j mod 8), then the tree, then the tail in order.
+// s[j] = expf(s[j] - max) (the C library's), returning their sum in
+// order; the maximum is found eight lanes at a time (exact in any order).
 float invariant_softmax_numerators(float* s, int64_t n);
 
 // Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
