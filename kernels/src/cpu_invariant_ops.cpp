@@ -176,12 +176,76 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
     }
 }
 
-#if defined(__x86_64__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-float invariant_softmax_numerators(float* s, int64_t n) {
-  // The largest score, eight lanes at a time (a maximum is exact in any
-  // order).
+namespace {
+
+// The C library's expf as glibc computes it on a CPU with AVX2 and FMA
+// (its __expf_fma, the algorithm of Arm's optimized routines): x / ln 2
+// split into k / 32 + r, 2^(k/32) from a table of 32, a cubic in r, all
+// in double, with fused multiply-adds where its build fused them. Four
+// lanes at a time give its bits lane for lane (test_invariant_attention
+// checks them against expf).
+struct expf_constants {
+  double inv_ln2_n = 0x1.71547652b82fep+5, shift = 0x1.8p+52;
+  double c0 = 0x1.c6af84b912394p-20, c1 = 0x1.ebfce50fac4f3p-13,
+         c2 = 0x1.62e42ff0c52d6p-6;
+  // tab[i] = bits(2^(i/32)) - (i << 47), so that 2^(k/32) is the double
+  // whose bits are tab[k % 32] + (k << 47).
+  int64_t tab[32];
+  expf_constants() {
+    for (int i = 0; i < 32; ++i) {
+      const double v = static_cast<double>(std::exp2l(i / 32.0L));
+      int64_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      tab[i] = bits - (int64_t{i} << 47);
+    }
+  }
+};
+
+__attribute__((target("avx2,fma"))) __m256d expf_of_doubles(
+  __m256d x, const expf_constants& c) {
+  const __m256d inv = _mm256_set1_pd(c.inv_ln2_n);
+  const __m256d shift = _mm256_set1_pd(c.shift);
+  const __m256d kd_shifted = _mm256_fmadd_pd(inv, x, shift);
+  const __m256i k = _mm256_castpd_si256(kd_shifted);
+  const __m256d kd = _mm256_sub_pd(kd_shifted, shift);
+  const __m256d r = _mm256_fmsub_pd(inv, x, kd);
+  const __m256i t = _mm256_add_epi64(
+    _mm256_i64gather_epi64(reinterpret_cast<const long long*>(c.tab),
+                           _mm256_and_si256(k, _mm256_set1_epi64x(31)), 8),
+    _mm256_slli_epi64(k, 47));
+  const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(c.c0),
+                                    _mm256_set1_pd(c.c1));
+  const __m256d r2 = _mm256_mul_pd(r, r);
+  __m256d y = _mm256_fmadd_pd(r, _mm256_set1_pd(c.c2), _mm256_set1_pd(1.0));
+  y = _mm256_fmadd_pd(z, r2, y);
+  return _mm256_mul_pd(y, _mm256_castsi256_pd(t));
+}
+
+// s[j] = expf(s[j] - mx) on eight lanes, and whether it could: a lane of
+// magnitude 88 or more (or a NaN) takes expf's special cases, left to it.
+__attribute__((target("avx2,fma"))) bool expf_of_eight(
+  float* s, float mx, const expf_constants& c) {
+  const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s), _mm256_set1_ps(mx));
+  const __m256i top = _mm256_and_si256(
+    _mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+  if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))))
+    return false;
+  const __m128 low = _mm256_cvtpd_ps(
+    expf_of_doubles(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), c));
+  const __m128 high = _mm256_cvtpd_ps(
+    expf_of_doubles(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), c));
+  _mm256_storeu_ps(s, _mm256_set_m128(high, low));
+  return true;
+}
+
+} // namespace
+
+namespace {
+
+// One row's largest score, eight lanes at a time (a maximum is exact in
+// any order), then expf of each score less it, eight at a time where the
+// CPU has what glibc's own expf runs on.
+void numerators_of_row(float* s, int64_t n) {
   float mx = s[0];
   int64_t j = 0;
   if (n >= 8) {
@@ -195,15 +259,30 @@ float invariant_softmax_numerators(float* s, int64_t n) {
   }
   for (; j < n; ++j)
     mx = s[j] > mx ? s[j] : mx;
-  // Then in order, through the C library's expf: the served bits are
-  // those recorded (tests/model/medium_bits.json) on every machine.
-  float sum = 0.0f;
-  for (j = 0; j < n; ++j) {
-    const float e = std::exp(s[j] - mx);
-    s[j] = e;
-    sum += e;
-  }
-  return sum;
+  static const bool vector = __builtin_cpu_supports("avx2")
+                             && __builtin_cpu_supports("fma");
+  static const expf_constants constants;
+  j = 0;
+  if (vector)
+    while (j + 8 <= n && expf_of_eight(s + j, mx, constants))
+      j += 8;
+  for (; j < n; ++j)
+    s[j] = std::exp(s[j] - mx);
+}
+
+} // namespace
+
+void invariant_softmax_numerators(float* s, int64_t rows, int64_t n,
+                                  int64_t stride, float* sums) {
+  for (int64_t r = 0; r < rows; ++r)
+    numerators_of_row(s + r * stride, n);
+  // Each row's sum in order; the rows' chains side by side, so that their
+  // additions overlap (the order within a row is what fixes the bits).
+  for (int64_t r = 0; r < rows; ++r)
+    sums[r] = 0.0f;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r)
+      sums[r] += s[r * stride + j];
 }
 
 void rope_at_positions(float* x, const int64_t* positions, int64_t rows,

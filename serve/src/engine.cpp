@@ -181,9 +181,8 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
       // Softmax weights and the weighted values in float, position by
       // position in order (the same for a sequence in any batch).
       sums_.resize(hq);
-      for (int64_t h = 0; h < hq; ++h)
-        sums_[h] = kernels::invariant_softmax_numerators(scores_.data() + h * n,
-                                                         n);
+      kernels::invariant_softmax_numerators(scores_.data(), hq, n, n,
+                                            sums_.data());
       std::fill(o0, o0 + hq * hd, 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
         const float* values = cache_.value((*c.blocks)[j0 / bt], l, 0);

@@ -128,11 +128,9 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
       }
       // Softmax weights and the weighted latents in float, position by
       // position in order.
-      std::vector<float> sums(H, 0.0f);
-      for (int64_t h = 0; h < H; ++h) {
-        sums[h] = kernels::invariant_softmax_numerators(scores_.data() + h * n,
-                                                        n);
-      }
+      std::vector<float> sums(H);
+      kernels::invariant_softmax_numerators(scores_.data(), H, n, n,
+                                            sums.data());
       std::fill(v_.begin(), v_.end(), 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
         kernels::invariant_weighted_values(

@@ -85,23 +85,54 @@ TEST_CASE("invariant_weighted_values: a block at once, a position's bits",
 }
 
 TEST_CASE("invariant_softmax_numerators: the C library's expf of each "
-          "score less the largest, summed in order",
+          "score less its row's largest, each row summed in order",
           "[unit]") {
   for (int64_t n : {1, 5, 8, 13, 16, 177}) {
-    auto scores = uniform_values(n, 6);
+    const int64_t rows = 3, stride = n + 2;
+    auto scores = uniform_values(rows * stride, 6);
     for (auto& v : scores)
       v *= 30.0f;
-    auto got = scores;
-    const float sum = k::invariant_softmax_numerators(got.data(), n);
-    const float mx = *std::max_element(scores.begin(), scores.end());
-    std::vector<float> want(n);
-    float want_sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      want[j] = std::exp(scores[j] - mx);
-      want_sum = want_sum + want[j];
+    auto got = scores, want = scores;
+    std::vector<float> sums(rows), want_sums(rows, 0.0f);
+    k::invariant_softmax_numerators(got.data(), rows, n, stride, sums.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = want.data() + r * stride;
+      const float mx = *std::max_element(row, row + n);
+      for (int64_t j = 0; j < n; ++j) {
+        row[j] = std::exp(row[j] - mx);
+        want_sums[r] = want_sums[r] + row[j];
+      }
     }
     INFO("n " << n);
-    CHECK(same_bits(got, want));
-    CHECK(std::memcmp(&sum, &want_sum, sizeof sum) == 0);
+    CHECK(same_bits(got, want)); // the gaps between rows untouched too
+    CHECK(same_bits(sums, want_sums));
   }
+}
+
+TEST_CASE("invariant_softmax_numerators: expf's bits from 0 down to -110, "
+          "its special cases included",
+          "[unit]") {
+  // A score of 0 first, so the largest is 0 and each numerator is
+  // expf(score); every 997th float below zero, to past expf's underflow.
+  std::vector<float> scores{0.0f};
+  const float lowest = -110.0f;
+  uint32_t last;
+  std::memcpy(&last, &lowest, sizeof last);
+  for (uint64_t bits = 0x80000000u; bits < last; bits += 997) {
+    float v;
+    const auto u = static_cast<uint32_t>(bits);
+    std::memcpy(&v, &u, sizeof v);
+    scores.push_back(v);
+  }
+  auto got = scores;
+  float sum;
+  k::invariant_softmax_numerators(got.data(), 1,
+                                  static_cast<int64_t>(got.size()), 0, &sum);
+  int64_t differ = 0;
+  for (size_t j = 0; j < scores.size(); ++j) {
+    const float want = std::exp(scores[j]);
+    differ += std::memcmp(&want, &got[j], sizeof want) != 0;
+  }
+  INFO(scores.size() << " scores");
+  CHECK(differ == 0);
 }

@@ -36,10 +36,11 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
                                int64_t value_stride, int64_t count, int64_t hd,
                                float* o);
 
-// A row of attention scores into its softmax's numerators, in place:
-// s[j] = expf(s[j] - max) (the C library's), returning their sum in
-// order; the maximum is found eight lanes at a time (exact in any order).
-float invariant_softmax_numerators(float* s, int64_t n);
+// `rows` rows of `n` attention scores (`stride` apart) into their
+// softmax's numerators, in place: s[j] = expf(s[j] - the row's largest),
+// the C library's bits, and sums[r] their sum in order.
+void invariant_softmax_numerators(float* s, int64_t rows, int64_t n,
+                                  int64_t stride, float* sums);
 
 // Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
 // same rotate_half convention and angle arithmetic as kernels::rope_forward,
