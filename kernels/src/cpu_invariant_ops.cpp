@@ -242,47 +242,75 @@ __attribute__((target("avx2,fma"))) bool expf_of_eight(
 
 namespace {
 
-// One row's largest score, eight lanes at a time (a maximum is exact in
-// any order), then expf of each score less it, eight at a time where the
-// CPU has what glibc's own expf runs on.
-void numerators_of_row(float* s, int64_t n) {
+// A row's largest score (a maximum is exact in any order, and a zero's
+// sign does not change a numerator).
+__attribute__((target("avx2"))) float row_max_avx2(const float* s, int64_t n) {
   float mx = s[0];
   int64_t j = 0;
   if (n >= 8) {
-    lanes8 top = load8(s);
-    for (j = 8; j + 8 <= n; j += 8) {
-      const lanes8 v = load8(s + j);
-      top = v > top ? v : top;
-    }
-    for (int l = 0; l < 8; ++l)
-      mx = top[l] > mx ? top[l] : mx;
+    __m256 top = _mm256_loadu_ps(s);
+    for (j = 8; j + 8 <= n; j += 8)
+      top = _mm256_max_ps(top, _mm256_loadu_ps(s + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, top);
+    for (float v : lanes)
+      mx = v > mx ? v : mx;
   }
   for (; j < n; ++j)
     mx = s[j] > mx ? s[j] : mx;
-  static const bool vector = __builtin_cpu_supports("avx2")
-                             && __builtin_cpu_supports("fma");
-  static const expf_constants constants;
-  j = 0;
-  if (vector)
-    while (j + 8 <= n && expf_of_eight(s + j, mx, constants))
-      j += 8;
-  for (; j < n; ++j)
-    s[j] = std::exp(s[j] - mx);
+  return mx;
+}
+
+// Eight rows' sums, each in order: lane r adds row r's scores one by one.
+__attribute__((target("avx2"))) void sums_of_eight_rows(const float* s,
+                                                        int64_t n,
+                                                        int64_t stride,
+                                                        float* sums) {
+  const __m256i rows = _mm256_mullo_epi32(
+    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    _mm256_set1_epi32(static_cast<int>(stride)));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j)
+    acc = _mm256_add_ps(acc, _mm256_i32gather_ps(s + j, rows, 4));
+  _mm256_storeu_ps(sums, acc);
 }
 
 } // namespace
 
 void invariant_softmax_numerators(float* s, int64_t rows, int64_t n,
                                   int64_t stride, float* sums) {
-  for (int64_t r = 0; r < rows; ++r)
-    numerators_of_row(s + r * stride, n);
-  // Each row's sum in order; the rows' chains side by side, so that their
-  // additions overlap (the order within a row is what fixes the bits).
-  for (int64_t r = 0; r < rows; ++r)
-    sums[r] = 0.0f;
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t r = 0; r < rows; ++r)
-      sums[r] += s[r * stride + j];
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool vector = avx2 && __builtin_cpu_supports("fma");
+  static const expf_constants constants;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * stride;
+    float mx = row[0];
+    if (avx2)
+      mx = row_max_avx2(row, n);
+    else
+      for (int64_t j = 1; j < n; ++j)
+        mx = row[j] > mx ? row[j] : mx;
+    // expf of each score less it, eight at a time where the CPU has what
+    // glibc's own expf runs on.
+    int64_t j = 0;
+    if (vector)
+      while (j + 8 <= n && expf_of_eight(row + j, mx, constants))
+        j += 8;
+    for (; j < n; ++j)
+      row[j] = std::exp(row[j] - mx);
+  }
+  // Each row's sum in order (which fixes the bits); rows side by side, so
+  // that their additions overlap.
+  int64_t r0 = 0;
+  if (avx2 && stride <= (int64_t{1} << 27))
+    for (; r0 + 8 <= rows; r0 += 8)
+      sums_of_eight_rows(s + r0 * stride, n, stride, sums + r0);
+  for (int64_t r = r0; r < rows; ++r) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      sum += s[r * stride + j];
+    sums[r] = sum;
+  }
 }
 
 void rope_at_positions(float* x, const int64_t* positions, int64_t rows,

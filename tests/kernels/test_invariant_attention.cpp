@@ -88,7 +88,7 @@ TEST_CASE("invariant_softmax_numerators: the C library's expf of each "
           "score less its row's largest, each row summed in order",
           "[unit]") {
   for (int64_t n : {1, 5, 8, 13, 16, 177}) {
-    const int64_t rows = 3, stride = n + 2;
+    const int64_t rows = 11, stride = n + 2; // eight rows at once, and three
     auto scores = uniform_values(rows * stride, 6);
     for (auto& v : scores)
       v *= 30.0f;
