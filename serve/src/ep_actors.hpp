@@ -77,11 +77,11 @@ struct rank_step {
   std::deque<std::vector<int32_t>> held; // a deque: elements never move
   std::vector<seq_chunk> chunks;
   std::vector<float> logits;
-  std::string error;                // empty: the step ran
-  std::vector<int64_t> activations; // the rank's routed tokens so far
-  int64_t exchanged_bytes = 0;      // sent by its all-to-alls so far
+  std::string error;                 // empty: the step ran
+  std::vector<int64_t> activations;  // the rank's routed tokens so far
+  int64_t exchanged_bytes = 0;       // sent by its all-to-alls so far
   link_bytes exchanged_link_bytes{}; // the same by link class
-  int64_t shard_restarts = 0;       // restarts of its shard it survived
+  int64_t shard_restarts = 0;        // restarts of its shard it survived
   // Offload (offload_layout.hpp): rows (token, layer) of this rank that
   // chose an offloaded expert, and all its routed rows, so far; seconds
   // this step waited in the combine of layers where its rows chose an
@@ -95,6 +95,15 @@ struct rank_step {
 };
 using rank_step_ptr = std::shared_ptr<rank_step>;
 
+// What a rank of a group of one needs to know of its expert shard to run
+// the shard's tasks on its own thread (ep_rank.cpp): which shard is up,
+// by actor id (0: none), and whether a fault is armed on it. Every
+// incarnation of the rank's shard shares it.
+struct shard_presence {
+  std::atomic<uint64_t> running{0};
+  std::atomic<bool> fault_armed{false};
+};
+
 // The experts the current layout puts on `rank`, layer by layer, of `model`, which
 // outlives the shard (the service owns it; a restarted shard reads the same
 // weights, so a restart loses nothing).
@@ -103,7 +112,14 @@ struct serve_shard_args {
   int32_t rank = 0;
   int32_t ranks = 1;
   std::shared_ptr<layout_cell> layout;
+  std::shared_ptr<shard_presence> presence; // a group of one's; else null
 };
+
+// A task's rows through the experts `args` names (what the shard does
+// with an expert_fwd); `ab` and `h` are scratch. Throws where an expert
+// is not loaded here.
+void compute_shard_task(const serve_shard_args& args, expert_task& task,
+                        std::vector<float>& ab, std::vector<float>& h);
 
 expert_shard_actor spawn_serve_expert_shard(caf::actor_system& sys,
                                             serve_shard_args args);
@@ -173,15 +189,19 @@ struct ep_rank_args {
   supervisor_actor experts; // the expert tier's supervisor
   std::shared_ptr<const tier_record> tier;
   std::chrono::milliseconds timeout{30000}; // a collective, a shard request
-  std::shared_ptr<layout_cell> layout; // where dispatch sends rows
-  std::vector<int32_t> racks;          // per rank of the group; empty: one
-  bool rack_aware_alltoall = false;    // moe::make_token_exchange: rack
+  std::shared_ptr<layout_cell> layout;      // where dispatch sends rows
+  std::vector<int32_t> racks;               // per rank of the group; empty: one
+  bool rack_aware_alltoall = false;         // moe::make_token_exchange: rack
   // Across daemons: every daemon's rank holds sequences (ep_ranks.hpp).
   bool data_parallel_attention = false;
   dispatch_dtype dispatch = dispatch_dtype::fp32; // serve.dispatch_dtype
   // A daemon holding only its own experts: those a layout from node 0
   // moves here are loaded before it is taken (ep_options::loader).
   std::shared_ptr<expert_loader> loader;
+  // A group of one in this process: its shard's presence, so that the
+  // rank runs the shard's tasks itself while that shard is up and no
+  // fault is armed on it (null: always through the shard).
+  std::shared_ptr<shard_presence> shard;
 };
 
 // Answers each rank_step_ptr with it, filled in; ends on stop_atom.

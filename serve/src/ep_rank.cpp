@@ -69,11 +69,15 @@ private:
   std::vector<int32_t> slot_of_row_; // the same, as the kernels take it
   kernels::tensor<float> send_;      // the dispatch order, where packed
   std::vector<float> input_, output_, returned_;
+  serve_shard_args own_shard_; // what the shard computes, for a group of one
+  std::vector<float> ab_, h_;  // its scratch
 };
 
 actor_exchange::actor_exchange(caf::blocking_actor* self,
                                comm::communicator& comm, const ep_rank_args& a)
-  : self_(self), comm_(comm), a_(a), rack_of_(a.ranks, 0) {
+  : self_(self), comm_(comm), a_(a),
+    rack_of_(a.ranks, 0), own_shard_{a.model, a.rank, a.ranks, a.layout,
+                                     nullptr} {
   if (static_cast<int64_t>(a.racks.size()) == a.ranks)
     for (int32_t p = 0; p < a.ranks; ++p)
       rack_of_[p] = a.racks[p];
@@ -90,7 +94,7 @@ actor_exchange::actor_exchange(caf::blocking_actor* self,
 
 void actor_exchange::count_links(const std::vector<int64_t>& bytes_to) {
   for (int64_t p = 0; p < static_cast<int64_t>(bytes_to.size()); ++p) {
-    const auto l = p == a_.rank                        ? link_class::self
+    const auto l = p == a_.rank                       ? link_class::self
                    : rack_of_[p] == rack_of_[a_.rank] ? link_class::intra_rack
                                                       : link_class::inter_rack;
     link_[static_cast<int>(l)] += bytes_to[p];
@@ -133,6 +137,20 @@ status actor_exchange::compute(const expert_task_ptr& task) {
   for (;;) {
     if (!shard_)
       TUTTI_RETURN_IF_ERROR(find_shard(nullptr));
+    // A group of one runs its shard's task here, the shard's own code on
+    // the same weights, while that shard is up and no fault is armed on
+    // it: two thread switches a layer fewer. A shard that went down, or
+    // one armed with a fault, takes the task itself, and its failure is
+    // met as below.
+    if (a_.shard && !a_.shard->fault_armed
+        && a_.shard->running == shard_.id()) {
+      try {
+        compute_shard_task(own_shard_, *task, ab_, h_);
+        return {};
+      } catch (const std::exception&) {
+        // The shard meets the same error as its own failure, below.
+      }
+    }
     std::string why;
     // Once a layer a token: the deadline awaited here, not by the clock
     // thread (blocking_request.hpp).
@@ -272,10 +290,11 @@ status exchange_header(comm::communicator& comm, const ep_rank_args& a,
                        const link_bytes& mine,
                        const std::vector<int64_t>& activations) {
   // A follower's routed tokens per (layer, expert), then its routed rows.
-  const size_t routed =
-    a.data_parallel_attention
-      ? size_t(a.model->shape.layers * a.model->shape.experts) + 1
-      : 0;
+  const size_t routed = a.data_parallel_attention
+                          ? size_t(a.model->shape.layers
+                                   * a.model->shape.experts)
+                              + 1
+                          : 0;
   // [0] the header, [1] chunk words (node 0's); [2] followers asking the
   // service to stop (a SIGTERM there), their link bytes, their routing.
   constexpr size_t links_at = 3;
@@ -345,15 +364,14 @@ void end_rank(const ep_rank_args& a, const std::string& failure) {
 // chunks from node 0 (`chunk_words` of them came in the header) and after
 // the step sends back their logits; otherwise it holds no sequences and
 // serves its peers' rows.
-status follow_step(const ep_rank_args& a, comm::communicator& comm,
-                   engine& eng, int64_t chunk_words, received_chunks& mine,
+status follow_step(const ep_rank_args& a, comm::communicator& comm, engine& eng,
+                   int64_t chunk_words, received_chunks& mine,
                    std::vector<float>& logits) {
   if (!a.data_parallel_attention)
     return eng.forward({}, logits);
   static const std::vector<std::vector<seq_chunk>> none;
   std::vector<int64_t> buf(chunk_words, 0);
-  TUTTI_RETURN_IF_ERROR(
-    share_chunks(comm, buf, a.cache->total_blocks(), mine));
+  TUTTI_RETURN_IF_ERROR(share_chunks(comm, buf, a.cache->total_blocks(), mine));
   TUTTI_RETURN_IF_ERROR(eng.forward(mine.chunks, logits));
   std::vector<std::vector<float>> unused;
   return gather_logits(comm, a.model->shape.vocab, none, logits, unused);
@@ -362,9 +380,8 @@ status follow_step(const ep_rank_args& a, comm::communicator& comm,
 // Node 0's rank's step: the other daemons' chunks out first
 // (data_parallel_attention; `encoded`, whose length went in the header),
 // its own step, their logits back.
-status lead_step(const ep_rank_args& a, comm::communicator& comm,
-                 engine& eng, std::vector<int64_t>& encoded,
-                 rank_step& step) {
+status lead_step(const ep_rank_args& a, comm::communicator& comm, engine& eng,
+                 std::vector<int64_t>& encoded, rank_step& step) {
   if (!a.data_parallel_attention)
     return eng.forward(step.chunks, step.logits);
   received_chunks nothing;
@@ -419,11 +436,12 @@ status check_daemons_agree(comm::communicator& comm, const ep_rank_args& a) {
   std::vector<int64_t> buf(P * fields, 0);
   buf[me * fields] = a.data_parallel_attention ? 1 : 0;
   buf[me * fields + 1] = a.cache->geometry().block_tokens;
-  buf[me * fields + 2] = a.data_parallel_attention ? a.cache->total_blocks() : 0;
+  buf[me * fields + 2] = a.data_parallel_attention ? a.cache->total_blocks()
+                                                   : 0;
   TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
-  static const char* names[fields] = {
-    "serve.data_parallel_attention", "serve.kv_block_tokens",
-    "KV cache blocks (serve.kv_cache_bytes)"};
+  static const char* names[fields] = {"serve.data_parallel_attention",
+                                      "serve.kv_block_tokens",
+                                      "KV cache blocks (serve.kv_cache_bytes)"};
   for (int64_t p = 1; p < P; ++p)
     for (int64_t f = 0; f < fields; ++f)
       if (buf[p * fields + f] != buf[f])

@@ -103,10 +103,10 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
                                : o.ranks;
   const int64_t first = across ? o.cluster.node_rank : 0;
   if (o.ranks < 1 || (!o.layout && s.experts % group != 0))
-    return status::error(std::string(across ? "the number of serve.nodes "
-                                            : "ep_size ")
-                         + std::to_string(group) + " must divide the model's "
-                         + std::to_string(s.experts) + " experts");
+    return status::error(
+      std::string(across ? "the number of serve.nodes " : "ep_size ")
+      + std::to_string(group) + " must divide the model's "
+      + std::to_string(s.experts) + " experts");
   auto layout = o.layout;
   if (!layout)
     layout = std::make_shared<const expert_layout>(
@@ -117,8 +117,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
                          + std::to_string(layout->experts) + " experts of "
                          + std::to_string(layout->layers) + " layers on "
                          + std::to_string(layout->ranks)
-                         + " ranks; the replica has "
-                         + std::to_string(group));
+                         + " ranks; the replica has " + std::to_string(group));
   TUTTI_RETURN_IF_ERROR(layout->check());
   if (!o.racks.empty() && static_cast<int64_t>(o.racks.size()) != group)
     return status::error("serve.racks names " + std::to_string(o.racks.size())
@@ -171,16 +170,21 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       return comm::make_memory_communicator(*hub, rank, size, mo, c);
     };
   }
+  // A group of one in this process: its rank runs its shard's tasks on
+  // its own thread while the shard is up (ep_rank.cpp).
+  const auto presence = ranks == 1 && !across
+                          ? std::make_shared<shard_presence>()
+                          : nullptr;
   std::vector<child_spec> shards;
   for (int64_t i = 0; i < o.ranks; ++i) {
     const auto r = static_cast<int32_t>(first + i);
-    shards.push_back({shard_child_id(r), restart_type::permanent,
-                      [&model, r, ranks,
-                       cell = out->layout_](caf::actor_system& sys) {
-                        return caf::actor_cast<caf::actor>(
-                          spawn_serve_expert_shard(sys,
-                                                   {&model, r, ranks, cell}));
-                      }});
+    shards.push_back(
+      {shard_child_id(r), restart_type::permanent,
+       [&model, r, ranks, cell = out->layout_,
+        presence](caf::actor_system& sys) {
+         return caf::actor_cast<caf::actor>(
+           spawn_serve_expert_shard(sys, {&model, r, ranks, cell, presence}));
+       }});
   }
   supervisor_flags flags;
   flags.strategy = restart_strategy::one_for_one;
@@ -197,7 +201,7 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
           spawn_supervisor(sys, shards_child_id, flags, shards, nullptr));
       }}},
     act.watch);
-  const auto role = !across       ? rank_role::local
+  const auto role = !across      ? rank_role::local
                     : first == 0 ? rank_role::leader
                                  : rank_role::follower;
   for (int64_t i = 0; i < o.ranks; ++i) {
@@ -206,8 +210,8 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
       act.system,
       {&model, out->caches_[i].get(), static_cast<int32_t>(first + i), ranks,
        connect, role, act.signals.back(), act.experts, act.tier, o.timeout,
-       out->layout_, o.racks, o.rack_aware_alltoall, dp, o.dispatch,
-       o.loader}));
+       out->layout_, o.racks, o.rack_aware_alltoall, dp, o.dispatch, o.loader,
+       presence}));
   }
   // Ranks in this process join at once: ready on return. Across daemons
   // the others may start later; shards_up() says when they have.
@@ -271,7 +275,8 @@ status ep_ranks::forward(const std::vector<seq_chunk>& batch,
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout * 2;
   std::vector<caf::message_id> pending;
   for (int64_t r = 0; r < P; ++r)
-    pending.push_back(self->request(act.ranks[r], caf::infinite, steps[r]).id());
+    pending.push_back(
+      self->request(act.ranks[r], caf::infinite, steps[r]).id());
   for (int64_t r = 0; r < P; ++r)
     await_answer(
       self.ptr(), pending[r], deadline,

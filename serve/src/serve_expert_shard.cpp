@@ -48,34 +48,21 @@ caf::error training_only(const char* what) {
                            + what);
 }
 
-void forward(serve_shard_state& st, expert_task& task) {
-  const auto& s = st.args.model->shape;
-  const auto& w = st.args.model->layers.at(task.layer);
-  const auto layout = st.args.layout->get();
-  const auto& x = *layout;
-  const int64_t D = s.hidden;
-  const int64_t first = x.begin(task.layer, st.args.rank);
-  const int64_t count = x.end(task.layer, st.args.rank) - first;
-  int64_t row = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t m = task.rows_per_expert[i];
-    if (m == 0)
-      continue;
-    const int64_t e = x.expert_at(task.layer, first + i);
-    if (w.w13_t[e].out == 0) // a daemon holding only its own experts
-      throw std::runtime_error("expert " + std::to_string(e) + " of layer "
-                               + std::to_string(task.layer)
-                               + " is not loaded on this daemon");
-    kernels::invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
-                              task.output + row * D, m, st.ab, st.h);
-    row += m;
-  }
-}
-
 expert_shard_actor::behavior_type serve_expert_shard(shard_pointer self,
                                                      serve_shard_args args) {
   auto& st = self->state;
   st.args = args;
+  // A group of one: its rank runs the tasks itself while this shard is up
+  // (its id here) and no fault is armed (ep_rank.cpp).
+  if (auto presence = args.presence) {
+    const uint64_t id = self->id();
+    presence->running = id;
+    presence->fault_armed = false;
+    self->attach_functor([presence, id] {
+      uint64_t up = id;
+      presence->running.compare_exchange_strong(up, 0);
+    });
+  }
   return {
     [self](expert_fwd_atom, expert_task_ptr task) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
@@ -84,7 +71,7 @@ expert_shard_actor::behavior_type serve_expert_shard(shard_pointer self,
           const auto fault = std::exchange(st.fault, std::string());
           throw std::runtime_error("injected fault (" + fault + ")");
         }
-        forward(st, *task);
+        compute_shard_task(st.args, *task, st.ab, st.h);
         return caf::ok_atom_v;
       } catch (const std::exception& ex) {
         return failed(self, ex.what());
@@ -121,6 +108,9 @@ expert_shard_actor::behavior_type serve_expert_shard(shard_pointer self,
           st.fault.clear();
         }
       }
+      // Tasks now come through this shard, so that it counts them.
+      if (st.args.presence)
+        st.args.presence->fault_armed = !st.fault.empty();
       log_warn("serve_expert_shard",
                "rank " + std::to_string(st.args.rank) + ": fault '" + st.fault
                  + "' armed for task " + std::to_string(st.fault_in));
@@ -132,6 +122,31 @@ expert_shard_actor::behavior_type serve_expert_shard(shard_pointer self,
 }
 
 } // namespace
+
+void compute_shard_task(const serve_shard_args& args, expert_task& task,
+                        std::vector<float>& ab, std::vector<float>& h) {
+  const auto& s = args.model->shape;
+  const auto& w = args.model->layers.at(task.layer);
+  const auto layout = args.layout->get();
+  const auto& x = *layout;
+  const int64_t D = s.hidden;
+  const int64_t first = x.begin(task.layer, args.rank);
+  const int64_t count = x.end(task.layer, args.rank) - first;
+  int64_t row = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t m = task.rows_per_expert[i];
+    if (m == 0)
+      continue;
+    const int64_t e = x.expert_at(task.layer, first + i);
+    if (w.w13_t[e].out == 0) // a daemon holding only its own experts
+      throw std::runtime_error("expert " + std::to_string(e) + " of layer "
+                               + std::to_string(task.layer)
+                               + " is not loaded on this daemon");
+    kernels::invariant_expert(task.input + row * D, w.w13_t[e], w.w2_t[e],
+                              task.output + row * D, m, ab, h);
+    row += m;
+  }
+}
 
 expert_shard_actor spawn_serve_expert_shard(caf::actor_system& sys,
                                             serve_shard_args args) {

@@ -5,7 +5,8 @@
 // and a leading dense layer; an expert shard that fails
 // mid-generation is restarted by its supervisor and every stream completes with
 // exactly the tokens it would have had, none dropped, none recomputed from
-// scratch.
+// scratch. A group of one runs its shard's tasks on the rank's thread,
+// and its shard's faults still take effect.
 
 #include <catch2/catch.hpp>
 
@@ -90,4 +91,29 @@ TEST_CASE("an expert shard killed mid-generation: every stream complete and "
   check_same_outcomes(serve_all_jobs(s, js), want, js);
   CHECK(s.metrics().gauges().prefix_cache_hit_tokens > 0);
   CHECK(s.metrics().gauges().expert_shard_restarts == 2);
+}
+
+TEST_CASE("a group of one runs its shard's tasks on its own thread; a fault "
+          "armed on the shard and a killed shard are met as before",
+          "[unit]") {
+  const auto js = served_jobs(8);
+  const auto want = reference(js);
+  auto svc = serve::service::create(eight_expert_model(), ep_limits(1));
+  REQUIRE(svc.ok());
+  auto& s = *svc.value();
+  // Armed, the shard takes the tasks itself and fails on the 12th.
+  REQUIRE(s.ranks()->inject_fault(0, "raise_expert@12").ok());
+  s.start();
+  check_same_outcomes(serve_all_jobs(s, js), want, js);
+  s.stop();
+  CHECK(s.ranks()->shard_restarts() == 1);
+  CHECK(s.preemptions() == 0);
+  // Killed between requests: the rank sees its shard gone, takes the
+  // restarted one, and the tokens are the same.
+  REQUIRE(s.ranks()->kill_shard(0).ok());
+  s.start();
+  check_same_outcomes(serve_all_jobs(s, js), want, js);
+  CHECK(s.shards_up());
+  s.stop();
+  CHECK(s.ranks()->shard_restarts() == 2);
 }
