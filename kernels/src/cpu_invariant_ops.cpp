@@ -42,18 +42,17 @@ float invariant_dot(const float* a, const float* b, int64_t n) {
   return reduce(acc) + tail;
 }
 
-void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
-                       int64_t heads, int64_t head_dim, double theta) {
+void rope_at_positions(float* q, int64_t q_heads, float* k, int64_t k_heads,
+                       const int64_t* positions, int64_t rows, int64_t head_dim,
+                       double theta) {
   const int64_t half = head_dim / 2;
-  std::vector<double> inv_freq(half), cs(half), sn(half);
+  thread_local std::vector<double> inv_freq, cs, sn;
+  inv_freq.resize(half);
+  cs.resize(half);
+  sn.resize(half);
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(head_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double a = double(positions[r]) * inv_freq[i];
-      cs[i] = std::cos(a);
-      sn[i] = std::sin(a);
-    }
+  auto rotate = [&](float* x, int64_t heads, int64_t r) {
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + (r * heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
@@ -62,6 +61,16 @@ void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
         v[i + half] = float(x2 * cs[i] + x1 * sn[i]);
       }
     }
+  };
+  // A row's angles once, for its query and its key heads.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = double(positions[r]) * inv_freq[i];
+      cs[i] = std::cos(a);
+      sn[i] = std::sin(a);
+    }
+    rotate(q, q_heads, r);
+    rotate(k, k_heads, r);
   }
 }
 

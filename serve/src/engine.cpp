@@ -131,10 +131,8 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
     k::rmsnorm_forward(cpu, k_.data(), w.k_norm.data(), k_.data(),
                        head_rstd_.data(), rows * hkv, hd, eps);
   }
-  kernels::rope_at_positions(q_.data(), pos_.data(), rows, hq, hd,
-                             s.rope_theta);
-  kernels::rope_at_positions(k_.data(), pos_.data(), rows, hkv, hd,
-                             s.rope_theta);
+  kernels::rope_at_positions(q_.data(), hq, k_.data(), hkv, pos_.data(), rows,
+                             hd, s.rope_theta);
 
   const int64_t bt = cache_.geometry().block_tokens;
   // Keys and values of the new rows go in first: a row attends to the

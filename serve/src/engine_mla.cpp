@@ -77,10 +77,8 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
     take_rotated(latent_.data() + r * lat + kvl, rope, s.rope_interleave,
                  k_.data() + r * rope);
   }
-  kernels::rope_at_positions(q_pe_.data(), pos_.data(), rows, H, rope,
-                             s.rope_theta);
-  kernels::rope_at_positions(k_.data(), pos_.data(), rows, 1, rope,
-                             s.rope_theta);
+  kernels::rope_at_positions(q_pe_.data(), H, k_.data(), 1, pos_.data(), rows,
+                             rope, s.rope_theta);
   for (int64_t r = 0; r < rows; ++r)
     std::copy_n(k_.data() + r * rope, rope, latent_.data() + r * lat + kvl);
 

@@ -42,11 +42,14 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
 void invariant_softmax_numerators(float* s, int64_t rows, int64_t n,
                                   int64_t stride, float* sums);
 
-// Rotary embedding at explicit positions on x[rows, heads, head_dim]: the
-// same rotate_half convention and angle arithmetic as kernels::rope_forward,
-// which takes positions from the sequence index only.
-void rope_at_positions(float* x, const int64_t* positions, int64_t rows,
-                       int64_t heads, int64_t head_dim, double theta);
+// Rotary embedding at explicit positions on q[rows, q_heads, head_dim]
+// and k[rows, k_heads, head_dim], each row's angles computed once for
+// both: the same rotate_half convention and angle arithmetic as
+// kernels::rope_forward, which takes positions from the sequence index
+// only.
+void rope_at_positions(float* q, int64_t q_heads, float* k, int64_t k_heads,
+                       const int64_t* positions, int64_t rows, int64_t head_dim,
+                       double theta);
 
 // One SwiGLU expert on m rows: y[m, hidden] = w2 (silu(w1 x) * (w3 x)),
 // w13 = [w1; w3] packed ([hidden, 2 * intermediate]), w2 packed; every row
