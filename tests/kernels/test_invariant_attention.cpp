@@ -59,7 +59,7 @@ TEST_CASE("invariant_scores: invariant_dot's bits, key by key", "[unit]") {
 TEST_CASE("invariant_weighted_values: a block at once, a position's bits",
           "[unit]") {
   for (int64_t hd : {32, 64, 40, 12}) {
-    for (int64_t heads : {1, 2, 3}) {
+    for (int64_t heads : {1, 2, 3, 4, 7}) {
       const int64_t count = 19, stride = hd + 7, weight_stride = count + 2;
       const auto weights = uniform_values(heads * weight_stride, 3);
       const auto values = uniform_values(count * stride, 4);
