@@ -87,7 +87,9 @@ __attribute__((target("avx2"), always_inline)) inline void weighted_values_32(
       _mm256_storeu_ps(o + h * hd + d0 + 8 * c, acc[h][c]);
 }
 
-__attribute__((target("avx2"))) void weighted_values_avx2(
+// Both drivers cover the head dimension 32 columns at a time and return
+// how far they got; the columns past it are weighted_values_tail's.
+__attribute__((target("avx2"))) int64_t weighted_values_avx2(
   const float* weights, int64_t weight_stride, int64_t heads,
   const float* values, int64_t value_stride, int64_t count, int64_t hd,
   float* o) {
@@ -101,12 +103,7 @@ __attribute__((target("avx2"))) void weighted_values_avx2(
       weighted_values_32<1>(weights + h * weight_stride, weight_stride, values,
                             value_stride, count, hd, d0, o + h * hd);
   }
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t j = 0; j < count; ++j) {
-      const float w = weights[h * weight_stride + j];
-      for (int64_t d = d0; d < hd; ++d)
-        o[h * hd + d] += w * values[j * value_stride + d];
-    }
+  return d0;
 }
 
 // The same on AVX-512: two registers of 16 a head's 32 outputs.
@@ -138,7 +135,7 @@ weighted_values_32_avx512(const float* weights, int64_t weight_stride,
       _mm512_storeu_ps(o + h * hd + d0 + 16 * c, acc[h][c]);
 }
 
-__attribute__((target("avx512f"))) void weighted_values_avx512(
+__attribute__((target("avx512f"))) int64_t weighted_values_avx512(
   const float* weights, int64_t weight_stride, int64_t heads,
   const float* values, int64_t value_stride, int64_t count, int64_t hd,
   float* o) {
@@ -158,6 +155,14 @@ __attribute__((target("avx512f"))) void weighted_values_avx512(
                                    values, value_stride, count, hd, d0,
                                    o + h * hd);
   }
+  return d0;
+}
+
+// Columns d0 .. hd - 1 of every head, position by position.
+void weighted_values_tail(const float* weights, int64_t weight_stride,
+                          int64_t heads, const float* values,
+                          int64_t value_stride, int64_t count, int64_t hd,
+                          int64_t d0, float* o) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < count; ++j) {
       const float w = weights[h * weight_stride + j];
@@ -193,22 +198,16 @@ void invariant_weighted_values(const float* weights, int64_t weight_stride,
                                float* o) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = has_avx2();
-  if (avx512) {
-    weighted_values_avx512(weights, weight_stride, heads, values, value_stride,
-                           count, hd, o);
-    return;
-  }
-  if (avx2) {
-    weighted_values_avx2(weights, weight_stride, heads, values, value_stride,
-                         count, hd, o);
-    return;
-  }
-  for (int64_t j = 0; j < count; ++j)
-    for (int64_t h = 0; h < heads; ++h) {
-      const float w = weights[h * weight_stride + j];
-      for (int64_t d = 0; d < hd; ++d)
-        o[h * hd + d] += w * values[j * value_stride + d];
-    }
+  const int64_t done = avx512
+                         ? weighted_values_avx512(weights, weight_stride, heads,
+                                                  values, value_stride, count,
+                                                  hd, o)
+                       : avx2 ? weighted_values_avx2(weights, weight_stride,
+                                                     heads, values,
+                                                     value_stride, count, hd, o)
+                              : 0;
+  weighted_values_tail(weights, weight_stride, heads, values, value_stride,
+                       count, hd, done, o);
 }
 
 namespace {

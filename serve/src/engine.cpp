@@ -161,14 +161,14 @@ void engine::attention(int64_t l, const std::vector<seq_chunk>& batch) {
       scores_.resize(hq * n);
       const float* q0 = q_.data() + r * hq * hd;
       float* o0 = attn_.data() + r * hq * hd;
+      // A block's keys and then its values, 2 * bt rows, are asked for
+      // two blocks ahead of the scoring (the first two at once): each
+      // block would otherwise start the prefetchers' stream cold.
       for (int64_t j0 = 0; j0 < std::min(n, 2 * bt); j0 += bt)
         prefetch(cache_.key((*c.blocks)[j0 / bt], l, 0), 2 * bt * kv_row);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
         const float* keys = cache_.key((*c.blocks)[j0 / bt], l, 0);
         const int64_t count = std::min(n, j0 + bt) - j0;
-        // The cache's blocks lie apart: fetch the next block's keys and
-        // this block's values (read after the softmax) while these keys
-        // are scored.
         if (j0 + 2 * bt < n)
           prefetch(cache_.key((*c.blocks)[j0 / bt + 2], l, 0), 2 * bt * kv_row);
         for (int64_t g = 0; g < hkv; ++g)
