@@ -21,7 +21,7 @@ public:
     const void* send = nullptr;
     const int64_t* send_counts = nullptr; // per member, in elements
     const std::vector<std::vector<slice>>* send_runs = nullptr;
-    void* data = nullptr;                 // all-reduce: the member's buffer
+    void* data = nullptr; // all-reduce: the member's buffer
   };
 
   int size() const { return size_; }
@@ -79,6 +79,32 @@ public:
     }
     if (generation_ == generation)
       return status::error(who + ": aborted");
+    return {};
+  }
+
+  // The barrier that ends a collective. Past arrive(), every member reads
+  // (and a sum writes) its peers' buffers until it comes here; an abort
+  // does not release a member early, or it would free a buffer a peer is
+  // still copying. The copies are bounded work, so only the deadline ends
+  // the wait. (arrive() releases all members or none: either every member
+  // is past it and comes here, or none is.)
+  status leave(std::chrono::milliseconds timeout, const std::string& who) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      released_.notify_all();
+      return {};
+    }
+    if (!released_.wait_for(lock, timeout,
+                            [&] { return generation_ != generation; })) {
+      aborted_ = true;
+      released_.notify_all();
+      return status::error(who + ": timed out after "
+                           + std::to_string(timeout.count())
+                           + " ms waiting for the other members to finish");
+    }
     return {};
   }
 
@@ -205,7 +231,7 @@ public:
       out += recv_counts[p] * static_cast<int64_t>(element_bytes);
     }
     // Nobody reuses a send buffer until every member has read from it.
-    TUTTI_RETURN_IF_ERROR(arrive());
+    TUTTI_RETURN_IF_ERROR(leave());
     return result;
   }
 
@@ -237,7 +263,7 @@ public:
                          recv_runs[p], element_bytes, p);
     }
     // Nobody reuses a send buffer until every member has read from it.
-    TUTTI_RETURN_IF_ERROR(arrive());
+    TUTTI_RETURN_IF_ERROR(leave());
     return result;
   }
 
@@ -266,6 +292,7 @@ public:
 
 private:
   status arrive() { return group_->arrive(options_.timeout, describe()); }
+  status leave() { return group_->leave(options_.timeout, describe()); }
 
   // Until every member has published its buffers is waiting; the copies
   // after it are the exchange itself. A member that helps a busy peer's
@@ -275,8 +302,8 @@ private:
     const double lent_before = lent_s_;
     auto arrived = group_->arrive(options_.timeout, describe(),
                                   &options_.while_waiting, &lent_s_);
-    waited_s_ += std::chrono::duration<double>(
-                   std::chrono::steady_clock::now() - t0)
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                               - t0)
                    .count()
                  - (lent_s_ - lent_before);
     return arrived;
@@ -284,9 +311,9 @@ private:
 
   // Member `from`'s runs `src` of `send` into this member's runs `dst` of
   // `recv`, walking both in order.
-  status copy_runs(const void* send, const std::vector<slice>& src,
-                   void* recv, const std::vector<slice>& dst,
-                   size_t element_bytes, int from) const {
+  status copy_runs(const void* send, const std::vector<slice>& src, void* recv,
+                   const std::vector<slice>& dst, size_t element_bytes,
+                   int from) const {
     int64_t sent = 0, expected = 0;
     for (const auto& r : src)
       sent += r.count;
@@ -294,9 +321,8 @@ private:
       expected += r.count;
     if (sent != expected)
       return status::error(describe() + ": member " + std::to_string(from)
-                           + " sends " + std::to_string(sent)
-                           + " elements, " + std::to_string(expected)
-                           + " expected");
+                           + " sends " + std::to_string(sent) + " elements, "
+                           + std::to_string(expected) + " expected");
     const auto* in = static_cast<const char*>(send);
     auto* out = static_cast<char*>(recv);
     const auto bytes = static_cast<int64_t>(element_bytes);
@@ -348,7 +374,7 @@ private:
       for (int p = 0; p < n; ++p)
         buffers[p][i] = sum;
     }
-    return arrive();
+    return leave();
   }
 
   std::shared_ptr<memory_group> group_;

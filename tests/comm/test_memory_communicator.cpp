@@ -2,7 +2,8 @@
 // over loopback: the same all-to-all results and the same bits for sums
 // over 2, 3 and 4 members (both add in member order); the exchange by
 // runs lands each run in place; abort releases a
-// member stuck on a peer at once; a peer that never comes fails the
+// member stuck on a peer at once, but not one whose peer is still copying
+// out of its buffer; a peer that never comes fails the
 // collective at its timeout, and a group that never forms fails at join.
 
 #include <catch2/catch.hpp>
@@ -41,8 +42,11 @@ std::vector<comm_ptr> make_group(bool memory, int n) {
                                std::chrono::seconds(20)};
         made[r] = comm::make_memory_communicator(*hub, r, n, o, out[r]);
       } else {
-        comm::gloo_options o{"127.0.0.1", name, std::chrono::seconds(20),
-                             std::chrono::seconds(20), {}};
+        comm::gloo_options o{"127.0.0.1",
+                             name,
+                             std::chrono::seconds(20),
+                             std::chrono::seconds(20),
+                             {}};
         made[r] = comm::make_gloo_communicator(*store, r, n, o, out[r]);
       }
     });
@@ -160,14 +164,14 @@ TEST_CASE("memory all-to-all by runs lands each run where the receiver "
       from[p] = {{10 * p, 2}, {10 * p + 4, 4}};
       to[p] = {{30 - 10 * p, 1}, {30 - 10 * p + 3, 2}, {30 - 10 * p + 6, 3}};
     }
-    result[r] = group[r]->all_to_all_runs(send.data(), from,
-                                          received[r].data(), to, 4);
+    result[r] = group[r]->all_to_all_runs(send.data(), from, received[r].data(),
+                                          to, 4);
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE(result[r].ok());
     for (int p = 0; p < n; ++p) {
       const int at = 30 - 10 * p;
-      const int got[] = {received[r][at], received[r][at + 3],
+      const int got[] = {received[r][at],     received[r][at + 3],
                          received[r][at + 4], received[r][at + 6],
                          received[r][at + 7], received[r][at + 8]};
       for (int i = 0; i < 6; ++i)
@@ -179,8 +183,8 @@ TEST_CASE("memory all-to-all by runs lands each run where the receiver "
   on_all(n, [&](int r) {
     std::vector<int32_t> send(40, 0);
     std::vector<std::vector<comm::slice>> from(n, {{0, 6}}), to(n, {{0, 5}});
-    result[r] = group[r]->all_to_all_runs(send.data(), from,
-                                          received[r].data(), to, 4);
+    result[r] = group[r]->all_to_all_runs(send.data(), from, received[r].data(),
+                                          to, 4);
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE_FALSE(result[r].ok());
@@ -205,6 +209,53 @@ TEST_CASE("memory abort releases a member waiting on its peer", "[unit]") {
   float y = 1;
   CHECK_FALSE(group[0]->all_reduce_sum(&y, 1).ok());
   CHECK_FALSE(group[1]->barrier().ok());
+}
+
+TEST_CASE("memory abort during an exchange waits for the peers' copies",
+          "[unit]") {
+  // Member 0 reads 128 MiB out of member 1's buffer; member 1 receives
+  // nothing and waits for it to finish. An abort while member 0 copies must
+  // not let member 1 return (and free its buffer, as an aborted rank does)
+  // before member 0 has finished with it.
+  auto group = make_group(true, 2);
+  const int64_t big = int64_t{128} << 20;
+  std::vector<char> send(static_cast<size_t>(big), 1),
+    received(static_cast<size_t>(big));
+  // Whether any (all) of every MiB's first bytes arrived: memcpy may
+  // write a large block in any order.
+  const volatile char* in = received.data();
+  auto arrived = [&](bool all) {
+    for (int64_t i = 0; i < big; i += int64_t{1} << 20)
+      if ((in[i] == 1) != all)
+        return !all;
+    return all && in[big - 1] == 1;
+  };
+  bool copy_done_when_returned = false;
+  status result[2];
+  std::thread aborter([&] {
+    const auto deadline = std::chrono::steady_clock::now()
+                          + std::chrono::seconds(10);
+    while (!arrived(false) && std::chrono::steady_clock::now() < deadline) {
+    }
+    (void)group[1]->abort(); // member 0 is copying now
+  });
+  on_all(2, [&](int r) {
+    char none = 0;
+    if (r == 0) {
+      result[0] = group[0]->all_to_all_v(&none, {0, 0}, received.data(),
+                                         {0, big}, 1);
+    } else {
+      result[1] = group[1]->all_to_all_v(send.data(), {big, 0}, &none, {0, 0},
+                                         1);
+      copy_done_when_returned = arrived(true);
+    }
+  });
+  aborter.join();
+  CHECK(copy_done_when_returned);
+  CHECK(received.back() == 1);
+  char x = 0;
+  CHECK_FALSE(group[0]->barrier().ok()); // the group stays aborted
+  CHECK_FALSE(group[1]->all_to_all_v(&x, {1, 0}, &x, {1, 0}, 1).ok());
 }
 
 TEST_CASE("memory collectives and joins end at their deadlines", "[unit]") {
