@@ -8,6 +8,7 @@
 // buffers in its transmit queue), so the buffers of the operation in flight
 // are failed as well.
 
+#include <functional>
 #include <string>
 
 namespace gloo {
@@ -22,6 +23,15 @@ namespace tutti::comm {
 // Shuts down the socket of every pair of `context` (TCP transport). Safe
 // to call while another thread waits in a collective on it.
 void shutdown_gloo_pairs(gloo::Context& context);
+
+// Runs `body` holding every pair's lock (each that can be had within
+// 100 ms): no pair's event loop is then reading into or writing from a
+// buffer's memory, nor can start to on a buffer `body` destroys. A failed
+// collective frees its buffers this way: its pairs may still be moving
+// bytes for it (an abort fails the buffers before the loops see the
+// sockets end).
+void with_gloo_pairs_locked(gloo::Context& context,
+                            const std::function<void()>& body);
 
 // Fails every wait on `buffer` (TCP transport) with `message`: a waitSend
 // or waitRecv under way, or to come, throws it at once.

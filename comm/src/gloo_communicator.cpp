@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "gloo_abort.hpp"
 #include "tutti/comm/data_plane_peers.hpp"
@@ -54,15 +55,22 @@ public:
     }
     auto in_buffer = context_->createUnboundBuffer(in, total(send_bytes));
     auto out_buffer = context_->createUnboundBuffer(out, total(recv_bytes));
-    gloo::AlltoallvOptions opts(context_);
-    in_flight flight(*this, {in_buffer.get(), out_buffer.get()});
-    TUTTI_RETURN_IF_ERROR(flight.admitted());
-    opts.setInput<uint8_t>(std::move(in_buffer), send_bytes);
-    opts.setOutput<uint8_t>(std::move(out_buffer), recv_bytes);
-    opts.setTag(next_tag());
-    opts.setTimeout(options_.timeout);
-    TUTTI_GLOO_CHECK(gloo::alltoallv(opts));
-    return {};
+    std::optional<gloo::AlltoallvOptions> opts(std::in_place, context_);
+    status done;
+    {
+      in_flight flight(*this, {in_buffer.get(), out_buffer.get()});
+      TUTTI_RETURN_IF_ERROR(flight.admitted());
+      opts->setInput<uint8_t>(std::move(in_buffer), send_bytes);
+      opts->setOutput<uint8_t>(std::move(out_buffer), recv_bytes);
+      opts->setTag(next_tag());
+      opts->setTimeout(options_.timeout);
+      done = exchange(*opts);
+    }
+    // Failed, the exchange may still have bytes moving in or out of the
+    // caller's memory, which is freed once we return.
+    if (!done.ok())
+      with_gloo_pairs_locked(*context_, [&] { opts.reset(); });
+    return done;
   }
 
   status all_to_all(const int64_t* send, int64_t* recv,
@@ -125,6 +133,11 @@ private:
     gloo_communicator& comm_;
     bool admitted_ = false;
   };
+
+  static status exchange(gloo::AlltoallvOptions& opts) {
+    TUTTI_GLOO_CHECK(gloo::alltoallv(opts));
+    return {};
+  }
 
   static size_t total(const std::vector<int64_t>& bytes) {
     return static_cast<size_t>(
