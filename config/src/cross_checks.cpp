@@ -156,9 +156,6 @@ status check_tensor_parallel(const job_config& c) {
             text(tp) + " must divide model.dense_intermediate_size ("
               + text(c.model.dense_intermediate_size)
               + "): the dense layers split their MLP"));
-  TUTTI_RETURN_IF_ERROR(require(!c.train.optimizer_sharding, key,
-                                "> 1 does not combine with "
-                                "train.optimizer_sharding yet"));
   TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
                                 "> 1 does not combine with "
                                 "moe_config.rack_aware_alltoall yet"));

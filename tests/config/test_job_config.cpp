@@ -505,12 +505,6 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
     CHECK_THAT(msg, Contains("num_key_value_heads"));
   }
-  SECTION("tensor parallelism with the distributed optimizer") {
-    auto msg = refusal(with(
-      "  steps: 10", "  steps: 10\n  optimizer_sharding: true",
-      with("  ep_size: 0", "  ep_size: 0\n  tensor_model_parallel_size: 2")));
-    CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
-  }
   SECTION("pipeline parallelism with the rack-aware all-to-all") {
     auto msg = refusal(with(
       "  capacity_factor: 0", "  capacity_factor: 0\n  rack_aware_alltoall: true",

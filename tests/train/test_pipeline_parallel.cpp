@@ -23,6 +23,10 @@
 //   gradient norms to the bit (a norm piece that crosses a stage's optimizer
 //   slices is joined over the dp ranks, adding zeros), and its checkpoint
 //   resumes on (DP2·EP2) with that run's losses to the bit.
+// - (TP2·PP2·EP2·DP2) with the distributed optimizer and recomputation
+//   gives the unsharded bits and the world-1 losses within 2e-3 (flat
+//   learning rate); its checkpoint, resumed unsharded, continues the
+//   unsharded run to the bit.
 // - Stages of unequal layers (cluster_config.pipeline_layers: 5 layers as
 //   [1, 2, 2] and [2, 2, 1] over PP3) give the world-1 losses to the bit;
 //   a [1, 2, 2] checkpoint resumes on world 1 to the bit and on (DP2·EP2)
@@ -57,8 +61,8 @@ std::string tp2_config(const scratch_job& job, const std::string& name,
 
 // pp_config with 5 layers; with pp 3, in the stages `stages` lists.
 std::string five_layers(const scratch_job& job, const std::string& name,
-                        int world, int pp, const std::string& stages,
-                        int steps, const std::string& train_extra = "") {
+                        int world, int pp, const std::string& stages, int steps,
+                        const std::string& train_extra = "") {
   auto text = replace_once(pp_config(job, name, world, pp, steps, train_extra),
                            "  num_hidden_layers: 2\n",
                            "  num_hidden_layers: 5\n");
@@ -210,15 +214,53 @@ TEST_CASE("PP2·DP2 with the distributed optimizer gives the unsharded bits "
   // PP2·DP2 is (DP2·EP2) to the bit (above), so a sharded PP2·DP2
   // checkpoint resumed on (DP2·EP2) continues the uninterrupted (DP2·EP2)
   // run to the bit: the moments gathered whole, each stage's to stage 0.
-  auto dp2 = train_series(job.dir, "dp2", pp_config(job, "dp2", 2, 1, 30, flat));
-  auto first = train_series(job.dir, "then_dp2",
-                            pp_config(job, "then_dp2", 4, 2, 15,
-                                      flat + sharding));
+  auto dp2 = train_series(job.dir, "dp2",
+                          pp_config(job, "dp2", 2, 1, 30, flat));
+  auto first = train_series(
+    job.dir, "then_dp2", pp_config(job, "then_dp2", 4, 2, 15, flat + sharding));
   REQUIRE(first.loss.size() == 15);
   auto resumed = train_series(job.dir, "then_dp2",
                               pp_config(job, "then_dp2", 2, 1, 30, flat));
   REQUIRE(resumed.loss.size() == 30);
   CHECK(resumed.loss == dp2.loss);
+}
+
+TEST_CASE("TP2·PP2·EP2·DP2 with the distributed optimizer and recomputation "
+          "gives the unsharded bits and the losses of world 1",
+          "[integration]") {
+  auto job = scratch_with_data("tp_pp_dp_sharded");
+  // min_lr = lr: 15 steps and 15 more are the 30-step run (resumed below).
+  const std::string recompute = "  min_lr: 0.003\n  recompute: full\n";
+  const std::string sharding = "  optimizer_sharding: true\n";
+  auto world1 = train_series(
+    job.dir, "w1", pp_config(job, "w1", 1, 1, 30, "  min_lr: 0.003\n"));
+  auto plain = train_series(job.dir, "plain",
+                            tp2_config(job, "plain", 8, 2, 30, recompute));
+  auto sharded = train_series(
+    job.dir, "sharded",
+    tp2_config(job, "sharded", 8, 2, 30, recompute + sharding));
+  REQUIRE(plain.loss.size() == 30);
+  REQUIRE(sharded.loss.size() == 30);
+  check_same_bits(plain, sharded, "TP2·PP2·DP2 sharded against unsharded");
+  const double worst = worst_relative(world1.loss, sharded.loss);
+  WARN("largest relative loss difference, TP2·PP2·EP2·DP2 sharded against "
+       "world 1: "
+       << worst);
+  // TP's sums and DP2's micro-batches at a flat learning rate (as in the
+  // resume cases above); 9.2e-4 measured on Zen 5.
+  CHECK(worst <= 2e-3);
+  // Its checkpoint holds every TP rank's moments whole: resumed unsharded
+  // on the same layout, it continues the unsharded run to the bit.
+  auto first = train_series(
+    job.dir, "then_plain",
+    tp2_config(job, "then_plain", 8, 2, 15, recompute + sharding));
+  REQUIRE(first.loss.size() == 15);
+  auto resumed = train_series(
+    job.dir, "then_plain", tp2_config(job, "then_plain", 8, 2, 30, recompute));
+  INFO(resumed.output);
+  REQUIRE(resumed.loss.size() == 30);
+  CHECK(resumed.output.find("resuming after step 15") != std::string::npos);
+  CHECK(resumed.loss == plain.loss);
 }
 
 TEST_CASE("pipeline parallelism refuses what it does not combine with",

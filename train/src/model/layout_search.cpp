@@ -158,8 +158,7 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
           for (auto rc : {recompute_mode::none, recompute_mode::selective,
                           recompute_mode::full})
             for (bool shard : {false, true}) {
-              // Training refuses TP with the distributed optimizer.
-              if (shard && (dp == 1 || tp > 1))
+              if (shard && dp == 1) // nothing to shard over
                 continue;
               ++considered;
               parallel_layout l{tp, pp, ep, dp, micro, rc, shard, {}};
