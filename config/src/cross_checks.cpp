@@ -129,9 +129,6 @@ status check_pipeline_parallel(const job_config& c) {
   if (pp == 1)
     return {};
   const std::string key = "cluster_config.pipeline_model_parallel_size";
-  TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
-                                "> 1 does not combine with "
-                                "moe_config.rack_aware_alltoall yet"));
   return require(c.moe.placement.empty(), key,
                  "> 1 does not combine with moe_config.placement yet");
 }
@@ -156,9 +153,6 @@ status check_tensor_parallel(const job_config& c) {
             text(tp) + " must divide model.dense_intermediate_size ("
               + text(c.model.dense_intermediate_size)
               + "): the dense layers split their MLP"));
-  TUTTI_RETURN_IF_ERROR(require(!c.moe.rack_aware_alltoall, key,
-                                "> 1 does not combine with "
-                                "moe_config.rack_aware_alltoall yet"));
   return require(c.moe.placement.empty(), key,
                  "> 1 does not combine with moe_config.placement yet");
 }

@@ -505,12 +505,12 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
     CHECK_THAT(msg, Contains("num_key_value_heads"));
   }
-  SECTION("pipeline parallelism with the rack-aware all-to-all") {
+  SECTION("pipeline parallelism with a placement plan") {
     auto msg = refusal(with(
-      "  capacity_factor: 0", "  capacity_factor: 0\n  rack_aware_alltoall: true",
+      "  capacity_factor: 0", "  capacity_factor: 0\n  placement: plan.json",
       with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2")));
     CHECK_THAT(msg, StartsWith("cluster_config.pipeline_model_parallel_size"));
-    CHECK_THAT(msg, Contains("rack_aware_alltoall"));
+    CHECK_THAT(msg, Contains("moe_config.placement"));
   }
   SECTION("pipeline stages that do not split the layers") {
     auto msg = refusal(with(

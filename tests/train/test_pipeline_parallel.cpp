@@ -270,7 +270,7 @@ TEST_CASE("pipeline parallelism refuses what it does not combine with",
   const std::string anchor = "  router_top_k: 2\n";
   const auto at = text.find(anchor);
   REQUIRE(at != std::string::npos);
-  text.insert(at + anchor.size(), "  rack_aware_alltoall: true\n");
+  text.insert(at + anchor.size(), "  placement: plan.json\n");
   auto cfg = job.dir / "refused.yaml";
   write_text(cfg, text);
   auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 30);
@@ -278,5 +278,5 @@ TEST_CASE("pipeline parallelism refuses what it does not combine with",
   CHECK(r.status != 0);
   CHECK(r.output.find("cluster_config.pipeline_model_parallel_size")
         != std::string::npos);
-  CHECK(r.output.find("moe_config.rack_aware_alltoall") != std::string::npos);
+  CHECK(r.output.find("moe_config.placement") != std::string::npos);
 }

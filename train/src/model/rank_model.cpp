@@ -101,8 +101,16 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   {
     moe::exchange_options o;
     o.rack_aware = cfg.moe.rack_aware_alltoall;
-    if (o.rack_aware)
-      o.racks = moe::rack_layout::of_group(cfg, comms_.dp->rank());
+    if (o.rack_aware) {
+      // This rank's place in the world (job_config's order: stage, TP
+      // index, data-parallel index) names its EP group's nodes.
+      const int64_t world_rank = ((comms_.pp ? comms_.pp->rank() : 0)
+                                    * cfg.tp_size()
+                                  + (comms_.tp ? comms_.tp->rank() : 0))
+                                   * cfg.dp_size()
+                                 + comms_.dp->rank();
+      o.racks = moe::rack_layout::of_group(cfg, world_rank);
+    }
     o.combine_chunks = combine_chunk_count(cfg);
     o.dispatch = cfg.moe.dispatch;
     auto made = moe::make_token_exchange(*comms_.ep, where, o);
@@ -396,9 +404,8 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   stats.stop_votes = sums[4];
   stats.tokens = step_tokens;
   stats.alltoall_bytes_to = exchange_->bytes_to();
-  stats.alltoall_bytes = std::accumulate(stats.alltoall_bytes_to.begin(),
-                                         stats.alltoall_bytes_to.end(),
-                                         int64_t{0});
+  stats.alltoall_bytes = std::accumulate(
+    stats.alltoall_bytes_to.begin(), stats.alltoall_bytes_to.end(), int64_t{0});
   stats.loss = sums[0] / static_cast<double>(step_tokens);
   stats.aux_loss = sums[1];
   stats.z_loss = sums[2];
