@@ -125,12 +125,13 @@ status check_stage_layers(const job_config& c) {
 // not combine with yet (refused rather than silently wrong).
 status check_pipeline_parallel(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(check_stage_layers(c));
-  const auto pp = c.pp_size();
-  if (pp == 1)
+  if (c.pp_size() == 1)
     return {};
-  const std::string key = "cluster_config.pipeline_model_parallel_size";
-  return require(c.moe.placement.empty(), key,
-                 "> 1 does not combine with moe_config.placement yet");
+  // The stages of one data-parallel index read the same windows; rack
+  // affinity would deal each stage's by the racks of its own EP group.
+  return require(!c.data.rack_affinity,
+                 "cluster_config.pipeline_model_parallel_size",
+                 "> 1 does not combine with data.rack_affinity yet");
 }
 
 // What tensor parallelism needs of the model, and the features it does
@@ -153,8 +154,8 @@ status check_tensor_parallel(const job_config& c) {
             text(tp) + " must divide model.dense_intermediate_size ("
               + text(c.model.dense_intermediate_size)
               + "): the dense layers split their MLP"));
-  return require(c.moe.placement.empty(), key,
-                 "> 1 does not combine with moe_config.placement yet");
+  return require(!c.data.rack_affinity, key,
+                 "> 1 does not combine with data.rack_affinity yet");
 }
 
 status check_recovery(const job_config& c) {

@@ -505,12 +505,13 @@ TEST_CASE("impossible combinations are refused by name", "[unit]") {
     CHECK_THAT(msg, StartsWith("cluster_config.tensor_model_parallel_size"));
     CHECK_THAT(msg, Contains("num_key_value_heads"));
   }
-  SECTION("pipeline parallelism with a placement plan") {
+  SECTION("pipeline parallelism with rack affinity") {
     auto msg = refusal(with(
       "  capacity_factor: 0", "  capacity_factor: 0\n  placement: plan.json",
-      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2")));
+      with("  ep_size: 0", "  ep_size: 0\n  pipeline_model_parallel_size: 2",
+           with("  dir: some/data", "  dir: some/data\n  rack_affinity: true"))));
     CHECK_THAT(msg, StartsWith("cluster_config.pipeline_model_parallel_size"));
-    CHECK_THAT(msg, Contains("moe_config.placement"));
+    CHECK_THAT(msg, Contains("data.rack_affinity"));
   }
   SECTION("pipeline stages that do not split the layers") {
     auto msg = refusal(with(

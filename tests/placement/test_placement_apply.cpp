@@ -8,7 +8,8 @@
 //   - that plan from the start, 6 steps;
 // give the same loss and gradient norm at every step, to the bit, and the
 // last checkpoints hold the experts where the plan put them; exported, the
-// three are the same model tensor for tensor.
+// three are the same model tensor for tensor. The same plan from the start
+// under TP2 and PP2 (world 8, each EP group of 4 placed alike) likewise.
 
 #include <catch2/catch.hpp>
 
@@ -26,18 +27,25 @@ namespace {
 
 // Constant learning rate (lr == min_lr, no warmup): a job of 3 steps
 // continued to 6 trains exactly as one of 6.
+// `layout`: model-parallel keys (world 8 with TP2 or PP2, EP over each
+// TP index's or stage's 4 data-parallel ranks).
 std::string config(const std::string& data, const std::string& run_dir,
-                   int steps, const std::string& plan) {
-  return "cluster_config:\n  world_size: 4\n  nnodes: 1\n"
-         "  nproc_per_node: 4\n  ep_size: 4\n"
-         "  collective_timeout_ms: 30000\n"
-         "model:\n  vocab_size: 32\n  hidden_size: 16\n"
-         "  intermediate_size: 32\n  num_hidden_layers: 2\n"
-         "  num_attention_heads: 2\n  num_key_value_heads: 1\n"
-         "  max_seq_len: 16\n"
-         "moe_config:\n  num_experts: 8\n  router_top_k: 3\n"
-         "  capacity_factor: 1.0\n  aux_loss_coeff: 0.01\n"
-         "  z_loss_coeff: 0.001\n  bias_update_rate: 0.001\n"
+                   int steps, const std::string& plan,
+                   const std::string& layout = "") {
+  const std::string world = layout.empty() ? "4" : "8";
+  return "cluster_config:\n  world_size: " + world
+         + "\n  nnodes: 1\n  nproc_per_node: " + world + "\n  ep_size: 4\n"
+         + layout
+         + "  collective_timeout_ms: 30000\n"
+           "model:\n  vocab_size: 32\n  hidden_size: 16\n"
+           "  intermediate_size: 32\n  num_hidden_layers: 2\n"
+           "  num_attention_heads: 2\n  num_key_value_heads: "
+         + (layout.empty() ? "1" : "2") // TP splits key/value heads
+         + "\n"
+           "  max_seq_len: 16\n"
+           "moe_config:\n  num_experts: 8\n  router_top_k: 3\n"
+           "  capacity_factor: 1.0\n  aux_loss_coeff: 0.01\n"
+           "  z_loss_coeff: 0.001\n  bias_update_rate: 0.001\n"
          + (plan.empty() ? "" : "  placement: " + plan + "\n")
          + "train:\n  steps: " + std::to_string(steps)
          + "\n  global_batch_size: 8\n  seq_len: 16\n  lr: 0.01\n"
@@ -80,6 +88,26 @@ std::vector<std::string> held_experts(const std::filesystem::path& run_dir,
   return out;
 }
 
+// The run's step-6 checkpoint exported (`tutti export --format hf`), by
+// tensor name.
+std::map<std::string, std::vector<float>> exported(
+  const std::filesystem::path& run_dir) {
+  const auto out = run_dir / "export";
+  auto r = run(
+    tutti_bin() + " export "
+      + (run_dir / "checkpoints" / store::checkpoint_dir_name(6)).string()
+      + " --format hf --out " + out.string(),
+    60);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto read = store::read_safetensors(out / "model.safetensors");
+  REQUIRE(read.ok());
+  std::map<std::string, std::vector<float>> by_name;
+  for (auto& t : read.value())
+    by_name[t.name] = std::move(t.data);
+  return by_name;
+}
+
 } // namespace
 
 TEST_CASE("a placement moves experts, not the loss", "[integration]") {
@@ -95,9 +123,9 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
   run_job(job.dir / "ref.yaml", config(data, ref.string(), 6, ""), 120);
   const auto changed = job.dir / "changed";
   run_job(job.dir / "changed.yaml", config(data, changed.string(), 3, ""), 120);
-  CHECK(held_experts(changed, 3)
-        == std::vector<std::string>{"0,1;0,1", "2,3;2,3", "4,5;4,5",
-                                    "6,7;6,7"});
+  CHECK(
+    held_experts(changed, 3)
+    == std::vector<std::string>{"0,1;0,1", "2,3;2,3", "4,5;4,5", "6,7;6,7"});
   // The same run directory, more steps and the plan: a new config version,
   // resumed from step 3 with the experts moved.
   run_job(job.dir / "changed.yaml",
@@ -118,8 +146,8 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
       const auto got = by_step(run_dir / "metrics.jsonl", field);
       REQUIRE(got.size() == 6);
       for (const auto& [step, value] : want) {
-        INFO(run_dir.filename().string() << " " << field << " at step "
-                                         << step);
+        INFO(run_dir.filename().string()
+             << " " << field << " at step " << step);
         CHECK(got.at(step) == value); // bit for bit
       }
     }
@@ -137,22 +165,6 @@ TEST_CASE("a placement moves experts, not the loss", "[integration]") {
 
   // Exported (which names each block row by expert_ids), the moved model is
   // the contiguous one, tensor for tensor.
-  auto exported = [&](const std::filesystem::path& run_dir) {
-    const auto out = run_dir / "export";
-    auto r = run(tutti_bin() + " export "
-                   + (run_dir / "checkpoints" / store::checkpoint_dir_name(6))
-                       .string()
-                   + " --format hf --out " + out.string(),
-                 60);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    auto read = store::read_safetensors(out / "model.safetensors");
-    REQUIRE(read.ok());
-    std::map<std::string, std::vector<float>> by_name;
-    for (auto& t : read.value())
-      by_name[t.name] = std::move(t.data);
-    return by_name;
-  };
   const auto want = exported(ref);
   CHECK(want.count("model.layers.1.block_sparse_moe.experts.7.w2.weight"));
   CHECK(exported(changed) == want);
@@ -168,8 +180,8 @@ TEST_CASE("a plan that does not fit the job is refused at start",
                    "\"experts\": 8, \"ranks\": 2, \"expert_at\": "
                    "[[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4, 5, 6, 7]]}\n");
   const auto cfg = dir / "job.yaml";
-  write_text(cfg, config(job.data.string(), (dir / "run").string(), 2,
-                         plan.string()));
+  write_text(
+    cfg, config(job.data.string(), (dir / "run").string(), 2, plan.string()));
   auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 60);
   INFO(r.output);
   CHECK(r.status == 2);
@@ -177,4 +189,43 @@ TEST_CASE("a plan that does not fit the job is refused at start",
                       + " places 8 experts of 2 layers on 2 ranks; the job "
                         "has 8 experts, 2 layers and ep_size 4")
         != std::string::npos);
+}
+
+TEST_CASE("a placement moves experts, not the loss, under TP and PP",
+          "[integration]") {
+  auto job = scratch_with_data("placement_apply_model_parallel");
+  const auto data = job.data.string();
+  const auto plan = job.dir / "plan.json";
+  write_text(plan, "{\"format\": \"tutti-placement-1\", \"layers\": 2, "
+                   "\"experts\": 8, \"ranks\": 4, \"expert_at\": "
+                   "[[7, 6, 5, 4, 3, 2, 1, 0], [1, 3, 5, 7, 0, 2, 4, 6]]}\n");
+  for (const std::string layout : {"  tensor_model_parallel_size: 2\n",
+                                   "  pipeline_model_parallel_size: 2\n"}) {
+    INFO(layout);
+    const auto ref = job.dir / "contiguous";
+    const auto planned = job.dir / "planned";
+    std::filesystem::remove_all(ref);
+    std::filesystem::remove_all(planned);
+    run_job(job.dir / "ref.yaml", config(data, ref.string(), 6, "", layout),
+            120);
+    run_job(job.dir / "planned.yaml",
+            config(data, planned.string(), 6, plan.string(), layout), 120);
+    for (const char* field : {"loss", "grad_norm", "aux_loss"}) {
+      const auto want = by_step(ref / "metrics.jsonl", field);
+      const auto got = by_step(planned / "metrics.jsonl", field);
+      REQUIRE(want.size() == 6);
+      REQUIRE(got.size() == 6);
+      for (const auto& [step, value] : want) {
+        INFO(field << " at step " << step);
+        CHECK(got.at(step) == value); // bit for bit
+      }
+    }
+    // The checkpoint's EP shards hold the experts where the plan put them
+    // (TP's slices joined, the stages' layers gathered), and exported it
+    // is the contiguous model.
+    CHECK(
+      held_experts(planned, 6)
+      == std::vector<std::string>{"7,6;1,3", "5,4;5,7", "3,2;0,2", "1,0;4,6"});
+    CHECK(exported(planned) == exported(ref));
+  }
 }

@@ -31,7 +31,8 @@
 //   [1, 2, 2] and [2, 2, 1] over PP3) give the world-1 losses to the bit;
 //   a [1, 2, 2] checkpoint resumes on world 1 to the bit and on (DP2·EP2)
 //   within 1e-3, as PP2's.
-// - What PP does not combine with yet is refused with the key's name.
+// - What PP does not combine with yet (data.rack_affinity) is refused
+//   with the key's name.
 
 #include <catch2/catch.hpp>
 
@@ -271,6 +272,7 @@ TEST_CASE("pipeline parallelism refuses what it does not combine with",
   const auto at = text.find(anchor);
   REQUIRE(at != std::string::npos);
   text.insert(at + anchor.size(), "  placement: plan.json\n");
+  text = replace_once(text, "data:\n", "data:\n  rack_affinity: true\n");
   auto cfg = job.dir / "refused.yaml";
   write_text(cfg, text);
   auto r = run(tutti_bin() + " run " + cfg.string() + " --quiet", 30);
@@ -278,5 +280,5 @@ TEST_CASE("pipeline parallelism refuses what it does not combine with",
   CHECK(r.status != 0);
   CHECK(r.output.find("cluster_config.pipeline_model_parallel_size")
         != std::string::npos);
-  CHECK(r.output.find("moe_config.placement") != std::string::npos);
+  CHECK(r.output.find("data.rack_affinity") != std::string::npos);
 }
