@@ -50,13 +50,11 @@ rack_layout::rack_layout(std::vector<int64_t> rack_of_member)
 }
 
 rack_layout rack_layout::of_group(const job_config& cfg, int64_t world_rank) {
-  const int64_t ep = std::max<int64_t>(cfg.ep_size(), 1);
   const int64_t per_node = std::max<int64_t>(cfg.cluster.nproc_per_node, 1);
-  const int64_t first = world_rank / ep * ep;
   std::vector<std::string> names;
   std::vector<int64_t> racks;
-  for (int64_t p = 0; p < ep; ++p) {
-    const auto name = cfg.cluster.node((first + p) / per_node).rack;
+  for (const int64_t member : cfg.ep_group_of(world_rank)) {
+    const auto name = cfg.cluster.node(member / per_node).rack;
     auto at = std::find(names.begin(), names.end(), name);
     if (at == names.end())
       at = names.insert(names.end(), name);

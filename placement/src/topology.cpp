@@ -73,10 +73,16 @@ expected<topology> topology::from_config(const job_config& cfg) {
     return status::error("topology: ep_size and nproc_per_node must be >= 1");
   topology t;
   t.ranks = ep;
-  const int64_t nodes = (ep + cl.nproc_per_node - 1) / cl.nproc_per_node;
-  for (int64_t r = 0; r < ep; ++r)
-    t.node_of_rank.push_back(r / cl.nproc_per_node);
-  for (int64_t n = 0; n < nodes; ++n) {
+  // The EP group of rank 0 (every group spans the same pattern of nodes),
+  // its nodes numbered in order of appearance.
+  std::vector<int64_t> nodes;
+  for (const int64_t r : cfg.ep_group_of(0)) {
+    const int64_t node = r / cl.nproc_per_node;
+    if (nodes.empty() || nodes.back() != node)
+      nodes.push_back(node);
+    t.node_of_rank.push_back(int64_t(nodes.size()) - 1);
+  }
+  for (const int64_t n : nodes) {
     const std::string rack = cl.node(n).rack;
     auto at = std::find(t.rack_names.begin(), t.rack_names.end(), rack);
     if (at == t.rack_names.end())

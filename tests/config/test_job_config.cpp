@@ -52,7 +52,7 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(tp.ep_size() == 1);
   CHECK(tp.tp_rank_of(1) == 1);
   CHECK(tp.dp_rank_of(1) == 0);
-  // TP and PP together (world 4): the stage outermost, then the TP index.
+  // TP and PP together (world 4): the stage outermost.
   const auto tp_pp = parse(
     with("  world_size: 2", "  world_size: 4",
          with("  nproc_per_node: 2", "  nproc_per_node: 4",
@@ -65,6 +65,23 @@ TEST_CASE("a valid config parses with defaults filled in", "[unit]") {
   CHECK(tp_pp.pp_stage_of(1) == 0);
   CHECK(tp_pp.tp_rank_of(2) == 0);
   CHECK(tp_pp.pp_stage_of(2) == 1);
+  // TP innermost (Megatron's order), then the data-parallel index: on
+  // 16 ranks of TP2·PP2 (dp 4, EP2) a TP group is two consecutive ranks,
+  // and an EP group two dp indices of one stage and TP index, 2 apart.
+  const auto order = parse(
+    with("  world_size: 2", "  world_size: 16",
+         with("  nproc_per_node: 2", "  nproc_per_node: 16",
+              with("  ep_size: 0", "  ep_size: 2\n"
+                                   "  tensor_model_parallel_size: 2\n"
+                                   "  pipeline_model_parallel_size: 2"))));
+  REQUIRE(order.dp_size() == 4);
+  CHECK(order.rank_at(1, 2, 1) == 13);
+  CHECK(order.tp_rank_of(13) == 1);
+  CHECK(order.dp_rank_of(13) == 2);
+  CHECK(order.pp_stage_of(13) == 1);
+  CHECK(order.ep_member_of(13) == 0);
+  CHECK(order.ep_group_of(13) == std::vector<int64_t>{13, 15});
+  CHECK(order.ep_group_of(2) == std::vector<int64_t>{0, 2});
   CHECK(c.cluster.collective_timeout_ms == 60000);
 
   CHECK(c.model.vocab_size == 32);

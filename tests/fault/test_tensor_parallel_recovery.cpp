@@ -1,10 +1,11 @@
-// Recovery of a tensor-parallel job (label fault), on two daemons with TP
-// outermost, so node 0 runs TP index 0 and node 1 TP index 1: every TP
-// group spans both daemons and its all-reduces go over Gloo.
-// - (TP2·DP2), ranks 0, 1 on node 0 and 2, 3 on node 1: node 1's daemon
-//   is killed with SIGKILL (its ranks die mid-step, their TP partners
-//   block in a collective) and started again.
-// - (TP2), one rank per daemon: rank 1 crashes (chaos kill_rank); its TP
+// Recovery of a tensor-parallel job (label fault), on two daemons.
+// - (TP2·DP2), TP innermost: node 0 runs data-parallel index 0's TP group
+//   (ranks 0, 1), node 1 index 1's (ranks 2, 3), so the EP and data-
+//   parallel groups span the daemons over Gloo. Node 1's daemon is killed
+//   with SIGKILL (a whole TP group dies mid-step, its partners on node 0
+//   block in the MoE exchange) and started again.
+// - (TP2), one rank per daemon, so the TP group spans them and its
+//   all-reduces go over Gloo: rank 1 crashes (chaos kill_rank); its TP
 //   partner is on node 0.
 // Each job recovers from its checkpoint with the losses of the fault-free
 // run of the same config (`tutti run`, one process), bit for bit: a

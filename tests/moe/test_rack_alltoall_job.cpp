@@ -146,9 +146,9 @@ TEST_CASE("rack-aware all-to-all with recomputation and dropped slots: the "
   }
 }
 
-// Tensor and pipeline parallelism: 8 ranks on 8 nodes whose racks
-// alternate, so every EP group (a TP index's or a stage's data-parallel
-// ranks) spans both racks.
+// Tensor and pipeline parallelism: 8 ranks on 8 nodes, racks alternating
+// by pairs of nodes, so every EP group (a TP index's data-parallel ranks,
+// TP2 apart, or a stage's) spans both racks.
 TEST_CASE("rack-aware all-to-all under tensor and pipeline parallelism: "
           "the flat losses to the bit, fewer cross-rack bytes per token",
           "[integration]") {
@@ -160,7 +160,7 @@ TEST_CASE("rack-aware all-to-all under tensor and pipeline parallelism: "
     std::string nodes;
     for (int n = 0; n < 8; ++n)
       nodes += "    - {host: 127.0.0.1, port: " + std::to_string(7491 + n)
-               + ", rack: r" + std::to_string(n % 2) + "}\n";
+               + ", rack: r" + std::to_string(n / 2 % 2) + "}\n";
     text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 8\n",
                         "  nnodes: 8\n  nproc_per_node: 1\n  nodes:\n" + nodes);
     text = replace_once(text, "  ep_size: 8\n", layout);

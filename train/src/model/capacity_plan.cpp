@@ -45,10 +45,11 @@ void remote_shares(const job_config& cfg, double& cross_node,
                    double& cross_rack) {
   const auto& cl = cfg.cluster;
   const int64_t ep = cfg.ep_size(), per_node = cl.nproc_per_node;
-  // The EP group of rank 0 is representative: groups are consecutive ranks.
+  // The EP group of rank 0 is representative: every group spans the same
+  // pattern of nodes.
   int64_t other_node = 0, other_rack = 0;
   auto rack_of = [&](int64_t rank) { return cl.node(rank / per_node).rack; };
-  for (int64_t peer = 0; peer < ep; ++peer) {
+  for (const int64_t peer : cfg.ep_group_of(0)) {
     if (peer / per_node != 0)
       ++other_node;
     if (rack_of(peer) != rack_of(0))

@@ -104,11 +104,9 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     if (o.rack_aware) {
       // This rank's place in the world (job_config's order: stage, TP
       // index, data-parallel index) names its EP group's nodes.
-      const int64_t world_rank = ((comms_.pp ? comms_.pp->rank() : 0)
-                                    * cfg.tp_size()
-                                  + (comms_.tp ? comms_.tp->rank() : 0))
-                                   * cfg.dp_size()
-                                 + comms_.dp->rank();
+      const int64_t world_rank =
+        cfg.rank_at(comms_.pp ? comms_.pp->rank() : 0, comms_.dp->rank(),
+                    comms_.tp ? comms_.tp->rank() : 0);
       o.racks = moe::rack_layout::of_group(cfg, world_rank);
     }
     o.combine_chunks = combine_chunk_count(cfg);

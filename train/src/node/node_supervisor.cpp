@@ -129,7 +129,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
                          plan.value())
                        : nullptr;
   auto held_by = [&](int32_t rank) {
-    return plan.ok() ? plan.value().experts_of_rank(rank % cfg.ep_size())
+    return plan.ok() ? plan.value().experts_of_rank(cfg.ep_member_of(rank))
                      : std::vector<int32_t>{};
   };
   for (int64_t i = 0; i < cfg.cluster.nproc_per_node; ++i) {

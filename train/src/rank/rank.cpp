@@ -446,7 +446,7 @@ private:
     const int64_t count = a_.cfg.experts_per_rank();
     if (!a_.expert_ids.empty())
       return a_.expert_ids[l * count + j];
-    return static_cast<int32_t>((a_.rank % a_.cfg.ep_size()) * count + j);
+    return static_cast<int32_t>(a_.cfg.ep_member_of(a_.rank) * count + j);
   }
 
   status optimize_experts(int64_t step, double lr, double scale) {

@@ -136,15 +136,30 @@ void add_dense(train::rank_model& model, const model::param_layout& layout,
                           model.router_bias().to_host(s)});
 }
 
-// The ep_size the checkpoint was written with (its shards 0 .. ep_size-1
-// hold the experts), which need not be this job's.
-expected<int64_t> saved_ep_size(const std::filesystem::path& dir,
-                                const job_config& cfg) {
+// How the checkpoint's experts were written (which need not be this
+// job's way): by ep_size EP members, member q into shard file q * stride
+// (stage 0's TP index 0 ranks; TP innermost, they are tp apart).
+// Checkpoints without the stride wrote them into files 0 .. ep_size - 1.
+struct saved_experts {
+  int64_t ep_size = 1;
+  int64_t stride = 1;
+  std::filesystem::path file(const std::filesystem::path& dir,
+                             int64_t q) const {
+    return dir / store::shard_file_name(q * stride);
+  }
+};
+
+expected<saved_experts> saved_expert_files(const std::filesystem::path& dir,
+                                           const job_config& cfg) {
   auto header = store::read_shard_file(dir / store::shard_file_name(0), false);
   if (!header.ok())
     return status::error(header.message());
   const auto& ints = header.value().meta.ints;
-  return ints.count("ep_size") ? ints.at("ep_size") : cfg.ep_size();
+  saved_experts out;
+  out.ep_size = ints.count("ep_size") ? ints.at("ep_size") : cfg.ep_size();
+  if (ints.count("expert_file_stride"))
+    out.stride = ints.at("expert_file_stride");
+  return out;
 }
 
 // Where each expert's rows are in the checkpoint: (layer, expert) -> (shard
@@ -159,12 +174,11 @@ expected<expert_index> index_experts(const std::filesystem::path& dir,
   expert_index out;
   out.shard.assign(L * E, -1);
   out.row.assign(L * E, -1);
-  auto saved = saved_ep_size(dir, cfg);
+  auto saved = saved_expert_files(dir, cfg);
   if (!saved.ok())
     return status::error(saved.message());
-  const int64_t saved_ep = saved.value();
-  for (int64_t q = 0; q < saved_ep; ++q) {
-    const auto file = dir / store::shard_file_name(q);
+  for (int64_t q = 0; q < saved.value().ep_size; ++q) {
+    const auto file = saved.value().file(dir, q);
     auto header = store::read_shard_file(file, false);
     if (!header.ok())
       return status::error(header.message());
@@ -200,7 +214,7 @@ status restore_experts(const rank_args& a, const std::filesystem::path& dir,
   if (ids.empty()) // the contiguous layout
     for (int64_t l = 0; l < L; ++l)
       for (int64_t j = 0; j < count; ++j)
-        ids.push_back(static_cast<int32_t>((a.rank % cfg.ep_size()) * count
+        ids.push_back(static_cast<int32_t>(cfg.ep_member_of(a.rank) * count
                                            + j));
   auto where = index_experts(dir, cfg);
   if (!where.ok())
@@ -222,16 +236,16 @@ status restore_experts(const rank_args& a, const std::filesystem::path& dir,
       snap->tensors.push_back({prefix + spec.name, spec.shape,
                                std::vector<float>(spec.numel)});
   int64_t filled = 0;
-  auto saved = saved_ep_size(dir, cfg);
+  auto saved = saved_expert_files(dir, cfg);
   if (!saved.ok())
     return status::error(saved.message());
-  for (int64_t q = 0; q < saved.value(); ++q) {
+  for (int64_t q = 0; q < saved.value().ep_size; ++q) {
     bool needed = false;
     for (int64_t i = lo; i < hi; ++i)
       needed |= where.value().shard[(i / count) * E + ids[i]] == q;
     if (!needed)
       continue;
-    auto file = store::read_shard_file(dir / store::shard_file_name(q));
+    auto file = store::read_shard_file(saved.value().file(dir, q));
     if (!file.ok())
       return status::error(file.message());
     for (const auto& t : file.value().tensors) {
@@ -297,6 +311,7 @@ status take_snapshot(const rank_args& a, train::rank_model& model,
   snap->ints["data_cursor"] = step; // batches are a pure function of step
   snap->ints["world_size"] = a.cfg.cluster.world_size;
   snap->ints["ep_size"] = a.cfg.ep_size();
+  snap->ints["expert_file_stride"] = a.cfg.tp_size(); // saved_experts
   // Under pipeline parallelism each stage holds its own layers: the
   // stages' ranks of stage 0's (a one-stage job's writers) send theirs to
   // it, and it writes the whole model. All of a stage's ranks agree, so
@@ -338,7 +353,7 @@ status take_snapshot(const rank_args& a, train::rank_model& model,
   }
   // The first expert-data-parallel replica's experts; under tensor
   // parallelism each TP group of it joins its slices, and its TP index 0
-  // (the ranks < ep_size) writes them.
+  // writes them.
   if (a.cfg.dp_rank_of(a.rank) < a.cfg.ep_size()) {
     rank_snapshot_ptr shard;
     TUTTI_RETURN_IF_ERROR(experts.snapshot(step, shard));
@@ -359,7 +374,7 @@ status take_snapshot(const rank_args& a, train::rank_model& model,
         return status::error("checkpoint: " + whole.message());
       shard = std::move(whole.value());
     }
-    if (a.rank < a.cfg.ep_size()) {
+    if (a.cfg.tp_rank_of(a.rank) == 0) {
       for (const auto& [k, v] : shard->ints)
         snap->ints[k] = v;
       for (const auto& [k, v] : shard->strings)

@@ -78,26 +78,32 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
   const int dp = static_cast<int>(a.cfg.dp_size());
   const int tp = static_cast<int>(a.cfg.tp_size());
   const int pp = static_cast<int>(a.cfg.pp_size());
-  // rank = stage * tp * dp + tp_rank * dp + dp_rank (job_config): `outer`
-  // (stage * tp + tp_rank) names the block of dp ranks, `across` (tp_rank
-  // * dp + dp_rank) a rank's place within its stage.
-  const int dp_rank = a.rank % dp, outer = a.rank / dp;
-  const int stage = outer / tp, tp_rank = outer % tp;
-  const int across = tp_rank * dp + dp_rank;
+  // rank = (stage * dp + dp_rank) * tp + tp_rank (job_config): `block`
+  // (stage * dp + dp_rank) names a TP group, `lane` (stage * tp + tp_rank)
+  // the data-parallel ranks of one stage and TP index, `across` (dp_rank *
+  // tp + tp_rank) a rank's place within its stage.
+  const auto& cfg = a.cfg;
+  const int stage = static_cast<int>(cfg.pp_stage_of(a.rank));
+  const int dp_rank = static_cast<int>(cfg.dp_rank_of(a.rank));
+  const int tp_rank = static_cast<int>(cfg.tp_rank_of(a.rank));
+  const int block = stage * dp + dp_rank, lane = stage * tp + tp_rank;
+  const int across = dp_rank * tp + tp_rank;
+  auto rank_at = [&](int dp_index) {
+    return static_cast<int>(cfg.rank_at(stage, dp_index, tp_rank));
+  };
   // The MoE exchange runs on the EP group: the data-parallel group (the
   // world without TP and PP) where ep_size is the dp size, else its own.
   const bool moe_on_dp = ep == dp, own_dp = tp > 1 || pp > 1;
   TUTTI_RETURN_IF_ERROR(make(a.rank, world, "world", 0, 1, out.world,
                              moe_on_dp && !own_dp));
-  if (own_dp)
-    TUTTI_RETURN_IF_ERROR(make(dp_rank, dp, "dp" + std::to_string(outer),
-                               outer * dp, 1, out.dp, moe_on_dp));
-  if (tp > 1) // this stage's ranks of this dp index, dp apart
-    TUTTI_RETURN_IF_ERROR(make(tp_rank, tp,
-                               "tp" + std::to_string(stage * dp + dp_rank),
-                               stage * tp * dp + dp_rank, dp, out.tp));
+  if (own_dp) // this stage's ranks of this TP index, tp apart
+    TUTTI_RETURN_IF_ERROR(make(dp_rank, dp, "dp" + std::to_string(lane),
+                               rank_at(0), tp, out.dp, moe_on_dp));
+  if (tp > 1) // this stage's ranks of this dp index, consecutive
+    TUTTI_RETURN_IF_ERROR(make(tp_rank, tp, "tp" + std::to_string(block),
+                               block * tp, 1, out.tp));
   if (pp > 1) {
-    // All stages of this TP and dp index (for the step's sums), tp * dp
+    // All stages of this dp and TP index (for the step's sums), tp * dp
     // apart, and the two-member links to the neighbouring stages
     // (activations and their gradients).
     const int stride = tp * dp;
@@ -111,16 +117,16 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
                                  b < stage ? out.prev : out.next));
   }
   if (ep < dp) {
-    // Blocks of ep consecutive ranks never straddle two TP indices or
-    // stages (ep divides dp), so the EP groups of all are named apart.
-    TUTTI_RETURN_IF_ERROR(make(a.rank % ep, ep,
-                               "ep" + std::to_string(a.rank / ep),
-                               a.rank / ep * ep, 1, out.ep, true));
-    const auto edp = tp > 1 || pp > 1 ? "edp" + std::to_string(outer) + "."
-                                          + std::to_string(dp_rank % ep)
-                                      : "edp" + std::to_string(a.rank % ep);
-    TUTTI_RETURN_IF_ERROR(make(dp_rank / ep, dp / ep, edp,
-                               outer * dp + dp_rank % ep, ep,
+    // Blocks of ep consecutive dp indices of one stage and TP index
+    // (job_config::ep_group_of), and the ranks holding the same experts
+    // across those blocks.
+    const auto name = std::to_string(lane) + ".";
+    TUTTI_RETURN_IF_ERROR(make(dp_rank % ep, ep,
+                               "ep" + name + std::to_string(dp_rank / ep),
+                               rank_at(dp_rank / ep * ep), tp, out.ep, true));
+    TUTTI_RETURN_IF_ERROR(make(dp_rank / ep, dp / ep,
+                               "edp" + name + std::to_string(dp_rank % ep),
+                               rank_at(dp_rank % ep), ep * tp,
                                out.expert_dp));
   }
   return {};

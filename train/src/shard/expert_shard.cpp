@@ -252,7 +252,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
   }
   const auto& c = st.cfg;
   st.count = c.experts_per_rank();
-  st.first_expert = (args.rank % c.ep_size()) * st.count;
+  st.first_expert = c.ep_member_of(args.rank) * st.count;
   st.expert_ids = std::move(args.expert_ids);
   if (st.expert_ids.empty())
     for (int64_t l = 0; l < c.model.num_hidden_layers; ++l)

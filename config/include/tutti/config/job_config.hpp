@@ -594,23 +594,41 @@ struct job_config {
   preset_shape preset;      // from a model preset, planning only
 
   int64_t ep_size() const { return cluster.ep_size; }
-  // Ranks that split each layer's weights (tensor parallelism), and the
-  // ranks that see different tokens: world = pp_size * tp_size * dp_size,
-  // TP outside dp within a stage (see pp_size), so the ranks of TP index 0
-  // are exactly a data-parallel layout's ranks.
+  // Ranks that split each layer's weights (tensor parallelism), pipeline
+  // stages, and the ranks that see different tokens: world = pp_size *
+  // dp_size * tp_size in Megatron's order, TP innermost and the stage
+  // outermost: rank = (stage * dp + dp_rank) * tp + tp_rank. A TP group is
+  // tp consecutive ranks, so it stays in a node (its NVLink domain) when
+  // nproc_per_node is a multiple of tp; stage 0's ranks are a one-stage
+  // layout's.
   int64_t tp_size() const { return cluster.tensor_model_parallel_size; }
-  // Pipeline stages, outermost of all: rank = stage * (tp * dp) + tp_rank
-  // * dp + dp_rank, so stage 0's ranks are exactly a one-stage layout's.
   int64_t pp_size() const { return cluster.pipeline_model_parallel_size; }
   int64_t dp_size() const {
     return cluster.world_size / (tp_size() * pp_size());
   }
-  int64_t dp_rank_of(int64_t rank) const { return rank % dp_size(); }
-  int64_t tp_rank_of(int64_t rank) const {
-    return rank / dp_size() % tp_size();
+  int64_t rank_at(int64_t stage, int64_t dp_rank, int64_t tp_rank) const {
+    return (stage * dp_size() + dp_rank) * tp_size() + tp_rank;
+  }
+  int64_t tp_rank_of(int64_t rank) const { return rank % tp_size(); }
+  int64_t dp_rank_of(int64_t rank) const {
+    return rank / tp_size() % dp_size();
   }
   int64_t pp_stage_of(int64_t rank) const {
     return rank / (dp_size() * tp_size());
+  }
+  // The EP group of a rank: ep_size data-parallel ranks of its stage and
+  // TP index (dp_rank / ep * ep onwards). Its place in the group, and the
+  // group's world ranks in member order.
+  int64_t ep_member_of(int64_t rank) const {
+    return ep_size() > 0 ? dp_rank_of(rank) % ep_size() : 0;
+  }
+  std::vector<int64_t> ep_group_of(int64_t rank) const {
+    const int64_t ep = ep_size() > 0 ? ep_size() : 1;
+    const int64_t first = dp_rank_of(rank) / ep * ep;
+    std::vector<int64_t> out;
+    for (int64_t m = 0; m < ep; ++m)
+      out.push_back(rank_at(pp_stage_of(rank), first + m, tp_rank_of(rank)));
+    return out;
   }
   // Layers of each pipeline stage, first to last: cluster_config's
   // pipeline_layers, or its first/last-stage counts with equal shares

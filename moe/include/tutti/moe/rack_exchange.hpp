@@ -38,8 +38,8 @@ public:
   rack_layout() = default;
   // Dense rack ids (0, 1, ...) of members 0..P-1.
   explicit rack_layout(std::vector<int64_t> rack_of_member);
-  // The EP group of `world_rank`: member p is world rank first + p, on node
-  // (first + p) / nproc_per_node, in that node's cluster_config rack.
+  // The EP group of `world_rank` (job_config::ep_group_of), each member in
+  // the cluster_config rack of its node.
   static rack_layout of_group(const job_config& cfg, int64_t world_rank);
 
   int64_t members() const { return int64_t(rack_of_.size()); }
