@@ -10,6 +10,9 @@
 //   3 (stage 1) on node 1: node 1's daemon is killed with SIGKILL, so
 //   both TP ranks of the last stage die at once, and started again; and
 //   rank 1 (stage 0, TP index 1) crashes (chaos kill_rank).
+// - (TP2·PP2·DP2) with the distributed optimizer and full recomputation,
+//   4 ranks a daemon: node 0 holds stage 0 (its two TP groups), node 1
+//   stage 1; node 1's daemon is killed with SIGKILL and started again.
 // Each job has 2 micro-batches a step (1F1B) and recovers from its
 // checkpoint with the losses of the fault-free run of the same config
 // (`tutti run`, one process), bit for bit: a two-member sum is the same
@@ -74,4 +77,29 @@ TEST_CASE("a TP2·PP2 rank killed in its daemon recovers from the checkpoint",
   fault_job job("fault_tp_pp_rank_kill", 120, 111);
   make_tp2_pp2(job); // rank 1: stage 0, TP index 1; its TP partner beside it
   check_rank1_kill_recovers(job);
+}
+
+TEST_CASE("a killed daemon of a TP2·PP2·DP2 job with the distributed "
+          "optimizer and recomputation resumes with the fault-free losses",
+          "[tp_pp_dp_node_loss]") {
+  fault_job job("fault_tp_pp_dp_node_loss", 120, 113);
+  make_model_parallel(job, 4, "tensor_model_parallel_size",
+                      "  micro_batches: 2\n  optimizer_sharding: true\n"
+                      "  recompute: full\n");
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    for (auto [from, to] :
+         {std::pair<std::string, std::string>{
+            "  tensor_model_parallel_size: 2\n",
+            "  tensor_model_parallel_size: 2\n"
+            "  pipeline_model_parallel_size: 2\n"},
+          {"  world_size: 4\n", "  world_size: 8\n"},
+          {"  nproc_per_node: 2\n", "  nproc_per_node: 4\n"}}) {
+      const auto at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+    }
+    write_text(file, text);
+  }
+  check_node1_kill_recovers(job);
 }
