@@ -149,6 +149,11 @@ status check_tensor_parallel(const job_config& c) {
     c.model.intermediate_size % tp == 0, key,
     text(tp) + " must divide model.intermediate_size ("
       + text(c.model.intermediate_size) + "): experts split their FFN"));
+  TUTTI_RETURN_IF_ERROR(require(
+    c.model.vocab_size % tp == 0, key,
+    text(tp) + " must divide model.vocab_size ("
+      + text(c.model.vocab_size)
+      + "): the embedding and LM head split by vocabulary"));
   TUTTI_RETURN_IF_ERROR(
     require(c.model.dense_intermediate_size % tp == 0, key,
             text(tp) + " must divide model.dense_intermediate_size ("

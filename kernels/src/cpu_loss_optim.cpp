@@ -39,9 +39,10 @@ double cross_entropy_forward(const stream&, const T* logits,
 }
 
 template <class T>
-void cross_entropy_backward(const stream&, const T* logits,
-                            const int32_t* targets, const T* lse, T* dlogits,
-                            int64_t n, int64_t vocab, T scale) {
+void cross_entropy_backward_slice(const stream&, const T* logits,
+                                  const int32_t* targets, int64_t first,
+                                  const T* lse, T* dlogits, int64_t n,
+                                  int64_t vocab, T scale) {
   for (int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * vocab;
     T* d = dlogits + i * vocab;
@@ -52,8 +53,18 @@ void cross_entropy_backward(const stream&, const T* logits,
     const double l = double(lse[i]), sc = double(scale);
     for (int64_t j = 0; j < vocab; ++j)
       d[j] = T(sc * std::exp(double(row[j]) - l));
-    d[targets[i]] = T(sc * (std::exp(double(row[targets[i]]) - l) - 1.0));
+    const int64_t t = targets[i] - first;
+    if (t >= 0 && t < vocab)
+      d[t] = T(sc * (std::exp(double(row[t]) - l) - 1.0));
   }
+}
+
+template <class T>
+void cross_entropy_backward(const stream& s, const T* logits,
+                            const int32_t* targets, const T* lse, T* dlogits,
+                            int64_t n, int64_t vocab, T scale) {
+  cpu::cross_entropy_backward_slice<T>(s, logits, targets, 0, lse, dlogits, n,
+                                      vocab, scale);
 }
 
 // PyTorch AdamW: param *= 1 - lr * wd (decoupled decay on the old value),

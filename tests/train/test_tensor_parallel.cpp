@@ -9,6 +9,8 @@
 //   its TP2 checkpoint resumes on world 1 and on (DP2·EP2).
 // - Multi-head latent attention under TP2 likewise (the latents' weights
 //   replicated, their partial gradients summed).
+// - The embedding and LM head split by vocabulary (vocab-parallel); a
+//   vocabulary TP does not divide is refused.
 // - A TP2 checkpoint holds whole tensors: it resumes on world 1 and on
 //   (DP2·EP2) with the losses of the uninterrupted world-1 run within 1e-4,
 //   and `tutti export` reads it.
@@ -16,6 +18,9 @@
 #include <catch2/catch.hpp>
 
 #include "layout_support.hpp"
+#include "tutti/model/param_layout.hpp"
+#include "tutti/model/tensor_names.hpp"
+#include "tutti/train/tensor_parallel.hpp"
 
 using namespace tutti::testing;
 
@@ -32,6 +37,42 @@ std::string tp_config(const scratch_job& job, const std::string& name,
 }
 
 } // namespace
+
+// Megatron's vocab-parallel embedding and LM head: each TP rank holds a
+// slice of the vocabulary's rows of both (the TP cases below train with
+// them to the world-1 losses), and a vocabulary TP does not divide is
+// refused naming the key.
+TEST_CASE("tensor parallelism splits the embedding and LM head by "
+          "vocabulary",
+          "[integration]") {
+  tutti::model_config m;
+  m.vocab_size = 32;
+  m.hidden_size = 16;
+  m.intermediate_size = 32;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  tutti::moe_config e;
+  e.num_experts = 4;
+  const auto local =
+    tutti::train::tp_local_layout(tutti::model::dense_layout(m, e), 2);
+  for (const char* name :
+       {tutti::model::names::embed, tutti::model::names::lm_head}) {
+    const auto* t = local.find(name);
+    REQUIRE(t != nullptr);
+    CHECK(t->shape == std::vector<int64_t>{16, 16});
+  }
+  auto job = scratch_with_data("tensor_parallel_vocab");
+  auto text = replace_once(tp_config(job, "odd", 2, 2, 2),
+                           "  vocab_size: 32\n", "  vocab_size: 33\n");
+  write_text(job.dir / "odd.yaml", text);
+  auto r = run(tutti_bin() + " run " + (job.dir / "odd.yaml").string(), 30);
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("cluster_config.tensor_model_parallel_size: 2 must "
+                      "divide model.vocab_size (33)")
+        != std::string::npos);
+}
 
 // as_qwen3: QK-norm's weights get partial gradients on each TP rank,
 // summed over the group.

@@ -39,8 +39,9 @@ struct array_term {
 };
 
 template <class T>
-__global__ void xent_bwd(const T* logits, const int32_t* targets, const T* lse,
-                         T* dlogits, int64_t n, int64_t vocab, double scale) {
+__global__ void xent_bwd(const T* logits, const int32_t* targets,
+                         int64_t first, const T* lse, T* dlogits, int64_t n,
+                         int64_t vocab, double scale) {
   TUTTI_GRID_STRIDE(idx, n * vocab) {
     const int64_t i = idx / vocab, j = idx % vocab;
     const int32_t target = targets[i];
@@ -49,7 +50,7 @@ __global__ void xent_bwd(const T* logits, const int32_t* targets, const T* lse,
       continue;
     }
     const double p = exp(double(logits[idx]) - double(lse[i]));
-    dlogits[idx] = T(scale * (j == target ? p - 1.0 : p));
+    dlogits[idx] = T(scale * (j + first == target ? p - 1.0 : p));
   }
 }
 
@@ -88,14 +89,23 @@ double cross_entropy_forward(const stream& s, const T* logits,
 }
 
 template <class T>
-void cross_entropy_backward(const stream& s, const T* logits,
-                            const int32_t* targets, const T* lse, T* dlogits,
-                            int64_t n, int64_t vocab, T scale) {
+void cross_entropy_backward_slice(const stream& s, const T* logits,
+                                  const int32_t* targets, int64_t first,
+                                  const T* lse, T* dlogits, int64_t n,
+                                  int64_t vocab, T scale) {
   if (n * vocab == 0)
     return;
   xent_bwd<<<grid_for(n * vocab), kThreads, 0, raw(s)>>>(
-    logits, targets, lse, dlogits, n, vocab, double(scale));
+    logits, targets, first, lse, dlogits, n, vocab, double(scale));
   TUTTI_CUDA_LAUNCH_CHECK();
+}
+
+template <class T>
+void cross_entropy_backward(const stream& s, const T* logits,
+                            const int32_t* targets, const T* lse, T* dlogits,
+                            int64_t n, int64_t vocab, T scale) {
+  cuda::cross_entropy_backward_slice<T>(s, logits, targets, 0, lse, dlogits,
+                                        n, vocab, scale);
 }
 
 // PyTorch AdamW, as on the CPU: decoupled decay on the old value, then the

@@ -138,6 +138,7 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
   const auto plan = make_capacity_plan(cfg); // FLOPs, once
   for (int64_t tp = 1; tp <= std::min<int64_t>(8, c.nproc_per_node); tp *= 2) {
     if (m.num_attention_heads % tp != 0 || m.intermediate_size % tp != 0
+        || m.vocab_size % tp != 0
         || (m.num_key_value_heads % tp != 0 && tp % m.num_key_value_heads != 0))
       continue;
     for (int64_t pp = 1; pp <= std::min<int64_t>(64, layers); pp *= 2) {

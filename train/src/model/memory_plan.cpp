@@ -268,7 +268,9 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     // buffer is freed). The other TP ranks send: their snapshot and the
     // buffer it is copied to. Rank 0 also joins the dense tensors whole.
     const layer_sums whole(cfg, 1, l.ep);
-    const double dense_whole = whole.dense_in(0, layers) + 2 * x.v * d + d;
+    const double dense_whole =
+      whole.dense_in(0, layers)
+      + 2 * static_cast<double>(cfg.model.vocab_size) * d + d;
     const double t = static_cast<double>(l.tp);
     const double gathering = 2 * t * snapshot, sending = 2 * snapshot;
     b.checkpoint_other = writers > 1 ? gathering : sending;

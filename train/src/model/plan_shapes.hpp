@@ -26,10 +26,11 @@ inline shapes shapes_of(const job_config& cfg, const parallel_layout& l) {
   const auto& e = cfg.moe;
   shapes x{};
   x.d = m.hidden_size;
-  // TP as built: heads (query and KV; T divides both) and the experts'
-  // intermediate dimension split, the embedding and LM head replicated.
+  // TP as built: heads (query and KV; T divides both), the experts'
+  // intermediate dimension and the embedding's and LM head's vocabulary
+  // split.
   x.f = static_cast<double>(m.intermediate_size) / l.tp;
-  x.v = static_cast<double>(m.vocab_size);
+  x.v = static_cast<double>(m.vocab_size) / l.tp;
   x.hq = static_cast<double>(m.num_attention_heads) / l.tp;
   x.hkv = static_cast<double>(m.num_key_value_heads) / l.tp;
   x.hd = head_dim_of(cfg);

@@ -50,6 +50,8 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     throw std::invalid_argument("rank_model: the TP group has "
                                 + std::to_string(tp) + " members, the config "
                                 + std::to_string(cfg.tp_size()));
+  vocab_rows_ = cfg.model.vocab_size / tp;
+  vocab_first_ = (comms_.tp ? comms_.tp->rank() : 0) * vocab_rows_;
   if (!slot_of_expert.empty()) {
     if (static_cast<int64_t>(slot_of_expert.size())
         != cfg.model.num_hidden_layers * cfg.moe.num_experts)
@@ -200,7 +202,7 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
   x_final_.resize(st, n * d);
   xnf_.resize(st, n * d);
   rstdf_.resize(st, n);
-  logits_out_.resize(st, n * m.vocab_size);
+  logits_out_.resize(st, n * vocab_rows_);
   lse_.resize(st, n);
 }
 
@@ -249,8 +251,7 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   ce_sum = 0;
   if (first_stage()) {
     inputs_.upload(stream_, inputs, n);
-    k::embedding_forward(stream_, inputs_.data(), param(names::embed),
-                         acts_[0].x_in.data(), n, d);
+    TUTTI_RETURN_IF_ERROR(embed_forward(inputs, n, time));
   }
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
     swap_working(acts_[l]);
@@ -265,10 +266,8 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
                      xnf_.data(), rstdf_.data(), n, d,
                      static_cast<float>(m.rms_norm_eps));
   k::linear_forward(stream_, xnf_.data(), param(names::lm_head),
-                    logits_out_.data(), n, d, m.vocab_size);
-  ce_sum = k::cross_entropy_forward(
-    stream_, logits_out_.data(), targets_.data(), lse_.data(), n, m.vocab_size);
-  return {};
+                    logits_out_.data(), n, d, vocab_rows_);
+  return head_loss(targets, n, ce_sum);
 }
 
 status rank_model::backward(int64_t seqs, step_timers& time) {
@@ -277,14 +276,7 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   dx_.resize(stream_, n * d); // keeps what the next stage sent
   dtmp_.resize(stream_, n * d);
   if (last_stage()) {
-    dlogits_.resize(stream_, n * m.vocab_size);
-    k::cross_entropy_backward(
-      stream_, logits_out_.data(), targets_.data(), lse_.data(),
-      dlogits_.data(), n, m.vocab_size,
-      1.0f / static_cast<float>(global_tokens_ * cfg_.train.micro_batches));
-    k::linear_backward(stream_, xnf_.data(), param(names::lm_head),
-                       dlogits_.data(), dtmp_.data(), grad(names::lm_head), n,
-                       d, m.vocab_size);
+    TUTTI_RETURN_IF_ERROR(head_backward(n, time));
     k::rmsnorm_backward(stream_, x_final_.data(), param(names::final_norm),
                         rstdf_.data(), dtmp_.data(), dx_.data(),
                         grad(names::final_norm), n, d);
@@ -298,8 +290,7 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   }
   if (!first_stage())
     return {}; // dx_ goes to the stage before
-  k::embedding_backward(stream_, inputs_.data(), dx_.data(), grad(names::embed),
-                        n, d);
+  embed_backward(n);
   return {};
 }
 

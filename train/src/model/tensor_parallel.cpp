@@ -52,6 +52,10 @@ int tp_split_axis(const std::string& name) {
   for (const char* row : {names::o_proj, names::dense_down, names::shared_w2})
     if (ends_with(name, row))
       return 1;
+  // The embedding and the LM head [vocab, D] split by vocabulary
+  // (Megatron's vocab-parallel embedding and output layer).
+  if (ends_with(name, names::embed) || ends_with(name, names::lm_head))
+    return 0;
   // Expert blocks [experts, F, D] and [experts, D, F].
   if (ends_with(name, "experts.w1") || ends_with(name, "experts.w3"))
     return 1;

@@ -199,6 +199,17 @@ private:
   // column-parallel one's partial input gradients) over the TP group; does
   // nothing without one.
   status tp_sum(float* data, int64_t count, step_timers& time);
+  // The embedding and the LM head, vocab-parallel under TP (each TP rank
+  // holds rows [vocab_first_, vocab_first_ + vocab_rows_) of both;
+  // vocab_parallel.cpp). `ids` and `targets`: the micro-batch's, on the
+  // host.
+  status embed_forward(const int32_t* ids, int64_t n, step_timers& time);
+  void embed_backward(int64_t n);
+  status head_loss(const int32_t* targets, int64_t n, double& ce_sum);
+  status head_backward(int64_t n, step_timers& time);
+  // Tokens of `ids` in this rank's vocabulary slice: their local ids into
+  // vocab_ids_, their rows into vocab_at_ (both uploaded); the count.
+  int64_t select_vocab_rows(const int32_t* ids, int64_t n);
   // The dense gradients' squared norm: per piece of the one-stage buffer
   // (plan_norm_pieces), summed over the ranks that hold them, then in
   // order (rank_model.cpp).
@@ -280,6 +291,10 @@ private:
   std::vector<tensor<int64_t>> counts_step_dev_;
   layer_acts work_; // with recompute: one layer's worth, shared
   tensor<int32_t> inputs_, targets_;
+  int64_t vocab_first_ = 0, vocab_rows_ = 0;
+  tensor<int32_t> vocab_ids_;
+  tensor<int64_t> vocab_at_;
+  tensor<float> vocab_rows_buf_;
   tensor<float> x_final_, xnf_, rstdf_, logits_out_, lse_;
   // backward scratch; drows_ also holds the dispatch's packed rows
   tensor<float> dx_, dtmp_, dtmp2_, dq_, dk_, dv_, dattn_, dlogits_, drows_,
