@@ -38,12 +38,8 @@ public:
     if (aborted_)
       return status::error(who + ": aborted");
     const uint64_t generation = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      released_.notify_all();
+    if (release_if_last())
       return {};
-    }
     auto released = [&] { return generation_ != generation || aborted_; };
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (help && *help) {
@@ -68,15 +64,8 @@ public:
     } else {
       released_.wait_for(lock, timeout, released);
     }
-    if (!released()) {
-      // Peers that arrive later must fail too, not wait for a member
-      // that gave up: a timed-out group is finished.
-      aborted_ = true;
-      released_.notify_all();
-      return status::error(who + ": timed out after "
-                           + std::to_string(timeout.count())
-                           + " ms waiting for the other members");
-    }
+    if (!released())
+      return give_up(who, timeout, "");
     if (generation_ == generation)
       return status::error(who + ": aborted");
     return {};
@@ -91,20 +80,11 @@ public:
   status leave(std::chrono::milliseconds timeout, const std::string& who) {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t generation = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      released_.notify_all();
+    if (release_if_last())
       return {};
-    }
     if (!released_.wait_for(lock, timeout,
-                            [&] { return generation_ != generation; })) {
-      aborted_ = true;
-      released_.notify_all();
-      return status::error(who + ": timed out after "
-                           + std::to_string(timeout.count())
-                           + " ms waiting for the other members to finish");
-    }
+                            [&] { return generation_ != generation; }))
+      return give_up(who, timeout, " to finish");
     return {};
   }
 
@@ -125,6 +105,28 @@ public:
   std::condition_variable all_joined;
 
 private:
+  // Counts this member in (under the lock); the last one releases all.
+  bool release_if_last() {
+    if (++arrived_ < size_)
+      return false;
+    arrived_ = 0;
+    ++generation_;
+    released_.notify_all();
+    return true;
+  }
+
+  // Past the deadline (under the lock). Peers that arrive later must fail
+  // too, not wait for a member that gave up: a timed-out group is
+  // finished.
+  status give_up(const std::string& who, std::chrono::milliseconds timeout,
+                 const char* what) {
+    aborted_ = true;
+    released_.notify_all();
+    return status::error(who + ": timed out after "
+                         + std::to_string(timeout.count())
+                         + " ms waiting for the other members" + what);
+  }
+
   const int size_;
   std::vector<slot> slots_;
   std::mutex mutex_;

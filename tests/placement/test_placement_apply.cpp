@@ -111,16 +111,22 @@ std::map<std::string, std::vector<float>> exported(
   return by_name;
 }
 
+// dir/plan.json: layer 0 reversed, layer 1 interleaved, so every expert
+// changes rank.
+std::filesystem::path moving_plan(const std::filesystem::path& dir) {
+  const auto plan = dir / "plan.json";
+  write_text(plan, "{\"format\": \"tutti-placement-1\", \"layers\": 2, "
+                   "\"experts\": 8, \"ranks\": 4, \"expert_at\": "
+                   "[[7, 6, 5, 4, 3, 2, 1, 0], [1, 3, 5, 7, 0, 2, 4, 6]]}\n");
+  return plan;
+}
+
 } // namespace
 
 TEST_CASE("a placement moves experts, not the loss", "[integration]") {
   auto job = scratch_with_data("placement_apply");
   const auto data = job.data.string();
-  // Layer 0 reversed, layer 1 interleaved: every expert changes rank.
-  const auto plan = job.dir / "plan.json";
-  write_text(plan, "{\"format\": \"tutti-placement-1\", \"layers\": 2, "
-                   "\"experts\": 8, \"ranks\": 4, \"expert_at\": "
-                   "[[7, 6, 5, 4, 3, 2, 1, 0], [1, 3, 5, 7, 0, 2, 4, 6]]}\n");
+  const auto plan = moving_plan(job.dir);
 
   const auto ref = job.dir / "contiguous";
   run_job(job.dir / "ref.yaml", config(data, ref.string(), 6, ""), 120);
@@ -198,10 +204,7 @@ TEST_CASE("a placement moves experts, not the loss, under TP and PP",
           "[integration]") {
   auto job = scratch_with_data("placement_apply_model_parallel");
   const auto data = job.data.string();
-  const auto plan = job.dir / "plan.json";
-  write_text(plan, "{\"format\": \"tutti-placement-1\", \"layers\": 2, "
-                   "\"experts\": 8, \"ranks\": 4, \"expert_at\": "
-                   "[[7, 6, 5, 4, 3, 2, 1, 0], [1, 3, 5, 7, 0, 2, 4, 6]]}\n");
+  const auto plan = moving_plan(job.dir);
   for (const std::string layout : {"  tensor_model_parallel_size: 2\n",
                                    "  pipeline_model_parallel_size: 2\n"}) {
     INFO(layout);
