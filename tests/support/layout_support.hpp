@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,24 @@ inline std::string with_train_keys(std::string config,
   REQUIRE(at != std::string::npos);
   config.insert(at + anchor.size(), lines);
   return config;
+}
+
+// The run's checkpoint of `step` exported (`tutti export --format hf` into
+// RUN_DIR/export): model.safetensors's bytes, which two layouts that
+// trained to the same bits must give alike.
+inline std::string exported_model(const std::filesystem::path& run_dir,
+                                  int step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08d", step);
+  const auto out = run_dir / "export";
+  std::filesystem::remove_all(out);
+  auto r = run(tutti_bin() + " export "
+                 + (run_dir / "checkpoints" / name).string()
+                 + " --format hf --out " + out.string(),
+               60);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return read_text(out / "model.safetensors");
 }
 
 // small_config on `world` ranks with `parallel_key: size` in

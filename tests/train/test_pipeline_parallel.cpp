@@ -28,7 +28,9 @@
 //   learning rate); its checkpoint, resumed unsharded, continues the
 //   unsharded run to the bit.
 // - Stages of unequal layers (cluster_config.pipeline_layers: 5 layers as
-//   [1, 2, 2] and [2, 2, 1] over PP3) give the world-1 losses to the bit;
+//   [1, 2, 2] and [2, 2, 1] over PP3) give the world-1 losses to the bit
+//   (and their checkpoints export to the same model, as PP2's, PP2·DP2's
+//   and the sharded TP2·PP2·DP2's do to their bit-equal twins');
 //   a [1, 2, 2] checkpoint resumes on world 1 to the bit and on (DP2·EP2)
 //   within 1e-3, as PP2's.
 // - What PP does not combine with yet (data.rack_affinity) is refused
@@ -93,6 +95,11 @@ TEST_CASE("pipeline parallelism gives the losses of world 1 to the bit",
     INFO("PP2·DP2 against DP2, step " << i + 1);
     CHECK(pp2dp2.loss[i] == dp2.loss[i]);
   }
+  // Their checkpoints (the stages gathered) export to the same model.
+  CHECK(exported_model(job.dir / "pp2", 30)
+        == exported_model(job.dir / "w1", 30));
+  CHECK(exported_model(job.dir / "pp2dp2", 30)
+        == exported_model(job.dir / "dp2", 30));
 }
 
 TEST_CASE("an uneven 3-stage pipeline of 5 layers gives the losses of "
@@ -108,6 +115,8 @@ TEST_CASE("an uneven 3-stage pipeline of 5 layers gives the losses of "
     INFO(stages << ": " << pp3.output);
     REQUIRE(pp3.loss.size() == 10);
     check_same_bits(world1, pp3, "PP3 against world 1");
+    CHECK(exported_model(job.dir / "pp3", 10)
+          == exported_model(job.dir / "w1", 10));
   }
 }
 
@@ -243,6 +252,8 @@ TEST_CASE("TP2·PP2·EP2·DP2 with the distributed optimizer and recomputation "
   REQUIRE(plain.loss.size() == 30);
   REQUIRE(sharded.loss.size() == 30);
   check_same_bits(plain, sharded, "TP2·PP2·DP2 sharded against unsharded");
+  CHECK(exported_model(job.dir / "sharded", 30)
+        == exported_model(job.dir / "plain", 30));
   const double worst = worst_relative(world1.loss, sharded.loss);
   WARN("largest relative loss difference, TP2·PP2·EP2·DP2 sharded against "
        "world 1: "
