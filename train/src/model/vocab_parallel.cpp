@@ -86,7 +86,9 @@ status rank_model::head_loss(const int32_t* targets, int64_t n,
     return {};
   }
   // The slice's log-sum-exp per row: local targets, -1 (no loss term)
-  // where the target is another rank's.
+  // where the target is another rank's. lse_ holds this call's n rows (an
+  // evaluation's last piece may be smaller than a micro-batch).
+  lse_.resize(stream_, n);
   std::vector<int32_t> local(n, -1);
   std::vector<int64_t> at; // the targets' logits, as [n * vocab] indices
   for (int64_t i = 0; i < n; ++i) {

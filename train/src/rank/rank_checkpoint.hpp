@@ -2,10 +2,11 @@
 // A rank's side of checkpoints: what goes into its shard file at a step
 // boundary, and how it comes back on resume. Rank 0 holds the replicated
 // dense weights, their AdamW moments and the router biases; the ranks of the
-// first expert-data-parallel replica (rank < ep_size) hold their experts.
-// Files hold whole tensors of the whole model: under pipeline parallelism
-// the later stages' ranks send their layers to stage 0's (which are those
-// ranks), and on resume each stage takes its own layers.
+// first expert-data-parallel replica (stage 0, TP index 0, dp_rank <
+// ep_size: world ranks q * tp) hold their experts. Files hold whole tensors
+// of the whole model: under pipeline parallelism the later stages' ranks
+// send their layers to stage 0's (which are those ranks), TP ranks their
+// slices to TP index 0, and on resume each rank takes its own part.
 
 #include <caf/blocking_actor.hpp>
 

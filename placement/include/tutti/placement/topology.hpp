@@ -1,9 +1,11 @@
 #pragma once
 // Where the ranks of one expert-parallel group sit: each rank on a node,
 // each node in a rack (cluster_config.nodes[].rack; nodes without a rack
-// share one), and what a link of each class carries. EP group g is the
-// consecutive ranks [g * ep, (g + 1) * ep); every group is laid out alike,
-// so plans are made for group 0.
+// share one), and what a link of each class carries. An EP group is ep
+// data-parallel ranks of one stage and TP index (job_config::ep_group_of);
+// plans are made for rank 0's group and applied to every group, which fits
+// where the groups sit on nodes alike (nproc_per_node a multiple of
+// ep * tp, or ep * tp a multiple of nproc_per_node).
 
 #include <cstdint>
 #include <string>
