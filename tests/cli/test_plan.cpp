@@ -374,6 +374,29 @@ TEST_CASE("memory by component follows micro-batches, sharding and "
         < selective["activations"].get<double>());
 }
 
+TEST_CASE("tutti plan says when a TP group would span nodes", "[unit]") {
+  auto dir = scratch("plan_tp_nodes");
+  // 4 ranks, one a node, TP2: each TP group (2 consecutive ranks) spans
+  // two nodes; with two ranks a node it stays in one.
+  auto text = small_config((dir / "data").string(), (dir / "run").string(), 4,
+                           2);
+  text = replace_once(text, "  nnodes: 1\n  nproc_per_node: 4\n",
+                      "  nnodes: 4\n  nproc_per_node: 1\n");
+  text = replace_once(text, "  ep_size: 4\n",
+                      "  ep_size: 2\n  tensor_model_parallel_size: 2\n");
+  write_text(dir / "spans.yaml", text);
+  auto r = run(tutti_bin() + " plan " + (dir / "spans.yaml").string(), 30);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("WARNING: TP groups of 2 ranks span nodes of 1")
+        != std::string::npos);
+  write_text(dir / "fits.yaml",
+             replace_once(text, "  nnodes: 4\n  nproc_per_node: 1\n",
+                          "  nnodes: 2\n  nproc_per_node: 2\n"));
+  r = run(tutti_bin() + " plan " + (dir / "fits.yaml").string(), 30);
+  CHECK(r.output.find("span nodes") == std::string::npos);
+}
+
 TEST_CASE("tutti plan counts attention without a [seq, seq] term where it "
           "is tiled",
           "[unit]") {

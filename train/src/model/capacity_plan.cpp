@@ -138,6 +138,16 @@ capacity_plan make_capacity_plan(const job_config& cfg) {
                                                    * (cl.nnodes - 1) / cl.nnodes
                                                : 0;
 
+  // A TP group is tp consecutive ranks (job_config's order): it stays in a
+  // node, on its fast links, only when the node holds whole groups.
+  const int64_t tp = cfg.tp_size();
+  if (tp > 1 && cl.nproc_per_node % tp != 0)
+    p.warnings.push_back(
+      "TP groups of " + std::to_string(tp) + " ranks span nodes of "
+      + std::to_string(cl.nproc_per_node)
+      + " (cluster_config.nproc_per_node): every layer's TP all-reduces "
+        "cross the node link; keep tensor_model_parallel_size a divisor of "
+        "nproc_per_node");
   if (cl.device_memory_gb > 0) {
     const double budget = cl.device_memory_gb * 1e9;
     if (p.total_bytes > budget)
