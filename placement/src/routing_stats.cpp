@@ -21,22 +21,27 @@ routing_stats routing_stats::zeros(int64_t layers, int64_t experts,
 status routing_stats::add(const int32_t* ids, int64_t n) {
   const int64_t E = experts, K = top_k;
   for (int64_t i = 0; i < layers * n * K; ++i)
-    if (ids[i] < 0 || ids[i] >= E)
+    if (ids[i] < unrouted || ids[i] >= E)
       return status::error("routing_stats: expert id " + std::to_string(ids[i])
                            + " outside [0, " + std::to_string(E) + ")");
   for (int64_t l = 0; l < layers; ++l)
     for (int64_t t = 0; t < n; ++t) {
       const int32_t* chosen = ids + (l * n + t) * K;
       for (int64_t a = 0; a < K; ++a) {
+        if (chosen[a] == unrouted)
+          continue;
         load[l * E + chosen[a]] += 1;
         for (int64_t b = a + 1; b < K; ++b) {
+          if (chosen[b] == unrouted)
+            continue;
           coactivation[(l * E + chosen[a]) * E + chosen[b]] += 1;
           coactivation[(l * E + chosen[b]) * E + chosen[a]] += 1;
         }
         if (l + 1 < layers) {
           const int32_t* next = ids + ((l + 1) * n + t) * K;
           for (int64_t b = 0; b < K; ++b)
-            transitions[(l * E + chosen[a]) * E + next[b]] += 1;
+            if (next[b] != unrouted)
+              transitions[(l * E + chosen[a]) * E + next[b]] += 1;
         }
       }
     }

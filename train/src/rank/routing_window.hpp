@@ -30,7 +30,10 @@ public:
                     std::string& json_out);
 
 private:
-  int64_t window_ = 0, last_step_ = 0;
+  status count_step();
+
+  int64_t window_ = 0, last_step_ = 0, micro_batches_ = 1;
+  std::vector<bool> routed_; // [layer]: false for a dense layer
   std::vector<int32_t> ids_;
   placement::routing_stats counts_;
 };

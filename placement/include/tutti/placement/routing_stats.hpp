@@ -28,7 +28,9 @@ struct routing_stats {
   static routing_stats zeros(int64_t layers, int64_t experts, int64_t top_k);
 
   // One batch's routing: ids[(l * tokens + t) * top_k + j], every id in
-  // [0, experts). An id out of range is refused (nothing is counted).
+  // [0, experts) or `unrouted` (a layer without experts, a dense one: not
+  // counted). An id out of range is refused (nothing is counted).
+  static constexpr int32_t unrouted = -1;
   status add(const int32_t* ids, int64_t tokens_in_batch);
   // Adds another window's counts of the same shape; the window widens.
   status merge(const routing_stats& other);
