@@ -99,9 +99,11 @@ void visit_fields(Visitor& v, cluster_config& c) {
           "pipeline_model_parallel_size) and moe_config.num_experts (0 = "
           "the largest that divides both)");
   v.field("tensor_model_parallel_size", c.tensor_model_parallel_size,
-          "tensor parallelism (Megatron): attention heads and the experts' "
-          "intermediate dimension split over this many ranks; divides "
-          "world_size, num_key_value_heads and intermediate_size",
+          "tensor parallelism (Megatron): attention heads, the experts' "
+          "intermediate dimension and the embedding's and LM head's "
+          "vocabulary split over this many consecutive ranks (keep it a "
+          "divisor of nproc_per_node); divides world_size, "
+          "num_key_value_heads, intermediate_size and vocab_size",
           at_least(1));
   v.field("pipeline_model_parallel_size", c.pipeline_model_parallel_size,
           "pipeline parallelism (Megatron, 1F1B): the layers split into this "
