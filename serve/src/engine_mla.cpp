@@ -126,9 +126,9 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
       }
       // Softmax weights and the weighted latents in float, position by
       // position in order.
-      std::vector<float> sums(H);
+      sums_.resize(H);
       kernels::invariant_softmax_numerators(scores_.data(), H, n, n,
-                                            sums.data());
+                                            sums_.data());
       std::fill(v_.begin(), v_.end(), 0.0f);
       for (int64_t j0 = 0; j0 < n; j0 += bt) {
         kernels::invariant_weighted_values(
@@ -138,7 +138,7 @@ void engine::mla_attention(int64_t l, const std::vector<seq_chunk>& batch) {
       // Through kv_b_proj's value half: the head's values.
       for (int64_t h = 0; h < H; ++h) {
         float* o = v_.data() + h * kvl;
-        const float inv = 1.0f / sums[h];
+        const float inv = 1.0f / sums_[h];
         for (int64_t c2 = 0; c2 < kvl; ++c2)
           o[c2] *= inv;
         for (int64_t d = 0; d < vd; ++d)
