@@ -112,8 +112,14 @@ TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
   auto scraped = local_client(two_port).Get("/metrics");
   REQUIRE(scraped);
   CHECK(first_sample(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
-  CHECK(read_text(root / "node1.log").find("joined node 0")
-        != std::string::npos);
+  // Node 1 announces the join once it has polled its own shards up, which
+  // may be after node 0 has answered: wait for the line, boundedly.
+  CHECK(wait_until(
+    [&] {
+      return read_text(root / "node1.log").find("joined node 0")
+             != std::string::npos;
+    },
+    10));
 
   // Node 1 gone: node 0 is no longer ready and a request fails in bounded
   // time instead of hanging.

@@ -189,6 +189,12 @@ TEST_CASE("each family streams the same bits across 2 tuttid daemons as in "
   REQUIRE(scraped);
   CHECK(first_sample(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
   INFO(logs());
-  CHECK(read_text(root / "node1.log").find("joined node 0")
-        != std::string::npos);
+  // Node 1 announces the join once it has polled its own shards up, which
+  // may be after node 0 has answered: wait for the line, boundedly.
+  CHECK(wait_until(
+    [&] {
+      return read_text(root / "node1.log").find("joined node 0")
+             != std::string::npos;
+    },
+    10));
 }
