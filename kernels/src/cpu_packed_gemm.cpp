@@ -16,6 +16,9 @@ void packed_gemm_avx2(const float* x, int64_t ldx, const float* wt, int64_t n,
 // cpu_int8_gemm.cpp: the same product for an int8 matrix.
 void int8_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m);
+// cpu_int8_dot_gemm.cpp: an int8 matrix times int8 rows.
+void int8_dot_gemm(const float* x, int64_t ldx, const packed_matrix& w,
+                   float* y, int64_t ldy, int64_t m);
 // cpu_bf16_packed_gemm.cpp: and for a bfloat16 one.
 void bf16_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                int64_t ldy, int64_t m);
@@ -73,6 +76,8 @@ void packed_gemm_portable_float(const float* x, int64_t ldx,
 
 void packed_gemm(const float* x, int64_t ldx, const packed_matrix& w, float* y,
                  int64_t ldy, int64_t m) {
+  if (w.is_int8_dot())
+    return int8_dot_gemm(x, ldx, w, y, ldy, m);
   if (w.is_int8())
     return int8_gemm(x, ldx, w, y, ldy, m);
   if (w.is_bf16())

@@ -22,6 +22,15 @@
 // same on every path (cpu_int8_gemm.cpp, cpu_packed_gemm_*.cpp). The CPU
 // only.
 //
+// An int8 matrix may also multiply int8 rows (serve.activation_dtype:
+// int8, W8A8): each row quantized as the dispatch quantizes its rows
+// (row_quant.hpp: scale = absmax / 127, codes rounded to nearest even),
+// the codes' products summed in 32-bit integers, exactly, then y[i, j] =
+// (float(sum) * row_scale[i]) * scale[j]. An exact integer sum has one
+// value whatever the order, so the bits are the same on every path
+// (VNNI's VPDPBUSD, AVX2's VPMADDUBSW, the portable loop) and at every
+// batch size (cpu_int8_dot_gemm.cpp).
+//
 // Or in bfloat16 (serve.weight_dtype: bf16): the weights rounded to
 // bfloat16 (nearest even) and kept two to a 32-bit word along the inner
 // dimension, the rows rounded to bfloat16 when multiplied. Each output is
@@ -46,7 +55,13 @@ struct packed_matrix {
   // [(in + 1) / 2, out] when bfloat16: w[j, 2p] in the low half of word
   // [p, j], w[j, 2p + 1] (or 0) in the high half.
   std::vector<uint32_t> bf16_pairs;
+  // [(in + 3) / 4, out] when int8 with int8 rows: w[j, 4q .. 4q + 3] in
+  // the bytes of word [q, j] (zeros past `in`); code_sums[j] their sum
+  // over the inner dimension; scales as for int8.
+  std::vector<uint32_t> int8_quads;
+  std::vector<int32_t> code_sums;
   bool is_int8() const { return !codes.empty(); }
+  bool is_int8_dot() const { return !int8_quads.empty(); }
   bool is_bf16() const { return !bf16_pairs.empty(); }
 };
 
@@ -61,6 +76,10 @@ packed_matrix pack_matrix_int8(const float* codes, const float* scales,
 // w[out, in], row-major, rounded to bfloat16 (nearest even; subnormals to
 // zero, as the bf16 instructions read them).
 packed_matrix pack_matrix_bf16(const float* w, int64_t out, int64_t in);
+
+// An int8 matrix (pack_matrix_int8) repacked to multiply int8 rows: its
+// codes as quads, the float rows quantized per row at every product.
+packed_matrix with_int8_rows(packed_matrix int8);
 
 // Quantizes w[out, in] per output row, symmetric: scale = absmax / 127,
 // code = round-to-nearest-even(w / scale), as kernels::quantize_rows
@@ -78,6 +97,9 @@ std::string int8_gemm_kernel();
 // The same for bfloat16 matrices: "avx512_bf16 (the CPU has avx512_bf16)",
 // or which float32 kernel runs the same chain and why.
 std::string bf16_gemm_kernel();
+// The same for int8 matrices times int8 rows: "avx512_vnni (...)",
+// "avx2 (...)" or "portable (...)".
+std::string int8_dot_gemm_kernel();
 std::string cpu_capabilities();
 
 // The portable kernels alone (float32, int8 and bfloat16), what CPUs without AVX2
@@ -87,6 +109,15 @@ void int8_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
                         float* y, int64_t ldy, int64_t m);
 void bf16_gemm_portable(const float* x, int64_t ldx, const packed_matrix& w,
                         float* y, int64_t ldy, int64_t m);
+void int8_dot_gemm_portable(const float* x, int64_t ldx,
+                            const packed_matrix& w, float* y, int64_t ldy,
+                            int64_t m);
+// The int8-rows product on a named kernel ("avx512_vnni", "avx2",
+// "portable"), where this CPU has it; false (y untouched) where not. So
+// that tests check every kernel the CPU can run gives the same bits.
+bool int8_dot_gemm_on(const std::string& kernel, const float* x, int64_t ldx,
+                      const packed_matrix& w, float* y, int64_t ldy,
+                      int64_t m);
 void packed_gemm_portable_float(const float* x, int64_t ldx,
                                 const packed_matrix& w, float* y, int64_t ldy,
                                 int64_t m);
