@@ -23,11 +23,13 @@ void print_cpu_kernels() {
     "this machine's CPU: %s\n"
     "  train.gemm_precision bf16: %s%s%s\n"
     "  serve.weight_dtype fp32 and int8: %s\n"
-    "  serve.weight_dtype bf16: %s\n",
+    "  serve.weight_dtype bf16: %s\n"
+    "  serve.activation_dtype int8: %s\n",
     kernels::cpu_capabilities().c_str(),
     bf16.runs_bf16 ? "oneDNN " : "float32 (no bf16 units; oneDNN: ", bf16.isa,
     bf16.runs_bf16 ? "" : ")", kernels::int8_gemm_kernel().c_str(),
-    kernels::bf16_gemm_kernel().c_str());
+    kernels::bf16_gemm_kernel().c_str(),
+    kernels::int8_dot_gemm_kernel().c_str());
 }
 
 } // namespace

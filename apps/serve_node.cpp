@@ -175,6 +175,9 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
   if (!c.model_name.empty())
     model.value().name = c.model_name;
   serve::quantize_experts(model.value(), c.weights);
+  if (c.activations == activation_dtype::int8)
+    if (auto s = serve::use_int8_rows(model.value()); !s.ok())
+      return fail(2, prog, s.message());
   // Which kernel multiplies the experts, and why: said once, at the start
   // (once the config is known to be good).
   const auto weights_text = serve::expert_weights_text(model.value());

@@ -373,20 +373,24 @@ int main(int argc, char** argv) {
   const auto m = medium();
   auto m_int8 = m;
   serve::quantize_experts(m_int8, weight_dtype::int8);
-  // `bench_serve decode B [int8|bf16]`: only decode steps at batch B, for
-  // a profiler.
+  // `bench_serve decode B [int8|bf16|w8a8]`: only decode steps at batch
+  // B, for a profiler; w8a8: int8 experts times int8 rows.
   if (argc > 2 && std::string(argv[1]) == "decode") {
     const int64_t b = std::atoll(argv[2]);
-    const auto dtype = from_string<weight_dtype>(argc > 3 ? argv[3] : "fp32");
+    const std::string asked = argc > 3 ? argv[3] : "fp32";
+    const bool w8a8 = asked == "w8a8";
+    const auto dtype = from_string<weight_dtype>(w8a8 ? "int8" : asked);
     if (!dtype) {
-      std::fprintf(stderr, "bench_serve: experts %s, not %s\n",
+      std::fprintf(stderr, "bench_serve: experts %s or w8a8, not %s\n",
                    enum_choices<weight_dtype>().c_str(), argv[3]);
       return 2;
     }
     auto served = m;
     serve::quantize_experts(served, *dtype);
+    if (w8a8)
+      (void)serve::use_int8_rows(served); // int8 experts: cannot fail
     std::printf("decode, %lld requests in one batch, experts %s: %.1f tok/s\n",
-                static_cast<long long>(b), to_string(*dtype),
+                static_cast<long long>(b), asked.c_str(),
                 1.0 / decode_s(served, 128, 64, b));
     return 0;
   }

@@ -24,6 +24,16 @@ status check_model(const serve::serve_config& c, const std::string& prefix) {
   return {};
 }
 
+// An int8 checkpoint is int8 whatever weight_dtype says; the loader
+// refuses float experts under int8 rows (serve::use_int8_rows).
+status check_dtypes(const serve::serve_config& c, const std::string& prefix) {
+  return require(c.activations == activation_dtype::fp32
+                   || c.weights != weight_dtype::bf16,
+                 prefix + "activation_dtype",
+                 "int8 multiplies int8 experts; serve.weight_dtype is bf16 "
+                 "(set it to int8)");
+}
+
 status check_limits(const serve::serve_limits& l, const std::string& prefix) {
   return require(l.batch.max_batch_tokens >= l.batch.max_sequences,
                  prefix + "max_batch_tokens",
@@ -109,6 +119,7 @@ status check_section(serve::serve_config& c, const std::string& prefix,
   c.replan = given.count(prefix + "replan") > 0;
   TUTTI_RETURN_IF_ERROR(check_model(c, prefix));
   TUTTI_RETURN_IF_ERROR(check_limits(c.limits, prefix));
+  TUTTI_RETURN_IF_ERROR(check_dtypes(c, prefix));
   TUTTI_RETURN_IF_ERROR(check_nodes(c, prefix));
   TUTTI_RETURN_IF_ERROR(check_racks(c, prefix));
   return check_replan(c, prefix);

@@ -61,7 +61,9 @@ std::optional<expert_tensor> parse_expert(const std::string& name) {
 
 int64_t packed_bytes(const kernels::packed_matrix& p) {
   return static_cast<int64_t>(p.t.size() * 4 + p.codes.size()
-                              + p.scales.size() * 4 + p.bf16_pairs.size() * 4);
+                              + p.scales.size() * 4 + p.bf16_pairs.size() * 4
+                              + p.int8_quads.size() * 4
+                              + p.code_sums.size() * 4);
 }
 
 // Expert matrices as they are read, packed into the model once an
@@ -182,6 +184,9 @@ private:
       in.w2_scale = x.scales[2].data();
     }
     pack_expert(w, e, s, in);
+    if (m_.int8_rows) // as the experts loaded before (use_int8_rows)
+      for (auto* p : {&w.w13_t[e], &w.w2_t[e]})
+        *p = kernels::with_int8_rows(std::move(*p));
     bytes_ += packed_bytes(w.w13_t[e]) + packed_bytes(w.w2_t[e]);
     ++packed_;
     any_int8_ = any_int8_ || x.int8;

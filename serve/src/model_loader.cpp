@@ -394,11 +394,27 @@ void quantize_experts(served_model& m, weight_dtype to) {
   m.quantized_at_load = true;
 }
 
+status use_int8_rows(served_model& m) {
+  if (m.expert_dtype != weight_dtype::int8)
+    return status::error(
+      "serve.activation_dtype: int8 multiplies int8 experts, and this "
+      "model's are " + std::string(to_string(m.expert_dtype))
+      + " (set serve.weight_dtype: int8, or serve an int8 export)");
+  for (auto& w : m.layers)
+    for (auto* experts : {&w.w13_t, &w.w2_t})
+      for (auto& p : *experts)
+        p = kernels::with_int8_rows(std::move(p));
+  m.int8_rows = true;
+  return {};
+}
+
 namespace {
 
 std::string kernel_of(const served_model& m) {
   switch (m.expert_dtype) {
-    case weight_dtype::int8: return kernels::int8_gemm_kernel();
+    case weight_dtype::int8:
+      return m.int8_rows ? kernels::int8_dot_gemm_kernel()
+                         : kernels::int8_gemm_kernel();
     case weight_dtype::bf16: return kernels::bf16_gemm_kernel();
     case weight_dtype::fp32: break;
   }
@@ -412,7 +428,7 @@ std::string expert_weights_text(const served_model& m) {
   if (m.expert_dtype != weight_dtype::fp32)
     text += std::string(m.quantized_at_load ? " (quantized at load)"
                                             : " (from the checkpoint)")
-            + ", kernel " + kernel_of(m);
+            + (m.int8_rows ? ", rows int8" : "") + ", kernel " + kernel_of(m);
   return text + "; CPU: " + kernels::cpu_capabilities();
 }
 
@@ -420,7 +436,7 @@ std::string expert_kernel_name(const served_model& m) {
   if (m.expert_dtype == weight_dtype::fp32)
     return "packed_fp32";
   const auto kernel = kernel_of(m);
-  return std::string(to_string(m.expert_dtype)) + "_"
+  return std::string(m.int8_rows ? "w8a8" : to_string(m.expert_dtype)) + "_"
          + kernel.substr(0, kernel.find(' '));
 }
 

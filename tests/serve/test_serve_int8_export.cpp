@@ -3,7 +3,8 @@
 // config.json's quantization_config saying so), loaded without
 // re-quantizing, the same codes and scales as quantizing the float export
 // at load (serve.weight_dtype int8), and `tutti serve` saying so with the
-// kernel it runs them on; a checkpoint missing a scale and the
+// kernel it runs them on (with int8 rows too; float experts under int8
+// rows refused); a checkpoint missing a scale and the
 // --dtype values that do not fit the format refused in one line naming
 // them.
 
@@ -104,7 +105,12 @@ TEST_CASE("tutti export --dtype int8 is served as it is, as quantized at "
        {std::tuple{dir / "int8", "", "experts int8 (from the checkpoint), "
                                      "kernel "},
         std::tuple{dir / "f32", "  weight_dtype: int8\n",
-                   "experts int8 (quantized at load), kernel "}}) {
+                   "experts int8 (quantized at load), kernel "},
+        std::tuple{dir / "int8", "  activation_dtype: int8\n",
+                   "experts int8 (from the checkpoint), rows int8, kernel "},
+        std::tuple{dir / "f32",
+                   "  weight_dtype: int8\n  activation_dtype: int8\n",
+                   "experts int8 (quantized at load), rows int8, kernel "}}) {
     write_text(dir / "serve.yaml", "serve:\n  model: " + model.string()
                                      + "\n  listen: 127.0.0.1:0\n  log_dir: "
                                      + dir.string() + "\n" + key);
@@ -113,6 +119,20 @@ TEST_CASE("tutti export --dtype int8 is served as it is, as quantized at "
     CHECK(r.output.find(said) != std::string::npos);
     CHECK(r.output.find("; CPU: ") != std::string::npos);
     CHECK(r.output.find("serving ") != std::string::npos);
+  }
+
+  // Float experts under int8 rows: refused at the start, in one line.
+  write_text(dir / "serve.yaml", "serve:\n  model: " + (dir / "f32").string()
+                                   + "\n  listen: 127.0.0.1:0\n  log_dir: "
+                                   + dir.string()
+                                   + "\n  activation_dtype: int8\n");
+  {
+    auto r = run(tutti_bin() + " serve " + (dir / "serve.yaml").string(), 10);
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find("serve.activation_dtype: int8 multiplies int8 "
+                        "experts, and this model's are fp32")
+          != std::string::npos);
   }
 
   // A scale missing: refused naming the tensor, in one line.

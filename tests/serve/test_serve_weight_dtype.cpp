@@ -1,4 +1,5 @@
-// serve.weight_dtype int8 and bf16: experts converted at load serve the
+// serve.weight_dtype int8 and bf16, and int8 experts times int8 rows
+// (serve.activation_dtype int8): experts converted at load serve the
 // same tokens and log-probabilities, to the bit, one request at a time and
 // eight at once, on the engine alone and on 1 and 2 expert-parallel ranks;
 // their greedy tokens against the float32 model's are reported; /metrics
@@ -18,23 +19,37 @@ using namespace tutti::testing;
 
 namespace {
 
-// The jobs served with experts in `dtype` on `ranks` ranks (0: the engine
+// The experts as served: their weights, and whether int8 ones multiply
+// int8 rows.
+struct experts_as {
+  weight_dtype weights;
+  bool int8_rows = false;
+};
+
+std::string name_of(experts_as x) {
+  return x.int8_rows ? "int8 x int8 rows" : to_string(x.weights);
+}
+
+// The jobs served with experts as `x` on `ranks` ranks (0: the engine
 // alone), all at once or one after another.
-std::vector<served_outcome> serve_as(weight_dtype dtype, int64_t ranks,
+std::vector<served_outcome> serve_as(experts_as x, int64_t ranks,
                                      bool all_at_once,
                                      const std::vector<served_job>& js) {
   auto model = eight_expert_model();
-  serve::quantize_experts(model, dtype);
+  serve::quantize_experts(model, x.weights);
+  if (x.int8_rows)
+    REQUIRE(serve::use_int8_rows(model).ok());
   auto svc = serve::service::create(std::move(model), ep_limits(ranks));
   REQUIRE(svc.ok());
   auto& s = *svc.value();
   s.start();
   // /metrics says what the experts are and which kernel runs them.
-  const std::string name = to_string(dtype);
+  const std::string name = to_string(x.weights);
+  const std::string kernel = x.int8_rows ? "w8a8" : name;
   const auto metrics = s.metrics().render("m");
-  CHECK(metrics.find(dtype == weight_dtype::fp32
+  CHECK(metrics.find(x.weights == weight_dtype::fp32
                        ? std::string("dtype=\"fp32\",kernel=\"packed_fp32\"")
-                       : "dtype=\"" + name + "\",kernel=\"" + name + "_")
+                       : "dtype=\"" + name + "\",kernel=\"" + kernel + "_")
         != std::string::npos);
   std::vector<served_outcome> out;
   if (all_at_once) {
@@ -47,7 +62,7 @@ std::vector<served_outcome> serve_as(weight_dtype dtype, int64_t ranks,
   return out;
 }
 
-void check_invariant_and_report(weight_dtype dtype) {
+void check_invariant_and_report(experts_as dtype) {
   const auto js = served_jobs(8);
   const auto alone = serve_as(dtype, 1, false, js);
   for (const auto& o : alone)
@@ -59,7 +74,7 @@ void check_invariant_and_report(weight_dtype dtype) {
 
   // Against float32 experts, reported: greedy tokens that agree, and the
   // largest log-probability drift before a request's first different one.
-  const auto fp32 = serve_as(weight_dtype::fp32, 1, true, js);
+  const auto fp32 = serve_as({weight_dtype::fp32}, 1, true, js);
   int64_t same = 0, greedy = 0;
   double drift = 0;
   for (size_t i = 1; i < js.size(); i += 2) {
@@ -73,7 +88,7 @@ void check_invariant_and_report(weight_dtype dtype) {
       agreed = agreed && equal;
     }
   }
-  WARN(to_string(dtype) << " experts: greedy tokens as with fp32: " << same
+  WARN(name_of(dtype) << " experts: greedy tokens as with fp32: " << same
                         << " of " << greedy
                         << ", largest log-probability drift " << drift);
   CHECK(same > 0);
@@ -95,7 +110,27 @@ TEST_CASE("int8 experts: the same bits at concurrency 1 and 8, on the "
   CHECK(serve::expert_weights_text(model).find("int8 (quantized at load), "
                                                "kernel ")
         != std::string::npos);
-  check_invariant_and_report(weight_dtype::int8);
+  check_invariant_and_report({weight_dtype::int8});
+}
+
+TEST_CASE("int8 experts times int8 rows: the same bits at concurrency 1 "
+          "and 8, on the engine and at EP 1 and 2",
+          "[unit]") {
+  auto model = eight_expert_model();
+  // Float experts cannot multiply int8 rows: refused naming the key.
+  const auto refused = serve::use_int8_rows(model);
+  CHECK(refused.message().find("serve.activation_dtype") != std::string::npos);
+  CHECK(refused.message().find("fp32") != std::string::npos);
+  serve::quantize_experts(model, weight_dtype::int8);
+  REQUIRE(serve::use_int8_rows(model).ok());
+  CHECK(model.layers[0].w13_t[0].is_int8_dot());
+  CHECK(model.layers[0].w2_t[7].is_int8_dot());
+  CHECK(!model.layers[0].q_t.is_int8_dot());
+  const auto text = serve::expert_weights_text(model);
+  INFO(text);
+  CHECK(text.find("int8 (quantized at load), rows int8, kernel ")
+        != std::string::npos);
+  check_invariant_and_report({weight_dtype::int8, true});
 }
 
 TEST_CASE("bf16 experts: the same bits at concurrency 1 and 8, on the "
@@ -121,7 +156,7 @@ TEST_CASE("bf16 experts: the same bits at concurrency 1 and 8, on the "
   // Quantizing again, to anything, leaves them as they are.
   serve::quantize_experts(model, weight_dtype::int8);
   CHECK(model.expert_dtype == weight_dtype::bf16);
-  check_invariant_and_report(weight_dtype::bf16);
+  check_invariant_and_report({weight_dtype::bf16});
 }
 
 TEST_CASE("serve.weight_dtype: fp32, int8 or bf16, anything else refused "
@@ -134,4 +169,19 @@ TEST_CASE("serve.weight_dtype: fp32, int8 or bf16, anything else refused "
   CHECK(bad.find("serve.weight_dtype") != std::string::npos);
   CHECK(bad.find("bf16") != std::string::npos);
   CHECK(bad.find('\n') == std::string::npos);
+}
+
+TEST_CASE("serve.activation_dtype: fp32 or int8, int8 refused beside bf16 "
+          "weights naming the key",
+          "[unit]") {
+  CHECK(serve_refusal("  activation_dtype: int8\n  weight_dtype: int8\n")
+          .empty());
+  CHECK(serve_refusal("  activation_dtype: fp32\n").empty());
+  for (const char* bad : {"  activation_dtype: int4\n",
+                          "  activation_dtype: int8\n  weight_dtype: bf16\n"}) {
+    const auto why = serve_refusal(bad);
+    INFO(why);
+    CHECK(why.find("serve.activation_dtype") != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+  }
 }

@@ -29,6 +29,9 @@ enum class dispatch_dtype { fp32, int8, fp8 };
 // serve.weight_dtype: the served experts' weights, float32, int8 with a
 // float32 scale per output channel, or bfloat16 (kernels/packed_gemm.hpp).
 enum class weight_dtype { fp32, int8, bf16 };
+// serve.activation_dtype: the rows int8 experts multiply, float32 or
+// quantized per row to int8 (kernels/packed_gemm.hpp).
+enum class activation_dtype { fp32, int8 };
 // model.family: the architecture the weights belong to, by Hugging Face's
 // model_type (model/family.hpp holds what differs between them).
 enum class model_family { mixtral, qwen3_moe, deepseek_v3 };
@@ -83,6 +86,10 @@ struct enum_names<dispatch_dtype> {
 template <>
 struct enum_names<weight_dtype> {
   static constexpr std::array names{"fp32", "int8", "bf16"};
+};
+template <>
+struct enum_names<activation_dtype> {
+  static constexpr std::array names{"fp32", "int8"};
 };
 template <>
 struct enum_names<model_family> {

@@ -81,6 +81,8 @@ struct serve_config {
   // The experts' weights as served: int8 quantizes a float checkpoint's
   // at load (an int8 checkpoint's are int8 whatever this says).
   weight_dtype weights = weight_dtype::fp32;
+  // The rows the int8 experts multiply: int8 quantizes each per row.
+  activation_dtype activations = activation_dtype::fp32;
   // Bytes a daemon may hold (weights and KV cache, serve_memory.hpp);
   // 0: no limit.
   int64_t memory_limit = 0;
@@ -279,6 +281,14 @@ void visit_fields(Visitor& v, serve_config& c) {
           "float32 elsewhere); a checkpoint written by `tutti export "
           "--dtype int8` is served int8 as it is, whatever this says; embeddings, "
           "attention, norms, router and LM head stay float32; the same "
+          "tokens at every concurrency and EP size");
+  v.field("activation_dtype", c.activations,
+          "the rows int8 experts multiply: fp32 (weight-only int8), or "
+          "int8 (W8A8: each row quantized per row, symmetric, a float32 "
+          "scale per row, as the int8 dispatch's rows; the codes' products "
+          "summed exactly in 32-bit integers, AVX512-VNNI where the CPU has "
+          "it, AVX2 or a portable loop elsewhere, the same bits); needs "
+          "int8 experts (weight_dtype: int8 or an int8 export); the same "
           "tokens at every concurrency and EP size");
   v.field("memory_limit", c.memory_limit,
           "bytes each daemon may hold: the dense weights, its ranks' own "

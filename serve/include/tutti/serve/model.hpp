@@ -76,6 +76,9 @@ struct served_model {
   // quantized at load by quantize_experts).
   weight_dtype expert_dtype = weight_dtype::fp32;
   bool quantized_at_load = false;
+  // int8 experts multiplying int8 rows (serve.activation_dtype: int8,
+  // use_int8_rows): experts loaded later are repacked so too.
+  bool int8_rows = false;
   // The experts whose weights this process holds, [layer * experts + e]:
   // a daemon of a replica across daemons holds its ranks' own
   // (expert_loading.hpp), the others' packed matrices stay empty. Empty:
@@ -100,6 +103,11 @@ void pack_for_serving(served_model& m);
 // to bfloat16 (kernels::pack_matrix_bf16). Either drops the float copies.
 // Experts that are int8 already, and `to` fp32, leave the model as it is.
 void quantize_experts(served_model& m, weight_dtype to);
+
+// serve.activation_dtype int8: every int8 expert held repacked to
+// multiply int8 rows (kernels::with_int8_rows). An error naming the key
+// when the experts are not int8.
+status use_int8_rows(served_model& m);
 
 // One line for the serve start and /metrics: the experts' dtype, the
 // kernel that multiplies them and why, and what the CPU has ("experts
