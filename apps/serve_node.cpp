@@ -36,10 +36,15 @@ int follow(serve::served_model& model, const serve::service_limits& l,
   std::signal(SIGPIPE, SIG_IGN);
   const auto& cl = l.cluster;
   auto s = serve::run_expert_node(model, l, follower_stop, [&] {
-    std::printf("serve node %lld of %zu: experts of rank %lld joined node 0 "
+    const int64_t first = cl.node_rank * l.ep_ranks;
+    const auto ranks = l.ep_ranks > 1
+                         ? "ranks " + std::to_string(first) + "-"
+                             + std::to_string(first + l.ep_ranks - 1)
+                         : "rank " + std::to_string(first);
+    std::printf("serve node %lld of %zu: experts of %s joined node 0 "
                 "at %s:%u\n",
                 static_cast<long long>(cl.node_rank), cl.nodes.size(),
-                static_cast<long long>(cl.node_rank), cl.nodes[0].c_str(),
+                ranks.c_str(), cl.nodes[0].c_str(),
                 static_cast<unsigned>(cl.rendezvous_port));
     std::fflush(stdout);
   });
@@ -162,8 +167,11 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, s.message());
   // Across daemons each holds the dense weights and only the experts its
   // rank computes: the others' bytes are never read.
+  std::vector<int64_t> own_ranks; // this daemon's ranks of the group
+  for (int64_t i = 0; i < c.limits.ep_ranks; ++i)
+    own_ranks.push_back(node_rank * c.limits.ep_ranks + i);
   auto model = cl.spans_daemons() ? serve::load_model_part(
-                 p.dir, serve::experts_on(*p.start, {node_rank}), c.weights)
+                 p.dir, serve::experts_on(*p.start, own_ranks), c.weights)
                                   : serve::load_model(p.dir);
   if (!model)
     return fail(2, prog, model.message());
@@ -218,9 +226,10 @@ int run_serve_node(serve::serve_config c, int64_t node_rank, const char* prog,
     return fail(2, prog, svc.message());
   std::printf("serve: %s\n", weights_text.c_str());
   if (cl.spans_daemons())
-    std::printf("serve: expert parallelism over %zu daemons (one rank each, "
-                "rendezvous on %s:%u)\n",
-                cl.nodes.size(), cl.nodes[0].c_str(),
+    std::printf("serve: expert parallelism over %zu daemons (%lld rank%s "
+                "each, rendezvous on %s:%u)\n",
+                cl.nodes.size(), static_cast<long long>(c.limits.ep_ranks),
+                c.limits.ep_ranks == 1 ? "" : "s", cl.nodes[0].c_str(),
                 static_cast<unsigned>(cl.rendezvous_port));
   else if (c.devices() > 1)
     std::printf("serve: the manifest asks for expert parallelism over %lld "

@@ -55,10 +55,6 @@ status check_nodes(const serve::serve_config& c, const std::string& prefix) {
     !cl.spans_daemons() || cl.rendezvous_port != 0, prefix + "rendezvous_port",
     "missing (node 0's rendezvous port, which nodes lists of several "
     "daemons need)"));
-  TUTTI_RETURN_IF_ERROR(require(!cl.spans_daemons() || c.ep_size <= 1,
-                                prefix + "ep_size",
-                                "must be 1 across daemons (one rank each), got "
-                                  + std::to_string(c.ep_size)));
   return require(!cl.data_parallel_attention || cl.spans_daemons(),
                  prefix + "data_parallel_attention",
                  "needs serve.nodes of several daemons (the ranks of one "

@@ -86,13 +86,18 @@ bool is_serve_config_file(const std::string& path) {
 }
 
 int64_t serve_config::ep_ranks_for(int64_t experts) const {
-  if (limits.cluster.spans_daemons())
-    return 1; // per daemon
   if (ep_size > 0)
     return ep_size;
+  // Across daemons: a rank per device of a node, as far as every daemon's
+  // ranks together divide the experts.
+  const auto& cl = limits.cluster;
+  const int64_t daemons =
+    cl.spans_daemons() ? static_cast<int64_t>(cl.nodes.size()) : 1;
+  const int64_t devices_here = cl.spans_daemons() ? num_gpus_per_node
+                                                  : devices();
   int64_t ranks = 1;
-  for (int64_t n = 1; n <= std::min(devices(), experts); ++n)
-    if (experts % n == 0)
+  for (int64_t n = 1; n <= std::min(devices_here, experts); ++n)
+    if (experts % (n * daemons) == 0)
       ranks = n;
   return ranks;
 }

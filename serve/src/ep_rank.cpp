@@ -445,9 +445,9 @@ status check_daemons_agree(comm::communicator& comm, const ep_rank_args& a) {
   for (int64_t p = 1; p < P; ++p)
     for (int64_t f = 0; f < fields; ++f)
       if (buf[p * fields + f] != buf[f])
-        return status::error("node " + std::to_string(p) + "'s " + names[f]
+        return status::error("rank " + std::to_string(p) + "'s " + names[f]
                              + ": " + std::to_string(buf[p * fields + f])
-                             + ", node 0's: " + std::to_string(buf[f])
+                             + ", rank 0's: " + std::to_string(buf[f])
                              + "; every daemon needs the same serve config");
   return {};
 }

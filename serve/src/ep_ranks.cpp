@@ -94,17 +94,13 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
                                                     const ep_options& o) {
   const auto& s = model.shape;
   const bool across = o.cluster.spans_daemons();
-  if (across && o.ranks != 1)
-    return status::error("serve.ep_size must be 1 when serve.nodes lists "
-                         "several daemons (one rank each), got "
-                         + std::to_string(o.ranks));
-  // The group: this process's ranks, or one rank per daemon.
-  const int64_t group = across ? static_cast<int64_t>(o.cluster.nodes.size())
-                               : o.ranks;
-  const int64_t first = across ? o.cluster.node_rank : 0;
+  // The group: this process's ranks, or every daemon's.
+  const int64_t group =
+    across ? static_cast<int64_t>(o.cluster.nodes.size()) * o.ranks : o.ranks;
+  const int64_t first = across ? o.cluster.node_rank * o.ranks : 0;
   if (o.ranks < 1 || (!o.layout && s.experts % group != 0))
     return status::error(
-      std::string(across ? "the number of serve.nodes " : "ep_size ")
+      std::string(across ? "serve.nodes x serve.ep_size " : "ep_size ")
       + std::to_string(group) + " must divide the model's "
       + std::to_string(s.experts) + " experts");
   auto layout = o.layout;
@@ -131,15 +127,21 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
   std::unique_ptr<ep_ranks> out(new ep_ranks());
   out->model_ = &model;
   out->options_ = o;
+  out->first_ = first;
+  // Across daemons only node 0's leader takes steps from the scheduler.
+  out->driven_ = !across ? o.ranks : first == 0 ? 1 : 0;
   out->layout_ = std::make_shared<layout_cell>(layout);
   out->rank_activations_.assign(o.ranks,
                                 std::vector<int64_t>(s.layers * s.experts, 0));
   const kv_geometry g = geometry_of_shape(s, o.block_tokens);
   const bool follows = across && first > 0;
   const bool dp = across && o.cluster.data_parallel_attention;
+  // Across daemons a rank holding no sequences (not the leader, without
+  // data_parallel_attention) keeps one block.
   for (int64_t r = 0; r < o.ranks; ++r)
-    out->caches_.push_back(std::make_unique<kv_cache>(g, o.blocks_per_rank));
-  // Node 0's scheduler allocates the other daemons' blocks: caches that
+    out->caches_.push_back(std::make_unique<kv_cache>(
+      g, across && !dp && first + r > 0 ? 1 : o.blocks_per_rank));
+  // Node 0's scheduler allocates the other ranks' blocks: caches that
   // track them without holding their keys and values.
   for (int64_t r = 1; dp && !follows && r < group; ++r)
     out->remote_caches_.push_back(
@@ -201,10 +203,10 @@ expected<std::unique_ptr<ep_ranks>> ep_ranks::start(caf::actor_system& sys,
           spawn_supervisor(sys, shards_child_id, flags, shards, nullptr));
       }}},
     act.watch);
-  const auto role = !across      ? rank_role::local
-                    : first == 0 ? rank_role::leader
-                                 : rank_role::follower;
   for (int64_t i = 0; i < o.ranks; ++i) {
+    const auto role = !across          ? rank_role::local
+                      : first + i == 0 ? rank_role::leader
+                                       : rank_role::follower;
     act.signals.push_back(std::make_shared<rank_signals>());
     act.ranks.push_back(spawn_ep_rank(
       act.system,
@@ -230,6 +232,15 @@ ep_ranks::~ep_ranks() {
   act.stepper.reset();
   {
     caf::scoped_actor self{act.system};
+    // The ranks given steps first: across daemons the leader's stop is a
+    // collective that this process's followers take part in.
+    // (A start that failed may have spawned none.)
+    const auto led = std::min<size_t>(driven_, act.ranks.size());
+    const std::vector<caf::actor> driven(act.ranks.begin(),
+                                         act.ranks.begin() + led);
+    for (auto& r : driven)
+      self->send(r, stop_atom_v);
+    self->wait_for(driven);
     for (auto& r : act.ranks)
       self->send(r, stop_atom_v);
     self->wait_for(act.ranks);
@@ -249,7 +260,7 @@ ep_ranks::~ep_ranks() {
 
 status ep_ranks::forward(const std::vector<seq_chunk>& batch,
                          std::vector<float>& logits) {
-  const int64_t P = size(), V = model_->shape.vocab;
+  const int64_t P = driven_, V = model_->shape.vocab;
   std::vector<rank_step_ptr> steps(P);
   for (auto& st : steps)
     st = std::make_shared<rank_step>();
@@ -340,14 +351,10 @@ status ep_ranks::set_layout(std::shared_ptr<const expert_layout> x) {
     return status::error("a layout with offload is fixed at the start");
   TUTTI_RETURN_IF_ERROR(x->check());
   // The experts it moves here are read before any step runs on it.
-  if (options_.loader) {
-    const int64_t first = options_.cluster.spans_daemons()
-                            ? options_.cluster.node_rank
-                            : 0;
+  if (options_.loader)
     for (int64_t i = 0; i < size(); ++i)
-      if (auto loaded = options_.loader->hold_rank(*x, first + i); !loaded)
+      if (auto loaded = options_.loader->hold_rank(*x, first_ + i); !loaded)
         return loaded.error();
-  }
   layout_->set(std::move(x));
   return {};
 }
@@ -458,11 +465,9 @@ expected<caf::actor> ep_ranks::shard_of(int64_t rank) {
                          + std::to_string(size() - 1) + ")");
   caf::scoped_actor self{actors_->system};
   // Shards are named by their rank in the group.
-  const auto in_group = options_.cluster.spans_daemons()
-                          ? options_.cluster.node_rank + rank
-                          : rank;
   auto shard = running_shard(self.ptr(), actors_->experts,
-                             static_cast<int32_t>(in_group), options_.timeout);
+                             static_cast<int32_t>(first_ + rank),
+                             options_.timeout);
   if (!shard)
     return status::error("expert shard of rank " + std::to_string(rank)
                          + " is not running: " + shard.message());

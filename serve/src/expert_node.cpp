@@ -19,12 +19,13 @@ status run_expert_node(served_model& model, const service_limits& l,
   tutti_system_config config(system_options{true});
   caf::actor_system system{config};
   ep_options o;
-  o.ranks = 1;
-  // A rank holding sequences (data_parallel_attention) gets node 0's
-  // budget per rank; one holding experts only, one block.
+  o.ranks = std::max<int64_t>(l.ep_ranks, 1);
+  // Ranks holding sequences (data_parallel_attention) get node 0's
+  // share of the budget per rank; ones holding experts only, one block.
   o.blocks_per_rank =
     l.cluster.data_parallel_attention
       ? kv_cache::blocks_for_budget(geometry_of(model, l), l.kv_cache_bytes)
+          / o.ranks
       : 1;
   o.block_tokens = l.kv_block_tokens;
   o.timeout = std::chrono::milliseconds(

@@ -60,8 +60,9 @@ expected<std::vector<int64_t>> offload_load(const offload_config& o,
 
 int64_t replica_ranks(const serve_config& c) {
   const auto& cl = c.limits.cluster;
-  return cl.spans_daemons() ? static_cast<int64_t>(cl.nodes.size())
-                            : c.limits.ep_ranks;
+  return cl.spans_daemons()
+           ? static_cast<int64_t>(cl.nodes.size()) * c.limits.ep_ranks
+           : c.limits.ep_ranks;
 }
 
 } // namespace
@@ -113,7 +114,7 @@ expected<std::shared_ptr<const expert_layout>> layout_for(
     return status::error("serve.offload.rank: " + std::to_string(c.offload.rank)
                          + " is not one of the replica's "
                          + std::to_string(ranks) + " ranks"
-                         + (cl.spans_daemons() ? " (serve.nodes)"
+                         + (cl.spans_daemons() ? " (serve.nodes x ep_size)"
                                                : " (serve.ep_size)"));
   auto load = offload_load(c.offload, s);
   if (!load)

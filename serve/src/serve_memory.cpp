@@ -14,14 +14,16 @@ expected<std::shared_ptr<const expert_layout>> start_layout(
   if (!x || x.value())
     return x;
   const auto& cl = c.limits.cluster;
-  const int64_t ranks = cl.spans_daemons()
-                          ? static_cast<int64_t>(cl.nodes.size())
-                          : std::max<int64_t>(c.limits.ep_ranks, 1);
+  const int64_t per_daemon = std::max<int64_t>(c.limits.ep_ranks, 1);
+  const int64_t ranks =
+    cl.spans_daemons() ? static_cast<int64_t>(cl.nodes.size()) * per_daemon
+                       : per_daemon;
   auto contiguous = expert_layout::contiguous(s.layers, s.experts, ranks);
   if (!contiguous)
-    return status::error(
-      std::string(cl.spans_daemons() ? "serve.nodes: " : "serve.ep_size: ")
-      + contiguous.message());
+    return status::error(std::string(cl.spans_daemons()
+                                       ? "serve.nodes x serve.ep_size: "
+                                       : "serve.ep_size: ")
+                         + contiguous.message());
   return std::make_shared<const expert_layout>(std::move(contiguous.value()));
 }
 
@@ -87,18 +89,22 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     out.push_back(d);
     return out;
   }
+  const int64_t k = std::max<int64_t>(l.ep_ranks, 1); // ranks a daemon
   for (int64_t n = 0; n < static_cast<int64_t>(cl.nodes.size()); ++n) {
     daemon_memory d;
     d.node = n;
     d.address = cl.nodes[n];
     d.dense_bytes = dense_weight_bytes(s);
-    for (int64_t layer = s.dense_layers; x && layer < x->layers; ++layer)
-      d.experts += x->end(layer, n) - x->begin(layer, n);
+    for (int64_t r = n * k; r < (n + 1) * k; ++r)
+      for (int64_t layer = s.dense_layers; x && layer < x->layers; ++layer)
+        d.experts += x->end(layer, r) - x->begin(layer, r);
     d.expert_bytes = d.experts * expert_weight_bytes(s, dtype, false);
-    // Node 0's rank holds the sequences; the others one block, or their
-    // own sequences with data_parallel_attention.
-    const bool sequences = n == 0 || cl.data_parallel_attention;
-    d.kv_cache_bytes = (sequences ? budget_blocks : 1) * g.block_bytes();
+    // With data_parallel_attention every rank holds its share of the
+    // budget; else node 0's first rank all of it, every other one block.
+    const int64_t blocks = cl.data_parallel_attention
+                             ? budget_blocks / k * k
+                             : (n == 0 ? budget_blocks + k - 1 : k);
+    d.kv_cache_bytes = blocks * g.block_bytes();
     out.push_back(d);
   }
   return out;

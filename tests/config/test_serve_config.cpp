@@ -250,8 +250,6 @@ TEST_CASE("serve configs are refused in one line naming the key path",
     {serve + "  nodes: [a, b]\n", "svc.yaml: serve.rendezvous_port: missing"},
     {spec + "    nodes: [a, b]\n", "svc.yaml: spec.serve.rendezvous_port: "
                                    "missing"},
-    {serve + "  nodes: [a, b]\n  rendezvous_port: 29600\n  ep_size: 2\n",
-     "svc.yaml: serve.ep_size: must be 1 across daemons"},
     {spec + "    nodes: [a]\n    rendezvous_port: 29600\n",
      "svc.yaml: spec.serve.nodes: lists 1 daemons, but "
      "spec.parallelism.num_nodes is 2"},

@@ -108,7 +108,7 @@ TEST_CASE("tutti serve refuses bad configs and models before listening",
        + "\n  nodes: [a:1, b]\n  rendezvous_port: 29600\n",
      "serve.nodes"},
     {"serve:\n  model: " + model
-       + "\n  nodes: [a, b]\n  rendezvous_port: 29600\n  ep_size: 2\n",
+       + "\n  nodes: [a, b]\n  rendezvous_port: 29600\n  ep_size: 3\n",
      "serve.ep_size"},
   };
   int n = 0;

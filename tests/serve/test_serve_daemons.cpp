@@ -3,8 +3,10 @@
 // Gloo between the processes) answers every request with the tokens and
 // log-probabilities of `tutti serve` in one process: greedy and seeded
 // sampling, sent concurrently by a real HTTP client; a Mixtral and a
-// Qwen3-MoE model. When node 1 dies, node 0 reports not ready and a request
-// gets an error, not a hang.
+// Qwen3-MoE model. So do two daemons of two ranks each (serve.ep_size 2),
+// node 0's sequences on its first rank or, with data_parallel_attention,
+// on every rank; each daemon holds its two ranks' experts. When node 1
+// dies, node 0 reports not ready and a request gets an error, not a hang.
 
 #include <catch2/catch.hpp>
 
@@ -61,6 +63,69 @@ std::vector<json> answers(int port) {
   return out;
 }
 
+// `model` served by `tutti serve` in one process and by two daemons
+// (serve.nodes; `extra` adds keys), node 1 started first: the daemons
+// start in any order. Ready on return, or the test fails with the logs.
+struct one_and_two {
+  fs::path root;
+  int one_port = 0, two_port = 0;
+  std::unique_ptr<child_process> one, node1, node0;
+
+  one_and_two(const fs::path& dir, const fs::path& model, int salt,
+              const std::string& extra)
+    : root(dir) {
+    const int base = port_block(salt, 3);
+    one_port = base;
+    two_port = base + 1;
+    write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
+    write_text(root / "two.yaml",
+               serve_yaml(model, two_port,
+                          "  nodes: [127.0.0.1, 127.0.0.1]\n"
+                          "  rendezvous_port: "
+                            + std::to_string(base + 2) + "\n" + extra));
+    one = std::make_unique<child_process>(
+      std::vector<std::string>{tutti_bin(), "serve",
+                               (root / "one.yaml").string()},
+      root / "one.log");
+    node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
+    node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
+    if (!wait_until(
+          [&] { return serve_ready(one_port) && serve_ready(two_port); }, 30))
+      FAIL("not ready within 30 s; " << logs());
+  }
+
+  std::string logs() const {
+    return "node 0: " + read_text(root / "node0.log")
+           + "\nnode 1: " + read_text(root / "node1.log")
+           + "\none process: " + read_text(root / "one.log");
+  }
+
+  // The same tokens and log-probabilities, bit for bit; rows crossed
+  // between the daemons; node 1 said which ranks joined (once it has
+  // polled its own shards up, which may be after node 0 has answered:
+  // waited for, boundedly).
+  void check_same_answers(const std::string& joined) const {
+    const auto alone = answers(one_port);
+    const auto split = answers(two_port);
+    for (size_t i = 0; i < alone.size(); ++i) {
+      INFO("request " << i << ": " << alone[i].dump() << " vs "
+                      << split[i].dump());
+      REQUIRE(alone[i].contains("logprobs"));
+      CHECK(alone[i]["logprobs"]["tokens"].size() == 12);
+      CHECK(split[i] == alone[i]);
+    }
+    auto scraped = local_client(two_port).Get("/metrics");
+    REQUIRE(scraped);
+    CHECK(first_sample(scraped->body, "tutti_serve_all_to_all_bytes_total")
+          > 0);
+    CHECK(wait_until(
+      [&] {
+        return read_text(root / "node1.log").find(joined) != std::string::npos;
+      },
+      10));
+  }
+};
+
 } // namespace
 
 TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
@@ -75,58 +140,36 @@ TEST_CASE("2 tuttid daemons x 1 rank with the experts split serve as 1 process",
     qwen3 ? qwen3_test_config(256, 64, 128, 2, 4, 2, 24, 4, 2, 128, false)
           : serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128),
     53);
-  const int base = port_block(qwen3 ? 54 : 53, 3);
-  const int one_port = base, two_port = base + 1, rendezvous = base + 2;
-
-  write_text(root / "one.yaml", serve_yaml(model, one_port, ""));
-  write_text(root / "two.yaml",
-             serve_yaml(model, two_port,
-                        "  nodes: [127.0.0.1, 127.0.0.1]\n"
-                        "  rendezvous_port: "
-                          + std::to_string(rendezvous) + "\n"));
-  child_process one({tutti_bin(), "serve", (root / "one.yaml").string()},
-                    root / "one.log");
-  // Node 1 first: the daemons start in any order.
-  auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
-  auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
-  const auto logs = [&] {
-    return "node 0: " + read_text(root / "node0.log")
-           + "\nnode 1: " + read_text(root / "node1.log")
-           + "\none process: " + read_text(root / "one.log");
-  };
-  if (!wait_until(
-        [&] { return serve_ready(one_port) && serve_ready(two_port); }, 30))
-    FAIL("not ready within 30 s; " << logs());
-
-  const auto alone = answers(one_port);
-  const auto split = answers(two_port);
-  for (size_t i = 0; i < alone.size(); ++i) {
-    INFO("request " << i << ": " << alone[i].dump() << " vs "
-                    << split[i].dump());
-    REQUIRE(alone[i].contains("logprobs"));
-    CHECK(alone[i]["logprobs"]["tokens"].size() == 12);
-    // The same tokens and the same log-probabilities, bit for bit.
-    CHECK(split[i] == alone[i]);
-  }
-  // The experts of rank 1 ran in node 1: rows crossed between the daemons.
-  auto scraped = local_client(two_port).Get("/metrics");
-  REQUIRE(scraped);
-  CHECK(first_sample(scraped->body, "tutti_serve_all_to_all_bytes_total") > 0);
-  // Node 1 announces the join once it has polled its own shards up, which
-  // may be after node 0 has answered: wait for the line, boundedly.
-  CHECK(wait_until(
-    [&] {
-      return read_text(root / "node1.log").find("joined node 0")
-             != std::string::npos;
-    },
-    10));
+  one_and_two svc(root, model, qwen3 ? 54 : 53, "");
+  svc.check_same_answers("experts of rank 1 joined node 0");
 
   // Node 1 gone: node 0 is no longer ready and a request fails in bounded
   // time instead of hanging.
-  node1.reset();
-  auto r = local_client(two_port).Post("/v1/completions", requests()[0].dump(),
-                                       "application/json");
+  svc.node1.reset();
+  auto r = local_client(svc.two_port)
+             .Post("/v1/completions", requests()[0].dump(),
+                   "application/json");
   REQUIRE(r);
   CHECK(r->status != 200);
-  CHECK(wait_until([&] { return !serve_ready(two_port); }, 15));
+  CHECK(wait_until([&] { return !serve_ready(svc.two_port); }, 15));
+}
+
+TEST_CASE("2 tuttid daemons x 2 ranks serve as 1 process", "[integration]") {
+  const bool dp = GENERATE(false, true);
+  INFO((dp ? "data_parallel_attention" : "node 0's first rank holds "
+                                         "the sequences"));
+  auto root = scratch(dp ? "serve_daemons_2x2_dp" : "serve_daemons_2x2");
+  // 4 experts of 2 layers: one a layer on each of the 4 ranks.
+  const auto model = write_random_export(
+    root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 59);
+  one_and_two svc(root, model, dp ? 231 : 229,
+                  std::string("  ep_size: 2\n")
+                    + (dp ? "  data_parallel_attention: true\n" : ""));
+  INFO(svc.logs());
+  svc.check_same_answers("experts of ranks 2-3 joined node 0");
+  // Each daemon loaded its two ranks' experts, one a layer each: 4.
+  for (const char* log : {"node0.log", "node1.log"})
+    CHECK(read_text(root / log).find("+ 4 own experts") != std::string::npos);
+  svc.node1.reset();
+  CHECK(wait_until([&] { return !serve_ready(svc.two_port); }, 15));
 }

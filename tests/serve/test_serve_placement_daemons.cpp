@@ -306,7 +306,7 @@ std::string two_daemons_holding_sequences(const fs::path& root, int port) {
 TEST_CASE("daemons whose serve configs differ are told which key, and do "
           "not serve",
           "[integration]") {
-  // Node 0 hands out the KV blocks of every daemon's rank
+  // Node 0 hands out the KV blocks of every daemon's ranks
   // (serve.data_parallel_attention): a daemon with another cache size
   // would get blocks it does not have.
   auto root = scratch("serve_daemons_disagree");
@@ -324,7 +324,7 @@ TEST_CASE("daemons whose serve configs differ are told which key, and do "
   const auto log1 = read_text(root / "node1.log");
   INFO("node 1: " << log1 << "\nnode 0: " << read_text(root / "node0.log"));
   CHECK(status > 0);
-  CHECK(log1.find("node 1's KV cache blocks (serve.kv_cache_bytes): ")
+  CHECK(log1.find("rank 1's KV cache blocks (serve.kv_cache_bytes): ")
         != std::string::npos);
   CHECK(log1.find("every daemon needs the same serve config")
         != std::string::npos);

@@ -1,6 +1,6 @@
 // A model whose experts do not fit one daemon's serve.memory_limit is
-// served by 4 tuttid daemons, each holding the dense weights and only its
-// own experts: `tutti serve --plan` predicts each daemon's bytes, one
+// served by 4 tuttid daemons of 2 ranks each (serve.ep_size), each daemon
+// holding the dense weights and only its ranks' own experts: `tutti serve --plan` predicts each daemon's bytes, one
 // process under the same limit refuses to start naming the figures, each
 // daemon's peak RSS (VmHWM) above the process's own is within 10% of its
 // prediction, and the tokens and log-probabilities are those of one
@@ -132,13 +132,14 @@ std::string cluster(int rendezvous) {
   std::string out = "  nodes: [";
   for (int i = 0; i < daemons; ++i)
     out += std::string(i ? ", " : "") + "127.0.0.1";
-  return out + "]\n  rendezvous_port: " + std::to_string(rendezvous) + "\n";
+  return out + "]\n  rendezvous_port: " + std::to_string(rendezvous)
+         + "\n  ep_size: 2\n";
 }
 
 } // namespace
 
-TEST_CASE("4 daemons each holding its own experts serve a model larger than "
-          "one daemon's memory limit",
+TEST_CASE("4 daemons of 2 ranks, each holding its own experts, serve a "
+          "model larger than one daemon's memory limit",
           "[integration]") {
   auto root = scratch("serve_sharded");
   // 2 layers x 64 experts of 3 x 256 x 1024 floats: 384 MiB of experts,

@@ -180,9 +180,12 @@ void visit_fields(Visitor& v, serve_config& c) {
           at_least(0, "0 = max_sequences + max_queue + 8"));
   v.field("ep_size", c.ep_size,
           "expert-parallel ranks in this process (must divide the experts, "
-          "unless offload is set); 1 across daemons",
+          "unless offload is set); across daemons each daemon's, the same "
+          "on every daemon (daemon n holds ranks n x ep_size onward; all of "
+          "them together must divide the experts)",
           at_least(1),
-          default_text{"the manifest's devices, as far as they divide the "
+          default_text{"the manifest's devices (across daemons its "
+                       "num_gpus_per_node), as far as they divide the "
                        "experts; else 1"});
   v.field("step_timeout_s", l.step_timeout_s,
           "a rank's step, an expert shard's restart included", above(0));
@@ -217,7 +220,7 @@ void visit_fields(Visitor& v, serve_config& c) {
           default_text{"the config file's directory"});
   v.field("nodes", l.cluster.nodes,
           "across `tuttid` daemons: their host addresses (no port), node 0 "
-          "(the HTTP front) first; one rank each",
+          "(the HTTP front) first; ep_size ranks each",
           not_empty{"must be a list of the daemons' addresses, node 0 first"},
           default_text{"none: one process"});
   v.field("rendezvous_port", l.cluster.rendezvous_port,

@@ -23,7 +23,7 @@ struct batch_limits {
 };
 
 // A serving replica across daemons: `nodes` are their addresses (node 0
-// first, the one with the HTTP front); each runs one rank.
+// first, the one with the HTTP front); each runs serve.ep_size ranks.
 struct ep_cluster {
   std::vector<std::string> nodes;
   // Not a key: this daemon's place in `nodes` (tuttid --node-rank).

@@ -9,13 +9,15 @@
 // shard that fails is restarted by the supervisor and its rank resends the
 // work, so the step's result is unchanged.
 //
-// Across daemons (ep_cluster, one rank per daemon): node 0's rank holds
-// the sequences, their attention and KV cache; every node's rank holds its
+// Across daemons (ep_cluster, `ranks` a daemon: daemon n holds ranks
+// n x ranks .. n x ranks + ranks - 1 of the group): node 0's first rank
+// holds the sequences, their attention and KV cache; every rank holds its
 // share of the experts; the ranks exchange expert rows over Gloo, meeting
 // through a rendezvous actor node 0 publishes (as a training job's ranks
-// meet through the coordinator). Node 0's rank opens each step with a
-// small collective the other nodes' ranks wait on (step, keep-alive
-// while idle, stop), then every rank takes part in each layer's exchange.
+// meet through the coordinator). Node 0's first rank leads: it opens each
+// step with a small collective every other rank (node 0's others too)
+// waits on (step, keep-alive while idle, stop), then every rank takes part
+// in each layer's exchange.
 // With data_parallel_attention every daemon's rank holds sequences too
 // (attention data parallel, the experts expert parallel, as DeepSeek's
 // serving and SGLang's --enable-dp-attention run): node 0's scheduler
@@ -52,7 +54,7 @@ class layout_cell;   // ep_actors.hpp
 class expert_loader; // expert_loading.hpp
 
 struct ep_options {
-  int64_t ranks = 1; // in this process; 1 with a cluster
+  int64_t ranks = 1; // in this process (across daemons: each daemon's)
   int64_t blocks_per_rank = 0;
   int64_t block_tokens = 16;
   std::chrono::milliseconds timeout{30000}; // a step, a collective
@@ -90,17 +92,17 @@ public:
 
   // Ranks (and expert shards) in this process.
   int64_t size() const { return static_cast<int64_t>(caches_.size()); }
-  // Ranks that hold sequences: this process's, and with
-  // data_parallel_attention on node 0 every rank of the group (rank r's
-  // cache there only tracks its blocks).
+  // Ranks that hold sequences: this process's (across daemons node 0's
+  // leader alone), and with data_parallel_attention on node 0 every other
+  // rank of the group (rank r's cache there only tracks its blocks).
   int64_t sequence_ranks() const {
-    return static_cast<int64_t>(caches_.size() + remote_caches_.size());
+    return driven_ + static_cast<int64_t>(remote_caches_.size());
   }
   kv_cache& cache(int64_t rank) {
-    return rank < size() ? *caches_[rank] : *remote_caches_[rank - size()];
+    return rank < driven_ ? *caches_[rank] : *remote_caches_[rank - driven_];
   }
   const kv_cache& cache(int64_t rank) const {
-    return rank < size() ? *caches_[rank] : *remote_caches_[rank - size()];
+    return rank < driven_ ? *caches_[rank] : *remote_caches_[rank - driven_];
   }
 
   // One step: each chunk on the rank its `rank` names (of
@@ -172,6 +174,9 @@ private:
 
   const served_model* model_ = nullptr;
   ep_options options_;
+  // This process's first rank in the group; the ranks forward() gives
+  // steps to (the others follow node 0's leader).
+  int64_t first_ = 0, driven_ = 0;
   std::vector<std::unique_ptr<kv_cache>> caches_;
   std::vector<std::unique_ptr<kv_cache>> remote_caches_; // group ranks 1..
   std::unique_ptr<actors> actors_;
