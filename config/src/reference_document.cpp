@@ -38,7 +38,7 @@ A `serve:` section (declared in `serve_config.hpp`), or an InferenceService
 manifest with the same keys under `spec.serve` (next table). Checks across
 keys (`config/src/serve_checks.cpp`): `max_batch_tokens >= max_sequences`;
 `model` or `model_version`, not both; `nodes` of several daemons need
-`rendezvous_port`, and `ep_size` 1; `data_parallel_attention` needs `nodes`;
+`rendezvous_port`; `data_parallel_attention` needs `nodes`;
 `rack_aware_alltoall`, `replan` and `rack_affinity` need `racks`
 (`rack_affinity` a `placement` too); `offload`, `replan`, `rack_affinity` and
 `data_parallel_attention` combine only as each key's doc says.

@@ -339,9 +339,16 @@ status share_layout(comm::communicator& comm, layout_cell& cell,
   TUTTI_RETURN_IF_ERROR(comm.all_reduce_sum(buf.data(), buf.size()));
   if (comm.rank() == 0)
     return {};
+  // Node 0's other ranks share the leader's cell, which holds it already:
+  // setting it again would bump its version and have the leader send it
+  // once more at the next step.
+  const std::vector<int64_t> bounds(buf.begin() + L * E, buf.end());
+  if (std::equal(now->order.begin(), now->order.end(), buf.begin())
+      && now->bounds == bounds)
+    return {};
   auto got = expert_layout::from_order(
     L, E, P, std::vector<int32_t>(buf.begin(), buf.begin() + L * E),
-    std::vector<int64_t>(buf.begin() + L * E, buf.end()));
+    bounds);
   if (!got)
     return status::error("the layout node 0 sent: " + got.message());
   if (loader)

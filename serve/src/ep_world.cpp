@@ -86,7 +86,9 @@ expected<daemon_world> connect_across_daemons(
       actor_store gloo_store(sys, store, timeout);
       comm::gloo_options o;
       o.host = cluster.nodes[cluster.node_rank];
-      o.group = "serve";
+      // The group's size in its name: daemons whose serve.ep_size
+      // differ fail to meet at once instead of clashing on rank keys.
+      o.group = "serve/" + std::to_string(size);
       o.timeout = timeout;
       o.connect_timeout = timeout;
       o.members = cluster.nodes;

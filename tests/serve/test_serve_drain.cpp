@@ -2,7 +2,8 @@
 // SIGTERM to either daemon drains the whole service. Requests already
 // taken finish whole, new ones get 503 (or find the front closed once the
 // drain is over), and both daemons exit 0 within the drain timeout, for
-// each daemon that gets the signal, and the same under mutual TLS. The
+// each daemon that gets the signal, and the same under mutual TLS with two
+// ranks a daemon (node 0's second rank following its first). The
 // rendezvous port shrugs off a header that would crash CAF's middleman;
 // under TLS it lets in only the cluster CA's node certificates.
 
@@ -23,9 +24,10 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-void drain_when_signalled(int signalled_node, bool tls) {
+void drain_when_signalled(int signalled_node, bool tls, int ranks = 1) {
   auto root = scratch("serve_drain_" + std::to_string(signalled_node)
                       + (tls ? "_tls" : ""));
+  INFO(ranks << " ranks a daemon");
   const auto model = write_random_export(
     root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 53);
   const int base = port_block(57, 2);
@@ -43,7 +45,8 @@ void drain_when_signalled(int signalled_node, bool tls) {
              serve_yaml(model, http,
                         "  nodes: [127.0.0.1, 127.0.0.1]\n"
                         "  rendezvous_port: " + std::to_string(rendezvous)
-                          + "\n  drain_timeout_s: 15\n")
+                          + "\n  drain_timeout_s: 15\n  ep_size: "
+                          + std::to_string(ranks) + "\n")
                + security);
   auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
   auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
@@ -109,8 +112,9 @@ TEST_CASE("SIGTERM to node 1 drains the service; both daemons exit 0",
   drain_when_signalled(1, false);
 }
 
-TEST_CASE("under mutual TLS, SIGTERM to either daemon drains the service",
+TEST_CASE("under mutual TLS, 2 ranks a daemon, SIGTERM to either daemon "
+          "drains the service",
           "[integration][fault][security]") {
-  drain_when_signalled(0, true);
-  drain_when_signalled(1, true);
+  drain_when_signalled(0, true, 2);
+  drain_when_signalled(1, true, 2);
 }

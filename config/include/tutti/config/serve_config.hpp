@@ -228,12 +228,12 @@ void visit_fields(Visitor& v, serve_config& c) {
           "daemons (which start within step_timeout_s of each other)",
           in_range(1, 65535, "[]"), default_text{"none"});
   v.field("data_parallel_attention", l.cluster.data_parallel_attention,
-          "needs nodes; not with replan or offload yet: every daemon's rank "
-          "holds sequences (its own attention and KV cache of "
-          "kv_cache_bytes), not node 0's alone; node 0's scheduler places "
-          "each request on the rank with most free blocks (or by "
-          "rack_affinity) and its rank sends the other daemons their chunks "
-          "before each step and gathers their logits after it; the same "
+          "needs nodes; not with replan or offload yet: every rank of every "
+          "daemon holds sequences (its own attention and KV cache of "
+          "kv_cache_bytes / ep_size), not node 0's leader alone; node 0's "
+          "scheduler places each request on the rank with most free blocks "
+          "(or by rack_affinity) and its leader sends the other ranks their "
+          "chunks before each step and gathers their logits after it; the same "
           "tokens (false: node 0 holds every sequence, the others experts "
           "only)");
   v.field("placement", c.placement,

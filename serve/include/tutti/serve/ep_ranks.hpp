@@ -115,7 +115,9 @@ public:
   const std::vector<int64_t>& expert_activations() const {
     return activations_;
   }
-  int64_t exchanged_bytes() const; // by every rank's all-to-alls
+  // By the all-to-alls of the ranks given steps (across daemons node 0's
+  // leader; the others' are in exchanged_link_bytes).
+  int64_t exchanged_bytes() const;
   // Bytes of experts this process loaded for new layouts (ep_options).
   int64_t expert_loaded_bytes() const;
   // The same by link class, over the whole group: across daemons node 0
