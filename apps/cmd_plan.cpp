@@ -58,6 +58,7 @@ std::string plan_json(const train::capacity_plan& p) {
                  {"activations", whole(m.activations)},
                  {"working", whole(m.working)},
                  {"dispatch", whole(m.dispatch)},
+                 {"rows_half_again", whole(m.rows_half_again)},
                  {"checkpoint_host", whole(m.checkpoint)},
                  {"checkpoint_host_other_ranks", whole(m.checkpoint_other)},
                  {"checkpoint_host_all_other_ranks",

@@ -8,7 +8,11 @@
 # measured peak also holds the runtime and libraries, ~40 MB here).
 #
 #   bench/bench_layouts.sh [BUILD_DIR]
-#   env: OUT (default /tmp/bench_layouts), STEPS (20), ROUNDS (2)
+#   env: OUT (default /tmp/bench_layouts), STEPS (20), ROUNDS (2),
+#        VOCAB (4096), SEQ (64), BATCH (8: the global batch), CAPACITY
+#        (moe_config.capacity_factor, 0). A model where activations
+#        matter: VOCAB=512 SEQ=512 BATCH=16; with CAPACITY=0 its experts'
+#        rows follow the routing, which the plan takes as balanced.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +21,7 @@ tutti=$build/apps/tutti
 out=${OUT:-/tmp/bench_layouts}
 steps=${STEPS:-20}
 rounds=${ROUNDS:-2}
+vocab=${VOCAB:-4096} seq=${SEQ:-64} batch=${BATCH:-8} capacity=${CAPACITY:-0}
 [[ -x $tutti ]] || { echo "bench_layouts: $tutti is not built" >&2; exit 2; }
 [[ -x /usr/bin/time ]] || { echo "bench_layouts: needs GNU time (apt-get install time)" >&2; exit 2; }
 
@@ -33,23 +38,23 @@ cluster_config:
   nproc_per_node: $4
 $2
 model:
-  vocab_size: 4096
+  vocab_size: $vocab
   hidden_size: 256
   intermediate_size: 768
   num_hidden_layers: 4
   num_attention_heads: 4
   num_key_value_heads: 2
-  max_seq_len: 64
+  max_seq_len: $seq
 moe_config:
   num_experts: 8
   router_top_k: 2
-  capacity_factor: 0
+  capacity_factor: $capacity
   aux_loss_coeff: 0.01
   z_loss_coeff: 0.001
 train:
   steps: $steps
-  global_batch_size: 8
-  seq_len: 64
+  global_batch_size: $batch
+  seq_len: $seq
   lr: 0.001
   warmup_steps: 2
   seed: 7

@@ -372,6 +372,16 @@ TEST_CASE("memory by component follows micro-batches, sharding and "
         < plain["activations"].get<double>());
   CHECK(full["activations"].get<double>()
         < selective["activations"].get<double>());
+  // Dropless routing: what a rank whose experts get 1.5x the balanced rows
+  // would add, more with more rows a micro-batch; none under a capacity.
+  const auto half_again = [](const nlohmann::json& m) {
+    return m["rows_half_again"].get<double>();
+  };
+  CHECK(half_again(plain) > 0);
+  CHECK(half_again(micro) < half_again(plain));
+  base = replace_once(base, "moe_config:\n",
+                      "moe_config:\n  capacity_factor: 1.25\n");
+  CHECK(half_again(plan("bounded", "")) == 0);
 }
 
 TEST_CASE("tutti plan says when a TP group would span nodes", "[unit]") {

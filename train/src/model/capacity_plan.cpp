@@ -212,6 +212,10 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
         + (mem.in_flight > 1 ? " (the experts' saved rows once)" : "")
         + ", recompute "
         + to_string(layout.recompute));
+  if (mem.rows_half_again > 0)
+    row("  routing imbalance", "+" + bytes_text(mem.rows_half_again),
+        "if a rank's experts get 1.5x the balanced rows (capacity_factor 0: "
+        "the plan assumes balance; a capacity bounds them)");
   row("attention, kept", bytes_text(mem.attention_saved_per_layer),
       std::string("per layer and micro-batch: ")
         + (mem.attention_tiled ? "tiled, each row's log-sum-exp"

@@ -109,8 +109,11 @@ layer_sums::layer_sums(const job_config& cfg, int64_t tp, int64_t ep) {
   }
 }
 
-stage_model::stage_model(const job_config& cfg, const parallel_layout& l)
+stage_model::stage_model(const job_config& cfg, const parallel_layout& l,
+                         double rows_share)
   : l_(l), x_(shapes_of(cfg, l)) {
+  if (cfg.moe.capacity_factor <= 0)
+    x_.recv *= rows_share;
   const auto& p = cfg.train.precision;
   auto size = [](storage_dtype t) {
     return t == storage_dtype::bf16 ? 2.0 : 4.0;
@@ -201,6 +204,29 @@ stage_memory stage_model::at(int64_t stage, double layers, double dense,
   return s;
 }
 
+namespace {
+
+// The fullest stage's total with `model`.
+double fullest_total(const stage_model& model, const job_config& cfg,
+                     const parallel_layout& l) {
+  const layer_sums sums(cfg, l.tp, l.ep);
+  const auto counts = stage_counts(cfg, l);
+  double fullest = 0;
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < l.pp; ++stage) {
+    const auto n = counts[static_cast<size_t>(stage)];
+    fullest = std::max(fullest,
+                       model.at(stage, static_cast<double>(n),
+                                sums.dense_in(first, first + n),
+                                sums.experts_in(first, first + n))
+                         .total);
+    first += n;
+  }
+  return fullest;
+}
+
+} // namespace
+
 memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
   const stage_model model(cfg, l);
   const shapes& x = model.shapes_in_use();
@@ -238,6 +264,11 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
   b.dispatch = fullest.dispatch;
   b.total = fullest.total;
   b.attention_tiled = model.tiled();
+  // Dropless routing: the rows a rank's experts receive follow the router,
+  // which the plan takes as balanced; what half as many again would add.
+  if (cfg.moe.capacity_factor <= 0 && l.ep > 1)
+    b.rows_half_again = fullest_total(stage_model(cfg, l, 1.5), cfg, l)
+                        - fullest_total(model, cfg, l);
   b.attention_saved_per_layer = model.probs() * model.act_bytes();
 
   // Rank 0 at a checkpoint: host copies of weights and moments in fp32

@@ -85,7 +85,10 @@ struct stage_memory {
 // their parameters: linear in them, which balanced_stage_layers uses.
 class stage_model {
 public:
-  stage_model(const job_config& cfg, const parallel_layout& l);
+  // `rows_share`: the rows this rank's experts receive over the balanced
+  // share (dropless routing only; capacity bounds them).
+  stage_model(const job_config& cfg, const parallel_layout& l,
+              double rows_share = 1.0);
   stage_memory at(int64_t stage, double layers, double dense,
                   double experts) const;
   const shapes& shapes_in_use() const { return x_; }

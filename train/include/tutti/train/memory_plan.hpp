@@ -85,6 +85,11 @@ struct memory_breakdown {
   double activations = 0; // in_flight micro-batches' and the shard's saved rows
   double working = 0; // backward scratch, recompute's shared layer, LM head
   double dispatch = 0;   // all-to-all buffers, the replay log of expert work
+  // Dropless routing across EP ranks (capacity_factor 0): the plan takes
+  // each rank's experts to receive the balanced share of rows; this is
+  // what 1.5 times that share would add to the total (0 where capacity
+  // bounds the rows, or without EP).
+  double rows_half_again = 0;
   double checkpoint = 0; // host copies while a checkpoint is taken: rank 0
   double checkpoint_other = 0; // another rank's, the largest (its experts)
   double checkpoint_others = 0; // every other rank's together
