@@ -2,8 +2,10 @@
 // SIGTERM to either daemon drains the whole service. Requests already
 // taken finish whole, new ones get 503 (or find the front closed once the
 // drain is over), and both daemons exit 0 within the drain timeout, for
-// each daemon that gets the signal, and the same under mutual TLS with two
-// ranks a daemon (node 0's second rank following its first). The
+// each daemon that gets the signal (node 1 holding experts only, or
+// sequences too with data_parallel_attention), and the same under mutual
+// TLS with two ranks a daemon (node 0's second rank following its first).
+// The
 // rendezvous port shrugs off a header that would crash CAF's middleman;
 // under TLS it lets in only the cluster CA's node certificates.
 
@@ -24,10 +26,13 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-void drain_when_signalled(int signalled_node, bool tls, int ranks = 1) {
+void drain_when_signalled(int signalled_node, bool tls, int ranks = 1,
+                          bool sequences_everywhere = false) {
   auto root = scratch("serve_drain_" + std::to_string(signalled_node)
-                      + (tls ? "_tls" : ""));
-  INFO(ranks << " ranks a daemon");
+                      + (tls ? "_tls" : "")
+                      + (sequences_everywhere ? "_dp" : ""));
+  INFO(ranks << " ranks a daemon"
+             << (sequences_everywhere ? ", data_parallel_attention" : ""));
   const auto model = write_random_export(
     root / "model", serve_test_config(256, 64, 128, 2, 4, 2, 4, 2, 128), 53);
   const int base = port_block(57, 2);
@@ -46,7 +51,10 @@ void drain_when_signalled(int signalled_node, bool tls, int ranks = 1) {
                         "  nodes: [127.0.0.1, 127.0.0.1]\n"
                         "  rendezvous_port: " + std::to_string(rendezvous)
                           + "\n  drain_timeout_s: 15\n  ep_size: "
-                          + std::to_string(ranks) + "\n")
+                          + std::to_string(ranks) + "\n"
+                          + (sequences_everywhere
+                               ? "  data_parallel_attention: true\n"
+                               : ""))
                + security);
   auto node1 = start_daemon(root / "two.yaml", 1, root / "node1.log");
   auto node0 = start_daemon(root / "two.yaml", 0, root / "node0.log");
@@ -110,6 +118,12 @@ TEST_CASE("SIGTERM to node 0 drains the service; both daemons exit 0",
 TEST_CASE("SIGTERM to node 1 drains the service; both daemons exit 0",
           "[integration][fault]") {
   drain_when_signalled(1, false);
+}
+
+TEST_CASE("SIGTERM to node 1 holding sequences (data_parallel_attention) "
+          "drains the service; both daemons exit 0",
+          "[integration][fault]") {
+  drain_when_signalled(1, false, 1, true);
 }
 
 TEST_CASE("under mutual TLS, 2 ranks a daemon, SIGTERM to either daemon "
