@@ -92,7 +92,15 @@ expected<daemon_world> connect_across_daemons(
       o.timeout = timeout;
       o.connect_timeout = timeout;
       o.members = cluster.nodes;
-      return comm::make_gloo_communicator(gloo_store, rank, size, o, out);
+      auto made = comm::make_gloo_communicator(gloo_store, rank, size, o, out);
+      if (!made.ok())
+        return status::error(
+          "joining the replica's " + std::to_string(size)
+          + " ranks (serve.nodes x serve.ep_size) through node 0's "
+            "rendezvous: "
+          + made.message()
+          + "; every daemon needs the same serve config, and all of them up");
+      return made;
     });
   return world;
 }
