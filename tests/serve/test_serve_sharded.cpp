@@ -4,7 +4,8 @@
 // process under the same limit refuses to start naming the figures, each
 // daemon's peak RSS (VmHWM) above the process's own is within 10% of its
 // prediction, and the tokens and log-probabilities are those of one
-// process holding every expert. A daemon's own resident bytes (its code
+// process holding every expert; in the clear and under mutual TLS between
+// the daemons. A daemon's own resident bytes (its code
 // and libraries, about 27 MiB, its threads and buffers) are measured on a
 // twin service of the same model with experts 256 times smaller: 96 MiB
 // of experts a daemon dominate them.
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "daemon_support.hpp"
+#include "security_support.hpp"
 #include "serve_http_support.hpp"
 #include "serve_test_support.hpp"
 
@@ -141,7 +143,24 @@ std::string cluster(int rendezvous) {
 TEST_CASE("4 daemons of 2 ranks, each holding its own experts, serve a "
           "model larger than one daemon's memory limit",
           "[integration]") {
-  auto root = scratch("serve_sharded");
+  const bool tls = GENERATE(false, true);
+  INFO((tls ? "mutual TLS" : "in the clear"));
+  auto root = scratch(tls ? "serve_sharded_tls" : "serve_sharded");
+  // Under TLS every daemon holds its node certificate of the cluster CA.
+  std::string security;
+  if (tls) {
+    const auto pki = make_pki(root);
+    security::identity node;
+    node.kind = security::identity_kind::node;
+    for (int64_t n : {2, 3}) {
+      node.node_rank = n;
+      REQUIRE(security::issue_certificate(pki.dir.string(), node, 86400).ok());
+    }
+    const auto d = pki.dir.string();
+    security = "security:\n  required: true\n  tls:\n    ca: " + d
+               + "/ca.crt\n    cert: " + d + "/node-{node}.crt\n    key: "
+               + d + "/node-{node}.key\n";
+  }
   // 2 layers x 64 experts of 3 x 256 x 1024 floats: 384 MiB of experts,
   // 96 MiB a daemon; the dense weights are 4 MB. The twin's experts are
   // 3 x 256 x 4.
@@ -152,8 +171,9 @@ TEST_CASE("4 daemons of 2 ranks, each holding its own experts, serve a "
   const int base = port_block(617, 5);
   const int one_port = base, four_port = base + 1, twin_port = base + 3;
   const auto four = root / "four.yaml", twin_four = root / "twin.yaml";
-  write_text(four, serve_yaml(model, four_port, cluster(base + 2)));
-  write_text(twin_four, serve_yaml(twin, twin_port, cluster(base + 4)));
+  write_text(four, serve_yaml(model, four_port, cluster(base + 2)) + security);
+  write_text(twin_four,
+             serve_yaml(twin, twin_port, cluster(base + 4)) + security);
 
   // The prediction, then a limit between a daemon's share and the whole.
   auto plan = [&](const fs::path& config, const std::string& tag) {
@@ -176,7 +196,8 @@ TEST_CASE("4 daemons of 2 ranks, each holding its own experts, serve a "
   const int64_t limit = largest + largest / 10;
   REQUIRE(all_experts > limit);
   const auto limit_key = "  memory_limit: " + std::to_string(limit) + "\n";
-  write_text(four, serve_yaml(model, four_port, cluster(base + 2) + limit_key));
+  write_text(four, serve_yaml(model, four_port, cluster(base + 2) + limit_key)
+                     + security);
   CHECK(plan(four, "plan-limited").size() == daemons);
 
   // One process under the same limit refuses, naming the figures.
