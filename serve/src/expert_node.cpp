@@ -7,6 +7,7 @@
 #include "tutti/runtime/system_config.hpp"
 #include "tutti/serve/ep_ranks.hpp"
 #include "tutti/serve/expert_loading.hpp"
+#include "tutti/serve/serve_memory.hpp"
 #include "tutti/serve/service.hpp"
 
 namespace tutti::serve {
@@ -20,13 +21,11 @@ status run_expert_node(served_model& model, const service_limits& l,
   caf::actor_system system{config};
   ep_options o;
   o.ranks = std::max<int64_t>(l.ep_ranks, 1);
-  // Ranks holding sequences (data_parallel_attention) get node 0's
-  // share of the budget per rank; ones holding experts only, one block.
+  // Ranks holding sequences (data_parallel_attention) get their share of
+  // the budget, as node 0's do; ep_ranks keeps one block for the others.
   o.blocks_per_rank =
-    l.cluster.data_parallel_attention
-      ? kv_cache::blocks_for_budget(geometry_of(model, l), l.kv_cache_bytes)
-          / o.ranks
-      : 1;
+    kv_cache::blocks_for_budget(geometry_of(model, l), l.kv_cache_bytes)
+    / kv_budget_shares(l);
   o.block_tokens = l.kv_block_tokens;
   o.timeout = std::chrono::milliseconds(
     static_cast<int64_t>(l.step_timeout_s * 1000));

@@ -65,6 +65,13 @@ int64_t expert_weight_bytes(const model_shape& s, weight_dtype dtype,
   return 3 * F * D * 4 * (row_major ? 2 : 1);
 }
 
+int64_t kv_budget_shares(const serve_limits& l) {
+  const auto& cl = l.cluster;
+  return cl.spans_daemons() && !cl.data_parallel_attention
+           ? 1
+           : std::max<int64_t>(l.ep_ranks, 1);
+}
+
 std::vector<daemon_memory> predict_memory(const serve_config& c,
                                           const model_shape& s,
                                           weight_dtype dtype,
@@ -101,9 +108,10 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     d.expert_bytes = d.experts * expert_weight_bytes(s, dtype, false);
     // With data_parallel_attention every rank holds its share of the
     // budget; else node 0's first rank all of it, every other one block.
+    const int64_t per_rank = budget_blocks / kv_budget_shares(l);
     const int64_t blocks = cl.data_parallel_attention
-                             ? budget_blocks / k * k
-                             : (n == 0 ? budget_blocks + k - 1 : k);
+                             ? per_rank * k
+                             : (n == 0 ? per_rank + k - 1 : k);
     d.kv_cache_bytes = blocks * g.block_bytes();
     out.push_back(d);
   }

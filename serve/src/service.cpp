@@ -1,6 +1,7 @@
 #include "tutti/serve/service.hpp"
 
 #include "tutti/serve/expert_loading.hpp"
+#include "tutti/serve/serve_memory.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
@@ -56,11 +57,7 @@ expected<std::unique_ptr<service>> service::create(served_model model,
   if (l.ep_ranks < 0)
     return status::error("ep_size must be at least 1");
   const auto g = geometry_of(model, l);
-  // Across daemons without data_parallel_attention node 0's first rank
-  // holds every sequence: the whole budget.
-  const bool one_holder =
-    l.cluster.spans_daemons() && !l.cluster.data_parallel_attention;
-  const int64_t ranks = one_holder ? 1 : std::max<int64_t>(l.ep_ranks, 1);
+  const int64_t ranks = kv_budget_shares(l);
   const int64_t blocks = kv_cache::blocks_for_budget(g, l.kv_cache_bytes)
                          / ranks;
   if (blocks < 1)

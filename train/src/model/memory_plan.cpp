@@ -206,23 +206,34 @@ stage_memory stage_model::at(int64_t stage, double layers, double dense,
 
 namespace {
 
-// The fullest stage's total with `model`.
-double fullest_total(const stage_model& model, const job_config& cfg,
-                     const parallel_layout& l) {
+// The fullest stage under `model`: the first keeps the most micro-batches,
+// the last the logits' gradient; uneven stages move it.
+struct fullest_stage {
+  stage_memory memory;
+  int64_t stage = 0, first_layer = 0;
+  double total_all_stages = 0; // one rank of each stage together
+};
+
+fullest_stage fullest_of(const stage_model& model, const job_config& cfg,
+                         const parallel_layout& l) {
   const layer_sums sums(cfg, l.tp, l.ep);
   const auto counts = stage_counts(cfg, l);
-  double fullest = 0;
+  fullest_stage out;
   int64_t first = 0;
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const auto n = counts[static_cast<size_t>(stage)];
-    fullest = std::max(fullest,
-                       model.at(stage, static_cast<double>(n),
-                                sums.dense_in(first, first + n),
-                                sums.experts_in(first, first + n))
-                         .total);
+    const auto s = model.at(stage, static_cast<double>(n),
+                            sums.dense_in(first, first + n),
+                            sums.experts_in(first, first + n));
+    out.total_all_stages += s.total;
+    if (stage == 0 || s.total > out.memory.total) {
+      out.memory = s;
+      out.stage = stage;
+      out.first_layer = first;
+    }
     first += n;
   }
-  return fullest;
+  return out;
 }
 
 } // namespace
@@ -235,23 +246,11 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
   const auto counts = stage_counts(cfg, l);
   memory_breakdown b;
   b.stages = l.pp;
-  // The fullest stage: the first keeps the most micro-batches, the last
-  // the logits' gradient; uneven stages move it.
-  stage_memory fullest;
-  int64_t first_layer = 0, fullest_first = 0;
-  for (int64_t stage = 0; stage < l.pp; ++stage) {
-    const auto n = counts[static_cast<size_t>(stage)];
-    const auto s = model.at(stage, static_cast<double>(n),
-                            sums.dense_in(first_layer, first_layer + n),
-                            sums.experts_in(first_layer, first_layer + n));
-    b.total_all_stages += s.total;
-    if (stage == 0 || s.total > fullest.total) {
-      fullest = s;
-      b.fullest_stage = stage;
-      fullest_first = first_layer;
-    }
-    first_layer += n;
-  }
+  const auto found = fullest_of(model, cfg, l);
+  const auto& fullest = found.memory;
+  const int64_t fullest_first = found.first_layer;
+  b.fullest_stage = found.stage;
+  b.total_all_stages = found.total_all_stages;
   b.weights = fullest.weights;
   b.gradients = fullest.gradients;
   b.master_weights = fullest.master;
@@ -267,8 +266,8 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
   // Dropless routing: the rows a rank's experts receive follow the router,
   // which the plan takes as balanced; what half as many again would add.
   if (cfg.moe.capacity_factor <= 0 && l.ep > 1)
-    b.rows_half_again = fullest_total(stage_model(cfg, l, 1.5), cfg, l)
-                        - fullest_total(model, cfg, l);
+    b.rows_half_again =
+      fullest_of(stage_model(cfg, l, 1.5), cfg, l).memory.total - b.total;
   b.attention_saved_per_layer = model.probs() * model.act_bytes();
 
   // Rank 0 at a checkpoint: host copies of weights and moments in fp32

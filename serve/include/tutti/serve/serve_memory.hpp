@@ -29,6 +29,11 @@ struct daemon_memory {
   int64_t total() const { return dense_bytes + expert_bytes + kv_cache_bytes; }
 };
 
+// How many shares of serve.kv_cache_bytes a process's ranks split: one a
+// rank; across daemons without data_parallel_attention one, node 0's
+// leader's, which holds every sequence (the other ranks keep one block).
+int64_t kv_budget_shares(const serve_limits& l);
+
 // The layout the replica starts with: serve.placement / serve.offload's
 // (layout_for), else contiguous over its ranks. Needs c.limits.ep_ranks.
 expected<std::shared_ptr<const expert_layout>> start_layout(
