@@ -81,6 +81,12 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
   const kv_geometry g = geometry_of_shape(s, l.kv_block_tokens);
   const int64_t budget_blocks = kv_cache::blocks_for_budget(g,
                                                             l.kv_cache_bytes);
+  // int8 experts multiplying int8 rows keep each output's code sum too
+  // (kernels::with_int8_rows), in place of nothing.
+  const int64_t row_sums =
+    dtype == weight_dtype::int8 && c.activations == activation_dtype::int8
+      ? (2 * s.intermediate + s.hidden) * 4
+      : 0;
   std::vector<daemon_memory> out;
   if (!cl.spans_daemons()) {
     // One process holds every expert; float ones with their row-major
@@ -90,8 +96,9 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     d.dense_bytes = dense_weight_bytes(s);
     d.experts = (s.layers - s.dense_layers) * s.experts;
     d.expert_bytes = d.experts
-                     * expert_weight_bytes(s, dtype,
-                                           dtype == weight_dtype::fp32);
+                     * (expert_weight_bytes(s, dtype,
+                                            dtype == weight_dtype::fp32)
+                        + row_sums);
     d.kv_cache_bytes = budget_blocks / ranks * ranks * g.block_bytes();
     out.push_back(d);
     return out;
@@ -105,7 +112,8 @@ std::vector<daemon_memory> predict_memory(const serve_config& c,
     for (int64_t r = n * k; r < (n + 1) * k; ++r)
       for (int64_t layer = s.dense_layers; x && layer < x->layers; ++layer)
         d.experts += x->end(layer, r) - x->begin(layer, r);
-    d.expert_bytes = d.experts * expert_weight_bytes(s, dtype, false);
+    d.expert_bytes =
+      d.experts * (expert_weight_bytes(s, dtype, false) + row_sums);
     // With data_parallel_attention every rank holds its share of the
     // budget; else node 0's first rank all of it, every other one block.
     const int64_t per_rank = budget_blocks / kv_budget_shares(l);

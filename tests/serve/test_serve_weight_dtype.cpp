@@ -130,6 +130,35 @@ TEST_CASE("int8 experts times int8 rows: the same bits at concurrency 1 "
   INFO(text);
   CHECK(text.find("int8 (quantized at load), rows int8, kernel ")
         != std::string::npos);
+  // What the serve plan counts for such an expert: its codes and scales,
+  // and a code sum per output.
+  const auto& x = model.layers[0];
+  int64_t held = 0;
+  for (const auto* p : {&x.w13_t[0], &x.w2_t[0]})
+    held += static_cast<int64_t>((p->int8_quads.size() + p->code_sums.size()
+                                  + p->scales.size())
+                                 * 4);
+  const auto& sh = model.shape;
+  CHECK(held == serve::expert_weight_bytes(sh, weight_dtype::int8, false)
+                  + (2 * sh.intermediate + sh.hidden) * 4);
+  for (const char* rows : {"fp32", "int8"}) {
+    auto c = serve::parse_serve_config(
+      std::string("serve:\n  model: m\n  weight_dtype: int8\n"
+                  "  activation_dtype: ")
+        + rows + "\n",
+      "test");
+    REQUIRE(c.ok());
+    const auto d = serve::predict_memory(c.value(), sh, weight_dtype::int8,
+                                         nullptr);
+    REQUIRE(d.size() == 1);
+    const int64_t sums = rows == std::string("int8")
+                           ? (2 * sh.intermediate + sh.hidden) * 4
+                           : 0;
+    CHECK(d[0].expert_bytes
+          == d[0].experts
+               * (serve::expert_weight_bytes(sh, weight_dtype::int8, false)
+                  + sums));
+  }
   check_invariant_and_report({weight_dtype::int8, true});
 }
 
