@@ -5,6 +5,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -87,6 +88,48 @@ public:
     return all_to_all_v(send.data(), ones, recv.data(), ones, 1);
   }
 
+  // Unbound buffers under a slot of our own prefix, apart from the
+  // collectives' (gloo/types.h numbers theirs from 0x01).
+  status send(int peer, uint32_t tag, const void* data,
+              size_t bytes) override {
+    TUTTI_RETURN_IF_ERROR(check_not_aborted());
+    auto buffer =
+      context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+    TUTTI_GLOO_CHECK(buffer->send(peer, gloo::Slot::build(kPointSlot, tag)));
+    std::lock_guard<std::mutex> guard(flight_lock_);
+    pending_sends_.push_back(std::move(buffer));
+    return {};
+  }
+
+  status recv(int peer, uint32_t tag, void* data, size_t bytes) override {
+    TUTTI_RETURN_IF_ERROR(check_not_aborted());
+    auto buffer = context_->createUnboundBuffer(data, bytes);
+    status done;
+    {
+      in_flight flight(*this, {buffer.get()});
+      TUTTI_RETURN_IF_ERROR(flight.admitted());
+      done = wait_recv(*buffer, peer, gloo::Slot::build(kPointSlot, tag));
+    }
+    if (!done.ok())
+      with_gloo_pairs_locked(*context_, [&] { buffer.reset(); });
+    return done;
+  }
+
+  status wait_sends() override {
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
+    {
+      std::lock_guard<std::mutex> guard(flight_lock_);
+      sends.swap(pending_sends_);
+    }
+    status done;
+    for (auto& buffer : sends)
+      if (done.ok())
+        done = wait_send(*buffer);
+    if (!done.ok())
+      with_gloo_pairs_locked(*context_, [&] { sends.clear(); });
+    return done;
+  }
+
   // Wakes this member's collective under way, and every member's that
   // waits on it: the pairs' sockets are shut down and the buffers in
   // flight fail.
@@ -96,6 +139,8 @@ public:
       return {};
     shutdown_gloo_pairs(*context_);
     for (auto* buffer : flight_buffers_)
+      fail_gloo_buffer(*buffer, describe() + ": aborted");
+    for (auto& buffer : pending_sends_)
       fail_gloo_buffer(*buffer, describe() + ": aborted");
     return {};
   }
@@ -138,6 +183,20 @@ private:
     TUTTI_GLOO_CHECK(gloo::alltoallv(opts));
     return {};
   }
+
+  status wait_recv(gloo::transport::UnboundBuffer& buffer, int peer,
+                   uint64_t slot) {
+    TUTTI_GLOO_CHECK(buffer.recv(peer, slot));
+    TUTTI_GLOO_CHECK(buffer.waitRecv(options_.timeout));
+    return check_not_aborted();
+  }
+
+  status wait_send(gloo::transport::UnboundBuffer& buffer) {
+    TUTTI_GLOO_CHECK(buffer.waitSend(options_.timeout));
+    return check_not_aborted();
+  }
+
+  static constexpr uint8_t kPointSlot = 0x70;
 
   static size_t total(const std::vector<int64_t>& bytes) {
     return static_cast<size_t>(
@@ -186,6 +245,8 @@ private:
   std::atomic<bool> aborted_{false};
   std::mutex flight_lock_;
   std::vector<gloo::transport::UnboundBuffer*> flight_buffers_;
+  // Sends posted and not yet waited for (wait_sends).
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> pending_sends_;
   uint32_t tag_ = 1;
 };
 

@@ -4,6 +4,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "sum_overloads.hpp"
@@ -88,6 +90,47 @@ public:
     return {};
   }
 
+  // Point-to-point: a message is copied into the group's mailbox when sent
+  // and out of it when received, so a send never waits.
+  status post(int from, int to, uint32_t tag, const void* data, size_t bytes,
+              const std::string& who) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_)
+      return status::error(who + ": aborted");
+    const auto* in = static_cast<const char*>(data);
+    if (!mail_.emplace(std::tuple{from, to, tag},
+                       std::vector<char>(in, in + bytes))
+           .second)
+      return status::error(who + ": a message with tag " + std::to_string(tag)
+                           + " to member " + std::to_string(to)
+                           + " is still unread");
+    released_.notify_all();
+    return {};
+  }
+
+  status take(int from, int to, uint32_t tag, void* data, size_t bytes,
+              std::chrono::milliseconds timeout, const std::string& who) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto key = std::tuple{from, to, tag};
+    if (!released_.wait_for(lock, timeout,
+                            [&] { return aborted_ || mail_.count(key); }))
+      return status::error(who + ": timed out after "
+                           + std::to_string(timeout.count())
+                           + " ms waiting for member " + std::to_string(from)
+                           + "'s message " + std::to_string(tag));
+    if (aborted_)
+      return status::error(who + ": aborted");
+    auto it = mail_.find(key);
+    if (it->second.size() != bytes)
+      return status::error(who + ": member " + std::to_string(from)
+                           + " sent " + std::to_string(it->second.size())
+                           + " bytes under tag " + std::to_string(tag) + ", "
+                           + std::to_string(bytes) + " expected");
+    std::memcpy(data, it->second.data(), bytes);
+    mail_.erase(it);
+    return {};
+  }
+
   void abort() {
     std::lock_guard<std::mutex> lock(mutex_);
     aborted_ = true;
@@ -134,6 +177,7 @@ private:
   int arrived_ = 0;
   uint64_t generation_ = 0;
   bool aborted_ = false;
+  std::map<std::tuple<int, int, uint32_t>, std::vector<char>> mail_;
 };
 
 status memory_hub::join(const std::string& name, int member, int size,
@@ -276,6 +320,21 @@ public:
   }
 
   status barrier() override { return arrive(); }
+
+  status send(int peer, uint32_t tag, const void* data,
+              size_t bytes) override {
+    return group_->post(rank_, peer, tag, data, bytes, describe());
+  }
+
+  status recv(int peer, uint32_t tag, void* data, size_t bytes) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto got = group_->take(peer, rank_, tag, data, bytes, options_.timeout,
+                            describe());
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                               - t0)
+                   .count();
+    return got;
+  }
 
   bool in_process() const override { return true; }
   bool sums_in_member_order() const override { return true; }

@@ -17,54 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "tutti/comm/gloo_communicator.hpp"
-#include "tutti/comm/memory_communicator.hpp"
+#include "comm_group.hpp"
 
 using namespace tutti;
-using comm_ptr = std::unique_ptr<comm::communicator>;
+using namespace tutti::testing;
 
 namespace {
-
-// n communicators of one kind, made concurrently (both kinds block until
-// every member has joined).
-std::vector<comm_ptr> make_group(bool memory, int n) {
-  static int round = 0;
-  const std::string name = "g" + std::to_string(round++);
-  auto hub = std::make_shared<comm::memory_hub>(0, n);
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<comm_ptr> out(n);
-  std::vector<status> made(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      if (memory) {
-        comm::memory_options o{name, std::chrono::seconds(20),
-                               std::chrono::seconds(20)};
-        made[r] = comm::make_memory_communicator(*hub, r, n, o, out[r]);
-      } else {
-        comm::gloo_options o{"127.0.0.1",
-                             name,
-                             std::chrono::seconds(20),
-                             std::chrono::seconds(20),
-                             {}};
-        made[r] = comm::make_gloo_communicator(*store, r, n, o, out[r]);
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& s : made)
-    REQUIRE(s.ok());
-  return out;
-}
-
-// Runs body(member) on every member at once.
-void on_all(int n, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back(body, r);
-  for (auto& t : threads)
-    t.join();
-}
 
 // Values of very different magnitudes, so the order of a sum shows.
 std::vector<float> values(int member, size_t count) {

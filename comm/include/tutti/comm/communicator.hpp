@@ -56,6 +56,24 @@ public:
 
   virtual status barrier() = 0;
 
+  // Point-to-point, for the interleaved pipeline's activations and
+  // gradients, whose order of sends and receives differs between members:
+  // send() hands `bytes` at `data` to member `peer` under `tag` and returns
+  // without waiting for the receiver (`data` stays untouched until
+  // wait_sends() returns); recv() waits for what `peer` sent under `tag`
+  // (the sizes must agree). A tag names one message between two members
+  // until it is received. The collectives' timeout bounds every wait.
+  virtual status send(int /*peer*/, uint32_t /*tag*/, const void* /*data*/,
+                      size_t /*bytes*/) {
+    return status::error(describe() + ": no point-to-point sends");
+  }
+  virtual status recv(int /*peer*/, uint32_t /*tag*/, void* /*data*/,
+                      size_t /*bytes*/) {
+    return status::error(describe() + ": no point-to-point sends");
+  }
+  // Waits until every message this member sent has been received.
+  virtual status wait_sends() { return {}; }
+
   // Ends every collective in flight on this member at once, from any
   // thread: each returns an error, and so do all later calls. Peers waiting
   // on this member fail too instead of waiting for their timeout. Recovery
