@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The pipeline-bubble benchmark: one small MoE trained on PP2 (two
-# ranks in one process, one stage each) with M micro-batches for each M in
-# MICRO, and per run the measured bubble of stage 0 against the 1F1B
-# formula (p-1)/(m+p-1).
+# The pipeline-bubble benchmark: one small MoE trained on PP2 (two ranks
+# in one process, one stage each) with M micro-batches for each M in
+# MICRO and V model chunks a stage for each V in VIRTUAL (V 1: plain 1F1B;
+# V > 1: interleaved 1F1B), and per run the measured bubble of stage 0
+# against the formula (p-1)/(V m+p-1).
 #
 # Measured bubble: the median over steps (after the first 2) of stage 0's
-# time_pipeline_s (waiting for and exchanging with stage 1, from the
-# rank's step timers, metrics.jsonl) over step_time_s. The step also holds
-# the gradient all-reduces and the optimizer, which the formula leaves out,
-# so the measured figure sits a little below it when stage 0 waits for
-# nothing else.
+# time_pipeline_s (waiting for and exchanging with stage 1, from the rank's
+# step timers, metrics.jsonl) over time_pipeline_schedule_s (the schedule's
+# wall time: its forwards, backwards and exchanges; the step's gradient
+# sums and optimizer, which the formula leaves out, are outside it). The
+# formula takes every forward (and every backward) to cost the same on
+# both stages; stage 0's embedding and stage 1's LM head make them differ
+# a little, the exchanges add their own time, and V chunks make V times
+# the exchanges.
 #
 #   bench/bench_pipeline.sh [BUILD_DIR]
-#   env: OUT (default /tmp/bench_pipeline), STEPS (12), MICRO ("1 2 4 8")
+#   env: OUT (default /tmp/bench_pipeline), STEPS (12), MICRO ("4 8"),
+#        VIRTUAL ("1 2 4"), LAYERS (8)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,11 +25,13 @@ build=$(cd "${1:-$here/build}" && pwd)
 tutti=$build/apps/tutti
 out=${OUT:-/tmp/bench_pipeline}
 steps=${STEPS:-12}
-micro=${MICRO:-"1 2 4 8"}
+micro=${MICRO:-"4 8"}
+virtual=${VIRTUAL:-"1 2 4"}
+layers=${LAYERS:-8}
 rm -rf "$out" && mkdir -p "$out"
 "$tutti" data synth --out "$out/data" --vocab 256 --seed 5 --tokens 400000 >/dev/null
 
-config() { # NAME MICRO_BATCHES
+config() { # NAME MICRO_BATCHES VIRTUAL_STAGES
   cat <<YAML
 cluster_config:
   world_size: 2
@@ -32,12 +39,13 @@ cluster_config:
   nproc_per_node: 2
   ep_size: 1
   pipeline_model_parallel_size: 2
+  pipeline_virtual_stages: $3
   collective_timeout_ms: 60000
 model:
   vocab_size: 256
   hidden_size: 128
   intermediate_size: 256
-  num_hidden_layers: 4
+  num_hidden_layers: $layers
   num_attention_heads: 4
   num_key_value_heads: 2
   max_seq_len: 64
@@ -61,18 +69,23 @@ run:
 YAML
 }
 
-printf '| micro-batches m | measured bubble (stage 0 idle / step) | 1F1B (p-1)/(m+p-1) | median step s |\n|---:|---:|---:|---:|\n'
+printf '| micro-batches m | chunks a stage V | measured bubble (stage 0 idle / schedule) | formula (p-1)/(V m+p-1) | measured / formula | median schedule s | median step s |\n|---:|---:|---:|---:|---:|---:|---:|\n'
 for m in $micro; do
-  config "pp2_m$m" "$m" >"$out/pp2_m$m.yaml"
-  "$tutti" run "$out/pp2_m$m.yaml" --quiet >"$out/pp2_m$m.log" 2>&1 \
-    || { echo "run m=$m failed:"; tail -20 "$out/pp2_m$m.log"; exit 1; }
-  python3 - "$out/pp2_m$m/metrics.jsonl" "$m" <<'PY'
+  for v in $virtual; do
+    name=pp2_m${m}_v$v
+    config "$name" "$m" "$v" >"$out/$name.yaml"
+    "$tutti" run "$out/$name.yaml" --quiet >"$out/$name.log" 2>&1 \
+      || { echo "run m=$m v=$v failed:"; tail -20 "$out/$name.log"; exit 1; }
+    python3 - "$out/$name/metrics.jsonl" "$m" "$v" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_time_s"' in l]
 rows = [r for r in rows if r.get("step", 0) > 2]
-m, p = int(sys.argv[2]), 2
-bubble = statistics.median(r.get("time_pipeline_s", 0) / r["step_time_s"] for r in rows)
+m, v, p = int(sys.argv[2]), int(sys.argv[3]), 2
+bubble = statistics.median(r.get("time_pipeline_s", 0) / r["time_pipeline_schedule_s"] for r in rows)
+schedule = statistics.median(r["time_pipeline_schedule_s"] for r in rows)
 step = statistics.median(r["step_time_s"] for r in rows)
-print(f"| {m} | {bubble:.3f} | {(p - 1) / (m + p - 1):.3f} | {step:.3f} |")
+formula = (p - 1) / (v * m + p - 1)
+print(f"| {m} | {v} | {bubble:.3f} | {formula:.3f} | {bubble / formula:.2f} | {schedule:.3f} | {step:.3f} |")
 PY
+  done
 done

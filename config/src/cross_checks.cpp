@@ -121,10 +121,43 @@ status check_stage_layers(const job_config& c) {
       + "; cluster_config.pipeline_layers lists uneven stages");
 }
 
+// Interleaved stages: equal chunks, and micro-batches in groups of pp (the
+// schedule runs each chunk over pp micro-batches before the next chunk).
+status check_virtual_stages(const job_config& c) {
+  const auto& cl = c.cluster;
+  const auto v = cl.pipeline_virtual_stages, pp = c.pp_size();
+  const auto layers = c.model.num_hidden_layers;
+  if (v == 1)
+    return {};
+  const std::string key = "cluster_config.pipeline_virtual_stages";
+  TUTTI_RETURN_IF_ERROR(
+    require(pp > 1, key, text(v) + " needs pipeline_model_parallel_size > 1"));
+  TUTTI_RETURN_IF_ERROR(require(
+    cl.pipeline_layers.empty() && cl.pipeline_first_stage_layers == 0
+      && cl.pipeline_last_stage_layers == 0,
+    key,
+    text(v) + " needs equal stages: pipeline_layers and "
+              "pipeline_first/last_stage_layers do not combine with it"));
+  TUTTI_RETURN_IF_ERROR(require(
+    layers % (pp * v) == 0, key,
+    text(v) + " chunks on each of " + text(pp)
+      + " stages must divide model.num_hidden_layers (" + text(layers) + ")"));
+  TUTTI_RETURN_IF_ERROR(require(
+    c.train.micro_batches % pp == 0, "train.micro_batches",
+    text(c.train.micro_batches) + " must be a multiple of "
+      "pipeline_model_parallel_size (" + text(pp)
+      + ") for interleaved stages (pipeline_virtual_stages " + text(v) + ")"));
+  return require(cl.device == compute_device::cpu, key,
+                 text(v) + " runs on cluster_config.device cpu only yet "
+                           "(the interleaved schedule's point-to-point "
+                           "sends have no CUDA path)");
+}
+
 // What pipeline parallelism needs of the model, and the features it does
 // not combine with yet (refused rather than silently wrong).
 status check_pipeline_parallel(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(check_stage_layers(c));
+  TUTTI_RETURN_IF_ERROR(check_virtual_stages(c));
   if (c.pp_size() == 1)
     return {};
   // The stages of one data-parallel index read the same windows; rack

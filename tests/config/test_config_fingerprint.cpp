@@ -43,6 +43,7 @@ TEST_CASE("the fingerprint follows the declarations", "[unit]") {
       "cluster_config.pipeline_layers",
       "cluster_config.pipeline_first_stage_layers",
       "cluster_config.pipeline_last_stage_layers",
+      "cluster_config.pipeline_virtual_stages",
       "cluster_config.collective_timeout_ms",
       "cluster_config.coordinator",
       "cluster_config.nodes[0]",

@@ -13,6 +13,8 @@
 // - (TP2·PP2·DP2) with the distributed optimizer and full recomputation,
 //   4 ranks a daemon: node 0 holds stage 0 (its two TP groups), node 1
 //   stage 1; node 1's daemon is killed with SIGKILL and started again.
+// - (PP2·DP2) with interleaved stages (4 layers, 2 chunks a stage): node
+//   1's daemon is killed with SIGKILL and started again.
 // Each job has 2 micro-batches a step (1F1B) and recovers from its
 // checkpoint with the losses of the fault-free run of the same config
 // (`tutti run`, one process), bit for bit: a two-member sum is the same
@@ -31,6 +33,26 @@ TEST_CASE("a killed daemon of a PP2 job rejoins and training resumes with "
   // PP2·DP2: node 1's daemon holds both ranks of stage 1.
   make_model_parallel(job, 4, "pipeline_model_parallel_size",
                       "  micro_batches: 2\n");
+  check_node1_kill_recovers(job);
+}
+
+TEST_CASE("a killed daemon of an interleaved PP2 job rejoins and training "
+          "resumes with the fault-free losses",
+          "[pp_interleaved_node_loss]") {
+  fault_job job("fault_pp_interleaved_node_loss", 120, 115);
+  // PP2·DP2 with 4 layers in 2 chunks a stage: stage 1's sends go back to
+  // stage 0 over Gloo, point to point.
+  make_model_parallel(job, 4, "pipeline_model_parallel_size",
+                      "  micro_batches: 2\n");
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    text = replace_once(text, "  num_hidden_layers: 2\n",
+                        "  num_hidden_layers: 4\n");
+    text = replace_once(text, "  pipeline_model_parallel_size: 2\n",
+                        "  pipeline_model_parallel_size: 2\n"
+                        "  pipeline_virtual_stages: 2\n");
+    write_text(file, text);
+  }
   check_node1_kill_recovers(job);
 }
 

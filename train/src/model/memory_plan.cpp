@@ -9,6 +9,7 @@
 
 #include "plan_shapes.hpp"
 #include "tutti/kernels/ops.hpp"
+#include "tutti/train/pipeline_order.hpp"
 
 namespace tutti::train {
 
@@ -84,6 +85,7 @@ parallel_layout layout_of(const job_config& cfg) {
   l.recompute = cfg.train.recompute;
   l.optimizer_sharding = cfg.train.optimizer_sharding && l.dp > 1;
   l.stage_layers = cfg.stage_layer_counts();
+  l.virtual_stages = c.pipeline_virtual_stages;
   return l;
 }
 
@@ -178,11 +180,14 @@ stage_memory stage_model::at(int64_t stage, double layers, double dense,
   s.optimizer = (own / shard + experts) * moments_;
   // The experts' second set of weights and optimizer state.
   s.scratch = restart_ ? experts * (params_ + master_ + moments_) : 0;
-  // 1F1B: stage s keeps up to min(pp - s, m) micro-batches in flight, each
-  // its layers' activations and, before the last stage, its output. The
+  // 1F1B: stage s keeps up to min(pp - s, m) micro-batches in flight (the
+  // interleaved schedule more: pipeline_order.hpp), each its layers'
+  // activations and each chunk's output but the last stage's last. The
   // expert shard keeps a layer's last forward only.
-  s.in_flight = static_cast<double>(std::min(l_.pp - stage, l_.micro_batches));
-  const double kept = layers * per_layer_ + (last ? 0 : nd);
+  s.in_flight = static_cast<double>(micro_batches_in_flight(
+    l_.pp, l_.virtual_stages, l_.micro_batches, stage));
+  const double outputs = static_cast<double>(l_.virtual_stages - (last ? 1 : 0));
+  const double kept = layers * per_layer_ + outputs * nd;
   const double shard_saved = layers * x.recv * (d + 3 * x.f);
   s.micro = (kept + shard_saved) * act_;
   s.activations = (s.in_flight * kept + shard_saved) * act_;
@@ -222,9 +227,15 @@ fullest_stage fullest_of(const stage_model& model, const job_config& cfg,
   int64_t first = 0;
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const auto n = counts[static_cast<size_t>(stage)];
-    const auto s = model.at(stage, static_cast<double>(n),
-                            sums.dense_in(first, first + n),
-                            sums.experts_in(first, first + n));
+    // Interleaved: the stage's v equal chunks, pp chunks apart.
+    const int64_t v = l.virtual_stages, per = n / v;
+    double dense = 0, experts = 0;
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t from = v > 1 ? (c * l.pp + stage) * per : first;
+      dense += sums.dense_in(from, from + (v > 1 ? per : n));
+      experts += sums.experts_in(from, from + (v > 1 ? per : n));
+    }
+    const auto s = model.at(stage, static_cast<double>(n), dense, experts);
     out.total_all_stages += s.total;
     if (stage == 0 || s.total > out.memory.total) {
       out.memory = s;

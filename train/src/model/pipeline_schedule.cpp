@@ -48,8 +48,8 @@ status rank_model::pipeline_step(const int32_t* inputs, const int32_t* targets,
   std::fill(z_terms_.begin(), z_terms_.end(), 0.0);
   dx_.resize(stream_, width);
   // The current slot's boundary activations: received input, sent output.
-  auto input = [&] { return acts_[first_layer_].x_in.data(); };
-  auto output = [&] { return acts_[last_layer_].x_in.data(); };
+  auto input = [&] { return acts_[chunk().first].x_in.data(); };
+  auto output = [&] { return acts_[chunk().last].x_in.data(); };
   auto forward_one = [&](int64_t i) -> status {
     use_slot(i);
     micro_ = i;
@@ -126,7 +126,7 @@ status rank_model::pipeline_sums(step_stats& stats, double& ce_sum) {
   // Expert counts: the report's, and bias balancing's over the step.
   std::vector<int64_t> counts(stats.expert_counts);
   counts.resize(2 * layers * experts, 0);
-  for (int64_t l = first_layer_; l < last_layer_; ++l)
+  for (int64_t l : layers_.list())
     std::copy(counts_step_[l].begin(), counts_step_[l].end(),
               counts.begin() + (layers + l) * experts);
   {
@@ -170,14 +170,14 @@ status rank_model::pipeline_evaluate(const int32_t* inputs,
     const int64_t width = count * s * d;
     if (comms_.prev)
       TUTTI_RETURN_IF_ERROR(link_exchange(comms_.prev, nullptr,
-                                          acts_[first_layer_].x_in.data(),
+                                          acts_[chunk().first].x_in.data(),
                                           width, time));
     double ce = 0;
     TUTTI_RETURN_IF_ERROR(forward(inputs + first * s, targets + first * s,
                                   count, ce, nullptr, time));
     if (comms_.next)
       TUTTI_RETURN_IF_ERROR(link_exchange(comms_.next,
-                                          acts_[last_layer_].x_in.data(),
+                                          acts_[chunk().last].x_in.data(),
                                           nullptr, width, time));
     ce_sum += ce;
     tokens += global_tokens_;

@@ -16,6 +16,7 @@
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/kernels/ops.hpp"
 #include "tutti/train/capacity_plan.hpp"
+#include "tutti/train/pipeline_order.hpp"
 #include "tutti/train/stage_layout.hpp"
 #include "tutti/train/tensor_parallel.hpp"
 
@@ -92,9 +93,7 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     throw std::invalid_argument(
       "rank_model: the pipeline group has " + std::to_string(stages_)
       + " stages, the config " + std::to_string(cfg.pp_size()));
-  const auto mine = stage_layers(cfg, stage_);
-  first_layer_ = mine.first;
-  last_layer_ = mine.last;
+  layers_ = layers_of_stage(cfg, stage_);
   expert_forward_of_.assign(layers, -1);
   counts_step_.assign(layers, std::vector<int64_t>(cfg.moe.num_experts, 0));
   counts_step_dev_.resize(layers);
@@ -161,11 +160,11 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
     a.slot_of_row.resize(st, n * kk);
     a.kept.resize(st, e);
   };
-  // This stage's layers, and the input of the next stage's first (this
-  // stage's output, sent on).
+  // This stage's layers, and the input of the layer after each of its
+  // chunks (the chunk's output, sent on).
   auto size_layers = [&](std::vector<layer_acts>& acts) {
     acts.resize(layers);
-    for (int64_t l = first_layer_; l < last_layer_; ++l) {
+    for (int64_t l : layers_.list()) {
       auto& a = acts[l];
       a.x_in.resize(st, n * d);
       size_working(a, mode != recompute_mode::full,
@@ -173,12 +172,15 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
       a.counts_global.assign(e, 0);
       a.fraction.resize(st, e);
     }
-    if (last_layer_ < layers)
-      acts[last_layer_].x_in.resize(st, n * d);
+    for (const auto& c : layers_.chunks)
+      if (c.last < layers)
+        acts[c.last].x_in.resize(st, n * d);
   };
   size_layers(acts_);
-  // 1F1B keeps at most (stages - stage) micro-batches in flight.
-  const int64_t in_flight = std::min(stages_ - stage_, cfg.train.micro_batches);
+  // 1F1B keeps at most (stages - stage) micro-batches in flight; the
+  // interleaved schedule more (pipeline_order.hpp).
+  const int64_t in_flight = micro_batches_in_flight(
+    stages_, static_cast<int64_t>(chunks()), cfg.train.micro_batches, stage_);
   slots_.resize(static_cast<size_t>(in_flight));
   for (size_t i = 1; i < slots_.size(); ++i)
     size_layers(slots_[i].acts);
@@ -249,17 +251,17 @@ status rank_model::forward(const int32_t* inputs, const int32_t* targets,
   const int64_t n = seqs * cfg_.train.seq_len, d = m.hidden_size;
   global_tokens_ = n * comms_.dp->size();
   ce_sum = 0;
-  if (first_stage()) {
+  if (runs_embedding()) {
     inputs_.upload(stream_, inputs, n);
     TUTTI_RETURN_IF_ERROR(embed_forward(inputs, n, time));
   }
-  for (int64_t l = first_layer_; l < last_layer_; ++l) {
+  for (int64_t l = chunk().first; l < chunk().last; ++l) {
     swap_working(acts_[l]);
     TUTTI_RETURN_IF_ERROR(attention_forward(l, seqs, time));
     TUTTI_RETURN_IF_ERROR(moe_forward(l, n, stats, time));
     swap_working(acts_[l]);
   }
-  if (!last_stage())
+  if (!runs_head())
     return {};
   targets_.upload(stream_, targets, n);
   k::rmsnorm_forward(stream_, x_final_.data(), param(names::final_norm),
@@ -275,20 +277,20 @@ status rank_model::backward(int64_t seqs, step_timers& time) {
   const int64_t n = seqs * cfg_.train.seq_len, d = m.hidden_size;
   dx_.resize(stream_, n * d); // keeps what the next stage sent
   dtmp_.resize(stream_, n * d);
-  if (last_stage()) {
+  if (runs_head()) {
     TUTTI_RETURN_IF_ERROR(head_backward(n, time));
     k::rmsnorm_backward(stream_, x_final_.data(), param(names::final_norm),
                         rstdf_.data(), dtmp_.data(), dx_.data(),
                         grad(names::final_norm), n, d);
   }
-  for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+  for (int64_t l = chunk().last - 1; l >= chunk().first; --l) {
     swap_working(acts_[l]);
     TUTTI_RETURN_IF_ERROR(recompute(l, seqs, time));
     TUTTI_RETURN_IF_ERROR(moe_backward(l, n, dx_, time));
     TUTTI_RETURN_IF_ERROR(attention_backward(l, seqs, dx_, time));
     swap_working(acts_[l]);
   }
-  if (!first_stage())
+  if (!runs_embedding())
     return {}; // dx_ goes to the stage before
   embed_backward(n);
   return {};
@@ -369,7 +371,12 @@ status rank_model::train_step(const int32_t* inputs, const int32_t* targets,
   const int64_t tokens = micro_seqs_ * cfg_.train.seq_len;
   double ce_sum = 0;
   if (stages_ > 1) {
-    TUTTI_RETURN_IF_ERROR(pipeline_step(inputs, targets, stats, ce_sum));
+    {
+      scoped_timer t(stats.time.pipeline_schedule_s);
+      TUTTI_RETURN_IF_ERROR(
+        chunks() > 1 ? interleaved_step(inputs, targets, stats, ce_sum)
+                     : pipeline_step(inputs, targets, stats, ce_sum));
+    }
     TUTTI_RETURN_IF_ERROR(pipeline_sums(stats, ce_sum));
   } else {
     for (int64_t i = 0; i < micro; ++i) {
@@ -408,7 +415,10 @@ status rank_model::evaluate(const int32_t* inputs, const int32_t* targets,
   const int64_t s = cfg_.train.seq_len;
   double ce_sum = 0;
   tokens = 0;
-  if (stages_ > 1)
+  if (chunks() > 1)
+    TUTTI_RETURN_IF_ERROR(
+      interleaved_evaluate(inputs, targets, seqs, ce_sum, tokens, time));
+  else if (stages_ > 1)
     TUTTI_RETURN_IF_ERROR(
       pipeline_evaluate(inputs, targets, seqs, ce_sum, tokens, time));
   else

@@ -376,6 +376,7 @@ private:
     r.time_lent_s = stats.time.lent_s;
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_pipeline_s = stats.time.pipeline_s;
+    r.time_pipeline_schedule_s = stats.time.pipeline_schedule_s;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
                                        - stats.time.allreduce_s);
     r.time_other_s = std::max(0.0, total - work);
@@ -400,14 +401,14 @@ private:
     const int64_t L = c.model.num_hidden_layers, E = c.moe.num_experts;
     const int64_t count = c.experts_per_rank();
     // The shard holds its pipeline stage's layers only.
-    const auto layers = train::stage_layers(c, c.pp_stage_of(a_.rank));
+    const auto layers = train::layers_of_stage(c, c.pp_stage_of(a_.rank));
     if (expert_layout_.tensors().empty())
       expert_layout_ = train::tp_local_layout(
         train::expert_layout_of_layers(c.model, count, layers), c.tp_size());
     // Zeros but at this rank's experts; the EP sum (and the stages' sum)
     // then adds each expert's value to zeros only, which is exact.
     std::vector<double> per_expert(L * E, 0.0);
-    for (int64_t l = layers.first; l < layers.last; ++l)
+    for (int64_t l : layers.list())
       for (int64_t j = 0; j < count; ++j) {
         double sum = 0;
         for (const char* w : {"w1", "w3", "w2"}) {

@@ -219,10 +219,14 @@ status restore_experts(const rank_args& a, const std::filesystem::path& dir,
   auto where = index_experts(dir, cfg);
   if (!where.ok())
     return status::error(where.message());
-  // The shard holds its pipeline stage's layers: rows [lo, hi) of ids.
-  const auto layers = train::stage_layers(cfg, cfg.pp_stage_of(a.rank));
-  const int64_t lo = layers.first * count, hi = layers.last * count;
-  for (int64_t i = lo; i < hi; ++i)
+  // The shard holds its pipeline stage's layers: rows l * count onward of
+  // ids for each.
+  const auto layers = train::layers_of_stage(cfg, cfg.pp_stage_of(a.rank));
+  std::vector<int64_t> rows;
+  for (int64_t l : layers.list())
+    for (int64_t j = 0; j < count; ++j)
+      rows.push_back(l * count + j);
+  for (int64_t i : rows)
     if (where.value().shard[(i / count) * E + ids[i]] < 0)
       return status::error(dir.string() + ": no shard holds expert "
                            + std::to_string(ids[i]) + " of layer "
@@ -241,7 +245,7 @@ status restore_experts(const rank_args& a, const std::filesystem::path& dir,
     return status::error(saved.message());
   for (int64_t q = 0; q < saved.value().ep_size; ++q) {
     bool needed = false;
-    for (int64_t i = lo; i < hi; ++i)
+    for (int64_t i : rows)
       needed |= where.value().shard[(i / count) * E + ids[i]] == q;
     if (!needed)
       continue;
@@ -280,11 +284,12 @@ status restore_experts(const rank_args& a, const std::filesystem::path& dir,
     }
   }
   // Every row of every block: weights and both moments, three matrices.
-  if (filled != (hi - lo) * 9)
+  const auto expected = static_cast<int64_t>(rows.size()) * 9;
+  if (filled != expected)
     return status::error(dir.string() + ": the checkpoint lacks some of rank "
                          + std::to_string(a.rank) + "'s experts ("
                          + std::to_string(filled) + " of "
-                         + std::to_string((hi - lo) * 9) + " rows)");
+                         + std::to_string(expected) + " rows)");
   if (cfg.tp_size() > 1) // this TP rank's slice of each expert
     for (auto& t : snap->tensors) {
       const int axis = train::tp_split_axis(t.name);

@@ -49,7 +49,7 @@ model::param_layout stage_dense(const job_config& cfg, int64_t stage) {
 model::param_layout stage_experts(const job_config& cfg, int64_t stage) {
   return train::tp_local_layout(
     train::expert_layout_of_layers(cfg.model, cfg.experts_per_rank(),
-                         train::stage_layers(cfg, stage)),
+                         train::layers_of_stage(cfg, stage)),
     cfg.tp_size());
 }
 
@@ -74,33 +74,46 @@ expected<std::vector<float>> from_stage(comm::communicator& pp,
 
 // A layout's values (`local`: this stage's tensors of stage_dense's
 // layout, consumed) joined over the stages on stage 0, in the one-stage
-// layout's order (the stages' tensors one after another); empty on the
-// other stages.
+// layout's order (each tensor from the stage that holds it: with
+// interleaved stages a stage's tensors are not one run of it); empty on
+// the other stages.
 expected<std::vector<float>> join_stages(comm::communicator& pp,
                                          const kernels::stream& s,
                                          const job_config& cfg,
                                          std::vector<float> local) {
   const bool first = pp.rank() == 0;
+  std::vector<model::param_layout> stages;
+  for (int64_t stage = 0; stage < cfg.pp_size(); ++stage)
+    stages.push_back(stage_dense(cfg, stage));
   std::vector<float> whole;
   if (first) {
     int64_t total = 0;
-    for (int64_t stage = 0; stage < cfg.pp_size(); ++stage)
-      total += stage_dense(cfg, stage).total();
-    whole = std::move(local);
-    local = {};
+    for (const auto& layout : stages)
+      total += layout.total();
     whole.reserve(static_cast<size_t>(total));
   }
-  for (int64_t stage = 1; stage < cfg.pp_size(); ++stage) {
-    const auto layout = stage_dense(cfg, stage);
-    for (const auto& spec : layout.tensors()) {
-      auto got = from_stage(pp, s, stage, spec,
-                            pp.rank() == stage ? local.data() + spec.offset
-                                               : nullptr);
-      if (!got.ok())
-        return status::error(got.message());
+  const auto one_stage = train::tp_local_layout(
+    model::dense_layout(cfg.model, cfg.moe), cfg.tp_size());
+  for (const auto& tensor : one_stage.tensors()) {
+    int64_t owner = 0;
+    while (owner < cfg.pp_size() && !stages[owner].find(tensor.name))
+      ++owner;
+    if (owner == cfg.pp_size())
+      return status::error("no pipeline stage holds " + tensor.name);
+    const auto& spec = stages[owner].at(tensor.name);
+    if (owner == 0) {
       if (first)
-        whole.insert(whole.end(), got.value().begin(), got.value().end());
+        whole.insert(whole.end(), local.begin() + spec.offset,
+                     local.begin() + spec.offset + spec.numel);
+      continue;
     }
+    auto got = from_stage(pp, s, owner, spec,
+                          pp.rank() == owner ? local.data() + spec.offset
+                                             : nullptr);
+    if (!got.ok())
+      return status::error(got.message());
+    if (first)
+      whole.insert(whole.end(), got.value().begin(), got.value().end());
   }
   return whole;
 }
@@ -147,6 +160,18 @@ expected<rank_snapshot_ptr> join_stage_experts(comm::communicator& pp,
   }
   if (!first)
     return rank_snapshot_ptr{};
+  // In the one-stage shard's order, layer by layer (interleaved stages hold
+  // runs of layers apart from each other); a layer's tensors stay as its
+  // stage listed them.
+  auto layer = [](const std::string& name) { // past "adam_m/" and the like
+    const auto slash = name.find('/');
+    return train::layer_of(slash == std::string::npos ? name
+                                                      : name.substr(slash + 1));
+  };
+  std::stable_sort(joined->tensors.begin(), joined->tensors.end(),
+                   [&](const auto& a, const auto& b) {
+                     return layer(a.name) < layer(b.name);
+                   });
   return rank_snapshot_ptr(std::move(joined));
 }
 

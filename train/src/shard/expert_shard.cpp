@@ -37,7 +37,7 @@ struct expert_shard_state {
   int32_t rank = 0;
   int64_t first_expert = 0; // of the contiguous layout, for the checkpoint
   int64_t count = 0;
-  train::layer_range layers; // its pipeline stage's
+  train::stage_layers layers; // its pipeline stage's
   std::vector<int32_t> expert_ids; // [layer][row], every layer's
   model::param_layout layout;
   std::shared_ptr<expert_shard_memory> mem;
@@ -259,7 +259,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       for (int64_t j = 0; j < st.count; ++j)
         st.expert_ids.push_back(static_cast<int32_t>(st.first_expert + j));
   // Its pipeline stage's layers only (all of them without PP).
-  st.layers = train::stage_layers(c, c.pp_stage_of(args.rank));
+  st.layers = train::layers_of_stage(c, c.pp_stage_of(args.rank));
   st.layout = train::tp_local_layout(
     train::expert_layout_of_layers(c.model, st.count, st.layers), c.tp_size());
   initialize(st);

@@ -51,6 +51,7 @@ struct cluster_config {
   std::vector<int64_t> pipeline_layers; // per stage; empty = even shares
   int64_t pipeline_first_stage_layers = 0; // 0 = an even share
   int64_t pipeline_last_stage_layers = 0;
+  int64_t pipeline_virtual_stages = 1; // model chunks per stage (interleaved)
   std::string host = "127.0.0.1";
   int64_t collective_timeout_ms = 60000;
   local_transport_kind local_transport = local_transport_kind::memory;
@@ -125,6 +126,15 @@ void visit_fields(Visitor& v, cluster_config& c) {
           "layers of the last stage, the LM head's; as "
           "pipeline_first_stage_layers",
           at_least(0, "0 = an equal share"));
+  v.field("pipeline_virtual_stages", c.pipeline_virtual_stages,
+          "model chunks per pipeline stage (Megatron's "
+          "virtual_pipeline_model_parallel_size): the layers split into "
+          "pipeline_model_parallel_size * this many equal chunks, stage s "
+          "holding chunks s, s + pp, ..., run by the interleaved 1F1B "
+          "schedule, whose bubble is (pp - 1) / (this * micro_batches + pp "
+          "- 1); needs equal stages and train.micro_batches a multiple of "
+          "pipeline_model_parallel_size",
+          at_least(1));
   v.field("host", c.host, "address the data plane binds to without nodes",
           not_fingerprinted);
   v.field("collective_timeout_ms", c.collective_timeout_ms,

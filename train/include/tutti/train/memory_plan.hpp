@@ -43,6 +43,7 @@ struct parallel_layout {
   recompute_mode recompute = recompute_mode::none;
   bool optimizer_sharding = false;
   std::vector<int64_t> stage_layers; // layers per stage; empty = equal
+  int64_t virtual_stages = 1; // model chunks per stage (interleaved 1F1B)
 };
 
 // The layout a config asks for.

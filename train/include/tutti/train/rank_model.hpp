@@ -23,6 +23,7 @@
 #include "tutti/model/param_layout.hpp"
 #include "tutti/moe/staged_collectives.hpp"
 #include "tutti/moe/token_exchange.hpp"
+#include "tutti/train/stage_layout.hpp"
 #include "tutti/train/step_stats.hpp"
 #include "tutti/config/job_config.hpp"
 
@@ -145,10 +146,11 @@ private:
     int64_t rows = 0; // this rank's routed rows (dispatch order)
   };
 
-  // This stage's layers of one micro-batch (all of them without pipeline
-  // parallelism): from the embedding on the first stage, else from the
-  // received acts_[first_layer_].x_in; to the loss on the last stage, else
-  // into acts_[last_layer_].x_in. Backward likewise from dx_ as received.
+  // The current chunk's layers of one micro-batch (all of them without
+  // pipeline parallelism): from the embedding on the first stage's first
+  // chunk, else from the received acts_[chunk().first].x_in; to the loss on
+  // the last stage's last chunk, else into acts_[chunk().last].x_in.
+  // Backward likewise from dx_ as received.
   status forward(const int32_t* inputs, const int32_t* targets, int64_t seqs,
                  double& ce_sum, step_stats* stats, step_timers& time);
   status backward(int64_t seqs, step_timers& time);
@@ -157,8 +159,25 @@ private:
   // in 1F1B order; the step's sums over the stages; evaluation's forwards.
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ + 1 == stages_; }
+  const layer_range& chunk() const { return layers_.chunks[chunk_]; }
+  bool runs_embedding() const { return first_stage() && chunk_ == 0; }
+  bool runs_head() const {
+    return last_stage() && chunk_ + 1 == static_cast<int64_t>(chunks());
+  }
+  size_t chunks() const { return layers_.chunks.size(); }
   status pipeline_step(const int32_t* inputs, const int32_t* targets,
                        step_stats& stats, double& ce_sum);
+  // Interleaved stages (interleaved_schedule.cpp): the same, with v model
+  // chunks per stage and point-to-point sends around the stages.
+  status interleaved_step(const int32_t* inputs, const int32_t* targets,
+                          step_stats& stats, double& ce_sum);
+  status interleaved_evaluate(const int32_t* inputs, const int32_t* targets,
+                              int64_t seqs, double& ce_sum, int64_t& tokens,
+                              step_timers& time);
+  // Sends a copy of `count` floats at `data` to pipeline member `peer`
+  // (kept in sent_ until the step's sends are received).
+  status send_to_stage(int peer, uint32_t tag, const float* data,
+                       int64_t count, step_timers& time);
   status pipeline_sums(step_stats& stats, double& ce_sum);
   status pipeline_evaluate(const int32_t* inputs, const int32_t* targets,
                            int64_t seqs, double& ce_sum, int64_t& tokens,
@@ -271,10 +290,13 @@ private:
   // contiguous (dispatch then groups rows by expert id, the same thing).
   tensor<int32_t> slot_of_expert_;
   std::vector<layer_acts> acts_;
-  // Pipeline stage: layers [first_layer_, last_layer_) of stage_ of
-  // stages_. slots_ park the activations of the micro-batches in flight
-  // that are not current (slot_ is the current one's, in acts_).
-  int64_t stage_ = 0, stages_ = 1, first_layer_ = 0, last_layer_ = 0;
+  // Pipeline stage: stage_ of stages_, holding layers_ (one chunk, or
+  // with interleaved stages several; chunk_ is the one computing). slots_
+  // park the activations of the micro-batches in flight that are not
+  // current (slot_ is the current one's, in acts_).
+  int64_t stage_ = 0, stages_ = 1, chunk_ = 0;
+  stage_layers layers_;
+  std::vector<std::vector<float>> sent_; // interleaved sends in flight
   struct slot {
     std::vector<layer_acts> acts;
     tensor<int32_t> inputs, targets;

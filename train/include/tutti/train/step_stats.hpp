@@ -23,6 +23,9 @@ struct step_timers {
   // Pipeline parallelism: waiting for and exchanging with the neighbouring
   // stages (the pipeline bubble, mostly).
   double pipeline_s = 0;
+  // The schedule's wall time (forwards, backwards, exchanges): the
+  // bubble's share of it is pipeline_s / pipeline_schedule_s.
+  double pipeline_schedule_s = 0;
 };
 
 // Adds the wall time of its scope to one of the step_timers' fields.
