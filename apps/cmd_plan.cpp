@@ -97,6 +97,7 @@ int print_search(const job_config& cfg, const train::hardware& hw,
       rows.push_back({{"tp", c.layout.tp},
                       {"pp", c.layout.pp},
                       {"pipeline_layers", c.layout.stage_layers},
+                      {"pipeline_virtual_stages", c.layout.virtual_stages},
                       {"ep", c.layout.ep},
                       {"dp", c.layout.dp},
                       {"micro_batches", c.layout.micro_batches},
@@ -124,15 +125,16 @@ int print_search(const job_config& cfg, const train::hardware& hw,
               cfg.cluster.device_memory_gb, found.size(),
               static_cast<long long>(considered), hw.device_tflops,
               hw.intra_node_gbps, hw.inter_node_gbps);
-  std::printf("  %3s %3s %4s %5s %4s %-9s %-7s %10s %10s %7s %10s\n", "TP",
-              "PP", "EP", "DP", "m", "recompute", "optim", "memory",
-              "step", "bubble", "exposed");
+  std::printf("  %3s %3s %2s %4s %5s %4s %-9s %-7s %10s %10s %7s %10s\n",
+              "TP", "PP", "V", "EP", "DP", "m", "recompute", "optim",
+              "memory", "step", "bubble", "exposed");
   for (size_t i = 0; i < found.size() && i < top; ++i) {
     const auto& c = found[i];
     const auto& l = c.layout;
-    std::printf("  %3lld %3lld %4lld %5lld %4lld %-9s %-7s %10s %10s %6.1f%% "
-                "%10s\n",
+    std::printf("  %3lld %3lld %2lld %4lld %5lld %4lld %-9s %-7s %10s %10s "
+                "%6.1f%% %10s\n",
                 static_cast<long long>(l.tp), static_cast<long long>(l.pp),
+                static_cast<long long>(l.virtual_stages),
                 static_cast<long long>(l.ep), static_cast<long long>(l.dp),
                 static_cast<long long>(l.micro_batches),
                 to_string(l.recompute),

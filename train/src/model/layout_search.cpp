@@ -46,8 +46,8 @@ step_estimate estimate(const job_config& cfg, const parallel_layout& l,
   else if (l.recompute == recompute_mode::selective)
     flops *= 1 + attention_share / 3;
   e.compute_s = flops / (hw.device_tflops * 1e12);
-  const double p = l.pp, m = l.micro_batches;
-  e.bubble = (p - 1) / (m + p - 1);
+  const double p = l.pp, m = l.micro_batches, v = l.virtual_stages;
+  e.bubble = (p - 1) / (v * m + p - 1);
   const double pipelined = e.compute_s / (1 - e.bubble);
 
   auto seconds = [](double bytes, double gbps) {
@@ -66,8 +66,8 @@ step_estimate estimate(const job_config& cfg, const parallel_layout& l,
             * seconds(x.recv * x.d * act * (l.ep - 1) / l.ep,
                       l.ep * l.tp <= per_node ? hw.intra_node_gbps
                                               : hw.inter_node_gbps);
-  if (l.pp > 1) // activations forward, their gradients backward
-    comm += 2 * (m + p - 1) * seconds(tensor, hw.inter_node_gbps);
+  if (l.pp > 1) // activations forward, their gradients backward, per chunk
+    comm += 2 * (v * m + p - 1) * seconds(tensor, hw.inter_node_gbps);
   // Gradient reduction (reduce-scatter + all-gather when sharded moves
   // the same bytes) overlaps the last micro-batch's backward.
   const layer_sums sums(cfg, l.tp, l.ep);
@@ -179,6 +179,19 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
               if (mem.total > budget)
                 continue;
               out.push_back({l, mem, estimate(cfg, l, hw, plan)});
+              // Interleaved stages: a smaller bubble for more activations
+              // in flight and more exchanges (run on the CPU only yet).
+              if (pp > 1 && !uneven(l.stage_layers) && micro % pp == 0
+                  && cfg.cluster.device == compute_device::cpu)
+                for (int64_t v = 2; v <= 4 && layers % (pp * v) == 0;
+                     v *= 2) {
+                  parallel_layout chunked = l;
+                  chunked.virtual_stages = v;
+                  auto held = plan_memory(cfg, chunked);
+                  if (held.total <= budget)
+                    out.push_back(
+                      {chunked, held, estimate(cfg, chunked, hw, plan)});
+                }
             }
         }
       }
@@ -194,6 +207,9 @@ std::string layout_text(const parallel_layout& l) {
   return "TP" + std::to_string(l.tp) + " PP" + std::to_string(l.pp)
          + (uneven(l.stage_layers) ? " layers " + list_text(l.stage_layers)
                                    : "")
+         + (l.virtual_stages > 1
+              ? " interleaved x" + std::to_string(l.virtual_stages)
+              : "")
          + " EP" + std::to_string(l.ep) + " DP" + std::to_string(l.dp) + " m"
          + std::to_string(l.micro_batches) + " recompute "
          + to_string(l.recompute)
@@ -211,6 +227,9 @@ std::string layout_keys_text(const job_config& cfg, const parallel_layout& l) {
          + (uneven(l.stage_layers)
               ? ", pipeline_layers: " + list_text(l.stage_layers)
               : "")
+         + (l.virtual_stages > 1 ? ", pipeline_virtual_stages: "
+                                     + std::to_string(l.virtual_stages)
+                                 : "")
          + ", ep_size: " + std::to_string(l.ep)
          + "}, train: {micro_batches: " + std::to_string(l.micro_batches)
          + ", recompute: " + to_string(l.recompute) + ", optimizer_sharding: "
