@@ -97,8 +97,10 @@ std::string metrics_json(const step_report& r, int64_t experts) {
     j["time_lent_s"] = r.time_lent_s;
   if (r.time_pipeline_s > 0)
     j["time_pipeline_s"] = r.time_pipeline_s;
-  if (r.time_pipeline_schedule_s > 0)
+  if (r.time_pipeline_schedule_s > 0) {
     j["time_pipeline_schedule_s"] = r.time_pipeline_schedule_s;
+    j["pipeline_bubble"] = r.pipeline_bubble;
+  }
   if (r.evaluated)
     j["eval_loss"] = r.eval_loss;
   return j.dump();

@@ -115,12 +115,18 @@ status rank_model::pipeline_step(const int32_t* inputs, const int32_t* targets,
 // (micro-batch by micro-batch, layer by layer).
 status rank_model::pipeline_sums(step_stats& stats, double& ce_sum) {
   const size_t terms = aux_terms_.size();
-  std::vector<double> sums(3 + 2 * terms, 0.0);
+  // After the router terms: this stage's computing time (summed) and its
+  // schedule's wall time (in its own slot), for the bubble.
+  const size_t timing = 3 + 2 * terms;
+  std::vector<double> sums(timing + 1 + static_cast<size_t>(stages_), 0.0);
   sums[0] = ce_sum;
   sums[1] = static_cast<double>(stats.dropped_tokens);
   sums[2] = stats.stop_votes;
   std::copy(aux_terms_.begin(), aux_terms_.end(), sums.begin() + 3);
   std::copy(z_terms_.begin(), z_terms_.end(), sums.begin() + 3 + terms);
+  const auto& time = stats.time;
+  sums[timing] = time.pipeline_schedule_s - time.pipeline_s;
+  sums[timing + 1 + static_cast<size_t>(stage_)] = time.pipeline_schedule_s;
   const int64_t layers = cfg_.model.num_hidden_layers;
   const int64_t experts = cfg_.moe.num_experts;
   // Expert counts: the report's, and bias balancing's over the step.
@@ -138,6 +144,12 @@ status rank_model::pipeline_sums(step_stats& stats, double& ce_sum) {
   ce_sum = sums[0];
   stats.dropped_tokens = static_cast<int64_t>(sums[1]);
   stats.stop_votes = sums[2];
+  const double span =
+    *std::max_element(sums.begin() + static_cast<int64_t>(timing) + 1,
+                      sums.end());
+  if (span > 0)
+    stats.time.pipeline_bubble =
+      1 - sums[timing] / (static_cast<double>(stages_) * span);
   stats.aux_loss = stats.z_loss = 0;
   for (size_t i = 0; i < terms; ++i) {
     stats.aux_loss += sums[3 + i];

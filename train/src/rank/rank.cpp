@@ -377,6 +377,7 @@ private:
     r.time_allreduce_s = stats.time.allreduce_s;
     r.time_pipeline_s = stats.time.pipeline_s;
     r.time_pipeline_schedule_s = stats.time.pipeline_schedule_s;
+    r.pipeline_bubble = stats.time.pipeline_bubble;
     r.time_compute_s = std::max(0.0, work - stats.time.alltoall_s
                                        - stats.time.allreduce_s);
     r.time_other_s = std::max(0.0, total - work);

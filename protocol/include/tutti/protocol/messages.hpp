@@ -53,8 +53,10 @@ struct step_report {
   // stages (merged: rank 0's, stage 0's idle time in the 1F1B bubble).
   double time_pipeline_s = 0;
   // Pipeline parallelism: the schedule's wall time (its forwards,
-  // backwards and exchanges), of which time_pipeline_s is the bubble.
+  // backwards and exchanges), and the share of all stages' time in it
+  // spent idle (train::step_timers::pipeline_bubble).
   double time_pipeline_schedule_s = 0;
+  double pipeline_bubble = 0;
   // Of time_compute_s: running a busier shard's expert tiles instead of
   // waiting in an exchange (moe_config.share_idle_cores).
   double time_lent_s = 0;
@@ -69,7 +71,7 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
            x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
            x.router_bias, x.time_data_s, x.time_alltoall_wait_s,
            x.routing_window, x.alltoall_bytes_by_link, x.time_pipeline_s,
-           x.time_pipeline_schedule_s, x.time_lent_s);
+           x.time_pipeline_schedule_s, x.pipeline_bubble, x.time_lent_s);
 }
 
 // A node daemon's request to join the job.

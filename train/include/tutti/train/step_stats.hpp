@@ -23,9 +23,12 @@ struct step_timers {
   // Pipeline parallelism: waiting for and exchanging with the neighbouring
   // stages (the pipeline bubble, mostly).
   double pipeline_s = 0;
-  // The schedule's wall time (forwards, backwards, exchanges): the
-  // bubble's share of it is pipeline_s / pipeline_schedule_s.
+  // The schedule's wall time (forwards, backwards, exchanges).
   double pipeline_schedule_s = 0;
+  // The pipeline's bubble over all stages: 1 - (the stages' computing
+  // time, summed) / (stages x the longest stage's schedule), the share of
+  // stage-time spent idle, which the 1F1B formulas predict.
+  double pipeline_bubble = 0;
 };
 
 // Adds the wall time of its scope to one of the step_timers' fields.
