@@ -6,6 +6,7 @@
 // the step's denominator is float: cpu_vector.cpp).
 
 #include "backends.hpp"
+#include "bf16_pairs.hpp"
 #include "cpu_vector.hpp"
 
 #include <algorithm>
@@ -97,6 +98,37 @@ void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
                 double weight_decay, int64_t step, double grad_scale) {
   cpu::adamw_step_into<T>(s, param, grad, m, v, param, m, v, n, lr, beta1,
                           beta2, eps, weight_decay, step, grad_scale);
+}
+
+void adamw_step_bf16_moments(const stream& s, const float* param,
+                             const float* grad, const uint16_t* m,
+                             const uint16_t* v, float* param_out,
+                             uint16_t* m_out, uint16_t* v_out, int64_t n,
+                             double lr, double beta1, double beta2, double eps,
+                             double weight_decay, int64_t step,
+                             double grad_scale) {
+  // In blocks through float moments, so the float step's loop (and its
+  // bits) serves both: in place where the parameters are (the float loop
+  // takes all in place or nothing aliased).
+  constexpr int64_t block = 1024;
+  float wide_m[block], wide_v[block], new_m[block], new_v[block];
+  const bool in_place = param == param_out;
+  float* to_m = in_place ? wide_m : new_m;
+  float* to_v = in_place ? wide_v : new_v;
+  for (int64_t at = 0; at < n; at += block) {
+    const int64_t count = std::min(block, n - at);
+    for (int64_t i = 0; i < count; ++i) {
+      wide_m[i] = float_of_bits(uint32_t{m[at + i]} << 16);
+      wide_v[i] = float_of_bits(uint32_t{v[at + i]} << 16);
+    }
+    cpu::adamw_step_into<float>(s, param + at, grad + at, wide_m, wide_v,
+                                param_out + at, to_m, to_v, count, lr, beta1,
+                                beta2, eps, weight_decay, step, grad_scale);
+    for (int64_t i = 0; i < count; ++i) {
+      m_out[at + i] = bf16_bits(to_m[i]);
+      v_out[at + i] = bf16_bits(to_v[i]);
+    }
+  }
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM

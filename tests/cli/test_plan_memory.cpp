@@ -11,7 +11,9 @@
 // for (PP2) with 4 micro-batches, where each stage holds only its two
 // layers (and the embedding, or the final norm and LM head), stage 0
 // keeps two micro-batches' activations, stage 1 one, and stage 0
-// receives stage 1's layers for the checkpoint.
+// receives stage 1's layers for the checkpoint; the same interleaved (two
+// chunks of one layer a stage: four micro-batches in flight on stage 0),
+// and (DP2·EP2) with the AdamW moments stored in bf16.
 //
 // The plan counts every rank's checkpoint copies at once: the peak when
 // the node's writer is slower than the ranks' snapshots. A fast writer may
@@ -124,12 +126,18 @@ TEST_CASE("the plan's memory per rank matches the measured peak within 10%",
        {std::pair{"dp2_ep2", ""},
         std::pair{"dp2_sharded", "  optimizer_sharding: true\n"},
         std::pair{"dp2_recompute_full", "  recompute: full\n"},
-        std::pair{"tp2", ""}, std::pair{"pp2", "  micro_batches: 4\n"}}) {
+        std::pair{"dp2_moments_bf16", "  precision: {moments: bf16}\n"},
+        std::pair{"tp2", ""}, std::pair{"pp2", "  micro_batches: 4\n"},
+        std::pair{"pp2_interleaved", "  micro_batches: 4\n"}}) {
     auto text = sized(config(name, keys));
     if (std::string(name) == "tp2")
       text = two_ranks_as(text, "tensor_model_parallel_size");
-    if (std::string(name) == "pp2")
+    if (std::string(name).rfind("pp2", 0) == 0)
       text = two_ranks_as(text, "pipeline_model_parallel_size");
+    if (std::string(name) == "pp2_interleaved")
+      text = replace_once(text, "  pipeline_model_parallel_size: 2\n",
+                          "  pipeline_model_parallel_size: 2\n"
+                          "  pipeline_virtual_stages: 2\n");
     check_plan(job.dir, name, text, baseline);
   }
 }

@@ -73,6 +73,33 @@ __global__ void adamw_kernel(const T* param, const T* grad, const T* m,
   }
 }
 
+// The same step on moments stored as bfloat16 bits: widened exactly, the
+// update in double, rounded back to nearest even (NaN kept quiet).
+__device__ inline uint16_t bf16_round(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__global__ void adamw_bf16_kernel(const float* param, const float* grad,
+                                  const uint16_t* m, const uint16_t* v,
+                                  float* param_out, uint16_t* m_out,
+                                  uint16_t* v_out, int64_t n, adamw_consts a) {
+  TUTTI_GRID_STRIDE(i, n) {
+    const double g = double(grad[i]) * a.grad_scale;
+    const double mi =
+      a.beta1 * double(__uint_as_float(uint32_t{m[i]} << 16)) + (1.0 - a.beta1) * g;
+    const double vi = a.beta2 * double(__uint_as_float(uint32_t{v[i]} << 16))
+                      + (1.0 - a.beta2) * g * g;
+    const double p = double(param[i]) * a.decay;
+    m_out[i] = bf16_round(float(mi));
+    v_out[i] = bf16_round(float(vi));
+    param_out[i] =
+      float(p - a.lr * (mi / a.bc1) / (sqrt(vi / a.bc2) + a.eps));
+  }
+}
+
 } // namespace
 
 template <class T>
@@ -136,6 +163,28 @@ void adamw_step(const stream& s, T* param, const T* grad, T* m, T* v, int64_t n,
                 double weight_decay, int64_t step, double grad_scale) {
   cuda::adamw_step_into<T>(s, param, grad, m, v, param, m, v, n, lr, beta1,
                            beta2, eps, weight_decay, step, grad_scale);
+}
+
+void adamw_step_bf16_moments(const stream& s, const float* param,
+                             const float* grad, const uint16_t* m,
+                             const uint16_t* v, float* param_out,
+                             uint16_t* m_out, uint16_t* v_out, int64_t n,
+                             double lr, double beta1, double beta2, double eps,
+                             double weight_decay, int64_t step,
+                             double grad_scale) {
+  if (n == 0)
+    return;
+  const adamw_consts a{lr,
+                       beta1,
+                       beta2,
+                       eps,
+                       1.0 - std::pow(beta1, double(step)),
+                       1.0 - std::pow(beta2, double(step)),
+                       1.0 - lr * weight_decay,
+                       grad_scale};
+  adamw_bf16_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(
+    param, grad, m, v, param_out, m_out, v_out, n, a);
+  TUTTI_CUDA_LAUNCH_CHECK();
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM

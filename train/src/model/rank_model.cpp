@@ -81,8 +81,8 @@ rank_model::rank_model(const job_config& cfg, comm_groups comms,
                               : comm::slice{0, layout_.total()};
   opt_first_ = slice.first;
   opt_count_ = slice.count;
-  m_.zeros(stream_, static_cast<size_t>(opt_count_));
-  v_.zeros(stream_, static_cast<size_t>(opt_count_));
+  moments_.zeros(stream_, static_cast<size_t>(opt_count_),
+                 cfg.train.precision.moments);
   router_bias_.zeros(stream_,
                      cfg.model.num_hidden_layers * cfg.moe.num_experts);
   const int64_t layers = cfg.model.num_hidden_layers;
@@ -561,10 +561,9 @@ status rank_model::apply_optimizer(int64_t step, double lr, double grad_scale) {
       continue;
     // Decay matrices only, as is usual for norms' gains.
     const double wd = spec.shape.size() > 1 ? t.weight_decay : 0.0;
-    k::adamw_step(stream_, params_.data() + first, grads_.data() + first,
-                  m_.data() + (first - lo), v_.data() + (first - lo),
-                  last - first, lr, t.beta1, t.beta2, t.eps, wd, step,
-                  grad_scale);
+    moments_.step(stream_, params_.data() + first, grads_.data() + first,
+                  first - lo, last - first,
+                  {lr, t.beta1, t.beta2, t.eps, wd, step, grad_scale});
   }
   if (sharded_)
     TUTTI_RETURN_IF_ERROR(
@@ -585,18 +584,25 @@ status rank_model::full_moments(std::vector<float>& m, std::vector<float>& v) {
   const bool first = comms_.dp->rank() == 0;
   if (!sharded_) {
     if (first) {
-      m = m_.to_host(stream_);
-      v = v_.to_host(stream_);
+      m.resize(total);
+      v.resize(total);
+      moments_.download(stream_, m.data(), v.data(),
+                        static_cast<int64_t>(total), 0);
     }
     return {};
   }
   // Gathered on rank 0 only (the one that writes dense tensors): the
-  // other ranks hold no full-size copy, even for a moment.
-  tensor<float> full;
+  // other ranks hold no full-size copy, even for a moment. The slices go
+  // as floats, whatever the moments' dtype.
+  std::vector<float> slice_m(static_cast<size_t>(opt_count_)),
+    slice_v(slice_m.size());
+  moments_.download(stream_, slice_m.data(), slice_v.data(), opt_count_, 0);
+  tensor<float> mine, full;
   full.resize(stream_, first ? total : 1);
-  for (auto [source, out] : {std::pair{&m_, &m}, std::pair{&v_, &v}}) {
+  for (auto [source, out] : {std::pair{&slice_m, &m}, std::pair{&slice_v, &v}}) {
+    mine.upload(stream_, *source);
     TUTTI_RETURN_IF_ERROR(collectives_.gather_to_first(
-      *comms_.dp, source->data(), total, full.data()));
+      *comms_.dp, mine.data(), total, full.data()));
     if (first)
       *out = full.to_host(stream_);
   }
@@ -605,8 +611,8 @@ status rank_model::full_moments(std::vector<float>& m, std::vector<float>& v) {
 
 void rank_model::load_moments(const std::vector<float>& m,
                               const std::vector<float>& v) {
-  m_.upload(stream_, m.data() + opt_first_, static_cast<size_t>(opt_count_));
-  v_.upload(stream_, v.data() + opt_first_, static_cast<size_t>(opt_count_));
+  moments_.upload(stream_, m.data() + opt_first_, v.data() + opt_first_,
+                  opt_count_, 0);
 }
 
 } // namespace tutti::train

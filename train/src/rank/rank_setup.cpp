@@ -148,19 +148,20 @@ kernels::gemm_precision gemm_precision_of(const job_config& cfg) {
 
 status check_rank_device(const job_config& cfg) {
   const auto& cl = cfg.cluster;
-  // tutti plan counts bf16 training state; the engine stores fp32 only.
+  // tutti plan counts bf16 training state; the engine stores the moments
+  // in bf16 (adam_moments.hpp) and the rest in fp32 only.
   const auto& p = cfg.train.precision;
   for (const auto& [key, dtype] :
        {std::pair{"params", p.params}, std::pair{"grads", p.grads},
-        std::pair{"master_weights", p.master_weights},
-        std::pair{"moments", p.moments}})
+        std::pair{"master_weights", p.master_weights}})
     if (dtype != storage_dtype::fp32)
       return status::error(std::string("train.precision.") + key + ": "
                            + to_string(dtype)
                            + " is planned (tutti plan) but not run on "
                            + "cluster_config.device "
                            + to_string(cl.device)
-                           + " yet: training stores fp32");
+                           + " yet: training stores parameters, gradients "
+                             "and master weights in fp32");
   if (cl.backend() == backend_kind::other)
     return status::error("cluster_config.communication_backend: '"
                          + cl.communication_backend

@@ -64,34 +64,31 @@ struct expert_shard_state {
   // second set: the step is taken in place.
   void optimize(const optimizer_args& a) {
     const auto& t = cfg.train;
+    const train::adamw_step_args step{a.lr,  t.beta1,        t.beta2,
+                                      t.eps, t.weight_decay, a.step,
+                                      a.grad_scale};
     if (!cfg.expert_restart_in_place()) {
-      for (const auto& spec : layout.tensors()) {
-        const auto at = spec.offset;
-        k::adamw_step(stream, mem->params.data() + at, mem->grads.data() + at,
-                      mem->m.data() + at, mem->v.data() + at, spec.numel, a.lr,
-                      t.beta1, t.beta2, t.eps, t.weight_decay, a.step,
-                      a.grad_scale);
-      }
+      for (const auto& spec : layout.tensors())
+        mem->moments.step(stream, mem->params.data() + spec.offset,
+                          mem->grads.data() + spec.offset, spec.offset,
+                          spec.numel, step);
       k::wait(stream);
       mem->optimized_step = a.step;
       return;
     }
     const size_t n = layout.total();
     mem->next_params.resize(stream, n);
-    mem->next_m.resize(stream, n);
-    mem->next_v.resize(stream, n);
-    for (const auto& spec : layout.tensors()) {
-      const auto at = spec.offset;
-      k::adamw_step_into(
-        stream, mem->params.data() + at, mem->grads.data() + at,
-        mem->m.data() + at, mem->v.data() + at, mem->next_params.data() + at,
-        mem->next_m.data() + at, mem->next_v.data() + at, spec.numel, a.lr,
-        t.beta1, t.beta2, t.eps, t.weight_decay, a.step, a.grad_scale);
-    }
+    if (mem->next_moments.size() != n)
+      mem->next_moments.zeros(stream, n, cfg.train.precision.moments);
+    for (const auto& spec : layout.tensors())
+      mem->moments.step_into(stream, mem->params.data() + spec.offset,
+                             mem->grads.data() + spec.offset,
+                             mem->next_params.data() + spec.offset,
+                             mem->next_moments, spec.offset, spec.numel,
+                             step);
     k::wait(stream);
     std::swap(mem->params, mem->next_params);
-    std::swap(mem->m, mem->next_m);
-    std::swap(mem->v, mem->next_v);
+    mem->moments.swap(mem->next_moments);
     mem->optimized_step = a.step;
   }
 };
@@ -165,8 +162,8 @@ void initialize(expert_shard_state& st) {
     mem.expert_ids = st.expert_ids;
     mem.params.upload(st.stream, init);
     mem.grads.zeros(st.stream, st.layout.total());
-    mem.m.zeros(st.stream, st.layout.total());
-    mem.v.zeros(st.stream, st.layout.total());
+    mem.moments.zeros(st.stream, st.layout.total(),
+                      c.train.precision.moments);
     k::wait(st.stream);
     mem.initialized = true;
     return;
@@ -194,15 +191,13 @@ rank_snapshot_ptr take_snapshot(expert_shard_state& st, int64_t step) {
                   st.expert_ids.begin() + std::ptrdiff_t((l + 1) * st.count));
   snap->strings["expert_ids"] = store::block_experts_text(ids);
   for (const auto& spec : st.layout.tensors()) {
-    auto copy = [&](const std::string& name,
-                    const expert_shard_memory::tensor& t) {
-      std::vector<float> host(spec.numel);
-      t.download(st.stream, host.data(), spec.numel, spec.offset);
-      snap->tensors.push_back({name, spec.shape, std::move(host)});
-    };
-    copy(spec.name, st.mem->params);
-    copy("adam_m/" + spec.name, st.mem->m);
-    copy("adam_v/" + spec.name, st.mem->v);
+    std::vector<float> params(spec.numel), m(spec.numel), v(spec.numel);
+    st.mem->params.download(st.stream, params.data(), spec.numel, spec.offset);
+    st.mem->moments.download(st.stream, m.data(), v.data(), spec.numel,
+                             spec.offset);
+    snap->tensors.push_back({spec.name, spec.shape, std::move(params)});
+    snap->tensors.push_back({"adam_m/" + spec.name, spec.shape, std::move(m)});
+    snap->tensors.push_back({"adam_v/" + spec.name, spec.shape, std::move(v)});
   }
   return snap;
 }
@@ -215,19 +210,24 @@ caf::result<caf::ok_atom> restore(expert_shard_state& st,
         return &t;
     return nullptr;
   };
-  for (const auto& spec : st.layout.tensors())
-    for (auto [prefix, target] :
-         {std::pair{std::string(), &st.mem->params},
-          std::pair{std::string("adam_m/"), &st.mem->m},
-          std::pair{std::string("adam_v/"), &st.mem->v}}) {
+  for (const auto& spec : st.layout.tensors()) {
+    const owned_tensor* found[3] = {};
+    int i = 0;
+    for (const char* prefix : {"", "adam_m/", "adam_v/"}) {
       auto* t = find(prefix + spec.name);
       if (!t || static_cast<int64_t>(t->data.size()) != spec.numel)
         return caf::make_error(errc::expert_failed,
-                               "checkpoint lacks " + prefix + spec.name
+                               "checkpoint lacks " + std::string(prefix)
+                                 + spec.name
                                  + " for the experts of rank "
                                  + std::to_string(st.rank));
-      target->upload(st.stream, t->data.data(), t->data.size(), spec.offset);
+      found[i++] = t;
     }
+    st.mem->params.upload(st.stream, found[0]->data.data(), spec.numel,
+                          spec.offset);
+    st.mem->moments.upload(st.stream, found[1]->data.data(),
+                           found[2]->data.data(), spec.numel, spec.offset);
+  }
   k::wait(st.stream);
   st.mem->optimized_step = snap.step;
   return caf::ok_atom_v;

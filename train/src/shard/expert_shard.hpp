@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "tutti/train/adam_moments.hpp"
 #include "tutti/protocol/interfaces.hpp"
 #include "tutti/kernels/tensor.hpp"
 #include "tutti/config/job_config.hpp"
@@ -27,9 +28,10 @@ namespace tutti {
 // On the shard's device (the rank's GPU, or host memory on a CPU).
 struct expert_shard_memory {
   using tensor = kernels::tensor<float>;
-  tensor params, grads, m, v;         // live: the state at the step's start
-  tensor next_params, next_m, next_v; // where the optimizer writes, if
-                                      // restarts are in place
+  tensor params, grads;   // live: the state at the step's start
+  train::adam_moments moments;
+  tensor next_params;     // where the optimizer writes, if restarts are
+  train::adam_moments next_moments; // in place
   int64_t optimized_step = 0;         // last step whose update is live
   bool initialized = false;
   // Which experts the blocks hold, [layer][row]: fixed when the memory is

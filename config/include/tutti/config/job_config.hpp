@@ -218,7 +218,8 @@ void visit_fields(Visitor& v, diag_config& c) {
 
 // What each kind of training state is stored in. bf16 parameters and
 // gradients with fp32 master weights and fp32 or bf16 moments is the GPU
-// convention `tutti plan` counts; training itself stores fp32 today.
+// convention `tutti plan` counts; training stores its moments in bf16 when
+// asked (train/adam_moments.hpp) and everything else in fp32 today.
 struct precision_config {
   storage_dtype params = storage_dtype::fp32;
   storage_dtype grads = storage_dtype::fp32;
@@ -238,7 +239,9 @@ void visit_fields(Visitor& v, precision_config& c) {
           "optimizer_sharding");
   v.field("moments", c.moments,
           "AdamW's m and v; sharded over data parallel with "
-          "optimizer_sharding; bf16 as params");
+          "optimizer_sharding; bf16 runs (half their memory: each step "
+          "widens them, updates in fp32 and rounds back; checkpoints hold "
+          "them as fp32)");
 }
 
 struct train_config {

@@ -18,6 +18,7 @@
 #include "tutti/comm/communicator.hpp"
 #include "tutti/kernels/stream.hpp"
 #include "tutti/kernels/tensor.hpp"
+#include "tutti/train/adam_moments.hpp"
 #include "tutti/train/expert_executor.hpp"
 #include "tutti/train/mla_attention.hpp"
 #include "tutti/model/param_layout.hpp"
@@ -282,7 +283,7 @@ private:
   std::vector<norm_piece> norm_pieces_;
   int64_t heads_ = 0, kv_heads_ = 0; // attention heads this TP rank computes
   tensor<float> params_, grads_;
-  tensor<float> m_, v_; // AdamW moments of [opt_first_, + opt_count_)
+  adam_moments moments_; // AdamW's, of [opt_first_, + opt_count_)
   int64_t opt_first_ = 0, opt_count_ = 0;
   bool sharded_ = false; // train.optimizer_sharding over more than one rank
   tensor<float> router_bias_; // [layers, experts]; selection only
