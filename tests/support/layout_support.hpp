@@ -126,6 +126,22 @@ inline job_series train_series(const std::filesystem::path& dir,
           r.output};
 }
 
+// `first` trained for 15 steps in dir/NAME, then `then` (the same run
+// directory, 30 steps) resuming its checkpoint: the resumed run's series,
+// which must say it resumed after step 15.
+inline job_series resumed_series(const std::filesystem::path& dir,
+                                 const std::string& name,
+                                 const std::string& first,
+                                 const std::string& then) {
+  auto before = train_series(dir, name, first);
+  REQUIRE(before.loss.size() == 15);
+  auto after = train_series(dir, name, then);
+  INFO(name << ": " << after.output);
+  REQUIRE(after.loss.size() == 30);
+  CHECK(after.output.find("resuming after step 15") != std::string::npos);
+  return after;
+}
+
 // The largest relative difference of b from a, step by step (same length).
 inline double worst_relative(const std::vector<double>& a,
                              const std::vector<double>& b) {

@@ -73,6 +73,19 @@ __global__ void adamw_kernel(const T* param, const T* grad, const T* m,
   }
 }
 
+adamw_consts adamw_consts_of(double lr, double beta1, double beta2,
+                             double eps, double weight_decay, int64_t step,
+                             double grad_scale) {
+  return {lr,
+          beta1,
+          beta2,
+          eps,
+          1.0 - std::pow(beta1, double(step)),
+          1.0 - std::pow(beta2, double(step)),
+          1.0 - lr * weight_decay,
+          grad_scale};
+}
+
 // The same step on moments stored as bfloat16 bits: widened exactly, the
 // update in double, rounded back to nearest even (NaN kept quiet).
 __device__ inline uint16_t bf16_round(float x) {
@@ -144,14 +157,8 @@ void adamw_step_into(const stream& s, const T* param, const T* grad, const T* m,
                      double weight_decay, int64_t step, double grad_scale) {
   if (n == 0)
     return;
-  const adamw_consts a{lr,
-                       beta1,
-                       beta2,
-                       eps,
-                       1.0 - std::pow(beta1, double(step)),
-                       1.0 - std::pow(beta2, double(step)),
-                       1.0 - lr * weight_decay,
-                       grad_scale};
+  const auto a = adamw_consts_of(lr, beta1, beta2, eps, weight_decay, step,
+                                 grad_scale);
   adamw_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(
     param, grad, m, v, param_out, m_out, v_out, n, a);
   TUTTI_CUDA_LAUNCH_CHECK();
@@ -174,14 +181,8 @@ void adamw_step_bf16_moments(const stream& s, const float* param,
                              double grad_scale) {
   if (n == 0)
     return;
-  const adamw_consts a{lr,
-                       beta1,
-                       beta2,
-                       eps,
-                       1.0 - std::pow(beta1, double(step)),
-                       1.0 - std::pow(beta2, double(step)),
-                       1.0 - lr * weight_decay,
-                       grad_scale};
+  const auto a = adamw_consts_of(lr, beta1, beta2, eps, weight_decay, step,
+                                 grad_scale);
   adamw_bf16_kernel<<<grid_for(n), kThreads, 0, raw(s)>>>(
     param, grad, m, v, param_out, m_out, v_out, n, a);
   TUTTI_CUDA_LAUNCH_CHECK();
