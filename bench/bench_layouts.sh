@@ -68,18 +68,21 @@ run:
 EOF
 }
 
-names=(dp2_ep2 dp2_m4 dp2_sharded dp2_recompute_selective dp2_recompute_full tp2 pp2_m4
-  dp4_ep4 tp2_pp2_m4)
+names=(dp2_ep2 dp2_m4 dp2_sharded dp2_moments_bf16 dp2_recompute_selective
+  dp2_recompute_full tp2 pp2_m4 pp2_v2_m4 dp4_ep4 tp2_pp2_m4)
 declare -A cluster train world
 for name in "${names[@]}"; do world[$name]=2; done
 world[dp4_ep4]=4; world[tp2_pp2_m4]=4
 cluster[dp2_ep2]="  ep_size: 2";             train[dp2_ep2]=""
 cluster[dp2_m4]="  ep_size: 2";              train[dp2_m4]="  micro_batches: 4"
 cluster[dp2_sharded]="  ep_size: 2";         train[dp2_sharded]="  optimizer_sharding: true"
+cluster[dp2_moments_bf16]="  ep_size: 2";    train[dp2_moments_bf16]="  precision: {moments: bf16}"
 cluster[dp2_recompute_selective]="  ep_size: 2"; train[dp2_recompute_selective]="  recompute: selective"
 cluster[dp2_recompute_full]="  ep_size: 2";  train[dp2_recompute_full]="  recompute: full"
 cluster[tp2]="  tensor_model_parallel_size: 2"; train[tp2]=""
 cluster[pp2_m4]="  pipeline_model_parallel_size: 2"; train[pp2_m4]="  micro_batches: 4"
+cluster[pp2_v2_m4]="  pipeline_model_parallel_size: 2
+  pipeline_virtual_stages: 2"; train[pp2_v2_m4]="  micro_batches: 4"
 cluster[dp4_ep4]="  ep_size: 4";             train[dp4_ep4]=""
 cluster[tp2_pp2_m4]="  tensor_model_parallel_size: 2
   pipeline_model_parallel_size: 2"; train[tp2_pp2_m4]="  micro_batches: 4"

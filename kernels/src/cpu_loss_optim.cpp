@@ -6,7 +6,6 @@
 // the step's denominator is float: cpu_vector.cpp).
 
 #include "backends.hpp"
-#include "bf16_pairs.hpp"
 #include "cpu_vector.hpp"
 
 #include <algorithm>
@@ -107,28 +106,11 @@ void adamw_step_bf16_moments(const stream& s, const float* param,
                              double lr, double beta1, double beta2, double eps,
                              double weight_decay, int64_t step,
                              double grad_scale) {
-  // In blocks through float moments, so the float step's loop (and its
-  // bits) serves both: in place where the parameters are (the float loop
-  // takes all in place or nothing aliased).
-  constexpr int64_t block = 1024;
-  float wide_m[block], wide_v[block], new_m[block], new_v[block];
-  const bool in_place = param == param_out;
-  float* to_m = in_place ? wide_m : new_m;
-  float* to_v = in_place ? wide_v : new_v;
-  for (int64_t at = 0; at < n; at += block) {
-    const int64_t count = std::min(block, n - at);
-    for (int64_t i = 0; i < count; ++i) {
-      wide_m[i] = float_of_bits(uint32_t{m[at + i]} << 16);
-      wide_v[i] = float_of_bits(uint32_t{v[at + i]} << 16);
-    }
-    cpu::adamw_step_into<float>(s, param + at, grad + at, wide_m, wide_v,
-                                param_out + at, to_m, to_v, count, lr, beta1,
-                                beta2, eps, weight_decay, step, grad_scale);
-    for (int64_t i = 0; i < count; ++i) {
-      m_out[at + i] = bf16_bits(to_m[i]);
-      v_out[at + i] = bf16_bits(to_v[i]);
-    }
-  }
+  (void)s; // the CPU's work is synchronous
+  vector::adamw_bf16_moments(param, grad, m, v, param_out, m_out, v_out, n,
+                             lr, beta1, beta2, eps, 1.0 - lr * weight_decay,
+                             1.0 - std::pow(beta1, double(step)),
+                             1.0 - std::pow(beta2, double(step)), grad_scale);
 }
 
 #define TUTTI_OPS_FAMILY TUTTI_OPS_LOSS_OPTIM

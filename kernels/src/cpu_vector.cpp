@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "bf16_pairs.hpp"
+
 namespace tutti::kernels::cpu::vector {
 
 namespace {
@@ -181,7 +183,31 @@ void adamw_out_of_place(const adamw_consts& c, const float* __restrict param,
     adamw_element(c, param[i], grad[i], m[i], v[i], param_out[i], m_out[i],
                   v_out[i]);
 }
+TUTTI_CPU_CLONES
+void adamw_bf16_loop(const adamw_consts& c, const float* param,
+                     const float* grad, const uint16_t* m, const uint16_t* v,
+                     float* param_out, uint16_t* m_out, uint16_t* v_out,
+                     int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float p, mi, vi;
+    adamw_element(c, param[i], grad[i], float_of_bits(uint32_t{m[i]} << 16),
+                  float_of_bits(uint32_t{v[i]} << 16), p, mi, vi);
+    param_out[i] = p;
+    m_out[i] = bf16_bits(mi);
+    v_out[i] = bf16_bits(vi);
+  }
+}
 } // namespace
+
+void adamw_bf16_moments(const float* param, const float* grad,
+                        const uint16_t* m, const uint16_t* v, float* param_out,
+                        uint16_t* m_out, uint16_t* v_out, int64_t n, double lr,
+                        double beta1, double beta2, double eps, double decay,
+                        double bc1, double bc2, double grad_scale) {
+  const adamw_consts c{lr,    beta1,     beta2,     eps,
+                       decay, 1.0 / bc1, 1.0 / bc2, grad_scale};
+  adamw_bf16_loop(c, param, grad, m, v, param_out, m_out, v_out, n);
+}
 
 void adamw(const float* param, const float* grad, const float* m,
            const float* v, float* param_out, float* m_out, float* v_out,

@@ -81,4 +81,13 @@ void adamw(const float* param, const float* grad, const float* m,
            int64_t n, double lr, double beta1, double beta2, double eps,
            double decay, double bc1, double bc2, double grad_scale);
 
+// The same update on moments stored as bfloat16 bits: widened exactly,
+// updated as above, rounded back to nearest even (bf16_pairs.hpp). Each
+// output may be its input.
+void adamw_bf16_moments(const float* param, const float* grad,
+                        const uint16_t* m, const uint16_t* v, float* param_out,
+                        uint16_t* m_out, uint16_t* v_out, int64_t n, double lr,
+                        double beta1, double beta2, double eps, double decay,
+                        double bc1, double bc2, double grad_scale);
+
 } // namespace tutti::kernels::cpu::vector
