@@ -20,7 +20,9 @@
 #   bench/bench_pipeline.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_pipeline), STEPS (12), MICRO ("4 8"),
 #        VIRTUAL ("1 2 4"), LAYERS (8), HIDDEN (128; the experts' width
-#        twice it), BATCH (32 sequences of 64 tokens a step)
+#        twice it), BATCH (32 sequences of 64 tokens a step), KEEP
+#        (train.keep_expert_activations: false runs the experts' forward
+#        again before most backwards, true keeps one per micro-batch)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +35,7 @@ virtual=${VIRTUAL:-"1 2 4"}
 layers=${LAYERS:-8}
 hidden=${HIDDEN:-128}
 batch=${BATCH:-32}
+keep=${KEEP:-false}
 rm -rf "$out" && mkdir -p "$out"
 "$tutti" data synth --out "$out/data" --vocab 256 --seed 5 --tokens 400000 >/dev/null
 
@@ -62,6 +65,7 @@ train:
   steps: $steps
   global_batch_size: $batch
   micro_batches: $2
+  keep_expert_activations: $keep
   seq_len: 64
   lr: 0.001
   warmup_steps: 2

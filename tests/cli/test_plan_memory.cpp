@@ -13,7 +13,8 @@
 // keeps two micro-batches' activations, stage 1 one, and stage 0
 // receives stage 1's layers for the checkpoint; the same interleaved (two
 // chunks of one layer a stage: four micro-batches in flight on stage 0),
-// and (DP2·EP2) with the AdamW moments stored in bf16.
+// and with the shards keeping each micro-batch's expert forward, and
+// (DP2·EP2) with the AdamW moments stored in bf16.
 //
 // The plan counts every rank's checkpoint copies at once: the peak when
 // the node's writer is slower than the ranks' snapshots. A fast writer may
@@ -128,7 +129,9 @@ TEST_CASE("the plan's memory per rank matches the measured peak within 10%",
         std::pair{"dp2_recompute_full", "  recompute: full\n"},
         std::pair{"dp2_moments_bf16", "  precision: {moments: bf16}\n"},
         std::pair{"tp2", ""}, std::pair{"pp2", "  micro_batches: 4\n"},
-        std::pair{"pp2_interleaved", "  micro_batches: 4\n"}}) {
+        std::pair{"pp2_interleaved", "  micro_batches: 4\n"},
+        std::pair{"pp2_keep", "  micro_batches: 4\n"
+                              "  keep_expert_activations: true\n"}}) {
     auto text = sized(config(name, keys));
     if (std::string(name) == "tp2")
       text = two_ranks_as(text, "tensor_model_parallel_size");

@@ -15,6 +15,9 @@
 //   stage 1; node 1's daemon is killed with SIGKILL and started again.
 // - (PP2·DP2) with interleaved stages (4 layers, 2 chunks a stage): node
 //   1's daemon is killed with SIGKILL and started again.
+// - (PP2·DP2) with train.keep_expert_activations: a stage-0 expert shard
+//   killed restarts in place (no checkpoint recovery), its micro-batches'
+//   saved forwards rebuilt by the replay.
 // Each job has 2 micro-batches a step (1F1B) and recovers from its
 // checkpoint with the losses of the fault-free run of the same config
 // (`tutti run`, one process), bit for bit: a two-member sum is the same
@@ -54,6 +57,25 @@ TEST_CASE("a killed daemon of an interleaved PP2 job rejoins and training "
     write_text(file, text);
   }
   check_node1_kill_recovers(job);
+}
+
+TEST_CASE("an expert shard killed under PP with the experts' activations "
+          "kept restarts in place with the fault-free losses",
+          "[pp_expert_restart_keep]") {
+  fault_job job("fault_pp_expert_restart_keep", 120, 117);
+  // PP2·DP2, 2 micro-batches in flight on stage 0, each with its own saved
+  // expert forward: the restarted shard gets them back from the replay.
+  make_model_parallel(job, 4, "pipeline_model_parallel_size",
+                      "  micro_batches: 2\n  keep_expert_activations: true\n");
+  auto nodes = job.start_after_reference();
+  job.wait_for_random_step(5, 30);
+  job.inject("kill_expert --rank 1"); // stage 0, data-parallel index 1
+  fault_job::check_finished(nodes);
+  auto log = job.node_logs();
+  INFO(log);
+  CHECK(log.find("restarted in place") != std::string::npos);
+  CHECK(log.find("recovered: epoch") == std::string::npos);
+  job.check_losses();
 }
 
 TEST_CASE("a PP2 rank killed in its daemon recovers from the checkpoint",

@@ -7,7 +7,9 @@
 //   (PP2·DP2, v 2) the (DP2·EP2) run's: each parameter lives on one stage
 //   and accumulates its micro-batches' gradients in the same order. Their
 //   checkpoints (each tensor taken from the stage holding it) export to
-//   the world-1 and (DP2·EP2) models.
+//   the world-1 and (DP2·EP2) models. With train.keep_expert_activations
+//   (the shards keep each micro-batch's forward instead of running it
+//   again) the same bits, interleaved and plain.
 // - (TP2·PP2·DP2, v 2) with the distributed optimizer and full
 //   recomputation gives plain 1F1B's (v 1) bits.
 // - An interleaved checkpoint resumes on world 1 to the bit and on
@@ -64,6 +66,17 @@ TEST_CASE("interleaved stages give the losses of world 1 to the bit",
   check_same_bits(dp2, pp2dp2, "PP2·DP2 v2 against DP2");
   CHECK(exported_model(job.dir / "pp2dp2v2", 30)
         == exported_model(job.dir / "dp2", 30));
+  // The expert shards keeping each micro-batch's forward instead of
+  // running it again: the same bits, interleaved or not.
+  const std::string keep = "  keep_expert_activations: true\n";
+  check_same_bits(world1,
+                  train_series(job.dir, "pp2v2_keep",
+                               chunked(job, "pp2v2_keep", 2, 2, 2, 30, keep)),
+                  "PP2 v2 keeping the experts' activations");
+  check_same_bits(dp2,
+                  train_series(job.dir, "pp2dp2_keep",
+                               chunked(job, "pp2dp2_keep", 4, 2, 1, 30, keep)),
+                  "PP2·DP2 keeping the experts' activations");
 }
 
 TEST_CASE("TP2·PP2·DP2 interleaved, sharded and recomputed, gives plain "

@@ -209,7 +209,11 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
   row("activations", bytes_text(mem.activations),
       bytes_text(mem.activations_micro) + " per micro-batch x "
         + count_text(mem.in_flight) + " in flight"
-        + (mem.in_flight > 1 ? " (the experts' saved rows once)" : "")
+        + (mem.in_flight <= 1 ? ""
+           : cfg.train.keep_expert_activations
+               && layout.recompute != recompute_mode::full
+             ? " (the experts' saved rows with each)"
+             : " (the experts' saved rows once)")
         + ", recompute "
         + to_string(layout.recompute));
   if (mem.rows_half_again > 0)

@@ -40,8 +40,16 @@ bool shares_expert_tiles(const job_config& cfg, int device) {
 
 expert_ffn::expert_ffn(int64_t layers, int64_t experts, int64_t hidden,
                        int64_t intermediate)
-  : experts_(experts), hidden_(hidden), intermediate_(intermediate),
-    saved_(layers) {}
+  : layers_(layers), experts_(experts), hidden_(hidden),
+    intermediate_(intermediate) {
+  use_slot(0);
+}
+
+void expert_ffn::use_slot(int64_t slot) {
+  slot_ = static_cast<size_t>(slot);
+  while (saved_.size() <= slot_)
+    saved_.emplace_back(static_cast<size_t>(layers_));
+}
 
 void expert_ffn::run_tiles(
   const std::vector<std::function<void()>>& tiles) const {
@@ -56,7 +64,7 @@ void expert_ffn::run_tiles(
 void expert_ffn::forward(const k::stream& s, int64_t layer,
                          const expert_block& w, const float* x,
                          const int64_t* rows, float* y, bool append) {
-  auto& sv = saved_[layer];
+  auto& sv = saved_[slot_][layer];
   const int64_t m = std::accumulate(rows, rows + experts_, int64_t{0});
   const int64_t m0 = append ? static_cast<int64_t>(sv.x.size()) / hidden_
                             : int64_t{0};
@@ -104,7 +112,7 @@ void expert_ffn::forward(const k::stream& s, int64_t layer,
 void expert_ffn::backward(const k::stream& s, int64_t layer,
                           const expert_block& w, const float* dy, float* dx,
                           const int64_t* rows, int64_t first_row) {
-  auto& sv = saved_[layer];
+  auto& sv = saved_[slot_][layer];
   if (rows == nullptr) {
     rows = sv.rows.data();
     first_row = 0;

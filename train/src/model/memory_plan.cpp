@@ -129,6 +129,8 @@ stage_model::stage_model(const job_config& cfg, const parallel_layout& l,
   moments_ = 2 * size(p.moments);
   act_ = params_;
   restart_ = cfg.expert_restart_in_place();
+  keep_experts_ = cfg.train.keep_expert_activations
+                  && l.recompute != recompute_mode::full;
   const double d = x_.d, n = x_.n, nd = n * d;
   // No sequence parallelism: every TP rank holds the whole [tokens,
   // hidden] activations and runs the norms on all of them. The attention
@@ -183,14 +185,16 @@ stage_memory stage_model::at(int64_t stage, double layers, double dense,
   // 1F1B: stage s keeps up to min(pp - s, m) micro-batches in flight (the
   // interleaved schedule more: pipeline_order.hpp), each its layers'
   // activations and each chunk's output but the last stage's last. The
-  // expert shard keeps a layer's last forward only.
+  // expert shard keeps a layer's last forward only, or one for each
+  // micro-batch in flight (train.keep_expert_activations).
   s.in_flight = static_cast<double>(micro_batches_in_flight(
     l_.pp, l_.virtual_stages, l_.micro_batches, stage));
   const double outputs = static_cast<double>(l_.virtual_stages - (last ? 1 : 0));
   const double kept = layers * per_layer_ + outputs * nd;
   const double shard_saved = layers * x.recv * (d + 3 * x.f);
+  const double shard_copies = keep_experts_ ? s.in_flight : 1;
   s.micro = (kept + shard_saved) * act_;
-  s.activations = (s.in_flight * kept + shard_saved) * act_;
+  s.activations = (s.in_flight * kept + shard_copies * shard_saved) * act_;
   // The final norm, LM head logits and loss buffers are sized on every
   // stage; the logits' gradient only where the loss is, the last stage.
   const double head = 2 * nd + 2 * n + n * x.v

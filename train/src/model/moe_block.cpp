@@ -177,7 +177,9 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
     clock));
   const int64_t recv_rows = a.exchange.recv_rows;
   a.y_rows.resize(stream_, std::max<int64_t>(a.rows, 1) * d);
-  if (slots_.size() > 1) // a later forward may come before this backward
+  // A later forward may come before this backward, unless the shard keeps
+  // each slot's.
+  if (slots_.size() > 1 && !keeps_expert_activations())
     a.expert_in.assign(
       stream_, dexp_in_.data(),
       static_cast<size_t>(std::max<int64_t>(recv_rows, 1) * d));
@@ -218,7 +220,7 @@ status rank_model::moe_forward(int64_t l, int64_t n, step_stats* stats,
 // kernels on the same rows: the same saved values, bit for bit).
 status rank_model::restore_expert_forward(int64_t l, layer_acts& a,
                                           step_timers& time) {
-  if (expert_forward_of_[l] == micro_)
+  if (expert_forward_of_[l] == micro_ || keeps_expert_activations())
     return {};
   TUTTI_RETURN_IF_ERROR(experts_.forward_chunks(
     l, a.expert_in.data(), dexp_out_.data(), cfg_.model.hidden_size,

@@ -101,6 +101,7 @@ private:
   shapes x_;
   double params_ = 4, grads_ = 4, master_ = 0, moments_ = 8, act_ = 4;
   bool restart_ = false, tiled_ = false;
+  bool keep_experts_ = false; // train.keep_expert_activations, in effect
   double probs_ = 0, per_layer_ = 0, shared_ = 0, scratch_ = 0;
   double dispatch_ = 0;
 };

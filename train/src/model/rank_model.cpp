@@ -232,6 +232,8 @@ std::string rank_model::layer_name(int64_t l, const char* suffix) const {
 void rank_model::use_slot(int64_t i) {
   const auto next = static_cast<int64_t>(i
                                          % static_cast<int64_t>(slots_.size()));
+  // Kept, the expert shard holds each slot's forward for its backward.
+  experts_.use_slot(keeps_expert_activations() ? next : 0);
   if (next == slot_)
     return;
   auto park = [&](slot& s) {

@@ -294,6 +294,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
                        ? std::string()
                        : std::exchange(st.fault, std::string());
         timed(st, *task, [&] {
+          st.ffn->use_slot(task->slot);
           st.ffn->forward(st.stream, task->layer, st.block(task->layer),
                           task->input, task->rows_per_expert, task->output,
                           task->append);
@@ -311,6 +312,7 @@ expert_shard_actor::behavior_type expert_shard(shard_pointer self,
       return guarded(self, [&] {
         auto& st = self->state;
         timed(st, *task, [&] {
+          st.ffn->use_slot(task->slot);
           st.ffn->backward(st.stream, task->layer, st.block(task->layer),
                            task->input, task->output, task->rows_per_expert,
                            task->first_row);

@@ -102,6 +102,7 @@ expert_task_ptr shard_executor::make_task(const logged_task& t,
   task->append = t.append;
   task->last_chunk = t.last_chunk;
   task->first_row = t.first_row;
+  task->slot = t.slot;
   return task;
 }
 
@@ -131,6 +132,7 @@ void shard_executor::log_task(bool forward, int64_t layer, const float* in,
   t.last_chunk = true;
   t.first_row = first_row;
   t.layer = layer;
+  t.slot = slot();
   t.borrowed = replayable_ ? nullptr : in;
   if (replayable_)
     t.input.assign(stream_, in, static_cast<size_t>(m * hidden_));

@@ -74,6 +74,7 @@ private:
     const float* borrowed = nullptr; // else the rank's buffer
     std::vector<int64_t> rows_per_expert;
     int64_t rows = 0;
+    int64_t slot = 0;
   };
 
   logged_task& next_entry();

@@ -263,6 +263,7 @@ struct train_config {
   bool optimizer_sharding = false;
   precision_config precision;
   tutti::recompute_mode recompute = tutti::recompute_mode::none;
+  bool keep_expert_activations = false; // per micro-batch in flight (PP)
   int64_t eval_interval = 0;
   int64_t eval_sequences = 0;
   int64_t log_interval = 1;
@@ -308,6 +309,14 @@ void visit_fields(Visitor& v, train_config& c) {
   v.field("recompute", c.recompute,
           "activations backward recomputes instead of keeping: none, "
           "selective (attention core) or full (each layer from its input); "
+          "same results to the bit",
+          not_fingerprinted);
+  v.field("keep_expert_activations", c.keep_expert_activations,
+          "pipeline parallelism: the expert shard keeps each micro-batch in "
+          "flight's saved forward for its backward (faster; `tutti plan` "
+          "counts the memory) instead of running the experts' forward again "
+          "before a backward whose micro-batch is not the layer's last "
+          "forward (every stage but the last); moot with recompute full; "
           "same results to the bit",
           not_fingerprinted);
   v.field("eval_interval", c.eval_interval,

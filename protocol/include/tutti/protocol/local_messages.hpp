@@ -25,6 +25,9 @@ struct expert_task {
   bool append = false;   // forward: a later chunk of the same layer
   bool last_chunk = true; // the layer's last (or only) chunk
   int64_t first_row = 0; // backward of a chunk
+  // Which of the micro-batches in flight (pipeline parallelism): the
+  // shard keeps each one's saved forward for its backward.
+  int64_t slot = 0;
   double seconds = 0;    // out: the shard's time on it (set before replying)
 };
 using expert_task_ptr = std::shared_ptr<expert_task>;

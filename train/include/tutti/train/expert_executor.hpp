@@ -16,6 +16,12 @@ class expert_executor {
 public:
   virtual ~expert_executor() = default;
 
+  // The micro-batch in flight the next calls are for (pipeline
+  // parallelism keeps several): the experts keep each slot's last forward
+  // of each layer for its backward.
+  void use_slot(int64_t slot) { slot_ = slot; }
+  int64_t slot() const { return slot_; }
+
   // x: m rows in expert-major order, rows[j] for local expert j; y: [m, D].
   // `append`: these rows follow the previous forward's of the same layer
   // (a later chunk; experts in increasing order), and backward covers both.
@@ -46,6 +52,9 @@ public:
                                  const std::vector<std::vector<int64_t>>& rows,
                                  const std::function<status(size_t)>& ready,
                                  double& overlapped_s);
+
+private:
+  int64_t slot_ = 0;
 };
 
 // How many chunks a layer's combine goes in: moe_config.combine_chunks, at

@@ -45,6 +45,9 @@ public:
   // With tiles, run them through the process's idle_core_pool, so that a
   // rank waiting in an exchange computes some of them (the same bits).
   void share_idle_cores(bool on) { share_cores_ = on; }
+  // Which micro-batch in flight the next forward and backward are for:
+  // each slot keeps its own saved forward of every layer.
+  void use_slot(int64_t slot);
 
   // rows[j] (host memory) rows of x belong to local expert j, in order. y
   // is [sum rows, D]. x, y and the weights are in s's device memory.
@@ -69,9 +72,10 @@ private:
     std::vector<int64_t> rows;
     kernels::tensor<float> x, a, b, h;
   };
-  int64_t experts_, hidden_, intermediate_;
+  int64_t layers_, experts_, hidden_, intermediate_;
   bool tiles_ = false, share_cores_ = false;
-  std::vector<saved> saved_;
+  std::vector<std::vector<saved>> saved_; // [slot][layer]
+  size_t slot_ = 0;
   kernels::tensor<float> dh_, da_, db_, dx_tmp_;
 };
 

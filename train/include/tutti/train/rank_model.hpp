@@ -189,6 +189,12 @@ private:
                        float* recv, int64_t count, step_timers& time);
   // Makes micro-batch i's activations (slot i % slots) the current ones.
   void use_slot(int64_t i);
+  // train.keep_expert_activations where it changes anything: the expert
+  // shard keeps a forward per slot, and nothing is run again.
+  bool keeps_expert_activations() const {
+    return cfg_.train.keep_expert_activations && slots_.size() > 1
+           && cfg_.train.recompute != recompute_mode::full;
+  }
   // Before backward: when the expert shard's saved forward of layer l is
   // another micro-batch's, runs the experts again on this one's rows.
   status restore_expert_forward(int64_t l, layer_acts& a, step_timers& time);
