@@ -103,6 +103,8 @@ int print_search(const job_config& cfg, const train::hardware& hw,
                       {"micro_batches", c.layout.micro_batches},
                       {"recompute", to_string(c.layout.recompute)},
                       {"optimizer_sharding", c.layout.optimizer_sharding},
+                      {"keep_expert_activations",
+                       c.layout.keep_expert_activations},
                       {"memory_bytes", whole(c.memory.total)},
                       {"step_s", c.step.step_s},
                       {"compute_s", c.step.compute_s},
@@ -125,24 +127,32 @@ int print_search(const job_config& cfg, const train::hardware& hw,
               cfg.cluster.device_memory_gb, found.size(),
               static_cast<long long>(considered), hw.device_tflops,
               hw.intra_node_gbps, hw.inter_node_gbps);
-  std::printf("  %3s %3s %2s %4s %5s %4s %-9s %-7s %10s %10s %7s %10s\n",
+  std::printf("  %3s %3s %2s %4s %5s %4s %-14s %-7s %10s %10s %7s %10s\n",
               "TP", "PP", "V", "EP", "DP", "m", "recompute", "optim",
               "memory", "step", "bubble", "exposed");
   for (size_t i = 0; i < found.size() && i < top; ++i) {
     const auto& c = found[i];
     const auto& l = c.layout;
-    std::printf("  %3lld %3lld %2lld %4lld %5lld %4lld %-9s %-7s %10s %10s "
+    std::printf("  %3lld %3lld %2lld %4lld %5lld %4lld %-14s %-7s %10s %10s "
                 "%6.1f%% %10s\n",
                 static_cast<long long>(l.tp), static_cast<long long>(l.pp),
                 static_cast<long long>(l.virtual_stages),
                 static_cast<long long>(l.ep), static_cast<long long>(l.dp),
                 static_cast<long long>(l.micro_batches),
-                to_string(l.recompute),
+                (to_string(l.recompute)
+                 + std::string(l.keep_expert_activations ? "+keep" : ""))
+                  .c_str(),
                 l.optimizer_sharding ? "sharded" : "whole",
                 gib(c.memory.total).c_str(),
                 seconds_text(c.step.step_s).c_str(), 100 * c.step.bubble,
                 seconds_text(c.step.exposed_comm_s).c_str());
   }
+  bool kept = false;
+  for (size_t i = 0; i < found.size() && i < top; ++i)
+    kept = kept || found[i].layout.keep_expert_activations;
+  if (kept)
+    std::printf("+keep: the experts' activations kept per micro-batch in "
+                "flight (train.keep_expert_activations), none run again\n");
   if (cfg.expert_restart_in_place())
     std::printf("counted: the experts' second set and the replay log of "
                 "restart in place (supervision.expert_shard.max_restarts: 0 "

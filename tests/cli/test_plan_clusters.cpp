@@ -322,3 +322,38 @@ TEST_CASE("bf16 training state is refused at job start, naming the key",
   CHECK(planned.r.status == 0);
   CHECK(planned.r.output.find("params bf16") != std::string::npos);
 }
+
+TEST_CASE("the layout search weighs the experts' replay under PP against "
+          "keeping their activations",
+          "[unit]") {
+  auto dir = scratch("plan_clusters_keep");
+  auto text = read_text(source_dir() + "/configs/quickstart.yaml");
+  text = replace_once(text, "  num_hidden_layers: 2\n",
+                      "  num_hidden_layers: 4\n");
+  write_text(dir / "quick.yaml", text);
+  const auto j =
+    plan_json((dir / "quick.yaml").string() + " --search --top 100000");
+  // The same layout with and without kept activations: the kept one holds
+  // more and, with the replayed forwards gone, steps faster.
+  int pairs = 0;
+  for (const auto& kept : j["layouts"]) {
+    if (!kept["keep_expert_activations"].get<bool>())
+      continue;
+    for (const auto& plain : j["layouts"]) {
+      bool same = !plain["keep_expert_activations"].get<bool>();
+      for (const char* key : {"tp", "pp", "pipeline_virtual_stages", "ep",
+                              "dp", "micro_batches", "recompute",
+                              "optimizer_sharding", "pipeline_layers"})
+        same = same && plain[key] == kept[key];
+      if (!same)
+        continue;
+      ++pairs;
+      CHECK(kept["pp"].get<int64_t>() > 1);
+      CHECK(kept["recompute"] != "full");
+      CHECK(kept["memory_bytes"].get<double>()
+            > plain["memory_bytes"].get<double>());
+      CHECK(kept["compute_s"].get<double>() < plain["compute_s"].get<double>());
+    }
+  }
+  CHECK(pairs > 0);
+}

@@ -45,8 +45,14 @@ step_estimate estimate(const job_config& cfg, const parallel_layout& l,
     flops *= 4.0 / 3;
   else if (l.recompute == recompute_mode::selective)
     flops *= 1 + attention_share / 3;
-  e.compute_s = flops / (hw.device_tflops * 1e12);
   const double p = l.pp, m = l.micro_batches, v = l.virtual_stages;
+  // Under PP the shard keeps one saved forward per layer unless told to
+  // keep one per micro-batch: all but about one backward per chunk run the
+  // experts' forward (2 x 3 d f per row) again first.
+  if (p > 1 && !l.keep_expert_activations
+      && l.recompute != recompute_mode::full)
+    flops += layers_max * x.recv * 6 * x.d * x.f * (m - 1);
+  e.compute_s = flops / (hw.device_tflops * 1e12);
   e.bubble = (p - 1) / (v * m + p - 1);
   const double pipelined = e.compute_s / (1 - e.bubble);
 
@@ -181,17 +187,28 @@ std::vector<layout_choice> search_layouts(const job_config& cfg,
               out.push_back({l, mem, estimate(cfg, l, hw, plan)});
               // Interleaved stages: a smaller bubble for more activations
               // in flight and more exchanges (run on the CPU only yet).
+              std::vector<parallel_layout> variants{l};
               if (pp > 1 && !uneven(l.stage_layers) && micro % pp == 0
                   && cfg.cluster.device == compute_device::cpu)
                 for (int64_t v = 2; v <= 4 && layers % (pp * v) == 0;
                      v *= 2) {
-                  parallel_layout chunked = l;
-                  chunked.virtual_stages = v;
-                  auto held = plan_memory(cfg, chunked);
-                  if (held.total <= budget)
-                    out.push_back(
-                      {chunked, held, estimate(cfg, chunked, hw, plan)});
+                  variants.push_back(l);
+                  variants.back().virtual_stages = v;
                 }
+              // Each also keeping the experts' activations (no replayed
+              // forwards, more memory).
+              if (pp > 1 && micro > 1 && rc != recompute_mode::full)
+                for (size_t i = 0, n = variants.size(); i < n; ++i) {
+                  variants.push_back(variants[i]);
+                  variants.back().keep_expert_activations = true;
+                }
+              for (size_t i = 1; i < variants.size(); ++i) {
+                ++considered;
+                auto held = plan_memory(cfg, variants[i]);
+                if (held.total <= budget)
+                  out.push_back({variants[i], held,
+                                 estimate(cfg, variants[i], hw, plan)});
+              }
             }
         }
       }
@@ -210,6 +227,7 @@ std::string layout_text(const parallel_layout& l) {
          + (l.virtual_stages > 1
               ? " interleaved x" + std::to_string(l.virtual_stages)
               : "")
+         + (l.keep_expert_activations ? " keeping expert activations" : "")
          + " EP" + std::to_string(l.ep) + " DP" + std::to_string(l.dp) + " m"
          + std::to_string(l.micro_batches) + " recompute "
          + to_string(l.recompute)
@@ -234,6 +252,8 @@ std::string layout_keys_text(const job_config& cfg, const parallel_layout& l) {
          + "}, train: {micro_batches: " + std::to_string(l.micro_batches)
          + ", recompute: " + to_string(l.recompute) + ", optimizer_sharding: "
          + (l.optimizer_sharding ? "true" : "false")
+         + (l.keep_expert_activations ? ", keep_expert_activations: true"
+                                      : "")
          + (mixed ? std::string(", precision: {params: ") + to_string(p.params)
                       + ", grads: " + to_string(p.grads)
                       + ", master_weights: " + to_string(p.master_weights)

@@ -86,6 +86,7 @@ parallel_layout layout_of(const job_config& cfg) {
   l.optimizer_sharding = cfg.train.optimizer_sharding && l.dp > 1;
   l.stage_layers = cfg.stage_layer_counts();
   l.virtual_stages = c.pipeline_virtual_stages;
+  l.keep_expert_activations = cfg.train.keep_expert_activations;
   return l;
 }
 
@@ -129,7 +130,7 @@ stage_model::stage_model(const job_config& cfg, const parallel_layout& l,
   moments_ = 2 * size(p.moments);
   act_ = params_;
   restart_ = cfg.expert_restart_in_place();
-  keep_experts_ = cfg.train.keep_expert_activations
+  keep_experts_ = l.keep_expert_activations
                   && l.recompute != recompute_mode::full;
   const double d = x_.d, n = x_.n, nd = n * d;
   // No sequence parallelism: every TP rank holds the whole [tokens,

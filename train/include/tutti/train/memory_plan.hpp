@@ -44,6 +44,7 @@ struct parallel_layout {
   bool optimizer_sharding = false;
   std::vector<int64_t> stage_layers; // layers per stage; empty = equal
   int64_t virtual_stages = 1; // model chunks per stage (interleaved 1F1B)
+  bool keep_expert_activations = false; // train.keep_expert_activations
 };
 
 // The layout a config asks for.
