@@ -25,9 +25,27 @@ node_address cluster_config::node(int64_t rank) const {
   return {host, coordinator_port() + 1 + rank, ""};
 }
 
+std::vector<int64_t> job_config::chunk_layer_counts() const {
+  const auto& cl = cluster;
+  const int64_t chunks = pp_size() * cl.pipeline_virtual_stages;
+  if (cl.pipeline_virtual_stages == 1)
+    return stage_layer_counts();
+  if (!cl.pipeline_layers.empty())
+    return cl.pipeline_layers;
+  return std::vector<int64_t>(static_cast<size_t>(chunks),
+                              model.num_hidden_layers / chunks);
+}
+
 std::vector<int64_t> job_config::stage_layer_counts() const {
   const auto& cl = cluster;
   const int64_t stages = pp_size();
+  if (cl.pipeline_virtual_stages > 1) { // each stage's chunks, summed
+    const auto chunks = chunk_layer_counts();
+    std::vector<int64_t> out(static_cast<size_t>(stages), 0);
+    for (size_t k = 0; k < chunks.size(); ++k)
+      out[k % static_cast<size_t>(stages)] += chunks[k];
+    return out;
+  }
   if (!cl.pipeline_layers.empty())
     return cl.pipeline_layers;
   std::vector<int64_t> out(static_cast<size_t>(stages), 0);

@@ -81,13 +81,18 @@ status check_stage_layers(const job_config& c) {
   if (!cl.pipeline_layers.empty()) {
     const std::string key = "cluster_config.pipeline_layers";
     const auto& xs = cl.pipeline_layers;
+    const auto v = cl.pipeline_virtual_stages;
     int64_t sum = 0;
     for (auto n : xs)
       sum += n;
     TUTTI_RETURN_IF_ERROR(require(
-      static_cast<int64_t>(xs.size()) == pp, key,
-      "lists " + text(static_cast<int64_t>(xs.size()))
-        + " stages but pipeline_model_parallel_size is " + text(pp)));
+      static_cast<int64_t>(xs.size()) == pp * v, key,
+      v == 1 ? "lists " + text(static_cast<int64_t>(xs.size()))
+                 + " stages but pipeline_model_parallel_size is " + text(pp)
+             : "lists " + text(static_cast<int64_t>(xs.size()))
+                 + " chunks but pipeline_model_parallel_size x "
+                   "pipeline_virtual_stages is "
+                 + text(pp * v)));
     TUTTI_RETURN_IF_ERROR(
       require(*std::min_element(xs.begin(), xs.end()) >= 1, key,
               "every stage needs a layer, got " + list_text(xs)));
@@ -133,15 +138,15 @@ status check_virtual_stages(const job_config& c) {
   TUTTI_RETURN_IF_ERROR(
     require(pp > 1, key, text(v) + " needs pipeline_model_parallel_size > 1"));
   TUTTI_RETURN_IF_ERROR(require(
-    cl.pipeline_layers.empty() && cl.pipeline_first_stage_layers == 0
-      && cl.pipeline_last_stage_layers == 0,
+    cl.pipeline_first_stage_layers == 0 && cl.pipeline_last_stage_layers == 0,
     key,
-    text(v) + " needs equal stages: pipeline_layers and "
-              "pipeline_first/last_stage_layers do not combine with it"));
+    text(v) + " takes its chunks' layers from pipeline_layers (one count "
+              "a chunk), not from pipeline_first/last_stage_layers"));
   TUTTI_RETURN_IF_ERROR(require(
-    layers % (pp * v) == 0, key,
+    !cl.pipeline_layers.empty() || layers % (pp * v) == 0, key,
     text(v) + " chunks on each of " + text(pp)
-      + " stages must divide model.num_hidden_layers (" + text(layers) + ")"));
+      + " stages must divide model.num_hidden_layers (" + text(layers)
+      + "), or pipeline_layers lists the chunks' layers"));
   TUTTI_RETURN_IF_ERROR(require(
     c.train.micro_batches % pp == 0, "train.micro_batches",
     text(c.train.micro_batches) + " must be a multiple of "

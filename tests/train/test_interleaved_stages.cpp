@@ -15,8 +15,11 @@
 // - An interleaved checkpoint resumes on world 1 to the bit and on
 //   (DP2·EP2) within 1e-3 (that layout's own drift, as for plain PP2), and
 //   a plain PP2 checkpoint resumes interleaved to the bit.
-// - What interleaving needs (equal chunks, micro-batches a multiple of the
-//   stages, more than one stage) is refused naming the key.
+// - Chunks of unequal layers (pipeline_layers, one count a chunk: 6
+//   layers as [1, 2, 2, 1]) give the world-1 losses to the bit too.
+// - What interleaving needs (chunks that divide the layers or a list of
+//   them, micro-batches a multiple of the stages, more than one stage) is
+//   refused naming the key.
 
 #include <catch2/catch.hpp>
 
@@ -77,6 +80,34 @@ TEST_CASE("interleaved stages give the losses of world 1 to the bit",
                   train_series(job.dir, "pp2dp2_keep",
                                chunked(job, "pp2dp2_keep", 4, 2, 1, 30, keep)),
                   "PP2·DP2 keeping the experts' activations");
+}
+
+TEST_CASE("interleaved chunks of unequal layers give the losses of world 1 "
+          "to the bit",
+          "[integration]") {
+  auto job = scratch_with_data("interleaved_uneven");
+  auto six = [&](const std::string& name, int world, int pp, int v,
+                 const std::string& chunks) {
+    auto text = replace_once(chunked(job, name, world, pp, v, 10),
+                             "  num_hidden_layers: 4\n",
+                             "  num_hidden_layers: 6\n");
+    return chunks.empty()
+             ? text
+             : replace_once(text, "  pipeline_virtual_stages: 2\n",
+                            "  pipeline_virtual_stages: 2\n"
+                            "  pipeline_layers: "
+                              + chunks + "\n");
+  };
+  auto world1 = train_series(job.dir, "w1", six("w1", 1, 1, 1, ""));
+  REQUIRE(world1.loss.size() == 10);
+  // Stage 0 holds layers 0 and 3-4, stage 1 layers 1-2 and 5.
+  auto uneven = train_series(job.dir, "uneven",
+                             six("uneven", 2, 2, 2, "[1, 2, 2, 1]"));
+  INFO(uneven.output);
+  REQUIRE(uneven.loss.size() == 10);
+  check_same_bits(world1, uneven, "PP2 v2 chunks [1, 2, 2, 1] against world 1");
+  CHECK(exported_model(job.dir / "uneven", 10)
+        == exported_model(job.dir / "w1", 10));
 }
 
 TEST_CASE("TP2·PP2·DP2 interleaved, sharded and recomputed, gives plain "
@@ -154,6 +185,12 @@ TEST_CASE("interleaved stages refuse what they cannot split, naming the key",
   CHECK_THAT(refusal(replace_once(good, "  pipeline_virtual_stages: 2\n",
                                   "  pipeline_virtual_stages: 2\n"
                                   "  pipeline_layers: [1, 3]\n")),
-             Catch::Contains("cluster_config.pipeline_virtual_stages: 2 "
-                             "needs equal stages"));
+             Catch::Contains("cluster_config.pipeline_layers: lists 2 chunks "
+                             "but pipeline_model_parallel_size x "
+                             "pipeline_virtual_stages is 4"));
+  CHECK_THAT(refusal(replace_once(good, "  pipeline_virtual_stages: 2\n",
+                                  "  pipeline_virtual_stages: 2\n"
+                                  "  pipeline_first_stage_layers: 1\n")),
+             Catch::Contains("cluster_config.pipeline_virtual_stages: 2 takes "
+                             "its chunks' layers from pipeline_layers"));
 }

@@ -230,15 +230,28 @@ fullest_stage fullest_of(const stage_model& model, const job_config& cfg,
   const auto counts = stage_counts(cfg, l);
   fullest_stage out;
   int64_t first = 0;
+  // Interleaved: each stage's chunks, pp apart in virtual-stage order (the
+  // config's list where the layout is the config's, else equal).
+  const int64_t v = l.virtual_stages;
+  const auto chunks =
+    v > 1 && cfg.cluster.pipeline_virtual_stages == v && cfg.pp_size() == l.pp
+      ? cfg.chunk_layer_counts()
+      : std::vector<int64_t>(static_cast<size_t>(l.pp * v),
+                             cfg.model.num_hidden_layers / (l.pp * v));
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const auto n = counts[static_cast<size_t>(stage)];
-    // Interleaved: the stage's v equal chunks, pp chunks apart.
-    const int64_t v = l.virtual_stages, per = n / v;
     double dense = 0, experts = 0;
-    for (int64_t c = 0; c < v; ++c) {
-      const int64_t from = v > 1 ? (c * l.pp + stage) * per : first;
-      dense += sums.dense_in(from, from + (v > 1 ? per : n));
-      experts += sums.experts_in(from, from + (v > 1 ? per : n));
+    if (v == 1) {
+      dense = sums.dense_in(first, first + n);
+      experts = sums.experts_in(first, first + n);
+    }
+    for (int64_t k = 0, from = 0; v > 1 && k < l.pp * v; ++k) {
+      const int64_t size = chunks[static_cast<size_t>(k)];
+      if (k % l.pp == stage) {
+        dense += sums.dense_in(from, from + size);
+        experts += sums.experts_in(from, from + size);
+      }
+      from += size;
     }
     const auto s = model.at(stage, static_cast<double>(n), dense, experts);
     out.total_all_stages += s.total;

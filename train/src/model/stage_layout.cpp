@@ -25,13 +25,16 @@ std::vector<int64_t> stage_layers::list() const {
 
 stage_layers layers_of_stage(const job_config& cfg, int64_t stage) {
   const int64_t v = cfg.cluster.pipeline_virtual_stages;
-  if (v > 1) { // equal chunks (check_virtual_stages)
+  if (v > 1) { // chunk c is virtual stage c * pp + stage
     const int64_t pp = cfg.pp_size();
-    const int64_t per = cfg.model.num_hidden_layers / (pp * v);
+    const auto counts = cfg.chunk_layer_counts();
     stage_layers out;
-    for (int64_t c = 0; c < v; ++c) {
-      const int64_t first = (c * pp + stage) * per;
-      out.chunks.push_back({first, first + per});
+    int64_t first = 0;
+    for (int64_t k = 0; k < pp * v; ++k) {
+      const int64_t n = counts[static_cast<size_t>(k)];
+      if (k % pp == stage)
+        out.chunks.push_back({first, first + n});
+      first += n;
     }
     return out;
   }

@@ -116,7 +116,9 @@ void visit_fields(Visitor& v, cluster_config& c) {
   v.field("pipeline_layers", c.pipeline_layers,
           "layers of each pipeline stage, first to last (e.g. [3, 4, 4, "
           "2]): as many as pipeline_model_parallel_size, summing to "
-          "num_hidden_layers (empty = equal stages)");
+          "num_hidden_layers (empty = equal stages); with "
+          "pipeline_virtual_stages V, P x V counts, one per model chunk in "
+          "virtual-stage order (chunk c of stage s is entry c * P + s)");
   v.field("pipeline_first_stage_layers", c.pipeline_first_stage_layers,
           "layers of the first stage, the embedding's (Megatron's "
           "decoder_first_pipeline_num_layers); the stages without a count "
@@ -132,8 +134,8 @@ void visit_fields(Visitor& v, cluster_config& c) {
           "pipeline_model_parallel_size * this many equal chunks, stage s "
           "holding chunks s, s + pp, ..., run by the interleaved 1F1B "
           "schedule, whose bubble is (pp - 1) / (this * micro_batches + pp "
-          "- 1); needs equal stages and train.micro_batches a multiple of "
-          "pipeline_model_parallel_size",
+          "- 1); needs equal chunks or a list of them (pipeline_layers) and "
+          "train.micro_batches a multiple of pipeline_model_parallel_size",
           at_least(1));
   v.field("host", c.host, "address the data plane binds to without nodes",
           not_fingerprinted);
@@ -658,6 +660,10 @@ struct job_config {
   // pipeline_layers, or its first/last-stage counts with equal shares
   // between, or equal stages (as check_across_keys has checked).
   std::vector<int64_t> stage_layer_counts() const;
+  // Layers of each model chunk in virtual-stage order (chunk c of stage s
+  // is virtual stage c * pp + s): with pipeline_virtual_stages V, the P x V
+  // counts pipeline_layers lists, or equal chunks; without, the stages'.
+  std::vector<int64_t> chunk_layer_counts() const;
   int64_t experts_per_rank() const { return moe.num_experts / cluster.ep_size; }
   // A failed expert shard restarts in place (its rank replays the step's
   // expert work) unless its supervision allows no restart: then the shards
