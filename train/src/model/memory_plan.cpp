@@ -200,7 +200,15 @@ stage_memory stage_model::at(int64_t stage, double layers, double dense,
   // stage; the logits' gradient only where the loss is, the last stage.
   const double head = 2 * nd + 2 * n + n * x.v
                       + (last ? n * std::max(x.v, x.E) : 0);
-  s.working = (shared_ + head + scratch_) * act_;
+  // Interleaved stages keep a copy of each activation and gradient they
+  // send until the step's end (interleaved_schedule.cpp): a chunk's
+  // output but the last's, a chunk's input gradient but the first's.
+  const double v = static_cast<double>(l_.virtual_stages);
+  const double sends =
+    v > 1 ? (2 * v - (last ? 1 : 0) - (stage == 0 ? 1 : 0))
+              * static_cast<double>(l_.micro_batches)
+          : 0;
+  s.working = (shared_ + head + scratch_ + sends * nd) * act_;
   double dispatch = dispatch_;
   if (restart_) {
     // The shard executor copies each expert call's input for a replay:
