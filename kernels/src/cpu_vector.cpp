@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "bf16_pairs.hpp"
+#include "tutti/kernels/bf16_bits.hpp"
 
 namespace tutti::kernels::cpu::vector {
 
@@ -190,8 +190,8 @@ void adamw_bf16_loop(const adamw_consts& c, const float* param,
                      int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float p, mi, vi;
-    adamw_element(c, param[i], grad[i], float_of_bits(uint32_t{m[i]} << 16),
-                  float_of_bits(uint32_t{v[i]} << 16), p, mi, vi);
+    adamw_element(c, param[i], grad[i], float_of_bf16(m[i]),
+                  float_of_bf16(v[i]), p, mi, vi);
     param_out[i] = p;
     m_out[i] = bf16_bits(mi);
     v_out[i] = bf16_bits(vi);

@@ -82,7 +82,7 @@ void adamw(const float* param, const float* grad, const float* m,
            double decay, double bc1, double bc2, double grad_scale);
 
 // The same update on moments stored as bfloat16 bits: widened exactly,
-// updated as above, rounded back to nearest even (bf16_pairs.hpp). Each
+// updated as above, rounded back to nearest even (bf16_bits.hpp). Each
 // output may be its input.
 void adamw_bf16_moments(const float* param, const float* grad,
                         const uint16_t* m, const uint16_t* v, float* param_out,

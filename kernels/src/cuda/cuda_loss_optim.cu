@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "tutti/kernels/bf16_bits.hpp"
 
 namespace tutti::kernels::cuda {
 namespace {
@@ -87,14 +88,7 @@ adamw_consts adamw_consts_of(double lr, double beta1, double beta2,
 }
 
 // The same step on moments stored as bfloat16 bits: widened exactly, the
-// update in double, rounded back to nearest even (NaN kept quiet).
-__device__ inline uint16_t bf16_round(float x) {
-  const uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
+// update in double, rounded back as the CPU rounds (bf16_bits.hpp).
 __global__ void adamw_bf16_kernel(const float* param, const float* grad,
                                   const uint16_t* m, const uint16_t* v,
                                   float* param_out, uint16_t* m_out,
@@ -102,12 +96,12 @@ __global__ void adamw_bf16_kernel(const float* param, const float* grad,
   TUTTI_GRID_STRIDE(i, n) {
     const double g = double(grad[i]) * a.grad_scale;
     const double mi =
-      a.beta1 * double(__uint_as_float(uint32_t{m[i]} << 16)) + (1.0 - a.beta1) * g;
-    const double vi = a.beta2 * double(__uint_as_float(uint32_t{v[i]} << 16))
-                      + (1.0 - a.beta2) * g * g;
+      a.beta1 * double(float_of_bf16(m[i])) + (1.0 - a.beta1) * g;
+    const double vi =
+      a.beta2 * double(float_of_bf16(v[i])) + (1.0 - a.beta2) * g * g;
     const double p = double(param[i]) * a.decay;
-    m_out[i] = bf16_round(float(mi));
-    v_out[i] = bf16_round(float(vi));
+    m_out[i] = bf16_bits(float(mi));
+    v_out[i] = bf16_bits(float(vi));
     param_out[i] =
       float(p - a.lr * (mi / a.bc1) / (sqrt(vi / a.bc2) + a.eps));
   }

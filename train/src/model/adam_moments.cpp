@@ -1,33 +1,13 @@
 #include "tutti/train/adam_moments.hpp"
 
-#include <cstring>
 #include <utility>
 
+#include "tutti/kernels/bf16_bits.hpp"
 #include "tutti/kernels/ops.hpp"
 
 namespace tutti::train {
 
 namespace k = kernels;
-
-namespace {
-
-float widen(uint16_t bits) {
-  const uint32_t u = uint32_t{bits} << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Round to nearest even, NaN kept quiet (as the step's kernels round).
-uint16_t narrow(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-} // namespace
 
 void adam_moments::zeros(const k::stream& s, size_t n, storage_dtype dtype) {
   bf16_ = dtype == storage_dtype::bf16;
@@ -77,7 +57,7 @@ void adam_moments::download(const k::stream& s, float* m, float* v, int64_t n,
   for (auto [from, to] : {std::pair{&m16_, m}, std::pair{&v16_, v}}) {
     from->download(s, bits.data(), bits.size(), static_cast<size_t>(offset));
     for (size_t i = 0; i < bits.size(); ++i)
-      to[i] = widen(bits[i]);
+      to[i] = k::float_of_bf16(bits[i]);
   }
 }
 
@@ -91,7 +71,7 @@ void adam_moments::upload(const k::stream& s, const float* m, const float* v,
   std::vector<uint16_t> bits(static_cast<size_t>(n));
   for (auto [from, to] : {std::pair{m, &m16_}, std::pair{v, &v16_}}) {
     for (size_t i = 0; i < bits.size(); ++i)
-      bits[i] = narrow(from[i]);
+      bits[i] = k::bf16_bits(from[i]);
     to->upload(s, bits.data(), bits.size(), static_cast<size_t>(offset));
   }
 }

@@ -40,6 +40,13 @@ status rank_model::send_to_stage(int peer, uint32_t tag, const float* data,
                          static_cast<size_t>(count) * sizeof(float));
 }
 
+status rank_model::finish_sends(step_timers& time) {
+  scoped_timer t(time.pipeline_s);
+  auto received = comms_.pp->wait_sends();
+  sent_.clear();
+  return received;
+}
+
 status rank_model::interleaved_step(const int32_t* inputs,
                                     const int32_t* targets, step_stats& stats,
                                     double& ce_sum) {
@@ -89,10 +96,7 @@ status rank_model::interleaved_step(const int32_t* inputs,
     }
   }
   chunk_ = 0;
-  scoped_timer t(time.pipeline_s);
-  auto received = pp.wait_sends();
-  sent_.clear();
-  return received;
+  return finish_sends(time);
 }
 
 // Evaluation: each micro-batch through every chunk of every stage in
@@ -135,12 +139,7 @@ status rank_model::interleaved_evaluate(const int32_t* inputs,
     tokens += global_tokens_;
   }
   chunk_ = 0;
-  {
-    scoped_timer t(time.pipeline_s);
-    auto received = pp.wait_sends();
-    sent_.clear();
-    TUTTI_RETURN_IF_ERROR(received);
-  }
+  TUTTI_RETURN_IF_ERROR(finish_sends(time));
   scoped_timer t(time.allreduce_s);
   return comms_.pp->all_reduce_sum(&ce_sum, 1);
 }

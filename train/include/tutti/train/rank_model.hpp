@@ -179,6 +179,8 @@ private:
   // (kept in sent_ until the step's sends are received).
   status send_to_stage(int peer, uint32_t tag, const float* data,
                        int64_t count, step_timers& time);
+  // Waits until the stage's sends were taken, then drops their copies.
+  status finish_sends(step_timers& time);
   status pipeline_sums(step_stats& stats, double& ce_sum);
   status pipeline_evaluate(const int32_t* inputs, const int32_t* targets,
                            int64_t seqs, double& ce_sum, int64_t& tokens,
