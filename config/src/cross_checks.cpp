@@ -219,6 +219,10 @@ status check_recovery(const job_config& c) {
     collective < r.rendezvous_timeout_ms, "recovery.rendezvous_timeout_ms",
     "must be longer than cluster_config.collective_timeout_ms ("
       + text(collective) + order));
+  TUTTI_RETURN_IF_ERROR(require(c.elastic.min_nodes <= c.cluster.nnodes,
+                                "elastic.min_nodes",
+                                "must be at most cluster_config.nnodes ("
+                                  + text(c.cluster.nnodes) + ")"));
   TUTTI_RETURN_IF_ERROR(require(
     c.metrics.port >= 0 && c.metrics.port + c.cluster.nnodes - 1 <= 65535,
     "metrics.port",

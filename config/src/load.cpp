@@ -35,6 +35,10 @@ expected<job_config> parse_job_config(const std::string& yaml_text,
   return c;
 }
 
+status check_job_config(const job_config& c) {
+  return config::check_across_keys(c);
+}
+
 expected<job_config> load_job_config(const std::string& path) {
   std::ifstream in(path);
   if (!in)

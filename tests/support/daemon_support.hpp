@@ -153,7 +153,8 @@ inline std::string tls_mode_section() {
     const auto d = dir.string(), certs = tutti_bin() + " certs ";
     for (const auto& args :
          {"init " + d, "issue --ca " + d + " --node 0",
-          "issue --ca " + d + " --node 1",
+          "issue --ca " + d + " --node 1", "issue --ca " + d + " --node 2",
+          "issue --ca " + d + " --node 3",
           "issue --ca " + d + " --user tester --role admin"}) {
       auto r = run(certs + args, 60);
       INFO(r.output);

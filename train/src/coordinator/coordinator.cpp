@@ -131,8 +131,7 @@ void start_job(coordinator_pointer self) {
                                 + std::to_string(st.resume_step)
                             : std::string("job running"));
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor,
-               epoch_start{st.resume_step, st.epoch, st.expert_at});
+    self->send(m.supervisor, epoch_start_on(st, st.resume_step));
 }
 
 namespace {
@@ -189,7 +188,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   self
     ->request(st.journal, std::chrono::seconds(120),
-              commit_request{step, st.cfg.cluster.world_size, st.epoch})
+              commit_request{step, st.epoch_world(), st.epoch})
     .then(
       [self, step, t0](int64_t bytes) {
         auto& st = self->state;
@@ -208,6 +207,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
                                       .count())
                    + " s to commit)");
         settle(self);
+        on_commit_for_grow(self, step, true);
       },
       [self, step](caf::error& err) {
         auto& st = self->state;
@@ -221,6 +221,7 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
                     + "; training goes on, step "
                     + std::to_string(st.last_committed) + " stays the latest");
         settle(self);
+        on_commit_for_grow(self, step, false);
       });
 }
 
@@ -287,8 +288,11 @@ caf::error on_register(coordinator_pointer self, const node_registration& reg,
   if (st.nodes.count(reg.node_rank))
     return refuse("node rank " + std::to_string(reg.node_rank)
                   + " has already joined");
-  // A node may join at the start, or come back while the job recovers.
-  if (st.state != job_state::pending && st.state != job_state::recovering)
+  // A node may join at the start, come back while the job recovers, or
+  // while a smaller layout trains without it (elastic training).
+  const bool growing = st.state == job_state::running && !st.members.empty();
+  if (st.state != job_state::pending && st.state != job_state::recovering
+      && !growing)
     return refuse("the job is already " + std::string(to_string(st.state)));
   if (reg.node_rank < 0 || reg.node_rank >= cl.nnodes)
     return refuse("node rank " + std::to_string(reg.node_rank)
@@ -311,6 +315,10 @@ caf::error on_register(coordinator_pointer self, const node_registration& reg,
   st.draining.erase(reg.node_rank);
   st.left_rack.erase(reg.node_rank);
   st.assigned.erase(reg.node_rank);
+  if (growing) {
+    begin_grow(self, reg.node_rank);
+    return caf::error{};
+  }
   if (st.state == job_state::recovering) {
     // It runs no ranks of the old epoch.
     record_event(self, "node_joined", st.node_name(reg.node_rank) + " is back",
@@ -483,7 +491,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
         return; // a rank of an aborted epoch
       auto& reports = st.steps[r.step];
       reports.push_back(r);
-      if (static_cast<int64_t>(reports.size()) == st.cfg.cluster.world_size) {
+      if (static_cast<int64_t>(reports.size()) == st.epoch_world()) {
         auto merged = merge_reports(reports);
         if (!merged.routing_window.empty())
           observe_routing(self, merged.routing_window);
@@ -509,6 +517,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
           record_event(self, "resumed", text, took);
         }
         self->send(st.writer, std::move(merged));
+        maybe_regroup(self);
       }
     },
     [self](const rank_done& d) {
@@ -517,7 +526,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       st.last_step = std::max(st.last_step, d.last_step);
       if (d.rank == 0)
         st.final_eval_loss = d.final_eval_loss;
-      if (static_cast<int64_t>(st.done.size()) == st.cfg.cluster.world_size) {
+      if (static_cast<int64_t>(st.done.size()) == st.epoch_world()) {
         if (st.last_step < st.cfg.train.steps)
           st.outcome = {job_state::stopped,
                         "stopped at step " + std::to_string(st.last_step)
@@ -529,19 +538,23 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
     },
     [self](const shard_saved& s) {
       auto& st = self->state;
+      if (on_replica_saved(self, s))
+        return; // written from a copy for a recovery
       // A shard of an aborted epoch's snapshot: its MANIFEST would name
       // another epoch than the shards of this one.
       if (st.failed_steps.count(s.step) || s.epoch != st.epoch)
         return;
       auto& ranks = st.saved[s.step];
       ranks.insert(s.rank);
-      if (static_cast<int64_t>(ranks.size()) == st.cfg.cluster.world_size) {
+      if (static_cast<int64_t>(ranks.size()) == st.epoch_world()) {
         st.saved.erase(s.step);
         commit_checkpoint(self, s.step);
       }
     },
     [self](const shard_failed& f) {
       auto& st = self->state;
+      if (on_replica_failed(self, f))
+        return;
       if (f.epoch != st.epoch)
         return; // an aborted epoch's write: the step is taken again
       st.saved.erase(f.step);

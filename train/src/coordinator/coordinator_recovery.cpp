@@ -17,17 +17,22 @@ namespace tutti {
 
 namespace {
 
-double seconds_since(coordinator_clock::time_point t0) {
-  return std::chrono::duration<double>(coordinator_clock::now() - t0).count();
-}
-
 // Recoveries in a row that got no step past the checkpoint: the failure is
 // not transient, and the job fails instead of looping.
 constexpr int64_t max_fruitless_recoveries = 3;
 
+} // namespace
+
+std::string coordinator_state::node_name(int64_t node) const {
+  auto a = cfg.cluster.node(node);
+  return "node " + std::to_string(node) + " (" + a.host + ":"
+         + std::to_string(a.port) + ")";
+}
+
 void restart_from_checkpoint(coordinator_pointer self) {
   auto& st = self->state;
   const auto from = st.last_committed;
+  const auto again = std::max<int64_t>(0, st.last_step - from);
   // Keys of the old epoch's rendezvous are never read again; its waiters
   // (aborted ranks still connecting) get an error instead of a timeout.
   st.store.clear(
@@ -47,23 +52,20 @@ void restart_from_checkpoint(coordinator_pointer self) {
   st.paused = false;
   st.user_paused = false; // the new epoch's ranks start unpaused
   st.awaiting_first_step = true;
+  st.regrouping = false;
+  st.grow_requested_at = -1;
+  st.grow_checkpoint = {0, false};
   const double took = seconds_since(st.recovery_began);
   auto text = "recovered: epoch " + std::to_string(st.epoch)
               + " starts from the checkpoint of step " + std::to_string(from)
               + " after " + std::to_string(took) + " s (" + st.recovery_cause
-              + ")";
+              + "); " + std::to_string(again) + " step"
+              + (again == 1 ? "" : "s") + " to train again"
+              + (st.members.empty() ? "" : "; " + st.layout_summary);
   log_warn("coordinator", text);
   record_event(self, "recovery", text, took);
   for (auto& [rank, m] : st.nodes)
-    self->send(m.supervisor, epoch_start{from, st.epoch, st.expert_at});
-}
-
-} // namespace
-
-std::string coordinator_state::node_name(int64_t node) const {
-  auto a = cfg.cluster.node(node);
-  return "node " + std::to_string(node) + " (" + a.host + ":"
-         + std::to_string(a.port) + ")";
+    self->send(m.supervisor, epoch_start_on(st, from));
 }
 
 void begin_recovery(coordinator_pointer self, const std::string& why) {
@@ -98,6 +100,7 @@ void begin_recovery(coordinator_pointer self, const std::string& why) {
   st.recovery_began = coordinator_clock::now();
   st.recovery_cause = why;
   st.aborted_nodes.clear();
+  st.replicas.phase = replica_resume::idle;
   log_error("coordinator", "ALERT critical: job interrupted: " + why
                              + "; recovering (epoch " + std::to_string(st.epoch)
                              + ")");
@@ -127,6 +130,8 @@ void check_recovery(coordinator_pointer self) {
     if (!st.nodes.count(n))
       missing += (missing.empty() ? "" : ", ") + st.node_name(n);
   if (!missing.empty()) {
+    if (try_shrink(self, missing))
+      return;
     if (!st.paused
         && seconds_since(st.recovery_began) > st.cfg.recovery.max_wait_s) {
       st.paused = true;
@@ -141,8 +146,14 @@ void check_recovery(coordinator_pointer self) {
   for (const auto& [node, m] : st.nodes)
     if (!st.aborted_nodes.count(node))
       return;
-  if (!st.committing.empty())
+  if (!st.committing.empty() || resume_from_replicas(self))
     return;
+  if (!st.members.empty()) {
+    st.members.clear(); // every node is back: the full layout again
+    st.layout_summary.clear();
+    record_event(self, "grow", "every node is back: the job's full layout",
+                 seconds_since(st.recovery_began));
+  }
   restart_from_checkpoint(self);
 }
 
@@ -225,7 +236,7 @@ void watch_stragglers(coordinator_pointer self,
     if (streak < rc.straggler_steps || st.stragglers.count(rank))
       continue;
     st.stragglers.insert(rank);
-    const auto node = rank / st.cfg.cluster.nproc_per_node;
+    const auto node = st.node_of_rank(rank);
     auto text = "straggler: rank " + std::to_string(rank) + " on "
                 + st.node_name(node) + " took " + std::to_string(busy[i])
                 + " s per step outside collectives " + "against a median of "
@@ -242,8 +253,8 @@ caf::result<std::string> route_chaos(coordinator_pointer self,
   auto& st = self->state;
   const auto& cl = st.cfg.cluster;
   int64_t node = req.node;
-  if (node < 0 && req.rank >= 0 && req.rank < cl.world_size)
-    node = req.rank / cl.nproc_per_node;
+  if (node < 0 && req.rank >= 0 && req.rank < st.epoch_world())
+    node = st.node_of_rank(req.rank);
   auto i = st.nodes.find(node);
   if (i == st.nodes.end())
     return caf::make_error(
@@ -251,7 +262,7 @@ caf::result<std::string> route_chaos(coordinator_pointer self,
       node < 0
         ? std::string("chaos: name a rank "
                       "(0.."
-                      + std::to_string(cl.world_size - 1) + ") or a node")
+                      + std::to_string(st.epoch_world() - 1) + ") or a node")
         : "chaos: node " + std::to_string(node) + " is not connected");
   record_event(self, "chaos",
                "injected " + req.fault + " (rank " + std::to_string(req.rank)
@@ -285,7 +296,9 @@ job_status describe_job(const coordinator_state& st) {
     s.nodes.push_back(node);
   s.message = st.state == job_state::recovering ? st.recovery_cause
               : st.user_paused ? "paused by the shell; resume to go on"
-                               : st.failure;
+              : !st.members.empty() && st.failure.empty()
+                ? "training without lost nodes: " + st.layout_summary
+                : st.failure;
   for (const auto& [name, a] : st.seen.alerts)
     s.alerts.push_back(a.level + " " + name + (a.flapping ? " (flapping)" : "")
                        + ": " + a.text);

@@ -71,11 +71,15 @@ shell_reply nodes_reply(const coordinator_state& st) {
     const double age =
       up ? std::chrono::duration<double>(now - i->second.last_heartbeat).count()
          : -1;
+    // Under a smaller layout a node's ranks follow its index in it; a
+    // node it has no room for is "idle".
+    const auto index = st.epoch_index(n);
     r.nodes.push_back({n, a.host + ":" + std::to_string(a.port), a.rack,
-                       n * per, per, age,
+                       index * per, per, age,
                        st.draining.count(n) ? "drained"
-                       : up                 ? "up"
-                                            : "lost"});
+                       : !up                ? "lost"
+                       : index < 0          ? "idle"
+                                            : "up"});
   }
   return r;
 }

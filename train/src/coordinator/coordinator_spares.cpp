@@ -130,7 +130,10 @@ caf::result<caf::ok_atom> on_spare(coordinator_pointer self,
 
 void reschedule(coordinator_pointer self) {
   auto& st = self->state;
-  if (st.state != job_state::recovering)
+  // While a smaller layout trains, a spare taking a lost node's rank is
+  // taken in as that node returning (coordinator_elastic.cpp).
+  const bool shrunk = st.state == job_state::running && !st.members.empty();
+  if (st.state != job_state::recovering && !shrunk)
     return;
   for (const auto& [node, rack] : st.left_rack) {
     if (st.spares.empty())

@@ -27,6 +27,10 @@ namespace tutti {
 
 using coordinator_clock = std::chrono::steady_clock;
 
+inline double seconds_since(coordinator_clock::time_point t0) {
+  return std::chrono::duration<double>(coordinator_clock::now() - t0).count();
+}
+
 struct member {
   node_registration info;
   node_supervisor_actor supervisor;
@@ -82,6 +86,18 @@ struct job_observations {
   std::map<std::string, reported_condition> reported; // by rule name
   double last_eval_loss = 0;                  // the last held-out loss
   bool have_eval = false;
+};
+
+// A recovery resuming from the ranks' in-memory copies instead of the
+// newest checkpoint (elastic.replica_interval_steps): asking the nodes
+// what they hold, having the newest complete step written, committing it.
+struct replica_resume {
+  enum phase_kind { idle, asking, writing, done } phase = idle;
+  int64_t answers_due = 0;
+  std::vector<std::pair<int64_t, replica_held>> held; // (node, copy)
+  int64_t epoch = 0, step = 0, world = 0;
+  std::set<int32_t> saved;
+  coordinator_clock::time_point began;
 };
 
 struct coordinator_state {
@@ -148,6 +164,15 @@ struct coordinator_state {
   std::vector<int32_t> expert_at;
   placement::routing_stats routing_seen;
   bool user_paused = false;             // by the shell's pause
+  // Elastic training (coordinator_elastic.cpp): the nodes that train in
+  // this epoch (empty: all of the config's); the step whose checkpoint the
+  // job regroups at once returned nodes can be taken back (-1: none asked).
+  std::vector<int64_t> members;
+  std::string layout_summary; // of a smaller layout, for status
+  int64_t grow_requested_at = -1;
+  std::pair<int64_t, bool> grow_checkpoint{0, false}; // (step, committed)
+  bool regrouping = false; // this recovery takes nodes back: no wait
+  replica_resume replicas;
   // Access: remote senders by node (their certificates), the policy, the
   // audit log's writer.
   std::map<caf::node_id, sender_identity> senders;
@@ -159,6 +184,11 @@ struct coordinator_state {
            || state == job_state::stopped;
   }
   std::string node_name(int64_t node) const;
+  // Ranks of this epoch's layout, and the node that runs a rank of it.
+  int64_t epoch_world() const;
+  int64_t node_of_rank(int64_t rank) const;
+  // The node's index in this epoch's layout; -1: it trains in none.
+  int64_t epoch_index(int64_t node) const;
 };
 
 using coordinator_pointer =
@@ -173,6 +203,8 @@ void record_event(coordinator_pointer self, const std::string& kind,
 // coordinator_recovery.cpp
 void begin_recovery(coordinator_pointer self, const std::string& why);
 void check_recovery(coordinator_pointer self);
+// The next epoch, on st.members, from the newest committed checkpoint.
+void restart_from_checkpoint(coordinator_pointer self);
 void on_node_aborted(coordinator_pointer self, int64_t node, int64_t epoch);
 void on_node_lost(coordinator_pointer self, int64_t node,
                   const std::string& why);
@@ -182,6 +214,31 @@ void watch_stragglers(coordinator_pointer self,
 caf::result<std::string> route_chaos(coordinator_pointer self,
                                      const chaos_request& req);
 job_status describe_job(const coordinator_state& st);
+
+// coordinator_elastic.cpp
+// While recovering with nodes missing: past elastic.shrink_after_s, the
+// nodes here go on in a smaller layout (true), or the job pauses naming
+// why not. False when elastic training is off or the wait is not over.
+bool try_shrink(coordinator_pointer self, const std::string& missing);
+// A lost node is back while a smaller layout trains: the ranks checkpoint
+// and pause at the next step, and the job regroups to the larger layout
+// from that checkpoint (nothing computed again).
+void begin_grow(coordinator_pointer self, int64_t node);
+// The checkpoint of `step` committed (or failed: the ranks wait paused,
+// so the job regroups from the one before).
+void on_commit_for_grow(coordinator_pointer self, int64_t step,
+                        bool committed);
+// Once that step's reports are in too: the regroup (after each step).
+void maybe_regroup(coordinator_pointer self);
+// Before a recovery restarts: the newest step whose copies survive,
+// written and committed as a checkpoint when it is newer than the last
+// one. True while that is under way (check_recovery runs again after).
+bool resume_from_replicas(coordinator_pointer self);
+// A shard written from a copy (true: taken), or its failure.
+bool on_replica_saved(coordinator_pointer self, const shard_saved& s);
+bool on_replica_failed(coordinator_pointer self, const shard_failed& f);
+// The epoch_start of a new epoch from checkpoint `from` on `members`.
+epoch_start epoch_start_on(const coordinator_state& st, int64_t from);
 
 // coordinator_observe.cpp
 void observe_step(coordinator_pointer self, const step_report& merged);

@@ -6,14 +6,19 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <map>
 
 #include "checkpoint/checkpoint_writer.hpp"
 #include "rank/data_loader.hpp"
 #include "diag/diag_prober.hpp"
 #include "shard/expert_shard.hpp"
+#include "tutti/comm/memory_communicator.hpp"
+#include "tutti/elastic/shrink_layout.hpp"
 #include "tutti/runtime/log.hpp"
+#include "tutti/store/checkpoint_files.hpp"
 #include "tutti/placement/job_placement.hpp"
 #include "rank/rank_actor.hpp"
 #include "tutti/runtime/supervisor.hpp"
@@ -93,15 +98,44 @@ expected<placement::placement_plan> epoch_plan(const job_config& cfg,
   return p;
 }
 
-void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
-                 std::vector<int32_t> expert_at) {
+void start_epoch(node_pointer self, const epoch_start& start) {
   auto& st = self->state;
+  const auto& e = start;
+  const auto epoch = e.epoch, resume_step = e.resume_step;
   if (epoch <= st.epoch)
     return;
   if (!st.ranks.empty())
     abort_ranks(self, -1);
   st.epoch = epoch;
-  const auto& cfg = st.args.cfg;
+  // The epoch's layout: all nodes, or the ones the coordinator named (the
+  // job goes on without lost nodes, elastic/shrink_layout.hpp).
+  const auto& all = st.args.cfg;
+  const auto per = all.cluster.nproc_per_node;
+  int64_t index = st.args.node_rank;
+  if (!e.nodes.empty()) {
+    auto at = std::find(e.nodes.begin(), e.nodes.end(), st.args.node_rank);
+    if (at == e.nodes.end()) {
+      st.epoch_index = -1;
+      log_warn("node_supervisor",
+               st.who() + ": epoch " + std::to_string(epoch)
+                 + " trains without this node; it waits to be taken back");
+      return;
+    }
+    index = at - e.nodes.begin();
+  }
+  st.epoch_cfg = e.nodes.empty() ? all : elastic::config_on_nodes(all, e.nodes);
+  // The ranks of this process meet in memory. Under tuttid they are this
+  // node's, whose world ranks follow the node's index in the epoch; in one
+  // process (tutti run) every node's, and no node is ever left out.
+  const auto& process_hub = st.args.memory_hub;
+  if (!process_hub || process_hub->rank_count() != per)
+    st.hub = process_hub;
+  else if (!st.hub || st.hub->first_rank() != index * per)
+    st.hub = std::make_shared<comm::memory_hub>(static_cast<int>(index * per),
+                                                static_cast<int>(per));
+  st.epoch_index = index;
+  const auto& cfg = st.epoch_cfg;
+  auto expert_at = e.expert_at;
   auto& sys = self->system();
   if (!st.writers) {
     auto in_flight = st.in_flight;
@@ -145,7 +179,7 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
     auto memory = std::make_shared<expert_shard_memory>();
     memories[rank] = memory;
     // The core its rank is pinned to, if any (rank.cpp).
-    const auto& hub = st.args.memory_hub;
+    const auto& hub = st.hub;
     const int local_rank = hub ? rank - hub->first_rank() : -1;
     const int in_process = hub ? hub->rank_count() : 0;
     experts.push_back({"expert_shard/" + std::to_string(rank),
@@ -157,27 +191,32 @@ void start_epoch(node_pointer self, int64_t resume_step, int64_t epoch,
                                  local_rank, in_process}));
                        }});
   }
-  const auto e = std::to_string(epoch);
-  st.loaders = start_helpers(self, ("data_loaders/" + e).c_str(),
+  const auto label = std::to_string(epoch);
+  st.loaders = start_helpers(self, ("data_loaders/" + label).c_str(),
                              cfg.supervision.data_loader, std::move(loaders));
-  st.experts = start_helpers(self, ("expert_shards/" + e).c_str(),
+  st.experts = start_helpers(self, ("expert_shards/" + label).c_str(),
                              cfg.supervision.expert_shard, std::move(experts));
   for (auto rank : local) {
     auto control = std::make_shared<rank_control>();
     const bool moved = plan.ok() && !plan.value().is_contiguous();
-    auto r = spawn_rank(
-      sys, {cfg, rank, epoch, st.args.coordinator, st.loaders, st.experts,
-            st.writers, control, resume_step, memories[rank], st.in_flight,
-            st.args.memory_hub, held_by(rank),
-            moved ? plan.value().slot_of() : std::vector<int32_t>{},
-            plan.ok() ? std::string() : plan.message()});
+    rank_args ra{cfg, rank, epoch, st.args.coordinator, st.loaders,
+                 st.experts, st.writers, control, resume_step, memories[rank],
+                 st.in_flight, st.hub, held_by(rank),
+                 moved ? plan.value().slot_of() : std::vector<int32_t>{},
+                 plan.ok() ? std::string() : plan.message()};
+    if (cfg.elastic.replica_interval_steps > 0) {
+      if (!st.replicas)
+        st.replicas = std::make_shared<replica_store>();
+      ra.replicas = st.replicas;
+    }
+    auto r = spawn_rank(sys, std::move(ra));
     self->monitor(r);
     st.ranks[r.address()] = {rank, epoch, r, control};
   }
   publish_node_metrics(self); // the gauge is right before the next tick
   log_info("node_supervisor", st.who() + " started "
                                 + std::to_string(local.size())
-                                + " ranks (epoch " + e + ", from step "
+                                + " ranks (epoch " + label + ", from step "
                                 + std::to_string(resume_step) + ")");
 }
 
@@ -329,6 +368,51 @@ void heartbeat(node_pointer self) {
           });
 }
 
+// Writes the held copies of (epoch, step) of `ranks` as that step's
+// checkpoint shards, through the node's checkpoint writer (which reports
+// each shard_saved to the coordinator, as for a rank's own write).
+void write_replicas(node_pointer self, int64_t epoch, int64_t step,
+                    const std::vector<int64_t>& ranks) {
+  auto& st = self->state;
+  const auto& cfg = st.args.cfg;
+  const auto dir = (std::filesystem::path(cfg.checkpoint.root(cfg.run))
+                    / store::checkpoint_dir_name(step))
+                     .string();
+  std::vector<rank_snapshot_ptr> copies;
+  for (auto rank : ranks) {
+    auto snap = st.replicas ? st.replicas->find(epoch, step, rank) : nullptr;
+    if (!snap) {
+      self->send(st.args.coordinator,
+                 shard_failed{step, static_cast<int32_t>(rank),
+                              "no copy of it on " + st.who(), epoch});
+      return;
+    }
+    copies.push_back(std::move(snap));
+  }
+  if (!st.writers) {
+    log_error("node_supervisor", st.who() + ": no checkpoint writer to write "
+                                   + "the copies of step "
+                                   + std::to_string(step));
+    return;
+  }
+  self->request(st.writers, std::chrono::seconds(10), which_child_atom_v,
+                std::string("checkpoint_writer"))
+    .then(
+      [self, copies, dir](caf::actor& writer) {
+        auto handle = caf::actor_cast<checkpoint_writer_actor>(writer);
+        for (const auto& snap : copies) {
+          self->state.in_flight->add(snap, dir);
+          self->send(handle, ckpt_write_atom_v, snap, dir);
+        }
+      },
+      [self, step](caf::error& err) {
+        log_error("node_supervisor",
+                  self->state.who() + ": writing the copies of step "
+                    + std::to_string(step) + ": "
+                    + self->system().render(err));
+      });
+}
+
 node_supervisor_actor::behavior_type node_supervisor(
   node_pointer self, node_supervisor_args args) {
   auto& st = self->state;
@@ -340,7 +424,7 @@ node_supervisor_actor::behavior_type node_supervisor(
   self->send(self, tick_atom_v);
   return {
     [self](const epoch_start& e) {
-      start_epoch(self, e.resume_step, e.epoch, e.expert_at);
+      start_epoch(self, e);
     },
     [self](abort_atom, int64_t epoch) {
       auto& st = self->state;
@@ -415,6 +499,14 @@ node_supervisor_actor::behavior_type node_supervisor(
       if (st.writers)
         self->send(st.writers, stop_atom_v);
       self->quit();
+    },
+    [self](replicas_atom) {
+      auto& st = self->state;
+      return st.replicas ? st.replicas->held() : std::vector<replica_held>{};
+    },
+    [self](write_replicas_atom, int64_t epoch, int64_t step,
+           const std::vector<int64_t>& ranks) {
+      write_replicas(self, epoch, step, ranks);
     },
     [self](chaos_atom, const chaos_request& req) -> caf::result<std::string> {
       auto done = inject(self, req);

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "checkpoint/checkpoint_writer.hpp"
+#include "node/replica_store.hpp"
 #include "tutti/runtime/metrics_board.hpp"
 #include "tutti/train/node_supervisor.hpp"
 #include "rank/rank_actor.hpp"
@@ -31,6 +32,14 @@ struct node_supervisor_state {
   static inline const char* name = "node_supervisor";
   node_supervisor_args args;
   int64_t epoch = -1; // the epoch whose ranks run here; -1: none yet
+  // That epoch's layout and this node's index in it (-1: the epoch trains
+  // without this node), and where its ranks meet in memory.
+  job_config epoch_cfg;
+  int64_t epoch_index = -1;
+  std::shared_ptr<comm::memory_hub> hub;
+  // Copies of ranks' state in memory, this node's and a peer's; null when
+  // elastic.replica_interval_steps is off.
+  std::shared_ptr<replica_store> replicas;
   bool registered = false;
   bool job_over = false; // our ranks finished the job
   supervisor_actor writers, loaders, experts;
@@ -49,8 +58,7 @@ struct node_supervisor_state {
 
   std::string who() const { return "node " + std::to_string(args.node_rank); }
   int32_t first_rank() const {
-    return static_cast<int32_t>(args.node_rank
-                                * args.cfg.cluster.nproc_per_node);
+    return static_cast<int32_t>(epoch_index * args.cfg.cluster.nproc_per_node);
   }
 };
 

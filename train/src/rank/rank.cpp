@@ -13,6 +13,7 @@
 #include "rank/rank_checkpoint.hpp"
 #include "rank/link_traffic.hpp"
 #include "rank/rank_setup.hpp"
+#include "rank/replica_exchange.hpp"
 #include "rank/routing_window.hpp"
 #include "shard/shard_executor.hpp"
 #include "tutti/runtime/log.hpp"
@@ -177,12 +178,12 @@ public:
       }
       last_step_ = step;
       const auto& ck = a_.cfg.checkpoint;
+      rank_snapshot_ptr snap;
       if (step == t.steps || stop || votes.checkpoint
           || (ck.interval_steps > 0 && step % ck.interval_steps == 0)) {
         // The copy to host memory is the only stall; the writer persists
         // it while training goes on.
         const auto t0 = clock_type::now();
-        rank_snapshot_ptr snap;
         TUTTI_RETURN_IF_ERROR(take_snapshot(a_, model, experts, step, snap));
         auto dir = std::filesystem::path(ck.root(a_.cfg.run))
                    / store::checkpoint_dir_name(step);
@@ -199,7 +200,19 @@ public:
             return found;
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        self_->send(writer, ckpt_write_atom_v, std::move(snap), dir.string());
+        self_->send(writer, ckpt_write_atom_v, snap, dir.string());
+        report.time_other_s += seconds_since(t0);
+        report.step_time_s += seconds_since(t0);
+      }
+      const auto every = a_.cfg.elastic.replica_interval_steps;
+      if (every > 0 && a_.replicas && step % every == 0) {
+        // The state a recovery resumes from instead of the checkpoint.
+        const auto t0 = clock_type::now();
+        if (!snap)
+          TUTTI_RETURN_IF_ERROR(take_snapshot(a_, model, experts, step, snap));
+        int64_t sent = 0;
+        TUTTI_RETURN_IF_ERROR(
+          exchange_replicas(a_, *comms_.world, std::move(snap), sent));
         report.time_other_s += seconds_since(t0);
         report.step_time_s += seconds_since(t0);
       }

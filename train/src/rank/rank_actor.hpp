@@ -54,6 +54,8 @@ private:
   std::vector<comm::communicator*> comms_;
 };
 
+class replica_store;
+
 struct rank_args {
   job_config cfg;
   int32_t rank = 0;  // global
@@ -78,6 +80,9 @@ struct rank_args {
   // the rank then fails with it.
   std::vector<int32_t> expert_ids, slot_of_expert;
   std::string placement_error;
+  // The node's in-memory copies of ranks' state (node/replica_store.hpp),
+  // kept across epochs; null: elastic.replica_interval_steps is off.
+  std::shared_ptr<replica_store> replicas;
 };
 
 caf::actor spawn_rank(caf::actor_system& sys, rank_args args);

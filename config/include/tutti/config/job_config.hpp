@@ -379,6 +379,36 @@ void visit_fields(Visitor& v, recovery_config& c) {
           not_fingerprinted);
 }
 
+// Going on without lost nodes (elastic/shrink_layout.hpp): past
+// shrink_after_s with neither the node nor a spare back, the survivors
+// train on from the newest checkpoint at a smaller data-parallel size, and
+// the job returns to its full layout when the nodes do.
+struct elastic_config {
+  int64_t min_nodes = 0; // 0: off, a lost node is waited for
+  double shrink_after_s = 30;
+  int64_t replica_interval_steps = 0; // 0: off
+};
+
+template <class Visitor>
+void visit_fields(Visitor& v, elastic_config& c) {
+  using namespace config;
+  v.field("min_nodes", c.min_nodes,
+          "go on with this many nodes or more when some are lost and no "
+          "spare takes their place (0 = off: wait for them); at most "
+          "cluster_config.nnodes",
+          at_least(0), not_fingerprinted);
+  v.field("shrink_after_s", c.shrink_after_s,
+          "how long a recovery waits for a lost node or a spare before the "
+          "survivors go on without it",
+          above(0), not_fingerprinted);
+  v.field("replica_interval_steps", c.replica_interval_steps,
+          "every this many steps each rank copies its state to a rank of "
+          "another node (another rack where there is one), in memory; a "
+          "recovery resumes from the newest step whose copies survive "
+          "instead of the newest checkpoint (0 = off)",
+          at_least(0), not_fingerprinted);
+}
+
 // Prometheus: node N serves /metrics on its own host at port + N.
 struct metrics_config {
   int64_t port = 0;
@@ -503,6 +533,7 @@ struct job_config {
   diag_config diag;
   supervision_config supervision;
   recovery_config recovery;
+  elastic_config elastic;
   metrics_config metrics;
   alerts_config alerts;
   security_config security;
@@ -579,6 +610,7 @@ void visit_fields(Visitor& v, job_config& c) {
   v.field("diag", c.diag, "the interconnect check");
   v.field("supervision", c.supervision, "restarts, per kind of child");
   v.field("recovery", c.recovery, "failure detection and recovery");
+  v.field("elastic", c.elastic, "training on without lost nodes");
   v.field("metrics", c.metrics, "the Prometheus endpoint");
   v.field("alerts", c.alerts, "alert rules (0 turns a rule off)");
   v.field("security", c.security, "mutual TLS, roles and audit");
@@ -590,6 +622,9 @@ void visit_fields(Visitor& v, job_config& c) {
 expected<job_config> load_job_config(const std::string& path);
 expected<job_config> parse_job_config(const std::string& yaml_text,
                                       const std::string& source_name);
+// The checks across keys that loading runs, for a config made in code
+// (a layout derived from a loaded one).
+status check_job_config(const job_config& c);
 
 // The config as "section.key" = value pairs, every key not declared
 // not_fingerprinted: what every node of a job must agree on. Its text

@@ -71,7 +71,12 @@ using node_supervisor_actor = caf::typed_actor<
   caf::reacts_to<pause_atom>, caf::reacts_to<resume_atom>,
   caf::reacts_to<checkpoint_now_atom>,
   caf::replies_to<actor_exit_atom, std::string, bool>::with<std::string>,
-  caf::reacts_to<drain_atom>, caf::reacts_to<job_outcome>>;
+  caf::reacts_to<drain_atom>, caf::reacts_to<job_outcome>,
+  caf::replies_to<replicas_atom>::with<std::vector<replica_held>>,
+  // Write the held replicas of (epoch, step) of these ranks as that
+  // step's checkpoint shards (the writer reports each shard_saved).
+  caf::reacts_to<write_replicas_atom, int64_t, int64_t,
+                 std::vector<int64_t>>>;
 
 // Membership, rendezvous store, job state; one per job.
 using coordinator_actor = caf::typed_actor<

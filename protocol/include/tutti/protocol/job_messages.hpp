@@ -22,6 +22,10 @@ struct epoch_start {
   // in another rack took a node's ranks), [layer][slot] -> expert; empty:
   // each node applies moe_config.placement.
   std::vector<int32_t> expert_at;
+  // The nodes that train in this epoch, by node rank, ascending: the node
+  // at index i runs world ranks i * nproc_per_node onward, in the layout
+  // elastic::config_on_nodes derives. Empty: all of the job's nodes.
+  std::vector<int64_t> nodes;
 
   friend bool operator==(const epoch_start&, const epoch_start&) = default;
 };
@@ -29,7 +33,25 @@ struct epoch_start {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_start& x) {
   return f(caf::meta::type_name("epoch_start"), x.resume_step, x.epoch,
-           x.expert_at);
+           x.expert_at, x.nodes);
+}
+
+// Node -> coordinator (replicas_atom): one rank's state after `step` of
+// membership epoch `epoch` (an epoch of `world` ranks), held in the node's
+// memory (elastic.replica_interval_steps): the rank's own, or a peer's.
+struct replica_held {
+  int64_t epoch = 0;
+  int64_t world = 0;
+  int64_t step = 0;
+  int64_t rank = 0;
+
+  friend bool operator==(const replica_held&, const replica_held&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_held& x) {
+  return f(caf::meta::type_name("replica_held"), x.epoch, x.world, x.step,
+           x.rank);
 }
 
 // Node -> coordinator: this node has ended its ranks of `epoch`.

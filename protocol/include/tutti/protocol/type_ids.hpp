@@ -48,6 +48,8 @@ CAF_ADD_TYPE_ID(tutti, (tutti::log_query))
 CAF_ADD_TYPE_ID(tutti, (tutti::job_outcome))
 CAF_ADD_TYPE_ID(tutti, (tutti::job_final_state))
 CAF_ADD_TYPE_ID(tutti, (tutti::child_restarted))
+CAF_ADD_TYPE_ID(tutti, (tutti::replica_held))
+CAF_ADD_TYPE_ID(tutti, (std::vector<tutti::replica_held>))
 
 // Rendezvous store served by the coordinator (Gloo's store, NCCL's id).
 CAF_ADD_ATOM(tutti, tutti, store_set_atom, "store_set")
@@ -110,5 +112,9 @@ CAF_ADD_ATOM(tutti, tutti, routing_window_atom, "routing_w")
 // assigns it the node rank of a lost or drained node.
 CAF_ADD_ATOM(tutti, tutti, spare_atom, "spare")
 CAF_ADD_ATOM(tutti, tutti, assign_atom, "assign")
+// In-memory replicas of training state: what a node holds, and writing
+// the ones named as a checkpoint (a recovery resumes from them).
+CAF_ADD_ATOM(tutti, tutti, replicas_atom, "replicas")
+CAF_ADD_ATOM(tutti, tutti, write_replicas_atom, "write_rep")
 
 CAF_END_TYPE_ID_BLOCK(tutti)

@@ -1,0 +1,117 @@
+// Elastic training through a lost daemon: four daemons of one rank, no
+// spare, each rank's state copied to the next node's memory every step
+// (elastic.replica_interval_steps: 1), node 3 killed with SIGKILL at a
+// random step. Past elastic.shrink_after_s the three survivors write the
+// newest step's copies as a checkpoint and train on from it (world 3, the
+// global batch unchanged), so no step is trained again; when node 3's
+// daemon is started again the ranks checkpoint and pause at the next step
+// and the job regroups on four from it. The whole loss curve is the
+// fault-free run's within the world-size tolerance (1e-4 relative), and
+// every checkpoint verifies.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "fault_support.hpp"
+
+using namespace tutti::testing;
+
+namespace {
+
+struct four_daemons {
+  std::vector<std::unique_ptr<child_process>> nodes;
+};
+
+// The fault job on 4 daemons with 12 sequences a step and 12 held out
+// (they split over 4 and 3 data-parallel ranks) and `elastic` lines added.
+fault_job elastic_job(const std::string& name, int steps, int salt,
+                      const std::string& elastic) {
+  fault_job job(name, steps, salt, elastic,
+                {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"});
+  for (const auto& file : {job.config, job.dir / "reference.yaml"}) {
+    auto text = read_text(file);
+    for (const auto& [from, to] :
+         {std::pair{"global_batch_size: 8", "global_batch_size: 12"},
+          std::pair{"eval_sequences: 8", "eval_sequences: 12"}}) {
+      const auto at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, std::string(from).size(), to);
+    }
+    write_text(file, text);
+  }
+  return job;
+}
+
+void check_close_losses(const std::vector<double>& reference,
+                        const std::vector<double>& actual) {
+  REQUIRE(actual.size() == reference.size());
+  double worst = 0;
+  for (size_t s = 0; s < reference.size(); ++s) {
+    const double rel = std::abs(actual[s] - reference[s])
+                       / std::abs(reference[s]);
+    worst = std::max(worst, rel);
+    INFO("step " << s + 1 << ": " << actual[s] << " vs " << reference[s]);
+    CHECK(rel <= 1e-4);
+  }
+  WARN("largest relative loss difference from the fault-free run: " << worst);
+}
+
+} // namespace
+
+TEST_CASE("a lost daemon without a spare: three go on, four again on return",
+          "[elastic_shrink_grow]") {
+  auto job = elastic_job("fault_elastic", 80, 91,
+                         "elastic:\n  min_nodes: 2\n  shrink_after_s: 1\n"
+                         "  replica_interval_steps: 1\n");
+  job.run_reference();
+  four_daemons d;
+  for (int n = 0; n < 4; ++n)
+    d.nodes.push_back(job.daemon(n, "node" + std::to_string(n) + ".log"));
+  const int killed_after = job.wait_for_random_step(12, 25);
+  d.nodes[3]->kill_and_reap(); // kill -9, no spare anywhere
+  const double shrunk =
+    job.seconds_until("node0.log", "going on without node 3", 20);
+  INFO(read_text(job.dir / "node0.log"));
+  REQUIRE(shrunk >= 0);
+  // Bound: the heartbeat timeout (1 s), shrink_after_s (1 s), the aborts.
+  CHECK(shrunk <= 6);
+  const auto log = read_text(job.dir / "node0.log");
+  CHECK(log.find("world 3 on nodes 0, 1, 2") != std::string::npos);
+  // Resumed from the copies of the last step done: nothing trained again.
+  CHECK(log.find("recovered: epoch 1 starts from the checkpoint of step")
+        != std::string::npos);
+  CHECK(log.find("0 steps to train again; world 3") != std::string::npos);
+  // Trains on three past where it was killed, and says so.
+  job.wait_for_step(killed_after + 3);
+  auto status = run(tutti_bin() + " status " + job.config.string() + " --json",
+                    30);
+  INFO(status.output);
+  CHECK(status.output.find("training without lost nodes") != std::string::npos);
+  d.nodes[3] = job.daemon(3, "node3-again.log");
+  CHECK(job.seconds_until("node0.log", "taking back returned nodes", 30) >= 0);
+  CHECK(d.nodes[0]->wait(300) == 0);
+  for (int n = 1; n < 4; ++n)
+    CHECK(d.nodes[n]->wait(60) == 0);
+  check_close_losses(job.reference_losses,
+                     metric_series(job.metrics, "loss"));
+  const auto events = job.events();
+  CHECK(fault_job::count(events, "node_lost") == 1);
+  CHECK(fault_job::count(events, "shrink") == 1);
+  CHECK(fault_job::count(events, "grow") >= 1);
+  CHECK(fault_job::count(events, "replica_resume") == 1);
+  CHECK(fault_job::count(events, "replica_fallback") == 0);
+  // Every checkpoint kept, those written by three ranks too, verifies.
+  int verified = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(job.dir / "job" / "checkpoints")) {
+    if (entry.path().filename().string().rfind("step-", 0) != 0)
+      continue;
+    auto verify = run(tutti_bin() + " ckpt verify " + entry.path().string(),
+                      120);
+    INFO(entry.path() << ": " << verify.output);
+    CHECK(verify.status == 0);
+    ++verified;
+  }
+  CHECK(verified > 0);
+}
