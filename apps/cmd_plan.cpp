@@ -63,6 +63,8 @@ std::string plan_json(const train::capacity_plan& p) {
                  {"checkpoint_host_other_ranks", whole(m.checkpoint_other)},
                  {"checkpoint_host_all_other_ranks",
                   whole(m.checkpoint_others)},
+                 {"replicas_host", whole(m.replicas)},
+                 {"replicas_host_all_nodes", whole(m.replicas_all_nodes)},
                  {"kv_cache_per_sequence", whole(m.kv_cache_per_sequence)},
                  {"total", whole(m.total)},
                  {"total_all_stages", whole(m.total_all_stages)},

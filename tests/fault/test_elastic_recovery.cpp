@@ -115,3 +115,60 @@ TEST_CASE("a lost daemon without a spare: three go on, four again on return",
   }
   CHECK(verified > 0);
 }
+
+namespace {
+
+// Two racks of two daemons; nodes 2 and 3 (one rack) killed together.
+// `racks`: the four nodes' rack labels.
+void lose_a_rack(const std::string& name, int salt,
+                 const std::vector<std::string>& racks, bool copies_survive) {
+  auto job = elastic_job(name, 60, salt,
+                         "elastic:\n  min_nodes: 2\n  shrink_after_s: 1\n"
+                         "  replica_interval_steps: 1\n");
+  auto text = read_text(job.config);
+  for (int n = 0; n < 4; ++n) {
+    const auto from = "rack: r" + std::to_string(n) + "}";
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), "rack: " + racks[n] + "}");
+  }
+  write_text(job.config, text);
+  job.run_reference();
+  four_daemons d;
+  for (int n = 0; n < 4; ++n)
+    d.nodes.push_back(job.daemon(n, "node" + std::to_string(n) + ".log"));
+  job.wait_for_random_step(12, 25);
+  d.nodes[2]->kill_and_reap();
+  d.nodes[3]->kill_and_reap();
+  CHECK(job.seconds_until("node0.log", "going on without", 20) >= 0);
+  CHECK(d.nodes[0]->wait(300) == 0);
+  CHECK(d.nodes[1]->wait(60) == 0);
+  const auto log = read_text(job.dir / "node0.log");
+  INFO(log);
+  CHECK(log.find("world 2 on nodes 0, 1") != std::string::npos);
+  check_close_losses(job.reference_losses,
+                     metric_series(job.metrics, "loss"));
+  const auto events = job.events();
+  if (copies_survive) {
+    CHECK(log.find("0 steps to train again") != std::string::npos);
+    CHECK(fault_job::count(events, "replica_resume") == 1);
+    CHECK(fault_job::count(events, "replica_fallback") == 0);
+  } else {
+    // Node 2's copy was on node 3: the checkpoint, and the reason.
+    CHECK(log.find("not from in-memory copies: the copies of step")
+          != std::string::npos);
+    CHECK(log.find("of ranks 2 were only on lost nodes") != std::string::npos);
+    CHECK(fault_job::count(events, "replica_resume") == 0);
+    CHECK(fault_job::count(events, "replica_fallback") == 1);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a whole rack lost: its copies in the other rack carry the job on",
+          "[elastic_rack_loss]") {
+  // Copies go two nodes on (to the other rack): nodes 0 and 1 hold them.
+  lose_a_rack("fault_elastic_racks", 93, {"a", "a", "b", "b"}, true);
+  // One rack for all: copies go to the next node, node 2's to node 3.
+  lose_a_rack("fault_elastic_one_rack", 95, {"a", "a", "a", "a"}, false);
+}

@@ -344,6 +344,17 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     b.checkpoint = 5 * dense_whole * fp32 + gathering;
     b.checkpoint_others = (writers - 1) * gathering + writers * (t - 1) * sending;
   }
+  if (cfg.elastic.replica_interval_steps > 0 && cfg.cluster.nnodes > 1) {
+    // A copy is what the rank's checkpoint shard holds: rank 0's dense
+    // weights, moments and router biases with its experts; the experts of
+    // each of the first ep data-parallel ranks; nothing of the others.
+    // Two steps of each rank's own and of one peer node's ranks.
+    const double rank0 = 3 * dense * fp32 + snapshot;
+    const double per = static_cast<double>(cfg.cluster.nproc_per_node);
+    const double expert_writers = std::min(per, writers);
+    b.replicas = 2 * (rank0 + (2 * expert_writers - 1) * snapshot);
+    b.replicas_all_nodes = 2 * 2 * (rank0 + (writers - 1) * snapshot);
+  }
   // The KV cache: MLA's latent and rotary key, else K and V per KV head.
   const auto p = plan_shape_of(cfg);
   const double per_token = p.kv_lora_rank > 0
