@@ -232,7 +232,7 @@ private:
       }
       // Until the daemon comes back, watch the coordinator notice, and
       // (elastic.min_nodes) the job go on without it.
-      int64_t running_from = -1, recoveries_seen = before.recoveries;
+      int64_t running_from = -1, epoch_seen = before.epoch;
       while (since(t0) < f.restart_after_s) {
         auto st = f.node == 0 ? std::nullopt : probe.poll();
         if (st && std::isnan(r.detect_s)
@@ -245,7 +245,7 @@ private:
           else if (st->step > running_from) {
             r.resume_s = since(t0);
             r.resumed_from = running_from;
-            recoveries_seen = st->recoveries;
+            epoch_seen = st->epoch;
           }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -254,13 +254,12 @@ private:
       launch(f.node, false);
       if (!std::isnan(r.resume_s)) {
         // It went on without the node: back is when the regroup that takes
-        // it in has trained a step.
+        // it in (a new epoch) has trained a step.
         int64_t regrouped_at = -1;
         wait_for(probe, [&](const auto& st) {
           if (!daemons_[0]->running())
             return true;
-          if (!st || st->recoveries <= recoveries_seen
-              || st->state != "running")
+          if (!st || st->epoch <= epoch_seen || st->state != "running")
             return false;
           if (regrouped_at < 0)
             regrouped_at = st->step;
@@ -424,6 +423,20 @@ private:
                   static_cast<long long>(r.injected_at), r.detect_s, r.resume_s,
                   static_cast<long long>(r.redone),
                   r.matched ? "matches" : "DIFFERS", note.c_str());
+    }
+    if (tolerant) {
+      double worst = 0;
+      int64_t at = 0;
+      for (const auto& [step, loss] : reference_)
+        if (actual.count(step) && loss != "null" && actual[step] != "null") {
+          const double y = std::stod(loss);
+          const double d = std::abs(std::stod(actual[step]) - y) / std::abs(y);
+          if (d > worst)
+            worst = d, at = step;
+        }
+      std::printf("\nlargest relative loss difference from the fault-free "
+                  "run: %.2e (step %lld)",
+                  worst, static_cast<long long>(at));
     }
     std::printf("\njob: %s; %zu of %lld steps logged; whole loss curve %s "
                 "the fault-free run\n",

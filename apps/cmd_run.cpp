@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tutti/elastic/replica_memory.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "job_start.hpp"
@@ -84,6 +85,7 @@ int run_job_file(const std::string& path, bool quiet, bool fresh, bool yes) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   job_config cfg = std::move(*loaded);
+  elastic::keep_memory_for_replicas(cfg);
   if (auto usable = check_rank_device(cfg); !usable)
     return fail(2, "run: " + usable.message());
   data::dataset_meta meta;

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tutti/elastic/replica_memory.hpp"
 #include "tutti/runtime/basp_guard.hpp"
 #include "tutti/train/coordinator.hpp"
 #include "tutti/train/job_dashboard.hpp"
@@ -540,6 +541,7 @@ int main(int argc, char** argv) {
   if (!loaded)
     return fail(2, "config: " + loaded.message());
   job_config cfg = std::move(*loaded);
+  elastic::keep_memory_for_replicas(cfg);
   if (!(opt.stop_grace_s > 0))
     return fail(2, "--stop-grace-s " + seconds_text(opt.stop_grace_s)
                      + " must be above 0");

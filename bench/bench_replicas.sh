@@ -3,10 +3,12 @@
 # model on two nodes of one rank (`tutti run`: both nodes in one process,
 # so the copies cross the in-memory transport, not a network) with no
 # copies, a copy every 10 steps and every step, interleaved over ROUNDS
-# rounds: median step time (steps 6..STEPS) against no copies in the same
-# round, and the process's peak RSS against no copies, beside `tutti
-# plan`'s replicas_host_all_nodes (both nodes' copies: two steps of each
-# rank's own state and of its peer's).
+# rounds: median and mean step time (steps 6..STEPS) and the process's
+# peak RSS, against no copies in the same round with the allocator set as
+# replicas set it (elastic/replica_memory.hpp; "off" runs glibc's
+# defaults), beside `tutti plan`'s replicas_host_all_nodes (both nodes'
+# copies at their peak: three steps of each rank's own state and of its
+# peer's).
 #
 #   bench/bench_replicas.sh [BUILD_DIR]
 #   env: OUT (default /tmp/bench_replicas), STEPS (30), ROUNDS (3)
@@ -64,8 +66,11 @@ elastic:
 YAML
 }
 
-names=(off k10 k1)
-declare -A interval=([off]=0 [k10]=10 [k1]=1)
+names=(off off_tuned k10 k1)
+declare -A interval=([off]=0 [off_tuned]=0 [k10]=10 [k1]=1)
+# What keep_memory_for_replicas sets, for the run without copies.
+tuned="MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=33554432"
+tuned+=" MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456"
 for name in "${names[@]}"; do
   config "$name" "${interval[$name]}" >"$out/$name.yaml"
   "$tutti" plan "$out/$name.yaml" --json >"$out/$name.plan.json"
@@ -73,8 +78,11 @@ done
 for round in $(seq 1 "$rounds"); do
   for name in "${names[@]}"; do
     rm -rf "$out/run-$name"
+    allocator=""
+    [[ $name == off_tuned ]] && allocator=$tuned
     /usr/bin/time -f "peak_rss_kb=%M" -o "$out/$name.$round.time" \
-      "$tutti" run "$out/$name.yaml" --quiet >"$out/$name.$round.log" 2>&1 ||
+      env $allocator "$tutti" run "$out/$name.yaml" --quiet \
+      >"$out/$name.$round.log" 2>&1 ||
       { tail "$out/$name.$round.log"; exit 1; }
     cp "$out/run-$name/metrics.jsonl" "$out/$name.$round.metrics.jsonl"
   done
@@ -96,16 +104,17 @@ def planned_mb(name):
     m = json.load(open(f"{out}/{name}.plan.json"))["memory"]
     return m.get("replicas_host_all_nodes", 0) / 1e6
 fmt = lambda v, f: " / ".join(f.format(x) for x in v)
-print(f"{'copies':<8} {'median step ms':>20} {'mean step ms':>20} {'vs none':>18} "
-      f"{'peak RSS MB':>16} {'+MB vs none':>16} {'planned +MB':>11}")
+print(f"{'copies':<10} {'median step ms':>20} {'mean step ms':>20} "
+      f"{'mean vs none':>18} {'peak RSS MB':>16} {'+MB vs none':>16} "
+      f"{'planned +MB':>11}")
 R = range(1, rounds + 1)
 for name in names:
     med = [step_ms(name, r) for r in R]
     mean = [mean_ms(name, r) for r in R]
-    ratio = [mean_ms(name, r) / mean_ms("off", r) for r in R]
+    ratio = [mean_ms(name, r) / mean_ms("off_tuned", r) for r in R]
     rss = [rss_mb(name, r) for r in R]
-    extra = [rss_mb(name, r) - rss_mb("off", r) for r in R]
-    print(f"{name:<8} {fmt(med, '{:.1f}'):>20} {fmt(mean, '{:.1f}'):>20} "
+    extra = [rss_mb(name, r) - rss_mb("off_tuned", r) for r in R]
+    print(f"{name:<10} {fmt(med, '{:.1f}'):>20} {fmt(mean, '{:.1f}'):>20} "
           f"{fmt(ratio, '{:.3f}'):>18} {fmt(rss, '{:.0f}'):>16} "
           f"{fmt(extra, '{:+.0f}'):>16} {planned_mb(name):>11.1f}")
 PY

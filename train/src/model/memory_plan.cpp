@@ -348,12 +348,14 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     // A copy is what the rank's checkpoint shard holds: rank 0's dense
     // weights, moments and router biases with its experts; the experts of
     // each of the first ep data-parallel ranks; nothing of the others.
-    // Two steps of each rank's own and of one peer node's ranks.
+    // Each rank's own and one peer node's ranks': the two steps kept and,
+    // at its peak, the one being made before the oldest is dropped.
     const double rank0 = 3 * dense * fp32 + snapshot;
     const double per = static_cast<double>(cfg.cluster.nproc_per_node);
     const double expert_writers = std::min(per, writers);
-    b.replicas = 2 * (rank0 + (2 * expert_writers - 1) * snapshot);
-    b.replicas_all_nodes = 2 * 2 * (rank0 + (writers - 1) * snapshot);
+    constexpr double steps_held = 3;
+    b.replicas = steps_held * (rank0 + (2 * expert_writers - 1) * snapshot);
+    b.replicas_all_nodes = steps_held * 2 * (rank0 + (writers - 1) * snapshot);
   }
   // The KV cache: MLA's latent and rotary key, else K and V per KV head.
   const auto p = plan_shape_of(cfg);

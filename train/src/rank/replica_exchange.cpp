@@ -9,11 +9,13 @@ namespace tutti {
 namespace {
 
 // Tags of the replica messages on the world communicator (no other sends
-// use it): a size, then the bytes, told apart from the next step's.
-uint32_t size_tag(int64_t step) {
-  return 0x40000000u | static_cast<uint32_t>(step % 0x100000) << 1;
+// use it): the header's size, the header, then each tensor's data, told
+// apart from the next exchanges' by the step.
+uint32_t replica_tag(int64_t step, uint64_t message) {
+  return 0x40000000u | static_cast<uint32_t>(step & 0x3f) << 16
+         | static_cast<uint32_t>(message);
 }
-uint32_t bytes_tag(int64_t step) { return size_tag(step) | 1u; }
+constexpr uint64_t max_tensors = 0xffff - 2;
 
 } // namespace
 
@@ -28,26 +30,50 @@ status exchange_replicas(const rank_args& a, comm::communicator& world,
   const auto to = static_cast<int>(elastic::replica_target(cfg, a.rank));
   const auto from = static_cast<int>(elastic::replica_source(cfg, a.rank));
   const auto step = snap->step;
-  const auto out = encode_snapshot(*snap);
-  const uint64_t out_size = out.size();
+  const auto header = encode_snapshot_header(*snap);
+  const auto tensors = snapshot_tensors(*snap);
+  if (tensors.size() > max_tensors)
+    return status::error("a rank's state of " + std::to_string(tensors.size())
+                         + " tensors is too many to copy");
+  const uint64_t header_size = header.size();
+  TUTTI_RETURN_IF_ERROR(world.send(to, replica_tag(step, 0), &header_size, 8));
+  TUTTI_RETURN_IF_ERROR(
+    world.send(to, replica_tag(step, 1), header.data(), header_size));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& data = tensors[i]->data;
+    TUTTI_RETURN_IF_ERROR(world.send(to, replica_tag(step, 2 + i), data.data(),
+                                     data.size() * sizeof(float)));
+    bytes_sent += static_cast<int64_t>(data.size() * sizeof(float));
+  }
   uint64_t in_size = 0;
-  TUTTI_RETURN_IF_ERROR(world.send(to, size_tag(step), &out_size, 8));
-  TUTTI_RETURN_IF_ERROR(world.send(to, bytes_tag(step), out.data(), out_size));
-  TUTTI_RETURN_IF_ERROR(world.recv(from, size_tag(step), &in_size, 8));
+  TUTTI_RETURN_IF_ERROR(world.recv(from, replica_tag(step, 0), &in_size, 8));
+  if (in_size > (uint64_t{1} << 30))
+    return status::error("replica header from rank " + std::to_string(from)
+                         + " claims " + std::to_string(in_size) + " bytes");
   std::string in(in_size, '\0');
-  TUTTI_RETURN_IF_ERROR(world.recv(from, bytes_tag(step), in.data(), in_size));
-  TUTTI_RETURN_IF_ERROR(world.wait_sends());
-  auto copy = decode_snapshot(in);
+  TUTTI_RETURN_IF_ERROR(
+    world.recv(from, replica_tag(step, 1), in.data(), in_size));
+  auto copy = decode_snapshot_header(in);
   if (!copy.ok())
     return status::error("from rank " + std::to_string(from) + ": "
                          + copy.message());
-  if (copy.value()->rank != from || copy.value()->step != step)
+  auto& peer = *copy.value();
+  if (peer.rank != from || peer.step != step)
     return status::error("replica from rank " + std::to_string(from)
-                         + " holds rank "
-                         + std::to_string(copy.value()->rank) + " step "
-                         + std::to_string(copy.value()->step));
+                         + " holds rank " + std::to_string(peer.rank)
+                         + " step " + std::to_string(peer.step));
+  if (peer.tensors.size() > max_tensors)
+    return status::error("replica from rank " + std::to_string(from)
+                         + ": too many tensors");
+  for (size_t i = 0; i < peer.tensors.size(); ++i) {
+    auto& data = peer.tensors[i].data;
+    TUTTI_RETURN_IF_ERROR(world.recv(from, replica_tag(step, 2 + i),
+                                     data.data(),
+                                     data.size() * sizeof(float)));
+  }
+  TUTTI_RETURN_IF_ERROR(world.wait_sends());
   a.replicas->put(world_size, std::move(copy.value()));
-  bytes_sent = static_cast<int64_t>(out_size);
+  bytes_sent += static_cast<int64_t>(header_size);
   return {};
 }
 

@@ -40,14 +40,6 @@ public:
     at_ += n;
     return true;
   }
-  bool floats(std::vector<float>& v, uint64_t n) {
-    if ((in_.size() - at_) / sizeof(float) < n)
-      return false;
-    v.resize(n);
-    std::memcpy(v.data(), in_.data() + at_, n * sizeof(float));
-    at_ += n * sizeof(float);
-    return true;
-  }
   bool done() const { return at_ == in_.size(); }
 
 private:
@@ -57,7 +49,13 @@ private:
 
 } // namespace
 
-std::string encode_snapshot(const rank_snapshot& snap) {
+std::vector<const owned_tensor*> snapshot_tensors(const rank_snapshot& snap) {
+  std::vector<const owned_tensor*> out;
+  snap.for_each_tensor([&](const owned_tensor& t) { out.push_back(&t); });
+  return out;
+}
+
+std::string encode_snapshot_header(const rank_snapshot& snap) {
   writer w;
   w.put(magic);
   w.put(snap.step), w.put(snap.rank), w.put(snap.epoch);
@@ -67,22 +65,20 @@ std::string encode_snapshot(const rank_snapshot& snap) {
   w.put(static_cast<uint64_t>(snap.strings.size()));
   for (const auto& [k, v] : snap.strings)
     w.text(k), w.text(v);
-  uint64_t count = 0;
-  snap.for_each_tensor([&](const owned_tensor&) { ++count; });
-  w.put(count);
-  snap.for_each_tensor([&](const owned_tensor& t) {
-    w.text(t.name);
-    w.put(static_cast<uint64_t>(t.shape.size()));
-    for (auto d : t.shape)
+  const auto tensors = snapshot_tensors(snap);
+  w.put(static_cast<uint64_t>(tensors.size()));
+  for (const auto* t : tensors) {
+    w.text(t->name);
+    w.put(static_cast<uint64_t>(t->shape.size()));
+    for (auto d : t->shape)
       w.put(d);
-    w.put(static_cast<uint64_t>(t.data.size()));
-    w.out.append(reinterpret_cast<const char*>(t.data.data()),
-                 t.data.size() * sizeof(float));
-  });
+    w.put(static_cast<uint64_t>(t->data.size()));
+  }
   return std::move(w.out);
 }
 
-expected<rank_snapshot_ptr> decode_snapshot(const std::string& bytes) {
+expected<std::shared_ptr<rank_snapshot>> decode_snapshot_header(
+  const std::string& bytes) {
   auto bad = [](const std::string& what) {
     return status::error("replica of a rank's state: " + what);
   };
@@ -111,8 +107,8 @@ expected<rank_snapshot_ptr> decode_snapshot(const std::string& bytes) {
       return bad("truncated strings");
     snap->strings[k] = std::move(v);
   }
-  if (!r.get(n))
-    return bad("truncated tensor count");
+  if (!r.get(n) || n > bytes.size())
+    return bad("bad tensor count");
   for (uint64_t i = 0; i < n; ++i) {
     owned_tensor t;
     uint64_t dims = 0, numel = 0;
@@ -125,13 +121,14 @@ expected<rank_snapshot_ptr> decode_snapshot(const std::string& bytes) {
         return bad("tensor '" + t.name + "': bad shape");
       product *= static_cast<uint64_t>(d);
     }
-    if (!r.get(numel) || numel != product || !r.floats(t.data, numel))
-      return bad("tensor '" + t.name + "': truncated data");
+    if (!r.get(numel) || numel != product)
+      return bad("tensor '" + t.name + "': size and shape disagree");
+    t.data.resize(numel);
     snap->tensors.push_back(std::move(t));
   }
   if (!r.done())
     return bad("trailing bytes");
-  return rank_snapshot_ptr(std::move(snap));
+  return snap;
 }
 
 } // namespace tutti

@@ -96,9 +96,9 @@ struct memory_breakdown {
   double checkpoint_other = 0; // another rank's, the largest (its experts)
   double checkpoint_others = 0; // every other rank's together
   // elastic.replica_interval_steps: the in-memory copies of ranks' state
-  // a node keeps, its own ranks' and a peer node's, two steps of each
-  // (host memory): node 0's (it holds rank 0's dense state), and every
-  // node's together.
+  // a node keeps, its own ranks' and a peer node's, at the peak three
+  // steps of each (two kept, one being made; host memory): node 0's (it
+  // holds rank 0's dense state), and every node's together.
   double replicas = 0;
   double replicas_all_nodes = 0;
   double kv_cache_per_sequence = 0; // serving, at model.max_seq_len
