@@ -24,11 +24,6 @@ int64_t replica_shift(const job_config& cfg) {
   return 1;
 }
 
-bool replicas_cross_racks(const job_config& cfg) {
-  const auto shift = replica_shift(cfg);
-  return shift > 0 && shift_crosses_racks(cfg, shift);
-}
-
 int64_t replica_target(const job_config& cfg, int64_t rank) {
   const auto per = cfg.cluster.nproc_per_node, nodes = cfg.cluster.nnodes;
   const auto node = rank / per;

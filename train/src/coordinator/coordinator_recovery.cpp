@@ -151,8 +151,9 @@ void check_recovery(coordinator_pointer self) {
   if (!st.members.empty()) {
     st.members.clear(); // every node is back: the full layout again
     st.layout_summary.clear();
-    record_event(self, "grow", "every node is back: the job's full layout",
-                 seconds_since(st.recovery_began));
+    if (!st.regrouping) // a regroup has recorded its own grow event
+      record_event(self, "grow", "every node is back: the job's full layout",
+                   seconds_since(st.recovery_began));
   }
   restart_from_checkpoint(self);
 }
@@ -251,7 +252,6 @@ void watch_stragglers(coordinator_pointer self,
 caf::result<std::string> route_chaos(coordinator_pointer self,
                                      const chaos_request& req) {
   auto& st = self->state;
-  const auto& cl = st.cfg.cluster;
   int64_t node = req.node;
   if (node < 0 && req.rank >= 0 && req.rank < st.epoch_world())
     node = st.node_of_rank(req.rank);

@@ -75,7 +75,7 @@ shell_reply nodes_reply(const coordinator_state& st) {
     // node it has no room for is "idle".
     const auto index = st.epoch_index(n);
     r.nodes.push_back({n, a.host + ":" + std::to_string(a.port), a.rack,
-                       index * per, per, age,
+                       index < 0 ? -1 : index * per, per, age,
                        st.draining.count(n) ? "drained"
                        : !up                ? "lost"
                        : index < 0          ? "idle"

@@ -123,7 +123,8 @@ void start_epoch(node_pointer self, const epoch_start& start) {
     }
     index = at - e.nodes.begin();
   }
-  st.epoch_cfg = e.nodes.empty() ? all : elastic::config_on_nodes(all, e.nodes);
+  const auto cfg =
+    e.nodes.empty() ? all : elastic::config_on_nodes(all, e.nodes);
   // The ranks of this process meet in memory. Under tuttid they are this
   // node's, whose world ranks follow the node's index in the epoch; in one
   // process (tutti run) every node's, and no node is ever left out.
@@ -134,7 +135,6 @@ void start_epoch(node_pointer self, const epoch_start& start) {
     st.hub = std::make_shared<comm::memory_hub>(static_cast<int>(index * per),
                                                 static_cast<int>(per));
   st.epoch_index = index;
-  const auto& cfg = st.epoch_cfg;
   auto expert_at = e.expert_at;
   auto& sys = self->system();
   if (!st.writers) {
@@ -203,7 +203,7 @@ void start_epoch(node_pointer self, const epoch_start& start) {
                  st.experts, st.writers, control, resume_step, memories[rank],
                  st.in_flight, st.hub, held_by(rank),
                  moved ? plan.value().slot_of() : std::vector<int32_t>{},
-                 plan.ok() ? std::string() : plan.message()};
+                 plan.ok() ? std::string() : plan.message(), nullptr};
     if (cfg.elastic.replica_interval_steps > 0) {
       if (!st.replicas)
         st.replicas = std::make_shared<replica_store>();

@@ -32,9 +32,8 @@ struct node_supervisor_state {
   static inline const char* name = "node_supervisor";
   node_supervisor_args args;
   int64_t epoch = -1; // the epoch whose ranks run here; -1: none yet
-  // That epoch's layout and this node's index in it (-1: the epoch trains
+  // This node's index in that epoch's layout (-1: the epoch trains
   // without this node), and where its ranks meet in memory.
-  job_config epoch_cfg;
   int64_t epoch_index = -1;
   std::shared_ptr<comm::memory_hub> hub;
   // Copies of ranks' state in memory, this node's and a peer's; null when

@@ -33,15 +33,4 @@ rank_snapshot_ptr replica_store::find(int64_t epoch, int64_t step,
   return j == i->second.end() ? nullptr : j->second.snap;
 }
 
-int64_t replica_store::bytes() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  int64_t total = 0;
-  for (const auto& [key, steps] : copies_)
-    for (const auto& [step, e] : steps)
-      e.snap->for_each_tensor([&](const owned_tensor& t) {
-        total += static_cast<int64_t>(t.data.size() * sizeof(float));
-      });
-  return total;
-}
-
 } // namespace tutti

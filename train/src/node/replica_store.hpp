@@ -26,7 +26,6 @@ public:
   void put(int64_t world, rank_snapshot_ptr snap);
   std::vector<replica_held> held() const;
   rank_snapshot_ptr find(int64_t epoch, int64_t step, int64_t rank) const;
-  int64_t bytes() const; // of every tensor held
 
 private:
   struct entry {

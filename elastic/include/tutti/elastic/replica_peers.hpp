@@ -13,8 +13,6 @@ namespace tutti::elastic {
 
 // 0 when the layout has one node (no other node to copy to).
 int64_t replica_shift(const job_config& cfg);
-// Whether every copy lands in another rack than its source.
-bool replicas_cross_racks(const job_config& cfg);
 // The rank that keeps `rank`'s copy, and the rank whose copy `rank` keeps.
 int64_t replica_target(const job_config& cfg, int64_t rank);
 int64_t replica_source(const job_config& cfg, int64_t rank);
