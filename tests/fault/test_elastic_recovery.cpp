@@ -7,10 +7,12 @@
 // daemon is started again the ranks checkpoint and pause at the next step
 // and the job regroups on four from it. The whole loss curve is the
 // fault-free run's within the world-size tolerance (1e-4 relative), and
-// every checkpoint verifies.
+// every checkpoint verifies. The copies travel on their own thread while
+// the next step trains; a step is reported once its copies have landed.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "fault_support.hpp"
@@ -95,6 +97,11 @@ TEST_CASE("a lost daemon without a spare: three go on, four again on return",
     CHECK(d.nodes[n]->wait(60) == 0);
   check_close_losses(job.reference_losses,
                      metric_series(job.metrics, "loss"));
+  // A step is reported once its copies have landed: no lag at K = 1.
+  const auto lag = metric_series(job.metrics, "replica_lag_steps");
+  CHECK(lag.size() == job.reference_losses.size());
+  CHECK(std::count(lag.begin(), lag.end(), 0.0)
+        == static_cast<std::ptrdiff_t>(lag.size()));
   const auto events = job.events();
   CHECK(fault_job::count(events, "node_lost") == 1);
   CHECK(fault_job::count(events, "shrink") == 1);

@@ -48,9 +48,13 @@ step_report merge_reports(const std::vector<step_report>& reports) {
       out = r;
   double compute = 0, a2a = 0, a2a_wait = 0, overlap = 0, ar = 0, other = 0,
          slowest = 0, data_wait = 0, lent = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0, replica_bytes = 0, replica_step = out.replica_step;
+  double replica_stall = 0;
   std::vector<int64_t> by_link;
   for (const auto& r : reports) {
+    replica_bytes += r.replica_bytes;
+    replica_step = std::min(replica_step, r.replica_step);
+    replica_stall = std::max(replica_stall, r.time_replica_s);
     bytes += r.alltoall_bytes;
     by_link.resize(std::max(by_link.size(), r.alltoall_bytes_by_link.size()));
     for (size_t c = 0; c < r.alltoall_bytes_by_link.size(); ++c)
@@ -80,6 +84,10 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.alltoall_bytes = bytes / static_cast<int64_t>(reports.size());
   // By link class: the step's total over all ranks.
   out.alltoall_bytes_by_link = std::move(by_link);
+  // Copies: a recovery loses nothing back to the oldest rank's newest copy.
+  out.replica_step = replica_step;
+  out.replica_bytes = replica_bytes;
+  out.time_replica_s = replica_stall;
   return out;
 }
 

@@ -163,6 +163,20 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + " s step for data, over alerts.data_wait "
          + std::to_string(a.data_wait) + step);
 
+  // Copies falling behind: a lost node would cost more steps than the
+  // replica interval promises (a slow inter-node link, a stuck peer).
+  const auto every = st.cfg.elastic.replica_interval_steps;
+  const auto lag = r.step - r.replica_step;
+  rule(self,
+       every > 0 && a.replica_lag_intervals > 0
+         && lag > a.replica_lag_intervals * every,
+       "replica_lag", "important",
+       "the newest complete in-memory copy is of step "
+         + std::to_string(r.replica_step) + ", " + std::to_string(lag)
+         + " steps behind, over alerts.replica_lag_intervals "
+         + std::to_string(a.replica_lag_intervals) + " x "
+         + std::to_string(every) + step);
+
   int64_t worst_rss = 0;
   std::string worst_node;
   for (const auto& [node, m] : st.nodes)
@@ -379,6 +393,15 @@ std::string render_metrics(const coordinator_state& st) {
           "Of the last step's all-to-all bytes on links, the share that "
           "crossed racks.",
           cross_rack_share(r.alltoall_bytes_by_link));
+    if (st.cfg.elastic.replica_interval_steps > 0) {
+      gauge("tutti_replica_lag_steps",
+            "Steps since the newest step whose in-memory copy every rank "
+            "has on another node (what a lost node costs).",
+            static_cast<double>(r.step - r.replica_step));
+      gauge("tutti_replica_bytes",
+            "Bytes the ranks sent for that copy, all ranks together.",
+            static_cast<double>(r.replica_bytes));
+    }
     m.metric("tutti_dropped_tokens_total", "counter",
              "Tokens dropped over expert capacity, since the daemon started.",
              {}, static_cast<double>(seen.dropped_total));

@@ -101,6 +101,12 @@ std::string metrics_json(const step_report& r, int64_t experts) {
     j["time_pipeline_schedule_s"] = r.time_pipeline_schedule_s;
     j["pipeline_bubble"] = r.pipeline_bubble;
   }
+  if (r.replica_step > 0 || r.time_replica_s > 0) {
+    j["replica_step"] = r.replica_step;
+    j["replica_lag_steps"] = r.step - r.replica_step;
+    j["replica_bytes"] = r.replica_bytes;
+    j["time_replica_s"] = r.time_replica_s;
+  }
   if (r.evaluated)
     j["eval_loss"] = r.eval_loss;
   return j.dump();

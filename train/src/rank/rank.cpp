@@ -205,23 +205,39 @@ public:
         report.step_time_s += seconds_since(t0);
       }
       const auto every = a_.cfg.elastic.replica_interval_steps;
-      if (every > 0 && a_.replicas && step % every == 0) {
-        // The state a recovery resumes from instead of the checkpoint.
+      if (every > 0 && a_.replicas) {
+        // The state a recovery resumes from instead of the checkpoint: the
+        // snapshot is the stall, the copy travels during the next step.
         const auto t0 = clock_type::now();
-        if (!snap)
-          TUTTI_RETURN_IF_ERROR(take_snapshot(a_, model, experts, step, snap));
-        int64_t sent = 0;
-        TUTTI_RETURN_IF_ERROR(
-          exchange_replicas(a_, *comms_.world, std::move(snap), sent));
-        report.time_other_s += seconds_since(t0);
-        report.step_time_s += seconds_since(t0);
+        TUTTI_RETURN_IF_ERROR(copier_.poll());
+        release_reports();
+        if (step % every == 0) {
+          TUTTI_RETURN_IF_ERROR(copier_.wait());
+          release_reports();
+          if (!snap)
+            TUTTI_RETURN_IF_ERROR(
+              take_snapshot(a_, model, experts, step, snap));
+          TUTTI_RETURN_IF_ERROR(copier_.start(
+            comms_.replica ? *comms_.replica : *comms_.world,
+            std::move(snap)));
+        }
+        report.time_replica_s = seconds_since(t0);
+        report.time_other_s += report.time_replica_s;
+        report.step_time_s += report.time_replica_s;
       }
-      self_->send(a_.coordinator, std::move(report));
+      held_reports_.push_back(std::move(report));
+      if (!copier_.in_flight())
+        release_reports();
       if (stop)
         break;
-      if (votes.pause)
+      if (votes.pause) {
+        TUTTI_RETURN_IF_ERROR(copier_.wait());
+        release_reports();
         TUTTI_RETURN_IF_ERROR(wait_while_paused());
+      }
     }
+    TUTTI_RETURN_IF_ERROR(copier_.wait());
+    release_reports();
     return {};
   }
 
@@ -229,6 +245,22 @@ public:
   int64_t last_step() const { return last_step_; }
 
 private:
+  // A step is done for the coordinator once its copy (when one was taken)
+  // is on the peer node too: a node lost after the report costs no step.
+  // The reports held meanwhile go in order once the copy has landed.
+  void release_reports() {
+    if (copier_.in_flight())
+      return;
+    for (auto& r : held_reports_) {
+      if (a_.cfg.elastic.replica_interval_steps > 0 && a_.replicas) {
+        r.replica_step = copier_.done_step();
+        r.replica_bytes = copier_.bytes_sent();
+      }
+      self_->send(a_.coordinator, std::move(r));
+    }
+    held_reports_.clear();
+  }
+
   std::string loader_id() const {
     return "data_loader/" + std::to_string(a_.rank);
   }
@@ -507,6 +539,9 @@ private:
   bool stop_requested_ = false;
   routing_window routing_{a_.cfg};
   model::param_layout expert_layout_; // of the shard's blocks
+  // Declared after comms_: it ends (and aborts a copy in flight) first.
+  replica_copier copier_{a_, a_.resume_step};
+  std::vector<step_report> held_reports_;
 };
 
 void rank_main(caf::blocking_actor* self, rank_args args) {

@@ -9,6 +9,7 @@
 #include "tutti/comm/gloo_communicator.hpp"
 #include "tutti/comm/memory_communicator.hpp"
 #include "tutti/comm/nccl_communicator.hpp"
+#include "tutti/elastic/replica_peers.hpp"
 #include "tutti/kernels/device_memory.hpp"
 #include "tutti/train/expert_ffn.hpp"
 #include "tutti/train/idle_core_pool.hpp"
@@ -38,11 +39,12 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
     return true;
   };
   // `lends`: the group of the MoE exchange, whose members wait for the
-  // busiest expert shard; they compute its tiles meanwhile.
+  // busiest expert shard; they compute its tiles meanwhile. `host_memory`:
+  // the data lives in host memory (never NCCL).
   auto make = [&](int member, int size, const std::string& group, int first,
                   int stride, std::unique_ptr<comm::communicator>& c,
-                  bool lends = false) -> status {
-    if (cl.backend() == backend_kind::nccl) {
+                  bool lends = false, bool host_memory = false) -> status {
+    if (cl.backend() == backend_kind::nccl && !host_memory) {
       comm::nccl_options opts;
       opts.group = epoch + group;
       opts.device = device;
@@ -116,6 +118,10 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
                                  b * stride + across, stride,
                                  b < stage ? out.prev : out.next));
   }
+  if (cfg.elastic.replica_interval_steps > 0
+      && elastic::replica_shift(cfg) != 0)
+    TUTTI_RETURN_IF_ERROR(make(a.rank, world, "replica", 0, 1, out.replica,
+                               false, /*host_memory=*/true));
   if (ep < dp) {
     // Blocks of ep consecutive dp indices of one stage and TP index
     // (job_config::ep_group_of), and the ranks holding the same experts

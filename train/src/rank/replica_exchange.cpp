@@ -8,9 +8,9 @@ namespace tutti {
 
 namespace {
 
-// Tags of the replica messages on the world communicator (no other sends
-// use it): the header's size, the header, then each tensor's data, told
-// apart from the next exchanges' by the step.
+// Tags of the replica messages on their own communicator: the header's
+// size, the header, then each tensor's data, told apart from the next
+// exchanges' by the step.
 uint32_t replica_tag(int64_t step, uint64_t message) {
   return 0x40000000u | static_cast<uint32_t>(step & 0x3f) << 16
          | static_cast<uint32_t>(message);
@@ -21,6 +21,7 @@ constexpr uint64_t max_tensors = 0xffff - 2;
 
 status exchange_replicas(const rank_args& a, comm::communicator& world,
                          rank_snapshot_ptr snap, int64_t& bytes_sent) {
+  // `world`: the replica link, a communicator of every rank.
   const auto& cfg = a.cfg;
   const auto world_size = cfg.cluster.world_size;
   a.replicas->put(world_size, snap);
@@ -74,6 +75,44 @@ status exchange_replicas(const rank_args& a, comm::communicator& world,
   TUTTI_RETURN_IF_ERROR(world.wait_sends());
   a.replicas->put(world_size, std::move(copy.value()));
   bytes_sent += static_cast<int64_t>(header_size);
+  return {};
+}
+
+replica_copier::~replica_copier() {
+  if (!thread_.joinable())
+    return;
+  if (!finished_ && link_)
+    (void)link_->abort(); // its peer may be gone: do not wait out a timeout
+  thread_.join();
+}
+
+status replica_copier::join() {
+  if (!thread_.joinable())
+    return {};
+  thread_.join();
+  if (!result_.ok())
+    return status::error("copy of step " + std::to_string(in_flight_step_)
+                         + " to its peer: " + result_.message());
+  done_step_ = in_flight_step_;
+  done_bytes_ = in_flight_bytes_;
+  return {};
+}
+
+status replica_copier::wait() { return join(); }
+
+status replica_copier::poll() { return finished_ ? join() : status{}; }
+
+status replica_copier::start(comm::communicator& link,
+                             rank_snapshot_ptr snap) {
+  TUTTI_RETURN_IF_ERROR(join());
+  link_ = &link;
+  in_flight_step_ = snap->step;
+  in_flight_bytes_ = 0;
+  finished_ = false;
+  thread_ = std::thread([this, &link, snap = std::move(snap)]() mutable {
+    result_ = exchange_replicas(a_, link, std::move(snap), in_flight_bytes_);
+    finished_ = true;
+  });
   return {};
 }
 
