@@ -4,8 +4,9 @@
 // each: time to detect it, time until training goes on, steps redone (as
 // the coordinator counted them), and whether the loss curve is the
 // reference's bit for bit (within 1e-4 where elastic.min_nodes lets the
-// job go on in a smaller layout). Exit 0 when the job completed and every
-// curve matched.
+// job go on in a smaller layout), then the effective training time ratio
+// over the drill and a verification of every checkpoint kept. Exit 0 when
+// the job completed, every curve matched and every checkpoint verified.
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,7 @@
 #include "command_line.hpp"
 #include "drill_plan.hpp"
 #include "job_start.hpp"
+#include "tutti/store/checkpoint_files.hpp"
 #include "tutti/store/job_store.hpp"
 #include "tutti/train/local_job.hpp"
 #include "tutti/client/job_client.hpp"
@@ -78,6 +80,29 @@ double median_step_time(const fs::path& metrics) {
   return times[times.size() / 2];
 }
 
+// The time of the steps the job kept: each step's last record (a step
+// trained again counts once).
+double kept_steps_seconds(const fs::path& metrics) {
+  std::map<int64_t, double> times;
+  for_each_record(metrics, [&](const nlohmann::json& r) {
+    auto step = r.find("step"), t = r.find("step_time_s");
+    if (step != r.end() && step->is_number_integer() && t != r.end()
+        && t->is_number())
+      times[step->get<int64_t>()] = t->get<double>();
+  });
+  double sum = 0;
+  for (const auto& [step, t] : times)
+    sum += t;
+  return sum;
+}
+
+std::string node_list(const std::vector<int64_t>& nodes) {
+  std::string out = nodes.size() > 1 ? "nodes " : "node ";
+  for (size_t i = 0; i < nodes.size(); ++i)
+    out += (i ? "," : "") + std::to_string(nodes[i]);
+  return out;
+}
+
 // Polls the coordinator's status, reconnecting when it went away.
 class status_probe {
 public:
@@ -129,6 +154,10 @@ public:
       return fail(1, "drill: " + tuttid_.string() + " not found");
     if (!run_reference())
       return 1;
+    for (const auto& f : plan_.faults)
+      if (f.during_checkpoint) // the daemons inherit it
+        setenv("TUTTI_CKPT_WRITE_DELAY_MS",
+               std::to_string(drill_checkpoint_write_ms).c_str(), 1);
     status_probe probe(plan_.job.cluster.coordinator_host() + ":"
                        + std::to_string(plan_.job.cluster.coordinator_port()));
     for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n)
@@ -198,6 +227,10 @@ private:
     const auto t0 = clock_type::now();
     while (since(t0) < plan_.step_timeout_s) {
       auto s = probe.poll();
+      if (s && s->step > 0 && !first_step_seen_) {
+        first_step_seen_ = true;
+        first_step_at_ = clock_type::now();
+      }
       if (last)
         *last = s;
       if (done(s))
@@ -210,10 +243,17 @@ private:
   bool inject(status_probe& probe, fault_result& r) {
     const auto& f = r.fault;
     std::optional<job_status> s;
+    const auto every = std::max<int64_t>(1,
+                                         plan_.job.checkpoint.interval_steps);
     if (!wait_for(
           probe,
           [&](const auto& st) {
-            return st && st->state == "running" && st->step >= f.at_step;
+            if (!st || st->state != "running" || st->step < f.at_step)
+              return false;
+            // during_checkpoint: the newest checkpoint's step is done but
+            // not yet committed, so its shards are being written.
+            return !f.during_checkpoint
+                   || st->step / every * every > st->last_checkpoint;
           },
           &s))
       return false;
@@ -225,7 +265,12 @@ private:
     const auto t0 = clock_type::now();
     clock_type::time_point relaunched;
     if (f.fault == "kill_daemon") {
-      daemons_[f.node]->kill_and_reap();
+      if (f.during_checkpoint)
+        r.note = "killed while the checkpoint of step "
+                 + std::to_string(before.step / every * every)
+                 + " was being written";
+      for (auto n : f.nodes)
+        daemons_[n]->kill_and_reap();
       if (f.node == 0) {
         // The coordinator is gone with it: detection is immediate here.
         r.detect_s = since(t0);
@@ -251,7 +296,8 @@ private:
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       relaunched = clock_type::now();
-      launch(f.node, false);
+      for (auto n : f.nodes)
+        launch(n, false);
       if (!std::isnan(r.resume_s)) {
         // It went on without the node: back is when the regroup that takes
         // it in (a new epoch) has trained a step.
@@ -266,7 +312,9 @@ private:
           return st->step > regrouped_at;
         });
         r.back_to_training_s = since(relaunched);
-        r.note = "went on without it; taken back after its return";
+        r.note += std::string(r.note.empty() ? "" : "; ") + "went on without "
+                  + (f.nodes.size() > 1 ? "them" : "it")
+                  + "; taken back after the return";
         return true;
       }
     } else {
@@ -323,6 +371,7 @@ private:
   bool finish(status_probe& probe) {
     const auto deadline = plan_.step_timeout_s * 10;
     const int code = daemons_[0]->wait(deadline);
+    ended_at_ = clock_type::now();
     for (auto& [node, d] : daemons_)
       if (node != 0)
         d->wait(30);
@@ -395,13 +444,14 @@ private:
           r.matched = false;
       all_matched = all_matched && r.matched;
     }
-    std::printf("\n%-17s %-8s %8s %9s %9s %7s  %-10s %s\n", "fault", "target",
+    std::printf("\n%-17s %-10s %8s %9s %9s %7s  %-10s %s\n", "fault", "target",
                 "at step", "detect s", "resume s", "redone", "loss curve",
                 "notes");
     for (const auto& r : results_) {
       const auto& f = r.fault;
-      auto target = f.node >= 0 ? "node " + std::to_string(f.node)
-                                : "rank " + std::to_string(f.rank);
+      auto target = !f.nodes.empty() ? node_list(f.nodes)
+                    : f.node >= 0    ? "node " + std::to_string(f.node)
+                                     : "rank " + std::to_string(f.rank);
       auto note = r.note;
       if (!std::isnan(r.back_to_training_s)) {
         char buf[96];
@@ -418,7 +468,7 @@ private:
                       step_time_s_, step_time_s_ + 0.5);
         note += (note.empty() ? "" : "; ") + std::string(buf);
       }
-      std::printf("%-17s %-8s %8lld %9.3f %9.3f %7lld  %-10s %s\n",
+      std::printf("%-17s %-10s %8lld %9.3f %9.3f %7lld  %-10s %s\n",
                   f.fault.c_str(), target.c_str(),
                   static_cast<long long>(r.injected_at), r.detect_s, r.resume_s,
                   static_cast<long long>(r.redone),
@@ -446,8 +496,47 @@ private:
                 : tolerant && same_curve(actual)
                   ? "within 1e-4 (elastic.min_nodes: layouts change) of"
                   : "DIFFERENT from");
+    report_time_ratio();
+    const bool verified = verify_checkpoints();
     std::fflush(stdout);
-    return all_matched ? 0 : 1;
+    return all_matched && verified ? 0 : 1;
+  }
+
+  // Effective training time ratio: the time of the steps kept over the
+  // wall time from the first step to the job's end (faults, recoveries,
+  // steps trained again and checkpoint stalls all lower it).
+  void report_time_ratio() const {
+    if (!first_step_seen_ || ended_at_ < first_step_at_)
+      return;
+    const double wall =
+      std::chrono::duration<double>(ended_at_ - first_step_at_).count()
+      + step_time_s_;
+    const double kept = kept_steps_seconds(run_dir_ / "metrics.jsonl");
+    std::printf("effective training time ratio: %.3f (%.1f s of steps kept "
+                "in %.1f s from the first step to the end)\n",
+                kept / wall, kept, wall);
+  }
+
+  // Every checkpoint the faults left behind must read back whole.
+  bool verify_checkpoints() const {
+    const fs::path root = plan_.job.checkpoint.root(plan_.job.run);
+    int ok = 0;
+    std::vector<std::string> bad;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      const auto name = entry.path().filename().string();
+      if (name.rfind("step-", 0) != 0)
+        continue;
+      if (auto v = store::verify_checkpoint(entry.path()); v.ok())
+        ++ok;
+      else
+        bad.push_back(name + ": " + v.message());
+    }
+    std::printf("checkpoints kept: %d verified", ok);
+    for (const auto& b : bad)
+      std::printf("; FAILED %s", b.c_str());
+    std::printf("\n");
+    return bad.empty() && ok > 0;
   }
 
   drill_plan plan_;
@@ -456,6 +545,8 @@ private:
   double step_time_s_ = 0;
   std::map<int64_t, std::unique_ptr<child_process>> daemons_;
   std::vector<fault_result> results_;
+  bool first_step_seen_ = false;
+  clock_type::time_point first_step_at_, ended_at_;
 };
 
 } // namespace

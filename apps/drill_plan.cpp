@@ -49,6 +49,14 @@ drill_fault read_fault(const YAML::Node& item, const std::string& where,
       f.rank = scalar<int64_t>(kv.second, path);
     else if (key == "node")
       f.node = scalar<int64_t>(kv.second, path);
+    else if (key == "nodes") {
+      if (!kv.second.IsSequence() || kv.second.size() == 0)
+        refuse(path, "expected a non-empty list of nodes");
+      for (size_t i = 0; i < kv.second.size(); ++i)
+        f.nodes.push_back(
+          scalar<int64_t>(kv.second[i], path + "[" + std::to_string(i) + "]"));
+    } else if (key == "during_checkpoint")
+      f.during_checkpoint = scalar<bool>(kv.second, path);
     else if (key == "at_step")
       f.at_step = scalar<int64_t>(kv.second, path);
     else if (key == "restart_after_s")
@@ -63,6 +71,28 @@ drill_fault read_fault(const YAML::Node& item, const std::string& where,
                "kill_loader kill_writer crash_checkpoint kill_rank hang_rank "
                "kill_daemon)");
   const auto& cl = job.cluster;
+  if (!f.nodes.empty()) {
+    if (f.fault != "kill_daemon")
+      refuse(where + ".nodes", "only kill_daemon takes several nodes");
+    if (f.node >= 0)
+      refuse(where + ".nodes", "give node or nodes, not both");
+    std::set<int64_t> seen;
+    for (auto n : f.nodes) {
+      if (n < 1 || n >= cl.nnodes)
+        refuse(where + ".nodes", "each must be in 1.."
+                                   + std::to_string(cl.nnodes - 1)
+                                   + " (node 0's loss is a fault of its own)");
+      if (!seen.insert(n).second)
+        refuse(where + ".nodes", "node " + std::to_string(n) + " twice");
+    }
+    f.node = f.nodes.front();
+  } else if (f.fault == "kill_daemon") {
+    f.nodes = {f.node};
+  }
+  if (f.during_checkpoint
+      && (f.fault != "kill_daemon" || job.checkpoint.interval_steps <= 0))
+    refuse(where + ".during_checkpoint",
+           "only for kill_daemon, in a job with checkpoint.interval_steps");
   const bool on_node = f.fault == "kill_daemon" || f.fault == "kill_writer"
                        || f.fault == "crash_checkpoint";
   if (on_node && (f.node < 0 || f.node >= cl.nnodes))

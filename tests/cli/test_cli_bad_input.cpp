@@ -421,6 +421,11 @@ TEST_CASE("chaos, status and drill on bad input: status 2, one line",
                    {"faults[0].node"});
     expect_refusal(drill("{fault: kill_expert, rank: 0, at_step: 5, when: 1}"),
                    {"faults[0].when", "unknown key"});
+    expect_refusal(drill("{fault: kill_daemon, nodes: [0, 1], at_step: 5}"),
+                   {"faults[0].nodes", "node 0"});
+    expect_refusal(drill("{fault: kill_expert, rank: 0, at_step: 5, "
+                         "during_checkpoint: true}"),
+                   {"faults[0].during_checkpoint"});
     CHECK_FALSE(fs::exists(dir / "run"));
   }
 }

@@ -176,7 +176,7 @@ TEST_CASE("tutti drill reports detection, recovery and the loss curve",
              "  - {fault: kill_expert, rank: 1, at_step: 15}\n"
              "  - {fault: hang_rank, rank: 2, at_step: 35}\n"
              "  - {fault: kill_daemon, node: 1, at_step: 60, "
-             "restart_after_s: 1}\n"
+             "restart_after_s: 1, during_checkpoint: true}\n"
              "  - {fault: crash_checkpoint, node: 0, at_step: 85}\n");
   auto r = run(tutti_bin() + " drill " + (job.dir / "drill.yaml").string(),
                400);
@@ -184,6 +184,13 @@ TEST_CASE("tutti drill reports detection, recovery and the loss curve",
   REQUIRE(r.status == 0);
   CHECK(r.output.find("whole loss curve equal to the fault-free run")
         != std::string::npos);
+  CHECK(r.output.find("killed while the checkpoint of step")
+        != std::string::npos);
+  CHECK(r.output.find("effective training time ratio: 0.")
+        != std::string::npos);
+  // Every checkpoint left behind, the one the kill cut short too, verifies.
+  CHECK(r.output.find("verified\n") != std::string::npos);
+  CHECK(r.output.find("FAILED") == std::string::npos);
   // One row per fault: fault target at-step detect resume redone matches.
   std::map<std::string, std::vector<double>> rows;
   std::istringstream in(r.output);
