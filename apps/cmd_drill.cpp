@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "child_process.hpp"
@@ -154,14 +155,22 @@ public:
       return fail(1, "drill: " + tuttid_.string() + " not found");
     if (!run_reference())
       return 1;
-    for (const auto& f : plan_.faults)
-      if (f.during_checkpoint) // the daemons inherit it
-        setenv("TUTTI_CKPT_WRITE_DELAY_MS",
-               std::to_string(drill_checkpoint_write_ms).c_str(), 1);
     status_probe probe(plan_.job.cluster.coordinator_host() + ":"
                        + std::to_string(plan_.job.cluster.coordinator_port()));
-    for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n)
+    for (int64_t n = 0; n < plan_.job.cluster.nnodes; ++n) {
+      // A node to be killed mid-checkpoint writes slowly (its first
+      // daemon inherits this; the one started after the kill does not).
+      bool slow = false;
+      for (const auto& f : plan_.faults)
+        if (f.during_checkpoint
+            && std::count(f.nodes.begin(), f.nodes.end(), n) > 0)
+          slow = true;
+      if (slow)
+        setenv("TUTTI_CKPT_WRITE_DELAY_MS",
+               std::to_string(drill_checkpoint_write_ms).c_str(), 1);
       launch(n, n == 0);
+      unsetenv("TUTTI_CKPT_WRITE_DELAY_MS");
+    }
     std::printf("drill: %lld daemons started; faults follow\n",
                 static_cast<long long>(plan_.job.cluster.nnodes));
     std::fflush(stdout);
@@ -398,12 +407,17 @@ private:
     return true;
   }
 
+  // The job's store: node 0's daemon keeps it in its data directory.
+  fs::path coordinator_store() const {
+    return run_dir_ / "drill-node-0" / "state";
+  }
+
   // Steps trained again at each job-level recovery, as the coordinator
   // counted them ("N steps to train again"), in order; regroups that take
   // a returned node back are not faults.
   std::vector<int64_t> steps_trained_again() const {
     std::vector<int64_t> out;
-    auto db = store::job_store::open(fs::path(plan_.job.run.dir) / "state");
+    auto db = store::job_store::open(coordinator_store());
     if (!db.ok())
       return out;
     auto events = db.value()->events();
@@ -517,22 +531,45 @@ private:
                 kept / wall, kept, wall);
   }
 
-  // Every checkpoint the faults left behind must read back whole.
+  // Every committed checkpoint the faults left behind must read back
+  // whole (one a kill cut short was never committed: nothing resumes
+  // from it, and it is named apart).
   bool verify_checkpoints() const {
+    auto db = store::job_store::open(coordinator_store());
+    if (!db.ok()) {
+      std::printf("checkpoints: FAILED to open the job's store: %s\n",
+                  db.message().c_str());
+      return false;
+    }
+    auto committed = db.value()->checkpoints();
+    if (!committed.ok()) {
+      std::printf("checkpoints: FAILED to read the job's store: %s\n",
+                  committed.message().c_str());
+      return false;
+    }
     const fs::path root = plan_.job.checkpoint.root(plan_.job.run);
     int ok = 0;
     std::vector<std::string> bad;
+    std::set<std::string> kept;
+    for (const auto& c : committed.value()) {
+      const auto dir = root / fs::path(c.dir).filename();
+      if (!fs::exists(dir))
+        continue; // retention removed it
+      kept.insert(dir.filename().string());
+      if (auto v = store::verify_checkpoint(dir); v.ok())
+        ++ok;
+      else
+        bad.push_back(dir.filename().string() + ": " + v.message());
+    }
+    int uncommitted = 0;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(root, ec)) {
       const auto name = entry.path().filename().string();
-      if (name.rfind("step-", 0) != 0)
-        continue;
-      if (auto v = store::verify_checkpoint(entry.path()); v.ok())
-        ++ok;
-      else
-        bad.push_back(name + ": " + v.message());
+      uncommitted += name.rfind("step-", 0) == 0 && !kept.count(name);
     }
-    std::printf("checkpoints kept: %d verified", ok);
+    std::printf("checkpoints kept: %d committed, every one verified", ok);
+    if (uncommitted > 0)
+      std::printf(" (%d left uncommitted by a fault)", uncommitted);
     for (const auto& b : bad)
       std::printf("; FAILED %s", b.c_str());
     std::printf("\n");

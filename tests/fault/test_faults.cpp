@@ -189,7 +189,7 @@ TEST_CASE("tutti drill reports detection, recovery and the loss curve",
   CHECK(r.output.find("effective training time ratio: 0.")
         != std::string::npos);
   // Every checkpoint left behind, the one the kill cut short too, verifies.
-  CHECK(r.output.find("verified\n") != std::string::npos);
+  CHECK(r.output.find("every one verified") != std::string::npos);
   CHECK(r.output.find("FAILED") == std::string::npos);
   // One row per fault: fault target at-step detect resume redone matches.
   std::map<std::string, std::vector<double>> rows;
