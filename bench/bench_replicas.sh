@@ -7,7 +7,7 @@
 # peak RSS, against no copies in the same round with the allocator set as
 # replicas set it (elastic/replica_memory.hpp; "off" runs glibc's
 # defaults), beside `tutti plan`'s replicas_host_all_nodes (both nodes'
-# copies at their peak: three steps of each rank's own state and of its
+# copies at their peak: four steps of each rank's own state and of its
 # peer's).
 #
 #   bench/bench_replicas.sh [BUILD_DIR]

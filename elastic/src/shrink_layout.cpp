@@ -45,7 +45,8 @@ job_config config_on_nodes(const job_config& full,
 }
 
 expected<shrunk_layout> shrink_layout(const job_config& full,
-                                      std::vector<int64_t> survivors) {
+                                      std::vector<int64_t> survivors,
+                                      const layout_fits& fits) {
   std::sort(survivors.begin(), survivors.end());
   const auto count = static_cast<int64_t>(survivors.size());
   const auto least = std::max<int64_t>(1, full.elastic.min_nodes);
@@ -58,7 +59,10 @@ expected<shrunk_layout> shrink_layout(const job_config& full,
   for (int64_t k = count; k >= least; --k) {
     std::vector<int64_t> nodes(survivors.begin(), survivors.begin() + k);
     auto cfg = config_on_nodes(full, nodes);
-    if (auto ok = check_job_config(cfg); !ok) {
+    auto ok = check_job_config(cfg);
+    if (ok.ok() && fits)
+      ok = fits(cfg);
+    if (!ok) {
       if (first_refusal.empty())
         first_refusal = ok.message();
       continue;

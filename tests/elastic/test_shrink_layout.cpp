@@ -95,3 +95,21 @@ TEST_CASE("below min_nodes, or no layout at all: one line naming why",
   CHECK(tp.message().find("no layout on 1 to 1 of nodes 2") == 0);
   CHECK(tp.message().find('\n') == std::string::npos);
 }
+
+TEST_CASE("a layout the survivors' devices cannot hold is passed over",
+          "[unit]") {
+  // The predicate stands for the memory plan: no more than 6 ranks' worth.
+  const elastic::layout_fits at_least_six = [](const job_config& cfg) {
+    return cfg.cluster.world_size >= 6
+             ? status{}
+             : status::error("world " + std::to_string(cfg.cluster.world_size)
+                             + " needs more memory per rank");
+  };
+  auto three = elastic::shrink_layout(four_nodes(), {0, 1, 2}, at_least_six);
+  REQUIRE(three.ok());
+  CHECK(three.value().cfg.cluster.world_size == 6);
+  auto two = elastic::shrink_layout(four_nodes(), {0, 1}, at_least_six);
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.message().find("world 4 needs more memory per rank")
+        != std::string::npos);
+}

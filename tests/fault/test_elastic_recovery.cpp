@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "fault_support.hpp"
 
@@ -59,6 +62,34 @@ void check_close_losses(const std::vector<double>& reference,
   WARN("largest relative loss difference from the fault-free run: " << worst);
 }
 
+// `tutti ckpt verify` passes on every committed checkpoint the job kept
+// (one an aborted epoch's ranks were writing has shards and no MANIFEST:
+// never committed, nothing resumes from it).
+void check_checkpoints_verify(const fault_job& job) {
+  int verified = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(job.dir / "job" / "checkpoints")) {
+    if (entry.path().filename().string().rfind("step-", 0) != 0
+        || !std::filesystem::exists(entry.path() / "MANIFEST"))
+      continue;
+    auto verify = run(tutti_bin() + " ckpt verify " + entry.path().string(),
+                      120);
+    INFO(entry.path() << ": " << verify.output);
+    CHECK(verify.status == 0);
+    ++verified;
+  }
+  CHECK(verified > 0);
+}
+
+// `tutti plan`'s bytes per rank for `config`.
+double planned_bytes_per_rank(const std::filesystem::path& config) {
+  auto plan = run(tutti_bin() + " plan " + config.string() + " --json", 30);
+  INFO(plan.output);
+  REQUIRE(plan.status == 0);
+  return nlohmann::json::parse(plan.output)["memory"]["total_all_stages"]
+    .get<double>();
+}
+
 } // namespace
 
 TEST_CASE("a lost daemon without a spare: three go on, four again on return",
@@ -97,30 +128,31 @@ TEST_CASE("a lost daemon without a spare: three go on, four again on return",
     CHECK(d.nodes[n]->wait(60) == 0);
   check_close_losses(job.reference_losses,
                      metric_series(job.metrics, "loss"));
-  // A step is reported once its copies have landed: no lag at K = 1.
+  // A copied step is reported once its copies have landed: no lag at
+  // K = 1; each copy timed and sized.
   const auto lag = metric_series(job.metrics, "replica_lag_steps");
   CHECK(lag.size() == job.reference_losses.size());
   CHECK(std::count(lag.begin(), lag.end(), 0.0)
         == static_cast<std::ptrdiff_t>(lag.size()));
+  for (const auto& key : {"time_replica_copy_s", "replica_bytes"}) {
+    const auto series = metric_series(job.metrics, key);
+    CHECK(std::count_if(series.begin(), series.end(),
+                        [](double v) { return v > 0; })
+          == static_cast<std::ptrdiff_t>(series.size()));
+  }
   const auto events = job.events();
   CHECK(fault_job::count(events, "node_lost") == 1);
   CHECK(fault_job::count(events, "shrink") == 1);
   CHECK(fault_job::count(events, "grow") >= 1);
-  CHECK(fault_job::count(events, "replica_resume") == 1);
-  CHECK(fault_job::count(events, "replica_fallback") == 0);
+  // From the copies; or, killed right after a checkpoint's step, from that
+  // checkpoint (the copies hold nothing newer, and the fallback says so):
+  // 0 steps either way.
+  const auto fallbacks = fault_job::count(events, "replica_fallback");
+  CHECK(fault_job::count(events, "replica_resume") + fallbacks == 1);
+  if (fallbacks > 0)
+    CHECK(log.find("no copy newer than the checkpoint") != std::string::npos);
   // Every checkpoint kept, those written by three ranks too, verifies.
-  int verified = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(job.dir / "job" / "checkpoints")) {
-    if (entry.path().filename().string().rfind("step-", 0) != 0)
-      continue;
-    auto verify = run(tutti_bin() + " ckpt verify " + entry.path().string(),
-                      120);
-    INFO(entry.path() << ": " << verify.output);
-    CHECK(verify.status == 0);
-    ++verified;
-  }
-  CHECK(verified > 0);
+  check_checkpoints_verify(job);
 }
 
 namespace {
@@ -180,4 +212,64 @@ TEST_CASE("a whole rack lost: its copies in the other rack carry the job on",
   lose_a_rack("fault_elastic_racks", 93, {"a", "a", "b", "b"}, true);
   // One rack for all: copies go to the next node, node 2's to node 3.
   lose_a_rack("fault_elastic_one_rack", 95, {"a", "a", "a", "a"}, false);
+}
+
+TEST_CASE("survivors whose devices cannot hold the smaller layout: the job "
+          "pauses, says why, and goes on when the node is back",
+          "[elastic_pause]") {
+  auto job = elastic_job("fault_elastic_pause", 60, 97,
+                         "elastic:\n  min_nodes: 2\n  shrink_after_s: 1\n"
+                         "  replica_interval_steps: 1\n");
+  // On three nodes ep_size drops from 4 to 1: every rank holds all four
+  // experts. The devices' memory lies between the two layouts' plans.
+  auto text = read_text(job.config);
+  const auto node3 = "    - {host: 127.0.0.1, port: "
+                     + std::to_string(job.port + 4) + ", rack: r3}\n";
+  auto three = text;
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"world_size: 4", "world_size: 3"},
+        {"nnodes: 4", "nnodes: 3"},
+        {"ep_size: 4", "ep_size: 1"},
+        {node3, ""}})
+    three = replace_once(three, from, to);
+  write_text(job.dir / "three.yaml", three);
+  const double four_nodes = planned_bytes_per_rank(job.config);
+  const double three_nodes = planned_bytes_per_rank(job.dir / "three.yaml");
+  REQUIRE(three_nodes > 1.02 * four_nodes);
+  write_text(job.config,
+             replace_once(text, "cluster_config:\n",
+                          "cluster_config:\n  device_memory_gb: "
+                            + std::to_string((four_nodes + three_nodes) / 2e9)
+                            + "\n"));
+  job.run_reference();
+  four_daemons d;
+  for (int n = 0; n < 4; ++n)
+    d.nodes.push_back(job.daemon(n, "node" + std::to_string(n) + ".log"));
+  const int killed_after = job.wait_for_random_step(12, 25);
+  d.nodes[3]->kill_and_reap();
+  CHECK(job.seconds_until("node0.log", "job paused", 20) >= 0);
+  auto status = run(tutti_bin() + " status " + job.config.string() + " --json",
+                    30);
+  INFO(status.output);
+  CHECK(status.output.find("cluster_config.device_memory_gb")
+        != std::string::npos);
+  // Nothing trains meanwhile.
+  const auto at_pause = metric_series(job.metrics, "loss").size();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(metric_series(job.metrics, "loss").size() == at_pause);
+  CHECK(at_pause >= static_cast<size_t>(killed_after));
+  d.nodes[3] = job.daemon(3, "node3-again.log");
+  CHECK(d.nodes[0]->wait(300) == 0);
+  for (int n = 1; n < 4; ++n)
+    CHECK(d.nodes[n]->wait(60) == 0);
+  const auto log = read_text(job.dir / "node0.log");
+  INFO(log);
+  CHECK(log.find("world 3 needs") != std::string::npos);
+  CHECK(log.find("0 steps to train again") != std::string::npos);
+  check_close_losses(job.reference_losses,
+                     metric_series(job.metrics, "loss"));
+  const auto events = job.events();
+  CHECK(fault_job::count(events, "pause") == 1);
+  CHECK(fault_job::count(events, "shrink") == 0);
+  check_checkpoints_verify(job);
 }

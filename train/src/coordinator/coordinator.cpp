@@ -49,12 +49,13 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   double compute = 0, a2a = 0, a2a_wait = 0, overlap = 0, ar = 0, other = 0,
          slowest = 0, data_wait = 0, lent = 0;
   int64_t bytes = 0, replica_bytes = 0, replica_step = out.replica_step;
-  double replica_stall = 0;
+  double replica_stall = 0, replica_copy = 0;
   std::vector<int64_t> by_link;
   for (const auto& r : reports) {
     replica_bytes += r.replica_bytes;
     replica_step = std::min(replica_step, r.replica_step);
     replica_stall = std::max(replica_stall, r.time_replica_s);
+    replica_copy = std::max(replica_copy, r.time_replica_copy_s);
     bytes += r.alltoall_bytes;
     by_link.resize(std::max(by_link.size(), r.alltoall_bytes_by_link.size()));
     for (size_t c = 0; c < r.alltoall_bytes_by_link.size(); ++c)
@@ -88,6 +89,7 @@ step_report merge_reports(const std::vector<step_report>& reports) {
   out.replica_step = replica_step;
   out.replica_bytes = replica_bytes;
   out.time_replica_s = replica_stall;
+  out.time_replica_copy_s = replica_copy;
   return out;
 }
 
@@ -231,6 +233,25 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
         settle(self);
         on_commit_for_grow(self, step, false);
       });
+}
+
+// Commits each step every rank's shard of is on disk, once every rank has
+// reported it too: a checkpoint the metrics have no line for would resume
+// past a gap (a rank may write its shard and die before its report; a
+// rank holds a copied step's report until the copy lands). A recovery
+// first drops those still waiting.
+void commit_saved_steps(coordinator_pointer self) {
+  auto& st = self->state;
+  for (auto i = st.saved.begin(); i != st.saved.end();) {
+    const auto step = i->first;
+    if (static_cast<int64_t>(i->second.size()) != st.epoch_world()
+        || step > st.last_step) {
+      ++i;
+      continue;
+    }
+    i = st.saved.erase(i);
+    commit_checkpoint(self, step);
+  }
 }
 
 void start_diag(coordinator_pointer self) {
@@ -525,6 +546,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
           record_event(self, "resumed", text, took);
         }
         self->send(st.writer, std::move(merged));
+        commit_saved_steps(self);
         maybe_regroup(self);
       }
     },
@@ -552,12 +574,8 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self,
       // another epoch than the shards of this one.
       if (st.failed_steps.count(s.step) || s.epoch != st.epoch)
         return;
-      auto& ranks = st.saved[s.step];
-      ranks.insert(s.rank);
-      if (static_cast<int64_t>(ranks.size()) == st.epoch_world()) {
-        st.saved.erase(s.step);
-        commit_checkpoint(self, s.step);
-      }
+      st.saved[s.step].insert(s.rank);
+      commit_saved_steps(self);
     },
     [self](const shard_failed& f) {
       auto& st = self->state;

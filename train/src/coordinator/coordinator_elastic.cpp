@@ -14,9 +14,11 @@
 
 #include <caf/send.hpp>
 
+#include <cstdio>
 #include <map>
 
 #include "tutti/elastic/shrink_layout.hpp"
+#include "tutti/train/capacity_plan.hpp"
 #include "tutti/runtime/log.hpp"
 
 namespace tutti {
@@ -253,6 +255,32 @@ bool on_replica_failed(coordinator_pointer self, const shard_failed& f) {
   return true;
 }
 
+namespace {
+
+// A smaller layout puts more experts (and, sharded, more of the moments)
+// on each rank: it must still fit the devices' memory. Only where the
+// job's own layout fits it: a budget the full job already exceeds (the
+// plan is an estimate; exceeding it is a warning at start) limits nothing.
+elastic::layout_fits fits_device_memory(const job_config& full) {
+  const double budget = full.cluster.device_memory_gb * 1e9;
+  if (budget <= 0 || train::make_capacity_plan(full).total_bytes > budget)
+    return {};
+  return [budget](const job_config& cfg) -> status {
+    const auto plan = train::make_capacity_plan(cfg);
+    if (plan.total_bytes <= budget)
+      return {};
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "world %lld needs %.3g GB per rank, over "
+                  "cluster_config.device_memory_gb (%.3g)",
+                  static_cast<long long>(cfg.cluster.world_size),
+                  plan.total_bytes / 1e9, budget / 1e9);
+    return status::error(text);
+  };
+}
+
+} // namespace
+
 bool try_shrink(coordinator_pointer self, const std::string& missing) {
   auto& st = self->state;
   if (st.cfg.elastic.min_nodes <= 0)
@@ -268,13 +296,15 @@ bool try_shrink(coordinator_pointer self, const std::string& missing) {
       return true;
   if (!st.committing.empty() || resume_from_replicas(self))
     return true;
-  auto layout = elastic::shrink_layout(st.cfg, nodes_here(st));
+  auto layout = elastic::shrink_layout(st.cfg, nodes_here(st),
+                                       fits_device_memory(st.cfg));
   if (!layout.ok()) {
     if (!st.paused) {
       st.paused = true;
       auto text = "job paused: it cannot go on without " + missing + ": "
                   + layout.message()
                   + "; it resumes by itself when they come back";
+      st.pause_reason = text;
       log_error("coordinator", "ALERT critical: " + text);
       record_event(self, "pause", text, seconds_since(st.recovery_began));
     }
@@ -294,7 +324,8 @@ bool try_shrink(coordinator_pointer self, const std::string& missing) {
 
 void begin_grow(coordinator_pointer self, int64_t node) {
   auto& st = self->state;
-  auto larger = elastic::shrink_layout(st.cfg, nodes_here(st));
+  auto larger = elastic::shrink_layout(st.cfg, nodes_here(st),
+                                       fits_device_memory(st.cfg));
   if (!larger.ok() || larger.value().nodes.size() <= st.members.size()) {
     auto text = st.node_name(node)
                 + " is back; the layout has no room for it yet, so it waits";
@@ -331,7 +362,10 @@ void on_commit_for_grow(coordinator_pointer self, int64_t step,
 
 void maybe_regroup(coordinator_pointer self) {
   auto& st = self->state;
-  if (st.grow_checkpoint.first <= 0 || st.last_step < st.grow_checkpoint.first
+  // Only at the newest step reported: an interval checkpoint committed
+  // while the ranks went on to the one asked for would leave a step done
+  // behind; that one's commit comes next.
+  if (st.grow_checkpoint.first <= 0 || st.last_step != st.grow_checkpoint.first
       || st.state != job_state::running)
     return;
   const auto [step, committed] = st.grow_checkpoint;

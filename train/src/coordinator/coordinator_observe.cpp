@@ -163,19 +163,22 @@ void evaluate_rules(coordinator_pointer self, const step_report& r) {
          + " s step for data, over alerts.data_wait "
          + std::to_string(a.data_wait) + step);
 
-  // Copies falling behind: a lost node would cost more steps than the
-  // replica interval promises (a slow inter-node link, a stuck peer).
-  const auto every = st.cfg.elastic.replica_interval_steps;
-  const auto lag = r.step - r.replica_step;
+  // Copies that do not keep up hold the steps back (a step is reported
+  // once its copy has landed): a slow link between the nodes, or state
+  // too large for elastic.replica_interval_steps.
+  const bool stalled = r.step_time_s > 0
+                       && r.time_replica_s > a.replica_stall * r.step_time_s
+                       && r.time_replica_s > 0.01;
   rule(self,
-       every > 0 && a.replica_lag_intervals > 0
-         && lag > a.replica_lag_intervals * every,
-       "replica_lag", "important",
-       "the newest complete in-memory copy is of step "
-         + std::to_string(r.replica_step) + ", " + std::to_string(lag)
-         + " steps behind, over alerts.replica_lag_intervals "
-         + std::to_string(a.replica_lag_intervals) + " x "
-         + std::to_string(every) + step);
+       st.cfg.elastic.replica_interval_steps > 0 && a.replica_stall > 0
+         && stalled,
+       "replica_stall", "important",
+       "ranks waited " + std::to_string(r.time_replica_s) + " s of a "
+         + std::to_string(r.step_time_s)
+         + " s step for their in-memory copies (the last took "
+         + std::to_string(r.time_replica_copy_s)
+         + " s), over alerts.replica_stall " + std::to_string(a.replica_stall)
+         + step);
 
   int64_t worst_rss = 0;
   std::string worst_node;
@@ -333,6 +336,10 @@ std::string render_metrics(const coordinator_state& st) {
         static_cast<double>(st.cfg.train.steps));
   gauge("tutti_job_epoch", "Membership epoch (+1 per recovery).",
         static_cast<double>(st.epoch));
+  gauge("tutti_job_world_size",
+        "Ranks training in this epoch (fewer than the config's while the "
+        "job goes on without lost nodes).",
+        static_cast<double>(st.epoch_world()));
   m.metric("tutti_job_state", "gauge", "1 for the job's current state.",
            {{"state", describe_job(st).state}}, 1);
   m.metric("tutti_recoveries_total", "counter",
@@ -401,6 +408,10 @@ std::string render_metrics(const coordinator_state& st) {
       gauge("tutti_replica_bytes",
             "Bytes the ranks sent for that copy, all ranks together.",
             static_cast<double>(r.replica_bytes));
+      gauge("tutti_replica_copy_seconds",
+            "How long that copy travelled (beside the next step; the "
+            "slowest rank's).",
+            r.time_replica_copy_s);
     }
     m.metric("tutti_dropped_tokens_total", "counter",
              "Tokens dropped over expert capacity, since the daemon started.",

@@ -50,6 +50,7 @@ void restart_from_checkpoint(coordinator_pointer self) {
   self->send(st.writer, rewind_atom_v, from);
   st.state = job_state::running;
   st.paused = false;
+  st.pause_reason.clear();
   st.user_paused = false; // the new epoch's ranks start unpaused
   st.awaiting_first_step = true;
   st.regrouping = false;
@@ -138,6 +139,7 @@ void check_recovery(coordinator_pointer self) {
       auto text = "job paused: waiting for " + missing
                   + " to come back (start its tuttid); it resumes by itself "
                     "when it does";
+      st.pause_reason = text;
       log_error("coordinator", "ALERT critical: " + text);
       record_event(self, "pause", text, seconds_since(st.recovery_began));
     }
@@ -294,7 +296,8 @@ job_status describe_job(const coordinator_state& st) {
   s.restarts = st.restarts;
   for (const auto& [node, m] : st.nodes)
     s.nodes.push_back(node);
-  s.message = st.state == job_state::recovering ? st.recovery_cause
+  s.message = st.paused && !st.pause_reason.empty() ? st.pause_reason
+              : st.state == job_state::recovering   ? st.recovery_cause
               : st.user_paused ? "paused by the shell; resume to go on"
               : !st.members.empty() && st.failure.empty()
                 ? "training without lost nodes: " + st.layout_summary

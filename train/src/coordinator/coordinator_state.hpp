@@ -143,6 +143,7 @@ struct coordinator_state {
   coordinator_clock::time_point recovery_began;
   std::string recovery_cause;
   bool paused = false;
+  std::string pause_reason; // why, while paused (status says it)
   bool awaiting_first_step = false; // of the new epoch: "training resumed"
   int64_t recoveries = 0, restarts = 0;
   int64_t fruitless_recoveries = 0;

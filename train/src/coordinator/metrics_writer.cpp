@@ -105,6 +105,7 @@ std::string metrics_json(const step_report& r, int64_t experts) {
     j["replica_step"] = r.replica_step;
     j["replica_lag_steps"] = r.step - r.replica_step;
     j["replica_bytes"] = r.replica_bytes;
+    j["time_replica_copy_s"] = r.time_replica_copy_s;
     j["time_replica_s"] = r.time_replica_s;
   }
   if (r.evaluated)

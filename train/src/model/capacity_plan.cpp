@@ -240,7 +240,7 @@ std::string format_plan(const job_config& cfg, const capacity_plan& p) {
       "rank 0, while a checkpoint is taken");
   if (mem.replicas > 0)
     row("in-memory replicas", bytes_text(mem.replicas),
-        "node 0's host memory: its ranks' and a peer node's state, three "
+        "node 0's host memory: its ranks' and a peer node's state, four "
         "steps at the peak (every node's: "
           + bytes_text(mem.replicas_all_nodes) + ")");
   row("KV cache per sequence", bytes_text(mem.kv_cache_per_sequence),

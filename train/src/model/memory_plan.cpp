@@ -348,12 +348,13 @@ memory_breakdown plan_memory(const job_config& cfg, const parallel_layout& l) {
     // A copy is what the rank's checkpoint shard holds: rank 0's dense
     // weights, moments and router biases with its experts; the experts of
     // each of the first ep data-parallel ranks; nothing of the others.
-    // Each rank's own and one peer node's ranks': the two steps kept and,
-    // at its peak, the one being made before the oldest is dropped.
+    // Each rank's own and one peer node's ranks': the three steps kept
+    // (train/src/node/replica_store) and, at its peak, the one being made
+    // before the oldest is dropped.
     const double rank0 = 3 * dense * fp32 + snapshot;
     const double per = static_cast<double>(cfg.cluster.nproc_per_node);
     const double expert_writers = std::min(per, writers);
-    constexpr double steps_held = 3;
+    constexpr double steps_held = 4;
     b.replicas = steps_held * (rank0 + (2 * expert_writers - 1) * snapshot);
     b.replicas_all_nodes = steps_held * 2 * (rank0 + (writers - 1) * snapshot);
   }

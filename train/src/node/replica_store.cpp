@@ -7,7 +7,7 @@ void replica_store::put(int64_t world, rank_snapshot_ptr snap) {
   const auto epoch = snap->epoch, step = snap->step;
   auto& steps = copies_[{epoch, snap->rank}];
   steps[step] = {world, std::move(snap)};
-  while (steps.size() > 2)
+  while (steps.size() > 3)
     steps.erase(steps.begin());
   // Epochs older than the one before this: superseded.
   for (auto i = copies_.begin(); i != copies_.end();)

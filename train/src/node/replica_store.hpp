@@ -20,9 +20,11 @@ namespace tutti {
 class replica_store {
 public:
   // Keeps `snap` (rank snap->rank after snap->step, epoch snap->epoch of
-  // `world` ranks). Each rank keeps its newest two steps (the newest may be
-  // incomplete elsewhere when a node dies mid-copy), of the newest two
-  // epochs (an epoch may fail before its first copy).
+  // `world` ranks). Each rank keeps its newest three steps, of the newest
+  // two epochs (an epoch may fail before its first copy). Three: a copy
+  // travels beside the next step, so when a node dies the survivors may
+  // have begun copying two steps past the newest one every rank reported
+  // (its rank's copy of the one between was still travelling).
   void put(int64_t world, rank_snapshot_ptr snap);
   std::vector<replica_held> held() const;
   rank_snapshot_ptr find(int64_t epoch, int64_t step, int64_t rank) const;

@@ -2,6 +2,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
+#include <caf/send.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -205,62 +206,42 @@ public:
         report.step_time_s += seconds_since(t0);
       }
       const auto every = a_.cfg.elastic.replica_interval_steps;
-      if (every > 0 && a_.replicas) {
+      const bool copies = every > 0 && a_.replicas;
+      if (copies) {
         // The state a recovery resumes from instead of the checkpoint: the
-        // snapshot is the stall, the copy travels during the next step.
+        // stall is the snapshot and a previous copy still travelling; this
+        // one travels during the next step.
         const auto t0 = clock_type::now();
         TUTTI_RETURN_IF_ERROR(copier_.poll());
-        release_reports();
         if (step % every == 0) {
-          TUTTI_RETURN_IF_ERROR(copier_.wait());
-          release_reports();
           if (!snap)
             TUTTI_RETURN_IF_ERROR(
               take_snapshot(a_, model, experts, step, snap));
           TUTTI_RETURN_IF_ERROR(copier_.start(
-            comms_.replica ? *comms_.replica : *comms_.world,
+            {comms_.replica_out.get(), comms_.replica_in.get()},
             std::move(snap)));
         }
         report.time_replica_s = seconds_since(t0);
         report.time_other_s += report.time_replica_s;
         report.step_time_s += report.time_replica_s;
+        copier_.report(std::move(report)); // once its copy has landed
+      } else {
+        self_->send(a_.coordinator, std::move(report));
       }
-      held_reports_.push_back(std::move(report));
-      if (!copier_.in_flight())
-        release_reports();
       if (stop)
         break;
       if (votes.pause) {
-        TUTTI_RETURN_IF_ERROR(copier_.wait());
-        release_reports();
+        TUTTI_RETURN_IF_ERROR(copier_.wait()); // its reports go first
         TUTTI_RETURN_IF_ERROR(wait_while_paused());
       }
     }
-    TUTTI_RETURN_IF_ERROR(copier_.wait());
-    release_reports();
-    return {};
+    return copier_.wait();
   }
 
   double final_eval_loss() const { return final_eval_loss_; }
   int64_t last_step() const { return last_step_; }
 
 private:
-  // A step is done for the coordinator once its copy (when one was taken)
-  // is on the peer node too: a node lost after the report costs no step.
-  // The reports held meanwhile go in order once the copy has landed.
-  void release_reports() {
-    if (copier_.in_flight())
-      return;
-    for (auto& r : held_reports_) {
-      if (a_.cfg.elastic.replica_interval_steps > 0 && a_.replicas) {
-        r.replica_step = copier_.done_step();
-        r.replica_bytes = copier_.bytes_sent();
-      }
-      self_->send(a_.coordinator, std::move(r));
-    }
-    held_reports_.clear();
-  }
-
   std::string loader_id() const {
     return "data_loader/" + std::to_string(a_.rank);
   }
@@ -540,8 +521,11 @@ private:
   routing_window routing_{a_.cfg};
   model::param_layout expert_layout_; // of the shard's blocks
   // Declared after comms_: it ends (and aborts a copy in flight) first.
-  replica_copier copier_{a_, a_.resume_step};
-  std::vector<step_report> held_reports_;
+  // Its thread sends the reports of copied steps, so without a sender.
+  replica_copier copier_{a_, a_.resume_step,
+                         [coordinator = a_.coordinator](step_report&& r) {
+                           caf::anon_send(coordinator, std::move(r));
+                         }};
 };
 
 void rank_main(caf::blocking_actor* self, rank_args args) {

@@ -118,10 +118,24 @@ status connect(caf::actor_system& sys, const rank_args& a, int device,
                                  b * stride + across, stride,
                                  b < stage ? out.prev : out.next));
   }
-  if (cfg.elastic.replica_interval_steps > 0
-      && elastic::replica_shift(cfg) != 0)
-    TUTTI_RETURN_IF_ERROR(make(a.rank, world, "replica", 0, 1, out.replica,
-                               false, /*host_memory=*/true));
+  if (cfg.elastic.replica_interval_steps > 0 && a.replicas
+      && elastic::replica_shift(cfg) != 0) {
+    // One link per copy, named by the rank whose state it carries. Every
+    // rank joins its two in the order of those names, so the pairs form
+    // one after another instead of each waiting on the next in a ring.
+    const int to = static_cast<int>(elastic::replica_target(cfg, a.rank));
+    const int from = static_cast<int>(elastic::replica_source(cfg, a.rank));
+    auto link_out = [&] {
+      return make(0, 2, "replica" + std::to_string(a.rank), a.rank,
+                  to - a.rank, out.replica_out, false, /*host_memory=*/true);
+    };
+    auto link_in = [&] {
+      return make(1, 2, "replica" + std::to_string(from), from, a.rank - from,
+                  out.replica_in, false, /*host_memory=*/true);
+    };
+    TUTTI_RETURN_IF_ERROR(a.rank < from ? link_out() : link_in());
+    TUTTI_RETURN_IF_ERROR(a.rank < from ? link_in() : link_out());
+  }
   if (ep < dp) {
     // Blocks of ep consecutive dp indices of one stage and TP index
     // (job_config::ep_group_of), and the ranks holding the same experts

@@ -26,10 +26,11 @@ struct rank_comms {
   // Pipeline parallelism: the stages of this rank's TP and dp index, and the
   // links to the stage before and after (null at the ends).
   std::unique_ptr<comm::communicator> pp, prev, next;
-  // In-memory replicas across nodes (elastic.replica_interval_steps): every
-  // rank, over host memory whatever the backend, used by the copy's own
-  // thread beside the step's collectives.
-  std::unique_ptr<comm::communicator> replica;
+  // In-memory replicas across nodes (elastic.replica_interval_steps): to
+  // the rank keeping this rank's copy and from the rank whose copy this
+  // one keeps, two-member links over host memory whatever the backend,
+  // used by the copy's own thread beside the step's collectives.
+  std::unique_ptr<comm::communicator> replica_out, replica_in;
 
   train::comm_groups groups() const {
     auto* data = dp ? dp.get() : world.get();

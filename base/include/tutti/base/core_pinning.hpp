@@ -48,4 +48,13 @@ inline int pin_to_rank_core(int local_rank, int ranks_in_process) {
   return cpus[local_rank];
 }
 
+// Lets the calling thread run on any CPU the process may use (a helper
+// thread a pinned rank starts would otherwise share the rank's core).
+inline void run_on_process_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(getpid(), sizeof(allowed), &allowed) == 0)
+    (void)sched_setaffinity(0, sizeof(allowed), &allowed);
+}
+
 } // namespace tutti

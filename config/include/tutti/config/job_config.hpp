@@ -449,7 +449,7 @@ struct alerts_config {
   double low_utilisation = 0;
   double data_wait = 0.25;
   double cross_rack_share = 0;
-  int64_t replica_lag_intervals = 3;
+  double replica_stall = 0.25;
   int64_t hold_steps = 3;
   int64_t clear_steps = 10;
   int64_t flap_firings = 4;
@@ -495,10 +495,13 @@ void visit_fields(Visitor& v, alerts_config& c) {
           at_least(0, "0 = off"),
           with_message(below(1), "is a share of the bytes: must be < 1"),
           not_fingerprinted);
-  v.field("replica_lag_intervals", c.replica_lag_intervals,
-          "important: the newest complete in-memory copy more than this "
-          "many elastic.replica_interval_steps behind the step",
-          at_least(0, "0 = off"), not_fingerprinted);
+  v.field("replica_stall", c.replica_stall,
+          "important: ranks waiting for their in-memory copies (the "
+          "snapshot, a copy still travelling) over this share of the step "
+          "time (and 10 ms)",
+          at_least(0, "0 = off"),
+          with_message(below(1), "is a share of the step time: must be < 1"),
+          not_fingerprinted);
   v.field("hold_steps", c.hold_steps,
           "a rule fires after its condition holds this many steps in a row "
           "(a NaN loss at once)",

@@ -5,6 +5,7 @@
 // and losses do not depend on the data-parallel split, so the job goes on
 // with the losses it would have had (within float rounding).
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,16 @@ struct shrunk_layout {
   std::string summary;        // for the event log, one line
 };
 
+// Whether a layout's ranks can hold it (the memory plan against
+// cluster_config.device_memory_gb, which the training part knows): ok, or
+// one line naming why not.
+using layout_fits = std::function<status(const job_config&)>;
+
 // The most of `survivors` (node ranks, at least elastic.min_nodes of
-// them) whose layout passes the config's checks; otherwise one line
-// naming why none does and the key to change.
+// them) whose layout passes the config's checks and `fits`; otherwise one
+// line naming why none does and the key to change.
 expected<shrunk_layout> shrink_layout(const job_config& full,
-                                      std::vector<int64_t> survivors);
+                                      std::vector<int64_t> survivors,
+                                      const layout_fits& fits = {});
 
 } // namespace tutti::elastic

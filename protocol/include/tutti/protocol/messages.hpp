@@ -61,26 +61,28 @@ struct step_report {
   // waiting in an exchange (moe_config.share_idle_cores).
   double time_lent_s = 0;
   // In-memory replicas (elastic.replica_interval_steps): the newest step
-  // whose copy to and from the peer node has finished (merged: the oldest
+  // whose copy to and from the peer node has landed (merged: the oldest
   // rank's, the newest step a recovery loses nothing back to), the bytes
-  // sent for it, and of time_other_s the stall for the copies (the
-  // snapshot, and waiting for a copy still travelling).
+  // sent for it and how long it travelled (beside the next step), and of
+  // time_other_s the stall for the copies (the snapshot, and waiting for
+  // a copy still travelling).
   int64_t replica_step = 0;
   int64_t replica_bytes = 0;
+  double time_replica_copy_s = 0;
   double time_replica_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_report& x) {
-  return f(caf::meta::type_name("step_report"), x.step, x.rank, x.loss,
-           x.aux_loss, x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens,
-           x.alltoall_bytes, x.expert_counts, x.time_compute_s,
-           x.time_alltoall_s, x.time_overlap_s, x.time_allreduce_s,
-           x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss, x.epoch,
-           x.router_bias, x.time_data_s, x.time_alltoall_wait_s,
-           x.routing_window, x.alltoall_bytes_by_link, x.time_pipeline_s,
-           x.time_pipeline_schedule_s, x.pipeline_bubble, x.time_lent_s,
-           x.replica_step, x.replica_bytes, x.time_replica_s);
+  return f(
+    caf::meta::type_name("step_report"), x.step, x.rank, x.loss, x.aux_loss,
+    x.z_loss, x.grad_norm, x.lr, x.tokens, x.dropped_tokens, x.alltoall_bytes,
+    x.expert_counts, x.time_compute_s, x.time_alltoall_s, x.time_overlap_s,
+    x.time_allreduce_s, x.time_other_s, x.step_time_s, x.evaluated, x.eval_loss,
+    x.epoch, x.router_bias, x.time_data_s, x.time_alltoall_wait_s,
+    x.routing_window, x.alltoall_bytes_by_link, x.time_pipeline_s,
+    x.time_pipeline_schedule_s, x.pipeline_bubble, x.time_lent_s,
+    x.replica_step, x.replica_bytes, x.time_replica_copy_s, x.time_replica_s);
 }
 
 // A node daemon's request to join the job.
