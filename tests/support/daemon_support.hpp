@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -116,9 +117,27 @@ inline bool port_free(int port) {
   return ok;
 }
 
+// Claims the block of ports at `base` for this process's lifetime: tests
+// running at once (ctest -j) would otherwise both find a block free
+// before either daemon binds it. A lock file per block, released when the
+// process ends however it ends; not inherited by the daemons it starts.
+inline bool claim_port_block(int base) {
+  const auto path = std::filesystem::temp_directory_path()
+                    / ("tutti-test-ports-" + std::to_string(base) + ".lock");
+  int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return true; // no lock to be had: fall back to the bind check alone
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return false;
+  }
+  return true; // fd stays open: the claim lasts until the process exits
+}
+
 // `count` consecutive free ports, derived from the pid and `salt` (so tests
-// of one file and concurrent runs differ). 10000..19999: below the
-// ephemeral range and away from test_daemons' 20000..39999.
+// of one file and concurrent runs differ), claimed for this process.
+// 10000..19999: below the ephemeral range and away from test_daemons'
+// 20000..39999.
 inline int port_block(int salt, int count = 3) {
   int slot = static_cast<int>((getpid() * 7 + salt * 131) % 1000);
   for (int attempt = 0; attempt < 1000; ++attempt) {
@@ -126,7 +145,7 @@ inline int port_block(int salt, int count = 3) {
     bool ok = true;
     for (int p = base; p < base + count && ok; ++p)
       ok = port_free(p);
-    if (ok)
+    if (ok && claim_port_block(base))
       return base;
   }
   return 10000 + slot * 10;
