@@ -235,17 +235,20 @@ void commit_checkpoint(coordinator_pointer self, int64_t step) {
       });
 }
 
-// Commits each step every rank's shard of is on disk, once every rank has
-// reported it too: a checkpoint the metrics have no line for would resume
-// past a gap (a rank may write its shard and die before its report; a
-// rank holds a copied step's report until the copy lands). A recovery
-// first drops those still waiting.
+// Commits each step every rank's shard of is on disk; with copies on,
+// once every rank has reported it too: a checkpoint the metrics have no
+// line for would resume past a gap (a rank holds a copied step's report
+// until the copy lands, and may write its shard and die meanwhile). A
+// recovery first drops those still waiting.
 void commit_saved_steps(coordinator_pointer self) {
   auto& st = self->state;
+  // Ranks hold reports only while their copies travel; without copies a
+  // rank reports right after its snapshot, and the shards commit at once.
+  const bool held_reports = st.cfg.elastic.replica_interval_steps > 0;
   for (auto i = st.saved.begin(); i != st.saved.end();) {
     const auto step = i->first;
     if (static_cast<int64_t>(i->second.size()) != st.epoch_world()
-        || step > st.last_step) {
+        || (held_reports && step > st.last_step)) {
       ++i;
       continue;
     }
