@@ -11,7 +11,7 @@ namespace tutti {
 
 namespace {
 
-// Tags of the replica messages on their own communicator: the header's
+// Tags of the replica messages on their own links: the header's
 // size, the header, then each tensor's data, told apart from the next
 // exchanges' by the step.
 uint32_t replica_tag(int64_t step, uint64_t message) {

@@ -69,7 +69,6 @@ private:
   std::atomic<bool> finished_{false};
   status result_;
   int64_t in_flight_step_ = 0, in_flight_bytes_ = 0;
-  double in_flight_s_ = 0;
   std::mutex mutex_; // what the copy's thread and the rank's share:
   bool busy_ = false, failed_ = false;
   std::vector<step_report> held_;
